@@ -1,0 +1,272 @@
+"""The one error tree of the gateway, and the one table that maps it to gRPC.
+
+Tree (every class carries a stable ``reason`` code, listed in the README)::
+
+    GatewayError                      INTERNAL
+    ├── Unauthenticated               UNAUTHENTICATED    UNAUTHENTICATED
+    ├── PolicyRefusal                 PERMISSION_DENIED
+    │   ├── UnknownPeer               UNKNOWN_PEER
+    │   ├── GrantExpired              GRANT_EXPIRED
+    │   ├── CapabilityNotGranted      CAPABILITY_NOT_GRANTED
+    │   ├── RiskNotGranted            RISK_NOT_GRANTED
+    │   └── OutboundNotAllowed        OUTBOUND_NOT_ALLOWED
+    ├── VersionNotAvailable           NOT_FOUND          VERSION_NOT_AVAILABLE
+    ├── PayloadTooLarge               RESOURCE_EXHAUSTED PAYLOAD_TOO_LARGE
+    ├── OutputTooLarge                RESOURCE_EXHAUSTED OUTPUT_TOO_LARGE
+    ├── InvalidInput                  INVALID_ARGUMENT   INVALID_INPUT
+    ├── InvalidRequest                INVALID_ARGUMENT   INVALID_REQUEST
+    ├── DeadlineExceeded              DEADLINE_EXCEEDED  DEADLINE_EXCEEDED
+    │   └── CapabilityTimeout         DEADLINE_EXCEEDED  CAPABILITY_TIMEOUT
+    ├── ReplayedRequest               ALREADY_EXISTS     REPLAYED_REQUEST
+    ├── IdempotencyConflict           ALREADY_EXISTS     IDEMPOTENCY_CONFLICT
+    ├── InvalidOutput                 INTERNAL           INVALID_OUTPUT
+    ├── CapabilityFailed              INTERNAL           CAPABILITY_FAILED
+    ├── AuditUnavailable              UNAVAILABLE        AUDIT_UNAVAILABLE
+    ├── PeerUnavailable               UNAVAILABLE        PEER_UNAVAILABLE
+    ├── PeerIdentityMismatch          UNAUTHENTICATED    PEER_IDENTITY_MISMATCH
+    ├── Cancelled                     CANCELLED          CANCELLED
+    └── ConfigError                   FAILED_PRECONDITION
+        ├── PolicyFileError           POLICY_INVALID
+        └── AgentConfigError          CONFIG_INVALID
+
+Lower-level exceptions are translated into this tree only at boundaries (the
+gRPC servicer, the peer client, the CLI), always with ``raise ... from err``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import grpc
+
+ERROR_DOMAIN = "a2agw.v1"
+
+
+class GatewayError(Exception):
+    """Root of every error the gateway raises on purpose.
+
+    Attributes:
+        reason: Stable, machine-readable reason code (crosses the wire).
+        message: Human-readable explanation; never contains payload content.
+        detail: The true reason, kept in the audit record, never sent.
+    """
+
+    reason: ClassVar[str] = "INTERNAL"
+
+    def __init__(self, message: str = "", *, detail: str = "") -> None:
+        super().__init__(message or self.reason)
+        self.message = message or self.reason
+        # For the audit record only; never sent to the caller (it may reveal
+        # whether an ungranted capability exists).
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.message}"
+
+
+class Unauthenticated(GatewayError):
+    """The caller presented no certificate yielding exactly one SPIFFE ID."""
+
+    reason = "UNAUTHENTICATED"
+
+
+class PolicyRefusal(GatewayError):
+    """The caller is known (or not) but the policy does not allow the call."""
+
+    reason = "POLICY_REFUSED"
+
+
+class UnknownPeer(PolicyRefusal):
+    """No grant exists for the caller's SPIFFE ID."""
+
+    reason = "UNKNOWN_PEER"
+
+
+class GrantExpired(PolicyRefusal):
+    """The caller's grant has passed its ``expires_at``."""
+
+    reason = "GRANT_EXPIRED"
+
+
+class CapabilityNotGranted(PolicyRefusal):
+    """The grant does not name this capability (or it does not exist)."""
+
+    reason = "CAPABILITY_NOT_GRANTED"
+
+
+class RiskNotGranted(PolicyRefusal):
+    """The capability's risk is above the grant's ``max_risk``."""
+
+    reason = "RISK_NOT_GRANTED"
+
+
+class OutboundNotAllowed(PolicyRefusal):
+    """This agent's outbound rules forbid sending the capability to that peer."""
+
+    reason = "OUTBOUND_NOT_ALLOWED"
+
+
+class VersionNotAvailable(GatewayError):
+    """No version the caller may call satisfies the requested constraint."""
+
+    reason = "VERSION_NOT_AVAILABLE"
+
+
+class PayloadTooLarge(GatewayError):
+    """The raw payload is larger than the caller's cap."""
+
+    reason = "PAYLOAD_TOO_LARGE"
+
+
+class OutputTooLarge(GatewayError):
+    """The capability's output is larger than the caller's cap."""
+
+    reason = "OUTPUT_TOO_LARGE"
+
+
+class InvalidInput(GatewayError):
+    """The payload is not valid JSON or does not match the input schema."""
+
+    reason = "INVALID_INPUT"
+
+
+class InvalidRequest(GatewayError):
+    """The request envelope itself is malformed (ids, constraint syntax)."""
+
+    reason = "INVALID_REQUEST"
+
+
+class DeadlineExceeded(GatewayError):
+    """The call's deadline has passed (or had passed on arrival)."""
+
+    reason = "DEADLINE_EXCEEDED"
+
+
+class CapabilityTimeout(DeadlineExceeded):
+    """The capability ran past its contract timeout and was cancelled."""
+
+    reason = "CAPABILITY_TIMEOUT"
+
+
+class ReplayedRequest(GatewayError):
+    """A request id this agent has already seen from this peer."""
+
+    reason = "REPLAYED_REQUEST"
+
+
+class IdempotencyConflict(GatewayError):
+    """An idempotency key reused with a different payload."""
+
+    reason = "IDEMPOTENCY_CONFLICT"
+
+
+class InvalidOutput(GatewayError):
+    """The capability returned output that violates its contract."""
+
+    reason = "INVALID_OUTPUT"
+
+
+class CapabilityFailed(GatewayError):
+    """The capability raised; details stay in the server log, not on the wire."""
+
+    reason = "CAPABILITY_FAILED"
+
+
+class AuditUnavailable(GatewayError):
+    """The audit log cannot record, so the agent refuses work (fails closed)."""
+
+    reason = "AUDIT_UNAVAILABLE"
+
+
+class PeerUnavailable(GatewayError):
+    """The peer could not be reached."""
+
+    reason = "PEER_UNAVAILABLE"
+
+
+class PeerIdentityMismatch(GatewayError):
+    """The server's certificate does not carry the expected peer's SPIFFE ID."""
+
+    reason = "PEER_IDENTITY_MISMATCH"
+
+
+class Cancelled(GatewayError):
+    """The call was cancelled by the caller."""
+
+    reason = "CANCELLED"
+
+
+class ConfigError(GatewayError):
+    """A local configuration problem (file, key, why)."""
+
+    reason = "CONFIG_INVALID"
+
+
+class PolicyFileError(ConfigError):
+    """A policy file is unreadable or invalid."""
+
+    reason = "POLICY_INVALID"
+
+
+class AgentConfigError(ConfigError):
+    """An agent config file is unreadable or invalid."""
+
+    reason = "CONFIG_INVALID"
+
+
+STATUS_TABLE: dict[type[GatewayError], grpc.StatusCode] = {
+    GatewayError: grpc.StatusCode.INTERNAL,
+    Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    PolicyRefusal: grpc.StatusCode.PERMISSION_DENIED,
+    VersionNotAvailable: grpc.StatusCode.NOT_FOUND,
+    PayloadTooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    OutputTooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    InvalidInput: grpc.StatusCode.INVALID_ARGUMENT,
+    InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
+    DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+    ReplayedRequest: grpc.StatusCode.ALREADY_EXISTS,
+    IdempotencyConflict: grpc.StatusCode.ALREADY_EXISTS,
+    InvalidOutput: grpc.StatusCode.INTERNAL,
+    CapabilityFailed: grpc.StatusCode.INTERNAL,
+    AuditUnavailable: grpc.StatusCode.UNAVAILABLE,
+    PeerUnavailable: grpc.StatusCode.UNAVAILABLE,
+    PeerIdentityMismatch: grpc.StatusCode.UNAUTHENTICATED,
+    Cancelled: grpc.StatusCode.CANCELLED,
+    ConfigError: grpc.StatusCode.FAILED_PRECONDITION,
+}
+"""Error class → gRPC status. Subclasses inherit their nearest listed ancestor."""
+
+
+def status_code_for(error: GatewayError) -> grpc.StatusCode:
+    """The gRPC status code for ``error``, by nearest ancestor in STATUS_TABLE."""
+    for cls in type(error).__mro__:
+        code = STATUS_TABLE.get(cls)
+        if code is not None:
+            return code
+    return grpc.StatusCode.INTERNAL
+
+
+def all_error_classes() -> list[type[GatewayError]]:
+    """Every GatewayError subclass (transitively), root included."""
+    found: list[type[GatewayError]] = [GatewayError]
+    index = 0
+    while index < len(found):
+        found.extend(found[index].__subclasses__())
+        index += 1
+    return found
+
+
+def error_for_reason(reason: str) -> type[GatewayError]:
+    """The error class whose reason code is ``reason`` (GatewayError if none)."""
+    return _BY_REASON.get(reason, GatewayError)
+
+
+def _index_by_reason() -> dict[str, type[GatewayError]]:
+    table: dict[str, type[GatewayError]] = {}
+    for cls in all_error_classes():
+        # AgentConfigError shares CONFIG_INVALID with ConfigError: keep the base.
+        table.setdefault(cls.reason, cls)
+    return table
+
+
+_BY_REASON = _index_by_reason()
