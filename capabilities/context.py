@@ -1,0 +1,31 @@
+"""What a running capability may know about the call it serves."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """Facts about one call, handed to the capability function.
+
+    Attributes:
+        peer_id: SPIFFE ID of the caller, proven by its mTLS certificate.
+        request_id: The caller's request id.
+        deadline: ``time.monotonic()`` value by which the call must finish.
+        task_id: Task the call belongs to, if any.
+        step_id: Plan step the call serves, if any.
+        idempotency_key: The caller's idempotency key, if any.
+    """
+
+    peer_id: str
+    request_id: str
+    deadline: float
+    task_id: str = ""
+    step_id: str = ""
+    idempotency_key: str = ""
+
+    def time_remaining(self) -> float:
+        """Seconds left before the deadline (never negative)."""
+        return max(0.0, self.deadline - time.monotonic())

@@ -1,0 +1,113 @@
+"""What a capability promises: its typed contract."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from capabilities.versions import Version
+
+_NAME_SEGMENT = "abcdefghijklmnopqrstuvwxyz0123456789_-"
+
+
+class Risk(StrEnum):
+    """How much harm a capability can do, in increasing order."""
+
+    READ = "read"
+    WRITE = "write"
+    EXTERNAL = "external"
+
+    @property
+    def rank(self) -> int:
+        """Position in the order read < write < external."""
+        return _RISK_ORDER[self]
+
+
+_RISK_ORDER = {Risk.READ: 0, Risk.WRITE: 1, Risk.EXTERNAL: 2}
+
+
+class ContractModel(BaseModel):
+    """Base for capability input/output models: strict types, unknown fields refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    """One documented input → output pair of a capability."""
+
+    input: dict[str, Any]
+    output: dict[str, Any]
+
+    def to_json(self) -> str:
+        """The example as a JSON object ``{"input": ..., "output": ...}``."""
+        return json.dumps({"input": self.input, "output": self.output}, sort_keys=True)
+
+
+def is_capability_name(name: str) -> bool:
+    """Dotted lowercase names such as ``kv.put`` or ``text.search``."""
+    if not name or len(name) > 128:
+        return False
+    segments = name.split(".")
+    return all(seg and seg[0].isalpha() and set(seg) <= set(_NAME_SEGMENT) for seg in segments)
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilityContract:
+    """The typed contract of one version of one capability.
+
+    Attributes:
+        name: Dotted capability name, e.g. ``kv.put``.
+        version: Semantic version of this implementation.
+        risk: ``read``, ``write`` or ``external``.
+        timeout_seconds: Longest the capability may run before it is cancelled.
+        idempotent: True if running it twice with the same input is harmless.
+        input_model: Pydantic model of the input (extra fields forbidden).
+        output_model: Pydantic model of the output (extra fields forbidden).
+        description: What it does, for peers deciding whether to call it.
+        preconditions: Conditions the caller should ensure, in prose.
+        examples: Documented input/output pairs.
+    """
+
+    name: str
+    version: Version
+    risk: Risk
+    timeout_seconds: float
+    idempotent: bool
+    input_model: type[BaseModel]
+    output_model: type[BaseModel]
+    description: str = ""
+    preconditions: tuple[str, ...] = ()
+    examples: tuple[Example, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if not is_capability_name(self.name):
+            raise ValueError(f"capability name {self.name!r} must be dotted lowercase words")
+        if not 0 < self.timeout_seconds <= 3600:
+            raise ValueError(f"{self.name}: timeout_seconds must be in (0, 3600]")
+        for role, model in (("input", self.input_model), ("output", self.output_model)):
+            if model.model_config.get("extra") != "forbid":
+                raise ValueError(
+                    f"{self.name}: {role} model {model.__name__} must forbid extra fields"
+                )
+
+    @property
+    def key(self) -> str:
+        """``name@version``, unique in a registry."""
+        return f"{self.name}@{self.version}"
+
+    def input_schema(self) -> dict[str, Any]:
+        """JSON Schema of the input."""
+        return self.input_model.model_json_schema()
+
+    def output_schema(self) -> dict[str, Any]:
+        """JSON Schema of the output."""
+        return self.output_model.model_json_schema()
+
+    def input_fields(self) -> frozenset[str]:
+        """Top-level field names the input declares."""
+        return frozenset(self.input_model.model_fields)

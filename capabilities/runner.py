@@ -1,0 +1,96 @@
+"""Running one capability: timeout, cancellation and output validation."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from capabilities.context import CallContext
+from capabilities.registry import Capability
+from gateway.errors import (
+    CapabilityFailed,
+    CapabilityTimeout,
+    DeadlineExceeded,
+    GatewayError,
+    InvalidOutput,
+)
+
+_log = logging.getLogger(__name__)
+
+
+def canonical_json(value: Any) -> bytes:
+    """Deterministic JSON bytes (sorted keys, no spaces, UTF-8)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilityResult:
+    """A validated output, ready for the wire.
+
+    Attributes:
+        payload: Canonical JSON bytes of the output.
+        evidence_sha256: Hex SHA-256 of ``payload``.
+    """
+
+    payload: bytes
+    evidence_sha256: str
+
+    @classmethod
+    def from_output(cls, output: dict[str, Any]) -> CapabilityResult:
+        """Canonicalise a validated output dict and digest it."""
+        payload = canonical_json(output)
+        return cls(payload=payload, evidence_sha256=hashlib.sha256(payload).hexdigest())
+
+
+async def run_capability(cap: Capability, payload: BaseModel, ctx: CallContext) -> CapabilityResult:
+    """Run ``cap`` within its timeout and the call's deadline; validate its output.
+
+    Raises:
+        CapabilityTimeout: the contract timeout elapsed first.
+        DeadlineExceeded: the call's deadline elapsed first.
+        InvalidOutput: the output violates the contract's output model.
+        CapabilityFailed: the capability raised (details are logged, not returned).
+    """
+    contract = cap.contract
+    remaining = ctx.deadline - time.monotonic()
+    budget = min(contract.timeout_seconds, remaining)
+    if budget <= 0:
+        raise DeadlineExceeded("the call's deadline passed before the capability started")
+    try:
+        output = await asyncio.wait_for(cap.handler(payload, ctx), timeout=budget)
+    except TimeoutError as err:
+        if contract.timeout_seconds <= remaining:
+            raise CapabilityTimeout(
+                f"{contract.key} exceeded its {contract.timeout_seconds:g}s timeout"
+            ) from err
+        raise DeadlineExceeded(f"{contract.key} did not finish before the deadline") from err
+    except GatewayError:
+        raise
+    except Exception as err:
+        _log.warning("capability %s raised %s", contract.key, type(err).__name__)
+        raise CapabilityFailed(f"{contract.key} failed") from err
+    return CapabilityResult.from_output(_validated_output(cap, output))
+
+
+def _validated_output(cap: Capability, output: Any) -> dict[str, Any]:
+    model = cap.contract.output_model
+    raw = output.model_dump(mode="json") if isinstance(output, BaseModel) else output
+    try:
+        # Re-validate even model instances: model_construct() and mutation skip checks.
+        validated = model.model_validate(raw, strict=False) if isinstance(raw, dict) else None
+    except ValidationError as err:
+        raise InvalidOutput(
+            f"{cap.contract.key} returned output that violates its contract "
+            f"({err.error_count()} problem(s))"
+        ) from err
+    if validated is None:
+        raise InvalidOutput(f"{cap.contract.key} returned {type(output).__name__}, not an object")
+    result: dict[str, Any] = validated.model_dump(mode="json")
+    return result
