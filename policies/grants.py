@@ -1,0 +1,159 @@
+"""The policy document: per-peer grants (inbound) and outbound rules.
+
+Everything here is a frozen pydantic model that validates when the file is
+loaded; nothing is allowed unless a grant says so.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from capabilities.contract import Risk, is_capability_name
+from capabilities.versions import VersionConstraint, VersionSyntaxError
+from policies.identity import is_spiffe_id
+
+MAX_PAYLOAD_CEILING = 4 * 1024 * 1024
+"""No grant may allow a payload above the server-wide message ceiling."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CapabilityGrant(_Frozen):
+    """One ``capability@constraint`` entry of a grant."""
+
+    name: str
+    constraint: str = ""
+
+    @classmethod
+    def parse(cls, entry: str) -> CapabilityGrant:
+        """Parse ``name`` or ``name@constraint``; raises ValidationError."""
+        return cls.model_validate(_entry_fields(entry))
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not is_capability_name(value):
+            raise ValueError(f"{value!r} is not a dotted lowercase capability name")
+        return value
+
+    @field_validator("constraint")
+    @classmethod
+    def _constraint(cls, value: str) -> str:
+        try:
+            VersionConstraint.parse(value)
+        except VersionSyntaxError as err:
+            raise ValueError(str(err)) from err
+        return value
+
+    @property
+    def version_constraint(self) -> VersionConstraint:
+        """The parsed constraint."""
+        return VersionConstraint.parse(self.constraint)
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.constraint}" if self.constraint else self.name
+
+
+def _entry_fields(entry: str) -> dict[str, str]:
+    name, _, constraint = entry.partition("@")
+    return {"name": name.strip(), "constraint": constraint.strip()}
+
+
+def _entries(value: object) -> object:
+    if isinstance(value, list | tuple):
+        return tuple(_entry_fields(v) if isinstance(v, str) else v for v in value)
+    return value
+
+
+def _spiffe(value: str) -> str:
+    if not is_spiffe_id(value):
+        raise ValueError(f"{value!r} is not a SPIFFE ID (spiffe://trust-domain/path)")
+    return value
+
+
+class PeerGrant(_Frozen):
+    """What one peer (by SPIFFE ID) may call on this agent.
+
+    Attributes:
+        peer: The peer's SPIFFE ID, as proven by its certificate.
+        capabilities: Granted ``capability@constraint`` entries.
+        max_payload_bytes: Largest raw input (and output) payload for this peer.
+        expires_at: When the grant stops working (RFC 3339 with offset).
+        max_risk: Highest risk the peer may call; no limit when absent.
+    """
+
+    peer: str
+    capabilities: tuple[CapabilityGrant, ...]
+    max_payload_bytes: int = Field(gt=0, le=MAX_PAYLOAD_CEILING)
+    expires_at: datetime
+    max_risk: Risk | None = None
+
+    @field_validator("peer")
+    @classmethod
+    def _peer(cls, value: str) -> str:
+        return _spiffe(value)
+
+    @field_validator("capabilities", mode="before")
+    @classmethod
+    def _entries(cls, value: object) -> object:
+        return _entries(value)
+
+    @field_validator("expires_at")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            raise ValueError("expires_at needs a UTC offset, e.g. 2027-01-01T00:00:00Z")
+        return value
+
+    def entries_for(self, capability: str) -> tuple[CapabilityGrant, ...]:
+        """The entries of this grant that name ``capability``."""
+        return tuple(entry for entry in self.capabilities if entry.name == capability)
+
+    def allows_risk(self, risk: Risk) -> bool:
+        """True if ``risk`` is within ``max_risk``."""
+        return self.max_risk is None or risk.rank <= self.max_risk.rank
+
+
+class OutboundRule(_Frozen):
+    """Which capabilities this agent may send to one peer.
+
+    Attributes:
+        peer: The receiving peer's SPIFFE ID.
+        capabilities: Capability names (``name`` or ``name@constraint``) it may receive.
+    """
+
+    peer: str
+    capabilities: tuple[CapabilityGrant, ...]
+
+    @field_validator("peer")
+    @classmethod
+    def _peer(cls, value: str) -> str:
+        return _spiffe(value)
+
+    @field_validator("capabilities", mode="before")
+    @classmethod
+    def _entries(cls, value: object) -> object:
+        return _entries(value)
+
+
+class PolicyDocument(_Frozen):
+    """A whole policy file: deny by default, allow what the grants name."""
+
+    version: Literal[1] = 1
+    grants: tuple[PeerGrant, ...] = ()
+    outbound: tuple[OutboundRule, ...] = ()
+
+    @model_validator(mode="after")
+    def _unique_peers(self) -> PolicyDocument:
+        for table, items in (("grants", self.grants), ("outbound", self.outbound)):
+            seen: set[str] = set()
+            for item in items:
+                if item.peer in seen:
+                    raise ValueError(f"{table}: peer {item.peer} appears twice")
+                seen.add(item.peer)
+        return self

@@ -1,0 +1,77 @@
+"""Who a peer is: exactly one SPIFFE ID, taken from a verified X.509 certificate.
+
+Only the certificate the TLS stack verified counts. Anything a caller writes
+about itself (metadata, payload) is never consulted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from functools import lru_cache
+
+from cryptography import x509
+
+from gateway.errors import Unauthenticated
+
+_TRUST_DOMAIN = r"[a-z0-9._-]+"
+_PATH_SEGMENT = r"[A-Za-z0-9._-]+"
+_SPIFFE_ID = re.compile(rf"spiffe://({_TRUST_DOMAIN})((?:/{_PATH_SEGMENT})+)")
+
+SVID_DNS_SUFFIX = "svid.a2agw.invalid"
+"""Parent domain of the identity-binding DNS name (see ``svid_dns_name``)."""
+
+
+def is_spiffe_id(value: str) -> bool:
+    """True if ``value`` is a well-formed SPIFFE ID with a non-empty path."""
+    if not _SPIFFE_ID.fullmatch(value):
+        return False
+    segments = value.split("/")[3:]
+    return all(segment not in (".", "..") for segment in segments)
+
+
+def trust_domain_of(spiffe_id: str) -> str:
+    """The trust domain of a well-formed SPIFFE ID."""
+    match = _SPIFFE_ID.fullmatch(spiffe_id)
+    if match is None:
+        raise ValueError(f"not a SPIFFE ID: {spiffe_id!r}")
+    return match.group(1)
+
+
+def svid_dns_name(spiffe_id: str) -> str:
+    """A DNS name bound to one SPIFFE ID, carried as a DNS SAN next to the URI SAN.
+
+    gRPC Python cannot show a client the server's certificate, but it does
+    verify the server's name. Asking for this name (via
+    ``grpc.ssl_target_name_override``) makes the TLS handshake itself prove the
+    server holds a CA-signed certificate for the expected SPIFFE ID.
+    """
+    digest = hashlib.sha256(spiffe_id.encode()).hexdigest()[:32]
+    return f"id-{digest}.{SVID_DNS_SUFFIX}"
+
+
+@lru_cache(maxsize=1024)
+def spiffe_id_from_pem(pem: bytes) -> str:
+    """The single SPIFFE ID in a PEM certificate's URI SANs.
+
+    Raises:
+        Unauthenticated: the certificate cannot be parsed, or its URI SANs do
+            not hold exactly one well-formed SPIFFE ID.
+    """
+    try:
+        certificate = x509.load_pem_x509_certificate(pem)
+    except ValueError as err:
+        raise Unauthenticated("peer certificate could not be parsed") from err
+    try:
+        san = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound as err:
+        raise Unauthenticated("peer certificate has no subject alternative name") from err
+    uris = san.get_values_for_type(x509.UniformResourceIdentifier)
+    spiffe_ids = [uri for uri in uris if uri.startswith("spiffe://")]
+    if len(uris) != 1 or len(spiffe_ids) != 1:
+        raise Unauthenticated(
+            f"peer certificate must carry exactly one URI SAN with a SPIFFE ID, found {len(uris)}"
+        )
+    if not is_spiffe_id(spiffe_ids[0]):
+        raise Unauthenticated("peer certificate URI SAN is not a well-formed SPIFFE ID")
+    return spiffe_ids[0]

@@ -1,0 +1,67 @@
+"""The live policy of a running agent, swapped atomically on reload."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+from gateway.errors import PolicyFileError
+from policies.policy_file import Policy, load_policy
+
+_log = logging.getLogger(__name__)
+
+
+class PolicyStore:
+    """Holds the current ``Policy``; ``reload()`` swaps in a new valid file.
+
+    An invalid file never replaces the current policy: the error is logged and
+    returned, and the old policy stays in force.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._policy = load_policy(path)
+        self._stamp = self._file_stamp()
+
+    @property
+    def current(self) -> Policy:
+        """The policy in force."""
+        return self._policy
+
+    @property
+    def path(self) -> Path:
+        """The policy file."""
+        return self._path
+
+    def reload(self) -> PolicyFileError | None:
+        """Re-read the file; returns the error if it was rejected, else None."""
+        self._stamp = self._file_stamp()
+        try:
+            policy = load_policy(self._path)
+        except PolicyFileError as err:
+            _log.error("policy reload rejected, keeping the previous policy: %s", err.message)
+            return err
+        self._policy = policy  # one reference assignment: callers see old or new, never a mix
+        _log.info("policy reloaded from %s (%d grants)", self._path, len(policy.grants))
+        return None
+
+    def reload_if_changed(self) -> PolicyFileError | None:
+        """Reload when the file's identity, size or mtime changed."""
+        if self._file_stamp() == self._stamp:
+            return None
+        return self.reload()
+
+    async def watch(self, interval: float = 1.0) -> None:
+        """Poll the file and reload on change, until cancelled."""
+        while True:
+            await asyncio.sleep(interval)
+            self.reload_if_changed()
+
+    def _file_stamp(self) -> tuple[int, int, int, int] | None:
+        try:
+            info = os.stat(self._path)
+        except OSError:
+            return None
+        return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
