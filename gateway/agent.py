@@ -1,0 +1,110 @@
+"""One agent: registry, policy, audit log, idempotency store, server and peer clients."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from pathlib import Path
+
+from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
+from capabilities.registry import CapabilityRegistry
+from gateway.audit import AuditLog
+from gateway.client import PeerClient
+from gateway.config import AgentConfig
+from gateway.dispatch import InvokeHandler
+from gateway.errors import AgentConfigError
+from gateway.idempotency import IdempotencyStore
+from gateway.server import GatewayServer
+from gateway.tls import TlsMaterial
+from policies.store import PolicyStore
+
+_log = logging.getLogger(__name__)
+
+
+class Agent:
+    """A running peer. Use ``async with Agent(config) as agent`` or start()/stop()."""
+
+    def __init__(self, config: AgentConfig, registry: CapabilityRegistry | None = None) -> None:
+        self.config = config
+        self.tls = TlsMaterial.from_files(config.tls.ca, config.tls.cert, config.tls.key)
+        if self.tls.spiffe_id() != config.id:
+            raise AgentConfigError(
+                f"agent id {config.id} does not match its certificate ({self.tls.spiffe_id()})"
+            )
+        self.policies = PolicyStore(config.policy)
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        self.registry = registry if registry is not None else CapabilityRegistry()
+        if registry is None:
+            try:
+                load_capability_modules(
+                    config.modules, self.registry, AgentEnvironment(config.id, config.state_dir)
+                )
+            except CapabilityModuleError as err:
+                raise AgentConfigError(str(err)) from err
+        self.audit = AuditLog(config.audit_db)
+        self.idempotency = IdempotencyStore(config.state_dir / "idempotency.sqlite")
+        self.handler = InvokeHandler(
+            registry=self.registry,
+            policies=self.policies,
+            audit=self.audit,
+            idempotency=self.idempotency,
+        )
+        self._server = GatewayServer(config.id, self.handler, self.tls)
+        self._clients: dict[str, PeerClient] = {}
+        self._watcher: asyncio.Task[None] | None = None
+        self.port = 0
+
+    @property
+    def address(self) -> str:
+        """``host:port`` the agent serves on (after start)."""
+        host = self.config.listen.rsplit(":", 1)[0]
+        return f"{host}:{self.port}"
+
+    async def start(self, *, watch_policy: bool = True) -> int:
+        """Open the audit log, start serving; returns the bound port."""
+        await self.audit.start()
+        self.port = await self._server.start(self.config.listen)
+        if watch_policy:
+            self._watcher = asyncio.create_task(self.policies.watch())
+        return self.port
+
+    async def stop(self, grace: float = 2.0) -> None:
+        """Graceful shutdown: stop serving, close clients, flush the audit log."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+        await self._server.stop(grace)
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()
+        await self.audit.close()
+        self.idempotency.close()
+
+    def client(self, peer_id: str, address: str | None = None) -> PeerClient:
+        """A reused mTLS client for ``peer_id`` (address from config unless given)."""
+        client = self._clients.get(peer_id)
+        if client is None:
+            target = address or self.config.peer(peer_id).address
+            client = PeerClient(peer_id, target, self.tls)
+            self._clients[peer_id] = client
+        return client
+
+    def install_reload_signal(self) -> None:
+        """Reload the policy on SIGHUP (in addition to watching the file)."""
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGHUP, self.policies.reload)
+
+    async def __aenter__(self) -> Agent:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+def default_state_paths(base: Path, name: str) -> tuple[Path, Path]:
+    """Conventional audit DB and state dir for an agent called ``name`` under ``base``."""
+    return base / f"{name}-audit.sqlite", base / f"{name}-state"

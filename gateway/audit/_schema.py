@@ -1,0 +1,114 @@
+"""The SQLite layout of an audit log, shared by the writer and the readers."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from gateway.audit.record import AuditRecord, Decision
+from gateway.errors import ConfigError
+
+SCHEMA_VERSION = 1
+
+RECORD_COLUMNS: tuple[str, ...] = (
+    "seq",
+    "time_unix_ms",
+    "request_id",
+    "task_id",
+    "step_id",
+    "peer_id",
+    "capability",
+    "version_constraint",
+    "served_version",
+    "decision",
+    "reason",
+    "detail",
+    "payload_size",
+    "payload_sha256",
+    "latency_ms",
+)
+"""Record columns in table order; the chain columns follow them."""
+
+CHAIN_COLUMNS: tuple[str, ...] = ("prev_hash", "record_hash")
+
+# STRICT keeps a stored value's type exactly as written, so a value edited into
+# another type shows up as a modification instead of being silently coerced.
+DDL = """
+CREATE TABLE IF NOT EXISTS audit_records (
+    seq INTEGER PRIMARY KEY,
+    time_unix_ms INTEGER NOT NULL,
+    request_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    step_id TEXT NOT NULL,
+    peer_id TEXT NOT NULL,
+    capability TEXT NOT NULL,
+    version_constraint TEXT NOT NULL,
+    served_version TEXT NOT NULL,
+    decision TEXT NOT NULL CHECK (decision IN ('allow', 'refuse')),
+    reason TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    payload_size INTEGER NOT NULL,
+    payload_sha256 TEXT NOT NULL,
+    latency_ms REAL NOT NULL,
+    prev_hash TEXT NOT NULL,
+    record_hash TEXT NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS audit_records_time ON audit_records (time_unix_ms);
+CREATE TABLE IF NOT EXISTS chain_head (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    count INTEGER NOT NULL,
+    last_hash TEXT NOT NULL
+) STRICT;
+"""
+
+INSERT_RECORD = (
+    f"INSERT INTO audit_records ({', '.join(RECORD_COLUMNS + CHAIN_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * (len(RECORD_COLUMNS) + len(CHAIN_COLUMNS)))})"
+)
+
+SELECT_RECORDS = f"SELECT {', '.join(RECORD_COLUMNS)} FROM audit_records"
+
+SELECT_CHAINED = f"SELECT {', '.join(RECORD_COLUMNS + CHAIN_COLUMNS)} FROM audit_records"
+
+
+def record_values(rec: AuditRecord) -> tuple[object, ...]:
+    """The record's values in :data:`RECORD_COLUMNS` order."""
+    return tuple(getattr(rec, name) for name in RECORD_COLUMNS)
+
+
+def record_from_row(row: Sequence[Any]) -> AuditRecord:
+    """An AuditRecord from the first ``len(RECORD_COLUMNS)`` values of a row.
+
+    Values are taken as stored, without coercion, so a tampered value hashes
+    differently from the original.
+    """
+    fields = dict(zip(RECORD_COLUMNS, row, strict=False))
+    fields["decision"] = cast(Decision, fields["decision"])
+    return AuditRecord(**fields)
+
+
+def connect_read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection to an existing audit database.
+
+    Raises:
+        ConfigError: The file does not exist, cannot be opened, or is not an
+            audit log.
+    """
+    if not path.is_file():
+        raise ConfigError(f"audit log {path}: no such file")
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True)
+    except sqlite3.Error as err:
+        raise ConfigError(f"audit log {path}: cannot open: {err}") from err
+    try:
+        names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.Error as err:
+        conn.close()
+        raise ConfigError(f"audit log {path}: cannot read: {err}") from err
+    if not {"audit_records", "chain_head"} <= names:
+        conn.close()
+        raise ConfigError(f"audit log {path}: not an audit log (tables missing)")
+    return conn

@@ -1,0 +1,159 @@
+"""The SQLite side of the audit writer: one connection, one transaction per batch.
+
+Used only from the audit writer thread (see :mod:`gateway.audit.log`), which
+owns the connection for its whole life.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from gateway.audit._schema import DDL, INSERT_RECORD, SCHEMA_VERSION, record_values
+from gateway.audit.chain import GENESIS_HASH, record_hash
+from gateway.audit.record import AuditRecord
+from gateway.errors import AuditUnavailable
+
+
+class SqliteChainWriter:
+    """Appends batches of records to the hash chain, one committed transaction each.
+
+    Attributes:
+        count: Records stored so far (the seq of the last one).
+        last_hash: ``record_hash`` of the last record (GENESIS_HASH when empty).
+    """
+
+    def __init__(self, path: Path, *, busy_timeout_ms: int) -> None:
+        self._path = path
+        self._busy_timeout_ms = busy_timeout_ms
+        self._conn: sqlite3.Connection | None = None
+        self.count = 0
+        self.last_hash = GENESIS_HASH
+
+    def open(self) -> None:
+        """Open (creating if needed) the database and load the chain head.
+
+        Raises:
+            AuditUnavailable: The file cannot be opened for writing, is not an
+                audit log of a known schema, or its chain head does not match
+                its last record.
+        """
+        try:
+            self._conn = sqlite3.connect(
+                self._path,
+                timeout=self._busy_timeout_ms / 1000,
+                isolation_level=None,
+            )
+            self._configure(self._conn)
+            self._create_schema(self._conn)
+            self.count, self.last_hash = self._load_head(self._conn)
+        except sqlite3.Error as err:
+            self.close()
+            raise AuditUnavailable(f"audit log {self._path}: cannot open: {err}") from err
+        except AuditUnavailable:
+            self.close()
+            raise
+
+    def append(self, records: Sequence[AuditRecord]) -> None:
+        """Assign seqs, chain and commit ``records`` in one transaction.
+
+        Args:
+            records: Normalized records (see ``record.normalized``); their seq
+                is ignored and assigned here.
+
+        Raises:
+            AuditUnavailable: The transaction did not commit; nothing of the
+                batch is stored and the head is unchanged.
+        """
+        conn = self._require_conn()
+        seq, prev = self.count, self.last_hash
+        rows: list[tuple[object, ...]] = []
+        for rec in records:
+            seq += 1
+            stored = replace(rec, seq=seq)
+            digest = record_hash(prev, stored)
+            rows.append((*record_values(stored), prev, digest))
+            prev = digest
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(INSERT_RECORD, rows)
+            updated = conn.execute(
+                "UPDATE chain_head SET count = ?, last_hash = ? WHERE id = 1", (seq, prev)
+            ).rowcount
+            if updated != 1:
+                raise sqlite3.IntegrityError("chain_head row is missing")
+            conn.execute("COMMIT")
+        except sqlite3.Error as err:
+            self._rollback(conn)
+            raise AuditUnavailable(f"audit log {self._path}: commit failed: {err}") from err
+        self.count, self.last_hash = seq, prev
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _configure(self, conn: sqlite3.Connection) -> None:
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise AuditUnavailable(
+                f"audit log {self._path}: cannot use WAL journal mode (got {mode!r})"
+            )
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version not in (0, SCHEMA_VERSION):
+            raise AuditUnavailable(
+                f"audit log {self._path}: unknown schema version {version} "
+                f"(this gateway writes version {SCHEMA_VERSION})"
+            )
+
+    def _create_schema(self, conn: sqlite3.Connection) -> None:
+        # A write transaction even when the schema exists: a file we can read
+        # but not write must fail here, not at the first record.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in DDL.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(
+                "INSERT OR IGNORE INTO chain_head (id, count, last_hash) VALUES (1, 0, ?)",
+                (GENESIS_HASH,),
+            )
+            conn.execute("UPDATE chain_head SET count = count WHERE id = 1")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            self._rollback(conn)
+            raise
+
+    def _load_head(self, conn: sqlite3.Connection) -> tuple[int, str]:
+        count, last_hash = conn.execute(
+            "SELECT count, last_hash FROM chain_head WHERE id = 1"
+        ).fetchone()
+        last = conn.execute(
+            "SELECT seq, record_hash FROM audit_records ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+        found = (0, GENESIS_HASH) if last is None else (last[0], last[1])
+        if found != (count, last_hash):
+            raise AuditUnavailable(
+                f"audit log {self._path}: chain head (count {count}) does not match the "
+                f"last record (seq {found[0]}); run the audit verify command"
+            )
+        return int(count), str(last_hash)
+
+    def _require_conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise AuditUnavailable(f"audit log {self._path}: not open")
+        return self._conn
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # the transaction is gone either way; the caller reports the cause

@@ -1,0 +1,47 @@
+"""The hash chain over audit records: pure functions, no storage.
+
+Each stored record carries ``prev_hash`` (the hash of the record before it, or
+:data:`GENESIS_HASH` for the first) and ``record_hash``::
+
+    record_hash = sha256(prev_hash_hex || 0x0a || canonical_bytes(record))
+
+Because ``seq`` is part of the canonical bytes, renumbering a record breaks its
+hash just as editing any other field does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from gateway.audit.record import AuditRecord
+
+GENESIS_HASH = "0" * 64
+"""The ``prev_hash`` of the first record in a log."""
+
+
+def canonical_bytes(rec: AuditRecord) -> bytes:
+    """The bytes a record is hashed as: sorted-key compact JSON of all fields, seq included."""
+    return json.dumps(
+        rec.to_json_dict(),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    ).encode("utf-8")
+
+
+def record_hash(prev_hash: str, rec: AuditRecord) -> str:
+    """The hex SHA-256 of ``rec`` chained onto ``prev_hash``.
+
+    Args:
+        prev_hash: Hex hash of the previous record (``GENESIS_HASH`` for the first).
+        rec: The record, with its final ``seq``.
+
+    Returns:
+        64 lowercase hex characters.
+    """
+    digest = hashlib.sha256(prev_hash.encode("utf-8"))
+    digest.update(b"\n")
+    digest.update(canonical_bytes(rec))
+    return digest.hexdigest()

@@ -1,0 +1,273 @@
+"""The append-only audit log: a cheap hot path in front of one batching writer thread.
+
+``record()`` only puts the record on a queue. A dedicated thread takes
+everything queued (up to ``max_batch``), hashes and stores it in one SQLite
+transaction, commits, then wakes the callers waiting for that batch. A
+refusal therefore becomes durable before the caller sees it, while many
+concurrent refusals share one commit.
+
+If a commit fails the log fails closed: waiters and every later call get
+:class:`~gateway.errors.AuditUnavailable`, and ``healthy`` turns False.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import queue
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from enum import Enum
+from pathlib import Path
+
+from gateway.audit._writer import SqliteChainWriter
+from gateway.audit.record import AuditRecord, normalized
+from gateway.errors import AuditUnavailable, ConfigError
+
+_log = logging.getLogger(__name__)
+
+
+class _Stop:
+    """Queued by close(): write what is before it, then end the writer thread."""
+
+
+_STOP = _Stop()
+_Waiter = asyncio.Future[None]
+_Item = tuple[AuditRecord | None, _Waiter | None] | _Stop
+_ErrorFactory = Callable[[], BaseException]
+
+
+class _State(Enum):
+    NEW = "new"
+    OPEN = "open"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+class AuditLog:
+    """Tamper-evident, append-only audit log in one SQLite (WAL) file.
+
+    Attributes:
+        batches_committed: Transactions committed so far (one per batch).
+    """
+
+    def __init__(self, path: Path, *, max_batch: int = 512, busy_timeout_ms: int = 5000) -> None:
+        """Prepare a log; nothing is opened until :meth:`start`.
+
+        Args:
+            path: The SQLite file (created if missing; its directory must exist).
+            max_batch: Most records committed in one transaction.
+            busy_timeout_ms: How long a commit waits for a lock held by another
+                connection before the log fails closed.
+
+        Raises:
+            ConfigError: ``max_batch`` < 1 or ``busy_timeout_ms`` < 0.
+        """
+        if max_batch < 1:
+            raise ConfigError(f"audit max_batch must be at least 1, not {max_batch}")
+        if busy_timeout_ms < 0:
+            raise ConfigError(f"audit busy_timeout_ms must be >= 0, not {busy_timeout_ms}")
+        self._path = path
+        self._max_batch = max_batch
+        self._writer = SqliteChainWriter(path, busy_timeout_ms=busy_timeout_ms)
+        self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+        self._state = _State.NEW
+        # One flag read on the hot path instead of a state comparison.
+        self._accepting = False
+        self._why = f"audit log {path}: not started"
+        self._thread: threading.Thread | None = None
+        self._stopped: asyncio.Future[None] | None = None
+        self.batches_committed = 0
+
+    @property
+    def path(self) -> Path:
+        """The SQLite file of this log."""
+        return self._path
+
+    @property
+    def healthy(self) -> bool:
+        """True while the log is open and every commit so far has succeeded."""
+        return self._accepting
+
+    async def start(self) -> None:
+        """Open the database (creating the schema) and start the writer thread.
+
+        Raises:
+            AuditUnavailable: The file cannot be opened for writing (the message
+                names the path and why), or the log was already started.
+        """
+        if self._state is not _State.NEW:
+            raise AuditUnavailable(f"audit log {self._path}: already started")
+        loop = asyncio.get_running_loop()
+        opened: asyncio.Future[None] = loop.create_future()
+        self._stopped = loop.create_future()
+        self._thread = threading.Thread(
+            target=self._thread_main, args=(opened, self._stopped), name="audit-writer", daemon=True
+        )
+        self._thread.start()
+        try:
+            await opened
+        except AuditUnavailable as err:
+            self._state, self._why = _State.FAILED, err.message
+            raise
+        self._state, self._accepting = _State.OPEN, True
+
+    async def close(self) -> None:
+        """Commit everything queued, stop the writer thread and close the database."""
+        self._accepting = False
+        if self._state in (_State.NEW, _State.OPEN):
+            self._state, self._why = _State.CLOSED, f"audit log {self._path}: closed"
+        if self._stopped is None or self._stopped.done():
+            return
+        self._queue.put(_STOP)
+        await self._stopped
+
+    def record(self, rec: AuditRecord) -> None:
+        """Queue ``rec``; it is committed with the next batch.
+
+        Raises:
+            AuditUnavailable: The log is not open or a commit has failed.
+        """
+        if not self._accepting:
+            raise AuditUnavailable(self._why)
+        self._queue.put((rec, None))
+
+    async def record_durable(self, rec: AuditRecord) -> None:
+        """Store ``rec`` and return once its batch is committed.
+
+        If the caller is cancelled the record is still written.
+
+        Raises:
+            AuditUnavailable: The log is not open, ``rec`` is malformed, or the
+                commit failed.
+        """
+        if not self._accepting:
+            raise AuditUnavailable(self._why)
+        waiter: _Waiter = asyncio.get_running_loop().create_future()
+        self._queue.put((rec, waiter))
+        await waiter
+
+    async def flush(self) -> None:
+        """Return once everything queued before this call is committed.
+
+        Raises:
+            AuditUnavailable: A commit failed (or the log never opened).
+        """
+        if self._state is _State.CLOSED:
+            return
+        if not self._accepting:
+            raise AuditUnavailable(self._why)
+        waiter: _Waiter = asyncio.get_running_loop().create_future()
+        self._queue.put((None, waiter))
+        await waiter
+
+    # --- writer thread -------------------------------------------------------
+
+    def _thread_main(self, opened: _Waiter, stopped: _Waiter) -> None:
+        try:
+            self._writer.open()
+        except AuditUnavailable as err:
+            failure = err  # ``err`` is unbound when the except block ends
+            _settle([opened], lambda: failure)
+            _settle([stopped], None)
+            return
+        _settle([opened], None)
+        try:
+            self._write_until_stopped()
+        finally:
+            self._writer.close()
+            _settle([stopped], None)
+
+    def _write_until_stopped(self) -> None:
+        stopping = False
+        while True:
+            if stopping:
+                try:
+                    items = [self._queue.get_nowait()]
+                except queue.Empty:
+                    return
+            else:
+                items = [self._queue.get()]
+            while len(items) < self._max_batch:
+                try:
+                    items.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            try:
+                stopping = self._write_batch(items) or stopping
+            except Exception as err:  # a bug here must not leave callers waiting forever
+                self._fail(f"audit writer crashed: {err!r}")
+                _settle(_waiters_of(items), self._error)
+
+    def _write_batch(self, items: list[_Item]) -> bool:
+        """Commit the batch's records, then settle its waiters; True if _STOP was seen."""
+        stopping = False
+        records: list[AuditRecord] = []
+        waiters: list[_Waiter] = []
+        for item in items:
+            if isinstance(item, _Stop):
+                stopping = True
+                continue
+            rec, waiter = item
+            if rec is not None:
+                try:
+                    records.append(normalized(rec))
+                except (TypeError, ValueError) as err:
+                    # One caller's bad record must not fail the log for everyone.
+                    _log.error("audit record rejected: %s", err)
+                    if waiter is not None:
+                        why = f"malformed audit record: {err}"
+                        _settle([waiter], functools.partial(AuditUnavailable, why))
+                    continue
+            if waiter is not None:
+                waiters.append(waiter)
+        if records and self._state is not _State.FAILED:
+            try:
+                self._writer.append(records)
+                self.batches_committed += 1
+            except AuditUnavailable as err:
+                self._fail(err.message)
+        _settle(waiters, self._error if self._state is _State.FAILED else None)
+        return stopping
+
+    def _fail(self, why: str) -> None:
+        _log.error("audit log failed closed: %s", why)
+        self._accepting = False
+        self._state, self._why = _State.FAILED, why
+
+    def _error(self) -> AuditUnavailable:
+        return AuditUnavailable(self._why)
+
+
+def _waiters_of(items: Iterable[_Item]) -> list[_Waiter]:
+    return [item[1] for item in items if isinstance(item, tuple) and item[1] is not None]
+
+
+def _settle(waiters: Iterable[_Waiter], error: _ErrorFactory | None) -> None:
+    """Resolve futures from the writer thread, one loop callback per event loop.
+
+    Args:
+        waiters: Futures to resolve, possibly of different event loops.
+        error: None to succeed them all, else a factory called once per
+            future (a shared exception instance would pile up tracebacks).
+    """
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Waiter]] = defaultdict(list)
+    for waiter in waiters:
+        by_loop[waiter.get_loop()].append(waiter)
+    for loop, group in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_resolve, group, error)
+        except RuntimeError:
+            pass  # that loop is closed: nobody is left to wake
+
+
+def _resolve(waiters: list[_Waiter], error: _ErrorFactory | None) -> None:
+    for waiter in waiters:
+        if waiter.done():  # the caller was cancelled
+            continue
+        if error is None:
+            waiter.set_result(None)
+        else:
+            waiter.set_exception(error())

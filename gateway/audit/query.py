@@ -1,0 +1,139 @@
+"""Read an audit log: filter records and render them for people or for tools."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from gateway.audit._schema import SELECT_RECORDS, connect_read_only, record_from_row
+from gateway.audit.record import AuditRecord
+from gateway.errors import ConfigError
+
+_SINCE = re.compile(r"(\d+)([smhd])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("TIME (UTC)", "<"),
+    ("PEER", "<"),
+    ("CAPABILITY", "<"),
+    ("CONSTRAINT", "<"),
+    ("SERVED", "<"),
+    ("DECISION", "<"),
+    ("REASON", "<"),
+    ("SIZE", ">"),
+    ("LATENCY MS", ">"),
+    ("REQUEST ID", "<"),
+)
+
+
+def parse_since(text: str) -> timedelta:
+    """Parse a look-back window such as ``"30s"``, ``"10m"``, ``"2h"`` or ``"1d"``.
+
+    Raises:
+        ConfigError: ``text`` is not a positive whole number followed by one of
+            ``s``, ``m``, ``h``, ``d``.
+    """
+    match = _SINCE.fullmatch(text.strip())
+    if match is None or int(match.group(1)) == 0:
+        raise ConfigError(
+            f"--since {text!r}: expected a positive number and a unit s, m, h or d (e.g. 10m)"
+        )
+    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+
+
+def query_records(
+    path: Path,
+    *,
+    refusals_only: bool = False,
+    peer: str | None = None,
+    capability: str | None = None,
+    since: timedelta | None = None,
+    limit: int | None = None,
+) -> list[AuditRecord]:
+    """Records of the log at ``path`` that match every given filter, ordered by seq.
+
+    Args:
+        path: The audit log (opened read-only).
+        refusals_only: Only ``decision == "refuse"``.
+        peer: Only this exact caller SPIFFE ID.
+        capability: Only this exact capability name.
+        since: Only records at most this old.
+        limit: At most this many records: the most recent ones.
+
+    Raises:
+        ConfigError: The file is missing or not an audit log, or ``limit`` < 0.
+    """
+    if limit is not None and limit < 0:
+        raise ConfigError(f"audit query limit must be >= 0, not {limit}")
+    where: list[str] = []
+    params: list[object] = []
+    if refusals_only:
+        where.append("decision = 'refuse'")
+    if peer is not None:
+        where.append("peer_id = ?")
+        params.append(peer)
+    if capability is not None:
+        where.append("capability = ?")
+        params.append(capability)
+    if since is not None:
+        where.append("time_unix_ms >= ?")
+        params.append(int((time.time() - since.total_seconds()) * 1000))
+    sql = SELECT_RECORDS + (f" WHERE {' AND '.join(where)}" if where else "")
+    # The most recent ``limit`` rows, then back into seq order.
+    sql += " ORDER BY seq DESC" + (" LIMIT ?" if limit is not None else "")
+    if limit is not None:
+        params.append(limit)
+    conn = connect_read_only(path)
+    try:
+        rows = conn.execute(sql, params).fetchall()
+    except sqlite3.Error as err:
+        raise ConfigError(f"audit log {path}: cannot read: {err}") from err
+    finally:
+        conn.close()
+    return [record_from_row(row) for row in reversed(rows)]
+
+
+def format_table(records: Sequence[AuditRecord]) -> str:
+    """A fixed-width table of ``records``, one line each under a header line."""
+    cells = [[title for title, _ in _COLUMNS]] + [_cells(rec) for rec in records]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(_COLUMNS))]
+    lines = [
+        "  ".join(
+            f"{cell:{align}{width}}"
+            for cell, (_, align), width in zip(row, _COLUMNS, widths, strict=True)
+        ).rstrip()
+        for row in cells
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def format_json_lines(records: Sequence[AuditRecord]) -> str:
+    """One compact JSON object per record and line, with every field."""
+    return "".join(
+        json.dumps(rec.to_json_dict(), sort_keys=True, ensure_ascii=False) + "\n" for rec in records
+    )
+
+
+def _cells(rec: AuditRecord) -> list[str]:
+    return [
+        _utc_iso(rec.time_unix_ms),
+        rec.peer_id or "-",
+        rec.capability or "-",
+        rec.version_constraint or "-",
+        rec.served_version or "-",
+        rec.decision,
+        rec.reason,
+        str(rec.payload_size),
+        f"{rec.latency_ms:.1f}",
+        rec.request_id,
+    ]
+
+
+def _utc_iso(time_unix_ms: int) -> str:
+    moment = datetime.fromtimestamp(time_unix_ms / 1000, tz=UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

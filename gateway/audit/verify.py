@@ -1,0 +1,279 @@
+"""Verify an audit log's hash chain and say what was tampered with, by seq.
+
+How each tampering shows (``written seq`` is the seq a record was hashed
+with, found by recomputing its hash)::
+
+    modified    the row's hash matches no seq (a field was edited), or a
+                rehashed row no longer matches its successor's prev_hash or
+                the chain head
+    deleted     a written seq below the last one is held by no row
+    inserted    a row that belongs to no written seq: its hash matches none
+                and its seq is taken by a renumbered original or lies beyond
+                the chain head; or a valid-looking fork nothing links to
+    reordered   rows whose written seqs are a permutation of their stored seqs
+    truncated   the chain head counts more records than the last one present
+
+Rows renumbered only to make room for an inserted row (or to close the gap
+of a deleted one) are explained by that problem, not reported again. A log
+rewritten wholesale, head included, cannot be detected without an external
+copy of the chain head.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+from gateway.audit._schema import SELECT_CHAINED, connect_read_only, record_from_row
+from gateway.audit.chain import GENESIS_HASH, record_hash
+from gateway.audit.record import AuditRecord
+from gateway.errors import ConfigError
+
+ProblemKind = Literal["modified", "deleted", "inserted", "reordered", "truncated"]
+
+
+@dataclass(frozen=True)
+class ChainProblem:
+    """One place where the log differs from what was written."""
+
+    seq: int
+    """Stored seq of the offending row (for deleted/truncated: the first missing seq)."""
+    kind: ProblemKind
+    """What happened there."""
+    message: str
+    """A sentence for humans."""
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """The result of :func:`verify_chain`."""
+
+    records: int
+    """Rows present in the log."""
+    problems: tuple[ChainProblem, ...]
+    """Problems found, ordered by seq; empty when the chain is intact."""
+
+    @property
+    def ok(self) -> bool:
+        """True when no problem was found."""
+        return not self.problems
+
+
+@dataclass(slots=True, eq=False)
+class _Row:
+    record: AuditRecord
+    prev_hash: str
+    record_hash: str
+    written: int | None = None
+
+    @property
+    def seq(self) -> int:
+        return self.record.seq
+
+
+def verify_chain(path: Path) -> VerifyReport:
+    """Check every record of the log at ``path`` against its hash chain.
+
+    Opens the file read-only; the log may be in use by a gateway meanwhile.
+
+    Raises:
+        ConfigError: The file is missing, unreadable, or not an audit log.
+    """
+    conn = connect_read_only(path)
+    try:
+        raw = conn.execute(f"{SELECT_CHAINED} ORDER BY seq").fetchall()
+        head_row = conn.execute("SELECT count, last_hash FROM chain_head WHERE id = 1").fetchone()
+    except sqlite3.Error as err:
+        raise ConfigError(f"audit log {path}: cannot read: {err}") from err
+    finally:
+        conn.close()
+    rows = [_Row(record_from_row(r), str(r[-2]), str(r[-1])) for r in raw]
+    head = None if head_row is None else (int(head_row[0]), str(head_row[1]))
+    return VerifyReport(len(rows), _ChainAnalysis(rows, head).problems())
+
+
+class _ChainAnalysis:
+    """One pass over a loaded log; see the module docstring for the rules."""
+
+    def __init__(self, rows: list[_Row], head: tuple[int, str] | None) -> None:
+        self._rows = rows
+        self._head = head
+        self._by_hash: dict[str, _Row] = {}
+        for row in rows:
+            self._by_hash.setdefault(row.record_hash, row)
+        self._linked = {row.prev_hash for row in rows} | ({head[1]} if head else set())
+        self._found: list[ChainProblem] = []
+        self._reported: set[int] = set()
+
+    def problems(self) -> tuple[ChainProblem, ...]:
+        _resolve_written_seqs(self._rows, self._by_hash)
+        authentic = self._authentic_rows()
+        taken = frozenset(authentic)
+        positions = set(taken)
+        for row in self._rows:
+            if row.written is None and self._is_modified(row, taken):
+                positions.add(row.seq)
+        self._check_links(authentic)
+        self._check_missing(positions)
+        self._check_head(authentic)
+        self._check_moves(authentic)
+        return tuple(sorted(self._found, key=lambda p: (p.seq, p.kind)))
+
+    def _report(self, seq: int, kind: ProblemKind, message: str) -> None:
+        self._found.append(ChainProblem(seq, kind, message))
+        self._reported.add(seq)
+
+    def _authentic_rows(self) -> dict[int, _Row]:
+        """Rows that verify, by written seq; forks and rows past the head are reported."""
+        claims: dict[int, list[_Row]] = {}
+        for row in self._rows:
+            if row.written is not None:
+                claims.setdefault(row.written, []).append(row)
+        limit = self._head[0] if self._head else None
+        authentic: dict[int, _Row] = {}
+        for written, rivals in sorted(claims.items()):
+            keep = self._pick_original(rivals)
+            for row in rivals:
+                if row is not keep:
+                    self._report(row.seq, "inserted", f"seq {row.seq} forks the chain at {written}")
+            if limit is not None and written > limit:
+                self._report(keep.seq, "inserted", f"seq {keep.seq} is beyond the chain head")
+            else:
+                authentic[written] = keep
+        return authentic
+
+    def _pick_original(self, rivals: list[_Row]) -> _Row:
+        linked = [row for row in rivals if row.record_hash in self._linked]
+        pool = linked if len(linked) == 1 else (linked or rivals)
+        in_place = [row for row in pool if row.seq == row.written]
+        return (in_place or sorted(pool, key=lambda row: row.seq))[0]
+
+    def _is_modified(self, row: _Row, taken: frozenset[int]) -> bool:
+        """Report an unverifiable row; True if it is an edited original (holds its seq)."""
+        if row.seq in taken:
+            self._report(
+                row.seq, "inserted", f"seq {row.seq} is not in the chain; its original was moved"
+            )
+        elif self._head is not None and row.seq > self._head[0]:
+            self._report(row.seq, "inserted", f"seq {row.seq} is beyond the chain head")
+        else:
+            self._report(row.seq, "modified", f"seq {row.seq} does not match its record hash")
+            return True
+        return False
+
+    def _check_links(self, authentic: dict[int, _Row]) -> None:
+        for written, row in sorted(authentic.items()):
+            if written == 1:
+                if row.prev_hash != GENESIS_HASH:
+                    self._report(row.seq, "modified", f"seq {row.seq} does not start the chain")
+                continue
+            before = authentic.get(written - 1)
+            if before is None or before.record_hash == row.prev_hash:
+                continue  # missing or unverifiable predecessor: reported on its own
+            if before.seq not in self._reported:
+                self._report(
+                    before.seq,
+                    "modified",
+                    f"seq {before.seq} was rehashed: seq {row.seq} does not chain onto it",
+                )
+
+    def _check_missing(self, positions: set[int]) -> None:
+        last = max(positions, default=0)
+        for first, end in _runs(sorted(set(range(1, last)) - positions)):
+            span = f"seq {first}" if first == end else f"seqs {first}..{end}"
+            self._report(first, "deleted", f"{span} missing from the chain")
+        if self._head is None:
+            if self._rows:
+                self._report(last + 1, "truncated", "chain_head row is missing")
+        elif self._head[0] > last:
+            self._report(
+                last + 1,
+                "truncated",
+                f"chain head counts {self._head[0]} records; seqs {last + 1}.. are missing",
+            )
+
+    def _check_head(self, authentic: dict[int, _Row]) -> None:
+        if self._head is None or self._head[0] == 0:
+            return
+        count, last_hash = self._head
+        last = authentic.get(count)
+        if last is not None and last.record_hash != last_hash and last.seq not in self._reported:
+            self._report(
+                last.seq, "modified", f"seq {last.seq} was rehashed: chain head does not match"
+            )
+
+    def _check_moves(self, authentic: dict[int, _Row]) -> None:
+        # stored seq -> written seq of each moved row; an injective map, so its
+        # components are cycles (a reordering) or chains (a shift).
+        target = {row.seq: written for written, row in authentic.items() if written != row.seq}
+        seen: set[int] = set()
+        shifted: list[int] = []
+        for start in target:
+            if start in seen:
+                continue
+            path, cur = [], start
+            while cur in target and cur not in seen:
+                seen.add(cur)
+                path.append(cur)
+                cur = target[cur]
+            if cur == start:
+                for seq in path:
+                    self._report(
+                        seq, "reordered", f"seq {seq} holds the record written as {target[seq]}"
+                    )
+            else:
+                shifted.extend(path)
+        if shifted and not any(p.kind in ("inserted", "deleted") for p in self._found):
+            for seq in shifted:
+                self._report(
+                    seq, "reordered", f"seq {seq} holds the record written as {target[seq]}"
+                )
+
+
+def _resolve_written_seqs(rows: list[_Row], by_hash: dict[str, _Row]) -> None:
+    """Set each row's ``written`` seq: its own if it verifies, else one that does."""
+    pending: list[_Row] = []
+    for row in rows:
+        if _hashes_as(row, row.seq):
+            row.written = row.seq
+        else:
+            pending.append(row)
+    progress = True
+    while pending and progress:
+        progress = False
+        still: list[_Row] = []
+        for row in pending:
+            found = next((s for s in _candidates(row, by_hash) if _hashes_as(row, s)), None)
+            if found is None:
+                still.append(row)
+            else:
+                row.written, progress = found, True
+        pending = still
+
+
+def _candidates(row: _Row, by_hash: dict[str, _Row]) -> list[int]:
+    # A renumbered record was written right after the record its prev_hash names.
+    found = [1] if row.prev_hash == GENESIS_HASH else []
+    before = by_hash.get(row.prev_hash)
+    if before is not None and before.written is not None:
+        found.append(before.written + 1)
+    return [*found, row.seq - 1, row.seq + 1]
+
+
+def _hashes_as(row: _Row, seq: int) -> bool:
+    try:
+        return record_hash(row.prev_hash, replace(row.record, seq=seq)) == row.record_hash
+    except (TypeError, ValueError):
+        return False  # a stored value no canonical form accepts: edited
+
+
+def _runs(values: list[int]) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    for value in values:
+        if runs and runs[-1][1] == value - 1:
+            runs[-1] = (runs[-1][0], value)
+        else:
+            runs.append((value, value))
+    return runs

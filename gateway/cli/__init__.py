@@ -1,0 +1,1 @@
+"""The ``a2a-gateway`` command line."""

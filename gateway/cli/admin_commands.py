@@ -1,0 +1,96 @@
+"""Offline commands: pki, policy check, audit."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from gateway import pki
+from gateway.audit import format_json_lines, format_table, parse_since, query_records, verify_chain
+from policies.policy_file import load_policy
+
+
+def add_commands(commands: Any) -> None:
+    """Register pki, policy and audit."""
+    pki_parser = commands.add_parser("pki", help="development certificates")
+    pki_sub = pki_parser.add_subparsers(dest="pki_command", required=True, metavar="ACTION")
+    init = pki_sub.add_parser("init", help="make a CA for a trust domain")
+    init.add_argument("--dir", type=Path, required=True)
+    init.add_argument("--trust-domain", required=True)
+    init.add_argument("--force", action="store_true", help="replace an existing CA")
+    init.set_defaults(run=_pki_init)
+    issue = pki_sub.add_parser("issue", help="issue spiffe://DOMAIN/agent/NAME")
+    issue.add_argument("name")
+    issue.add_argument("--dir", type=Path, required=True)
+    issue.add_argument("--days", type=int, default=30)
+    issue.set_defaults(run=_pki_issue)
+
+    policy = commands.add_parser("policy", help="policy files")
+    policy_sub = policy.add_subparsers(dest="policy_command", required=True, metavar="ACTION")
+    check = policy_sub.add_parser("check", help="validate a policy file and explain problems")
+    check.add_argument("file", type=Path)
+    check.set_defaults(run=_policy_check)
+
+    audit = commands.add_parser("audit", help="read or verify an audit log")
+    audit.add_argument("action", nargs="?", choices=["verify"], help="verify the hash chain")
+    audit.add_argument("--db", type=Path, required=True)
+    audit.add_argument("--refusals", action="store_true", help="only refused calls")
+    audit.add_argument("--peer", help="only this peer's SPIFFE ID")
+    audit.add_argument("--capability", help="only this capability")
+    audit.add_argument("--since", help="e.g. 30s, 10m, 2h, 1d")
+    audit.add_argument("--json", action="store_true", help="JSON lines")
+    audit.set_defaults(run=_audit)
+
+
+def _pki_init(args: argparse.Namespace) -> int:
+    path = pki.init_ca(args.dir, args.trust_domain, overwrite=args.force)
+    print(f"CA for spiffe://{args.trust_domain} written to {path}")
+    return 0
+
+
+def _pki_issue(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    issued = pki.issue(args.dir, args.name, valid_for=timedelta(days=args.days))
+    print(f"{issued.spiffe_id}: {issued.cert_path} {issued.key_path}")
+    return 0
+
+
+def _policy_check(args: argparse.Namespace) -> int:
+    policy = load_policy(args.file)
+    document = policy.document
+    print(
+        f"{args.file}: ok ({len(document.grants)} grants, {len(document.outbound)} outbound rules)"
+    )
+    for grant in document.grants:
+        entries = ", ".join(str(entry) for entry in grant.capabilities)
+        print(
+            f"  {grant.peer}: {entries}; cap {grant.max_payload_bytes} bytes; "
+            f"expires {grant.expires_at.isoformat()}"
+            + (f"; max risk {grant.max_risk.value}" if grant.max_risk else "")
+        )
+    return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    if args.action == "verify":
+        report = verify_chain(args.db)
+        if report.ok:
+            print(f"{args.db}: chain intact ({report.records} records)")
+            return 0
+        for problem in report.problems:
+            print(f"{args.db}: seq {problem.seq}: {problem.kind}: {problem.message}")
+        print(f"{args.db}: chain BROKEN ({len(report.problems)} problem(s))", file=sys.stderr)
+        return 1
+    since = parse_since(args.since) if args.since else None
+    records = query_records(
+        args.db,
+        refusals_only=args.refusals,
+        peer=args.peer,
+        capability=args.capability,
+        since=since,
+    )
+    print(format_json_lines(records) if args.json else format_table(records))
+    return 0

@@ -1,0 +1,142 @@
+"""Commands that run or talk to an agent: serve, describe, call, demo."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from gateway.agent import Agent
+from gateway.client import PeerClient
+from gateway.config import load_agent_config
+from gateway.errors import ConfigError
+from gateway.tls import TlsMaterial
+
+
+def add_commands(commands: Any) -> None:
+    """Register serve, describe, call and demo."""
+    serve = commands.add_parser("serve", help="run an agent until interrupted")
+    serve.add_argument("--config", type=Path, required=True, help="agent config (TOML)")
+    serve.set_defaults(run=_serve)
+
+    describe = commands.add_parser("describe", help="what a peer lets this agent call")
+    describe.add_argument("--config", type=Path, required=True)
+    describe.add_argument("--peer", required=True, help="peer SPIFFE ID from [[peers]]")
+    describe.add_argument("--json", action="store_true", help="print JSON")
+    describe.set_defaults(run=_describe)
+
+    call = commands.add_parser("call", help="invoke a capability on a peer")
+    call.add_argument("--config", type=Path, required=True)
+    call.add_argument("--peer", required=True, help="peer SPIFFE ID from [[peers]]")
+    call.add_argument("capability", help="NAME or NAME@CONSTRAINT")
+    call.add_argument("--input", required=True, help="JSON text, or @FILE")
+    call.add_argument("--timeout", type=float, default=10.0, help="seconds (default 10)")
+    call.add_argument("--idempotency-key", default="")
+    call.set_defaults(run=_call)
+
+    demo = commands.add_parser("demo", help="three agents on loopback: allowed calls and refusals")
+    demo.set_defaults(run=_demo)
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    agent = Agent(load_agent_config(args.config))
+    await agent.start()
+    agent.install_reload_signal()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"{agent.config.id} serving on {agent.address}", flush=True)
+    await stop.wait()
+    await agent.stop()
+    return 0
+
+
+def _client(config_path: Path, peer_id: str) -> PeerClient:
+    config = load_agent_config(config_path)
+    tls = TlsMaterial.from_files(config.tls.ca, config.tls.cert, config.tls.key)
+    return PeerClient(peer_id, config.peer(peer_id).address, tls)
+
+
+async def _describe(args: argparse.Namespace) -> int:
+    async with _client(args.config, args.peer) as client:
+        description = await client.describe()
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "agent_id": description.agent_id,
+                    "protocol_version": description.protocol_version,
+                    "max_payload_bytes": description.max_payload_bytes,
+                    "grant_expires_at": description.grant_expires_at,
+                    "capabilities": [
+                        {
+                            "name": c.name,
+                            "version": c.version,
+                            "risk": c.risk,
+                            "timeout_seconds": c.timeout_seconds,
+                            "idempotent": c.idempotent,
+                            "description": c.description,
+                            "input_schema": c.input_schema,
+                            "output_schema": c.output_schema,
+                            "preconditions": list(c.preconditions),
+                            "examples": list(c.examples),
+                        }
+                        for c in description.capabilities
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return 0
+    print(
+        f"{description.agent_id} ({description.protocol_version}); "
+        f"payload cap {description.max_payload_bytes} bytes; "
+        f"grant expires {description.grant_expires_at}"
+    )
+    for c in description.capabilities:
+        print(f"  {c.name}@{c.version:<8} {c.risk:<8} {c.timeout_seconds:>5g}s  {c.description}")
+    return 0
+
+
+def _read_input(text: str) -> bytes:
+    if text.startswith("@"):
+        path = Path(text[1:])
+        try:
+            return path.read_bytes()
+        except OSError as err:
+            raise ConfigError(f"input file {path}: {err.strerror or err}") from err
+    return text.encode()
+
+
+async def _call(args: argparse.Namespace) -> int:
+    name, _, constraint = args.capability.partition("@")
+    payload = _read_input(args.input)
+    async with _client(args.config, args.peer) as client:
+        result = await client.invoke(
+            name,
+            payload,
+            constraint=constraint,
+            timeout=args.timeout,
+            idempotency_key=args.idempotency_key,
+        )
+    print(json.dumps(result.output(), indent=2, sort_keys=True))
+    print(
+        f"served {result.capability}@{result.served_version} evidence sha256:"
+        f"{result.evidence_sha256}{' (replayed)' if result.replayed else ''}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+async def _demo(args: argparse.Namespace) -> int:
+    from gateway.demo import run_demo
+
+    with contextlib.suppress(BrokenPipeError):
+        return await run_demo()
+    return 0

@@ -1,0 +1,61 @@
+"""``a2a-gateway``: argument parsing and the one place CLI errors become one-line messages."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from gateway.cli import admin_commands, agent_commands
+from gateway.errors import ConfigError, GatewayError
+
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 70
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (every subcommand)."""
+    parser = argparse.ArgumentParser(
+        prog="a2a-gateway", description="mTLS gRPC gateway for agents calling each other."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    agent_commands.add_commands(commands)
+    admin_commands.add_commands(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        result = args.run(args)
+        if asyncio.iscoroutine(result):
+            result = asyncio.run(result)
+        return int(result or 0)
+    except ConfigError as err:
+        print(f"error: {err.message}", file=sys.stderr)
+        return EXIT_USAGE
+    except GatewayError as err:
+        print(f"refused: {err.reason}: {err.message}", file=sys.stderr)
+        return EXIT_REFUSED
+    except KeyboardInterrupt:
+        return 130
+    except Exception as err:  # the CLI boundary: never a traceback for the user
+        if os.environ.get("A2A_GATEWAY_DEBUG"):
+            raise
+        print(f"internal error: {type(err).__name__}: {err}", file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

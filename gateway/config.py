@@ -1,0 +1,138 @@
+"""Agent configuration files (TOML), validated into frozen models.
+
+Example::
+
+    id = "spiffe://example.org/agent/alice"
+    listen = "127.0.0.1:7001"
+    policy = "alice-policy.toml"
+    audit_db = "state/alice-audit.sqlite"
+    state_dir = "state/alice"
+    modules = ["capabilities.builtin"]
+
+    [tls]
+    ca = "pki/ca.pem"
+    cert = "pki/alice.pem"
+    key = "pki/alice.key"
+
+    [[peers]]
+    id = "spiffe://example.org/agent/bob"
+    address = "127.0.0.1:7002"
+
+Relative paths are resolved against the config file's folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gateway.errors import AgentConfigError
+from policies.identity import is_spiffe_id
+from policies.policy_file import parse_toml_model, read_text
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TlsFiles(_Frozen):
+    """Paths of the agent's PEM files.
+
+    Attributes:
+        ca: Trust root used to verify peers.
+        cert: The agent's certificate (its SPIFFE ID must equal the agent id).
+        key: The agent's private key.
+    """
+
+    ca: Path
+    cert: Path
+    key: Path
+
+
+class PeerEntry(_Frozen):
+    """A peer this agent may call.
+
+    Attributes:
+        id: The peer's SPIFFE ID; its server certificate must carry it.
+        address: ``host:port`` of its gateway.
+    """
+
+    id: str
+    address: str = Field(min_length=3)
+
+    @field_validator("id")
+    @classmethod
+    def _spiffe(cls, value: str) -> str:
+        if not is_spiffe_id(value):
+            raise ValueError(f"{value!r} is not a SPIFFE ID")
+        return value
+
+
+class AgentConfig(_Frozen):
+    """Everything one agent needs to run.
+
+    Attributes:
+        id: The agent's SPIFFE ID (must match its certificate).
+        listen: Address to serve on, e.g. ``127.0.0.1:7001`` (port 0 picks one).
+        tls: Certificate files.
+        policy: Policy file (grants and outbound rules).
+        audit_db: SQLite file of the audit log.
+        state_dir: Folder for durable state (idempotency records, built-in stores).
+        modules: Python modules that register capabilities.
+        peers: Known peers.
+    """
+
+    id: str
+    listen: str = "127.0.0.1:0"
+    tls: TlsFiles
+    policy: Path
+    audit_db: Path
+    state_dir: Path
+    modules: tuple[str, ...] = ("capabilities.builtin",)
+    peers: tuple[PeerEntry, ...] = ()
+
+    @field_validator("id")
+    @classmethod
+    def _spiffe(cls, value: str) -> str:
+        if not is_spiffe_id(value):
+            raise ValueError(f"{value!r} is not a SPIFFE ID")
+        return value
+
+    @model_validator(mode="after")
+    def _unique_peers(self) -> AgentConfig:
+        ids = [peer.id for peer in self.peers]
+        if len(ids) != len(set(ids)):
+            raise ValueError("peers: a peer id appears twice")
+        return self
+
+    def peer(self, peer_id: str) -> PeerEntry:
+        """The configured peer ``peer_id``; AgentConfigError if unknown."""
+        for entry in self.peers:
+            if entry.id == peer_id:
+                return entry
+        raise AgentConfigError(f"peer {peer_id} is not in this agent's [[peers]]")
+
+    def resolved(self, base: Path) -> AgentConfig:
+        """A copy with every relative path made absolute against ``base``."""
+
+        def fix(path: Path) -> Path:
+            return path if path.is_absolute() else (base / path).resolve()
+
+        return self.model_copy(
+            update={
+                "tls": TlsFiles(
+                    ca=fix(self.tls.ca), cert=fix(self.tls.cert), key=fix(self.tls.key)
+                ),
+                "policy": fix(self.policy),
+                "audit_db": fix(self.audit_db),
+                "state_dir": fix(self.state_dir),
+            }
+        )
+
+
+def load_agent_config(path: Path) -> AgentConfig:
+    """Read and validate an agent config file; raises AgentConfigError (file, key, why)."""
+    text = read_text(path, "agent config", AgentConfigError)
+    config, _ = parse_toml_model(AgentConfig, text, str(path), AgentConfigError)
+    return config.resolved(path.parent.resolve())

@@ -1,0 +1,223 @@
+"""``a2a-gateway demo``: three agents on loopback, allowed calls, refusals, the audit trail.
+
+Everything is made in a temporary folder (PKI, policies, configs, SQLite files)
+and removed afterwards; nothing needs to be prepared or started by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from gateway.agent import Agent
+from gateway.audit import format_table, query_records, verify_chain
+from gateway.client import PeerClient
+from gateway.config import AgentConfig
+from gateway.errors import GatewayError
+from gateway.pki import init_ca, issue
+from gateway.tls import TlsMaterial
+from policies.grants import PolicyDocument
+from policies.policy_file import render_policy
+
+TRUST_DOMAIN = "demo.a2agw"
+AGENTS = ("alice", "bob", "carol")
+
+
+def _id(name: str) -> str:
+    return f"spiffe://{TRUST_DOMAIN}/agent/{name}"
+
+
+def _policies(expires: str, expired: str) -> dict[str, dict[str, Any]]:
+    """Who may call what on each agent (deny by default)."""
+    return {
+        "alice": {
+            "grants": [
+                {
+                    "peer": _id("bob"),
+                    "capabilities": ["text.search@^1", "text.echo", "kv.put@1"],
+                    "max_payload_bytes": 512,
+                    "expires_at": expires,
+                },
+                {
+                    "peer": _id("carol"),
+                    "capabilities": ["text.search@^1", "kv.put"],
+                    "max_payload_bytes": 4096,
+                    "expires_at": expires,
+                    "max_risk": "read",
+                },
+                {
+                    "peer": _id("dave"),
+                    "capabilities": ["text.echo"],
+                    "max_payload_bytes": 4096,
+                    "expires_at": expired,
+                },
+            ],
+        },
+        "bob": {
+            "grants": [
+                {
+                    "peer": _id("alice"),
+                    "capabilities": ["text.echo"],
+                    "max_payload_bytes": 4096,
+                    "expires_at": expires,
+                }
+            ]
+        },
+        "carol": {
+            "grants": [
+                {
+                    "peer": _id("alice"),
+                    "capabilities": ["kv.get", "kv.put"],
+                    "max_payload_bytes": 4096,
+                    "expires_at": expires,
+                }
+            ]
+        },
+    }
+
+
+def write_demo_files(base: Path) -> dict[str, AgentConfig]:
+    """PKI, policies and configs for alice, bob and carol under ``base``."""
+    pki = base / "pki"
+    init_ca(pki, TRUST_DOMAIN)
+    for name in (*AGENTS, "dave", "mallory"):
+        issue(pki, name)
+    now = datetime.now(UTC)
+    policies = _policies(
+        (now + timedelta(days=1)).isoformat(), (now - timedelta(days=1)).isoformat()
+    )
+    configs = {}
+    for name in AGENTS:
+        policy_path = base / f"{name}-policy.toml"
+        policy_path.write_text(render_policy(PolicyDocument.model_validate(policies[name])))
+        configs[name] = AgentConfig.model_validate(
+            {
+                "id": _id(name),
+                "listen": "127.0.0.1:0",
+                "tls": {
+                    "ca": pki / "ca.pem",
+                    "cert": pki / f"{name}.pem",
+                    "key": pki / f"{name}.key",
+                },
+                "policy": policy_path,
+                "audit_db": base / f"{name}-audit.sqlite",
+                "state_dir": base / f"{name}-state",
+            }
+        )
+    return configs
+
+
+@dataclass
+class _Scene:
+    agents: dict[str, Agent]
+    pki: Path
+
+    def client(self, caller: str, target: str) -> PeerClient:
+        agent = self.agents[target]
+        if caller in self.agents:
+            return self.agents[caller].client(agent.config.id, agent.address)
+        tls = TlsMaterial.from_files(
+            self.pki / "ca.pem", self.pki / f"{caller}.pem", self.pki / f"{caller}.key"
+        )
+        return PeerClient(agent.config.id, agent.address, tls)
+
+    async def call(
+        self,
+        caller: str,
+        target: str,
+        capability: str,
+        payload: bytes | dict[str, Any],
+        *,
+        constraint: str = "",
+        key: str = "",
+        expect: str = "OK",
+    ) -> None:
+        client = self.client(caller, target)
+        label = f"{caller:>7} → {target:<6} {capability}{'@' + constraint if constraint else ''}"
+        try:
+            result = await client.invoke(
+                capability, payload, constraint=constraint, idempotency_key=key, timeout=5.0
+            )
+            outcome = f"OK  v{result.served_version} {_short(result.output())}"
+            outcome += " (replayed, no second write)" if result.replayed else ""
+            reason = "OK"
+        except GatewayError as err:
+            outcome, reason = f"REFUSED {err.reason}", err.reason
+        finally:
+            if caller not in self.agents:
+                await client.close()
+        mark = "" if reason == expect else f"   (!! expected {expect})"
+        print(f"  {label:<44} {outcome}{mark}")
+        if reason != expect:
+            raise SystemExit(f"demo: {label} gave {reason}, expected {expect}")
+
+
+def _short(output: Any) -> str:
+    text = json.dumps(output, sort_keys=True)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+async def run_demo() -> int:
+    """Run the scripted demo; returns 0 when every call ended as expected."""
+    with tempfile.TemporaryDirectory(prefix="a2a-gateway-demo-") as tmp:
+        base = Path(tmp)
+        configs = write_demo_files(base)
+        agents = {name: Agent(config) for name, config in configs.items()}
+        for agent in agents.values():
+            await agent.start(watch_policy=False)
+        try:
+            print("A2A Peer Gateway demo: three agents on loopback, mTLS with SPIFFE IDs")
+            for name, agent in agents.items():
+                print(f"  {name:<6} {agent.config.id} on {agent.address}")
+            scene = _Scene(agents, base / "pki")
+            await _script(scene)
+            await agents["alice"].audit.flush()
+            _show_audit(configs["alice"].audit_db)
+        finally:
+            for agent in agents.values():
+                await agent.stop()
+        report = verify_chain(configs["alice"].audit_db)
+        print(
+            f"\naudit chain of alice: {'intact' if report.ok else 'BROKEN'} "
+            f"({report.records} records)"
+        )
+        return 0 if report.ok else 1
+
+
+async def _script(scene: _Scene) -> None:
+    print("\nAllowed calls")
+    await scene.call(
+        "bob", "alice", "text.search", {"query": "audit hash chain", "limit": 2}, constraint="^1"
+    )
+    await scene.call("bob", "alice", "kv.put", {"key": "greeting", "value": "hello"}, key="put-1")
+    await scene.call("bob", "alice", "kv.put", {"key": "greeting", "value": "hello"}, key="put-1")
+    await scene.call("alice", "carol", "kv.get", {"key": "missing"})
+    print("\nRefused calls (no capability code runs; each is audited before the answer)")
+    await scene.call("mallory", "alice", "text.echo", {"text": "hi"}, expect="UNKNOWN_PEER")
+    await scene.call("dave", "alice", "text.echo", {"text": "hi"}, expect="GRANT_EXPIRED")
+    await scene.call("bob", "alice", "kv.get", {"key": "greeting"}, expect="CAPABILITY_NOT_GRANTED")
+    await scene.call(
+        "bob",
+        "alice",
+        "text.search",
+        {"query": "x"},
+        constraint="^2",
+        expect="VERSION_NOT_AVAILABLE",
+    )
+    await scene.call(
+        "carol", "alice", "kv.put", {"key": "k", "value": "v"}, expect="RISK_NOT_GRANTED"
+    )
+    await scene.call("bob", "alice", "text.echo", {"text": "x" * 600}, expect="PAYLOAD_TOO_LARGE")
+    await scene.call(
+        "bob", "alice", "text.search", {"query": "x", "admin": True}, expect="INVALID_INPUT"
+    )
+    await scene.call("bob", "carol", "kv.get", {"key": "k"}, expect="UNKNOWN_PEER")
+
+
+def _show_audit(db: Path) -> None:
+    print(f"\nRefusals in alice's audit log ({db.name}; no payload content is stored):")
+    print(format_table(query_records(db, refusals_only=True)))

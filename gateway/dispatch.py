@@ -1,0 +1,276 @@
+"""The protocol-neutral request handler: identity → policy → validation → run → audit.
+
+The gRPC servicer (``gateway.server``) only adapts the wire to this module.
+Every call produces exactly one audit record; a call that ends in an error has
+its record committed before the error is returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from pydantic import BaseModel, ValidationError
+
+from capabilities.context import CallContext
+from capabilities.contract import Risk
+from capabilities.registry import CapabilityRegistry
+from capabilities.runner import CapabilityResult, run_capability
+from capabilities.versions import VersionConstraint, VersionSyntaxError
+from gateway.audit import AuditLog, AuditRecord
+from gateway.errors import (
+    AuditUnavailable,
+    Cancelled,
+    DeadlineExceeded,
+    GatewayError,
+    InvalidInput,
+    InvalidRequest,
+    OutputTooLarge,
+    Unauthenticated,
+)
+from gateway.idempotency import IdempotencyStore, StoredAnswer
+from policies.decisions import Admission, admit, callable_capabilities
+from policies.grants import PeerGrant
+from policies.identity import spiffe_id_from_pem
+from policies.store import PolicyStore
+
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+_DEFAULT_DEADLINE_SECONDS = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class InvokeCall:
+    """One Invoke, as the transport delivered it.
+
+    Attributes:
+        peer_cert_pem: The verified client certificate (None if absent).
+        request_id: Caller's request id.
+        capability: Capability name.
+        version_constraint: Requested constraint text.
+        payload: Raw JSON bytes, unparsed.
+        deadline: ``time.monotonic()`` deadline (transport and request combined).
+        task_id: Optional task id.
+        step_id: Optional step id.
+        idempotency_key: Optional idempotency key.
+    """
+
+    peer_cert_pem: bytes | None
+    request_id: str
+    capability: str
+    version_constraint: str
+    payload: bytes
+    deadline: float
+    task_id: str = ""
+    step_id: str = ""
+    idempotency_key: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class InvokeOutcome:
+    """A successful Invoke's answer."""
+
+    served_version: str
+    payload: bytes
+    evidence_sha256: str
+    replayed: bool = False
+
+
+def peer_id_from_cert(pem: bytes | None) -> str:
+    """The caller's SPIFFE ID from its verified certificate; Unauthenticated otherwise."""
+    if not pem:
+        raise Unauthenticated("no verified client certificate")
+    return spiffe_id_from_pem(pem)
+
+
+def deadline_from(transport_remaining: float | None, deadline_unix_ms: int) -> float:
+    """Combine the gRPC deadline and the request's absolute deadline (monotonic)."""
+    now = time.monotonic()
+    candidates = [now + _DEFAULT_DEADLINE_SECONDS]
+    if transport_remaining is not None:
+        candidates.append(now + transport_remaining)
+    if deadline_unix_ms > 0:
+        candidates.append(now + (deadline_unix_ms / 1000.0 - time.time()))
+    return min(candidates)
+
+
+class InvokeHandler:
+    """Decides, runs and audits calls for one agent."""
+
+    def __init__(
+        self,
+        *,
+        registry: CapabilityRegistry,
+        policies: PolicyStore,
+        audit: AuditLog,
+        idempotency: IdempotencyStore,
+    ) -> None:
+        self._registry = registry
+        self._policies = policies
+        self._audit = audit
+        self._idempotency = idempotency
+
+    async def describe(self, peer_cert_pem: bytes | None) -> tuple[PeerGrant, list[Admission]]:
+        """The caller's grant and the capabilities it may call (nothing else leaks)."""
+        peer_id = peer_id_from_cert(peer_cert_pem)
+        grant, caps = callable_capabilities(
+            self._policies.current, self._registry, peer_id, datetime.now(UTC)
+        )
+        return grant, [Admission(peer_id=peer_id, grant=grant, capability=cap) for cap in caps]
+
+    async def invoke(self, call: InvokeCall) -> InvokeOutcome:
+        """Run one call end to end; raises a GatewayError on refusal or failure."""
+        started = time.perf_counter()
+        peer_id = ""
+        try:
+            if not self._audit.healthy:
+                raise AuditUnavailable("the audit log cannot record; refusing work")
+            peer_id = peer_id_from_cert(call.peer_cert_pem)
+            admission = self._admit(call, peer_id)
+            payload, ctx = self._prepare(call, admission)
+        except GatewayError as err:
+            await self._audit.record_durable(
+                self._record(call, peer_id, "", "refuse", err.reason, started, err.detail)
+            )
+            raise
+        served = str(admission.capability.version)
+        try:
+            outcome = await self._execute(call, admission, payload, ctx)
+        except GatewayError as err:
+            await self._audit.record_durable(
+                self._record(call, peer_id, served, "allow", err.reason, started, err.detail)
+            )
+            raise
+        except asyncio.CancelledError:
+            self._audit.record(
+                self._record(call, peer_id, served, "allow", Cancelled.reason, started)
+            )
+            raise
+        self._audit.record(
+            self._record(
+                call,
+                peer_id,
+                served,
+                "allow",
+                "OK",
+                started,
+                "idempotent replay" if outcome.replayed else "",
+            )
+        )
+        return outcome
+
+    def _admit(self, call: InvokeCall, peer_id: str) -> Admission:
+        if not _REQUEST_ID.fullmatch(call.request_id):
+            raise InvalidRequest("request_id must be 1-128 characters of [A-Za-z0-9._:-]")
+        try:
+            constraint = VersionConstraint.parse(call.version_constraint)
+        except VersionSyntaxError as err:
+            raise InvalidRequest(f"version constraint: {err}") from err
+        return admit(
+            self._policies.current,
+            self._registry,
+            peer_id=peer_id,
+            capability=call.capability,
+            constraint=constraint,
+            payload_size=len(call.payload),
+            now=datetime.now(UTC),
+        )
+
+    @staticmethod
+    def _prepare(call: InvokeCall, admission: Admission) -> tuple[BaseModel, CallContext]:
+        contract = admission.capability.contract
+        try:
+            payload = contract.input_model.model_validate_json(call.payload)
+        except ValidationError as err:
+            raise InvalidInput(_describe_input_error(err)) from err
+        if call.deadline <= time.monotonic():
+            raise DeadlineExceeded("the call's deadline had passed before it could run")
+        ctx = CallContext(
+            peer_id=admission.peer_id,
+            request_id=call.request_id,
+            deadline=call.deadline,
+            task_id=call.task_id,
+            step_id=call.step_id,
+            idempotency_key=call.idempotency_key,
+        )
+        return payload, ctx
+
+    async def _execute(
+        self, call: InvokeCall, admission: Admission, payload: BaseModel, ctx: CallContext
+    ) -> InvokeOutcome:
+        if call.idempotency_key and admission.capability.contract.risk is not Risk.READ:
+            return await self._run_once(call, admission, payload, ctx)
+        result = await run_capability(admission.capability, payload, ctx)
+        return self._outcome(admission, result)
+
+    async def _run_once(
+        self, call: InvokeCall, admission: Admission, payload: BaseModel, ctx: CallContext
+    ) -> InvokeOutcome:
+        ident = (admission.peer_id, admission.capability.name, call.idempotency_key)
+        request_sha = hashlib.sha256(call.payload).hexdigest()
+        stored = await self._idempotency.lookup(ident, request_sha)
+        if stored is not None:
+            return InvokeOutcome(
+                stored.served_version, stored.payload, stored.evidence_sha256, True
+            )
+        try:
+            result = await run_capability(admission.capability, payload, ctx)
+            outcome = self._outcome(admission, result)
+        except BaseException:
+            self._idempotency.abandon(ident)
+            raise
+        await self._idempotency.complete(
+            ident,
+            StoredAnswer(
+                request_sha, outcome.served_version, outcome.payload, outcome.evidence_sha256
+            ),
+        )
+        return outcome
+
+    @staticmethod
+    def _outcome(admission: Admission, result: CapabilityResult) -> InvokeOutcome:
+        cap = admission.grant.max_payload_bytes
+        if len(result.payload) > cap:
+            raise OutputTooLarge(f"output is {len(result.payload)} bytes; this peer's cap is {cap}")
+        return InvokeOutcome(
+            str(admission.capability.version), result.payload, result.evidence_sha256
+        )
+
+    @staticmethod
+    def _record(
+        call: InvokeCall,
+        peer_id: str,
+        served: str,
+        decision: str,
+        reason: str,
+        started: float,
+        detail: str = "",
+    ) -> AuditRecord:
+        return AuditRecord(
+            time_unix_ms=int(time.time() * 1000),
+            request_id=call.request_id if _REQUEST_ID.fullmatch(call.request_id) else "",
+            peer_id=peer_id,
+            capability=call.capability[:128],
+            version_constraint=call.version_constraint[:128],
+            served_version=served,
+            decision=decision,  # type: ignore[arg-type]
+            reason=reason,
+            payload_size=len(call.payload),
+            payload_sha256=hashlib.sha256(call.payload).hexdigest(),
+            latency_ms=(time.perf_counter() - started) * 1000.0,
+            task_id=call.task_id[:128],
+            step_id=call.step_id[:128],
+            detail=detail,
+        )
+
+
+def _describe_input_error(err: ValidationError) -> str:
+    # Locations and error kinds only: pydantic's messages can echo input values.
+    problems = [
+        f"{'.'.join(str(part) for part in problem['loc']) or '(payload)'}: {problem['type']}"
+        for problem in err.errors(include_url=False, include_input=False)[:5]
+    ]
+    return "input does not match the contract: " + "; ".join(problems)

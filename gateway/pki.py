@@ -1,0 +1,356 @@
+"""The development PKI: one CA per trust domain, and X.509-SVIDs signed by it.
+
+Certificates follow the SPIFFE X.509-SVID spec (one URI SAN per leaf, a CA
+without a path below it) and add the DNS name from ``svid_dns_name`` so gRPC's
+hostname check proves which SPIFFE ID the server holds. Meant for local and
+test deployments; production trust domains bring their own CA.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from gateway.errors import ConfigError
+from policies.identity import is_spiffe_id, svid_dns_name, trust_domain_of
+
+CA_CERT_FILE = "ca.pem"
+CA_KEY_FILE = "ca.key"
+CLOCK_SKEW = timedelta(minutes=5)
+"""How far back ``not_before`` is set, so peers with slightly slow clocks accept new certs."""
+
+_TRUST_DOMAIN = re.compile(r"[a-z0-9._-]{1,255}")
+_AGENT_NAME = re.compile(r"[A-Za-z0-9._-]+")
+_CA_URI = re.compile(r"spiffe://([a-z0-9._-]{1,255})")
+_LEAF_SUBJECT = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "A2A Peer Gateway dev")])
+_LEAF_EKU = x509.ExtendedKeyUsage(
+    [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+)
+
+
+@dataclass(frozen=True)
+class IssuedIdentity:
+    """Where ``issue`` wrote an agent's SVID."""
+
+    spiffe_id: str
+    """The SPIFFE ID in the certificate's URI SAN."""
+    cert_path: Path
+    """The PEM certificate (leaf only; the CA is ``ca.pem`` beside it)."""
+    key_path: Path
+    """The unencrypted PKCS8 PEM private key, mode 0o600."""
+
+
+@dataclass(frozen=True)
+class CertificateAuthority:
+    """An in-memory CA (key + cert)."""
+
+    key: ec.EllipticCurvePrivateKey = field(repr=False)
+    """The CA's signing key."""
+    certificate: x509.Certificate
+    """The self-signed CA certificate."""
+    trust_domain: str
+    """The trust domain whose SPIFFE IDs this CA may sign."""
+
+    def certificate_pem(self) -> bytes:
+        """The CA certificate as PEM (the trust bundle peers load)."""
+        return self.certificate.public_bytes(serialization.Encoding.PEM)
+
+    @classmethod
+    def create(
+        cls,
+        trust_domain: str,
+        *,
+        valid_for: timedelta = timedelta(days=365),
+        now: datetime | None = None,
+    ) -> CertificateAuthority:
+        """A new CA with a fresh P-256 key for ``trust_domain``.
+
+        Raises:
+            ConfigError: ``trust_domain`` is not a valid trust domain name.
+        """
+        _check_trust_domain(trust_domain)
+        now = now or datetime.now(UTC)
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name(
+            [
+                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "A2A Peer Gateway dev CA"),
+                x509.NameAttribute(NameOID.COMMON_NAME, trust_domain),
+            ]
+        )
+        uri = x509.UniformResourceIdentifier(f"spiffe://{trust_domain}")
+        certificate = (
+            _builder(name, name, key, now - CLOCK_SKEW, now + valid_for)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(_key_usage(digital_signature=False, cert_sign=True), critical=True)
+            .add_extension(x509.SubjectAlternativeName([uri]), critical=False)
+            .sign(key, hashes.SHA256())
+        )
+        return cls(key=key, certificate=certificate, trust_domain=trust_domain)
+
+    @classmethod
+    def load(cls, directory: Path) -> CertificateAuthority:
+        """The CA saved in ``directory`` (``ca.pem`` and ``ca.key``).
+
+        Raises:
+            ConfigError: a file is missing or unreadable, or the two do not form a CA.
+        """
+        cert_path, key_path = directory / CA_CERT_FILE, directory / CA_KEY_FILE
+        cert_pem = load_pem_file(cert_path, "CA certificate")
+        key_pem = load_pem_file(key_path, "CA key")
+        try:
+            certificate = x509.load_pem_x509_certificate(cert_pem)
+        except ValueError as err:
+            raise ConfigError(f"CA certificate file {cert_path}: not a certificate") from err
+        try:
+            key = serialization.load_pem_private_key(key_pem, password=None)
+        except (ValueError, TypeError) as err:
+            raise ConfigError(f"CA key file {key_path}: not an unencrypted private key") from err
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise ConfigError(f"CA key file {key_path}: not an EC private key")
+        if key.public_key() != certificate.public_key():
+            raise ConfigError(f"CA key file {key_path}: does not match {cert_path}")
+        trust_domain = _ca_trust_domain(certificate, cert_path)
+        return cls(key=key, certificate=certificate, trust_domain=trust_domain)
+
+    def save(self, directory: Path) -> None:
+        """Write ``ca.key`` (mode 0o600) and ``ca.pem`` into an existing ``directory``."""
+        key_pem = _private_key_pem(self.key)
+        _write_atomic(directory / CA_KEY_FILE, key_pem, mode=0o600)
+        _write_atomic(directory / CA_CERT_FILE, self.certificate_pem(), mode=0o644)
+
+    def mint(
+        self,
+        *,
+        uris: Sequence[str],
+        dns_names: Sequence[str] = (),
+        ip_addresses: Sequence[str] = (),
+        not_before: datetime | None = None,
+        not_after: datetime | None = None,
+        valid_for: timedelta = timedelta(days=30),
+    ) -> tuple[bytes, bytes]:
+        """Low-level: returns (cert_pem, key_pem). Used by tests to make odd certificates.
+
+        Takes the SANs exactly as given (no URI, two URIs, no SAN at all) and any
+        validity window (expired, not yet valid); ``issue_svid`` is the checked path.
+
+        Raises:
+            ConfigError: an entry of ``ip_addresses`` is not an IP address.
+        """
+        now = datetime.now(UTC)
+        key = ec.generate_private_key(ec.SECP256R1())
+        start = not_before if not_before is not None else now - CLOCK_SKEW
+        end = not_after if not_after is not None else now + valid_for
+        builder = (
+            _builder(_LEAF_SUBJECT, self.certificate.subject, key, start, end)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(_key_usage(digital_signature=True, cert_sign=False), critical=True)
+            .add_extension(_LEAF_EKU, critical=False)
+            .add_extension(self._authority_key_identifier(), critical=False)
+        )
+        names = _general_names(uris, dns_names, ip_addresses)
+        if names:
+            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+        certificate = builder.sign(self.key, hashes.SHA256())
+        return certificate.public_bytes(serialization.Encoding.PEM), _private_key_pem(key)
+
+    def _authority_key_identifier(self) -> x509.AuthorityKeyIdentifier:
+        try:
+            ski = self.certificate.extensions.get_extension_for_class(x509.SubjectKeyIdentifier)
+        except x509.ExtensionNotFound:
+            return x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key())
+        return x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski.value)
+
+    def issue_svid(
+        self,
+        spiffe_id: str,
+        *,
+        valid_for: timedelta = timedelta(days=30),
+        now: datetime | None = None,
+    ) -> tuple[bytes, bytes]:
+        """An X.509-SVID for ``spiffe_id``, usable as both TLS server and client.
+
+        Returns:
+            ``(cert_pem, key_pem)``.
+
+        Raises:
+            ConfigError: ``spiffe_id`` is malformed or outside this CA's trust domain,
+                or ``valid_for`` is not positive.
+        """
+        if not is_spiffe_id(spiffe_id):
+            raise ConfigError(f"not a well-formed SPIFFE ID: {spiffe_id!r}")
+        if trust_domain_of(spiffe_id) != self.trust_domain:
+            raise ConfigError(f"{spiffe_id} is outside trust domain {self.trust_domain}")
+        if valid_for <= timedelta(0):
+            raise ConfigError(f"certificate lifetime must be positive, got {valid_for}")
+        now = now or datetime.now(UTC)
+        return self.mint(
+            uris=[spiffe_id],
+            dns_names=[svid_dns_name(spiffe_id), "localhost"],
+            ip_addresses=["127.0.0.1", "::1"],
+            not_before=now - CLOCK_SKEW,
+            not_after=now + valid_for,
+        )
+
+
+def init_ca(directory: Path, trust_domain: str, *, overwrite: bool = False) -> Path:
+    """Create a CA for ``trust_domain`` in ``directory`` and return the ``ca.pem`` path.
+
+    Raises:
+        ConfigError: the trust domain is invalid, or a CA exists and not ``overwrite``.
+    """
+    _check_trust_domain(trust_domain)
+    cert_path = directory / CA_CERT_FILE
+    if cert_path.exists() and not overwrite:
+        raise ConfigError(f"CA already exists at {cert_path} (pass overwrite to replace it)")
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"cannot create directory {directory}: {err.strerror}") from err
+    CertificateAuthority.create(trust_domain).save(directory)
+    return cert_path
+
+
+def issue(
+    directory: Path, name: str, *, valid_for: timedelta = timedelta(days=30)
+) -> IssuedIdentity:
+    """Issue ``spiffe://<trust domain>/agent/<name>`` from the CA in ``directory``.
+
+    Writes ``<name>.pem`` and ``<name>.key`` (mode 0o600) next to the CA,
+    replacing any earlier SVID of that name.
+
+    Raises:
+        ConfigError: ``name`` is invalid or reserved, or the CA cannot be loaded.
+    """
+    if not _AGENT_NAME.fullmatch(name):
+        raise ConfigError(f"agent name {name!r} must match [A-Za-z0-9._-]+")
+    # Case-insensitive: on macOS "CA.pem" is the same file as "ca.pem".
+    if name.lower() == "ca":
+        raise ConfigError(f"agent name {name!r} is reserved for the CA")
+    ca = CertificateAuthority.load(directory)
+    spiffe_id = f"spiffe://{ca.trust_domain}/agent/{name}"
+    cert_pem, key_pem = ca.issue_svid(spiffe_id, valid_for=valid_for)
+    cert_path, key_path = directory / f"{name}.pem", directory / f"{name}.key"
+    _write_atomic(key_path, key_pem, mode=0o600)
+    _write_atomic(cert_path, cert_pem, mode=0o644)
+    return IssuedIdentity(spiffe_id=spiffe_id, cert_path=cert_path, key_path=key_path)
+
+
+def load_pem_file(path: Path, what: str) -> bytes:
+    """The bytes of a PEM file; ``what`` names it in errors (e.g. "CA certificate").
+
+    Raises:
+        ConfigError: the file is missing, unreadable, or holds no PEM block.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as err:
+        raise ConfigError(f"{what} file {path}: not found") from err
+    except OSError as err:
+        raise ConfigError(f"{what} file {path}: unreadable ({err.strerror})") from err
+    if b"-----BEGIN " not in data:
+        raise ConfigError(f"{what} file {path}: not PEM")
+    return data
+
+
+def _check_trust_domain(trust_domain: str) -> None:
+    if not _TRUST_DOMAIN.fullmatch(trust_domain):
+        raise ConfigError(
+            f"trust domain {trust_domain!r} must be lowercase letters, digits, '.', '-', '_'"
+        )
+
+
+def _ca_trust_domain(certificate: x509.Certificate, cert_path: Path) -> str:
+    try:
+        san = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        san = x509.SubjectAlternativeName([])
+    uris = san.get_values_for_type(x509.UniformResourceIdentifier)
+    match = _CA_URI.fullmatch(uris[0]) if len(uris) == 1 else None
+    if match is None:
+        raise ConfigError(f"CA certificate file {cert_path}: needs one URI SAN spiffe://DOMAIN")
+    return match.group(1)
+
+
+def _builder(
+    subject: x509.Name,
+    issuer: x509.Name,
+    key: ec.EllipticCurvePrivateKey,
+    not_before: datetime,
+    not_after: datetime,
+) -> x509.CertificateBuilder:
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_before)
+        .not_valid_after(not_after)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+    )
+
+
+def _key_usage(*, digital_signature: bool, cert_sign: bool) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=digital_signature,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=digital_signature,
+        key_cert_sign=cert_sign,
+        crl_sign=cert_sign,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
+def _general_names(
+    uris: Sequence[str], dns_names: Sequence[str], ip_addresses: Sequence[str]
+) -> list[x509.GeneralName]:
+    names: list[x509.GeneralName] = [x509.UniformResourceIdentifier(uri) for uri in uris]
+    names.extend(x509.DNSName(name) for name in dns_names)
+    for address in ip_addresses:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(address)))
+        except ValueError as err:
+            raise ConfigError(f"not an IP address: {address!r}") from err
+    return names
+
+
+def _private_key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _write_atomic(path: Path, data: bytes, *, mode: int) -> None:
+    """Write via a same-directory temp file created with ``mode``, then rename over ``path``."""
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    try:
+        # O_EXCL: never reuse (or follow a symlink at) a name someone else created.
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    except OSError as err:
+        raise ConfigError(f"cannot write {path}: {err.strerror}") from err
+    try:
+        os.fchmod(fd, mode)  # the umask may have narrowed it; make it exact
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except OSError as err:
+        temp.unlink(missing_ok=True)
+        raise ConfigError(f"cannot write {path}: {err.strerror}") from err

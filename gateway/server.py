@@ -1,0 +1,132 @@
+"""The gRPC side of an agent: servicer, health service, server lifecycle."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping
+
+from grpc import aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+
+from gateway.dispatch import InvokeCall, InvokeHandler, deadline_from
+from gateway.errors import GatewayError
+from gateway.status import to_grpc_status
+from gateway.tls import TlsMaterial, server_options
+from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
+
+PROTOCOL_VERSION = "a2agw.v1"
+SERVICE_NAME = "a2agw.v1.PeerGateway"
+
+_log = logging.getLogger(__name__)
+
+
+def _peer_cert(context: aio.ServicerContext[object, object]) -> bytes | None:
+    auth: Mapping[str, Iterable[bytes]] = context.auth_context()
+    certs = list(auth.get("x509_pem_cert", ()))
+    return certs[0] if len(certs) == 1 else None
+
+
+class GatewayServicer(gateway_pb2_grpc.PeerGatewayServicer):
+    """Adapts ``PeerGateway`` RPCs to the InvokeHandler; errors become rich statuses."""
+
+    def __init__(self, agent_id: str, handler: InvokeHandler) -> None:
+        self._agent_id = agent_id
+        self._handler = handler
+
+    async def Describe(
+        self, request: gateway_pb2.DescribeRequest, context: aio.ServicerContext[object, object]
+    ) -> gateway_pb2.DescribeResponse:
+        """What the calling peer may call here."""
+        try:
+            grant, admissions = await self._handler.describe(_peer_cert(context))
+        except GatewayError as err:
+            await context.abort_with_status(to_grpc_status(err))
+        response = gateway_pb2.DescribeResponse(
+            agent_id=self._agent_id,
+            protocol_version=PROTOCOL_VERSION,
+            max_payload_bytes=grant.max_payload_bytes,
+            grant_expires_at=grant.expires_at.isoformat(),
+        )
+        for admission in admissions:
+            contract = admission.capability.contract
+            response.capabilities.add(
+                name=contract.name,
+                version=str(contract.version),
+                risk=contract.risk.value,
+                timeout_seconds=contract.timeout_seconds,
+                idempotent=contract.idempotent,
+                description=contract.description,
+                input_schema_json=json.dumps(contract.input_schema(), sort_keys=True),
+                output_schema_json=json.dumps(contract.output_schema(), sort_keys=True),
+                preconditions=list(contract.preconditions),
+                examples_json=[example.to_json() for example in contract.examples],
+            )
+        return response
+
+    async def Invoke(
+        self, request: gateway_pb2.InvokeRequest, context: aio.ServicerContext[object, object]
+    ) -> gateway_pb2.InvokeResponse:
+        """Run one capability for the calling peer."""
+        call = InvokeCall(
+            peer_cert_pem=_peer_cert(context),
+            request_id=request.request_id,
+            capability=request.capability,
+            version_constraint=request.version_constraint,
+            payload=request.payload,
+            deadline=deadline_from(context.time_remaining(), request.deadline_unix_ms),
+            task_id=request.task_id,
+            step_id=request.step_id,
+            idempotency_key=request.idempotency_key,
+        )
+        try:
+            outcome = await self._handler.invoke(call)
+        except GatewayError as err:
+            await context.abort_with_status(to_grpc_status(err))
+        return gateway_pb2.InvokeResponse(
+            request_id=request.request_id,
+            capability=request.capability,
+            served_version=outcome.served_version,
+            payload=outcome.payload,
+            evidence_sha256=outcome.evidence_sha256,
+            replayed=outcome.replayed,
+        )
+
+
+class GatewayServer:
+    """A running ``grpc.aio`` server with mTLS, health and graceful shutdown."""
+
+    def __init__(self, agent_id: str, handler: InvokeHandler, tls: TlsMaterial) -> None:
+        self._server = aio.server(options=server_options())
+        gateway_pb2_grpc.add_PeerGatewayServicer_to_server(  # type: ignore[no-untyped-call]
+            GatewayServicer(agent_id, handler), self._server
+        )
+        self._health = HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+        self._tls = tls
+        self.port = 0
+
+    async def start(self, address: str) -> int:
+        """Bind ``address`` (port 0 picks one) and start serving; returns the port."""
+        port: int = self._server.add_secure_port(address, self._tls.server_credentials())
+        if port == 0:
+            raise GatewayError(f"could not listen on {address}")
+        await self._server.start()
+        for service in ("", SERVICE_NAME):
+            await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        self.port = port
+        _log.info("serving %s on port %d", SERVICE_NAME, port)
+        return port
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop accepting calls; let in-flight calls finish for up to ``grace`` seconds."""
+        started = time.monotonic()
+        await self._health.enter_graceful_shutdown()
+        await self._server.stop(grace)
+        _log.info("server stopped in %.3fs", time.monotonic() - started)
+
+    async def wait_for_termination(self) -> None:
+        """Block until the server stops."""
+        await self._server.wait_for_termination()

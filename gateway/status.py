@@ -1,0 +1,71 @@
+"""Errors across the wire: GatewayError ⇄ google.rpc.Status with ErrorInfo.
+
+The server turns a GatewayError into a status (code from ``STATUS_TABLE``,
+``ErrorInfo(reason, domain)``); the client turns it back into the same class.
+"""
+
+from __future__ import annotations
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from gateway.errors import (
+    ERROR_DOMAIN,
+    Cancelled,
+    DeadlineExceeded,
+    GatewayError,
+    PeerIdentityMismatch,
+    PeerUnavailable,
+    Unauthenticated,
+    error_for_reason,
+    status_code_for,
+)
+
+
+def to_grpc_status(error: GatewayError) -> grpc.Status:
+    """The rich status the server aborts with for ``error``."""
+    code = status_code_for(error)
+    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN)
+    detail = status_pb2.Status(code=code.value[0], message=error.message)
+    detail.details.add().Pack(info)
+    return rpc_status.to_status(detail)
+
+
+# Transport-level failures that carry no ErrorInfo (the request never reached
+# the gateway code, or the channel broke).
+_TRANSPORT_ERRORS: dict[grpc.StatusCode, type[GatewayError]] = {
+    grpc.StatusCode.UNAVAILABLE: PeerUnavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
+    grpc.StatusCode.CANCELLED: Cancelled,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+}
+
+_NAME_MISMATCH_HINTS = ("Peer name", "not in peer certificate", "hostname")
+
+
+def from_rpc_error(err: grpc.RpcError) -> GatewayError:
+    """Map a failed call back to the GatewayError subclass it stands for."""
+    code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
+    details = (err.details() if hasattr(err, "details") else "") or ""
+    status = _rich_status(err)
+    if status is not None:
+        for detail in status.details:
+            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                detail.Unpack(info)
+                if info.domain == ERROR_DOMAIN:
+                    return error_for_reason(info.reason)(status.message)
+    if code == grpc.StatusCode.UNAVAILABLE and any(h in details for h in _NAME_MISMATCH_HINTS):
+        return PeerIdentityMismatch(
+            "the server's certificate does not carry the expected peer's SPIFFE ID"
+        )
+    error_class = _TRANSPORT_ERRORS.get(code, GatewayError)
+    return error_class(f"{code.name}: {details}" if details else code.name)
+
+
+def _rich_status(err: grpc.RpcError) -> status_pb2.Status | None:
+    try:
+        return rpc_status.from_call(err)
+    except (ValueError, AttributeError):
+        return None

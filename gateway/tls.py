@@ -1,0 +1,90 @@
+"""mTLS material and the gRPC credentials/options built from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from gateway.errors import ConfigError, Unauthenticated
+from gateway.pki import load_pem_file
+from policies.grants import MAX_PAYLOAD_CEILING
+from policies.identity import spiffe_id_from_pem, svid_dns_name
+
+MESSAGE_CEILING = MAX_PAYLOAD_CEILING + 64 * 1024
+"""Server-wide gRPC message limit: larger messages are refused by gRPC core,
+before any Python code runs. It leaves room for the envelope around the
+largest payload a grant may allow."""
+
+
+@dataclass(frozen=True, slots=True)
+class TlsMaterial:
+    """PEM bytes of one agent's trust root, certificate and key.
+
+    Attributes:
+        ca_pem: Trust root(s) for verifying peers.
+        cert_pem: This agent's certificate chain (an X.509-SVID).
+        key_pem: This agent's private key. Never logged.
+    """
+
+    ca_pem: bytes
+    cert_pem: bytes
+    key_pem: bytes
+
+    def __repr__(self) -> str:
+        return "TlsMaterial(<redacted>)"
+
+    @classmethod
+    def from_files(cls, ca: Path, cert: Path, key: Path) -> TlsMaterial:
+        """Read the three PEM files; raises ConfigError naming the one that failed."""
+        return cls(
+            ca_pem=load_pem_file(ca, "CA certificate"),
+            cert_pem=load_pem_file(cert, "certificate"),
+            key_pem=load_pem_file(key, "private key"),
+        )
+
+    def spiffe_id(self) -> str:
+        """The SPIFFE ID in this agent's own certificate."""
+        try:
+            return spiffe_id_from_pem(self.cert_pem)
+        except Unauthenticated as err:
+            raise ConfigError(f"own certificate: {err.message}") from err
+
+    def server_credentials(self) -> grpc.ServerCredentials:
+        """Server credentials that require and verify a client certificate."""
+        return grpc.ssl_server_credentials(
+            [(self.key_pem, self.cert_pem)],
+            root_certificates=self.ca_pem,
+            require_client_auth=True,
+        )
+
+    def channel_credentials(self) -> grpc.ChannelCredentials:
+        """Client credentials presenting this agent's certificate."""
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.ca_pem,
+            private_key=self.key_pem,
+            certificate_chain=self.cert_pem,
+        )
+
+
+def server_options() -> list[tuple[str, int]]:
+    """gRPC server options: the message ceiling in both directions."""
+    return [
+        ("grpc.max_receive_message_length", MESSAGE_CEILING),
+        ("grpc.max_send_message_length", MESSAGE_CEILING),
+    ]
+
+
+def channel_options(expected_peer_id: str) -> list[tuple[str, str | int]]:
+    """Client options that bind the TLS handshake to ``expected_peer_id``.
+
+    The server must present a certificate carrying ``svid_dns_name`` of the
+    expected SPIFFE ID, so a different agent of the same CA is refused.
+    """
+    return [
+        ("grpc.ssl_target_name_override", svid_dns_name(expected_peer_id)),
+        ("grpc.default_authority", svid_dns_name(expected_peer_id)),
+        ("grpc.max_receive_message_length", MESSAGE_CEILING),
+        ("grpc.max_send_message_length", MESSAGE_CEILING),
+    ]

@@ -1,0 +1,56 @@
+"""Fixtures for the audit log tests: record factories and real SQLite logs."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.audit import AuditLog, AuditRecord
+
+RecordFactory = Callable[..., AuditRecord]
+
+
+@pytest.fixture
+def make_record() -> RecordFactory:
+    """A factory of distinct, valid records; keyword arguments override fields."""
+    counter = itertools.count(1)
+
+    def make(**overrides: Any) -> AuditRecord:
+        n = next(counter)
+        fields: dict[str, Any] = {
+            "time_unix_ms": int(time.time() * 1000),
+            "request_id": f"req-{n:04d}",
+            "peer_id": "spiffe://example.org/agent/alice",
+            "capability": "summarize",
+            "version_constraint": "^1.0",
+            "served_version": "1.2.0",
+            "decision": "allow",
+            "reason": "OK",
+            "payload_size": 100 + n,
+            "payload_sha256": hashlib.sha256(str(n).encode()).hexdigest(),
+            "latency_ms": 1.25 + n,
+        }
+        fields.update(overrides)
+        return AuditRecord(**fields)
+
+    return make
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "audit.db"
+
+
+@pytest.fixture
+async def audit_log(db_path: Path) -> AsyncIterator[AuditLog]:
+    """A started log in a fresh file, closed after the test."""
+    log = AuditLog(db_path)
+    await log.start()
+    yield log
+    await log.close()

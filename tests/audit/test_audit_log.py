@@ -1,0 +1,215 @@
+"""AuditLog against real SQLite files: durability, batching, failing closed."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sqlite3
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from gateway.audit import AuditLog, AuditRecord, query_records, verify_chain
+from gateway.errors import AuditUnavailable, ConfigError
+
+RecordFactory = Callable[..., AuditRecord]
+
+
+def _stored_seqs(path: Path) -> list[int]:
+    with closing(sqlite3.connect(path)) as conn:
+        return [row[0] for row in conn.execute("SELECT seq FROM audit_records ORDER BY seq")]
+
+
+async def test_records_round_trip_with_exact_values(
+    audit_log: AuditLog, db_path: Path, make_record: RecordFactory
+) -> None:
+    written = [
+        make_record(),
+        make_record(
+            decision="refuse",
+            reason="CAPABILITY_NOT_GRANTED",
+            detail="capability not registered",
+            served_version="",
+            peer_id="",
+            task_id="task-9",
+            step_id="step-2",
+            latency_ms=0.125,
+        ),
+        make_record(payload_size=0, request_id="ünïcode-id"),
+    ]
+    for rec in written:
+        audit_log.record(rec)
+    await audit_log.flush()
+
+    stored = query_records(db_path)
+
+    assert stored == [dataclasses.replace(rec, seq=i) for i, rec in enumerate(written, 1)]
+
+
+async def test_record_durable_is_visible_to_another_connection(
+    audit_log: AuditLog, db_path: Path, make_record: RecordFactory
+) -> None:
+    rec = make_record(decision="refuse", reason="UNKNOWN_PEER", request_id="durable-1")
+
+    await audit_log.record_durable(rec)
+
+    with closing(sqlite3.connect(db_path)) as other:
+        rows = other.execute("SELECT seq, request_id, reason FROM audit_records").fetchall()
+    assert rows == [(1, "durable-1", "UNKNOWN_PEER")]
+
+
+async def test_log_uses_wal_journal(audit_log: AuditLog, db_path: Path) -> None:
+    with closing(sqlite3.connect(db_path)) as other:
+        assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+async def test_concurrent_durable_records_share_commits(
+    db_path: Path, make_record: RecordFactory
+) -> None:
+    log = AuditLog(db_path)
+    await log.start()
+    records = [make_record(decision="refuse", reason="UNKNOWN_PEER") for _ in range(1000)]
+
+    await asyncio.gather(*(log.record_durable(rec) for rec in records))
+    await log.close()
+
+    assert 0 < log.batches_committed < 1000
+    assert _stored_seqs(db_path) == list(range(1, 1001))
+    assert verify_chain(db_path).ok
+    assert [r.request_id for r in query_records(db_path)] == [r.request_id for r in records]
+
+
+async def test_batches_respect_max_batch(db_path: Path, make_record: RecordFactory) -> None:
+    log = AuditLog(db_path, max_batch=10)
+    await log.start()
+
+    await asyncio.gather(*(log.record_durable(make_record()) for _ in range(100)))
+    await log.close()
+
+    assert log.batches_committed >= 10
+    assert verify_chain(db_path).records == 100
+
+
+async def test_reopening_continues_the_chain(db_path: Path, make_record: RecordFactory) -> None:
+    for _ in range(2):
+        log = AuditLog(db_path)
+        await log.start()
+        for _ in range(3):
+            log.record(make_record())
+        await log.close()
+
+    assert _stored_seqs(db_path) == [1, 2, 3, 4, 5, 6]
+    assert verify_chain(db_path).ok
+
+
+async def test_close_commits_fire_and_forget_records(
+    db_path: Path, make_record: RecordFactory
+) -> None:
+    log = AuditLog(db_path)
+    await log.start()
+    for _ in range(50):
+        log.record(make_record())
+
+    await log.close()
+
+    assert len(query_records(db_path)) == 50
+
+
+async def test_commit_failure_fails_closed(db_path: Path, make_record: RecordFactory) -> None:
+    log = AuditLog(db_path, busy_timeout_ms=50)
+    await log.start()
+    await log.record_durable(make_record())
+    with closing(sqlite3.connect(db_path, isolation_level=None)) as blocker:
+        blocker.execute("BEGIN EXCLUSIVE")  # holds the write lock past the busy timeout
+
+        results = await asyncio.gather(
+            *(log.record_durable(make_record(decision="refuse")) for _ in range(20)),
+            return_exceptions=True,
+        )
+
+        blocker.execute("ROLLBACK")
+    assert all(isinstance(result, AuditUnavailable) for result in results)
+    assert "locked" in str(results[0])
+    assert log.healthy is False
+    with pytest.raises(AuditUnavailable, match="locked"):
+        log.record(make_record())
+    with pytest.raises(AuditUnavailable):
+        await log.record_durable(make_record())
+    with pytest.raises(AuditUnavailable):
+        await log.flush()
+    await log.close()
+    assert _stored_seqs(db_path) == [1]
+
+
+async def test_malformed_record_is_refused_without_failing_the_log(
+    audit_log: AuditLog, make_record: RecordFactory
+) -> None:
+    with pytest.raises(AuditUnavailable, match="malformed"):
+        await audit_log.record_durable(make_record(decision="deny"))
+
+    assert audit_log.healthy
+    await audit_log.record_durable(make_record())
+
+
+@pytest.mark.parametrize("kind", ["directory", "missing parent", "not a database"])
+async def test_unopenable_file_raises_audit_unavailable(
+    tmp_path: Path, kind: str, make_record: RecordFactory
+) -> None:
+    path = {
+        "directory": tmp_path,
+        "missing parent": tmp_path / "no" / "such" / "audit.db",
+        "not a database": tmp_path / "garbage.db",
+    }[kind]
+    if kind == "not a database":
+        path.write_bytes(b"this is not sqlite" * 100)
+    log = AuditLog(path)
+
+    with pytest.raises(AuditUnavailable) as caught:
+        await log.start()
+
+    assert str(path) in caught.value.message
+    assert caught.value.__cause__ is not None
+    assert log.healthy is False
+    with pytest.raises(AuditUnavailable):
+        await log.record_durable(make_record())
+    await log.close()
+
+
+async def test_start_refuses_a_log_whose_head_does_not_match(
+    db_path: Path, make_record: RecordFactory
+) -> None:
+    log = AuditLog(db_path)
+    await log.start()
+    for _ in range(3):
+        log.record(make_record())
+    await log.close()
+    with closing(sqlite3.connect(db_path)) as conn, conn:
+        conn.execute("DELETE FROM audit_records WHERE seq = 3")
+
+    with pytest.raises(AuditUnavailable, match="chain head"):
+        await AuditLog(db_path).start()
+
+
+async def test_lifecycle_guards(db_path: Path, make_record: RecordFactory) -> None:
+    log = AuditLog(db_path)
+    assert log.healthy is False
+    with pytest.raises(AuditUnavailable, match="not started"):
+        log.record(make_record())
+    await log.start()
+    assert log.healthy is True
+    with pytest.raises(AuditUnavailable, match="already started"):
+        await log.start()
+    await log.close()
+    await log.close()
+    await log.flush()  # everything was flushed by close
+    assert log.healthy is False
+    with pytest.raises(AuditUnavailable, match="closed"):
+        log.record(make_record())
+
+
+@pytest.mark.parametrize("kwargs", [{"max_batch": 0}, {"busy_timeout_ms": -1}])
+def test_bad_settings_raise_config_error(db_path: Path, kwargs: dict[str, int]) -> None:
+    with pytest.raises(ConfigError):
+        AuditLog(db_path, **kwargs)

@@ -1,0 +1,88 @@
+"""AuditRecord, the hash chain functions, and the package's public surface."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import pytest
+
+import gateway.audit
+from gateway.audit import AuditRecord
+from gateway.audit.chain import GENESIS_HASH, canonical_bytes, record_hash
+from gateway.audit.record import normalized
+
+RecordFactory = Callable[..., AuditRecord]
+
+
+def test_record_has_no_payload_content_field() -> None:
+    names = {field.name for field in dataclasses.fields(AuditRecord)}
+    assert "payload" not in names
+    assert {name for name in names if "payload" in name} == {"payload_size", "payload_sha256"}
+
+
+def test_to_json_dict_has_every_field(make_record: RecordFactory) -> None:
+    rec = make_record(task_id="t-1", step_id="s-1", detail="capability not registered", seq=7)
+    data = rec.to_json_dict()
+    assert data == {field.name: getattr(rec, field.name) for field in dataclasses.fields(rec)}
+
+
+def test_canonical_bytes_are_sorted_compact_json_with_seq(make_record: RecordFactory) -> None:
+    rec = make_record(seq=3)
+    raw = canonical_bytes(rec)
+    assert raw.startswith(b'{"capability":"summarize",')
+    assert b'"seq":3' in raw
+    assert b" " not in raw.replace(b"spiffe://example.org/agent/alice", b"")
+
+
+def test_record_hash_depends_on_prev_hash_seq_and_fields(make_record: RecordFactory) -> None:
+    rec = make_record(seq=1)
+    base = record_hash(GENESIS_HASH, rec)
+    assert len(base) == 64
+    assert base == record_hash(GENESIS_HASH, rec)
+    assert base != record_hash("1" * 64, rec)
+    assert base != record_hash(GENESIS_HASH, dataclasses.replace(rec, seq=2))
+    assert base != record_hash(GENESIS_HASH, dataclasses.replace(rec, reason="X"))
+
+
+def test_normalized_coerces_to_declared_types(make_record: RecordFactory) -> None:
+    rec = normalized(make_record(latency_ms=3, time_unix_ms=1.7e12))
+    assert isinstance(rec.latency_ms, float)
+    assert rec.time_unix_ms == 1_700_000_000_000
+    assert isinstance(rec.time_unix_ms, int)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error"),
+    [
+        ({"decision": "deny"}, ValueError),
+        ({"latency_ms": math.nan}, ValueError),
+        ({"payload_size": 1.5}, ValueError),
+        ({"payload_size": "12"}, TypeError),
+        ({"peer_id": None}, TypeError),
+        ({"request_id": b"bytes"}, TypeError),
+    ],
+)
+def test_normalized_rejects_malformed_records(
+    make_record: RecordFactory, overrides: dict[str, object], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        normalized(make_record(**overrides))
+
+
+def test_public_surface() -> None:
+    assert sorted(gateway.audit.__all__) == [
+        "AuditLog",
+        "AuditRecord",
+        "ChainProblem",
+        "Decision",
+        "VerifyReport",
+        "format_json_lines",
+        "format_table",
+        "parse_since",
+        "query_records",
+        "verify_chain",
+    ]
+    for name in gateway.audit.__all__:
+        assert hasattr(gateway.audit, name)

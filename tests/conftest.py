@@ -1,0 +1,52 @@
+"""Session fixtures: real certificates, real agents on 127.0.0.1:0, real SQLite."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from gateway.agent import Agent
+from tests.support import (
+    Pki,
+    WriteCounter,
+    agent_config,
+    grant,
+    make_pki,
+    standard_registry,
+    started,
+    write_policy,
+)
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """One CA for the session with agents alice, bob, carol, dave, mallory; plus a foreign CA."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture
+def counter() -> WriteCounter:
+    return WriteCounter()
+
+
+@pytest.fixture
+async def alice(pki: Pki, tmp_path: Path, counter: WriteCounter) -> AsyncIterator[Agent]:
+    """Agent alice serving built-ins + notes.write; bob is granted a typical set."""
+    policy = write_policy(
+        tmp_path / "alice-policy.toml",
+        [
+            grant(
+                "bob",
+                ["text.echo@^1", "text.search@^1", "notes.write@1", "kv.put@1", "kv.get"],
+                max_payload_bytes=1024,
+            ),
+            grant("carol", ["text.echo", "notes.write"], max_risk="read"),
+            grant("dave", ["text.echo"], expires_at="2020-01-01T00:00:00Z"),
+        ],
+    )
+    config = agent_config(pki, tmp_path, "alice", policy)
+    agent = await started(config, standard_registry(counter, tmp_path / "alice-state"))
+    yield agent
+    await agent.stop()

@@ -1,0 +1,181 @@
+"""Shared test helpers: a session PKI, agents on loopback, audit inspection."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from capabilities.context import CallContext
+from capabilities.contract import ContractModel
+from capabilities.registry import Capability, CapabilityRegistry, capability
+from gateway.agent import Agent
+from gateway.audit import AuditRecord, query_records
+from gateway.config import AgentConfig
+from gateway.pki import CertificateAuthority, issue
+from gateway.tls import TlsMaterial
+from policies.grants import PolicyDocument
+from policies.policy_file import render_policy
+
+TRUST_DOMAIN = "example.org"
+
+
+def spiffe(name: str) -> str:
+    """SPIFFE ID of a test agent."""
+    return f"spiffe://{TRUST_DOMAIN}/agent/{name}"
+
+
+def future(days: int = 30) -> str:
+    return (datetime.now(UTC) + timedelta(days=days)).isoformat()
+
+
+def grant(
+    name: str,
+    capabilities: list[str],
+    *,
+    max_payload_bytes: int = 65536,
+    expires_at: str | None = None,
+    max_risk: str | None = None,
+) -> dict[str, Any]:
+    """A grant entry for peer ``name``."""
+    entry: dict[str, Any] = {
+        "peer": spiffe(name),
+        "capabilities": capabilities,
+        "max_payload_bytes": max_payload_bytes,
+        "expires_at": expires_at or future(),
+    }
+    if max_risk:
+        entry["max_risk"] = max_risk
+    return entry
+
+
+def write_policy(
+    path: Path, grants: list[dict[str, Any]], outbound: list[dict[str, Any]] | None = None
+) -> Path:
+    document = PolicyDocument.model_validate({"grants": grants, "outbound": outbound or []})
+    path.write_text(render_policy(document))
+    return path
+
+
+@dataclass
+class Pki:
+    """The session's certificates: one CA, agents, and a foreign CA."""
+
+    dir: Path
+    ca: CertificateAuthority
+    foreign_dir: Path
+
+    def material(self, name: str) -> TlsMaterial:
+        return TlsMaterial.from_files(
+            self.dir / "ca.pem", self.dir / f"{name}.pem", self.dir / f"{name}.key"
+        )
+
+    def odd_material(
+        self,
+        *,
+        uris: list[str],
+        not_after: datetime | None = None,
+        not_before: datetime | None = None,
+    ) -> TlsMaterial:
+        cert, key = self.ca.mint(uris=uris, not_before=not_before, not_after=not_after)
+        return TlsMaterial(ca_pem=self.ca.certificate_pem(), cert_pem=cert, key_pem=key)
+
+    def foreign_material(self, name: str) -> TlsMaterial:
+        return TlsMaterial.from_files(
+            self.foreign_dir / "ca.pem",
+            self.foreign_dir / f"{name}.pem",
+            self.foreign_dir / f"{name}.key",
+        )
+
+    def ensure(self, name: str) -> None:
+        if not (self.dir / f"{name}.pem").exists():
+            issue(self.dir, name)
+
+
+def make_pki(base: Path) -> Pki:
+    from gateway.pki import init_ca
+
+    pki_dir, foreign = base / "pki", base / "foreign-pki"
+    init_ca(pki_dir, TRUST_DOMAIN)
+    for name in ("alice", "bob", "carol", "dave", "mallory"):
+        issue(pki_dir, name)
+    init_ca(foreign, TRUST_DOMAIN)
+    issue(foreign, "bob")
+    return Pki(dir=pki_dir, ca=CertificateAuthority.load(pki_dir), foreign_dir=foreign)
+
+
+def agent_config(
+    pki: Pki,
+    base: Path,
+    name: str,
+    policy: Path,
+    peers: list[tuple[str, str]] | None = None,
+    modules: tuple[str, ...] = ("capabilities.builtin",),
+) -> AgentConfig:
+    pki.ensure(name)
+    return AgentConfig.model_validate(
+        {
+            "id": spiffe(name),
+            "listen": "127.0.0.1:0",
+            "tls": {
+                "ca": pki.dir / "ca.pem",
+                "cert": pki.dir / f"{name}.pem",
+                "key": pki.dir / f"{name}.key",
+            },
+            "policy": policy,
+            "audit_db": base / f"{name}-audit.sqlite",
+            "state_dir": base / f"{name}-state",
+            "modules": list(modules),
+            "peers": [{"id": peer_id, "address": address} for peer_id, address in peers or []],
+        }
+    )
+
+
+class NoteInput(ContractModel):
+    note: str
+
+
+class NoteOutput(ContractModel):
+    stored: int
+
+
+@dataclass
+class WriteCounter:
+    """A write capability that counts how often its code really ran."""
+
+    calls: int = 0
+    seen_fields: list[frozenset[str]] = field(default_factory=list)
+
+    def capability(self) -> Capability:
+        @capability("notes.write", "1.0.0", risk="write", timeout=2.0, idempotent=True)
+        async def write(inp: NoteInput, ctx: CallContext) -> NoteOutput:
+            """Store a note (counts invocations)."""
+            self.calls += 1
+            self.seen_fields.append(frozenset(inp.model_fields_set))
+            return NoteOutput(stored=self.calls)
+
+        return write
+
+
+def standard_registry(counter: WriteCounter, state_dir: Path) -> CapabilityRegistry:
+    """Built-ins plus the counting write capability."""
+    from capabilities.builtin import register
+    from capabilities.loading import AgentEnvironment
+
+    registry = CapabilityRegistry()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    register(registry, AgentEnvironment("test", state_dir))
+    registry.register(counter.capability())
+    return registry
+
+
+def audit_rows(db: Path) -> list[AuditRecord]:
+    """All committed audit records, read through a separate read-only connection."""
+    return query_records(db)
+
+
+async def started(config: AgentConfig, registry: CapabilityRegistry | None = None) -> Agent:
+    agent = Agent(config, registry)
+    await agent.start(watch_policy=False)
+    return agent
