@@ -65,7 +65,10 @@ def capability(
     def wrap(function: Callable[..., Awaitable[Any]]) -> Capability:
         if not inspect.iscoroutinefunction(function):
             raise TypeError(f"capability {name}: {function.__name__} must be async")
-        hints = typing.get_type_hints(function)
+        try:
+            hints = typing.get_type_hints(function)
+        except NameError as err:
+            raise TypeError(f"capability {name}: cannot resolve type hints ({err})") from err
         params = list(inspect.signature(function).parameters)
         if not params or params[0] not in hints or "return" not in hints:
             raise TypeError(f"capability {name}: annotate the input parameter and return type")

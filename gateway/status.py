@@ -41,7 +41,7 @@ _TRANSPORT_ERRORS: dict[grpc.StatusCode, type[GatewayError]] = {
     grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
 }
 
-_NAME_MISMATCH_HINTS = ("Peer name", "not in peer certificate", "hostname")
+_NAME_MISMATCH_HINTS = ("Hostname Verification Check failed", "not in peer certificate")
 
 
 def from_rpc_error(err: grpc.RpcError) -> GatewayError:

@@ -1,0 +1,170 @@
+"""After admission: timeouts, bad output, failures, idempotency, and failing closed on audit."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capabilities import CallContext, CapabilityRegistry, ContractModel, capability
+from gateway.agent import Agent
+from gateway.client import PeerClient
+from gateway.errors import (
+    AuditUnavailable,
+    CapabilityFailed,
+    CapabilityTimeout,
+    GatewayError,
+    IdempotencyConflict,
+    InvalidOutput,
+    OutputTooLarge,
+)
+from tests.support import Pki, WriteCounter, agent_config, audit_rows, grant, started, write_policy
+
+
+class Size(ContractModel):
+    n: int
+
+
+class Blob(ContractModel):
+    data: str
+
+
+class Count(ContractModel):
+    count: int
+
+
+@capability("test.slow", "1.0.0", risk="read", timeout=0.2)
+async def slow(inp: Size, ctx: CallContext) -> Blob:
+    """Sleeps past its own timeout."""
+    await asyncio.sleep(5)
+    return Blob(data="")
+
+
+@capability("test.liar", "1.0.0", risk="read")
+async def liar(inp: Size, ctx: CallContext) -> Count:
+    """Returns output that violates its contract."""
+    return {"count": "many", "secret": "s3cr3t"}  # type: ignore[return-value]
+
+
+@capability("test.big", "1.0.0", risk="read")
+async def big(inp: Size, ctx: CallContext) -> Blob:
+    """Returns n bytes of data."""
+    return Blob(data="x" * inp.n)
+
+
+@capability("test.crash", "1.0.0", risk="read")
+async def crash(inp: Size, ctx: CallContext) -> Blob:
+    """Raises with a message that must not reach the caller."""
+    raise RuntimeError("internal path /etc/secret")
+
+
+@pytest.fixture
+async def agent(pki: Pki, tmp_path: Path, counter: WriteCounter) -> AsyncIterator[Agent]:
+    registry = CapabilityRegistry()
+    for cap in (slow, liar, big, crash, counter.capability()):
+        registry.register(cap)
+    policy = write_policy(
+        tmp_path / "policy.toml",
+        [
+            grant(
+                "bob",
+                ["test.slow", "test.liar", "test.big", "test.crash", "notes.write"],
+                max_payload_bytes=1000,
+            )
+        ],
+    )
+    agent = await started(agent_config(pki, tmp_path, "alice", policy), registry)
+    yield agent
+    await agent.stop()
+
+
+@pytest.fixture
+async def bob(pki: Pki, agent: Agent) -> AsyncIterator[PeerClient]:
+    async with PeerClient(agent.config.id, agent.address, pki.material("bob")) as client:
+        yield client
+
+
+@pytest.mark.parametrize(
+    ("capability_name", "payload", "error"),
+    [
+        ("test.slow", {"n": 1}, CapabilityTimeout),
+        ("test.liar", {"n": 1}, InvalidOutput),
+        ("test.big", {"n": 5000}, OutputTooLarge),
+        ("test.crash", {"n": 1}, CapabilityFailed),
+    ],
+)
+async def test_failures_after_admission(
+    agent: Agent,
+    bob: PeerClient,
+    capability_name: str,
+    payload: dict[str, Any],
+    error: type[GatewayError],
+) -> None:
+    with pytest.raises(GatewayError) as info:
+        await bob.invoke(capability_name, payload)
+    assert type(info.value) is error
+    assert "secret" not in info.value.message and "s3cr3t" not in info.value.message
+    record = audit_rows(agent.config.audit_db)[-1]
+    assert (record.decision, record.reason, record.served_version) == (
+        "allow",
+        error.reason,
+        "1.0.0",
+    )
+
+
+async def test_repeated_idempotency_key_runs_the_write_once(
+    agent: Agent, bob: PeerClient, counter: WriteCounter
+) -> None:
+    first = await bob.invoke("notes.write", {"note": "a"}, idempotency_key="task-1:step-1:0")
+    again = await bob.invoke("notes.write", {"note": "a"}, idempotency_key="task-1:step-1:0")
+    assert counter.calls == 1
+    assert (first.replayed, again.replayed) == (False, True)
+    assert again.payload == first.payload and again.evidence_sha256 == first.evidence_sha256
+    await agent.audit.flush()
+    assert [r.detail for r in audit_rows(agent.config.audit_db)[-2:]] == ["", "idempotent replay"]
+
+
+async def test_concurrent_duplicates_wait_for_the_first(
+    agent: Agent, bob: PeerClient, counter: WriteCounter
+) -> None:
+    results = await asyncio.gather(
+        *[bob.invoke("notes.write", {"note": "a"}, idempotency_key="same-key") for _ in range(8)]
+    )
+    assert counter.calls == 1
+    assert sorted(r.replayed for r in results) == [False] + [True] * 7
+
+
+async def test_idempotency_key_with_other_payload_conflicts(
+    agent: Agent, bob: PeerClient, counter: WriteCounter
+) -> None:
+    await bob.invoke("notes.write", {"note": "a"}, idempotency_key="k")
+    with pytest.raises(IdempotencyConflict):
+        await bob.invoke("notes.write", {"note": "b"}, idempotency_key="k")
+    assert counter.calls == 1
+
+
+async def test_idempotency_survives_restart(
+    pki: Pki, tmp_path: Path, counter: WriteCounter
+) -> None:
+    registry = CapabilityRegistry()
+    registry.register(counter.capability())
+    policy = write_policy(tmp_path / "policy.toml", [grant("bob", ["notes.write"])])
+    config = agent_config(pki, tmp_path, "alice", policy)
+    for _ in range(2):
+        agent = await started(config, registry)
+        async with PeerClient(agent.config.id, agent.address, pki.material("bob")) as client:
+            await client.invoke("notes.write", {"note": "a"}, idempotency_key="durable")
+        await agent.stop()
+    assert counter.calls == 1
+
+
+async def test_agent_refuses_work_it_cannot_audit(
+    agent: Agent, bob: PeerClient, counter: WriteCounter
+) -> None:
+    await agent.audit.close()
+    with pytest.raises(AuditUnavailable):
+        await bob.invoke("notes.write", {"note": "a"})
+    assert counter.calls == 0

@@ -1,0 +1,103 @@
+"""The error tree, its one status table, and wire round-trips."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+import gateway
+from gateway import errors
+from gateway.errors import GatewayError, all_error_classes, error_for_reason, status_code_for
+from gateway.server import GatewayServicer
+from gateway.status import from_rpc_error, to_grpc_status
+from gateway.wire.v1 import gateway_pb2
+
+
+def test_every_error_class_maps_to_a_specific_status() -> None:
+    for cls in all_error_classes():
+        code = status_code_for(cls("x"))
+        assert isinstance(code, grpc.StatusCode)
+        assert code is not grpc.StatusCode.UNKNOWN
+        assert code is not grpc.StatusCode.OK
+
+
+def test_subclass_inherits_its_nearest_listed_ancestor() -> None:
+    class VeryUnknown(errors.UnknownPeer):
+        reason = "VERY_UNKNOWN"
+
+    assert status_code_for(VeryUnknown()) is grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_reason_codes_are_unique_except_the_config_alias() -> None:
+    reasons = [cls.reason for cls in all_error_classes() if cls is not errors.AgentConfigError]
+    assert len(reasons) == len(set(reasons))
+
+
+def test_every_documented_reason_code_exists() -> None:
+    documented = {
+        "UNAUTHENTICATED",
+        "UNKNOWN_PEER",
+        "GRANT_EXPIRED",
+        "CAPABILITY_NOT_GRANTED",
+        "VERSION_NOT_AVAILABLE",
+        "PAYLOAD_TOO_LARGE",
+        "INVALID_INPUT",
+        "DEADLINE_EXCEEDED",
+        "RISK_NOT_GRANTED",
+        "AUDIT_UNAVAILABLE",
+    }
+    assert documented <= {cls.reason for cls in all_error_classes()}
+
+
+class _FakeCall(grpc.RpcError):
+    """What a failed call looks like to the client: code, details, trailing metadata."""
+
+    def __init__(self, status: grpc.Status) -> None:
+        self._status = status
+
+    def code(self) -> grpc.StatusCode:
+        return self._status.code
+
+    def details(self) -> str:
+        return self._status.details
+
+    def trailing_metadata(self) -> tuple[tuple[str, bytes], ...]:
+        return tuple(self._status.trailing_metadata)
+
+
+@pytest.mark.parametrize(
+    "cls", [c for c in all_error_classes() if c is not errors.AgentConfigError]
+)
+def test_every_error_round_trips_through_the_wire_form(cls: type[GatewayError]) -> None:
+    back = from_rpc_error(_FakeCall(to_grpc_status(cls("why it failed"))))
+    assert type(back) is cls
+    assert back.message == "why it failed"
+
+
+def test_detail_never_crosses_the_wire() -> None:
+    status = to_grpc_status(errors.CapabilityNotGranted("not granted", detail="secret-detail"))
+    assert all(b"secret-detail" not in value for _, value in status.trailing_metadata)
+    assert "secret-detail" not in status.details
+
+
+def test_unknown_reason_falls_back_to_the_root() -> None:
+    assert error_for_reason("NO_SUCH_REASON") is GatewayError
+
+
+def test_every_rpc_has_a_servicer_method() -> None:
+    service = gateway_pb2.DESCRIPTOR.services_by_name["PeerGateway"]
+    for method in service.methods:
+        assert method.name in vars(GatewayServicer), method.name
+
+
+def test_public_api_is_what_all_says() -> None:
+    for package in (gateway,):
+        for name in package.__all__:
+            assert hasattr(package, name)
+    import capabilities
+    import policies
+
+    for package in (capabilities, policies):
+        assert sorted(package.__all__) == sorted(set(package.__all__))
+        for name in package.__all__:
+            assert hasattr(package, name), f"{package.__name__}.{name}"
