@@ -92,5 +92,6 @@ def _audit(args: argparse.Namespace) -> int:
         capability=args.capability,
         since=since,
     )
-    print(format_json_lines(records) if args.json else format_table(records))
+    text = format_json_lines(records) if args.json else format_table(records)
+    sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
     return 0

@@ -1,0 +1,201 @@
+"""The a2a-gateway command line, run as users run it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gateway.cli.main import main
+from tests.support import Pki, grant, spiffe, write_policy
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parents[2],
+    )
+
+
+def test_pki_init_and_issue(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["pki", "init", "--dir", str(tmp_path / "pki"), "--trust-domain", "acme.test"]) == 0
+    assert main(["pki", "issue", "web", "--dir", str(tmp_path / "pki")]) == 0
+    out = capsys.readouterr().out
+    assert "spiffe://acme.test/agent/web" in out
+    assert (tmp_path / "pki" / "web.pem").exists()
+    assert main(["pki", "init", "--dir", str(tmp_path / "pki"), "--trust-domain", "acme.test"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: CA already exists") and err.count("\n") == 1
+
+
+def test_policy_check_explains_problems_in_one_place(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = write_policy(tmp_path / "good.toml", [grant("bob", ["text.echo@^1"])])
+    assert main(["policy", "check", str(good)]) == 0
+    assert f"{spiffe('bob')}: text.echo@^1" in capsys.readouterr().out
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        '[[grants]]\npeer = "bob"\ncapabilities = []\nmax_payload_bytes = 1\n'
+        "expires_at = 2030-01-01T00:00:00Z\n"
+    )
+    assert main(["policy", "check", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: grants[0] (peer bob).peer: Value error, 'bob' is not a SPIFFE ID" in err
+    assert "Traceback" not in err
+
+
+def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
+    result = run("describe", "--config", str(tmp_path / "missing.toml"), "--peer", spiffe("x"))
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip() == f"error: {tmp_path / 'missing.toml'}: agent config file not found"
+    )
+
+
+def _write_config(pki: Pki, base: Path, name: str, port: int, peers: list[tuple[str, int]]) -> Path:
+    pki.ensure(name)
+    lines = [
+        f'id = "{spiffe(name)}"',
+        f'listen = "127.0.0.1:{port}"',
+        f'policy = "{name}-policy.toml"',
+        f'audit_db = "{name}-audit.sqlite"',
+        f'state_dir = "{name}-state"',
+        "",
+        "[tls]",
+        f'ca = "{pki.dir / "ca.pem"}"',
+        f'cert = "{pki.dir / (name + ".pem")}"',
+        f'key = "{pki.dir / (name + ".key")}"',
+        "",
+    ]
+    for peer, peer_port in peers:
+        lines += ["[[peers]]", f'id = "{spiffe(peer)}"', f'address = "127.0.0.1:{peer_port}"', ""]
+    path = base / f"{name}.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_serve_describe_call_audit_verify(pki: Pki, tmp_path: Path) -> None:
+    port = _free_port()
+    write_policy(tmp_path / "alice-policy.toml", [grant("bob", ["text.search@^1", "kv.put"])])
+    write_policy(tmp_path / "bob-policy.toml", [])
+    alice = _write_config(pki, tmp_path, "alice", port, [])
+    bob = _write_config(pki, tmp_path, "bob", 0, [("alice", port)])
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(alice)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[2],
+    )
+    try:
+        assert server.stdout is not None
+        assert "serving on" in server.stdout.readline()
+        described = run("describe", "--config", str(bob), "--peer", spiffe("alice"), "--json")
+        assert described.returncode == 0, described.stderr
+        names = [c["name"] for c in json.loads(described.stdout)["capabilities"]]
+        assert names == ["kv.put", "text.search"]
+
+        ok = run(
+            "call",
+            "--config",
+            str(bob),
+            "--peer",
+            spiffe("alice"),
+            "text.search@^1",
+            "--input",
+            '{"query": "audit"}',
+        )
+        assert ok.returncode == 0, ok.stderr
+        assert json.loads(ok.stdout)["items"][0]["id"] == "doc-3"
+
+        (tmp_path / "in.json").write_text('{"key": "k"}')
+        refused = run(
+            "call",
+            "--config",
+            str(bob),
+            "--peer",
+            spiffe("alice"),
+            "kv.get",
+            "--input",
+            f"@{tmp_path / 'in.json'}",
+        )
+        assert refused.returncode == 1
+        assert refused.stderr.startswith("refused: CAPABILITY_NOT_GRANTED:")
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=20) == 0
+
+    db = tmp_path / "alice-audit.sqlite"
+    table = run("audit", "--db", str(db), "--refusals")
+    assert table.returncode == 0
+    assert "CAPABILITY_NOT_GRANTED" in table.stdout and "OK" not in table.stdout.split("\n", 1)[1]
+    lines = run("audit", "--db", str(db), "--json", "--since", "10m").stdout.splitlines()
+    assert [json.loads(line)["reason"] for line in lines] == ["OK", "CAPABILITY_NOT_GRANTED"]
+    assert all('"audit"' not in line for line in lines)  # the query text never reaches the log
+    assert run("audit", "verify", "--db", str(db)).returncode == 0
+
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE audit_records SET reason = 'OK' WHERE seq = 2")
+    conn.commit()
+    conn.close()
+    broken = run("audit", "verify", "--db", str(db))
+    assert broken.returncode == 1
+    assert "seq 2: modified" in broken.stdout
+
+
+def test_sighup_reloads_policy(pki: Pki, tmp_path: Path) -> None:
+    port = _free_port()
+    write_policy(tmp_path / "alice-policy.toml", [])
+    write_policy(tmp_path / "bob-policy.toml", [])
+    alice = _write_config(pki, tmp_path, "alice", port, [])
+    bob = _write_config(pki, tmp_path, "bob", 0, [("alice", port)])
+    server = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(alice)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[2],
+    )
+    try:
+        assert server.stdout is not None and "serving on" in server.stdout.readline()
+        call = (
+            "call",
+            "--config",
+            str(bob),
+            "--peer",
+            spiffe("alice"),
+            "text.echo",
+            "--input",
+            '{"text": "x"}',
+        )
+        assert run(*call).stderr.startswith("refused: UNKNOWN_PEER")
+        write_policy(tmp_path / "alice-policy.toml", [grant("bob", ["text.echo"])])
+        os.kill(server.pid, signal.SIGHUP)
+        for _ in range(50):  # the signal is handled asynchronously; bounded wait
+            result = run(*call)
+            if result.returncode == 0:
+                break
+            time.sleep(0.1)
+        assert result.returncode == 0, result.stderr
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=20)
