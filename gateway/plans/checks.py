@@ -1,0 +1,114 @@
+"""Static checks on a plan, before anything runs.
+
+Structure (pure): more steps than the cap, duplicate ids, unknown dependency,
+dependency cycle, ``$from`` reference to a step that is not a dependency.
+Routes (needs the catalog of what is on offer): a capability no local registry
+or authorized peer offers, or whose every offer is above the task's risk.
+Each problem is reported as a PlanInvalid whose message names the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gateway.plans.errors import PlanInvalid
+from gateway.plans.model import Plan, Step, reference_step
+from gateway.router import Offer
+
+
+@dataclass(frozen=True, slots=True)
+class PlanLimits:
+    """Agent-wide limits on plans.
+
+    Attributes:
+        max_steps: Most steps a plan may have.
+        default_retries: Retries for a step that does not set ``max_retries``.
+    """
+
+    max_steps: int = 256
+    default_retries: int = 2
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1 or self.default_retries < 0:
+            raise ValueError("max_steps must be >= 1 and default_retries >= 0")
+
+
+def check_structure(plan: Plan, limits: PlanLimits) -> tuple[str, ...]:
+    """Run the structural checks; returns the step ids in a dependency order."""
+    if len(plan.steps) > limits.max_steps:
+        raise PlanInvalid(
+            f"plan has {len(plan.steps)} steps; this agent accepts at most {limits.max_steps}"
+        )
+    ids = _unique_ids(plan.steps)
+    for step in plan.steps:
+        for dep in step.depends_on:
+            if dep not in ids:
+                raise PlanInvalid(f"step {step.id!r} depends on unknown step {dep!r}")
+            if dep == step.id:
+                raise PlanInvalid(f"step {step.id!r} depends on itself")
+    order = _topological(plan.steps)
+    for step in plan.steps:
+        _check_references(step)
+    return order
+
+
+def _unique_ids(steps: Sequence[Step]) -> set[str]:
+    seen: set[str] = set()
+    for step in steps:
+        if step.id in seen:
+            raise PlanInvalid(f"step id {step.id!r} appears more than once")
+        seen.add(step.id)
+    return seen
+
+
+def _topological(steps: Sequence[Step]) -> tuple[str, ...]:
+    waiting = {step.id: set(step.depends_on) for step in steps}
+    order: list[str] = []
+    while waiting:
+        ready = [sid for sid, deps in waiting.items() if not deps]
+        if not ready:
+            cycle = sorted(waiting)
+            raise PlanInvalid(f"dependency cycle among steps {', '.join(map(repr, cycle))}")
+        for sid in ready:
+            del waiting[sid]
+            order.append(sid)
+        for deps in waiting.values():
+            deps.difference_update(ready)
+    return tuple(order)
+
+
+def _check_references(step: Step) -> None:
+    for path in step.references():
+        source = reference_step(path)
+        if not path or not source:
+            raise PlanInvalid(f"step {step.id!r} has an empty $from reference")
+        if source not in step.depends_on:
+            raise PlanInvalid(
+                f"step {step.id!r} references {path!r} but does not depend on {source!r}"
+            )
+
+
+def check_routes(
+    plan: Plan, catalog: Mapping[str, Sequence[Offer]], *, skip: frozenset[str] = frozenset()
+) -> None:
+    """Every step (except ``skip``) has an offer matching its version within the task's risk."""
+    for step in plan.steps:
+        if step.id in skip:
+            continue
+        matching = [
+            offer
+            for offer in catalog.get(step.capability, ())
+            if step.constraint.allows(offer.version) and offer.where not in step.avoid
+        ]
+        if not matching:
+            raise PlanInvalid(
+                f"step {step.id!r}: no local capability or authorized peer offers "
+                f"{step.capability}@{step.constraint}"
+            )
+        if all(offer.risk.rank > plan.max_risk.rank for offer in matching):
+            lowest = min(matching, key=lambda offer: offer.risk.rank).risk
+            raise PlanInvalid(
+                f"step {step.id!r}: {step.capability} has risk {lowest.value}; "
+                f"this task allows up to {plan.max_risk.value}"
+            )

@@ -1,0 +1,230 @@
+"""The plan document: a goal broken into steps with dependencies, and its budget.
+
+Example::
+
+    {
+      "goal": "find notes about audit logs and store the best title",
+      "max_parallel": 4,
+      "max_risk": "write",
+      "budget": {"max_steps": 10, "max_peer_calls": 20, "max_elapsed_seconds": 30},
+      "steps": [
+        {"id": "search", "capability": "text.search", "version": "^1",
+         "input": {"query": "audit", "limit": 1}},
+        {"id": "store", "capability": "kv.put", "depends_on": ["search"],
+         "input": {"key": "best", "value": {"$from": "search.items.0.title"}},
+         "expect": {"schema": {"type": "object", "required": ["revision"]}}}
+      ]
+    }
+
+A value ``{"$from": "STEP.path.to.field"}`` anywhere in a step's input is
+replaced by that part of an earlier step's output (list items by index).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from capabilities.contract import Risk, is_capability_name
+from capabilities.versions import VersionConstraint, VersionSyntaxError
+from gateway.plans.errors import PlanInvalid
+
+STEP_ID_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
+REFERENCE_KEY = "$from"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Expect(_Frozen):
+    """What a step's output must satisfy for the step to count as done.
+
+    Attributes:
+        json_schema: A JSON Schema (subset: see ``gateway.plans.schema``) the output must match.
+    """
+
+    json_schema: dict[str, Any] = Field(alias="schema")
+
+
+class Step(_Frozen):
+    """One unit of work.
+
+    Attributes:
+        id: Unique in the plan; letters, digits, ``_`` and ``-``.
+        capability: Dotted capability name.
+        version: Version constraint (``""`` means any).
+        input: The step's input; may hold ``{"$from": "step.path"}`` references.
+        depends_on: Steps that must complete first.
+        max_retries: Retries for transient failures (None: the agent default).
+        expect: Condition on the output that decides success.
+        avoid: Peers this step must not run on (set by replanning).
+        revision: Task revision at which the step was last changed (set by replanning).
+    """
+
+    id: str = Field(pattern=STEP_ID_PATTERN)
+    capability: str
+    version: str = ""
+    input: dict[str, Any] = Field(default_factory=dict)
+    depends_on: tuple[str, ...] = ()
+    max_retries: int | None = Field(default=None, ge=0, le=10)
+    expect: Expect | None = None
+    avoid: tuple[str, ...] = ()
+    revision: int = Field(default=0, ge=0)
+
+    @field_validator("capability")
+    @classmethod
+    def _capability(cls, value: str) -> str:
+        if not is_capability_name(value):
+            raise ValueError(f"{value!r} is not a dotted lowercase capability name")
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        try:
+            VersionConstraint.parse(value)
+        except VersionSyntaxError as err:
+            raise ValueError(str(err)) from err
+        return value
+
+    @property
+    def constraint(self) -> VersionConstraint:
+        """The parsed version constraint."""
+        return VersionConstraint.parse(self.version)
+
+    def references(self) -> Iterator[str]:
+        """Every ``$from`` path in the input, in document order."""
+        yield from _references(self.input)
+
+
+class Budget(_Frozen):
+    """Limits the executor enforces for the whole task.
+
+    Attributes:
+        max_steps: Step executions (a re-run after replanning counts again).
+        max_peer_calls: Invoke attempts sent to peers (retries count).
+        max_elapsed_seconds: Running time; also the deadline every step inherits.
+        max_revisions: How often the planner may revise the remaining plan.
+    """
+
+    max_steps: int | None = Field(default=None, ge=1)
+    max_peer_calls: int | None = Field(default=None, ge=0)
+    max_elapsed_seconds: float = Field(default=60.0, gt=0, le=86_400)
+    max_revisions: int = Field(default=2, ge=0, le=20)
+
+
+class Plan(_Frozen):
+    """A goal, its steps and how they may run.
+
+    Attributes:
+        goal: What the plan is for (never sent to peers).
+        steps: The steps; order only breaks ties between ready steps.
+        max_parallel: Most steps running at once.
+        max_risk: Highest capability risk the task may use (fails closed: ``read``).
+        budget: Limits enforced by the executor.
+    """
+
+    goal: str = Field(max_length=4096)
+    steps: tuple[Step, ...] = Field(min_length=1)
+    max_parallel: int = Field(default=4, ge=1, le=256)
+    max_risk: Risk = Risk.READ
+    budget: Budget = Field(default_factory=Budget)
+
+    def step(self, step_id: str) -> Step:
+        """The step called ``step_id`` (KeyError if none)."""
+        for step in self.steps:
+            if step.id == step_id:
+                return step
+        raise KeyError(step_id)
+
+    def replace_step(self, step: Step) -> Plan:
+        """A copy with the step of the same id replaced."""
+        steps = tuple(step if s.id == step.id else s for s in self.steps)
+        return self.model_copy(update={"steps": steps})
+
+    def to_json(self) -> str:
+        """Canonical JSON text (by alias) that ``parse_plan`` reads back."""
+        return json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True)
+
+
+def parse_plan(text: str | bytes, source: str = "<plan>") -> Plan:
+    """Validate a plan document; raises PlanInvalid naming the key (and step) at fault."""
+    try:
+        return Plan.model_validate_json(text)
+    except ValidationError as err:
+        raise PlanInvalid(_describe(source, err, text)) from err
+
+
+def _describe(source: str, err: ValidationError, text: str | bytes) -> str:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    lines = []
+    for problem in err.errors(include_url=False, include_input=False)[:10]:
+        loc = list(problem["loc"])
+        where = ".".join(str(part) for part in loc) or "(top level)"
+        if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int):
+            step_id = _step_id_at(data, loc[1])
+            if step_id:
+                where += f" (step {step_id!r})"
+        lines.append(f"{source}: {where}: {problem['msg']}")
+    return "\n".join(lines)
+
+
+def _step_id_at(data: Any, index: int) -> str | None:
+    steps = data.get("steps") if isinstance(data, dict) else None
+    if isinstance(steps, list) and index < len(steps) and isinstance(steps[index], dict):
+        value = steps[index].get("id")
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _references(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        if set(value) == {REFERENCE_KEY}:
+            ref = value[REFERENCE_KEY]
+            yield ref if isinstance(ref, str) else ""
+            return
+        for item in value.values():
+            yield from _references(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _references(item)
+
+
+def reference_step(path: str) -> str:
+    """The step id a ``$from`` path reads from (its first segment)."""
+    return path.split(".", 1)[0]
+
+
+def resolve_input(value: Any, outputs: Mapping[str, Any]) -> Any:
+    """``value`` with every ``$from`` reference replaced from ``outputs`` (by step id).
+
+    Raises:
+        KeyError: the path does not exist in the referenced output.
+    """
+    if isinstance(value, dict):
+        if set(value) == {REFERENCE_KEY}:
+            return _follow(str(value[REFERENCE_KEY]), outputs)
+        return {key: resolve_input(item, outputs) for key, item in value.items()}
+    if isinstance(value, list):
+        return [resolve_input(item, outputs) for item in value]
+    return value
+
+
+def _follow(path: str, outputs: Mapping[str, Any]) -> Any:
+    step_id, *parts = path.split(".")
+    current = outputs[step_id]
+    for part in parts:
+        if isinstance(current, list) and part.isdigit() and int(part) < len(current):
+            current = current[int(part)]
+        elif isinstance(current, dict) and part in current:
+            current = current[part]
+        else:
+            raise KeyError(path)
+    return current

@@ -1,0 +1,300 @@
+"""Where a capability can run: locally, or on an authorized peer that offers it.
+
+Order of routes for a capability: the local registry first, then peers in the
+order of the agent's ``[[peers]]``. A peer is a route only if
+
+1. this agent's ``[[outbound]]`` rules allow sending that capability (and
+   version) to it — fails closed: no rule, no route; and
+2. its ``Describe`` (to this agent) lists a matching version.
+
+Descriptions are cached per peer; ``forget(peer)`` drops one when the peer
+answers that a capability or version is not available. The outbound rule is
+checked again on every call, so a policy reload takes effect at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from capabilities.contract import Risk
+from capabilities.registry import Capability, CapabilityRegistry
+from capabilities.versions import Version, VersionConstraint, VersionSyntaxError
+from gateway.client import InvokeResult, PeerClient, PeerDescription, RemoteCapability
+from gateway.errors import (
+    DeadlineExceeded,
+    GatewayError,
+    InvalidInput,
+    OutboundNotAllowed,
+    PayloadTooLarge,
+)
+from policies.store import PolicyStore
+
+_log = logging.getLogger(__name__)
+
+LOCAL = "local"
+"""The ``where`` of a route that runs in this agent."""
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """One place a capability version can run.
+
+    Attributes:
+        capability: Capability name.
+        version: The version that would serve.
+        risk: Its risk.
+        idempotent: Whether it is marked idempotent.
+        where: ``"local"`` or the peer's SPIFFE ID.
+        input_fields: Top-level input fields the contract declares (all that may be sent).
+        output_schema: JSON Schema of the output (remote outputs are checked against it).
+        max_payload_bytes: The peer's advertised payload cap (None for local).
+        local: The local capability, when ``where`` is ``"local"``.
+    """
+
+    capability: str
+    version: Version
+    risk: Risk
+    idempotent: bool
+    where: str
+    input_fields: frozenset[str]
+    output_schema: dict[str, Any]
+    max_payload_bytes: int | None = None
+    local: Capability | None = None
+
+    @property
+    def retryable(self) -> bool:
+        """Read capabilities and idempotent ones may be retried."""
+        return self.risk is Risk.READ or self.idempotent
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A peer that was not a route, and why (reason code only)."""
+
+    where: str
+    reason: str
+
+
+def local_offer(cap: Capability) -> Offer:
+    """The offer of a capability registered in this agent."""
+    contract = cap.contract
+    return Offer(
+        capability=contract.name,
+        version=contract.version,
+        risk=contract.risk,
+        idempotent=contract.idempotent,
+        where=LOCAL,
+        input_fields=contract.input_fields(),
+        output_schema=contract.output_schema(),
+        local=cap,
+    )
+
+
+def remote_offer(peer_id: str, cap: RemoteCapability, max_payload_bytes: int) -> Offer | None:
+    """The offer a peer's description makes (None if it is malformed: fail closed)."""
+    try:
+        version = Version.parse(cap.version)
+        risk = Risk(cap.risk)
+    except (VersionSyntaxError, ValueError):
+        return None
+    properties = cap.input_schema.get("properties", {})
+    return Offer(
+        capability=cap.name,
+        version=version,
+        risk=risk,
+        idempotent=cap.idempotent,
+        where=peer_id,
+        input_fields=frozenset(properties) if isinstance(properties, dict) else frozenset(),
+        output_schema=cap.output_schema,
+        max_payload_bytes=max_payload_bytes,
+    )
+
+
+class Router:
+    """Finds offers for capabilities and sends calls to peers, policy first."""
+
+    def __init__(
+        self,
+        *,
+        registry: CapabilityRegistry,
+        policies: PolicyStore,
+        peers: Sequence[str],
+        client_for: Callable[[str], PeerClient],
+        describe_timeout: float = 3.0,
+        cache_seconds: float = 300.0,
+    ) -> None:
+        self._registry = registry
+        self._policies = policies
+        self._peers = tuple(peers)
+        self._client_for = client_for
+        self._describe_timeout = describe_timeout
+        self._cache_seconds = cache_seconds
+        self._described: dict[str, tuple[float, PeerDescription]] = {}
+        self._lock = asyncio.Lock()
+
+    def may_send(self, peer_id: str, capability: str, version: Version | None = None) -> bool:
+        """The outbound rules allow ``capability`` (at ``version``) to ``peer_id``."""
+        rule = self._policies.current.outbound.get(peer_id)
+        if rule is None:
+            return False
+        return any(
+            entry.name == capability
+            and (version is None or entry.version_constraint.allows(version))
+            for entry in rule.capabilities
+        )
+
+    async def offers(
+        self,
+        capability: str,
+        constraint: VersionConstraint,
+        *,
+        avoid: Sequence[str] = (),
+    ) -> tuple[list[Offer], list[Skipped]]:
+        """Routes for ``capability@constraint``: local first, then peers in config order."""
+        found: list[Offer] = []
+        skipped: list[Skipped] = []
+        local = self._registry.resolve(capability, constraint)
+        if local is not None and LOCAL not in avoid:
+            found.append(local_offer(local))
+        candidates = [peer for peer in self._peers if peer not in avoid]
+        allowed = [peer for peer in candidates if self.may_send(peer, capability)]
+        skipped += [
+            Skipped(peer, OutboundNotAllowed.reason) for peer in candidates if peer not in allowed
+        ]
+        descriptions = await self._describe_all(allowed)
+        for peer in allowed:
+            description = descriptions.get(peer)
+            offer = None if description is None else _best(description, capability, constraint)
+            if offer is not None and not self.may_send(peer, capability, offer.version):
+                skipped.append(Skipped(peer, OutboundNotAllowed.reason))
+            elif offer is not None:
+                found.append(offer)
+        return found, skipped
+
+    async def catalog(self, names: Sequence[str]) -> dict[str, list[Offer]]:
+        """Every offer (any version) for each capability in ``names``."""
+        result: dict[str, list[Offer]] = {}
+        for name in sorted(set(names)):
+            local = [local_offer(c) for c in self._registry if c.name == name]
+            remote: list[Offer] = []
+            allowed = [peer for peer in self._peers if self.may_send(peer, name)]
+            descriptions = await self._describe_all(allowed)
+            for peer, description in descriptions.items():
+                for cap in description.capabilities:
+                    offer = remote_offer(peer, cap, description.max_payload_bytes)
+                    if (
+                        offer is not None
+                        and offer.capability == name
+                        and self.may_send(peer, name, offer.version)
+                    ):
+                        remote.append(offer)
+            result[name] = local + remote
+        return result
+
+    def forget(self, peer_id: str) -> None:
+        """Drop the cached description of ``peer_id`` (it will be asked again)."""
+        self._described.pop(peer_id, None)
+
+    async def _describe_all(self, peers: Sequence[str]) -> dict[str, PeerDescription]:
+        answers = await asyncio.gather(*(self._describe(peer) for peer in peers))
+        return {peer: answer for peer, answer in zip(peers, answers, strict=True) if answer}
+
+    async def _describe(self, peer_id: str) -> PeerDescription | None:
+        cached = self._described.get(peer_id)
+        if cached is not None and time.monotonic() - cached[0] < self._cache_seconds:
+            return cached[1]
+        try:
+            description = await self._client_for(peer_id).describe(timeout=self._describe_timeout)
+        except GatewayError as err:
+            _log.info("describe %s failed: %s", peer_id, err.reason)
+            return None
+        if description.agent_id != peer_id:
+            _log.warning("peer %s described itself as someone else; ignored", peer_id)
+            return None
+        self._described[peer_id] = (time.monotonic(), description)
+        return description
+
+    async def send(
+        self,
+        offer: Offer,
+        payload: dict[str, Any],
+        *,
+        timeout: float,
+        request_id: str,
+        task_id: str = "",
+        step_id: str = "",
+        idempotency_key: str = "",
+    ) -> InvokeResult:
+        """Send exactly ``payload`` to the offer's peer, after the outbound and size checks."""
+        if offer.where == LOCAL or not self.may_send(offer.where, offer.capability, offer.version):
+            raise OutboundNotAllowed(f"outbound rules do not allow {offer.capability} to this peer")
+        body = encode_payload(payload)
+        if offer.max_payload_bytes is not None and len(body) > offer.max_payload_bytes:
+            raise PayloadTooLarge(
+                f"payload is {len(body)} bytes; the peer accepts {offer.max_payload_bytes}"
+            )
+        return await self._client_for(offer.where).invoke(
+            offer.capability,
+            body,
+            constraint=f"={offer.version}",
+            timeout=timeout,
+            request_id=request_id,
+            task_id=task_id,
+            step_id=step_id,
+            idempotency_key=idempotency_key,
+        )
+
+    async def call_for_capability(
+        self,
+        peer_id: str,
+        capability: str,
+        payload: dict[str, Any],
+        *,
+        constraint: str,
+        deadline: float,
+        task_id: str,
+        step_id: str,
+    ) -> Any:
+        """A call made from inside a capability: outbound rules apply; the deadline carries on."""
+        if not self.may_send(peer_id, capability):
+            raise OutboundNotAllowed(f"outbound rules do not allow {capability} to this peer")
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise DeadlineExceeded("no time left to call a peer")
+        result = await self._client_for(peer_id).invoke(
+            capability,
+            encode_payload(payload),
+            constraint=constraint,
+            timeout=remaining,
+            task_id=task_id,
+            step_id=step_id,
+        )
+        return result.output()
+
+
+def encode_payload(payload: dict[str, Any]) -> bytes:
+    """Compact JSON bytes of ``payload``; InvalidInput if it is not JSON."""
+    try:
+        return json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+    except (TypeError, ValueError) as err:
+        raise InvalidInput(f"payload is not JSON-serialisable: {type(err).__name__}") from err
+
+
+def _best(
+    description: PeerDescription, capability: str, constraint: VersionConstraint
+) -> Offer | None:
+    best: Offer | None = None
+    for cap in description.capabilities:
+        if cap.name != capability:
+            continue
+        offer = remote_offer(description.agent_id, cap, description.max_payload_bytes)
+        if offer is not None and constraint.allows(offer.version):
+            if best is None or offer.version > best.version:
+                best = offer
+    return best
