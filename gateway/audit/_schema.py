@@ -73,11 +73,6 @@ SELECT_RECORDS = f"SELECT {', '.join(RECORD_COLUMNS)} FROM audit_records"
 SELECT_CHAINED = f"SELECT {', '.join(RECORD_COLUMNS + CHAIN_COLUMNS)} FROM audit_records"
 
 
-def record_values(rec: AuditRecord) -> tuple[object, ...]:
-    """The record's values in :data:`RECORD_COLUMNS` order."""
-    return tuple(getattr(rec, name) for name in RECORD_COLUMNS)
-
-
 def record_from_row(row: Sequence[Any]) -> AuditRecord:
     """An AuditRecord from the first ``len(RECORD_COLUMNS)`` values of a row.
 

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
-from gateway.audit._schema import DDL, INSERT_RECORD, SCHEMA_VERSION, record_values
-from gateway.audit.chain import GENESIS_HASH, record_hash
-from gateway.audit.record import AuditRecord
+from gateway.audit._schema import DDL, INSERT_RECORD, RECORD_COLUMNS, SCHEMA_VERSION
+from gateway.audit.chain import GENESIS_HASH, fields_hash
 from gateway.errors import AuditUnavailable
 
 
@@ -56,12 +54,12 @@ class SqliteChainWriter:
             self.close()
             raise
 
-    def append(self, records: Sequence[AuditRecord]) -> None:
+    def append(self, records: Sequence[dict[str, object]]) -> None:
         """Assign seqs, chain and commit ``records`` in one transaction.
 
         Args:
-            records: Normalized records (see ``record.normalized``); their seq
-                is ignored and assigned here.
+            records: Records as ``record.checked_fields`` returns them; their
+                ``seq`` is overwritten here.
 
         Raises:
             AuditUnavailable: The transaction did not commit; nothing of the
@@ -70,11 +68,11 @@ class SqliteChainWriter:
         conn = self._require_conn()
         seq, prev = self.count, self.last_hash
         rows: list[tuple[object, ...]] = []
-        for rec in records:
+        for fields in records:
             seq += 1
-            stored = replace(rec, seq=seq)
-            digest = record_hash(prev, stored)
-            rows.append((*record_values(stored), prev, digest))
+            fields["seq"] = seq
+            digest = fields_hash(prev, fields)
+            rows.append((*(fields[name] for name in RECORD_COLUMNS), prev, digest))
             prev = digest
         try:
             conn.execute("BEGIN IMMEDIATE")

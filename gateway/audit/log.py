@@ -23,7 +23,7 @@ from enum import Enum
 from pathlib import Path
 
 from gateway.audit._writer import SqliteChainWriter
-from gateway.audit.record import AuditRecord, normalized
+from gateway.audit.record import AuditRecord, checked_fields
 from gateway.errors import AuditUnavailable, ConfigError
 
 _log = logging.getLogger(__name__)
@@ -77,6 +77,7 @@ class AuditLog:
         # One flag read on the hot path instead of a state comparison.
         self._accepting = False
         self._why = f"audit log {path}: not started"
+        self._cause: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._stopped: asyncio.Future[None] | None = None
         self.batches_committed = 0
@@ -110,12 +111,16 @@ class AuditLog:
         try:
             await opened
         except AuditUnavailable as err:
-            self._state, self._why = _State.FAILED, err.message
+            self._state, self._why, self._cause = _State.FAILED, err.message, err.__cause__
             raise
         self._state, self._accepting = _State.OPEN, True
 
     async def close(self) -> None:
-        """Commit everything queued, stop the writer thread and close the database."""
+        """Commit everything queued, stop the writer thread and close the database.
+
+        Idempotent. A failure of the final commit is logged (and ``healthy``
+        stays False) rather than raised: the caller is shutting down anyway.
+        """
         self._accepting = False
         if self._state in (_State.NEW, _State.OPEN):
             self._state, self._why = _State.CLOSED, f"audit log {self._path}: closed"
@@ -131,7 +136,7 @@ class AuditLog:
             AuditUnavailable: The log is not open or a commit has failed.
         """
         if not self._accepting:
-            raise AuditUnavailable(self._why)
+            raise self._error()
         self._queue.put((rec, None))
 
     async def record_durable(self, rec: AuditRecord) -> None:
@@ -144,7 +149,7 @@ class AuditLog:
                 commit failed.
         """
         if not self._accepting:
-            raise AuditUnavailable(self._why)
+            raise self._error()
         waiter: _Waiter = asyncio.get_running_loop().create_future()
         self._queue.put((rec, waiter))
         await waiter
@@ -158,7 +163,7 @@ class AuditLog:
         if self._state is _State.CLOSED:
             return
         if not self._accepting:
-            raise AuditUnavailable(self._why)
+            raise self._error()
         waiter: _Waiter = asyncio.get_running_loop().create_future()
         self._queue.put((None, waiter))
         await waiter
@@ -195,25 +200,24 @@ class AuditLog:
                     items.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
+            stopping = stopping or any(isinstance(item, _Stop) for item in items)
             try:
-                stopping = self._write_batch(items) or stopping
+                self._write_batch(items)
             except Exception as err:  # a bug here must not leave callers waiting forever
-                self._fail(f"audit writer crashed: {err!r}")
+                self._fail(f"audit writer crashed: {err!r}", err)
                 _settle(_waiters_of(items), self._error)
 
-    def _write_batch(self, items: list[_Item]) -> bool:
-        """Commit the batch's records, then settle its waiters; True if _STOP was seen."""
-        stopping = False
-        records: list[AuditRecord] = []
+    def _write_batch(self, items: list[_Item]) -> None:
+        """Commit the batch's records in one transaction, then settle its waiters."""
+        records: list[dict[str, object]] = []
         waiters: list[_Waiter] = []
         for item in items:
             if isinstance(item, _Stop):
-                stopping = True
                 continue
             rec, waiter = item
             if rec is not None:
                 try:
-                    records.append(normalized(rec))
+                    records.append(checked_fields(rec))
                 except (TypeError, ValueError) as err:
                     # One caller's bad record must not fail the log for everyone.
                     _log.error("audit record rejected: %s", err)
@@ -228,17 +232,18 @@ class AuditLog:
                 self._writer.append(records)
                 self.batches_committed += 1
             except AuditUnavailable as err:
-                self._fail(err.message)
+                self._fail(err.message, err.__cause__)
         _settle(waiters, self._error if self._state is _State.FAILED else None)
-        return stopping
 
-    def _fail(self, why: str) -> None:
+    def _fail(self, why: str, cause: BaseException | None) -> None:
         _log.error("audit log failed closed: %s", why)
         self._accepting = False
-        self._state, self._why = _State.FAILED, why
+        self._state, self._why, self._cause = _State.FAILED, why, cause
 
     def _error(self) -> AuditUnavailable:
-        return AuditUnavailable(self._why)
+        error = AuditUnavailable(self._why)
+        error.__cause__ = self._cause
+        return error
 
 
 def _waiters_of(items: Iterable[_Item]) -> list[_Waiter]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields
 from typing import Literal
 
 Decision = Literal["allow", "refuse"]
@@ -53,42 +53,46 @@ class AuditRecord:
 
     def to_json_dict(self) -> dict[str, object]:
         """All fields as a JSON-ready dict (keys are the field names)."""
-        return asdict(self)
+        # Not dataclasses.asdict: it deep-copies every value, and the writer
+        # thread calls this once per record.
+        return {name: getattr(self, name) for name in FIELD_NAMES}
 
 
-def normalized(rec: AuditRecord) -> AuditRecord:
-    """``rec`` with every field coerced to its declared type.
+FIELD_NAMES: tuple[str, ...] = tuple(field.name for field in fields(AuditRecord))
+"""Every field of AuditRecord, in declaration order."""
+
+
+_TEXT_FIELDS = tuple(
+    name
+    for name in FIELD_NAMES
+    if name not in ("time_unix_ms", "payload_size", "latency_ms", "seq")
+)
+
+
+def checked_fields(rec: AuditRecord) -> dict[str, object]:
+    """``rec.to_json_dict()`` with every value checked and coerced to its declared type.
 
     Coercion makes the hash computed before storing equal the hash recomputed
     from the stored row (e.g. an ``int`` latency comes back from SQLite as a
     ``float``).
 
     Raises:
-        ValueError: A field cannot be coerced, the decision is unknown, or the
+        ValueError: The decision is unknown, a count is fractional, or the
             latency is not finite.
-        TypeError: A field has a type that cannot be coerced at all.
+        TypeError: A field has the wrong type.
     """
-    if rec.decision not in DECISIONS:
+    values = rec.to_json_dict()
+    if values["decision"] not in DECISIONS:
         raise ValueError(f"decision must be 'allow' or 'refuse', not {rec.decision!r}")
-    latency = float(rec.latency_ms)
+    for name in _TEXT_FIELDS:
+        _as_str(values[name], name)
+    for name in ("time_unix_ms", "payload_size", "seq"):
+        values[name] = _as_int(values[name], name)
+    latency = float(_as_number(rec.latency_ms, "latency_ms"))
     if not math.isfinite(latency):
         raise ValueError(f"latency_ms must be finite, not {latency!r}")
-    return replace(
-        rec,
-        time_unix_ms=_as_int(rec.time_unix_ms, "time_unix_ms"),
-        request_id=_as_str(rec.request_id, "request_id"),
-        peer_id=_as_str(rec.peer_id, "peer_id"),
-        capability=_as_str(rec.capability, "capability"),
-        version_constraint=_as_str(rec.version_constraint, "version_constraint"),
-        served_version=_as_str(rec.served_version, "served_version"),
-        reason=_as_str(rec.reason, "reason"),
-        payload_size=_as_int(rec.payload_size, "payload_size"),
-        payload_sha256=_as_str(rec.payload_sha256, "payload_sha256"),
-        latency_ms=latency,
-        task_id=_as_str(rec.task_id, "task_id"),
-        step_id=_as_str(rec.step_id, "step_id"),
-        detail=_as_str(rec.detail, "detail"),
-    )
+    values["latency_ms"] = latency
+    return values
 
 
 def _as_str(value: object, name: str) -> str:
@@ -98,9 +102,15 @@ def _as_str(value: object, name: str) -> str:
     return value
 
 
-def _as_int(value: object, name: str) -> int:
+def _as_number(value: object, name: str) -> int | float:
+    # bool is an int subclass, and float() would parse strings: refuse both.
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be int, not {type(value).__name__}")
+        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+    return value
+
+
+def _as_int(value: object, name: str) -> int:
+    value = _as_number(value, name)
     if isinstance(value, float) and not value.is_integer():
         raise ValueError(f"{name} must be a whole number, not {value!r}")
     return int(value)

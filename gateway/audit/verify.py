@@ -22,12 +22,12 @@ copy of the chain head.
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from gateway.audit._schema import SELECT_CHAINED, connect_read_only, record_from_row
-from gateway.audit.chain import GENESIS_HASH, record_hash
+from gateway.audit.chain import GENESIS_HASH, fields_hash
 from gateway.audit.record import AuditRecord
 from gateway.errors import ConfigError
 
@@ -83,6 +83,9 @@ def verify_chain(path: Path) -> VerifyReport:
     """
     conn = connect_read_only(path)
     try:
+        # One read transaction: rows and head from the same snapshot, even
+        # while a gateway keeps appending.
+        conn.execute("BEGIN")
         raw = conn.execute(f"{SELECT_CHAINED} ORDER BY seq").fetchall()
         head_row = conn.execute("SELECT count, last_hash FROM chain_head WHERE id = 1").fetchone()
     except sqlite3.Error as err:
@@ -109,6 +112,7 @@ class _ChainAnalysis:
 
     def problems(self) -> tuple[ChainProblem, ...]:
         _resolve_written_seqs(self._rows, self._by_hash)
+        self._anchor_head()
         authentic = self._authentic_rows()
         taken = frozenset(authentic)
         positions = set(taken)
@@ -120,6 +124,15 @@ class _ChainAnalysis:
         self._check_head(authentic)
         self._check_moves(authentic)
         return tuple(sorted(self._found, key=lambda p: (p.seq, p.kind)))
+
+    def _anchor_head(self) -> None:
+        # The head's hash outranks its count: a count edited to hide a deletion
+        # must not turn the records after it into insertions.
+        if self._head is None:
+            return
+        last = self._by_hash.get(self._head[1])
+        if last is not None and last.written is not None:
+            self._head = (last.written, self._head[1])
 
     def _report(self, seq: int, kind: ProblemKind, message: str) -> None:
         self._found.append(ChainProblem(seq, kind, message))
@@ -263,8 +276,10 @@ def _candidates(row: _Row, by_hash: dict[str, _Row]) -> list[int]:
 
 
 def _hashes_as(row: _Row, seq: int) -> bool:
+    fields = row.record.to_json_dict()
+    fields["seq"] = seq
     try:
-        return record_hash(row.prev_hash, replace(row.record, seq=seq)) == row.record_hash
+        return fields_hash(row.prev_hash, fields) == row.record_hash
     except (TypeError, ValueError):
         return False  # a stored value no canonical form accepts: edited
 

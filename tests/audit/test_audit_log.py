@@ -132,6 +132,8 @@ async def test_commit_failure_fails_closed(db_path: Path, make_record: RecordFac
         blocker.execute("ROLLBACK")
     assert all(isinstance(result, AuditUnavailable) for result in results)
     assert "locked" in str(results[0])
+    assert isinstance(results[0], AuditUnavailable)
+    assert isinstance(results[0].__cause__, sqlite3.OperationalError)
     assert log.healthy is False
     with pytest.raises(AuditUnavailable, match="locked"):
         log.record(make_record())

@@ -11,7 +11,7 @@ import pytest
 import gateway.audit
 from gateway.audit import AuditRecord
 from gateway.audit.chain import GENESIS_HASH, canonical_bytes, record_hash
-from gateway.audit.record import normalized
+from gateway.audit.record import checked_fields
 
 RecordFactory = Callable[..., AuditRecord]
 
@@ -46,11 +46,15 @@ def test_record_hash_depends_on_prev_hash_seq_and_fields(make_record: RecordFact
     assert base != record_hash(GENESIS_HASH, dataclasses.replace(rec, reason="X"))
 
 
-def test_normalized_coerces_to_declared_types(make_record: RecordFactory) -> None:
-    rec = normalized(make_record(latency_ms=3, time_unix_ms=1.7e12))
-    assert isinstance(rec.latency_ms, float)
-    assert rec.time_unix_ms == 1_700_000_000_000
-    assert isinstance(rec.time_unix_ms, int)
+def test_checked_fields_coerce_to_declared_types(make_record: RecordFactory) -> None:
+    rec = make_record(latency_ms=3, time_unix_ms=1.7e12)
+
+    values = checked_fields(rec)
+
+    assert isinstance(values["latency_ms"], float)
+    assert values["time_unix_ms"] == 1_700_000_000_000
+    assert isinstance(values["time_unix_ms"], int)
+    assert values == {**rec.to_json_dict(), "latency_ms": 3.0, "time_unix_ms": 1_700_000_000_000}
 
 
 @pytest.mark.parametrize(
@@ -61,14 +65,16 @@ def test_normalized_coerces_to_declared_types(make_record: RecordFactory) -> Non
         ({"payload_size": 1.5}, ValueError),
         ({"payload_size": "12"}, TypeError),
         ({"peer_id": None}, TypeError),
+        ({"latency_ms": "1.5"}, TypeError),
+        ({"payload_size": True}, TypeError),
         ({"request_id": b"bytes"}, TypeError),
     ],
 )
-def test_normalized_rejects_malformed_records(
+def test_checked_fields_reject_malformed_records(
     make_record: RecordFactory, overrides: dict[str, object], error: type[Exception]
 ) -> None:
     with pytest.raises(error):
-        normalized(make_record(**overrides))
+        checked_fields(make_record(**overrides))
 
 
 def test_public_surface() -> None:

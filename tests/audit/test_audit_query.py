@@ -1,0 +1,169 @@
+"""query_records filters, the table and JSON-lines renderings, and parse_since."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from gateway.audit import (
+    AuditLog,
+    AuditRecord,
+    format_json_lines,
+    format_table,
+    parse_since,
+    query_records,
+)
+from gateway.errors import ConfigError
+
+RecordFactory = Callable[..., AuditRecord]
+ALICE = "spiffe://example.org/agent/alice"
+BOB = "spiffe://example.org/agent/bob"
+HOUR_MS = 3_600_000
+
+
+@pytest.fixture
+async def stored(audit_log: AuditLog, make_record: RecordFactory) -> list[AuditRecord]:
+    """Six records (stored, seqs 1..6) mixing peers, capabilities, decisions and ages."""
+    now = int(time.time() * 1000)
+    written = [
+        make_record(peer_id=ALICE, capability="summarize", time_unix_ms=now - 3 * HOUR_MS),
+        make_record(
+            peer_id=BOB,
+            capability="summarize",
+            decision="refuse",
+            reason="UNKNOWN_PEER",
+            time_unix_ms=now - 2 * HOUR_MS,
+        ),
+        make_record(peer_id=ALICE, capability="translate", time_unix_ms=now - 30 * 60_000),
+        make_record(
+            peer_id=ALICE,
+            capability="translate",
+            decision="refuse",
+            reason="RISK_NOT_GRANTED",
+            time_unix_ms=now - 5 * 60_000,
+        ),
+        make_record(
+            peer_id="",
+            capability="summarize",
+            decision="refuse",
+            reason="UNAUTHENTICATED",
+            served_version="",
+            time_unix_ms=now - 60_000,
+        ),
+        make_record(peer_id=BOB, capability="translate", time_unix_ms=now),
+    ]
+    for rec in written:
+        audit_log.record(rec)
+    await audit_log.flush()
+    return [dataclasses.replace(rec, seq=i) for i, rec in enumerate(written, 1)]
+
+
+def seqs(records: list[AuditRecord]) -> list[int]:
+    return [rec.seq for rec in records]
+
+
+async def test_no_filter_returns_all_in_seq_order(db_path: Path, stored: list[AuditRecord]) -> None:
+    assert query_records(db_path) == stored
+
+
+async def test_refusals_only(db_path: Path, stored: list[AuditRecord]) -> None:
+    assert seqs(query_records(db_path, refusals_only=True)) == [2, 4, 5]
+
+
+async def test_peer_filter(db_path: Path, stored: list[AuditRecord]) -> None:
+    assert seqs(query_records(db_path, peer=ALICE)) == [1, 3, 4]
+    assert seqs(query_records(db_path, peer="")) == [5]
+
+
+async def test_capability_filter(db_path: Path, stored: list[AuditRecord]) -> None:
+    assert seqs(query_records(db_path, capability="translate")) == [3, 4, 6]
+
+
+async def test_since_filter(db_path: Path, stored: list[AuditRecord]) -> None:
+    assert seqs(query_records(db_path, since=timedelta(hours=1))) == [3, 4, 5, 6]
+    assert seqs(query_records(db_path, since=parse_since("10m"))) == [4, 5, 6]
+
+
+async def test_filters_combine(db_path: Path, stored: list[AuditRecord]) -> None:
+    found = query_records(db_path, refusals_only=True, peer=ALICE, capability="translate")
+
+    assert found == [stored[3]]
+
+
+async def test_limit_keeps_the_most_recent(db_path: Path, stored: list[AuditRecord]) -> None:
+    assert seqs(query_records(db_path, limit=2)) == [5, 6]
+    assert seqs(query_records(db_path, refusals_only=True, limit=2)) == [4, 5]
+    assert query_records(db_path, limit=0) == []
+
+
+def test_negative_limit_is_a_config_error(db_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        query_records(db_path, limit=-1)
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such file"):
+        query_records(tmp_path / "nope.db")
+
+
+async def test_format_table(stored: list[AuditRecord]) -> None:
+    table = format_table(stored)
+    lines = table.splitlines()
+
+    assert lines[0].split() == [
+        "TIME", "(UTC)", "PEER", "CAPABILITY", "CONSTRAINT", "SERVED",
+        "DECISION", "REASON", "SIZE", "LATENCY", "MS", "REQUEST", "ID",
+    ]  # fmt: skip
+    assert len(lines) == 1 + len(stored)
+    for reason in ("OK", "UNKNOWN_PEER", "RISK_NOT_GRANTED", "UNAUTHENTICATED"):
+        assert reason in table
+    assert stored[0].request_id in lines[1]
+    assert lines[1].split()[0].endswith("Z")
+
+
+def test_format_table_time_is_utc_iso_with_ms(make_record: RecordFactory) -> None:
+    rec = make_record(time_unix_ms=1_700_000_000_123, latency_ms=12.34)
+
+    row = format_table([rec]).splitlines()[1]
+
+    assert row.startswith("2023-11-14T22:13:20.123Z  ")
+    assert " 12.3 " in row
+
+
+def test_format_table_of_nothing_is_the_header() -> None:
+    assert format_table([]).startswith("TIME (UTC)")
+    assert len(format_table([]).splitlines()) == 1
+
+
+async def test_format_json_lines_parse_back(stored: list[AuditRecord]) -> None:
+    lines = format_json_lines(stored).splitlines()
+
+    assert [json.loads(line) for line in lines] == [rec.to_json_dict() for rec in stored]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("30s", timedelta(seconds=30)),
+        ("10m", timedelta(minutes=10)),
+        ("2h", timedelta(hours=2)),
+        ("1d", timedelta(days=1)),
+        (" 15m ", timedelta(minutes=15)),
+    ],
+)
+def test_parse_since_accepts(text: str, expected: timedelta) -> None:
+    assert parse_since(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["", "10", "m", "10x", "-5m", "1.5h", "0m", "10 m", "1h30m", "10M"]
+)
+def test_parse_since_rejects(text: str) -> None:
+    with pytest.raises(ConfigError, match="since"):
+        parse_since(text)
