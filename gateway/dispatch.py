@@ -11,12 +11,13 @@ import asyncio
 import hashlib
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from pydantic import BaseModel, ValidationError
 
-from capabilities.context import CallContext
+from capabilities.context import CallContext, PeerCall
 from capabilities.contract import Risk
 from capabilities.registry import CapabilityRegistry
 from capabilities.runner import CapabilityResult, run_capability
@@ -30,9 +31,11 @@ from gateway.errors import (
     InvalidInput,
     InvalidRequest,
     OutputTooLarge,
+    ReplayedRequest,
     Unauthenticated,
 )
 from gateway.idempotency import IdempotencyStore, StoredAnswer
+from gateway.replay import ReplayGuard
 from policies.decisions import Admission, admit, callable_capabilities
 from policies.grants import PeerGrant
 from policies.identity import spiffe_id_from_pem
@@ -40,6 +43,9 @@ from policies.store import PolicyStore
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 _DEFAULT_DEADLINE_SECONDS = 30.0
+
+PeerCallBinder = Callable[[float, str, str], PeerCall]
+"""Makes a capability's ``call_peer`` from (deadline, task_id, step_id)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +62,7 @@ class InvokeCall:
         task_id: Optional task id.
         step_id: Optional step id.
         idempotency_key: Optional idempotency key.
+        malformed: The request bytes did not parse; refused as INVALID_REQUEST.
     """
 
     peer_cert_pem: bytes | None
@@ -67,6 +74,7 @@ class InvokeCall:
     task_id: str = ""
     step_id: str = ""
     idempotency_key: str = ""
+    malformed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,18 +115,37 @@ class InvokeHandler:
         policies: PolicyStore,
         audit: AuditLog,
         idempotency: IdempotencyStore,
+        bind_peer_call: PeerCallBinder | None = None,
+        replay: ReplayGuard | None = None,
     ) -> None:
         self._registry = registry
         self._policies = policies
         self._audit = audit
         self._idempotency = idempotency
+        self._bind_peer_call = bind_peer_call
+        self._replay = replay if replay is not None else ReplayGuard()
 
     async def describe(self, peer_cert_pem: bytes | None) -> tuple[PeerGrant, list[Admission]]:
-        """The caller's grant and the capabilities it may call (nothing else leaks)."""
-        peer_id = peer_id_from_cert(peer_cert_pem)
-        grant, caps = callable_capabilities(
-            self._policies.current, self._registry, peer_id, datetime.now(UTC)
-        )
+        """The caller's grant and the capabilities it may call (nothing else leaks).
+
+        A refused Describe is audited like a refused Invoke (capability ``""``,
+        detail ``Describe``).
+        """
+        started = time.perf_counter()
+        peer_id = ""
+        try:
+            if not self._audit.healthy:
+                raise AuditUnavailable("the audit log cannot record; refusing work")
+            peer_id = peer_id_from_cert(peer_cert_pem)
+            grant, caps = callable_capabilities(
+                self._policies.current, self._registry, peer_id, datetime.now(UTC)
+            )
+        except GatewayError as err:
+            call = InvokeCall(peer_cert_pem, "", "", "", b"", 0.0)
+            await self._audit.record_durable(
+                self._record(call, peer_id, "", "refuse", err.reason, started, "Describe")
+            )
+            raise
         return grant, [Admission(peer_id=peer_id, grant=grant, capability=cap) for cap in caps]
 
     async def invoke(self, call: InvokeCall) -> InvokeOutcome:
@@ -129,6 +156,8 @@ class InvokeHandler:
             if not self._audit.healthy:
                 raise AuditUnavailable("the audit log cannot record; refusing work")
             peer_id = peer_id_from_cert(call.peer_cert_pem)
+            if call.malformed:
+                raise InvalidRequest("the request is not a valid a2agw.v1.InvokeRequest")
             admission = self._admit(call, peer_id)
             payload, ctx = self._prepare(call, admission)
         except GatewayError as err:
@@ -169,7 +198,7 @@ class InvokeHandler:
             constraint = VersionConstraint.parse(call.version_constraint)
         except VersionSyntaxError as err:
             raise InvalidRequest(f"version constraint: {err}") from err
-        return admit(
+        admission = admit(
             self._policies.current,
             self._registry,
             peer_id=peer_id,
@@ -178,9 +207,11 @@ class InvokeHandler:
             payload_size=len(call.payload),
             now=datetime.now(UTC),
         )
+        if not self._replay.first_sighting(peer_id, call.request_id):
+            raise ReplayedRequest("this request id was already used by this peer")
+        return admission
 
-    @staticmethod
-    def _prepare(call: InvokeCall, admission: Admission) -> tuple[BaseModel, CallContext]:
+    def _prepare(self, call: InvokeCall, admission: Admission) -> tuple[BaseModel, CallContext]:
         contract = admission.capability.contract
         try:
             payload = contract.input_model.model_validate_json(call.payload)
@@ -195,6 +226,11 @@ class InvokeHandler:
             task_id=call.task_id,
             step_id=call.step_id,
             idempotency_key=call.idempotency_key,
+            call_peer=(
+                None
+                if self._bind_peer_call is None
+                else self._bind_peer_call(call.deadline, call.task_id, call.step_id)
+            ),
         )
         return payload, ctx
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
+import grpc
+from google.protobuf.message import DecodeError
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
@@ -21,6 +24,42 @@ PROTOCOL_VERSION = "a2agw.v1"
 SERVICE_NAME = "a2agw.v1.PeerGateway"
 
 _log = logging.getLogger(__name__)
+
+
+class MalformedRequest:
+    """Stands in for a request whose bytes did not parse, so it can be refused and audited."""
+
+
+_MALFORMED = MalformedRequest()
+
+
+def _tolerant(message_class: Any) -> Callable[[bytes], Any]:
+    def deserialize(data: bytes) -> Any:
+        try:
+            return message_class.FromString(data)
+        except DecodeError:
+            return _MALFORMED
+
+    return deserialize
+
+
+def add_gateway_servicer(servicer: GatewayServicer, server: aio.Server) -> None:
+    """Register every RPC of ``PeerGateway`` with deserializers that never raise.
+
+    The generated registration lets a corrupt message escape as an UNKNOWN
+    status that no audit record sees; here it reaches the servicer instead.
+    """
+    service = gateway_pb2.DESCRIPTOR.services_by_name["PeerGateway"]
+    handlers = {
+        method.name: grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, method.name),
+            request_deserializer=_tolerant(getattr(gateway_pb2, method.input_type.name)),
+            response_serializer=getattr(gateway_pb2, method.output_type.name).SerializeToString,
+        )
+        for method in service.methods
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
 
 
 def _peer_cert(context: aio.ServicerContext[object, object]) -> bytes | None:
@@ -70,6 +109,11 @@ class GatewayServicer(gateway_pb2_grpc.PeerGatewayServicer):
         self, request: gateway_pb2.InvokeRequest, context: aio.ServicerContext[object, object]
     ) -> gateway_pb2.InvokeResponse:
         """Run one capability for the calling peer."""
+        if isinstance(request, MalformedRequest):
+            request = gateway_pb2.InvokeRequest()
+            malformed = True
+        else:
+            malformed = False
         call = InvokeCall(
             peer_cert_pem=_peer_cert(context),
             request_id=request.request_id,
@@ -80,6 +124,7 @@ class GatewayServicer(gateway_pb2_grpc.PeerGatewayServicer):
             task_id=request.task_id,
             step_id=request.step_id,
             idempotency_key=request.idempotency_key,
+            malformed=malformed,
         )
         try:
             outcome = await self._handler.invoke(call)
@@ -100,9 +145,7 @@ class GatewayServer:
 
     def __init__(self, agent_id: str, handler: InvokeHandler, tls: TlsMaterial) -> None:
         self._server = aio.server(options=server_options())
-        gateway_pb2_grpc.add_PeerGatewayServicer_to_server(  # type: ignore[no-untyped-call]
-            GatewayServicer(agent_id, handler), self._server
-        )
+        add_gateway_servicer(GatewayServicer(agent_id, handler), self._server)
         self._health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         self._tls = tls
