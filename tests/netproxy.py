@@ -13,6 +13,7 @@ As a process (e.g. inside a network namespace), controlled by JSON lines on stdi
     # prints {"listening": "10.231.5.1:7100"}; then each stdin line such as
     # {"latency": 0.5}, {"loss": 0.2}, {"blackhole": true}, {"cut": true}, {"restore": true}
     # is applied and answered with {"ok": true, ...the current knobs...}; EOF stops it.
+    # An "id" key is echoed back in the answer.
 
 A TCP proxy cannot drop packets (the kernel below it retransmits), so ``loss``
 is modelled as what loss looks like to an application: a chunk is held back for
@@ -32,7 +33,8 @@ import random
 import socket
 import struct
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 _CHUNK = 65536
 _QUEUE_CHUNKS = 256  # per direction; back-pressure beyond this
@@ -46,13 +48,11 @@ class LinkFaults:
         latency: Seconds added to every chunk, in each direction.
         loss: Probability that a chunk is "lost" and arrives ``retransmit_delay`` late.
         retransmit_delay: Extra seconds a lost chunk takes.
-        blackhole: Hold all data (connections stay open) until cleared.
     """
 
     latency: float = 0.0
     loss: float = 0.0
     retransmit_delay: float = 0.2
-    blackhole: bool = False
 
     def __post_init__(self) -> None:
         self.check()
@@ -173,12 +173,23 @@ class TcpProxy:
         self._connections: set[_Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.flowing = asyncio.Event()
+        """Set while data may flow; cleared by a blackhole."""
         self.flowing.set()
 
     @property
     def address(self) -> str:
         """``host:port`` clients should connect to (after start)."""
         return f"{self.listen_host}:{self.listen_port}"
+
+    @property
+    def is_cut(self) -> bool:
+        """True between :meth:`cut` and :meth:`restore`."""
+        return self._cut
+
+    @property
+    def blackholed(self) -> bool:
+        """True while :meth:`set_blackhole` holds all data."""
+        return not self.flowing.is_set()
 
     async def start(self) -> int:
         """Start listening; returns the bound port."""
@@ -211,7 +222,6 @@ class TcpProxy:
 
     def set_blackhole(self, on: bool) -> None:
         """Hold (True) or release (False) all data; connections stay open."""
-        self.faults.blackhole = on
         if on:
             self.flowing.clear()
         else:
@@ -257,19 +267,35 @@ class TcpProxy:
         await self.close()
 
 
-def apply_command(proxy: TcpProxy, command: dict[str, object]) -> dict[str, object]:
-    """Apply one control command (see the module docstring); returns the state."""
-    for knob in ("latency", "loss", "retransmit_delay"):
-        if knob in command:
-            setattr(proxy.faults, knob, float(command[knob]))  # type: ignore[arg-type]
-    proxy.faults.check()
+_KNOBS = ("latency", "loss", "retransmit_delay")
+_COMMANDS = frozenset({*_KNOBS, "blackhole", "cut", "restore", "id"})
+
+
+def apply_command(proxy: TcpProxy, command: dict[str, Any]) -> dict[str, Any]:
+    """Apply one control command (see the module docstring); returns the new state.
+
+    Raises:
+        ValueError: an unknown key or a knob out of range (nothing is applied).
+    """
+    if unknown := set(command) - _COMMANDS:
+        raise ValueError(f"unknown proxy command keys: {sorted(unknown)}")
+    proxy.faults = replace(
+        proxy.faults, **{knob: float(command[knob]) for knob in _KNOBS if knob in command}
+    )
     if "blackhole" in command:
         proxy.set_blackhole(bool(command["blackhole"]))
     if command.get("cut"):
         proxy.cut()
     if command.get("restore"):
         proxy.restore()
-    return {"ok": True, "cut": proxy._cut, "accepted": proxy.accepted, **asdict(proxy.faults)}
+    return {
+        "id": command.get("id"),
+        "ok": True,
+        "cut": proxy.is_cut,
+        "blackhole": proxy.blackholed,
+        "accepted": proxy.accepted,
+        **asdict(proxy.faults),
+    }
 
 
 def _split(address: str) -> tuple[str, int]:
@@ -290,8 +316,9 @@ async def _serve(listen: str, target: str, seed: int) -> None:
             if not line.strip():
                 continue
             try:
-                reply = apply_command(proxy, json.loads(line))
-            except (ValueError, TypeError) as err:
+                command = json.loads(line)
+                reply = apply_command(proxy, command)
+            except (ValueError, TypeError, AttributeError) as err:
                 reply = {"ok": False, "error": str(err)}
             print(json.dumps(reply), flush=True)
     finally:
