@@ -1,8 +1,10 @@
 """The protocol-neutral request handler: identity → policy → validation → run → audit.
 
 The gRPC servicer (``gateway.server``) only adapts the wire to this module.
-Every call produces exactly one audit record; a call that ends in an error has
-its record committed before the error is returned.
+Every call produces one outcome record; a call that ends in an error has it
+committed before the error is returned. A call to a ``write`` or ``external``
+capability also gets a write-ahead ``ADMITTED`` record, committed before the
+capability runs, so no side effect happens that the log cannot show.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ from policies.store import PolicyStore
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 _DEFAULT_DEADLINE_SECONDS = 30.0
+ADMITTED = "ADMITTED"
+"""Reason of the write-ahead record of a write/external call, committed before it runs."""
 
 PeerCallBinder = Callable[[float, str, str], PeerCall]
 """Makes a capability's ``call_peer`` from (deadline, task_id, step_id)."""
@@ -166,6 +170,11 @@ class InvokeHandler:
             )
             raise
         served = str(admission.capability.version)
+        if admission.capability.contract.risk is not Risk.READ:
+            # Write-ahead: a side effect never happens without a committed record.
+            await self._audit.record_durable(
+                self._record(call, peer_id, served, "allow", ADMITTED, started)
+            )
         try:
             outcome = await self._execute(call, admission, payload, ctx)
         except GatewayError as err:
@@ -247,7 +256,7 @@ class InvokeHandler:
     ) -> InvokeOutcome:
         ident = (admission.peer_id, admission.capability.name, call.idempotency_key)
         request_sha = hashlib.sha256(call.payload).hexdigest()
-        stored = await self._idempotency.lookup(ident, request_sha)
+        stored = await self._idempotency.claim(ident, request_sha)
         if stored is not None:
             return InvokeOutcome(
                 stored.served_version, stored.payload, stored.evidence_sha256, True
@@ -256,7 +265,7 @@ class InvokeHandler:
             result = await run_capability(admission.capability, payload, ctx)
             outcome = self._outcome(admission, result)
         except BaseException:
-            self._idempotency.abandon(ident)
+            self._idempotency.leave_in_doubt(ident)
             raise
         await self._idempotency.complete(
             ident,

@@ -19,9 +19,11 @@ Tree (every class carries a stable ``reason`` code, listed in the README)::
     │   └── CapabilityTimeout         DEADLINE_EXCEEDED  CAPABILITY_TIMEOUT
     ├── ReplayedRequest               ALREADY_EXISTS     REPLAYED_REQUEST
     ├── IdempotencyConflict           ALREADY_EXISTS     IDEMPOTENCY_CONFLICT
+    ├── IdempotencyInDoubt            ABORTED            IDEMPOTENCY_IN_DOUBT
     ├── InvalidOutput                 INTERNAL           INVALID_OUTPUT
     ├── CapabilityFailed              INTERNAL           CAPABILITY_FAILED
     ├── AuditUnavailable              UNAVAILABLE        AUDIT_UNAVAILABLE
+    ├── StateUnavailable              UNAVAILABLE        STATE_UNAVAILABLE
     ├── PeerUnavailable               UNAVAILABLE        PEER_UNAVAILABLE
     ├── PeerIdentityMismatch          UNAUTHENTICATED    PEER_IDENTITY_MISMATCH
     ├── Cancelled                     CANCELLED          CANCELLED
@@ -160,6 +162,12 @@ class IdempotencyConflict(GatewayError):
     reason = "IDEMPOTENCY_CONFLICT"
 
 
+class IdempotencyInDoubt(GatewayError):
+    """An earlier attempt with this key was cut off mid-run; running again could write twice."""
+
+    reason = "IDEMPOTENCY_IN_DOUBT"
+
+
 class InvalidOutput(GatewayError):
     """The capability returned output that violates its contract."""
 
@@ -176,6 +184,12 @@ class AuditUnavailable(GatewayError):
     """The audit log cannot record, so the agent refuses work (fails closed)."""
 
     reason = "AUDIT_UNAVAILABLE"
+
+
+class StateUnavailable(GatewayError):
+    """Durable state (idempotency records) cannot be read or written; nothing ran."""
+
+    reason = "STATE_UNAVAILABLE"
 
 
 class PeerUnavailable(GatewayError):
@@ -226,9 +240,11 @@ STATUS_TABLE: dict[type[GatewayError], grpc.StatusCode] = {
     DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     ReplayedRequest: grpc.StatusCode.ALREADY_EXISTS,
     IdempotencyConflict: grpc.StatusCode.ALREADY_EXISTS,
+    IdempotencyInDoubt: grpc.StatusCode.ABORTED,
     InvalidOutput: grpc.StatusCode.INTERNAL,
     CapabilityFailed: grpc.StatusCode.INTERNAL,
     AuditUnavailable: grpc.StatusCode.UNAVAILABLE,
+    StateUnavailable: grpc.StatusCode.UNAVAILABLE,
     PeerUnavailable: grpc.StatusCode.UNAVAILABLE,
     PeerIdentityMismatch: grpc.StatusCode.UNAUTHENTICATED,
     Cancelled: grpc.StatusCode.CANCELLED,

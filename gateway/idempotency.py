@@ -1,14 +1,34 @@
-"""Durable idempotency records: a repeated key gets the first answer, not a second write."""
+"""Durable idempotency records: a repeated key gets the first answer, not a second write.
+
+A key is *claimed* durably before the capability runs and *completed* with its
+answer afterwards. A claim left behind by a crash, a timeout or a failure means
+the write may or may not have happened: a retry is refused with
+``IDEMPOTENCY_IN_DOUBT`` instead of running the write a second time. Storage
+failures refuse the call before the side effect (``STATE_UNAVAILABLE``).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-from gateway.errors import AuditUnavailable, IdempotencyConflict
+from gateway.errors import IdempotencyConflict, IdempotencyInDoubt, StateUnavailable
+
+_T = TypeVar("_T")
+Ident = tuple[str, str, str]
+"""(calling peer, capability, idempotency key): keys never cross peers."""
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS idempotency (peer TEXT NOT NULL, capability TEXT NOT NULL, "
+    "key TEXT NOT NULL, request_sha256 TEXT NOT NULL, state TEXT NOT NULL, "
+    "served_version TEXT NOT NULL DEFAULT '', payload BLOB, evidence_sha256 TEXT NOT NULL "
+    "DEFAULT '', PRIMARY KEY (peer, capability, key))"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,91 +49,106 @@ class StoredAnswer:
 
 
 class IdempotencyStore:
-    """SQLite table keyed by (peer, capability, key); concurrent duplicates wait for the first.
-
-    Keys are scoped to the calling peer so one peer can never read another's answers.
-    """
+    """SQLite table keyed by (peer, capability, key); concurrent duplicates wait for the first."""
 
     def __init__(self, path: Path) -> None:
+        self._path = path
         self._lock = threading.Lock()
         try:
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS idempotency (peer TEXT NOT NULL, "
-                "capability TEXT NOT NULL, key TEXT NOT NULL, request_sha256 TEXT NOT NULL, "
-                "served_version TEXT NOT NULL, "
-                "payload BLOB NOT NULL, evidence_sha256 TEXT NOT NULL, "
-                "PRIMARY KEY (peer, capability, key))"
-            )
+            self._db.execute(_SCHEMA)
         except sqlite3.Error as err:
-            raise AuditUnavailable(f"idempotency store {path}: {err}") from err
-        self._in_flight: dict[tuple[str, str, str], asyncio.Future[StoredAnswer | None]] = {}
+            raise StateUnavailable(f"idempotency store {path}: {err}") from err
+        self._in_flight: dict[Ident, asyncio.Future[StoredAnswer | None]] = {}
 
-    def _get(self, ident: tuple[str, str, str]) -> StoredAnswer | None:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT request_sha256, served_version, payload, evidence_sha256 FROM idempotency "
-                "WHERE peer = ? AND capability = ? AND key = ?",
-                ident,
-            ).fetchone()
-        return None if row is None else StoredAnswer(row[0], row[1], bytes(row[2]), row[3])
+    async def claim(self, ident: Ident, request_sha256: str) -> StoredAnswer | None:
+        """The stored answer for ``ident``, or a durable claim to run it now.
 
-    def _put(self, ident: tuple[str, str, str], answer: StoredAnswer) -> None:
-        with self._lock:
-            self._db.execute(
-                "INSERT OR IGNORE INTO idempotency VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    *ident,
-                    answer.request_sha256,
-                    answer.served_version,
-                    answer.payload,
-                    answer.evidence_sha256,
-                ),
-            )
-
-    async def lookup(self, ident: tuple[str, str, str], request_sha256: str) -> StoredAnswer | None:
-        """The stored answer for ``ident``, waiting for an in-flight first call.
-
-        Returns None when the caller should run the capability (and then call
-        ``complete`` or ``abandon``).
+        Returns None when the caller holds the claim and must run the
+        capability, then call ``complete`` or ``leave_in_doubt``.
 
         Raises:
             IdempotencyConflict: the key was used with a different payload.
+            IdempotencyInDoubt: an earlier attempt was cut off mid-run.
+            StateUnavailable: the store cannot be read or written.
         """
         while (pending := self._in_flight.get(ident)) is not None:
             answer = await asyncio.shield(pending)
             if answer is not None:
                 return _matching(answer, request_sha256)
-        stored = await asyncio.to_thread(self._get, ident)
-        if stored is not None:
-            return _matching(stored, request_sha256)
-        if ident in self._in_flight:  # another call claimed the key while we read
-            return await self.lookup(ident, request_sha256)
         self._in_flight[ident] = asyncio.get_running_loop().create_future()
+        try:
+            stored = await self._run(self._claim_row, ident, request_sha256)
+        except BaseException:
+            self._release(ident, None)
+            raise
+        if stored is not None:
+            self._release(ident, stored)
+            return _matching(stored, request_sha256)
         return None
 
-    async def complete(self, ident: tuple[str, str, str], answer: StoredAnswer) -> None:
-        """Persist the first answer for ``ident`` and release waiters."""
+    async def complete(self, ident: Ident, answer: StoredAnswer) -> None:
+        """Store the answer for a claimed key and release waiters."""
         try:
-            await asyncio.to_thread(self._put, ident, answer)
+            await self._run(self._complete_row, ident, answer)
         finally:
             self._release(ident, answer)
 
-    def abandon(self, ident: tuple[str, str, str]) -> None:
-        """The first call failed: let a waiter (or a retry) run it again."""
-        self._release(ident, None)
+    def leave_in_doubt(self, ident: Ident) -> None:
+        """The claimed run started but did not finish with an answer.
 
-    def _release(self, ident: tuple[str, str, str], answer: StoredAnswer | None) -> None:
-        pending = self._in_flight.pop(ident, None)
-        if pending is not None and not pending.done():
-            pending.set_result(answer)
+        Its side effect may have happened (a cancelled or timed-out function can
+        still have written), so the claim stays: retries get IDEMPOTENCY_IN_DOUBT.
+        """
+        self._release(ident, None)
 
     def close(self) -> None:
         """Close the database."""
         with self._lock:
             self._db.close()
+
+    async def _run(self, operation: Callable[..., _T], *args: object) -> _T:
+        try:
+            return await asyncio.to_thread(operation, *args)
+        except sqlite3.Error as err:
+            raise StateUnavailable(f"idempotency store {self._path}: {err}") from err
+
+    def _claim_row(self, ident: Ident, request_sha256: str) -> StoredAnswer | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT request_sha256, state, served_version, payload, evidence_sha256 "
+                "FROM idempotency WHERE peer = ? AND capability = ? AND key = ?",
+                ident,
+            ).fetchone()
+            if row is None:
+                self._db.execute(
+                    "INSERT INTO idempotency (peer, capability, key, request_sha256, state) "
+                    "VALUES (?, ?, ?, ?, 'claimed')",
+                    (*ident, request_sha256),
+                )
+                return None
+        if row[1] != "done":
+            if row[0] != request_sha256:
+                raise IdempotencyConflict("idempotency key already used with a different payload")
+            raise IdempotencyInDoubt(
+                "an earlier attempt with this key was cut off; its effect is unknown"
+            )
+        return StoredAnswer(row[0], row[2], bytes(row[3]), row[4])
+
+    def _complete_row(self, ident: Ident, answer: StoredAnswer) -> None:
+        with self._lock:
+            self._db.execute(
+                "UPDATE idempotency SET state = 'done', served_version = ?, payload = ?, "
+                "evidence_sha256 = ? WHERE peer = ? AND capability = ? AND key = ?",
+                (answer.served_version, answer.payload, answer.evidence_sha256, *ident),
+            )
+
+    def _release(self, ident: Ident, answer: StoredAnswer | None) -> None:
+        pending = self._in_flight.pop(ident, None)
+        if pending is not None and not pending.done():
+            pending.set_result(answer)
 
 
 def _matching(answer: StoredAnswer, request_sha256: str) -> StoredAnswer:

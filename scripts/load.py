@@ -169,9 +169,11 @@ def main() -> int:
         audit = {}
         for name in AGENTS:
             records = query_records(configs[name].audit_db)
+            # Writes also have a write-ahead ADMITTED record: count calls, not rows.
+            outcomes = [r for r in records if r.reason != "ADMITTED"]
             report = verify_chain(configs[name].audit_db)
             audit[name] = {
-                "records": len(records),
+                "records": len(outcomes),
                 "calls": tally.calls_to[name],
                 "chain_ok": report.ok,
             }

@@ -27,7 +27,7 @@ import pytest
 from gateway.agent import Agent
 from gateway.audit import query_records, verify_chain
 from gateway.client import PeerClient
-from gateway.errors import AuditUnavailable, GatewayError
+from gateway.errors import AuditUnavailable, GatewayError, StateUnavailable
 from tests.faults.conftest import REPO, write_agent_toml
 from tests.support import (
     Pki,
@@ -219,14 +219,6 @@ async def test_full_disk_fails_closed_and_says_why(
     await _restart_serves(pki, tmp_path, db)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "DEFECT: gateway/dispatch.py InvokeHandler.invoke admits and runs an allowed call "
-        "while the audit log is still marked healthy and queues its record afterwards; when "
-        "storage has just failed, that write runs and is answered OK but is never audited"
-    ),
-)
 async def test_first_write_after_the_disk_fills_is_not_run_unaudited(
     pki: Pki, tmp_path: Path, tiny_fs: Path, counter: WriteCounter
 ) -> None:
@@ -250,14 +242,6 @@ async def test_first_write_after_the_disk_fills_is_not_run_unaudited(
         await agent.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "DEFECT: gateway/idempotency.py IdempotencyStore._put lets sqlite3.OperationalError "
-        "escape InvokeHandler._run_once after the write ran: the caller gets UNKNOWN "
-        "(INTERNAL), no audit record is written, and every retry runs the write again"
-    ),
-)
 async def test_full_disk_under_the_idempotency_store_fails_closed(
     pki: Pki, tmp_path: Path, tiny_fs: Path, counter: WriteCounter
 ) -> None:
@@ -276,7 +260,7 @@ async def test_full_disk_under_the_idempotency_store_fails_closed(
                     timeout=10.0,
                 )
         await agent.audit.flush()
-        assert type(info.value) is AuditUnavailable, info.value  # observed: INTERNAL/UNKNOWN
+        assert type(info.value) is StateUnavailable, info.value
         assert counter.calls == 1, "the write ran although its idempotency record cannot be kept"
         assert "full-b" in {r.request_id for r in query_records(db)}, "the call is not audited"
     finally:

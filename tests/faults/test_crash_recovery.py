@@ -25,7 +25,7 @@ import pytest
 
 from gateway.audit import query_records, verify_chain
 from gateway.client import InvokeResult, PeerClient
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, IdempotencyInDoubt
 from tests.faults.conftest import AgentProcess, write_agent_toml
 from tests.faults.crash_window import appended_lines
 from tests.support import Pki, grant, spiffe, write_policy
@@ -248,14 +248,6 @@ async def test_sigkill_under_load_loses_nothing_callers_were_told(pki: Pki, tmp_
         await _close(load.clients)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "DEFECT: gateway/dispatch.py InvokeHandler._run_once stores the idempotency record "
-        "only after the capability returns; a crash between the side effect and that record "
-        "lets a retry with the same key run the write a second time"
-    ),
-)
 async def test_write_cut_off_by_a_crash_is_not_run_again_on_retry(pki: Pki, tmp_path: Path) -> None:
     config = _write_alice(pki, tmp_path, ("capabilities.builtin", "tests.faults.crash_window"))
     state = tmp_path / "alice-state"
@@ -280,12 +272,10 @@ async def test_write_cut_off_by_a_crash_is_not_run_again_on_retry(pki: Pki, tmp_
 
         agent = AgentProcess(config)
         clients = _clients(pki, agent.start())
-        try:
+        with pytest.raises(IdempotencyInDoubt):  # unknown outcome: refused, never run twice
             await clients["bob"].invoke(
                 "notes.append", {"note": "n1"}, idempotency_key="idem-n1", timeout=10.0
             )
-        except GatewayError:
-            pass  # refusing a retry of an unknown outcome is acceptable; running it twice is not
         assert appended_lines(state) == ["n1"], "the write ran twice for one idempotency key"
     finally:
         agent.ensure_stopped()

@@ -168,3 +168,44 @@ async def test_agent_refuses_work_it_cannot_audit(
     with pytest.raises(AuditUnavailable):
         await bob.invoke("notes.write", {"note": "a"})
     assert counter.calls == 0
+
+
+class Probe(ContractModel):
+    note: str
+
+
+class Seen(ContractModel):
+    admitted_before_running: bool
+
+
+def _admission_probe(db: Path) -> object:
+    @capability("test.audited_write", "1.0.0", risk="write")
+    async def audited_write(inp: Probe, ctx: CallContext) -> Seen:
+        """Looks in the audit log, from inside the side effect, for its own admission."""
+        rows = audit_rows(db)
+        return Seen(
+            admitted_before_running=any(
+                r.request_id == ctx.request_id and r.reason == "ADMITTED" for r in rows
+            )
+        )
+
+    return audited_write
+
+
+async def test_write_is_audited_before_it_runs(pki: Pki, tmp_path: Path) -> None:
+    policy = write_policy(tmp_path / "policy.toml", [grant("bob", ["test.audited_write"])])
+    config = agent_config(pki, tmp_path, "alice", policy)
+    registry = CapabilityRegistry()
+    registry.register(_admission_probe(config.audit_db))  # type: ignore[arg-type]
+    agent = await started(config, registry)
+    try:
+        async with PeerClient(agent.config.id, agent.address, pki.material("bob")) as bob:
+            result = await bob.invoke("test.audited_write", {"note": "n"}, request_id="w-1")
+        assert result.output() == {"admitted_before_running": True}
+        await agent.audit.flush()
+        assert [(r.request_id, r.decision, r.reason) for r in audit_rows(config.audit_db)] == [
+            ("w-1", "allow", "ADMITTED"),
+            ("w-1", "allow", "OK"),
+        ]
+    finally:
+        await agent.stop()
