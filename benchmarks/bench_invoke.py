@@ -1,0 +1,597 @@
+"""Invoke benchmark: a raw grpc.aio mTLS echo against the gateway's ``text.echo``.
+
+Run ``python benchmarks/bench_invoke.py --help``. One run:
+
+1. mints a PKI and writes a policy granting ``caller`` only ``text.echo``;
+2. starts, in ONE child process and one event loop, a real gateway
+   :class:`~gateway.agent.Agent` (identity, policy, validation and audit on) and
+   a raw echo server (same certificates with ``require_client_auth``, same server
+   options, same service and message types; it copies the payload back and
+   does nothing else);
+3. drives both from this process over one reused channel each, built the same
+   way, one call at a time and with 32 in flight, rotating the targets round by
+   round; medians of rounds are reported;
+4. measures refusals: ``caller`` invoking ``text.search``, which it is not
+   granted (``CAPABILITY_NOT_GRANTED``, durably audited before the answer);
+5. checks that the audit log holds one record per gateway call.
+
+Servers and client live in different processes so that neither steals event
+loop time from the other, which would distort the ratios. The exit status is 0
+whatever the ratios are (this is a measurement, not a test) and 1 when a call
+failed unexpectedly or the audit records do not match the calls made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from grpc import aio
+
+from gateway.agent import Agent
+from gateway.audit import query_records
+from gateway.config import AgentConfig
+from gateway.errors import CapabilityNotGranted
+from gateway.pki import init_ca, issue
+from gateway.status import from_rpc_error
+from gateway.tls import TlsMaterial, channel_options, server_options
+from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
+from policies.grants import MAX_PAYLOAD_CEILING, PolicyDocument
+from policies.policy_file import render_policy
+
+TRUST_DOMAIN = "bench.example"
+ALLOWED_CAPABILITY = "text.echo"
+REFUSED_CAPABILITY = "text.search"
+CONCURRENCY = 32
+MODES = (1, CONCURRENCY)
+"""Calls in flight: sequential, then concurrent."""
+TARGET_COUNT = 3
+"""raw, gateway (allowed) and refused."""
+CALL_TIMEOUT_SECONDS = 10.0
+EMPTY_PAYLOAD_BYTES = len(b'{"text":""}')
+# The raw echo answers with fields of the gateway's sizes: same bytes on the wire.
+_RAW_VERSION = "1.0.0"
+_RAW_EVIDENCE = "0" * 64
+TARGETS: dict[str, float] = {
+    "seq_ratio": 0.90,
+    "conc32_ratio": 0.85,
+    "refusal_vs_allowed_p50": 1.0,
+    "refusal_vs_allowed_p50_conc32": 1.0,
+}
+"""Lower bounds for the throughput ratios, upper bounds for the refusal ones."""
+
+
+# --- server process ---------------------------------------------------------
+
+
+class RawEchoServicer(gateway_pb2_grpc.PeerGatewayServicer):
+    """The baseline: same service and messages, the payload copied back, nothing else."""
+
+    async def Invoke(
+        self, request: gateway_pb2.InvokeRequest, context: aio.ServicerContext[object, object]
+    ) -> gateway_pb2.InvokeResponse:
+        """Echo the payload."""
+        return gateway_pb2.InvokeResponse(
+            request_id=request.request_id,
+            capability=request.capability,
+            served_version=_RAW_VERSION,
+            payload=request.payload,
+            evidence_sha256=_RAW_EVIDENCE,
+        )
+
+
+async def start_raw_server(tls: TlsMaterial) -> tuple[aio.Server, int]:
+    """The raw echo server on 127.0.0.1, built like ``GatewayServer`` (mTLS, options)."""
+    server = aio.server(options=server_options())
+    gateway_pb2_grpc.add_PeerGatewayServicer_to_server(  # type: ignore[no-untyped-call]
+        RawEchoServicer(), server
+    )
+    port = server.add_secure_port("127.0.0.1:0", tls.server_credentials())
+    await server.start()
+    return server, port
+
+
+def serve_main(config_json: str, conn: Connection, profile_path: str | None) -> None:
+    """Child process entry: serve both servers until told to stop.
+
+    Commands read from ``conn``: ``"cpu"`` (flushes the audit log, then answers
+    this process's CPU seconds, all threads), ``"profile-on"`` / ``"profile-off"``
+    (cProfile of the event loop thread, dumped to ``profile_path`` at the end)
+    and ``"stop"``.
+    """
+    profiler = cProfile.Profile() if profile_path else None
+    asyncio.run(_serve(AgentConfig.model_validate_json(config_json), conn, profiler))
+    if profiler is not None and profile_path:
+        profiler.dump_stats(profile_path)
+    conn.send("stopped")
+
+
+async def _serve(config: AgentConfig, conn: Connection, profiler: cProfile.Profile | None) -> None:
+    agent = Agent(config)
+    await agent.start(watch_policy=False)
+    raw, raw_port = await start_raw_server(agent.tls)
+    conn.send({"raw_port": raw_port, "gateway_port": agent.port, "pid": os.getpid()})
+    loop = asyncio.get_running_loop()
+    try:
+        while (command := await loop.run_in_executor(None, conn.recv)) != "stop":
+            if command == "cpu":
+                # Flushing first charges the audit writer's work to the phase that queued it.
+                await agent.audit.flush()
+                conn.send(sum(os.times()[:2]))
+            elif profiler is not None and command == "profile-on":
+                profiler.enable()
+            elif profiler is not None and command == "profile-off":
+                profiler.disable()
+    finally:
+        await raw.stop(1.0)
+        await agent.stop(1.0)
+
+
+class ServerProcess:
+    """The child process hosting both servers, and its command pipe."""
+
+    def __init__(self, config: AgentConfig, profile_path: str | None) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child_conn = ctx.Pipe()
+        self._process = ctx.Process(
+            target=serve_main,
+            args=(config.model_dump_json(), child_conn, profile_path),
+            name="bench-servers",
+            daemon=True,
+        )
+        self._profiling = profile_path is not None
+
+    def start(self, timeout: float = 60.0) -> dict[str, int]:
+        """Start the child; returns its ports and pid once it serves."""
+        self._process.start()
+        if not self._conn.poll(timeout):
+            raise RuntimeError(f"the server process did not start within {timeout:g}s")
+        ports: dict[str, int] = self._conn.recv()
+        return ports
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the server process has used so far."""
+        self._conn.send("cpu")
+        used: float = self._conn.recv()
+        return used
+
+    def profile(self, on: bool) -> None:
+        """Switch the server's profiler on or off (no-op without --profile-server)."""
+        if self._profiling:
+            self._conn.send("profile-on" if on else "profile-off")
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Ask the child to stop (which flushes the audit log) and wait for it."""
+        if self._process.is_alive():
+            self._conn.send("stop")
+            if self._conn.poll(timeout):
+                self._conn.recv()
+        self._process.join(timeout)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join(5.0)
+
+
+# --- workspace --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Workspace:
+    """The server agent's config and the caller's TLS material, under one folder."""
+
+    config: AgentConfig
+    caller_tls: TlsMaterial
+
+
+def make_workspace(base: Path, payload_bytes: int) -> Workspace:
+    """Mint a CA, ``server`` and ``caller`` SVIDs, a policy and the agent config."""
+    pki = base / "pki"
+    init_ca(pki, TRUST_DOMAIN)
+    server, caller = issue(pki, "server"), issue(pki, "caller")
+    policy = PolicyDocument.model_validate(
+        {
+            "grants": [
+                {
+                    "peer": caller.spiffe_id,
+                    "capabilities": [ALLOWED_CAPABILITY],
+                    "max_payload_bytes": min(MAX_PAYLOAD_CEILING, max(65536, 2 * payload_bytes)),
+                    "expires_at": (datetime.now(UTC) + timedelta(days=1)).isoformat(),
+                }
+            ]
+        }
+    )
+    (base / "policy.toml").write_text(render_policy(policy))
+    config = AgentConfig.model_validate(
+        {
+            "id": server.spiffe_id,
+            "listen": "127.0.0.1:0",
+            "tls": {"ca": pki / "ca.pem", "cert": server.cert_path, "key": server.key_path},
+            "policy": base / "policy.toml",
+            "audit_db": base / "server-audit.sqlite",
+            "state_dir": base / "server-state",
+        }
+    )
+    caller_tls = TlsMaterial.from_files(pki / "ca.pem", caller.cert_path, caller.key_path)
+    return Workspace(config=config, caller_tls=caller_tls)
+
+
+def echo_payload(size: int) -> bytes:
+    """A compact JSON ``{"text": ...}`` of exactly ``size`` bytes."""
+    text = "x" * (size - EMPTY_PAYLOAD_BYTES)
+    return json.dumps({"text": text}, separators=(",", ":")).encode()
+
+
+# --- client side ------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    """One kind of call the client makes, over its own reused channel."""
+
+    name: str
+    channel: aio.Channel
+    capability: str
+    payload: bytes
+    expect_refusal: bool = False
+    sent: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.stub: Any = gateway_pb2_grpc.PeerGatewayStub(self.channel)  # type: ignore[no-untyped-call]
+
+    async def call(self) -> float:
+        """One Invoke; returns its latency in ms and records any unexpected outcome."""
+        self.sent += 1
+        request = gateway_pb2.InvokeRequest(
+            request_id=f"bench-{self.name}-{self.sent}",
+            capability=self.capability,
+            payload=self.payload,
+            deadline_unix_ms=int((time.time() + CALL_TIMEOUT_SECONDS) * 1000),
+        )
+        started = time.perf_counter()
+        try:
+            reply = await self.stub.Invoke(request, timeout=CALL_TIMEOUT_SECONDS)
+        except aio.AioRpcError as err:
+            latency = (time.perf_counter() - started) * 1000.0
+            if not (self.expect_refusal and isinstance(from_rpc_error(err), CapabilityNotGranted)):
+                self.errors.append(f"{err.code().name}: {err.details()}")
+            return latency
+        latency = (time.perf_counter() - started) * 1000.0
+        if self.expect_refusal:
+            self.errors.append("a call that should have been refused succeeded")
+        elif reply.payload != self.payload:
+            self.errors.append("the echo did not return the payload")
+        return latency
+
+
+def open_targets(ws: Workspace, ports: dict[str, int], payload: bytes) -> list[Target]:
+    """Raw, allowed and refused targets; every channel is built the same way."""
+
+    def channel(port: int) -> aio.Channel:
+        return aio.secure_channel(
+            f"127.0.0.1:{port}",
+            ws.caller_tls.channel_credentials(),
+            options=channel_options(ws.config.id),
+        )
+
+    return [
+        Target("raw", channel(ports["raw_port"]), ALLOWED_CAPABILITY, payload),
+        Target("gateway", channel(ports["gateway_port"]), ALLOWED_CAPABILITY, payload),
+        Target("refused", channel(ports["gateway_port"]), REFUSED_CAPABILITY, payload, True),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """One timed run of one target at one concurrency."""
+
+    target: str
+    mode: str
+    calls: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+    round: int = 0
+    server_cpu_us: float = 0.0
+    client_cpu_us: float = 0.0
+
+    @property
+    def calls_per_s(self) -> float:
+        """Completed calls per wall-clock second."""
+        return self.calls / self.seconds if self.seconds > 0 else 0.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values`` by nearest rank; 0.0 when empty."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+async def drive(target: Target, concurrency: int, max_calls: int, budget_s: float) -> Phase:
+    """Run up to ``max_calls`` calls, ``concurrency`` in flight, for at most ``budget_s``."""
+    latencies: list[float] = []
+    issued = 0
+    stop_at = time.perf_counter() + budget_s
+
+    async def worker() -> None:
+        nonlocal issued
+        while issued < max_calls and time.perf_counter() < stop_at:
+            issued += 1
+            latencies.append(await target.call())
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - started
+    mode = "sequential" if concurrency == 1 else f"conc{concurrency}"
+    p50, p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
+    return Phase(target.name, mode, len(latencies), elapsed, p50, p99)
+
+
+# --- the run ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Command-line settings of one run."""
+
+    calls: int
+    payload_bytes: int
+    seconds_max: float
+    rounds: int
+    as_json: bool
+    profile_server: str | None
+
+
+def phase_budget(settings: Settings) -> float:
+    """Seconds each measured phase may take at most."""
+    return settings.seconds_max / (len(MODES) * settings.rounds * TARGET_COUNT)
+
+
+async def measured_phase(
+    target: Target, concurrency: int, settings: Settings, budget: float, server: ServerProcess
+) -> Phase:
+    """One phase, with the server's and this process's CPU time per call."""
+    server.profile(target.name != "raw")
+    server_cpu, client_cpu = server.cpu_seconds(), time.process_time()
+    phase = await drive(target, concurrency, settings.calls, budget)
+    client_cpu = time.process_time() - client_cpu
+    server_cpu = server.cpu_seconds() - server_cpu
+    server.profile(False)
+    per_call = 1e6 / max(phase.calls, 1)
+    return replace(phase, server_cpu_us=server_cpu * per_call, client_cpu_us=client_cpu * per_call)
+
+
+async def measure(targets: list[Target], settings: Settings, server: ServerProcess) -> list[Phase]:
+    """Warm up, then rotate the targets round by round, at each concurrency."""
+    budget = phase_budget(settings)
+    warmup = max(CONCURRENCY, settings.calls // 10)
+    phases: list[Phase] = []
+    for concurrency in MODES:
+        for target in targets:
+            await drive(target, concurrency, warmup, min(1.0, budget))
+        for number in range(settings.rounds):
+            lead = number % len(targets)  # each target goes first in some round
+            for target in targets[lead:] + targets[:lead]:
+                phase = await measured_phase(target, concurrency, settings, budget, server)
+                phases.append(replace(phase, round=number + 1))
+    return phases
+
+
+async def client_run(
+    ws: Workspace, ports: dict[str, int], settings: Settings, server: ServerProcess
+) -> tuple[list[Phase], list[Target]]:
+    """Open the channels, run every phase, close the channels."""
+    targets = open_targets(ws, ports, echo_payload(settings.payload_bytes))
+    try:
+        phases = await measure(targets, settings, server)
+    finally:
+        for target in targets:
+            await target.channel.close()
+    return phases, targets
+
+
+def audit_check(db: Path, targets: list[Target]) -> dict[str, Any]:
+    """Compare the audit log's allow/refuse records with the gateway calls made."""
+    records = query_records(db)
+    allowed = sum(1 for rec in records if rec.decision == "allow")
+    sent = {target.name: target.sent for target in targets}
+    return {
+        "records": len(records),
+        "allow_records": allowed,
+        "refuse_records": len(records) - allowed,
+        "allowed_calls": sent["gateway"],
+        "refused_calls": sent["refused"],
+        "match": allowed == sent["gateway"] and len(records) - allowed == sent["refused"],
+    }
+
+
+def run(settings: Settings) -> dict[str, Any]:
+    """One complete benchmark; returns the report as a dict."""
+    with tempfile.TemporaryDirectory(prefix="bench-invoke-") as tmp:
+        ws = make_workspace(Path(tmp), settings.payload_bytes)
+        server = ServerProcess(ws.config, settings.profile_server)
+        try:
+            ports = server.start()
+            phases, targets = asyncio.run(client_run(ws, ports, settings, server))
+        finally:
+            server.stop()
+        audit = audit_check(ws.config.audit_db, targets)
+    return build_report(settings, ports, phases, targets, audit)
+
+
+# --- report -----------------------------------------------------------------
+
+_Summary = dict[str, dict[str, dict[str, float]]]
+
+
+def summarize(phases: list[Phase]) -> _Summary:
+    """Median of rounds for each mode and target."""
+    summary: _Summary = {}
+    for mode in dict.fromkeys(phase.mode for phase in phases):
+        for target in dict.fromkeys(phase.target for phase in phases):
+            rounds = [p for p in phases if p.mode == mode and p.target == target]
+            summary.setdefault(mode, {})[target] = {
+                "calls_per_s": statistics.median(p.calls_per_s for p in rounds),
+                "p50_ms": statistics.median(p.p50_ms for p in rounds),
+                "p99_ms": statistics.median(p.p99_ms for p in rounds),
+                "server_cpu_us_per_call": statistics.median(p.server_cpu_us for p in rounds),
+                "client_cpu_us_per_call": statistics.median(p.client_cpu_us for p in rounds),
+                "calls": sum(p.calls for p in rounds),
+            }
+    return summary
+
+
+def ratios(summary: _Summary) -> dict[str, float]:
+    """The headline ratios (see ``TARGETS``)."""
+    seq, conc = summary["sequential"], summary[f"conc{CONCURRENCY}"]
+
+    def div(a: float, b: float) -> float:
+        return a / b if b else float("nan")
+
+    return {
+        "seq_ratio": div(seq["gateway"]["calls_per_s"], seq["raw"]["calls_per_s"]),
+        "conc32_ratio": div(conc["gateway"]["calls_per_s"], conc["raw"]["calls_per_s"]),
+        "refusal_vs_allowed_p50": div(seq["refused"]["p50_ms"], seq["gateway"]["p50_ms"]),
+        "refusal_vs_allowed_p50_conc32": div(conc["refused"]["p50_ms"], conc["gateway"]["p50_ms"]),
+    }
+
+
+def verdict(name: str, value: float) -> str:
+    """PASS or MISS of ``value`` against its target."""
+    target = TARGETS[name]
+    met = value <= target if name.startswith("refusal") else value >= target
+    return "PASS" if met else "MISS"
+
+
+def build_report(
+    settings: Settings,
+    ports: dict[str, int],
+    phases: list[Phase],
+    targets: list[Target],
+    audit: dict[str, Any],
+) -> dict[str, Any]:
+    """The whole report, JSON-ready."""
+    result = {
+        name: {"value": value, "target": TARGETS[name], "verdict": verdict(name, value)}
+        for name, value in ratios(summarize(phases)).items()
+    }
+    return {
+        "settings": {
+            "calls": settings.calls,
+            "payload_bytes": settings.payload_bytes,
+            "seconds_max": settings.seconds_max,
+            "phase_budget_s": phase_budget(settings),
+            "rounds": settings.rounds,
+            "concurrency": CONCURRENCY,
+            "cpus": os.cpu_count(),
+            "server_pid": ports.get("pid"),
+        },
+        "rounds": [
+            {**{k: getattr(p, k) for k in Phase.__slots__}, "calls_per_s": p.calls_per_s}
+            for p in phases
+        ],
+        "summary": summarize(phases),
+        "result": result,
+        "errors": {t.name: {"count": len(t.errors), "first": t.errors[:3]} for t in targets},
+        "audit": audit,
+        "ok": audit["match"] and not any(t.errors for t in targets),
+    }
+
+
+def format_text(report: dict[str, Any]) -> str:
+    """The human-readable table and RESULT block."""
+    s = report["settings"]
+    lines = [
+        f"Invoke benchmark: payload {s['payload_bytes']} B, <= {s['calls']} calls and "
+        f"{s['phase_budget_s']:.1f}s per phase, {s['rounds']} rounds, "
+        f"{s['cpus']} CPUs, servers in pid {s['server_pid']}",
+        "",
+        f"{'mode':<11} {'target':<8} {'calls/s':>8} {'p50 ms':>7} {'p99 ms':>7} "
+        f"{'srv us/call':>11} {'cli us/call':>11} {'calls':>6}",
+    ]
+    for mode, by_target in report["summary"].items():
+        for target, row in by_target.items():
+            lines.append(
+                f"{mode:<11} {target:<8} {row['calls_per_s']:>8.1f} {row['p50_ms']:>7.3f} "
+                f"{row['p99_ms']:>7.3f} {row['server_cpu_us_per_call']:>11.0f} "
+                f"{row['client_cpu_us_per_call']:>11.0f} {row['calls']:>6}"
+            )
+    lines += [
+        "",
+        "medians of rounds; 'refused' = CAPABILITY_NOT_GRANTED, durably audited;",
+        "us/call = CPU microseconds per call of the server process (all threads) / this client",
+        "",
+        "RESULT",
+    ]
+    for name, row in report["result"].items():
+        op = "<=" if name.startswith("refusal") else ">="
+        lines.append(
+            f"  {name:<30} {row['value']:>6.3f}  (target {op} {row['target']:.2f})  "
+            f"{row['verdict']}"
+        )
+    a = report["audit"]
+    lines.append(
+        f"  audit records {a['records']} (allow {a['allow_records']}, refuse "
+        f"{a['refuse_records']}) for gateway calls {a['allowed_calls'] + a['refused_calls']} "
+        f"(allowed {a['allowed_calls']}, refused {a['refused_calls']}): "
+        f"{'MATCH' if a['match'] else 'MISMATCH'}"
+    )
+    for name, err in report["errors"].items():
+        if err["count"]:
+            lines.append(f"  unexpected outcomes ({name}): {err['count']}, e.g. {err['first']}")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> Settings:
+    """Command-line settings, validated."""
+    parser = argparse.ArgumentParser(description="Raw gRPC echo vs gateway Invoke benchmark.")
+    parser.add_argument("--calls", type=int, default=2000, help="max calls per phase")
+    parser.add_argument("--payload-bytes", type=int, default=256, help="JSON payload size")
+    parser.add_argument(
+        "--seconds-max", type=float, default=45.0, help="time budget of all measured phases"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per target and mode")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--profile-server", metavar="FILE", help="write a cProfile of the gateway phases"
+    )
+    args = parser.parse_args(argv)
+    if args.calls < 1 or args.rounds < 1 or args.seconds_max <= 0:
+        parser.error("--calls and --rounds must be >= 1, --seconds-max > 0")
+    if not EMPTY_PAYLOAD_BYTES <= args.payload_bytes <= MAX_PAYLOAD_CEILING // 2:
+        parser.error(f"--payload-bytes must be {EMPTY_PAYLOAD_BYTES}..{MAX_PAYLOAD_CEILING // 2}")
+    return Settings(
+        calls=args.calls,
+        payload_bytes=args.payload_bytes,
+        seconds_max=args.seconds_max,
+        rounds=args.rounds,
+        as_json=args.json,
+        profile_server=args.profile_server,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run once and print; 0 unless something failed."""
+    settings = parse_args(argv)
+    report = run(settings)
+    print(json.dumps(report, indent=2) if settings.as_json else format_text(report))
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
