@@ -16,6 +16,14 @@ from gateway.config import AgentConfig
 from gateway.dispatch import InvokeHandler
 from gateway.errors import AgentConfigError
 from gateway.idempotency import IdempotencyStore
+from gateway.plans.checks import PlanLimits
+from gateway.plans.executor import EventSink, ExecutorParts
+from gateway.plans.model import Plan
+from gateway.plans.planner import Planner, RerouteOrStop
+from gateway.plans.runner import TaskRunner
+from gateway.plans.store import SqliteTaskStore
+from gateway.plans.task import TaskResult
+from gateway.router import Router
 from gateway.server import GatewayServer
 from gateway.tls import TlsMaterial
 from policies.store import PolicyStore
@@ -26,7 +34,14 @@ _log = logging.getLogger(__name__)
 class Agent:
     """A running peer. Use ``async with Agent(config) as agent`` or start()/stop()."""
 
-    def __init__(self, config: AgentConfig, registry: CapabilityRegistry | None = None) -> None:
+    def __init__(
+        self,
+        config: AgentConfig,
+        registry: CapabilityRegistry | None = None,
+        *,
+        planner: Planner | None = None,
+        plan_limits: PlanLimits | None = None,
+    ) -> None:
         self.config = config
         self.tls = TlsMaterial.from_files(config.tls.ca, config.tls.cert, config.tls.key)
         if self.tls.spiffe_id() != config.id:
@@ -45,14 +60,32 @@ class Agent:
                 raise AgentConfigError(str(err)) from err
         self.audit = AuditLog(config.audit_db)
         self.idempotency = IdempotencyStore(config.state_dir / "idempotency.sqlite")
+        self._clients: dict[str, PeerClient] = {}
+        self.router = Router(
+            registry=self.registry,
+            policies=self.policies,
+            peers=[peer.id for peer in config.peers],
+            client_for=self.client,
+        )
         self.handler = InvokeHandler(
             registry=self.registry,
             policies=self.policies,
             audit=self.audit,
             idempotency=self.idempotency,
+            bind_peer_call=self.router.bind,
         )
         self._server = GatewayServer(config.id, self.handler, self.tls)
-        self._clients: dict[str, PeerClient] = {}
+        self.task_store = SqliteTaskStore(config.state_dir / "tasks.sqlite")
+        self.plans = TaskRunner(
+            ExecutorParts(
+                agent_id=config.id,
+                router=self.router,
+                store=self.task_store,
+                planner=planner or RerouteOrStop(),
+                limits=plan_limits or PlanLimits(),
+                bind_peer_call=self.router.bind,
+            )
+        )
         self._watcher: asyncio.Task[None] | None = None
         self.port = 0
 
@@ -70,8 +103,18 @@ class Agent:
             self._watcher = asyncio.create_task(self.policies.watch())
         return self.port
 
+    async def run(self, plan: Plan, *, on_event: EventSink | None = None) -> TaskResult:
+        """Run ``plan`` as a new task (see ``self.plans`` for start/resume/cancel)."""
+        if on_event is None:
+            return await self.plans.run(plan)
+        return await self.plans.run(plan, on_event=on_event)
+
     async def stop(self, grace: float = 2.0) -> None:
-        """Graceful shutdown: stop serving, close clients, flush the audit log."""
+        """Graceful shutdown: stop serving, close clients, flush the audit log.
+
+        Running tasks are interrupted, not ended: they stay resumable.
+        """
+        await self.plans.shutdown()
         if self._watcher is not None:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -82,6 +125,7 @@ class Agent:
         self._clients.clear()
         await self.audit.close()
         self.idempotency.close()
+        self.task_store.close()
 
     def client(self, peer_id: str, address: str | None = None) -> PeerClient:
         """A reused mTLS client for ``peer_id`` (address from config unless given)."""

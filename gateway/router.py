@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from capabilities.context import PeerCall
 from capabilities.contract import Risk
 from capabilities.registry import Capability, CapabilityRegistry
 from capabilities.versions import Version, VersionConstraint, VersionSyntaxError
@@ -149,6 +150,10 @@ class Router:
             for entry in rule.capabilities
         )
 
+    def has_local(self, capability: str, constraint: VersionConstraint) -> bool:
+        """True if this agent's registry can run ``capability@constraint``."""
+        return self._registry.resolve(capability, constraint) is not None
+
     async def offers(
         self,
         capability: str,
@@ -249,6 +254,24 @@ class Router:
             step_id=step_id,
             idempotency_key=idempotency_key,
         )
+
+    def bind(self, deadline: float, task_id: str, step_id: str) -> PeerCall:
+        """A ``CallContext.call_peer`` for one call: its deadline bounds every peer call."""
+
+        async def call_peer(
+            peer_id: str, capability: str, payload: dict[str, Any], *, constraint: str = ""
+        ) -> Any:
+            return await self.call_for_capability(
+                peer_id,
+                capability,
+                payload,
+                constraint=constraint,
+                deadline=deadline,
+                task_id=task_id,
+                step_id=step_id,
+            )
+
+        return call_peer
 
     async def call_for_capability(
         self,

@@ -54,6 +54,7 @@ def write_policy(
     path: Path, grants: list[dict[str, Any]], outbound: list[dict[str, Any]] | None = None
 ) -> Path:
     document = PolicyDocument.model_validate({"grants": grants, "outbound": outbound or []})
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_policy(document))
     return path
 
@@ -179,3 +180,115 @@ async def started(config: AgentConfig, registry: CapabilityRegistry | None = Non
     agent = Agent(config, registry)
     await agent.start(watch_policy=False)
     return agent
+
+
+# --- Plans: test capabilities that record what reached them, and agent meshes ---
+
+
+class WaitInput(ContractModel):
+    tag: str = ""
+
+
+class WaitOutput(ContractModel):
+    done: bool
+
+
+class ProbeInput(ContractModel):
+    peer: str = ""
+
+
+class ProbeOutput(ContractModel):
+    remaining: float
+    hop_remaining: float = 0.0
+
+
+@dataclass
+class Probe:
+    """Capabilities for plan tests: a gate that waits, and deadline probes.
+
+    ``slow.wait`` sets ``started``, waits for ``release`` and sets ``cancelled``
+    if its call is cancelled; ``deadline.probe`` records the time it had left;
+    ``relay.ask`` calls ``deadline.probe`` on ``peer`` through ``ctx.call_peer``.
+    """
+
+    started: Any = None
+    release: Any = None
+    cancelled: Any = None
+    remaining: list[float] = field(default_factory=list)
+    waits: int = 0
+
+    def __post_init__(self) -> None:
+        import asyncio
+
+        self.started, self.release, self.cancelled = (
+            asyncio.Event(),
+            asyncio.Event(),
+            asyncio.Event(),
+        )
+
+    def capabilities(self) -> list[Capability]:
+        import asyncio
+
+        @capability("slow.wait", "1.0.0", risk="read", timeout=30.0, idempotent=True)
+        async def wait(inp: WaitInput, ctx: CallContext) -> WaitOutput:
+            """Wait until released."""
+            self.waits += 1
+            self.started.set()
+            try:
+                await self.release.wait()
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
+            return WaitOutput(done=True)
+
+        @capability("deadline.probe", "1.0.0", risk="read", timeout=30.0)
+        async def probe(inp: ProbeInput, ctx: CallContext) -> ProbeOutput:
+            """Report the time left."""
+            self.remaining.append(ctx.time_remaining())
+            return ProbeOutput(remaining=ctx.time_remaining())
+
+        @capability("relay.ask", "1.0.0", risk="read", timeout=30.0)
+        async def relay(inp: ProbeInput, ctx: CallContext) -> ProbeOutput:
+            """Ask ``peer`` for its time left, within this call's deadline."""
+            assert ctx.call_peer is not None
+            mine = ctx.time_remaining()
+            answer = await ctx.call_peer(inp.peer, "deadline.probe", {})
+            return ProbeOutput(remaining=float(answer["remaining"]), hop_remaining=mine)
+
+        return [wait, probe, relay]
+
+
+def mesh_registry(
+    counter: WriteCounter, state_dir: Path, probe: Probe | None = None
+) -> CapabilityRegistry:
+    """Built-ins, the counting write capability, and (optionally) the probe capabilities."""
+    registry = standard_registry(counter, state_dir)
+    for cap in probe.capabilities() if probe else ():
+        registry.register(cap)
+    return registry
+
+
+async def start_peer(
+    pki: Pki,
+    base: Path,
+    name: str,
+    registry: CapabilityRegistry,
+    grants: list[dict[str, Any]],
+    *,
+    outbound: list[dict[str, Any]] | None = None,
+    peers: list[Agent] | None = None,
+    **agent_kwargs: Any,
+) -> Agent:
+    """An agent ``name`` with its own policy file, calling ``peers`` (in that order)."""
+    policy = write_policy(base / f"{name}-policy.toml", grants, outbound)
+    config = agent_config(
+        pki, base, name, policy, [(peer.config.id, peer.address) for peer in peers or []]
+    )
+    agent = Agent(config, registry, **agent_kwargs)
+    await agent.start(watch_policy=False)
+    return agent
+
+
+def outbound_rule(name: str, capabilities: list[str]) -> dict[str, Any]:
+    """An ``[[outbound]]`` entry: this agent may send ``capabilities`` to ``name``."""
+    return {"peer": spiffe(name), "capabilities": capabilities}

@@ -1,0 +1,257 @@
+"""Running one step: pick a route, send the minimal payload, retry, fail over, verify.
+
+* Minimal payload: exactly the fields the route's input schema declares, taken
+  from the resolved step input; nothing else leaves the agent.
+* Retries: only transient failures (unavailable, timeout), only for ``read``
+  or idempotent capabilities, with one idempotency key ``task:step:revision``.
+* Failover: a retryable step whose peer stays unreachable moves to the next route.
+* Remote outputs are untrusted: digest, served version and output schema are checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from capabilities.context import CallContext, PeerCall
+from capabilities.runner import run_capability
+from gateway.errors import (
+    AuditUnavailable,
+    CapabilityNotGranted,
+    DeadlineExceeded,
+    GatewayError,
+    InvalidInput,
+    InvalidOutput,
+    PayloadTooLarge,
+    PeerUnavailable,
+    StateUnavailable,
+    VersionNotAvailable,
+)
+from gateway.plans.budget import BudgetMeter
+from gateway.plans.errors import BudgetExhausted, ExpectationFailed, NoRoute
+from gateway.plans.model import Plan, Step
+from gateway.plans.schema import SchemaMismatch, check_schema
+from gateway.plans.task import Evidence, StepResult, StepStatus
+from gateway.router import LOCAL, Offer, Router, encode_payload
+
+TRANSIENT: tuple[type[GatewayError], ...] = (
+    PeerUnavailable,
+    DeadlineExceeded,
+    AuditUnavailable,
+    StateUnavailable,
+)
+"""Failures worth retrying (the peer may answer next time)."""
+
+_STALE_DISCOVERY = (VersionNotAvailable, CapabilityNotGranted)
+_BACKOFF_SECONDS = 0.05
+_MAX_BACKOFF_SECONDS = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    output: Any
+    evidence: Evidence
+    replayed: bool
+
+
+def minimal_payload(resolved: dict[str, Any], offer: Offer) -> dict[str, Any]:
+    """The fields of ``resolved`` the route's contract declares, and nothing else."""
+    return {name: resolved[name] for name in sorted(offer.input_fields) if name in resolved}
+
+
+class StepRunner:
+    """Runs steps of one task on the routes the router offers."""
+
+    def __init__(
+        self,
+        *,
+        agent_id: str,
+        task_id: str,
+        plan: Plan,
+        router: Router,
+        meter: BudgetMeter,
+        default_retries: int,
+        bind_peer_call: Callable[[float, str, str], PeerCall] | None = None,
+    ) -> None:
+        self._agent_id = agent_id
+        self._task_id = task_id
+        self._plan = plan
+        self._router = router
+        self._meter = meter
+        self._default_retries = default_retries
+        self._bind = bind_peer_call
+
+    async def run(self, step: Step, resolved: dict[str, Any]) -> StepResult:
+        """Run ``step`` to a completed or failed result (never raises a GatewayError)."""
+        started = time.perf_counter()
+        tally = _Tally()
+        try:
+            answer, where = await self._run_routes(step, resolved, tally)
+        except GatewayError as err:
+            return StepResult(
+                step_id=step.id,
+                status=StepStatus.FAILED,
+                revision=step.revision,
+                where=tally.where,
+                attempts=tally.attempts,
+                duration_ms=(time.perf_counter() - started) * 1000.0,
+                reason=err.reason,
+                message=err.message,
+                notes=tuple(tally.notes),
+            )
+        return StepResult(
+            step_id=step.id,
+            status=StepStatus.COMPLETED,
+            revision=step.revision,
+            where=where,
+            attempts=tally.attempts,
+            duration_ms=(time.perf_counter() - started) * 1000.0,
+            output=answer.output,
+            evidence=answer.evidence,
+            replayed=answer.replayed,
+            notes=tuple(tally.notes),
+        )
+
+    async def _run_routes(
+        self, step: Step, resolved: dict[str, Any], tally: _Tally
+    ) -> tuple[_Answer, str]:
+        offers, skipped = await self._router.offers(
+            step.capability, step.constraint, avoid=step.avoid
+        )
+        tally.notes += [f"{s.where}: {s.reason}" for s in skipped]
+        allowed = [o for o in offers if o.risk.rank <= self._plan.max_risk.rank]
+        if not allowed:
+            raise NoRoute(
+                f"no local capability or authorized peer can run {step.capability}"
+                f"@{step.constraint} within risk {self._plan.max_risk.value}"
+            )
+        last: GatewayError | None = None
+        for offer in allowed:
+            try:
+                return await self._run_offer(step, resolved, offer, tally), offer.where
+            except BudgetExhausted:
+                raise
+            except GatewayError as err:
+                last = err
+                if not _may_fail_over(err, offer):
+                    raise
+                tally.notes.append(f"{offer.where}: {err.reason}, trying the next route")
+        assert last is not None
+        raise last
+
+    async def _run_offer(
+        self, step: Step, resolved: dict[str, Any], offer: Offer, tally: _Tally
+    ) -> _Answer:
+        tries = 1 + (self._retries(step) if offer.retryable else 0)
+        for attempt in range(tries):
+            tally.attempts += 1
+            tally.where = offer.where
+            try:
+                answer = await self._once(step, resolved, offer, tally.attempts)
+            except GatewayError as err:
+                if isinstance(err, _STALE_DISCOVERY) and offer.where != LOCAL:
+                    self._router.forget(offer.where)
+                if isinstance(err, DeadlineExceeded) and self._meter.remaining() <= 0:
+                    self._meter.check_time()
+                if not isinstance(err, TRANSIENT) or attempt + 1 >= tries:
+                    raise
+                await asyncio.sleep(min(_BACKOFF_SECONDS * 2**attempt, _MAX_BACKOFF_SECONDS))
+                self._meter.check_time()
+                continue
+            _check_expect(step, answer.output)
+            return answer
+        raise AssertionError("unreachable: the last try raises or returns")
+
+    def _retries(self, step: Step) -> int:
+        return self._default_retries if step.max_retries is None else step.max_retries
+
+    async def _once(self, step: Step, resolved: dict[str, Any], offer: Offer, n: int) -> _Answer:
+        payload = minimal_payload(resolved, offer)
+        key = f"{self._task_id}:{step.id}:{step.revision}"
+        if offer.local is not None:
+            return await self._run_local(step, payload, offer, key, n)
+        self._meter.take_peer_call()
+        result = await self._router.send(
+            offer,
+            payload,
+            timeout=self._meter.remaining(),
+            request_id=_request_id(self._task_id, step, n),
+            task_id=self._task_id,
+            step_id=step.id,
+            idempotency_key=key,
+        )
+        digest = hashlib.sha256(result.payload).hexdigest()
+        if digest != result.evidence_sha256:
+            raise InvalidOutput("the peer's evidence digest does not match its output")
+        if result.served_version != str(offer.version):
+            raise InvalidOutput(f"asked for {offer.version}, served {result.served_version}")
+        try:
+            output = json.loads(result.payload)
+            check_schema(output, offer.output_schema)
+        except (ValueError, SchemaMismatch) as err:
+            raise InvalidOutput(f"peer output violates the contract: {err}") from err
+        evidence = Evidence(step.id, offer.where, result.served_version, _now_ms(), digest)
+        return _Answer(output, evidence, result.replayed)
+
+    async def _run_local(
+        self, step: Step, payload: dict[str, Any], offer: Offer, key: str, n: int
+    ) -> _Answer:
+        assert offer.local is not None
+        contract = offer.local.contract
+        try:
+            model = contract.input_model.model_validate_json(encode_payload(payload))
+        except ValueError as err:
+            raise InvalidInput(f"step input does not match {contract.key}") from err
+        deadline = self._meter.deadline
+        ctx = CallContext(
+            peer_id=self._agent_id,
+            request_id=_request_id(self._task_id, step, n),
+            deadline=deadline,
+            task_id=self._task_id,
+            step_id=step.id,
+            idempotency_key=key,
+            call_peer=None if self._bind is None else self._bind(deadline, self._task_id, step.id),
+        )
+        result = await run_capability(offer.local, model, ctx)
+        digest = result.evidence_sha256
+        evidence = Evidence(step.id, LOCAL, str(contract.version), _now_ms(), digest)
+        return _Answer(json.loads(result.payload), evidence, False)
+
+
+@dataclass
+class _Tally:
+    attempts: int = 0
+    where: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def _may_fail_over(err: GatewayError, offer: Offer) -> bool:
+    # Nothing was sent when the size check refused; an unreachable peer may be
+    # replaced only for steps that are safe to repeat.
+    if isinstance(err, PayloadTooLarge) and offer.where != LOCAL:
+        return True
+    return isinstance(err, PeerUnavailable | AuditUnavailable) and offer.retryable
+
+
+def _check_expect(step: Step, output: Any) -> None:
+    if step.expect is None:
+        return
+    try:
+        check_schema(output, step.expect.json_schema)
+    except SchemaMismatch as err:
+        raise ExpectationFailed(f"step {step.id!r} output does not satisfy expect: {err}") from err
+
+
+def _request_id(task_id: str, step: Step, attempt: int) -> str:
+    # Unique per attempt, also across restarts (peers refuse a repeated request id).
+    return f"{task_id}.{step.id}.{step.revision}.{attempt}.{uuid.uuid4().hex[:8]}"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

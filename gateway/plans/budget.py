@@ -1,0 +1,58 @@
+"""The executor's budget meter: steps, peer calls and elapsed time, enforced."""
+
+from __future__ import annotations
+
+import time
+
+from gateway.plans.errors import BudgetExhausted
+from gateway.plans.model import Budget
+from gateway.plans.store import Usage
+
+
+class BudgetMeter:
+    """Counts what a task uses and refuses what would exceed its budget.
+
+    Time used before a restart (``used.elapsed_seconds``) counts; time while the
+    agent was down does not.
+    """
+
+    def __init__(self, budget: Budget, used: Usage) -> None:
+        self._budget = budget
+        self.steps = used.steps
+        self.peer_calls = used.peer_calls
+        self._prior = used.elapsed_seconds
+        self._started = time.monotonic()
+        self.deadline = self._started + max(0.0, budget.max_elapsed_seconds - self._prior)
+        """``time.monotonic()`` by which the task must end; every step inherits it."""
+
+    def remaining(self) -> float:
+        """Seconds left (never negative)."""
+        return max(0.0, self.deadline - time.monotonic())
+
+    def check_time(self) -> None:
+        """BudgetExhausted if no time is left."""
+        if self.remaining() <= 0:
+            raise BudgetExhausted(
+                f"max_elapsed_seconds ({self._budget.max_elapsed_seconds:g}) reached"
+            )
+
+    def take_step(self) -> None:
+        """Count one step execution, or refuse it."""
+        self.check_time()
+        limit = self._budget.max_steps
+        if limit is not None and self.steps >= limit:
+            raise BudgetExhausted(f"max_steps ({limit}) reached")
+        self.steps += 1
+
+    def take_peer_call(self) -> None:
+        """Count one call to a peer, or refuse it."""
+        self.check_time()
+        limit = self._budget.max_peer_calls
+        if limit is not None and self.peer_calls >= limit:
+            raise BudgetExhausted(f"max_peer_calls ({limit}) reached")
+        self.peer_calls += 1
+
+    def usage(self) -> Usage:
+        """What has been used, for the checkpoint."""
+        elapsed = self._prior + (time.monotonic() - self._started)
+        return Usage(self.steps, self.peer_calls, elapsed)

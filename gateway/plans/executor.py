@@ -1,0 +1,311 @@
+"""Running a task: ready steps concurrently, budgets enforced, checkpoints, replanning.
+
+One ``TaskExecutor`` runs one task once (a fresh start or a resume). Every
+state change, step result and revision is checkpointed before the executor
+moves on, so a restart resumes without re-running completed steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from capabilities.context import PeerCall
+from gateway.errors import GatewayError, InvalidInput
+from gateway.plans.attempts import StepRunner
+from gateway.plans.budget import BudgetMeter
+from gateway.plans.checks import PlanLimits, check_routes, check_structure
+from gateway.plans.errors import BudgetExhausted, PlanInvalid
+from gateway.plans.model import Plan, Step, resolve_input
+from gateway.plans.planner import Failure, Planner
+from gateway.plans.store import StoredTask, TaskStore
+from gateway.plans.task import (
+    RevisionRecord,
+    StepResult,
+    StepStatus,
+    TaskResult,
+    TaskState,
+    transition,
+)
+from gateway.router import Router
+
+
+@dataclass(frozen=True, slots=True)
+class StepEvent:
+    """Live progress of one step (for the CLI and observers).
+
+    Attributes:
+        step_id: The step.
+        status: ``started``, ``completed``, ``failed`` or ``skipped`` (late result ignored).
+        where: Where it ran (empty when it starts).
+        duration_ms: Time taken (0 when it starts).
+        reason: Reason code (``OK`` unless it failed).
+    """
+
+    step_id: str
+    status: str
+    where: str = ""
+    duration_ms: float = 0.0
+    reason: str = "OK"
+
+
+EventSink = Callable[[StepEvent], None]
+
+
+@dataclass
+class _Ending:
+    state: TaskState
+    reason: str = "OK"
+    message: str = ""
+
+
+@dataclass
+class ExecutorParts:
+    """What every executor of one agent shares."""
+
+    agent_id: str
+    router: Router
+    store: TaskStore
+    planner: Planner
+    limits: PlanLimits
+    bind_peer_call: Callable[[float, str, str], PeerCall] | None = None
+
+
+class TaskExecutor:
+    """Runs (or resumes) one checkpointed task to a terminal state."""
+
+    def __init__(self, parts: ExecutorParts, stored: StoredTask, on_event: EventSink) -> None:
+        self._parts = parts
+        self._task_id = stored.task_id
+        self._plan = stored.plan
+        self._state = stored.state
+        self._revision = stored.revision
+        self._revisions = list(stored.revisions)
+        self._results = {
+            sid: r for sid, r in stored.steps.items() if r.status is StepStatus.COMPLETED
+        }
+        self._meter = BudgetMeter(stored.plan.budget, stored.usage)
+        self._on_event = on_event
+        self._in_flight: dict[asyncio.Task[StepResult], Step] = {}
+
+    async def run(self, cancel: asyncio.Event) -> TaskResult:
+        """Plan, run and finish; an asyncio cancellation (shutdown) leaves the task resumable."""
+        try:
+            ending = await self._plan_and_run(cancel)
+        except asyncio.CancelledError:
+            await self._abandon_in_flight()
+            await self._checkpoint_usage()
+            raise
+        await self._set_state(ending.state, ending.reason, ending.message)
+        return self.result(ending)
+
+    async def _plan_and_run(self, cancel: asyncio.Event) -> _Ending:
+        await self._set_state(TaskState.PLANNING)
+        try:
+            check_structure(self._plan, self._parts.limits)
+            names = [s.capability for s in self._plan.steps if s.id not in self._results]
+            catalog = await self._parts.router.catalog(names)
+            check_routes(self._plan, catalog, skip=frozenset(self._results))
+        except PlanInvalid as err:
+            return _Ending(TaskState.FAILED, err.reason, err.message)
+        await self._set_state(TaskState.RUNNING)
+        return await self._loop(cancel)
+
+    async def _loop(self, cancel: asyncio.Event) -> _Ending:
+        runner = self._runner()
+        cancelled = asyncio.ensure_future(cancel.wait())
+        try:
+            while True:
+                ending = self._start_ready(runner)
+                if ending is None and not self._in_flight:
+                    ending = self._finished()
+                if ending is not None:
+                    await self._abandon_in_flight()
+                    return ending
+                await self._set_live_state()
+                done, _ = await asyncio.wait(
+                    [*self._in_flight, cancelled],
+                    timeout=self._meter.remaining(),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if cancel.is_set():
+                    await self._abandon_in_flight()
+                    return _Ending(TaskState.CANCELLED, "CANCELLED", "cancelled by request")
+                if not done:
+                    err = BudgetExhausted(
+                        f"max_elapsed_seconds ({self._plan.budget.max_elapsed_seconds:g}) reached"
+                    )
+                    return self._failed(err.reason, err.message)
+                for task in [t for t in self._in_flight if t in done]:
+                    ending = await self._collect(task)
+                    if ending is not None:
+                        await self._abandon_in_flight()
+                        return ending
+                runner = self._runner()
+        finally:
+            cancelled.cancel()
+
+    def _runner(self) -> StepRunner:
+        return StepRunner(
+            agent_id=self._parts.agent_id,
+            task_id=self._task_id,
+            plan=self._plan,
+            router=self._parts.router,
+            meter=self._meter,
+            default_retries=self._parts.limits.default_retries,
+            bind_peer_call=self._parts.bind_peer_call,
+        )
+
+    def _ready(self) -> list[Step]:
+        running = {step.id for step in self._in_flight.values()}
+        done = self._done()
+        return [
+            step
+            for step in self._plan.steps
+            if step.id not in done
+            and step.id not in running
+            and step.id not in self._results  # a failed step waits for a revision
+            and all(dep in done for dep in step.depends_on)
+        ]
+
+    def _done(self) -> set[str]:
+        return {s for s, r in self._results.items() if r.status is StepStatus.COMPLETED}
+
+    def _start_ready(self, runner: StepRunner) -> _Ending | None:
+        outputs = {sid: r.output for sid, r in self._results.items()}
+        for step in self._ready():
+            if len(self._in_flight) >= self._plan.max_parallel:
+                break
+            try:
+                self._meter.take_step()
+                resolved = resolve_input(step.input, outputs)
+            except BudgetExhausted as err:
+                return self._failed(err.reason, err.message)
+            except KeyError as err:
+                problem = InvalidInput(f"step {step.id!r}: {err.args[0]!r} is not in that output")
+                return self._failed(problem.reason, problem.message)
+            self._in_flight[asyncio.create_task(runner.run(step, resolved))] = step
+            self._on_event(StepEvent(step.id, "started"))
+        return None
+
+    def _finished(self) -> _Ending:
+        missing = [s.id for s in self._plan.steps if s.id not in self._done()]
+        if not missing:
+            return _Ending(TaskState.COMPLETED)
+        return self._failed("INTERNAL", f"steps {', '.join(missing)} can never become ready")
+
+    async def _collect(self, task: asyncio.Task[StepResult]) -> _Ending | None:
+        step = self._in_flight.pop(task)
+        result = task.result()
+        if result.revision != self._plan.step(step.id).revision:
+            self._on_event(StepEvent(step.id, "skipped", result.where, result.duration_ms))
+            return None
+        await self._parts.store.record_step(self._task_id, result)
+        self._results[step.id] = result
+        self._on_event(
+            StepEvent(step.id, result.status.value, result.where, result.duration_ms, result.reason)
+        )
+        if result.status is StepStatus.COMPLETED:
+            return None
+        if result.reason == BudgetExhausted.reason:
+            return self._failed(result.reason, result.message)
+        if await self._replan(step, result):
+            return None
+        where = f" on {result.where}" if result.where else ""
+        return self._failed(result.reason, f"step {step.id!r} failed{where}: {result.message}")
+
+    async def _replan(self, step: Step, result: StepResult) -> bool:
+        if len(self._revisions) >= self._plan.budget.max_revisions:
+            return False
+        revision = self._revision + 1
+        done = frozenset(self._done())
+        proposal = await self._parts.planner.revise(
+            self._plan, Failure(step, result.reason, result.where), done, revision
+        )
+        if proposal is None or not self._acceptable(proposal.plan, done):
+            return False
+        await self._set_state(TaskState.PLANNING)
+        record = RevisionRecord(revision, proposal.reason, int(time.time() * 1000))
+        await self._parts.store.revise(self._task_id, proposal.plan, record)
+        self._plan, self._revision = proposal.plan, revision
+        self._revisions.append(record)
+        del self._results[step.id]
+        await self._set_state(TaskState.RUNNING)
+        return True
+
+    def _acceptable(self, plan: Plan, done: frozenset[str]) -> bool:
+        try:
+            check_structure(plan, self._parts.limits)
+            return all(plan.step(sid) == self._plan.step(sid) for sid in done)
+        except (PlanInvalid, KeyError):
+            return False
+
+    def _failed(self, reason: str, message: str) -> _Ending:
+        completed = sorted(self._done())
+        summary = ", ".join(completed) if completed else "none"
+        return _Ending(TaskState.FAILED, reason, f"{message}; completed steps: {summary}")
+
+    async def _abandon_in_flight(self) -> None:
+        tasks = list(self._in_flight)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, GatewayError):
+                await task
+        self._in_flight.clear()
+
+    async def _set_live_state(self) -> None:
+        router = self._parts.router
+        remote_only = bool(self._in_flight) and not any(
+            router.has_local(step.capability, step.constraint) and "local" not in step.avoid
+            for step in self._in_flight.values()
+        )
+        await self._set_state(TaskState.WAITING_PEER if remote_only else TaskState.RUNNING)
+
+    async def _set_state(self, state: TaskState, reason: str = "OK", message: str = "") -> None:
+        if state is self._state and not state.terminal:
+            return
+        self._state = transition(self._state, state)
+        await self._parts.store.set_state(
+            self._task_id, state, self._meter.usage(), int(time.time() * 1000), reason, message
+        )
+
+    async def _checkpoint_usage(self) -> None:
+        await asyncio.shield(
+            self._parts.store.set_state(
+                self._task_id, self._state, self._meter.usage(), int(time.time() * 1000), "OK", ""
+            )
+        )
+
+    def result(self, ending: _Ending) -> TaskResult:
+        """The typed result for ``ending``."""
+        usage = self._meter.usage()
+        return TaskResult(
+            task_id=self._task_id,
+            state=ending.state,
+            revision=self._revision,
+            steps=dict(self._results),
+            reason=ending.reason,
+            message=ending.message,
+            revisions=tuple(self._revisions),
+            peer_calls=usage.peer_calls,
+            elapsed_seconds=usage.elapsed_seconds,
+        )
+
+
+def stored_result(stored: StoredTask) -> TaskResult:
+    """The result of a task as checkpointed (for finished tasks and listings)."""
+    return TaskResult(
+        task_id=stored.task_id,
+        state=stored.state,
+        revision=stored.revision,
+        steps=dict(stored.steps),
+        reason=stored.reason,
+        message=stored.message,
+        revisions=stored.revisions,
+        peer_calls=stored.usage.peer_calls,
+        elapsed_seconds=stored.usage.elapsed_seconds,
+    )

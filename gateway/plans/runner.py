@@ -1,0 +1,121 @@
+"""The agent-facing side of plans: run, start, resume, cancel and list tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from gateway.plans.executor import EventSink, ExecutorParts, StepEvent, TaskExecutor, stored_result
+from gateway.plans.model import Plan
+from gateway.plans.store import StoredTask
+from gateway.plans.task import TaskResult
+
+_Prepare = Callable[[], Awaitable[StoredTask]]
+
+
+def _ignore(event: StepEvent) -> None:
+    return None
+
+
+@dataclass
+class TaskHandle:
+    """A task running in the background.
+
+    Attributes:
+        task_id: The task's id (valid at once; the task is checkpointed under it).
+    """
+
+    task_id: str
+    _future: asyncio.Task[TaskResult]
+    _cancel: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def cancel(self) -> None:
+        """Ask the task to stop; its in-flight peer calls are cancelled."""
+        self._cancel.set()
+
+    async def result(self) -> TaskResult:
+        """Wait for the task to end."""
+        return await asyncio.shield(self._future)
+
+
+class TaskRunner:
+    """Runs plans for one agent and keeps track of the ones in flight."""
+
+    def __init__(self, parts: ExecutorParts) -> None:
+        self._parts = parts
+        self._running: dict[str, TaskHandle] = {}
+
+    async def run(
+        self, plan: Plan, *, task_id: str | None = None, on_event: EventSink = _ignore
+    ) -> TaskResult:
+        """Run ``plan`` as a new task to its end; returns the typed result."""
+        return await self.start(plan, task_id=task_id, on_event=on_event).result()
+
+    def start(
+        self, plan: Plan, *, task_id: str | None = None, on_event: EventSink = _ignore
+    ) -> TaskHandle:
+        """Start ``plan`` as a new task in the background."""
+        task_id = task_id or uuid.uuid4().hex
+
+        async def create() -> StoredTask:
+            await self._parts.store.create(task_id, plan, int(time.time() * 1000))
+            return await self._parts.store.load(task_id)
+
+        return self._launch(task_id, create, on_event)
+
+    async def resume(self, task_id: str, *, on_event: EventSink = _ignore) -> TaskResult:
+        """Resume a checkpointed task (a finished one just returns its result)."""
+        return await self.start_resume(task_id, on_event=on_event).result()
+
+    def start_resume(self, task_id: str, *, on_event: EventSink = _ignore) -> TaskHandle:
+        """Resume ``task_id`` in the background."""
+        running = self._running.get(task_id)
+        if running is not None:
+            return running
+
+        async def load() -> StoredTask:
+            return await self._parts.store.load(task_id)
+
+        return self._launch(task_id, load, on_event)
+
+    def cancel(self, task_id: str) -> bool:
+        """Cancel a task running here; False if it is not running."""
+        handle = self._running.get(task_id)
+        if handle is None:
+            return False
+        handle.cancel()
+        return True
+
+    async def tasks(self, limit: int = 100) -> list[TaskResult]:
+        """Checkpointed tasks, most recently updated first."""
+        return [stored_result(stored) for stored in await self._parts.store.list(limit)]
+
+    async def shutdown(self) -> None:
+        """Stop every running task without ending it: each stays resumable."""
+        handles = list(self._running.values())
+        for handle in handles:
+            handle._future.cancel()
+        for handle in handles:
+            with contextlib.suppress(asyncio.CancelledError):
+                await handle._future
+        self._running.clear()
+
+    def _launch(self, task_id: str, prepare: _Prepare, on_event: EventSink) -> TaskHandle:
+        cancel = asyncio.Event()
+
+        async def body() -> TaskResult:
+            try:
+                stored = await prepare()
+                if stored.state.terminal:
+                    return stored_result(stored)
+                return await TaskExecutor(self._parts, stored, on_event).run(cancel)
+            finally:
+                self._running.pop(task_id, None)
+
+        handle = TaskHandle(task_id, asyncio.create_task(body()), cancel)
+        self._running[task_id] = handle
+        return handle

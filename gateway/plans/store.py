@@ -1,0 +1,315 @@
+"""Checkpoints of tasks: plan, revisions, step results and evidence.
+
+``TaskStore`` is the interface; ``SqliteTaskStore`` keeps it in one SQLite file
+(WAL, synchronous=FULL) so an agent restarted mid-task resumes without
+re-running completed steps. Step outputs are the agent's own data and are
+kept for resume; nothing here is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway.errors import AuditUnavailable
+from gateway.plans.errors import TaskNotFound
+from gateway.plans.model import Plan, parse_plan
+from gateway.plans.task import Evidence, RevisionRecord, StepResult, StepStatus, TaskState
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Budget consumed so far (survives restarts)."""
+
+    steps: int = 0
+    peer_calls: int = 0
+    elapsed_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTask:
+    """Everything checkpointed about one task."""
+
+    task_id: str
+    plan: Plan
+    state: TaskState
+    revision: int
+    reason: str
+    message: str
+    steps: dict[str, StepResult]
+    revisions: tuple[RevisionRecord, ...]
+    usage: Usage
+    created_unix_ms: int
+    updated_unix_ms: int
+
+
+class TaskStore(ABC):
+    """Durable task checkpoints."""
+
+    @abstractmethod
+    async def create(self, task_id: str, plan: Plan, now_ms: int) -> None:
+        """Record a new task in state ``created`` at revision 0."""
+
+    @abstractmethod
+    async def set_state(
+        self, task_id: str, state: TaskState, usage: Usage, now_ms: int, reason: str, message: str
+    ) -> None:
+        """Record a state change and the budget used."""
+
+    @abstractmethod
+    async def revise(self, task_id: str, plan: Plan, record: RevisionRecord) -> None:
+        """Replace the plan with revision ``record.revision`` and record why."""
+
+    @abstractmethod
+    async def record_step(self, task_id: str, result: StepResult) -> bool:
+        """Store a step result unless a newer revision or a completion is already stored.
+
+        Returns True if it was stored.
+        """
+
+    @abstractmethod
+    async def load(self, task_id: str) -> StoredTask:
+        """The checkpoint of ``task_id``; TaskNotFound if none."""
+
+    @abstractmethod
+    async def list(self, limit: int = 100) -> list[StoredTask]:
+        """Most recently updated tasks first."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the store."""
+
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS tasks (task_id TEXT PRIMARY KEY, plan_json TEXT NOT NULL, "
+    "state TEXT NOT NULL, revision INTEGER NOT NULL, reason TEXT NOT NULL, "
+    "message TEXT NOT NULL, steps_used INTEGER NOT NULL, peer_calls INTEGER NOT NULL, "
+    "elapsed REAL NOT NULL, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS steps (task_id TEXT NOT NULL, step_id TEXT NOT NULL, "
+    "revision INTEGER NOT NULL, status TEXT NOT NULL, where_ TEXT NOT NULL, "
+    "attempts INTEGER NOT NULL, duration_ms REAL NOT NULL, output_json TEXT, "
+    "served_version TEXT, time_ms INTEGER, sha256 TEXT, replayed INTEGER NOT NULL, "
+    "reason TEXT NOT NULL, message TEXT NOT NULL, notes_json TEXT NOT NULL, "
+    "PRIMARY KEY (task_id, step_id))",
+    "CREATE TABLE IF NOT EXISTS revisions (task_id TEXT NOT NULL, revision INTEGER NOT NULL, "
+    "reason TEXT NOT NULL, time_ms INTEGER NOT NULL, plan_json TEXT NOT NULL, "
+    "PRIMARY KEY (task_id, revision))",
+)
+
+# A late result of an older step revision, or anything after a completion, is dropped.
+_UPSERT_STEP = (
+    "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT(task_id, step_id) DO UPDATE SET revision = excluded.revision, "
+    "status = excluded.status, where_ = excluded.where_, attempts = excluded.attempts, "
+    "duration_ms = excluded.duration_ms, output_json = excluded.output_json, "
+    "served_version = excluded.served_version, time_ms = excluded.time_ms, "
+    "sha256 = excluded.sha256, replayed = excluded.replayed, reason = excluded.reason, "
+    "message = excluded.message, notes_json = excluded.notes_json "
+    "WHERE excluded.revision >= steps.revision AND steps.status != 'completed'"
+)
+
+
+class SqliteTaskStore(TaskStore):
+    """``TaskStore`` in one SQLite file; safe to share between threads."""
+
+    def __init__(self, path: Path) -> None:
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA busy_timeout=5000")
+            for statement in _SCHEMA:
+                self._db.execute(statement)
+        except sqlite3.Error as err:
+            raise AuditUnavailable(f"task store {path}: {err}") from err
+
+    async def _run(self, sql: str, params: tuple[Any, ...]) -> int:
+        def work() -> int:
+            with self._lock:
+                return self._db.execute(sql, params).rowcount
+
+        return await asyncio.to_thread(work)
+
+    async def create(self, task_id: str, plan: Plan, now_ms: int) -> None:
+        await self._run(
+            "INSERT INTO tasks VALUES (?, ?, ?, 0, 'OK', '', 0, 0, 0.0, ?, ?)",
+            (task_id, plan.to_json(), TaskState.CREATED.value, now_ms, now_ms),
+        )
+
+    async def set_state(
+        self, task_id: str, state: TaskState, usage: Usage, now_ms: int, reason: str, message: str
+    ) -> None:
+        await self._run(
+            "UPDATE tasks SET state = ?, steps_used = ?, peer_calls = ?, elapsed = ?, "
+            "updated_ms = ?, reason = ?, message = ? WHERE task_id = ?",
+            (
+                state.value,
+                usage.steps,
+                usage.peer_calls,
+                usage.elapsed_seconds,
+                now_ms,
+                reason,
+                message,
+                task_id,
+            ),
+        )
+
+    async def revise(self, task_id: str, plan: Plan, record: RevisionRecord) -> None:
+        def work() -> None:
+            with self._lock:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    self._db.execute(
+                        "INSERT INTO revisions VALUES (?, ?, ?, ?, ?)",
+                        (
+                            task_id,
+                            record.revision,
+                            record.reason,
+                            record.time_unix_ms,
+                            plan.to_json(),
+                        ),
+                    )
+                    self._db.execute(
+                        "UPDATE tasks SET plan_json = ?, revision = ? WHERE task_id = ?",
+                        (plan.to_json(), record.revision, task_id),
+                    )
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+
+        await asyncio.to_thread(work)
+
+    async def record_step(self, task_id: str, result: StepResult) -> bool:
+        evidence = result.evidence
+        changed = await self._run(
+            _UPSERT_STEP,
+            (
+                task_id,
+                result.step_id,
+                result.revision,
+                result.status.value,
+                result.where,
+                result.attempts,
+                result.duration_ms,
+                None if result.output is None else json.dumps(result.output, sort_keys=True),
+                evidence.served_version if evidence else None,
+                evidence.time_unix_ms if evidence else None,
+                evidence.sha256 if evidence else None,
+                int(result.replayed),
+                result.reason,
+                result.message,
+                json.dumps(list(result.notes)),
+            ),
+        )
+        return changed > 0
+
+    async def load(self, task_id: str) -> StoredTask:
+        def work() -> StoredTask:
+            with self._lock:
+                row = self._db.execute(
+                    "SELECT * FROM tasks WHERE task_id = ?", (task_id,)
+                ).fetchone()
+                if row is None:
+                    raise TaskNotFound(f"no task {task_id!r} in this agent's task store")
+                steps = self._db.execute(
+                    "SELECT * FROM steps WHERE task_id = ?", (task_id,)
+                ).fetchall()
+                revisions = self._db.execute(
+                    "SELECT revision, reason, time_ms FROM revisions WHERE task_id = ? "
+                    "ORDER BY revision",
+                    (task_id,),
+                ).fetchall()
+            return _stored_task(row, steps, revisions)
+
+        return await asyncio.to_thread(work)
+
+    async def list(self, limit: int = 100) -> list[StoredTask]:
+        def ids() -> list[str]:
+            with self._lock:
+                rows = self._db.execute(
+                    "SELECT task_id FROM tasks ORDER BY updated_ms DESC, task_id LIMIT ?",
+                    (limit,),
+                ).fetchall()
+            return [str(r[0]) for r in rows]
+
+        return [await self.load(task_id) for task_id in await asyncio.to_thread(ids)]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _stored_task(
+    row: tuple[Any, ...], steps: list[tuple[Any, ...]], revisions: list[tuple[Any, ...]]
+) -> StoredTask:
+    (
+        task_id,
+        plan_json,
+        state,
+        revision,
+        reason,
+        message,
+        steps_used,
+        peer_calls,
+        elapsed,
+        created,
+        updated,
+    ) = row
+    return StoredTask(
+        task_id=task_id,
+        plan=parse_plan(plan_json, f"task {task_id}"),
+        state=TaskState(state),
+        revision=int(revision),
+        reason=reason,
+        message=message,
+        steps={r[1]: _step_result(r) for r in steps},
+        revisions=tuple(RevisionRecord(int(r[0]), r[1], int(r[2])) for r in revisions),
+        usage=Usage(int(steps_used), int(peer_calls), float(elapsed)),
+        created_unix_ms=int(created),
+        updated_unix_ms=int(updated),
+    )
+
+
+def _step_result(row: tuple[Any, ...]) -> StepResult:
+    (
+        _,
+        step_id,
+        revision,
+        status,
+        where,
+        attempts,
+        duration_ms,
+        output_json,
+        served,
+        time_ms,
+        sha256,
+        replayed,
+        reason,
+        message,
+        notes_json,
+    ) = row
+    evidence = (
+        Evidence(step_id, where, served, int(time_ms), sha256) if sha256 is not None else None
+    )
+    return StepResult(
+        step_id=step_id,
+        status=StepStatus(status),
+        revision=int(revision),
+        where=where,
+        attempts=int(attempts),
+        duration_ms=float(duration_ms),
+        output=None if output_json is None else json.loads(output_json),
+        evidence=evidence,
+        replayed=bool(replayed),
+        reason=reason,
+        message=message,
+        notes=tuple(json.loads(notes_json)),
+    )

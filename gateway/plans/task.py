@@ -1,0 +1,167 @@
+"""A task's life: its state machine and the typed results it produces.
+
+States::
+
+    created → planning → running ⇄ waiting-peer → completed | failed | cancelled
+
+``running`` while a local step (or scheduling) is under way, ``waiting-peer``
+while every in-flight step is a call to a peer. Terminal states never change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class TaskState(StrEnum):
+    """Where a task is in its life."""
+
+    CREATED = "created"
+    PLANNING = "planning"
+    RUNNING = "running"
+    WAITING_PEER = "waiting-peer"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        """True for completed, failed and cancelled."""
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED})
+_ENDINGS = _TERMINAL
+_NEXT: dict[TaskState, frozenset[TaskState]] = {
+    TaskState.CREATED: frozenset({TaskState.PLANNING, TaskState.CANCELLED}),
+    TaskState.PLANNING: frozenset({TaskState.RUNNING}) | _ENDINGS,
+    TaskState.RUNNING: frozenset({TaskState.WAITING_PEER, TaskState.PLANNING}) | _ENDINGS,
+    TaskState.WAITING_PEER: frozenset({TaskState.RUNNING, TaskState.PLANNING}) | _ENDINGS,
+    TaskState.COMPLETED: frozenset(),
+    TaskState.FAILED: frozenset(),
+    TaskState.CANCELLED: frozenset(),
+}
+
+
+class InvalidTransition(ValueError):
+    """A state change the machine does not allow (a bug, not a user error)."""
+
+
+def transition(current: TaskState, new: TaskState) -> TaskState:
+    """``new`` if the machine allows ``current → new`` (or they are equal)."""
+    if new is not current and new not in _NEXT[current]:
+        raise InvalidTransition(f"task cannot go from {current.value} to {new.value}")
+    return new
+
+
+class StepStatus(StrEnum):
+    """Outcome of one step."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """Proof of where and what a step produced.
+
+    Attributes:
+        step_id: The step.
+        where: ``"local"`` or the peer's SPIFFE ID.
+        served_version: Version that served it.
+        time_unix_ms: When the answer arrived.
+        sha256: Hex SHA-256 of the output bytes (checked against the peer's claim).
+    """
+
+    step_id: str
+    where: str
+    served_version: str
+    time_unix_ms: int
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """What became of one step.
+
+    Attributes:
+        step_id: The step.
+        status: completed or failed.
+        revision: Step revision it ran under (a result of an older revision is ignored).
+        where: Where it ran last (``"local"``, a peer id, or ``""`` if nowhere).
+        attempts: Calls made (retries and failovers included).
+        duration_ms: Wall time of the step.
+        output: The validated output (completed steps only).
+        evidence: Evidence of the output (completed steps only).
+        replayed: The peer replayed a stored answer for the idempotency key.
+        reason: Reason code of the failure (``"OK"`` when completed).
+        message: Explanation of the failure (never payload content).
+        notes: Routing notes, e.g. peers skipped by policy and why.
+    """
+
+    step_id: str
+    status: StepStatus
+    revision: int
+    where: str
+    attempts: int
+    duration_ms: float
+    output: Any = None
+    evidence: Evidence | None = None
+    replayed: bool = False
+    reason: str = "OK"
+    message: str = ""
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RevisionRecord:
+    """One revision of the plan by the planner, and why."""
+
+    revision: int
+    reason: str
+    time_unix_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskResult:
+    """The typed outcome of running (or resuming) a plan.
+
+    Attributes:
+        task_id: The task.
+        state: completed, failed or cancelled (or a live state if listed mid-run).
+        revision: Plan revision at the end.
+        steps: Results by step id (only steps that ran).
+        reason: ``"OK"`` or the reason code of what ended the task.
+        message: Explanation, including what was completed when it failed.
+        revisions: The planner's revisions, oldest first.
+        peer_calls: Invoke attempts sent to peers.
+        elapsed_seconds: Running time counted against the budget.
+    """
+
+    task_id: str
+    state: TaskState
+    revision: int
+    steps: dict[str, StepResult]
+    reason: str = "OK"
+    message: str = ""
+    revisions: tuple[RevisionRecord, ...] = field(default=())
+    peer_calls: int = 0
+    elapsed_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True if the task completed."""
+        return self.state is TaskState.COMPLETED
+
+    def completed(self) -> list[str]:
+        """Ids of completed steps."""
+        return [s.step_id for s in self.steps.values() if s.status is StepStatus.COMPLETED]
+
+    def output(self, step_id: str) -> Any:
+        """The output of a completed step (KeyError otherwise)."""
+        result = self.steps[step_id]
+        if result.status is not StepStatus.COMPLETED:
+            raise KeyError(step_id)
+        return result.output

@@ -1,0 +1,88 @@
+"""The task state machine and the SQLite checkpoint (late results never win)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.plans import Plan, TaskNotFound
+from gateway.plans.store import SqliteTaskStore, Usage
+from gateway.plans.task import (
+    Evidence,
+    InvalidTransition,
+    RevisionRecord,
+    StepResult,
+    StepStatus,
+    TaskState,
+    transition,
+)
+
+PLAN = Plan.model_validate(
+    {"goal": "g", "steps": [{"id": "a", "capability": "text.echo", "input": {"text": "x"}}]}
+)
+
+
+def result(status: StepStatus, revision: int, where: str = "local") -> StepResult:
+    evidence = (
+        Evidence("a", where, "1.0.0", 1, "ab" * 32) if status is StepStatus.COMPLETED else None
+    )
+    output = {"text": "x"} if evidence else None
+    return StepResult("a", status, revision, where, 1, 1.0, output, evidence, reason="OK")
+
+
+@pytest.mark.parametrize(
+    ("current", "new"),
+    [
+        (TaskState.CREATED, TaskState.RUNNING),
+        (TaskState.COMPLETED, TaskState.RUNNING),
+        (TaskState.CANCELLED, TaskState.FAILED),
+        (TaskState.PLANNING, TaskState.WAITING_PEER),
+    ],
+)
+def test_forbidden_transitions(current: TaskState, new: TaskState) -> None:
+    with pytest.raises(InvalidTransition):
+        transition(current, new)
+
+
+def test_the_happy_path_is_allowed() -> None:
+    state = TaskState.CREATED
+    for new in (
+        TaskState.PLANNING,
+        TaskState.RUNNING,
+        TaskState.WAITING_PEER,
+        TaskState.RUNNING,
+        TaskState.PLANNING,
+        TaskState.RUNNING,
+        TaskState.COMPLETED,
+    ):
+        state = transition(state, new)
+    assert state.terminal
+
+
+async def test_checkpoint_round_trip(tmp_path: Path) -> None:
+    store = SqliteTaskStore(tmp_path / "tasks.sqlite")
+    await store.create("t1", PLAN, 1)
+    await store.set_state("t1", TaskState.RUNNING, Usage(1, 2, 0.5), 2, "OK", "")
+    assert await store.record_step("t1", result(StepStatus.COMPLETED, 0))
+    revised = PLAN.replace_step(PLAN.step("a").model_copy(update={"avoid": ("x",)}))
+    await store.revise("t1", revised, RevisionRecord(1, "why", 3))
+    store.close()
+    loaded = await SqliteTaskStore(tmp_path / "tasks.sqlite").load("t1")
+    assert (loaded.state, loaded.revision, loaded.usage) == (TaskState.RUNNING, 1, Usage(1, 2, 0.5))
+    assert loaded.plan == revised
+    assert loaded.steps["a"] == result(StepStatus.COMPLETED, 0)
+    assert loaded.revisions == (RevisionRecord(1, "why", 3),)
+
+
+async def test_late_result_of_an_older_revision_never_overwrites(tmp_path: Path) -> None:
+    store = SqliteTaskStore(tmp_path / "tasks.sqlite")
+    await store.create("t1", PLAN, 1)
+    assert await store.record_step("t1", result(StepStatus.FAILED, 2, "spiffe://x/b"))
+    assert not await store.record_step("t1", result(StepStatus.COMPLETED, 1))
+    assert await store.record_step("t1", result(StepStatus.COMPLETED, 2))
+    assert not await store.record_step("t1", result(StepStatus.FAILED, 3))  # completed stays
+    assert (await store.load("t1")).steps["a"].status is StepStatus.COMPLETED
+    with pytest.raises(TaskNotFound):
+        await store.load("nope")
+    store.close()
