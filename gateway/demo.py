@@ -13,12 +13,20 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from capabilities.loading import AgentEnvironment
+from capabilities.registry import CapabilityRegistry
 from gateway.agent import Agent
 from gateway.audit import format_table, query_records, verify_chain
 from gateway.client import PeerClient
-from gateway.config import AgentConfig
+from gateway.config import AgentConfig, PeerEntry
 from gateway.errors import GatewayError
 from gateway.pki import init_ca, issue
+from gateway.plans.demo import (
+    DEMO_GRANTED,
+    DEMO_OUTBOUND,
+    register_demo_capabilities,
+    run_plan_demo,
+)
 from gateway.tls import TlsMaterial
 from policies.grants import PolicyDocument
 from policies.policy_file import render_policy
@@ -56,12 +64,15 @@ def _policies(expires: str, expired: str) -> dict[str, dict[str, Any]]:
                     "expires_at": expired,
                 },
             ],
+            "outbound": [
+                {"peer": _id(peer), "capabilities": caps} for peer, caps in DEMO_OUTBOUND.items()
+            ],
         },
         "bob": {
             "grants": [
                 {
                     "peer": _id("alice"),
-                    "capabilities": ["text.echo"],
+                    "capabilities": ["text.echo", *DEMO_GRANTED],
                     "max_payload_bytes": 4096,
                     "expires_at": expires,
                 }
@@ -71,7 +82,7 @@ def _policies(expires: str, expired: str) -> dict[str, dict[str, Any]]:
             "grants": [
                 {
                     "peer": _id("alice"),
-                    "capabilities": ["kv.get", "kv.put"],
+                    "capabilities": ["kv.get", "kv.put", *DEMO_GRANTED],
                     "max_payload_bytes": 4096,
                     "expires_at": expires,
                 }
@@ -166,15 +177,15 @@ async def run_demo() -> int:
     with tempfile.TemporaryDirectory(prefix="a2a-gateway-demo-") as tmp:
         base = Path(tmp)
         configs = write_demo_files(base)
-        agents = {name: Agent(config) for name, config in configs.items()}
-        for agent in agents.values():
-            await agent.start(watch_policy=False)
+        agents = await _start_agents(configs)
         try:
             print("A2A Peer Gateway demo: three agents on loopback, mTLS with SPIFFE IDs")
             for name, agent in agents.items():
                 print(f"  {name:<6} {agent.config.id} on {agent.address}")
             scene = _Scene(agents, base / "pki")
             await _script(scene)
+            names = {agent.config.id: name for name, agent in agents.items()}
+            planned = await run_plan_demo(agents["alice"], names)
             await agents["alice"].audit.flush()
             _show_audit(configs["alice"].audit_db)
         finally:
@@ -185,7 +196,32 @@ async def run_demo() -> int:
             f"\naudit chain of alice: {'intact' if report.ok else 'BROKEN'} "
             f"({report.records} records)"
         )
-        return 0 if report.ok else 1
+        return 0 if report.ok and planned else 1
+
+
+async def _start_agents(configs: dict[str, AgentConfig]) -> dict[str, Agent]:
+    """bob and carol (with the plan demo's capabilities), then alice knowing their addresses."""
+    agents: dict[str, Agent] = {}
+    for name in ("bob", "carol"):
+        agents[name] = Agent(configs[name], _registry_with_demo(configs[name]))
+        await agents[name].start(watch_policy=False)
+    peers = [{"id": a.config.id, "address": a.address} for a in agents.values()]
+    alice = Agent(
+        configs["alice"].model_copy(
+            update={"peers": tuple(PeerEntry.model_validate(p) for p in peers)}
+        )
+    )
+    await alice.start(watch_policy=False)
+    return {"alice": alice, **agents}
+
+
+def _registry_with_demo(config: AgentConfig) -> CapabilityRegistry:
+    from capabilities.builtin import register
+
+    registry = CapabilityRegistry()
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    register(registry, AgentEnvironment(config.id, config.state_dir))
+    return register_demo_capabilities(registry)
 
 
 async def _script(scene: _Scene) -> None:

@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from gateway.cli import admin_commands, agent_commands
+from gateway.cli import admin_commands, agent_commands, plan_commands
 from gateway.errors import ConfigError, GatewayError
 
 EXIT_REFUSED = 1
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     agent_commands.add_commands(commands)
     admin_commands.add_commands(commands)
+    plan_commands.add_commands(commands)
     return parser
 
 

@@ -124,8 +124,9 @@ class StepRunner:
         offers, skipped = await self._router.offers(
             step.capability, step.constraint, avoid=step.avoid
         )
-        tally.notes += [f"{s.where}: {s.reason}" for s in skipped]
         allowed = [o for o in offers if o.risk.rank <= self._plan.max_risk.rank]
+        if not allowed or allowed[0].where != LOCAL:  # peers passed over on the way to a peer
+            tally.notes += [f"{s.where}: {s.reason}" for s in skipped]
         if not allowed:
             raise NoRoute(
                 f"no local capability or authorized peer can run {step.capability}"
