@@ -1,7 +1,7 @@
 """Checkpoints of tasks: plan, revisions, step results and evidence.
 
 ``TaskStore`` is the interface; ``SqliteTaskStore`` keeps it in one SQLite file
-(WAL, synchronous=FULL) so an agent restarted mid-task resumes without
+(WAL, synchronous=NORMAL) so an agent restarted mid-task resumes without
 re-running completed steps. Step outputs are the agent's own data and are
 kept for resume; nothing here is logged.
 """
@@ -123,7 +123,10 @@ class SqliteTaskStore(TaskStore):
         try:
             self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
+            # WAL + NORMAL survives a process crash (the restart case); after a
+            # power loss the last results may be re-run, which the peers'
+            # idempotency keys make harmless for writes.
+            self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA busy_timeout=5000")
             for statement in _SCHEMA:
                 self._db.execute(statement)
