@@ -64,7 +64,9 @@ async def run_capability(cap: Capability, payload: BaseModel, ctx: CallContext) 
     if budget <= 0:
         raise DeadlineExceeded("the call's deadline passed before the capability started")
     try:
-        output = await asyncio.wait_for(cap.handler(payload, ctx), timeout=budget)
+        # asyncio.timeout, not wait_for: no extra Task and loop turn per call.
+        async with asyncio.timeout(budget):
+            output = await cap.handler(payload, ctx)
     except TimeoutError as err:
         if contract.timeout_seconds <= remaining:
             raise CapabilityTimeout(

@@ -17,6 +17,7 @@ import functools
 import logging
 import queue
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from enum import Enum
@@ -53,7 +54,14 @@ class AuditLog:
         batches_committed: Transactions committed so far (one per batch).
     """
 
-    def __init__(self, path: Path, *, max_batch: int = 512, busy_timeout_ms: int = 5000) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        max_batch: int = 512,
+        busy_timeout_ms: int = 5000,
+        linger_ms: float = 10.0,
+    ) -> None:
         """Prepare a log; nothing is opened until :meth:`start`.
 
         Args:
@@ -61,6 +69,9 @@ class AuditLog:
             max_batch: Most records committed in one transaction.
             busy_timeout_ms: How long a commit waits for a lock held by another
                 connection before the log fails closed.
+            linger_ms: How long a batch that nobody waits on (allowed calls only)
+                may wait for more records, so many share one commit. A durable
+                record ends the wait at once.
 
         Raises:
             ConfigError: ``max_batch`` < 1 or ``busy_timeout_ms`` < 0.
@@ -71,6 +82,7 @@ class AuditLog:
             raise ConfigError(f"audit busy_timeout_ms must be >= 0, not {busy_timeout_ms}")
         self._path = path
         self._max_batch = max_batch
+        self._linger = max(0.0, linger_ms) / 1000.0
         self._writer = SqliteChainWriter(path, busy_timeout_ms=busy_timeout_ms)
         self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._state = _State.NEW
@@ -195,17 +207,31 @@ class AuditLog:
                     return
             else:
                 items = [self._queue.get()]
-            while len(items) < self._max_batch:
-                try:
-                    items.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
+            self._gather(items, linger=not stopping)
             stopping = stopping or any(isinstance(item, _Stop) for item in items)
             try:
                 self._write_batch(items)
             except Exception as err:  # a bug here must not leave callers waiting forever
                 self._fail(f"audit writer crashed: {err!r}", err)
                 _settle(_waiters_of(items), self._error)
+
+    def _gather(self, items: list[_Item], *, linger: bool) -> None:
+        """Add queued items to ``items``; linger while nobody waits on the batch."""
+        deadline = time.monotonic() + self._linger
+        urgent = not linger or _is_urgent(items[0])
+        while len(items) < self._max_batch:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                remaining = deadline - time.monotonic()
+                if urgent or remaining <= 0:
+                    return
+                try:
+                    item = self._queue.get(timeout=remaining)
+                except queue.Empty:
+                    return
+            items.append(item)
+            urgent = urgent or _is_urgent(item)
 
     def _write_batch(self, items: list[_Item]) -> None:
         """Commit the batch's records in one transaction, then settle its waiters."""
@@ -244,6 +270,11 @@ class AuditLog:
         error = AuditUnavailable(self._why)
         error.__cause__ = self._cause
         return error
+
+
+def _is_urgent(item: _Item) -> bool:
+    """A caller waits on it (durable record, flush) or the log is stopping."""
+    return isinstance(item, _Stop) or item[1] is not None
 
 
 def _waiters_of(items: Iterable[_Item]) -> list[_Waiter]:

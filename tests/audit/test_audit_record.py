@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Callable
 
@@ -10,6 +11,7 @@ import pytest
 
 import gateway.audit
 from gateway.audit import AuditRecord
+from gateway.audit._schema import RECORD_COLUMNS
 from gateway.audit.chain import GENESIS_HASH, canonical_bytes, record_hash
 from gateway.audit.record import checked_fields
 
@@ -28,12 +30,15 @@ def test_to_json_dict_has_every_field(make_record: RecordFactory) -> None:
     assert data == {field.name: getattr(rec, field.name) for field in dataclasses.fields(rec)}
 
 
-def test_canonical_bytes_are_sorted_compact_json_with_seq(make_record: RecordFactory) -> None:
+def test_canonical_bytes_are_a_compact_json_array_in_column_order(
+    make_record: RecordFactory,
+) -> None:
     rec = make_record(seq=3)
     raw = canonical_bytes(rec)
-    assert raw.startswith(b'{"capability":"summarize",')
-    assert b'"seq":3' in raw
-    assert b" " not in raw.replace(b"spiffe://example.org/agent/alice", b"")
+    values = json.loads(raw)
+    assert values == [rec.to_json_dict()[name] for name in RECORD_COLUMNS]
+    assert values[0] == 3  # seq first
+    assert raw == json.dumps(values, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def test_record_hash_depends_on_prev_hash_seq_and_fields(make_record: RecordFactory) -> None:
