@@ -27,9 +27,14 @@ Tree (every class carries a stable ``reason`` code, listed in the README)::
     ├── PeerUnavailable               UNAVAILABLE        PEER_UNAVAILABLE
     ├── PeerIdentityMismatch          UNAUTHENTICATED    PEER_IDENTITY_MISMATCH
     ├── Cancelled                     CANCELLED          CANCELLED
+    ├── BudgetExhausted               RESOURCE_EXHAUSTED BUDGET_EXHAUSTED      (plans)
+    ├── NoRoute                       FAILED_PRECONDITION NO_ROUTE             (plans)
+    ├── ExpectationFailed             FAILED_PRECONDITION EXPECTATION_FAILED   (plans)
     └── ConfigError                   FAILED_PRECONDITION
         ├── PolicyFileError           POLICY_INVALID
-        └── AgentConfigError          CONFIG_INVALID
+        ├── AgentConfigError          CONFIG_INVALID
+        ├── PlanInvalid               PLAN_INVALID                             (plans)
+        └── TaskNotFound              NOT_FOUND          TASK_NOT_FOUND        (plans)
 
 Lower-level exceptions are translated into this tree only at boundaries (the
 gRPC servicer, the peer client, the CLI), always with ``raise ... from err``.
@@ -228,6 +233,36 @@ class AgentConfigError(ConfigError):
     reason = "CONFIG_INVALID"
 
 
+class PlanInvalid(ConfigError):
+    """A plan failed validation or a static check; the message names the step."""
+
+    reason = "PLAN_INVALID"
+
+
+class TaskNotFound(ConfigError):
+    """No checkpointed task has that id."""
+
+    reason = "TASK_NOT_FOUND"
+
+
+class BudgetExhausted(GatewayError):
+    """A task ran out of steps, peer calls or time before it finished."""
+
+    reason = "BUDGET_EXHAUSTED"
+
+
+class NoRoute(GatewayError):
+    """No local capability and no authorized peer can run a step."""
+
+    reason = "NO_ROUTE"
+
+
+class ExpectationFailed(GatewayError):
+    """A step's output does not satisfy the step's ``expect`` condition."""
+
+    reason = "EXPECTATION_FAILED"
+
+
 STATUS_TABLE: dict[type[GatewayError], grpc.StatusCode] = {
     GatewayError: grpc.StatusCode.INTERNAL,
     Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
@@ -249,6 +284,10 @@ STATUS_TABLE: dict[type[GatewayError], grpc.StatusCode] = {
     PeerIdentityMismatch: grpc.StatusCode.UNAUTHENTICATED,
     Cancelled: grpc.StatusCode.CANCELLED,
     ConfigError: grpc.StatusCode.FAILED_PRECONDITION,
+    TaskNotFound: grpc.StatusCode.NOT_FOUND,
+    BudgetExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    NoRoute: grpc.StatusCode.FAILED_PRECONDITION,
+    ExpectationFailed: grpc.StatusCode.FAILED_PRECONDITION,
 }
 """Error class → gRPC status. Subclasses inherit their nearest listed ancestor."""
 

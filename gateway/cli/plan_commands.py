@@ -12,7 +12,7 @@ from typing import Any
 
 from gateway.agent import Agent
 from gateway.config import load_agent_config
-from gateway.plans.errors import PlanInvalid
+from gateway.errors import PlanInvalid
 from gateway.plans.executor import StepEvent
 from gateway.plans.model import parse_plan
 from gateway.plans.task import TaskResult

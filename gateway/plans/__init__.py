@@ -1,13 +1,13 @@
 """Plans: a goal broken into steps, checked statically, run across authorized peers."""
 
-from gateway.plans.checks import PlanLimits, check_routes, check_structure
-from gateway.plans.errors import (
+from gateway.errors import (
     BudgetExhausted,
     ExpectationFailed,
     NoRoute,
     PlanInvalid,
     TaskNotFound,
 )
+from gateway.plans.checks import PlanLimits, check_routes, check_structure
 from gateway.plans.model import Budget, Expect, Plan, Step, parse_plan, resolve_input
 
 __all__ = [

@@ -23,18 +23,20 @@ from capabilities.context import CallContext, PeerCall
 from capabilities.runner import run_capability
 from gateway.errors import (
     AuditUnavailable,
+    BudgetExhausted,
     CapabilityNotGranted,
     DeadlineExceeded,
+    ExpectationFailed,
     GatewayError,
     InvalidInput,
     InvalidOutput,
+    NoRoute,
     PayloadTooLarge,
     PeerUnavailable,
     StateUnavailable,
     VersionNotAvailable,
 )
 from gateway.plans.budget import BudgetMeter
-from gateway.plans.errors import BudgetExhausted, ExpectationFailed, NoRoute
 from gateway.plans.model import Plan, Step
 from gateway.plans.schema import SchemaMismatch, check_schema
 from gateway.plans.task import Evidence, StepResult, StepStatus

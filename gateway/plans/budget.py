@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from gateway.plans.errors import BudgetExhausted
+from gateway.errors import BudgetExhausted
 from gateway.plans.model import Budget
 from gateway.plans.store import Usage
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gateway.plans.errors import PlanInvalid
+from gateway.errors import PlanInvalid
 from gateway.plans.model import Plan, Step, reference_step
 from gateway.router import Offer
 

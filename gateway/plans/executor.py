@@ -14,11 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from capabilities.context import PeerCall
-from gateway.errors import GatewayError, InvalidInput
+from gateway.errors import BudgetExhausted, GatewayError, InvalidInput, PlanInvalid
 from gateway.plans.attempts import StepRunner
 from gateway.plans.budget import BudgetMeter
 from gateway.plans.checks import PlanLimits, check_routes, check_structure
-from gateway.plans.errors import BudgetExhausted, PlanInvalid
 from gateway.plans.model import Plan, Step, resolve_input
 from gateway.plans.planner import Failure, Planner
 from gateway.plans.store import StoredTask, TaskStore

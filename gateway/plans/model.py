@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from capabilities.contract import Risk, is_capability_name
 from capabilities.versions import VersionConstraint, VersionSyntaxError
-from gateway.plans.errors import PlanInvalid
+from gateway.errors import PlanInvalid
 
 STEP_ID_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
 REFERENCE_KEY = "$from"

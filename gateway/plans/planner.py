@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from gateway.errors import (
     CapabilityFailed,
     CapabilityNotGranted,
+    ExpectationFailed,
     InvalidOutput,
+    NoRoute,
     OutputTooLarge,
     PayloadTooLarge,
     PolicyRefusal,
     VersionNotAvailable,
 )
-from gateway.plans.errors import ExpectationFailed, NoRoute
 from gateway.plans.model import Plan, Step
 from gateway.router import LOCAL
 

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.errors import AuditUnavailable
-from gateway.plans.errors import TaskNotFound
+from gateway.errors import AuditUnavailable, TaskNotFound
 from gateway.plans.model import Plan, parse_plan
 from gateway.plans.task import Evidence, RevisionRecord, StepResult, StepStatus, TaskState
 
