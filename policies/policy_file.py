@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -84,10 +85,14 @@ def parse_toml_model(
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise error(f"{source}: not valid TOML: {err}") from err
+    except RecursionError as err:  # tomllib recurses once per nesting level
+        raise error(f"{source}: not valid TOML: nested too deeply") from err
     try:
         return model.model_validate(data), data
     except ValidationError as err:
         raise error(describe_validation_error(source, err, data)) from err
+    except RecursionError as err:
+        raise error(f"{source}: nested too deeply to validate") from err
 
 
 def read_text(path: Path, what: str, error: type[ConfigError]) -> str:
@@ -137,4 +142,6 @@ def render_policy(document: PolicyDocument) -> str:
 
 
 def _toml_str(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    # json.dumps escapes quotes, backslashes and C0 control characters in forms
+    # TOML basic strings accept; TOML also forbids a raw DEL.
+    return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")

@@ -57,7 +57,10 @@ class PolicyStore:
         """Poll the file and reload on change, until cancelled."""
         while True:
             await asyncio.sleep(interval)
-            self.reload_if_changed()
+            try:
+                self.reload_if_changed()
+            except Exception:  # never let one bad file stop all future reloads
+                _log.exception("policy reload failed; keeping the previous policy")
 
     def _file_stamp(self) -> tuple[int, int, int, int] | None:
         try:

@@ -323,12 +323,6 @@ def _deeply_nested(depth: int) -> bytes:
     return ("version = 1\nx = " + "[" * depth + "]" * depth + "\n").encode()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RecursionError,
-    reason="policies/policy_file.py parse_toml_model catches only TOMLDecodeError: tomllib "
-    "raises RecursionError on deeply nested arrays or inline tables",
-)
 def test_deeply_nested_file_is_a_policy_file_error(policy_dir: Path) -> None:
     path = policy_dir / "deep.toml"
     path.write_bytes(_deeply_nested(2000))
@@ -337,12 +331,6 @@ def test_deeply_nested_file_is_a_policy_file_error(policy_dir: Path) -> None:
     assert_names_the_file(info.value, path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RecursionError,
-    reason="policies/store.py PolicyStore.reload lets the RecursionError of load_policy "
-    "escape, which also ends PolicyStore.watch() for good",
-)
 def test_reload_of_a_deeply_nested_file_keeps_the_old_policy(store: PolicyStore) -> None:
     before = store.current
     store.path.write_bytes(_deeply_nested(2000))
@@ -351,12 +339,6 @@ def test_reload_of_a_deeply_nested_file_keeps_the_old_policy(store: PolicyStore)
     assert store.current is before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="policies/policy_file.py _toml_str escapes only backslash and quote: a constraint "
-    "that VersionConstraint accepts with a newline or \\x1c between clauses is written as a "
-    "raw control character, which is not valid TOML",
-)
 @pytest.mark.parametrize("entry", ["text.echo@^1,\n1", "text.echo@^1,\x1c1"])
 def test_render_policy_output_loads_back(policy_dir: Path, entry: str) -> None:
     path = policy_dir / "render.toml"
