@@ -24,6 +24,9 @@ from gateway.errors import (
 
 _log = logging.getLogger(__name__)
 
+NOT_STARTED = "capability not started"
+"""Audit detail of a DeadlineExceeded raised before the capability ran."""
+
 
 def canonical_json(value: Any) -> bytes:
     """Deterministic JSON bytes (sorted keys, no spaces, UTF-8)."""
@@ -62,7 +65,9 @@ async def run_capability(cap: Capability, payload: BaseModel, ctx: CallContext) 
     remaining = ctx.deadline - time.monotonic()
     budget = min(contract.timeout_seconds, remaining)
     if budget <= 0:
-        raise DeadlineExceeded("the call's deadline passed before the capability started")
+        raise DeadlineExceeded(
+            "the call's deadline passed before the capability started", detail=NOT_STARTED
+        )
     try:
         # asyncio.timeout, not wait_for: no extra Task and loop turn per call.
         async with asyncio.timeout(budget):

@@ -16,13 +16,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 
 from pydantic import BaseModel, ValidationError
 
 from capabilities.context import CallContext, PeerCall
 from capabilities.contract import Risk
 from capabilities.registry import CapabilityRegistry
-from capabilities.runner import CapabilityResult, run_capability
+from capabilities.runner import NOT_STARTED, CapabilityResult, run_capability
 from capabilities.versions import VersionConstraint, VersionSyntaxError
 from gateway.audit import AuditLog, AuditRecord
 from gateway.errors import (
@@ -225,7 +226,7 @@ class InvokeHandler:
         try:
             payload = contract.input_model.model_validate_json(call.payload)
         except ValidationError as err:
-            raise InvalidInput(_describe_input_error(err)) from err
+            raise InvalidInput(_describe_input_error(err, contract.input_model)) from err
         if call.deadline <= time.monotonic():
             raise DeadlineExceeded("the call's deadline had passed before it could run")
         ctx = CallContext(
@@ -258,31 +259,50 @@ class InvokeHandler:
         request_sha = hashlib.sha256(call.payload).hexdigest()
         stored = await self._idempotency.claim(ident, request_sha)
         if stored is not None:
-            return InvokeOutcome(
-                stored.served_version, stored.payload, stored.evidence_sha256, True
+            return self._within_cap(
+                admission,
+                InvokeOutcome(stored.served_version, stored.payload, stored.evidence_sha256, True),
             )
         try:
             result = await run_capability(admission.capability, payload, ctx)
-            outcome = self._outcome(admission, result)
+        except DeadlineExceeded as err:
+            if err.detail == NOT_STARTED:  # nothing ran: the key stays free for a retry
+                await self._idempotency.release(ident)
+            else:
+                self._idempotency.leave_in_doubt(ident)
+            raise
         except BaseException:
             self._idempotency.leave_in_doubt(ident)
             raise
+        served = str(admission.capability.version)
+        # Stored before the cap check: the write happened, so a retry must get
+        # this same answer (or the same OUTPUT_TOO_LARGE), never a second write.
         await self._idempotency.complete(
-            ident,
-            StoredAnswer(
-                request_sha, outcome.served_version, outcome.payload, outcome.evidence_sha256
-            ),
+            ident, StoredAnswer(request_sha, served, result.payload, result.evidence_sha256)
         )
-        return outcome
+        return self._within_cap(
+            admission, InvokeOutcome(served, result.payload, result.evidence_sha256)
+        )
 
-    @staticmethod
-    def _outcome(admission: Admission, result: CapabilityResult) -> InvokeOutcome:
-        cap = admission.grant.max_payload_bytes
-        if len(result.payload) > cap:
-            raise OutputTooLarge(f"output is {len(result.payload)} bytes; this peer's cap is {cap}")
-        return InvokeOutcome(
+    def _outcome(self, admission: Admission, result: CapabilityResult) -> InvokeOutcome:
+        outcome = InvokeOutcome(
             str(admission.capability.version), result.payload, result.evidence_sha256
         )
+        return self._within_cap(admission, outcome)
+
+    @staticmethod
+    def _within_cap(admission: Admission, outcome: InvokeOutcome) -> InvokeOutcome:
+        cap = admission.grant.max_payload_bytes
+        if len(outcome.payload) > cap:
+            done = (
+                " (it ran; a retry with this key gets the same answer)"
+                if (admission.capability.contract.risk is not Risk.READ)
+                else ""
+            )
+            raise OutputTooLarge(
+                f"output is {len(outcome.payload)} bytes; this peer's cap is {cap}{done}"
+            )
+        return outcome
 
     @staticmethod
     def _record(
@@ -312,10 +332,34 @@ class InvokeHandler:
         )
 
 
-def _describe_input_error(err: ValidationError) -> str:
-    # Locations and error kinds only: pydantic's messages can echo input values.
-    problems = [
-        f"{'.'.join(str(part) for part in problem['loc']) or '(payload)'}: {problem['type']}"
-        for problem in err.errors(include_url=False, include_input=False)[:5]
-    ]
-    return "input does not match the contract: " + "; ".join(problems)
+def _describe_input_error(err: ValidationError, model: type[BaseModel]) -> str:
+    # Locations and error kinds only: pydantic's messages can echo input values,
+    # and an unknown key is payload content, so only declared names are shown.
+    declared = _declared_names(model)
+    problems = []
+    for problem in err.errors(include_url=False, include_input=False)[:5]:
+        parts = [
+            str(part) if isinstance(part, int) or part in declared else "<unknown field>"
+            for part in problem["loc"]
+        ]
+        problems.append(f"{'.'.join(parts) or '(payload)'}: {problem['type']}")
+    more = err.error_count() - len(problems)
+    suffix = f" (+{more} more)" if more > 0 else ""
+    return "input does not match the contract: " + "; ".join(problems) + suffix
+
+
+@lru_cache(maxsize=512)
+def _declared_names(model: type[BaseModel]) -> frozenset[str]:
+    """Every property name the model's JSON Schema declares, at any depth."""
+    names: set[str] = set()
+    pending: list[object] = [model.model_json_schema()]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            properties = node.get("properties")
+            if isinstance(properties, dict):
+                names.update(properties)
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+    return frozenset(names)

@@ -96,6 +96,13 @@ class IdempotencyStore:
         finally:
             self._release(ident, answer)
 
+    async def release(self, ident: Ident) -> None:
+        """The claimed run never started: drop the claim so a retry may run it."""
+        try:
+            await self._run(self._delete_claim, ident)
+        finally:
+            self._release(ident, None)
+
     def leave_in_doubt(self, ident: Ident) -> None:
         """The claimed run started but did not finish with an answer.
 
@@ -143,6 +150,14 @@ class IdempotencyStore:
                 "UPDATE idempotency SET state = 'done', served_version = ?, payload = ?, "
                 "evidence_sha256 = ? WHERE peer = ? AND capability = ? AND key = ?",
                 (answer.served_version, answer.payload, answer.evidence_sha256, *ident),
+            )
+
+    def _delete_claim(self, ident: Ident) -> None:
+        with self._lock:
+            self._db.execute(
+                "DELETE FROM idempotency WHERE peer = ? AND capability = ? AND key = ? "
+                "AND state = 'claimed'",
+                ident,
             )
 
     def _release(self, ident: Ident, answer: StoredAnswer | None) -> None:
