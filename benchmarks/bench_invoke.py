@@ -196,7 +196,7 @@ class Workspace:
     caller_tls: TlsMaterial
 
 
-def make_workspace(base: Path, payload_bytes: int) -> Workspace:
+def make_workspace(base: Path, payload_bytes: int, audit_sync: str = "full") -> Workspace:
     """Mint a CA, ``server`` and ``caller`` SVIDs, a policy and the agent config."""
     pki = base / "pki"
     init_ca(pki, TRUST_DOMAIN)
@@ -221,6 +221,7 @@ def make_workspace(base: Path, payload_bytes: int) -> Workspace:
             "tls": {"ca": pki / "ca.pem", "cert": server.cert_path, "key": server.key_path},
             "policy": base / "policy.toml",
             "audit_db": base / "server-audit.sqlite",
+            "audit_sync": audit_sync,
             "state_dir": base / "server-state",
         }
     )
@@ -355,6 +356,7 @@ class Settings:
     rounds: int
     as_json: bool
     profile_server: str | None
+    audit_sync: str = "full"
 
 
 def phase_budget(settings: Settings) -> float:
@@ -423,7 +425,7 @@ def audit_check(db: Path, targets: list[Target]) -> dict[str, Any]:
 def run(settings: Settings) -> dict[str, Any]:
     """One complete benchmark; returns the report as a dict."""
     with tempfile.TemporaryDirectory(prefix="bench-invoke-") as tmp:
-        ws = make_workspace(Path(tmp), settings.payload_bytes)
+        ws = make_workspace(Path(tmp), settings.payload_bytes, settings.audit_sync)
         server = ServerProcess(ws.config, settings.profile_server)
         try:
             ports = server.start()
@@ -497,6 +499,7 @@ def build_report(
             "seconds_max": settings.seconds_max,
             "phase_budget_s": phase_budget(settings),
             "rounds": settings.rounds,
+            "audit_sync": settings.audit_sync,
             "concurrency": CONCURRENCY,
             "cpus": os.cpu_count(),
             "server_pid": ports.get("pid"),
@@ -519,7 +522,7 @@ def format_text(report: dict[str, Any]) -> str:
     lines = [
         f"Invoke benchmark: payload {s['payload_bytes']} B, <= {s['calls']} calls and "
         f"{s['phase_budget_s']:.1f}s per phase, {s['rounds']} rounds, "
-        f"{s['cpus']} CPUs, servers in pid {s['server_pid']}",
+        f"{s['cpus']} CPUs, audit_sync {s['audit_sync']}, servers in pid {s['server_pid']}",
         "",
         f"{'mode':<11} {'target':<8} {'calls/s':>8} {'p50 ms':>7} {'p99 ms':>7} "
         f"{'srv us/call':>11} {'cli us/call':>11} {'calls':>6}",
@@ -570,6 +573,12 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     parser.add_argument(
         "--profile-server", metavar="FILE", help="write a cProfile of the gateway phases"
     )
+    parser.add_argument(
+        "--audit-sync",
+        choices=["full", "normal"],
+        default="full",
+        help="the agent's audit_sync setting (default full: fsync per commit)",
+    )
     args = parser.parse_args(argv)
     if args.calls < 1 or args.rounds < 1 or args.seconds_max <= 0:
         parser.error("--calls and --rounds must be >= 1, --seconds-max > 0")
@@ -582,6 +591,7 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         rounds=args.rounds,
         as_json=args.json,
         profile_server=args.profile_server,
+        audit_sync=args.audit_sync,
     )
 
 

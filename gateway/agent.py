@@ -58,7 +58,7 @@ class Agent:
                 )
             except CapabilityModuleError as err:
                 raise AgentConfigError(str(err)) from err
-        self.audit = AuditLog(config.audit_db)
+        self.audit = AuditLog(config.audit_db, sync=config.audit_sync)
         self.idempotency = IdempotencyStore(config.state_dir / "idempotency.sqlite")
         self._clients: dict[str, PeerClient] = {}
         self.router = Router(

@@ -24,6 +24,7 @@ Relative paths are resolved against the config file's folder.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -78,6 +79,10 @@ class AgentConfig(_Frozen):
         tls: Certificate files.
         policy: Policy file (grants and outbound rules).
         audit_db: SQLite file of the audit log.
+        audit_sync: ``full`` (default): every audit commit is fsynced, so a
+            refusal's record survives power loss before the caller hears of
+            it. ``normal``: it survives a crash of the agent process but not
+            of the machine; refusals then cost about as much as allowed calls.
         state_dir: Folder for durable state (idempotency records, built-in stores).
         modules: Python modules that register capabilities.
         peers: Known peers.
@@ -88,6 +93,7 @@ class AgentConfig(_Frozen):
     tls: TlsFiles
     policy: Path
     audit_db: Path
+    audit_sync: Literal["full", "normal"] = "full"
     state_dir: Path
     modules: tuple[str, ...] = ("capabilities.builtin",)
     peers: tuple[PeerEntry, ...] = ()

@@ -23,9 +23,12 @@ class SqliteChainWriter:
         last_hash: ``record_hash`` of the last record (GENESIS_HASH when empty).
     """
 
-    def __init__(self, path: Path, *, busy_timeout_ms: int) -> None:
+    def __init__(self, path: Path, *, busy_timeout_ms: int, synchronous: str = "FULL") -> None:
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError(f"synchronous must be FULL or NORMAL, not {synchronous!r}")
         self._path = path
         self._busy_timeout_ms = busy_timeout_ms
+        self._synchronous = synchronous
         self._conn: sqlite3.Connection | None = None
         self.count = 0
         self.last_hash = GENESIS_HASH
@@ -100,7 +103,7 @@ class SqliteChainWriter:
             raise AuditUnavailable(
                 f"audit log {self._path}: cannot use WAL journal mode (got {mode!r})"
             )
-        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute(f"PRAGMA synchronous = {self._synchronous}")
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version not in (0, SCHEMA_VERSION):

@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from enum import Enum
 from pathlib import Path
+from typing import Literal
 
 from gateway.audit._writer import SqliteChainWriter
 from gateway.audit.record import AuditRecord, checked_fields
@@ -61,6 +62,7 @@ class AuditLog:
         max_batch: int = 512,
         busy_timeout_ms: int = 5000,
         linger_ms: float = 10.0,
+        sync: Literal["full", "normal"] = "full",
     ) -> None:
         """Prepare a log; nothing is opened until :meth:`start`.
 
@@ -72,6 +74,10 @@ class AuditLog:
             linger_ms: How long a batch that nobody waits on (allowed calls only)
                 may wait for more records, so many share one commit. A durable
                 record ends the wait at once.
+            sync: SQLite ``synchronous`` level. ``full`` (default) fsyncs every
+                commit: a committed record survives power loss. ``normal`` (WAL)
+                survives a crash of the process but not of the machine, and
+                makes each durable commit far cheaper.
 
         Raises:
             ConfigError: ``max_batch`` < 1 or ``busy_timeout_ms`` < 0.
@@ -83,7 +89,9 @@ class AuditLog:
         self._path = path
         self._max_batch = max_batch
         self._linger = max(0.0, linger_ms) / 1000.0
-        self._writer = SqliteChainWriter(path, busy_timeout_ms=busy_timeout_ms)
+        self._writer = SqliteChainWriter(
+            path, busy_timeout_ms=busy_timeout_ms, synchronous=sync.upper()
+        )
         self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._state = _State.NEW
         # One flag read on the hot path instead of a state comparison.
