@@ -6,11 +6,13 @@ import asyncio
 import contextlib
 import logging
 import signal
+import time
+from datetime import timedelta
 from pathlib import Path
 
 from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
 from capabilities.registry import CapabilityRegistry
-from gateway.audit import AuditLog
+from gateway.audit import AuditLog, query_records
 from gateway.client import PeerClient
 from gateway.config import AgentConfig
 from gateway.dispatch import InvokeHandler
@@ -23,12 +25,16 @@ from gateway.plans.planner import Planner, RerouteOrStop
 from gateway.plans.runner import TaskRunner
 from gateway.plans.store import SqliteTaskStore
 from gateway.plans.task import TaskResult
+from gateway.replay import ReplayGuard
 from gateway.router import Router
 from gateway.server import GatewayServer
 from gateway.tls import TlsMaterial
 from policies.store import PolicyStore
 
 _log = logging.getLogger(__name__)
+
+# Refusals that happen after the replay check, so their request ids count as used.
+_REMEMBERED_REFUSALS = frozenset({"INVALID_INPUT", "DEADLINE_EXCEEDED"})
 
 
 class Agent:
@@ -67,12 +73,14 @@ class Agent:
             peers=[peer.id for peer in config.peers],
             client_for=self.client,
         )
+        self.replay = ReplayGuard()
         self.handler = InvokeHandler(
             registry=self.registry,
             policies=self.policies,
             audit=self.audit,
             idempotency=self.idempotency,
             bind_peer_call=self.router.bind,
+            replay=self.replay,
         )
         self._server = GatewayServer(config.id, self.handler, self.tls)
         self.task_store = SqliteTaskStore(config.state_dir / "tasks.sqlite")
@@ -98,10 +106,25 @@ class Agent:
     async def start(self, *, watch_policy: bool = True) -> int:
         """Open the audit log, start serving; returns the bound port."""
         await self.audit.start()
+        await asyncio.to_thread(self._remember_recent_request_ids)
         self.port = await self._server.start(self.config.listen)
         if watch_policy:
             self._watcher = asyncio.create_task(self.policies.watch())
         return self.port
+
+    def _remember_recent_request_ids(self) -> None:
+        # A restart must not reopen the replay window: reload the ids of calls
+        # that got past the policy (the ones ReplayGuard records) from the log.
+        window = self.replay.window_seconds
+        now_ms = time.time() * 1000
+        records = query_records(
+            self.config.audit_db, since=timedelta(seconds=window), limit=self.replay.max_entries
+        )
+        self.replay.preload(
+            (r.peer_id, r.request_id, (now_ms - r.time_unix_ms) / 1000)
+            for r in records
+            if r.decision == "allow" or r.reason in _REMEMBERED_REFUSALS
+        )
 
     async def run(self, plan: Plan, *, on_event: EventSink | None = None) -> TaskResult:
         """Run ``plan`` as a new task (see ``self.plans`` for start/resume/cancel)."""

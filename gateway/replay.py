@@ -38,6 +38,16 @@ class ReplayGuard:
         self._expire(now)
         return True
 
+    @property
+    def window_seconds(self) -> float:
+        """How long a request id is remembered."""
+        return self._window
+
+    @property
+    def max_entries(self) -> int:
+        """Most request ids remembered at once."""
+        return self._max
+
     def preload(self, entries: Iterable[tuple[str, str, float]]) -> None:
         """Seed from history: (peer, request id, age in seconds) of earlier calls."""
         now = time.monotonic()

@@ -292,3 +292,24 @@ async def test_replayed_request_id_is_refused(
         (spiffe("bob"), "REPLAYED_REQUEST"),
         (spiffe("carol"), "OK"),
     ]
+
+
+async def test_replay_window_survives_a_restart(
+    pki: Pki, tmp_path: Path, counter: WriteCounter
+) -> None:
+    policy = write_policy(tmp_path / "policy.toml", [grant("bob", ["notes.write"])])
+    config = agent_config(pki, tmp_path, "alice", policy)
+    registry = standard_registry(counter, tmp_path / "state")
+    for attempt in range(2):
+        agent = await started(config, registry)
+        try:
+            async with PeerClient(agent.config.id, agent.address, pki.material("bob")) as bob:
+                if attempt == 0:
+                    await bob.invoke("notes.write", {"note": "a"}, request_id="before-restart")
+                else:
+                    with pytest.raises(GatewayError) as info:
+                        await bob.invoke("notes.write", {"note": "a"}, request_id="before-restart")
+                    assert info.value.reason == "REPLAYED_REQUEST"
+        finally:
+            await agent.stop()
+    assert counter.calls == 1
