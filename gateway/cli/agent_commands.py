@@ -100,7 +100,8 @@ async def _describe(args: argparse.Namespace) -> int:
         f"grant expires {description.grant_expires_at}"
     )
     for c in description.capabilities:
-        print(f"  {c.name}@{c.version:<8} {c.risk:<8} {c.timeout_seconds:>5g}s  {c.description}")
+        key = f"{c.name}@{c.version}"
+        print(f"  {key:<28} {c.risk:<8} {c.timeout_seconds:>5g}s  {c.description}")
     return 0
 
 
