@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
 from capabilities.versions import Version
 
@@ -54,6 +54,16 @@ def is_capability_name(name: str) -> bool:
         return False
     segments = name.split(".")
     return all(seg and seg[0].isalpha() and set(seg) <= set(_NAME_SEGMENT) for seg in segments)
+
+
+def _checked_capability_name(value: str) -> str:
+    if not is_capability_name(value):
+        raise ValueError(f"{value!r} is not a dotted lowercase capability name")
+    return value
+
+
+CapabilityName = Annotated[str, AfterValidator(_checked_capability_name)]
+"""A pydantic field type: a dotted lowercase capability name."""
 
 
 @dataclass(frozen=True, slots=True)

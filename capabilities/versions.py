@@ -16,6 +16,9 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 _VERSION = re.compile(r"(0|[1-9]\d{0,8})\.(0|[1-9]\d{0,8})\.(0|[1-9]\d{0,8})")
 _PARTIAL = re.compile(r"(0|[1-9]\d{0,8})(?:\.(0|[1-9]\d{0,8}))?(?:\.(0|[1-9]\d{0,8}))?")
@@ -147,3 +150,15 @@ def _parse_cached(text: str) -> VersionConstraint:
         return VersionConstraint(text, ())
     clauses = tuple(_clause(part) for part in stripped.split(","))
     return VersionConstraint(text, clauses)
+
+
+def _checked_constraint(value: str) -> str:
+    try:
+        VersionConstraint.parse(value)
+    except VersionSyntaxError as err:
+        raise ValueError(str(err)) from err
+    return value
+
+
+ConstraintText = Annotated[str, AfterValidator(_checked_constraint)]
+"""A pydantic field type: constraint text that ``VersionConstraint.parse`` accepts."""

@@ -26,10 +26,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.errors import AgentConfigError
-from policies.identity import is_spiffe_id
+from policies.identity import SpiffeId
 from policies.policy_file import parse_toml_model, read_text
 
 
@@ -59,15 +59,8 @@ class PeerEntry(_Frozen):
         address: ``host:port`` of its gateway.
     """
 
-    id: str
+    id: SpiffeId
     address: str = Field(min_length=3)
-
-    @field_validator("id")
-    @classmethod
-    def _spiffe(cls, value: str) -> str:
-        if not is_spiffe_id(value):
-            raise ValueError(f"{value!r} is not a SPIFFE ID")
-        return value
 
 
 class AgentConfig(_Frozen):
@@ -88,7 +81,7 @@ class AgentConfig(_Frozen):
         peers: Known peers.
     """
 
-    id: str
+    id: SpiffeId
     listen: str = "127.0.0.1:0"
     tls: TlsFiles
     policy: Path
@@ -97,13 +90,6 @@ class AgentConfig(_Frozen):
     state_dir: Path
     modules: tuple[str, ...] = ("capabilities.builtin",)
     peers: tuple[PeerEntry, ...] = ()
-
-    @field_validator("id")
-    @classmethod
-    def _spiffe(cls, value: str) -> str:
-        if not is_spiffe_id(value):
-            raise ValueError(f"{value!r} is not a SPIFFE ID")
-        return value
 
     @model_validator(mode="after")
     def _unique_peers(self) -> AgentConfig:

@@ -11,9 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from capabilities.contract import Risk, is_capability_name
-from capabilities.versions import VersionConstraint, VersionSyntaxError
-from policies.identity import is_spiffe_id
+from capabilities.contract import CapabilityName, Risk
+from capabilities.versions import ConstraintText, VersionConstraint
+from policies.identity import SpiffeId
 
 MAX_PAYLOAD_CEILING = 4 * 1024 * 1024
 """No grant may allow a payload above the server-wide message ceiling."""
@@ -26,29 +26,13 @@ class _Frozen(BaseModel):
 class CapabilityGrant(_Frozen):
     """One ``capability@constraint`` entry of a grant."""
 
-    name: str
-    constraint: str = ""
+    name: CapabilityName
+    constraint: ConstraintText = ""
 
     @classmethod
     def parse(cls, entry: str) -> CapabilityGrant:
         """Parse ``name`` or ``name@constraint``; raises ValidationError."""
         return cls.model_validate(_entry_fields(entry))
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not is_capability_name(value):
-            raise ValueError(f"{value!r} is not a dotted lowercase capability name")
-        return value
-
-    @field_validator("constraint")
-    @classmethod
-    def _constraint(cls, value: str) -> str:
-        try:
-            VersionConstraint.parse(value)
-        except VersionSyntaxError as err:
-            raise ValueError(str(err)) from err
-        return value
 
     @property
     def version_constraint(self) -> VersionConstraint:
@@ -70,12 +54,6 @@ def _entries(value: object) -> object:
     return value
 
 
-def _spiffe(value: str) -> str:
-    if not is_spiffe_id(value):
-        raise ValueError(f"{value!r} is not a SPIFFE ID (spiffe://trust-domain/path)")
-    return value
-
-
 class PeerGrant(_Frozen):
     """What one peer (by SPIFFE ID) may call on this agent.
 
@@ -87,16 +65,11 @@ class PeerGrant(_Frozen):
         max_risk: Highest risk the peer may call; no limit when absent.
     """
 
-    peer: str
+    peer: SpiffeId
     capabilities: tuple[CapabilityGrant, ...]
     max_payload_bytes: int = Field(gt=0, le=MAX_PAYLOAD_CEILING)
     expires_at: datetime
     max_risk: Risk | None = None
-
-    @field_validator("peer")
-    @classmethod
-    def _peer(cls, value: str) -> str:
-        return _spiffe(value)
 
     @field_validator("capabilities", mode="before")
     @classmethod
@@ -127,13 +100,8 @@ class OutboundRule(_Frozen):
         capabilities: Capability names (``name`` or ``name@constraint``) it may receive.
     """
 
-    peer: str
+    peer: SpiffeId
     capabilities: tuple[CapabilityGrant, ...]
-
-    @field_validator("peer")
-    @classmethod
-    def _peer(cls, value: str) -> str:
-        return _spiffe(value)
 
     @field_validator("capabilities", mode="before")
     @classmethod

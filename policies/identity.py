@@ -9,8 +9,10 @@ from __future__ import annotations
 import hashlib
 import re
 from functools import lru_cache
+from typing import Annotated
 
 from cryptography import x509
+from pydantic import AfterValidator
 
 from gateway.errors import Unauthenticated
 
@@ -28,6 +30,16 @@ def is_spiffe_id(value: str) -> bool:
         return False
     segments = value.split("/")[3:]
     return all(segment not in (".", "..") for segment in segments)
+
+
+def _checked_spiffe_id(value: str) -> str:
+    if not is_spiffe_id(value):
+        raise ValueError(f"{value!r} is not a SPIFFE ID (spiffe://trust-domain/path)")
+    return value
+
+
+SpiffeId = Annotated[str, AfterValidator(_checked_spiffe_id)]
+"""A pydantic field type: a well-formed SPIFFE ID."""
 
 
 def trust_domain_of(spiffe_id: str) -> str:

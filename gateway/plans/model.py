@@ -26,10 +26,10 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from capabilities.contract import Risk, is_capability_name
-from capabilities.versions import VersionConstraint, VersionSyntaxError
+from capabilities.contract import CapabilityName, Risk
+from capabilities.versions import ConstraintText, VersionConstraint
 from gateway.errors import PlanInvalid
 
 STEP_ID_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
@@ -66,30 +66,14 @@ class Step(_Frozen):
     """
 
     id: str = Field(pattern=STEP_ID_PATTERN)
-    capability: str
-    version: str = ""
+    capability: CapabilityName
+    version: ConstraintText = ""
     input: dict[str, Any] = Field(default_factory=dict)
     depends_on: tuple[str, ...] = ()
     max_retries: int | None = Field(default=None, ge=0, le=10)
     expect: Expect | None = None
     avoid: tuple[str, ...] = ()
     revision: int = Field(default=0, ge=0)
-
-    @field_validator("capability")
-    @classmethod
-    def _capability(cls, value: str) -> str:
-        if not is_capability_name(value):
-            raise ValueError(f"{value!r} is not a dotted lowercase capability name")
-        return value
-
-    @field_validator("version")
-    @classmethod
-    def _version(cls, value: str) -> str:
-        try:
-            VersionConstraint.parse(value)
-        except VersionSyntaxError as err:
-            raise ValueError(str(err)) from err
-        return value
 
     @property
     def constraint(self) -> VersionConstraint:
