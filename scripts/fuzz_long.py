@@ -4,7 +4,6 @@ Run from the repository root::
 
     python scripts/fuzz_long.py                      # 10,000 cases, at most 30 minutes
     python scripts/fuzz_long.py --cases 50000 --max-seconds 3600 --seed 7
-    python scripts/fuzz_long.py --long-keys          # also the known long-unknown-key defect
 
 It makes a temporary PKI, starts one agent on 127.0.0.1:0 (the harness of
 ``tests/security/conftest.py``), and sends it, one call at a time, the cases of
@@ -91,13 +90,12 @@ def run(
     *,
     cases: int,
     max_seconds: float,
-    long_keys: bool,
     seed_value: int | None,
 ) -> None:
     """Drive ``cases`` generated cases through ``target``, stopping at ``max_seconds``."""
     stop_at = time.monotonic() + max_seconds
     raw_case = st.tuples(st.just("raw"), st.tuples(st.sampled_from(FUZZ_CALLERS), raw_requests()))
-    invoke_case = st.tuples(st.just("invoke"), invoke_cases(long_keys))
+    invoke_case = st.tuples(st.just("invoke"), invoke_cases())
 
     @settings(
         max_examples=cases,
@@ -176,11 +174,6 @@ def main(argv: list[str] | None = None) -> int:
         "--max-seconds", type=float, default=1800.0, help="stop after this long (1800)"
     )
     parser.add_argument("--seed", type=int, default=None, help="hypothesis seed (random)")
-    parser.add_argument(
-        "--long-keys",
-        action="store_true",
-        help="also send unknown keys of up to 20,000 characters (a known defect)",
-    )
     args = parser.parse_args(argv)
     if args.cases < 1 or args.max_seconds <= 0:
         parser.error("--cases and --max-seconds must be positive")
@@ -197,7 +190,6 @@ def main(argv: list[str] | None = None) -> int:
                 tally,
                 cases=args.cases,
                 max_seconds=args.max_seconds,
-                long_keys=args.long_keys,
                 seed_value=args.seed,
             )
         except Exception:

@@ -374,7 +374,11 @@ def write_ahead_problems(
 
 
 def counter_problem(answer: Answer, runs: int) -> str | None:
-    """The write capability ran exactly once per fresh OK answer for it, else never."""
+    """The write capability ran exactly once per fresh OK answer for it, else never.
+
+    (A write whose output exceeds the cap runs and answers OUTPUT_TOO_LARGE by
+    design; only frank's 11-byte grant can get there, and frank is not fuzzed.)
+    """
     reply = answer.reply
     fresh_write = (
         answer.code is grpc.StatusCode.OK
@@ -546,13 +550,11 @@ def _field_value(draw: st.DrawFn, name: str, limit: int | None) -> tuple[Any, st
 
 
 @st.composite
-def near_valid_objects(
-    draw: st.DrawFn, long_keys: bool = False
-) -> tuple[str, dict[str, Any], list[str]]:
+def near_valid_objects(draw: st.DrawFn) -> tuple[str, dict[str, Any], list[str]]:
     """(capability, object, tokens): a valid input with fields dropped, retyped or added.
 
-    ``long_keys`` adds unknown keys of up to 20,000 characters (see
-    ``test_long_unknown_key_is_refused_as_invalid_input``: a known defect).
+    Sometimes one unknown key is up to 20,000 characters long: error messages
+    once echoed such keys, and gRPC dropped the over-long status trailer.
     """
     capability = draw(st.sampled_from(CAPABILITIES))
     marks: list[str] = []
@@ -570,11 +572,13 @@ def near_valid_objects(
     if draw(st.integers(0, 3)) == 3:
         for _ in range(draw(st.integers(1, 2))):
             key = draw(st.text(max_size=20) | st.sampled_from(["Text", "note ", "__proto__"]))
-            if long_keys and draw(st.booleans()):
-                token = draw(tokens)
-                key = token + "k" * draw(st.integers(0, 20_000))
-                marks.append(token)
             obj.setdefault(key, draw(json_values))
+    if draw(st.integers(0, 3)) == 3:
+        token = draw(tokens)
+        # gRPC drops status trailers of 8-16 KiB and more; the message holds the key twice.
+        size = draw(st.integers(0, 20_000) | st.integers(8_000, 20_000))
+        obj[token + "k" * size] = draw(json_values)
+        marks.append(token)
     return capability, obj, marks
 
 
@@ -602,7 +606,7 @@ def _mangle(raw: bytes, how: str, cut: int, junk: bytes) -> bytes:
 
 
 @st.composite
-def payloads(draw: st.DrawFn, long_keys: bool = False) -> tuple[str | None, bytes, tuple[str, ...]]:
+def payloads(draw: st.DrawFn) -> tuple[str | None, bytes, tuple[str, ...]]:
     """(capability the payload was made for, or None; raw payload; its tokens).
 
     Kinds: near-valid inputs of each capability (most often), the same mangled
@@ -627,7 +631,7 @@ def payloads(draw: st.DrawFn, long_keys: bool = False) -> tuple[str | None, byte
     if kind == "huge":
         size = draw(st.integers(CAP_BYTES - 64, CAP_BYTES + 64) | st.integers(0, 2 * CAP_BYTES))
         return None, _encode({field_name: token + "z" * size}, ascii_only), (token,)
-    capability, obj, marks = draw(near_valid_objects(long_keys))
+    capability, obj, marks = draw(near_valid_objects())
     raw = _encode(obj, ascii_only)
     if kind == "mangled":
         how = draw(st.sampled_from(_MANGLES))
@@ -683,9 +687,9 @@ def _sometimes(draw: st.DrawFn, usual: st.SearchStrategy[T], odd: st.SearchStrat
 
 
 @st.composite
-def invoke_cases(draw: st.DrawFn, long_keys: bool = False) -> InvokeCase:
+def invoke_cases(draw: st.DrawFn) -> InvokeCase:
     """A whole Invoke: caller, envelope and payload; each envelope field is odd one time in five."""
-    made_for, payload, marks = draw(payloads(long_keys))
+    made_for, payload, marks = draw(payloads())
     usual_id = st.from_regex(r"[A-Za-z0-9._:\-]{1,40}", fullmatch=True).map(lambda i: (i, True))
     request_id, fresh = _sometimes(
         draw, usual_id, st.tuples(request_ids, st.booleans().map(lambda b: not b))
