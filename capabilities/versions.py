@@ -20,8 +20,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
-_VERSION = re.compile(r"(0|[1-9]\d{0,8})\.(0|[1-9]\d{0,8})\.(0|[1-9]\d{0,8})")
-_PARTIAL = re.compile(r"(0|[1-9]\d{0,8})(?:\.(0|[1-9]\d{0,8}))?(?:\.(0|[1-9]\d{0,8}))?")
+_VERSION = re.compile(r"(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})")
+_PARTIAL = re.compile(r"(0|[1-9][0-9]{0,8})(?:\.(0|[1-9][0-9]{0,8}))?(?:\.(0|[1-9][0-9]{0,8}))?")
 _CLAUSE = re.compile(r"(\^|~|>=|<=|==|=|>|<)?\s*(\S+)")
 _MAX_CONSTRAINT_LENGTH = 128
 

@@ -61,10 +61,16 @@ def _toml_key(loc: tuple[int | str, ...], data: Any) -> str:
     for item in loc:
         if isinstance(item, int):
             peer = _peer_at(data, parts, item)
-            parts[-1] = f"{parts[-1]}[{item}]" + (f" (peer {peer})" if peer else "")
+            parts[-1] = f"{parts[-1]}[{item}]" + (f" (peer {_printable(peer)})" if peer else "")
         else:
-            parts.append(str(item))
+            parts.append(_printable(str(item)))
     return ".".join(parts)
+
+
+def _printable(text: str) -> str:
+    # Keys and values come from the file: a newline in one must not forge a
+    # second problem line in the report.
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
 def _peer_at(data: Any, parts: list[str], index: int) -> str | None:

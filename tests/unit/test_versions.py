@@ -83,3 +83,9 @@ def test_highest_is_the_maximum_of_the_allowed(pool: list[Version], constraint: 
     parsed = VersionConstraint.parse(constraint)
     allowed = [v for v in pool if parsed.allows(v)]
     assert parsed.highest(pool) == (max(allowed) if allowed else None)
+
+
+@pytest.mark.parametrize("bad", ["1\u0661", "\u0661.0.0", "^1.\u0662"])
+def test_only_ascii_digits_are_versions(bad: str) -> None:
+    with pytest.raises(VersionSyntaxError):
+        VersionConstraint.parse(bad)
