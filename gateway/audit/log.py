@@ -17,7 +17,6 @@ import functools
 import logging
 import queue
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from enum import Enum
@@ -93,6 +92,7 @@ class AuditLog:
             path, busy_timeout_ms=busy_timeout_ms, synchronous=sync.upper()
         )
         self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
+        self._urgent = threading.Event()
         self._state = _State.NEW
         # One flag read on the hot path instead of a state comparison.
         self._accepting = False
@@ -147,6 +147,7 @@ class AuditLog:
         if self._stopped is None or self._stopped.done():
             return
         self._queue.put(_STOP)
+        self._urgent.set()
         await self._stopped
 
     def record(self, rec: AuditRecord) -> None:
@@ -172,6 +173,7 @@ class AuditLog:
             raise self._error()
         waiter: _Waiter = asyncio.get_running_loop().create_future()
         self._queue.put((rec, waiter))
+        self._urgent.set()
         await waiter
 
     async def flush(self) -> None:
@@ -186,6 +188,7 @@ class AuditLog:
             raise self._error()
         waiter: _Waiter = asyncio.get_running_loop().create_future()
         self._queue.put((None, waiter))
+        self._urgent.set()
         await waiter
 
     # --- writer thread -------------------------------------------------------
@@ -224,22 +227,20 @@ class AuditLog:
                 _settle(_waiters_of(items), self._error)
 
     def _gather(self, items: list[_Item], *, linger: bool) -> None:
-        """Add queued items to ``items``; linger while nobody waits on the batch."""
-        deadline = time.monotonic() + self._linger
-        urgent = not linger or _is_urgent(items[0])
+        """Add queued items to ``items``; linger while nobody waits on the batch.
+
+        While lingering the writer sleeps on ``_urgent``, which only a durable
+        record, a flush or close sets: plain records queue up without waking
+        it (and without a GIL hand-off each).
+        """
+        if linger and not _is_urgent(items[0]):
+            self._urgent.wait(self._linger)
+        self._urgent.clear()  # anything urgent queued before this is drained below
         while len(items) < self._max_batch:
             try:
-                item = self._queue.get_nowait()
+                items.append(self._queue.get_nowait())
             except queue.Empty:
-                remaining = deadline - time.monotonic()
-                if urgent or remaining <= 0:
-                    return
-                try:
-                    item = self._queue.get(timeout=remaining)
-                except queue.Empty:
-                    return
-            items.append(item)
-            urgent = urgent or _is_urgent(item)
+                return
 
     def _write_batch(self, items: list[_Item]) -> None:
         """Commit the batch's records in one transaction, then settle its waiters."""
