@@ -4,7 +4,11 @@
   from the resolved step input; nothing else leaves the agent.
 * Retries: only transient failures (unavailable, timeout), only for ``read``
   or idempotent capabilities, with one idempotency key ``task:step:revision``.
-* Failover: a retryable step whose peer stays unreachable moves to the next route.
+* Failover: a read whose peer stays unreachable moves to the next route.
+* A write (risk above ``read``) never moves once it may have reached a peer
+  (anything but a refusal that proves nothing ran): the idempotency key only
+  protects on that peer, so it may retry there, else the step fails saying the
+  write's outcome is unknown (``StepProgress.written_at``).
 * Remote outputs are untrusted: digest, served version and output schema are checked.
 """
 
@@ -20,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from capabilities.context import CallContext, PeerCall
+from capabilities.contract import Risk
 from capabilities.runner import run_capability
 from gateway.errors import (
     AuditUnavailable,
@@ -28,12 +33,19 @@ from gateway.errors import (
     DeadlineExceeded,
     ExpectationFailed,
     GatewayError,
+    IdempotencyConflict,
+    IdempotencyInDoubt,
     InvalidInput,
     InvalidOutput,
+    InvalidRequest,
     NoRoute,
     PayloadTooLarge,
+    PeerIdentityMismatch,
     PeerUnavailable,
+    PolicyRefusal,
+    ReplayedRequest,
     StateUnavailable,
+    Unauthenticated,
     VersionNotAvailable,
 )
 from gateway.plans.budget import BudgetMeter
@@ -49,6 +61,28 @@ TRANSIENT: tuple[type[GatewayError], ...] = (
     StateUnavailable,
 )
 """Failures worth retrying (the peer may answer next time)."""
+
+NOTHING_RAN: tuple[type[GatewayError], ...] = (
+    PolicyRefusal,
+    VersionNotAvailable,
+    PayloadTooLarge,
+    InvalidRequest,
+    InvalidInput,
+    ReplayedRequest,
+    IdempotencyConflict,
+    NoRoute,
+    BudgetExhausted,
+    Unauthenticated,
+    PeerIdentityMismatch,
+)
+"""Answers from (or on the way to) a peer that prove the capability did not run.
+
+Refused before the capability starts: by this agent's checks before sending, or
+by the peer's admission. Everything else, ``PEER_UNAVAILABLE`` included (gRPC
+cannot tell a connection that failed before the request from one lost mid-call),
+``AUDIT_UNAVAILABLE`` and ``STATE_UNAVAILABLE`` (they can follow the run), may
+come after the capability ran.
+"""
 
 _STALE_DISCOVERY = (VersionNotAvailable, CapabilityNotGranted)
 _BACKOFF_SECONDS = 0.05
@@ -89,13 +123,24 @@ class StepRunner:
         self._default_retries = default_retries
         self._bind = bind_peer_call
 
-    async def run(self, step: Step, resolved: dict[str, Any]) -> StepResult:
-        """Run ``step`` to a completed or failed result (never raises a GatewayError)."""
+    async def run(
+        self, step: Step, resolved: dict[str, Any], progress: StepProgress | None = None
+    ) -> StepResult:
+        """Run ``step`` to a completed or failed result (never raises a GatewayError).
+
+        ``progress`` (the executor's, to see where an abandoned step was sent) is
+        updated as the step runs.
+        """
         started = time.perf_counter()
-        tally = _Tally()
+        tally = progress if progress is not None else StepProgress()
         try:
             answer, where = await self._run_routes(step, resolved, tally)
         except GatewayError as err:
+            message = err.message
+            if tally.written_at:
+                tally.notes.append(f"{tally.written_at}: {WRITE_IN_DOUBT}")
+                if not isinstance(err, BudgetExhausted | IdempotencyInDoubt):  # they say so
+                    message = f"{message}; {WRITE_IN_DOUBT}"
             return StepResult(
                 step_id=step.id,
                 status=StepStatus.FAILED,
@@ -104,8 +149,9 @@ class StepRunner:
                 attempts=tally.attempts,
                 duration_ms=(time.perf_counter() - started) * 1000.0,
                 reason=err.reason,
-                message=err.message,
+                message=message,
                 notes=tuple(tally.notes),
+                may_have_written=bool(tally.written_at),
             )
         return StepResult(
             step_id=step.id,
@@ -121,7 +167,7 @@ class StepRunner:
         )
 
     async def _run_routes(
-        self, step: Step, resolved: dict[str, Any], tally: _Tally
+        self, step: Step, resolved: dict[str, Any], tally: StepProgress
     ) -> tuple[_Answer, str]:
         offers, skipped = await self._router.offers(
             step.capability, step.constraint, avoid=step.avoid
@@ -142,21 +188,19 @@ class StepRunner:
                 raise
             except GatewayError as err:
                 last = err
-                if not _may_fail_over(err, offer):
+                if not _may_fail_over(err, offer, tally):
                     raise
                 tally.notes.append(f"{offer.where}: {err.reason}, trying the next route")
         assert last is not None
         raise last
 
     async def _run_offer(
-        self, step: Step, resolved: dict[str, Any], offer: Offer, tally: _Tally
+        self, step: Step, resolved: dict[str, Any], offer: Offer, tally: StepProgress
     ) -> _Answer:
         tries = 1 + (self._retries(step) if offer.retryable else 0)
         for attempt in range(tries):
-            tally.attempts += 1
-            tally.where = offer.where
             try:
-                answer = await self._once(step, resolved, offer, tally.attempts)
+                answer = await self._attempt(step, resolved, offer, tally)
             except GatewayError as err:
                 if isinstance(err, _STALE_DISCOVERY) and offer.where != LOCAL:
                     self._router.forget(offer.where)
@@ -167,9 +211,25 @@ class StepRunner:
                 await asyncio.sleep(min(_BACKOFF_SECONDS * 2**attempt, _MAX_BACKOFF_SECONDS))
                 self._meter.check_time()
                 continue
-            _check_expect(step, answer.output)
             return answer
         raise AssertionError("unreachable: the last try raises or returns")
+
+    async def _attempt(
+        self, step: Step, resolved: dict[str, Any], offer: Offer, tally: StepProgress
+    ) -> _Answer:
+        tally.attempts += 1
+        tally.where = offer.where
+        earlier = tally.written_at
+        if offer.risk is not Risk.READ:
+            tally.written_at = offer.where  # until an answer proves nothing ran
+        try:
+            answer = await self._once(step, resolved, offer, tally.attempts)
+        except GatewayError as err:
+            if not earlier and offer.where != LOCAL and isinstance(err, NOTHING_RAN):
+                tally.written_at = ""
+            raise
+        _check_expect(step, answer.output)
+        return answer
 
     def _retries(self, step: Step) -> int:
         return self._default_retries if step.max_retries is None else step.max_retries
@@ -227,14 +287,33 @@ class StepRunner:
         return _Answer(json.loads(result.payload), evidence, False)
 
 
+WRITE_IN_DOUBT = (
+    "the write may have run there and its outcome is unknown, so it is not sent to another peer"
+)
+
+
 @dataclass
-class _Tally:
+class StepProgress:
+    """How far one step has got (the executor reads it when it abandons the step).
+
+    Attributes:
+        attempts: Calls made so far (retries and failovers included).
+        where: Where the latest attempt went.
+        notes: Routing notes, e.g. peers skipped by policy and why.
+        written_at: Where a write (risk above ``read``) may have run: set when an
+            attempt starts, cleared only by an answer that proves nothing ran. The
+            step never moves away from it.
+    """
+
     attempts: int = 0
     where: str = ""
     notes: list[str] = field(default_factory=list)
+    written_at: str = ""
 
 
-def _may_fail_over(err: GatewayError, offer: Offer) -> bool:
+def _may_fail_over(err: GatewayError, offer: Offer, tally: StepProgress) -> bool:
+    if tally.written_at:  # a write may have run there: only that peer's key protects it
+        return False
     # Nothing was sent when the size check refused; an unreachable peer may be
     # replaced only for steps that are safe to repeat.
     if isinstance(err, PayloadTooLarge) and offer.where != LOCAL:

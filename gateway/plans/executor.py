@@ -221,9 +221,8 @@ class TaskExecutor:
             return False
         revision = self._revision + 1
         done = frozenset(self._done())
-        proposal = await self._parts.planner.revise(
-            self._plan, Failure(step, result.reason, result.where), done, revision
-        )
+        failure = Failure(step, result.reason, result.where, result.may_have_written)
+        proposal = await self._parts.planner.revise(self._plan, failure, done, revision)
         if proposal is None or not self._acceptable(proposal.plan, done):
             return False
         await self._set_state(TaskState.PLANNING)

@@ -4,7 +4,9 @@ A ``Planner`` may revise the remaining plan; the executor caps how often
 (``budget.max_revisions``), records each revision with its reason, and never
 runs a completed step again. The default, ``RerouteOrStop``, moves the step
 away from the peer that failed it, or widens an exact version pin to the
-compatible range; otherwise it stops.
+compatible range; otherwise it stops. A write that may have run (``Failure.
+may_have_written``) is never revised: a new revision changes its idempotency
+key and may send it to another peer, so it could run twice.
 """
 
 from __future__ import annotations
@@ -26,23 +28,23 @@ from gateway.errors import (
 from gateway.plans.model import Plan, Step
 from gateway.router import LOCAL
 
-REROUTABLE = frozenset(
+REFUSED = frozenset(
     cls.reason
-    for cls in (
-        PolicyRefusal,
-        CapabilityNotGranted,
-        VersionNotAvailable,
-        PayloadTooLarge,
-        OutputTooLarge,
-        InvalidOutput,
-        CapabilityFailed,
-        ExpectationFailed,
-    )
+    for cls in (PolicyRefusal, CapabilityNotGranted, VersionNotAvailable, PayloadTooLarge)
 ) | {"UNKNOWN_PEER", "GRANT_EXPIRED", "RISK_NOT_GRANTED", "OUTBOUND_NOT_ALLOWED"}
-"""Failures another peer might not have: refusals (nothing ran) and unusable answers.
+"""Refusals another peer might not give; nothing ran, so any step may be rerouted."""
 
-An unreachable peer is not here: the executor already failed over for steps
-that are safe to repeat, and for the others the write may have happened.
+UNUSABLE = frozenset(
+    cls.reason for cls in (OutputTooLarge, InvalidOutput, CapabilityFailed, ExpectationFailed)
+)
+"""Answers after the capability ran: another peer may do better, but only a read
+may run again (a write's runner reports ``may_have_written``)."""
+
+REROUTABLE = REFUSED | UNUSABLE
+"""Failures another peer might not have.
+
+An unreachable peer is not here: the executor already failed over for reads,
+and for writes the write may have happened.
 """
 
 
@@ -54,11 +56,14 @@ class Failure:
         step: The failed step (as it was planned).
         reason: Reason code of the failure.
         where: Where it failed (``"local"``, a peer id, or ``""``).
+        may_have_written: A write that may have run at ``where``: it must not run again
+            under a new revision (new idempotency key) or anywhere else.
     """
 
     step: Step
     reason: str
     where: str
+    may_have_written: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +91,8 @@ class RerouteOrStop(Planner):
         self, plan: Plan, failure: Failure, completed: frozenset[str], revision: int
     ) -> Revision | None:
         step = failure.step
+        if failure.may_have_written:
+            return None
         if failure.reason in REROUTABLE and failure.where and failure.where != LOCAL:
             changed = step.model_copy(
                 update={"avoid": (*step.avoid, failure.where), "revision": revision}

@@ -99,6 +99,9 @@ class StepResult:
         reason: Reason code of the failure (``"OK"`` when completed).
         message: Explanation of the failure (never payload content).
         notes: Routing notes, e.g. peers skipped by policy and why.
+        may_have_written: A failed write (risk above ``read``) may have run at ``where``,
+            so it must not run anywhere else. Not checkpointed: a failed step is never
+            resumed from its result.
     """
 
     step_id: str
@@ -113,6 +116,7 @@ class StepResult:
     reason: str = "OK"
     message: str = ""
     notes: tuple[str, ...] = ()
+    may_have_written: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -332,18 +332,19 @@ async def test_failed_write_with_no_other_route_is_not_retried(
     assert scene.runs("fault.write") == {"bob": 1, "carol": 0}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="DEFECT: planner.RerouteOrStop reroutes a write step after the peer already ran it "
-    "(INVALID_OUTPUT / CAPABILITY_FAILED are in REROUTABLE whatever the risk), so carol "
-    "writes a second time",
-)
 @pytest.mark.parametrize("mode", ["invalid", "raise"])
 async def test_write_that_ran_is_not_rerouted_to_another_peer(scene: Scene, mode: Mode) -> None:
+    """bob's write ran and then answered INVALID_OUTPUT / CAPABILITY_FAILED: carol could
+    serve it, but a new revision (new idempotency key) there would write a second time, so
+    the task stops, says bob answered so and that the write's outcome is unknown."""
     scene.faults["bob"].modes["fault.write"] = mode
     result = await asyncio.wait_for(scene.alice.run(plan(step("w", "fault.write"))), WAIT)
     assert scene.runs("fault.write") == {"bob": 1, "carol": 0}
-    assert result.state is TaskState.FAILED
+    reason = {"invalid": "INVALID_OUTPUT", "raise": "CAPABILITY_FAILED"}[mode]
+    assert (result.state, result.reason, result.revisions) == (TaskState.FAILED, reason, ())
+    assert result.message.startswith(f"step 'w' failed on {BOB}: "), result.message
+    assert "the write may have run there and its outcome is unknown" in result.message
+    assert (result.steps["w"].where, result.steps["w"].attempts) == (BOB, 1)
 
 
 # --- A peer killed mid-plan -----------------------------------------------------------------
@@ -395,18 +396,22 @@ async def test_peer_killed_during_a_plain_write_fails_explained_and_runs_once(
     assert scene.runs("fault.append") == {"bob": 1, "carol": 0}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="DEFECT: an idempotent write cut off in flight by the peer's death is failed over "
-    "to carol (attempts._may_fail_over treats PEER_UNAVAILABLE as 'nothing ran'); the "
-    "idempotency key only protects on bob, so the write runs on bob and on carol",
-)
 async def test_peer_killed_during_an_idempotent_write_does_not_duplicate_it(
     scene: Scene,
 ) -> None:
+    """bob dies while he runs an idempotent write: alice may retry on bob with the same key
+    (he is gone, so it fails), but never moves the write to carol, whom the key does not
+    protect; the task fails naming bob and saying the write's outcome is unknown."""
     result = await kill_bob_during(scene, "fault.write")
     assert scene.runs("fault.write") == {"bob": 1, "carol": 0}
-    assert result.state is TaskState.FAILED
+    assert (result.state, result.reason) == (TaskState.FAILED, "PEER_UNAVAILABLE")
+    assert result.message.startswith(f"step 'then' failed on {BOB}: "), result.message
+    assert "the write may have run there and its outcome is unknown" in result.message
+    assert result.message.endswith("; completed steps: first, gate")
+    then = result.steps["then"]
+    assert (then.status, then.where, then.attempts) == (StepStatus.FAILED, BOB, 3)
+    assert not any(note.startswith(f"{BOB}: PEER_UNAVAILABLE, trying") for note in then.notes)
+    assert result.revisions == ()
 
 
 # --- A link cut mid-plan between hosts ------------------------------------------------------
