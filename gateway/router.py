@@ -56,6 +56,8 @@ class Offer:
         output_schema: JSON Schema of the output (remote outputs are checked against it).
         max_payload_bytes: The peer's advertised payload cap (None for local).
         local: The local capability, when ``where`` is ``"local"``.
+        timeout_seconds: The peer's advertised contract timeout (None for local, or
+            if the peer advertised none): bounds one attempt there.
     """
 
     capability: str
@@ -67,6 +69,7 @@ class Offer:
     output_schema: dict[str, Any]
     max_payload_bytes: int | None = None
     local: Capability | None = None
+    timeout_seconds: float | None = None
 
     @property
     def retryable(self) -> bool:
@@ -114,6 +117,7 @@ def remote_offer(peer_id: str, cap: RemoteCapability, max_payload_bytes: int) ->
         input_fields=frozenset(properties) if isinstance(properties, dict) else frozenset(),
         output_schema=cap.output_schema,
         max_payload_bytes=max_payload_bytes,
+        timeout_seconds=cap.timeout_seconds if cap.timeout_seconds > 0 else None,
     )
 
 

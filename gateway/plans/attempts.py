@@ -4,7 +4,10 @@
   from the resolved step input; nothing else leaves the agent.
 * Retries: only transient failures (unavailable, timeout), only for ``read``
   or idempotent capabilities, with one idempotency key ``task:step:revision``.
-* Failover: a read whose peer stays unreachable moves to the next route.
+* Deadlines: one attempt at a peer gets the contract timeout the peer advertised
+  plus a margin (``ATTEMPT_MARGIN_SECONDS``), never more than the task has left,
+  so a silent peer costs one timeout per attempt, not the whole task budget.
+* Failover: a read whose peer stays unreachable or silent moves to the next route.
 * A write (risk above ``read``) never moves once it may have reached a peer
   (anything but a refusal that proves nothing ran): the idempotency key only
   protects on that peer, so it may retry there, else the step fails saying the
@@ -83,6 +86,10 @@ cannot tell a connection that failed before the request from one lost mid-call),
 ``AUDIT_UNAVAILABLE`` and ``STATE_UNAVAILABLE`` (they can follow the run), may
 come after the capability ran.
 """
+
+ATTEMPT_MARGIN_SECONDS = 1.0
+"""Time past a peer's advertised contract timeout for its answer (or its
+``CAPABILITY_TIMEOUT``) to arrive before an attempt there is given up."""
 
 _STALE_DISCOVERY = (VersionNotAvailable, CapabilityNotGranted)
 _BACKOFF_SECONDS = 0.05
@@ -243,7 +250,7 @@ class StepRunner:
         result = await self._router.send(
             offer,
             payload,
-            timeout=self._meter.remaining(),
+            timeout=attempt_timeout(offer, self._meter.remaining()),
             request_id=_request_id(self._task_id, step, n),
             task_id=self._task_id,
             step_id=step.id,
@@ -311,14 +318,23 @@ class StepProgress:
     written_at: str = ""
 
 
+def attempt_timeout(offer: Offer, remaining: float) -> float:
+    """Seconds one attempt at ``offer`` may take when the task has ``remaining`` left."""
+    if offer.timeout_seconds is None:
+        return remaining
+    return min(remaining, offer.timeout_seconds + ATTEMPT_MARGIN_SECONDS)
+
+
 def _may_fail_over(err: GatewayError, offer: Offer, tally: StepProgress) -> bool:
     if tally.written_at:  # a write may have run there: only that peer's key protects it
         return False
-    # Nothing was sent when the size check refused; an unreachable peer may be
-    # replaced only for steps that are safe to repeat.
+    # Nothing was sent when the size check refused; an unreachable or silent
+    # peer may be replaced only for steps that are safe to repeat.
     if isinstance(err, PayloadTooLarge) and offer.where != LOCAL:
         return True
-    return isinstance(err, PeerUnavailable | AuditUnavailable) and offer.retryable
+    return isinstance(err, PeerUnavailable | AuditUnavailable | DeadlineExceeded) and (
+        offer.retryable
+    )
 
 
 def _check_expect(step: Step, output: Any) -> None:

@@ -30,7 +30,8 @@ WRITE_TIMEOUT = 30.0
 """Contract timeout of ``fault.write`` (longer than any task budget used here)."""
 
 SHORT_TIMEOUT = 0.5
-"""Contract timeout of ``fault.brief``: a write that times out well inside a task budget."""
+"""Contract timeout of ``fault.brief`` and ``fault.glance``: they time out well inside a
+task budget."""
 
 
 class FaultInput(ContractModel):
@@ -83,13 +84,19 @@ class FaultyPeer:
         return FaultOutput(key=key, runs=self.runs[name])
 
     def capabilities(self) -> list[Capability]:
-        """``fault.read`` (read), ``fault.write`` (idempotent write), ``fault.brief``
-        (idempotent write with a short contract timeout), ``fault.append`` (plain write)."""
+        """``fault.read`` (read), ``fault.glance`` (read with a short contract timeout),
+        ``fault.write`` (idempotent write), ``fault.brief`` (idempotent write with a short
+        contract timeout), ``fault.append`` (plain write)."""
 
         @capability("fault.read", "1.0.0", risk="read", timeout=WRITE_TIMEOUT)
         async def read(inp: FaultInput, ctx: CallContext) -> FaultOutput:
             """Read a key (counts runs)."""
             return await self._serve("fault.read", inp.key)
+
+        @capability("fault.glance", "1.0.0", risk="read", timeout=SHORT_TIMEOUT)
+        async def glance(inp: FaultInput, ctx: CallContext) -> FaultOutput:
+            """Read a key within half a second (counts runs)."""
+            return await self._serve("fault.glance", inp.key)
 
         @capability("fault.write", "1.0.0", risk="write", timeout=WRITE_TIMEOUT, idempotent=True)
         async def write(inp: FaultInput, ctx: CallContext) -> FaultOutput:
@@ -106,7 +113,7 @@ class FaultyPeer:
             """Append to a key, not idempotent (counts runs)."""
             return await self._serve("fault.append", inp.key)
 
-        return [read, write, brief, append]
+        return [read, glance, write, brief, append]
 
 
 def faulty_registry(peer: FaultyPeer) -> CapabilityRegistry:
