@@ -8,8 +8,12 @@ order of the agent's ``[[peers]]``. A peer is a route only if
 2. its ``Describe`` (to this agent) lists a matching version.
 
 Descriptions are cached per peer; ``forget(peer)`` drops one when the peer
-answers that a capability or version is not available. The outbound rule is
-checked again on every call, so a policy reload takes effect at once.
+answers that a capability or version is not available. A peer whose Describe
+failed is reported as ``Skipped`` (``PEER_UNAVAILABLE`` when it could not be
+reached in time), never silently dropped, and the failure is remembered for a
+few seconds so that every step does not wait for it again. Describe never
+waits past the caller's deadline. The outbound rule is checked again on every
+call, so a policy reload takes effect at once.
 """
 
 from __future__ import annotations
@@ -28,11 +32,14 @@ from capabilities.registry import Capability, CapabilityRegistry
 from capabilities.versions import Version, VersionConstraint, VersionSyntaxError
 from gateway.client import InvokeResult, PeerClient, PeerDescription, RemoteCapability
 from gateway.errors import (
+    AuditUnavailable,
     DeadlineExceeded,
     GatewayError,
     InvalidInput,
     OutboundNotAllowed,
     PayloadTooLarge,
+    PeerIdentityMismatch,
+    PeerUnavailable,
 )
 from policies.store import PolicyStore
 
@@ -84,6 +91,15 @@ class Skipped:
     where: str
     reason: str
 
+    @property
+    def unreachable(self) -> bool:
+        """The peer could not be asked what it offers (it may be back soon)."""
+        return self.reason == PeerUnavailable.reason
+
+
+_UNREACHABLE = (PeerUnavailable, DeadlineExceeded, AuditUnavailable)
+"""Describe failures that say nothing about what the peer offers: transient."""
+
 
 def local_offer(cap: Capability) -> Offer:
     """The offer of a capability registered in this agent."""
@@ -133,6 +149,7 @@ class Router:
         client_for: Callable[[str], PeerClient],
         describe_timeout: float = 3.0,
         cache_seconds: float = 300.0,
+        failure_memory_seconds: float = 5.0,
     ) -> None:
         self._registry = registry
         self._policies = policies
@@ -140,8 +157,9 @@ class Router:
         self._client_for = client_for
         self._describe_timeout = describe_timeout
         self._cache_seconds = cache_seconds
+        self._failure_memory_seconds = failure_memory_seconds
         self._described: dict[str, tuple[float, PeerDescription]] = {}
-        self._lock = asyncio.Lock()
+        self._failed: dict[str, tuple[float, Skipped]] = {}
 
     def may_send(self, peer_id: str, capability: str, version: Version | None = None) -> bool:
         """The outbound rules allow ``capability`` (at ``version``) to ``peer_id``."""
@@ -164,8 +182,13 @@ class Router:
         constraint: VersionConstraint,
         *,
         avoid: Sequence[str] = (),
+        deadline: float | None = None,
     ) -> tuple[list[Offer], list[Skipped]]:
-        """Routes for ``capability@constraint``: local first, then peers in config order."""
+        """Routes for ``capability@constraint``: local first, then peers in config order.
+
+        Peers not asked (outbound rules) or whose Describe failed (before
+        ``deadline``, a ``time.monotonic()`` value) come back as ``Skipped``.
+        """
         found: list[Offer] = []
         skipped: list[Skipped] = []
         local = self._registry.resolve(capability, constraint)
@@ -176,7 +199,8 @@ class Router:
         skipped += [
             Skipped(peer, OutboundNotAllowed.reason) for peer in candidates if peer not in allowed
         ]
-        descriptions = await self._describe_all(allowed)
+        descriptions, failed = await self._describe_all(allowed, deadline)
+        skipped += failed
         for peer in allowed:
             description = descriptions.get(peer)
             offer = None if description is None else _best(description, capability, constraint)
@@ -186,14 +210,18 @@ class Router:
                 found.append(offer)
         return found, skipped
 
-    async def catalog(self, names: Sequence[str]) -> dict[str, list[Offer]]:
-        """Every offer (any version) for each capability in ``names``."""
+    async def catalog(
+        self, names: Sequence[str], *, deadline: float | None = None
+    ) -> tuple[dict[str, list[Offer]], dict[str, list[Skipped]]]:
+        """Every offer (any version) for each capability in ``names``, and the peers
+        the outbound rules allow for it whose Describe failed."""
         result: dict[str, list[Offer]] = {}
+        skipped: dict[str, list[Skipped]] = {}
         for name in sorted(set(names)):
             local = [local_offer(c) for c in self._registry if c.name == name]
             remote: list[Offer] = []
             allowed = [peer for peer in self._peers if self.may_send(peer, name)]
-            descriptions = await self._describe_all(allowed)
+            descriptions, skipped[name] = await self._describe_all(allowed, deadline)
             for peer, description in descriptions.items():
                 for cap in description.capabilities:
                     offer = remote_offer(peer, cap, description.max_payload_bytes)
@@ -204,28 +232,56 @@ class Router:
                     ):
                         remote.append(offer)
             result[name] = local + remote
-        return result
+        return result, skipped
 
     def forget(self, peer_id: str) -> None:
         """Drop the cached description of ``peer_id`` (it will be asked again)."""
         self._described.pop(peer_id, None)
+        self._failed.pop(peer_id, None)
 
-    async def _describe_all(self, peers: Sequence[str]) -> dict[str, PeerDescription]:
-        answers = await asyncio.gather(*(self._describe(peer) for peer in peers))
-        return {peer: answer for peer, answer in zip(peers, answers, strict=True) if answer}
+    async def _describe_all(
+        self, peers: Sequence[str], deadline: float | None
+    ) -> tuple[dict[str, PeerDescription], list[Skipped]]:
+        answers = await asyncio.gather(*(self._describe(peer, deadline) for peer in peers))
+        found: dict[str, PeerDescription] = {}
+        failed: list[Skipped] = []
+        for peer, answer in zip(peers, answers, strict=True):
+            if isinstance(answer, Skipped):
+                failed.append(answer)
+            else:
+                found[peer] = answer
+        return found, failed
 
-    async def _describe(self, peer_id: str) -> PeerDescription | None:
+    async def _describe(self, peer_id: str, deadline: float | None) -> PeerDescription | Skipped:
+        now = time.monotonic()
         cached = self._described.get(peer_id)
-        if cached is not None and time.monotonic() - cached[0] < self._cache_seconds:
+        if cached is not None and now - cached[0] < self._cache_seconds:
             return cached[1]
+        failed = self._failed.get(peer_id)
+        if failed is not None and now - failed[0] < self._failure_memory_seconds:
+            return failed[1]
+        timeout = (
+            self._describe_timeout
+            if deadline is None
+            else min(self._describe_timeout, deadline - now)
+        )
+        if timeout <= 0:
+            return Skipped(peer_id, PeerUnavailable.reason)  # not asked: not remembered
         try:
-            description = await self._client_for(peer_id).describe(timeout=self._describe_timeout)
+            description = await self._client_for(peer_id).describe(timeout=timeout)
         except GatewayError as err:
             _log.info("describe %s failed: %s", peer_id, err.reason)
-            return None
+            if not isinstance(err, _UNREACHABLE):
+                return Skipped(peer_id, err.reason)  # an answer (a refusal): quick to ask again
+            skipped = Skipped(peer_id, PeerUnavailable.reason)
+            # A Describe cut short by the caller's deadline says little about the peer.
+            if timeout >= self._describe_timeout or not isinstance(err, DeadlineExceeded):
+                self._failed[peer_id] = (time.monotonic(), skipped)
+            return skipped
         if description.agent_id != peer_id:
             _log.warning("peer %s described itself as someone else; ignored", peer_id)
-            return None
+            return Skipped(peer_id, PeerIdentityMismatch.reason)
+        self._failed.pop(peer_id, None)
         self._described[peer_id] = (time.monotonic(), description)
         return description
 

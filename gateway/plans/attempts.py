@@ -177,11 +177,17 @@ class StepRunner:
         self, step: Step, resolved: dict[str, Any], tally: StepProgress
     ) -> tuple[_Answer, str]:
         offers, skipped = await self._router.offers(
-            step.capability, step.constraint, avoid=step.avoid
+            step.capability, step.constraint, avoid=step.avoid, deadline=self._meter.deadline
         )
         allowed = [o for o in offers if o.risk.rank <= self._plan.max_risk.rank]
         if not allowed or allowed[0].where != LOCAL:  # peers passed over on the way to a peer
             tally.notes += [f"{s.where}: {s.reason}" for s in skipped]
+        unreachable = [s.where for s in skipped if s.unreachable]
+        if not allowed and unreachable:
+            raise PeerUnavailable(
+                f"no reachable route can run {step.capability}@{step.constraint}; "
+                f"could not reach {', '.join(unreachable)} to ask"
+            )
         if not allowed:
             raise NoRoute(
                 f"no local capability or authorized peer can run {step.capability}"

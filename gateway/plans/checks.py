@@ -4,7 +4,9 @@ Structure (pure): more steps than the cap, duplicate ids, unknown dependency,
 dependency cycle, ``$from`` reference to a step that is not a dependency.
 Routes (needs the catalog of what is on offer): a capability no local registry
 or authorized peer offers, or whose every offer is above the task's risk.
-Each problem is reported as a PlanInvalid whose message names the step.
+Each problem is reported as a PlanInvalid whose message names the step; but
+when a peer that might offer it could not be asked, that is not a fault of the
+plan: PeerUnavailable, naming the peers.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gateway.errors import PlanInvalid
+from gateway.errors import PeerUnavailable, PlanInvalid
 from gateway.plans.model import Plan, Step, reference_step
-from gateway.router import Offer
+from gateway.router import Offer, Skipped
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +92,21 @@ def _check_references(step: Step) -> None:
 
 
 def check_routes(
-    plan: Plan, catalog: Mapping[str, Sequence[Offer]], *, skip: frozenset[str] = frozenset()
+    plan: Plan,
+    catalog: Mapping[str, Sequence[Offer]],
+    *,
+    skip: frozenset[str] = frozenset(),
+    skipped: Mapping[str, Sequence[Skipped]] | None = None,
 ) -> None:
-    """Every step (except ``skip``) has an offer matching its version within the task's risk."""
+    """Every step (except ``skip``) has an offer matching its version within the task's risk.
+
+    ``skipped`` holds, by capability, the peers that were not asked what they offer.
+
+    Raises:
+        PlanInvalid: a step has no route, or none within the task's risk.
+        PeerUnavailable: a step has no route, but peers that might offer it could not
+            be reached.
+    """
     for step in plan.steps:
         if step.id in skip:
             continue
@@ -101,6 +115,16 @@ def check_routes(
             for offer in catalog.get(step.capability, ())
             if step.constraint.allows(offer.version) and offer.where not in step.avoid
         ]
+        unreachable = [
+            s.where
+            for s in (skipped or {}).get(step.capability, ())
+            if s.unreachable and s.where not in step.avoid
+        ]
+        if not matching and unreachable:
+            raise PeerUnavailable(
+                f"step {step.id!r}: no reachable route offers {step.capability}"
+                f"@{step.constraint}; could not reach {', '.join(unreachable)} to ask"
+            )
         if not matching:
             raise PlanInvalid(
                 f"step {step.id!r}: no local capability or authorized peer offers "

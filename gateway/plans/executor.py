@@ -14,7 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from capabilities.context import PeerCall
-from gateway.errors import BudgetExhausted, GatewayError, InvalidInput, PlanInvalid
+from gateway.errors import (
+    BudgetExhausted,
+    GatewayError,
+    InvalidInput,
+    PeerUnavailable,
+    PlanInvalid,
+)
 from gateway.plans.attempts import StepRunner
 from gateway.plans.budget import BudgetMeter
 from gateway.plans.checks import PlanLimits, check_routes, check_structure
@@ -106,9 +112,11 @@ class TaskExecutor:
         try:
             check_structure(self._plan, self._parts.limits)
             names = [s.capability for s in self._plan.steps if s.id not in self._results]
-            catalog = await self._parts.router.catalog(names)
-            check_routes(self._plan, catalog, skip=frozenset(self._results))
-        except PlanInvalid as err:
+            catalog, skipped = await self._parts.router.catalog(
+                names, deadline=self._meter.deadline
+            )
+            check_routes(self._plan, catalog, skip=frozenset(self._results), skipped=skipped)
+        except (PlanInvalid, PeerUnavailable) as err:
             return _Ending(TaskState.FAILED, err.reason, err.message)
         await self._set_state(TaskState.RUNNING)
         return await self._loop(cancel)

@@ -228,29 +228,26 @@ async def test_silent_peer_read_fails_over_to_the_next_peer(scene: Scene) -> Non
 
 
 async def test_peer_silent_from_the_start_is_passed_over_for_the_next(scene: Scene) -> None:
-    """bob never answers, not even Describe: discovery drops him (each Describe times out
-    after 3 s, at planning and again for the step) and the step runs on carol, once; bob
-    never ran anything. (Nothing in the result says bob was passed over: see the next test.)"""
+    """bob never answers, not even Describe: discovery passes him over (his Describe times
+    out after 3 s at planning; the step remembers that instead of waiting again) and the
+    step runs on carol, once, noting that bob was unreachable; bob never ran anything."""
     scene.proxy.set_blackhole(True)
     result = await asyncio.wait_for(
         scene.alice.run(plan(step("r", "fault.read"), seconds=20.0)), 30.0
     )
     assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
     assert (result.steps["r"].where, result.steps["r"].attempts) == (CAROL, 1)
+    assert result.steps["r"].notes == (f"{BOB}: PEER_UNAVAILABLE",)
     assert_evidence(result)
     assert scene.runs("fault.read") == {"bob": 0, "carol": 1}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="DEFECT: a peer whose Describe times out is dropped without a trace "
-    "(router.Router._describe_all / offers record no Skipped for it), so with no other "
-    "route check_routes fails the task PLAN_INVALID, 'no ... authorized peer offers' the "
-    "capability: a permanent-sounding, untrue reason for a transient fault",
-)
 async def test_peer_silent_from_the_start_with_no_other_route_is_not_an_invalid_plan(
     pki: Pki, scene: Scene
 ) -> None:
+    """bob never answers Describe and is the only peer: the plan is not invalid, bob is
+    unreachable. Describe waits no longer than the task has (1 s, not its 3 s), and the
+    task fails PEER_UNAVAILABLE naming bob."""
     scene.proxy.set_blackhole(True)
     alice = await solo_alice(pki, scene)
     try:
@@ -262,6 +259,12 @@ async def test_peer_silent_from_the_start_with_no_other_route_is_not_an_invalid_
         result.reason,
         result.message,
     )
+    assert (result.reason, result.message) == (
+        "PEER_UNAVAILABLE",
+        f"step 'r': no reachable route offers fault.read@*; could not reach {BOB} to ask",
+    )
+    assert result.steps == {}
+    assert scene.runs("fault.read") == {"bob": 0, "carol": 0}
 
 
 # --- A peer that answers too slowly ---------------------------------------------------------
