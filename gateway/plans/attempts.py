@@ -138,7 +138,6 @@ class StepRunner:
         ``progress`` (the executor's, to see where an abandoned step was sent) is
         updated as the step runs.
         """
-        started = time.perf_counter()
         tally = progress if progress is not None else StepProgress()
         try:
             answer, where = await self._run_routes(step, resolved, tally)
@@ -154,7 +153,7 @@ class StepRunner:
                 revision=step.revision,
                 where=tally.where,
                 attempts=tally.attempts,
-                duration_ms=(time.perf_counter() - started) * 1000.0,
+                duration_ms=tally.elapsed_ms(),
                 reason=err.reason,
                 message=message,
                 notes=tuple(tally.notes),
@@ -166,7 +165,7 @@ class StepRunner:
             revision=step.revision,
             where=where,
             attempts=tally.attempts,
-            duration_ms=(time.perf_counter() - started) * 1000.0,
+            duration_ms=tally.elapsed_ms(),
             output=answer.output,
             evidence=answer.evidence,
             replayed=answer.replayed,
@@ -316,12 +315,18 @@ class StepProgress:
         written_at: Where a write (risk above ``read``) may have run: set when an
             attempt starts, cleared only by an answer that proves nothing ran. The
             step never moves away from it.
+        started: When the step started (``time.perf_counter()``).
     """
 
     attempts: int = 0
     where: str = ""
     notes: list[str] = field(default_factory=list)
     written_at: str = ""
+    started: float = field(default_factory=time.perf_counter)
+
+    def elapsed_ms(self) -> float:
+        """Milliseconds since the step started."""
+        return (time.perf_counter() - self.started) * 1000.0
 
 
 def attempt_timeout(offer: Offer, remaining: float) -> float:

@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from capabilities.context import PeerCall
 from gateway.errors import (
     BudgetExhausted,
+    Cancelled,
     GatewayError,
     InvalidInput,
     PeerUnavailable,
     PlanInvalid,
 )
-from gateway.plans.attempts import StepRunner
+from gateway.plans.attempts import WRITE_IN_DOUBT, StepProgress, StepRunner
 from gateway.plans.budget import BudgetMeter
 from gateway.plans.checks import PlanLimits, check_routes, check_structure
 from gateway.plans.model import Plan, Step, resolve_input
@@ -95,6 +96,7 @@ class TaskExecutor:
         self._meter = BudgetMeter(stored.plan.budget, stored.usage)
         self._on_event = on_event
         self._in_flight: dict[asyncio.Task[StepResult], Step] = {}
+        self._progress: dict[asyncio.Task[StepResult], StepProgress] = {}
 
     async def run(self, cancel: asyncio.Event) -> TaskResult:
         """Plan, run and finish; an asyncio cancellation (shutdown) leaves the task resumable."""
@@ -130,7 +132,7 @@ class TaskExecutor:
                 if ending is None and not self._in_flight:
                     ending = self._finished()
                 if ending is not None:
-                    await self._abandon_in_flight()
+                    await self._abandon_in_flight(ending)
                     return ending
                 await self._set_live_state()
                 done, _ = await asyncio.wait(
@@ -139,17 +141,21 @@ class TaskExecutor:
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 if cancel.is_set():
-                    await self._abandon_in_flight()
-                    return _Ending(TaskState.CANCELLED, "CANCELLED", "cancelled by request")
+                    ending = _Ending(TaskState.CANCELLED, "CANCELLED", "cancelled by request")
+                    await self._abandon_in_flight(ending)
+                    return ending
                 if not done:
                     err = BudgetExhausted(
                         f"max_elapsed_seconds ({self._plan.budget.max_elapsed_seconds:g}) reached"
+                    )
+                    await self._abandon_in_flight(
+                        _Ending(TaskState.FAILED, err.reason, err.message)
                     )
                     return self._failed(err.reason, err.message)
                 for task in [t for t in self._in_flight if t in done]:
                     ending = await self._collect(task)
                     if ending is not None:
-                        await self._abandon_in_flight()
+                        await self._abandon_in_flight(ending)
                         return ending
                 runner = self._runner()
         finally:
@@ -194,7 +200,9 @@ class TaskExecutor:
             except KeyError as err:
                 problem = InvalidInput(f"step {step.id!r}: {err.args[0]!r} is not in that output")
                 return self._failed(problem.reason, problem.message)
-            self._in_flight[asyncio.create_task(runner.run(step, resolved))] = step
+            progress = StepProgress()
+            task = asyncio.create_task(runner.run(step, resolved, progress))
+            self._in_flight[task], self._progress[task] = step, progress
             self._on_event(StepEvent(step.id, "started"))
         return None
 
@@ -206,15 +214,10 @@ class TaskExecutor:
 
     async def _collect(self, task: asyncio.Task[StepResult]) -> _Ending | None:
         step = self._in_flight.pop(task)
+        self._progress.pop(task, None)
         result = task.result()
-        if result.revision != self._plan.step(step.id).revision:
-            self._on_event(StepEvent(step.id, "skipped", result.where, result.duration_ms))
+        if not await self._record(step, result):
             return None
-        await self._parts.store.record_step(self._task_id, result)
-        self._results[step.id] = result
-        self._on_event(
-            StepEvent(step.id, result.status.value, result.where, result.duration_ms, result.reason)
-        )
         if result.status is StepStatus.COMPLETED:
             return None
         if result.reason == BudgetExhausted.reason:
@@ -254,14 +257,60 @@ class TaskExecutor:
         summary = ", ".join(completed) if completed else "none"
         return _Ending(TaskState.FAILED, reason, f"{message}; completed steps: {summary}")
 
-    async def _abandon_in_flight(self) -> None:
+    async def _record(self, step: Step, result: StepResult) -> bool:
+        """Checkpoint ``result`` unless it is of an older revision of the step."""
+        if result.revision != self._plan.step(step.id).revision:
+            self._on_event(StepEvent(step.id, "skipped", result.where, result.duration_ms))
+            return False
+        await self._parts.store.record_step(self._task_id, result)
+        self._results[step.id] = result
+        self._on_event(
+            StepEvent(step.id, result.status.value, result.where, result.duration_ms, result.reason)
+        )
+        return True
+
+    async def _abandon_in_flight(self, ending: _Ending | None = None) -> None:
+        """Cancel the steps in flight; when the task ends (``ending``), record each of them.
+
+        Without ``ending`` (shutdown) nothing is recorded: the task stays resumable.
+        """
         tasks = list(self._in_flight)
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, GatewayError):
                 await task
+        if ending is not None:
+            for task in tasks:
+                await self._record(self._in_flight[task], self._abandoned(task, ending))
         self._in_flight.clear()
+        self._progress.clear()
+
+    def _abandoned(self, task: asyncio.Task[StepResult], ending: _Ending) -> StepResult:
+        if not task.cancelled():  # it finished as it was being cancelled
+            return task.result()
+        step, progress = self._in_flight[task], self._progress[task]
+        reason, message = ending.reason, ending.message
+        if reason != BudgetExhausted.reason:
+            reason = Cancelled.reason
+            message = f"abandoned: the task ended ({ending.reason})"
+        notes = list(progress.notes)
+        if progress.written_at:
+            notes.append(f"{progress.written_at}: {WRITE_IN_DOUBT}")
+        elif progress.where:
+            notes.append(f"{progress.where}: abandoned while running there")
+        return StepResult(
+            step_id=step.id,
+            status=StepStatus.FAILED,
+            revision=step.revision,
+            where=progress.where,
+            attempts=progress.attempts,
+            duration_ms=progress.elapsed_ms(),
+            reason=reason,
+            message=message,
+            notes=tuple(notes),
+            may_have_written=bool(progress.written_at),
+        )
 
     async def _set_live_state(self) -> None:
         router = self._parts.router

@@ -33,7 +33,7 @@ import pytest
 from capabilities.registry import CapabilityRegistry
 from gateway.agent import Agent
 from gateway.plans import Plan
-from gateway.plans.attempts import ATTEMPT_MARGIN_SECONDS
+from gateway.plans.attempts import ATTEMPT_MARGIN_SECONDS, WRITE_IN_DOUBT
 from gateway.plans.executor import stored_result
 from gateway.plans.store import SqliteTaskStore
 from gateway.plans.task import StepStatus, TaskResult, TaskState
@@ -275,13 +275,22 @@ async def test_write_slower_than_the_task_deadline_fails_and_runs_once(
     scene: Scene, capability: str
 ) -> None:
     """bob's write (idempotent or not) outlasts max_elapsed_seconds: BUDGET_EXHAUSTED,
-    bob's run is cancelled at the deadline, nothing is retried or sent to carol."""
+    bob's run is cancelled at the deadline, nothing is retried or sent to carol. The
+    checkpoint keeps the step as failed on bob with its outcome unknown (whether the step
+    gave up at the deadline or the executor abandoned it there)."""
     scene.faults["bob"].modes[capability] = "hang"
     result = await asyncio.wait_for(
         scene.alice.run(plan(step("w", capability), seconds=BUDGET)), WAIT
     )
     assert (result.state, result.reason) == (TaskState.FAILED, "BUDGET_EXHAUSTED")
     assert result.message == f"max_elapsed_seconds ({BUDGET:g}) reached; completed steps: none"
+    stored = (await checkpoint(scene.alice, result.task_id)).steps["w"]
+    assert (stored.status, stored.where, stored.reason) == (
+        StepStatus.FAILED,
+        BOB,
+        "BUDGET_EXHAUSTED",
+    )
+    assert f"{BOB}: {WRITE_IN_DOUBT}" in stored.notes, stored.notes
     assert scene.runs(capability) == {"bob": 1, "carol": 0}
     for _ in range(100):  # bounded (5 s): bob's side gives up at the same deadline
         if scene.faults["bob"].cancelled.get(capability):

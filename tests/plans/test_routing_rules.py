@@ -5,6 +5,7 @@ The router gets a fake peer client; everything else is real (policy file, regist
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -21,10 +22,14 @@ from gateway.errors import (
     PlanInvalid,
     UnknownPeer,
 )
-from gateway.plans import check_routes, parse_plan
-from gateway.plans.attempts import ATTEMPT_MARGIN_SECONDS, attempt_timeout
+from gateway.plans import Plan, PlanLimits, check_routes, parse_plan
+from gateway.plans.attempts import ATTEMPT_MARGIN_SECONDS, WRITE_IN_DOUBT, attempt_timeout
+from gateway.plans.executor import ExecutorParts
 from gateway.plans.model import Step
 from gateway.plans.planner import Failure, RerouteOrStop
+from gateway.plans.runner import TaskRunner
+from gateway.plans.store import SqliteTaskStore
+from gateway.plans.task import StepStatus, TaskState
 from gateway.router import Router, Skipped
 from policies.store import PolicyStore
 from tests.support import outbound_rule, spiffe, write_policy
@@ -35,8 +40,9 @@ BOB = spiffe("bob")
 class FakePeer:
     """Answers Describe with one capability, or fails with ``error``; counts the asks."""
 
-    def __init__(self, error: GatewayError | None = None) -> None:
+    def __init__(self, error: GatewayError | None = None, risk: str = "read") -> None:
         self.error = error
+        self.risk = risk
         self.timeouts: list[float] = []
 
     async def describe(self, *, timeout: float = 5.0) -> PeerDescription:
@@ -44,14 +50,14 @@ class FakePeer:
         if self.error is not None:
             raise self.error
         cap = RemoteCapability(
-            "text.search", "1.0.0", "read", 2.5, False, "", {"properties": {"q": {}}}, {}, (), ()
+            "text.search", "1.0.0", self.risk, 2.5, False, "", {"properties": {"q": {}}}, {}, (), ()
         )
         return PeerDescription(BOB, "a2agw.v1", (cap,), 1024, "")
 
 
-def router(tmp_path: Path, peer: FakePeer, **kw: Any) -> Router:
+def router(tmp_path: Path, peer: FakePeer, cls: type[Router] = Router, **kw: Any) -> Router:
     policy = write_policy(tmp_path / "policy.toml", [], [outbound_rule("bob", ["text.search"])])
-    return Router(
+    return cls(
         registry=CapabilityRegistry(),
         policies=PolicyStore(policy),
         peers=[BOB],
@@ -132,3 +138,46 @@ async def test_planner_never_revises_a_write_that_may_have_run(reason: str) -> N
     assert await planner.revise(plan, Failure(step, reason, BOB, True), frozenset(), 1) is None
     revised = await planner.revise(plan, Failure(step, reason, BOB, False), frozenset(), 1)
     assert revised is not None and revised.plan.steps[0].avoid == (BOB,)
+
+
+class SilentRouter(Router):
+    """Sends into the void: the call never returns, whatever its timeout."""
+
+    async def send(self, *args: Any, **kw: Any) -> Any:
+        await asyncio.Event().wait()
+
+
+async def test_write_in_flight_when_the_budget_ends_is_recorded_with_its_peer(
+    tmp_path: Path,
+) -> None:
+    store = SqliteTaskStore(tmp_path / "tasks.sqlite")
+    parts = ExecutorParts(
+        agent_id=spiffe("alice"),
+        router=router(tmp_path, FakePeer(risk="write"), SilentRouter),
+        store=store,
+        planner=RerouteOrStop(),
+        limits=PlanLimits(),
+    )
+    plan = Plan.model_validate(
+        {
+            "goal": "g",
+            "max_risk": "write",
+            "budget": {"max_elapsed_seconds": 0.3},
+            "steps": [{"id": "w", "capability": "text.search", "input": {"q": 1}}],
+        }
+    )
+    try:
+        result = await asyncio.wait_for(TaskRunner(parts).run(plan), 10)
+        stored = await store.load(result.task_id)
+    finally:
+        store.close()
+    assert (result.state, result.reason) == (TaskState.FAILED, "BUDGET_EXHAUSTED")
+    w = result.steps["w"]
+    assert (w.status, w.where, w.attempts, w.reason) == (
+        StepStatus.FAILED,
+        BOB,
+        1,
+        "BUDGET_EXHAUSTED",
+    )
+    assert w.may_have_written and w.notes == (f"{BOB}: {WRITE_IN_DOUBT}",)
+    assert stored.steps["w"].notes == w.notes and stored.steps["w"].where == BOB
