@@ -78,8 +78,13 @@ async def run_capability(cap: Capability, payload: BaseModel, ctx: CallContext) 
                 f"{contract.key} exceeded its {contract.timeout_seconds:g}s timeout"
             ) from err
         raise DeadlineExceeded(f"{contract.key} did not finish before the deadline") from err
-    except GatewayError:
-        raise
+    except GatewayError as err:
+        # Raised inside the capability (e.g. by a nested ctx.call_peer): passing
+        # it on unchanged would make a refusal by some further peer look like
+        # this agent's own policy answer, and hide that the capability ran.
+        raise CapabilityFailed(
+            f"{contract.key} failed: a call it made was answered {err.reason}", detail=err.reason
+        ) from err
     except Exception as err:
         _log.warning("capability %s raised %s", contract.key, type(err).__name__)
         raise CapabilityFailed(f"{contract.key} failed") from err

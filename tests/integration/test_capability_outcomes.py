@@ -15,6 +15,7 @@ from gateway.client import PeerClient
 from gateway.errors import (
     AuditUnavailable,
     CapabilityFailed,
+    CapabilityNotGranted,
     CapabilityTimeout,
     GatewayError,
     IdempotencyConflict,
@@ -61,17 +62,23 @@ async def crash(inp: Size, ctx: CallContext) -> Blob:
     raise RuntimeError("internal path /etc/secret")
 
 
+@capability("test.nested", "1.0.0", risk="read")
+async def nested(inp: Size, ctx: CallContext) -> Blob:
+    """Fails the way a refused nested peer call fails."""
+    raise CapabilityNotGranted("capability not granted to this peer")
+
+
 @pytest.fixture
 async def agent(pki: Pki, tmp_path: Path, counter: WriteCounter) -> AsyncIterator[Agent]:
     registry = CapabilityRegistry()
-    for cap in (slow, liar, big, crash, counter.capability()):
+    for cap in (slow, liar, big, crash, nested, counter.capability()):
         registry.register(cap)
     policy = write_policy(
         tmp_path / "policy.toml",
         [
             grant(
                 "bob",
-                ["test.slow", "test.liar", "test.big", "test.crash", "notes.write"],
+                ["test.slow", "test.liar", "test.big", "test.crash", "test.nested", "notes.write"],
                 max_payload_bytes=1000,
             )
         ],
@@ -209,3 +216,18 @@ async def test_write_is_audited_before_it_runs(pki: Pki, tmp_path: Path) -> None
         ]
     finally:
         await agent.stop()
+
+
+async def test_refusal_inside_a_capability_is_not_passed_off_as_our_own(
+    agent: Agent, bob: PeerClient
+) -> None:
+    with pytest.raises(GatewayError) as info:
+        await bob.invoke("test.nested", {"n": 1})
+    assert type(info.value) is CapabilityFailed
+    assert "answered CAPABILITY_NOT_GRANTED" in info.value.message
+    record = audit_rows(agent.config.audit_db)[-1]
+    assert (record.decision, record.reason, record.detail) == (
+        "allow",
+        "CAPABILITY_FAILED",
+        "CAPABILITY_NOT_GRANTED",
+    )
