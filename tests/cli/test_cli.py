@@ -9,11 +9,14 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gateway.cli.main import main
+from tests.agent_process import AgentProcess, write_agent_toml
 from tests.support import Pki, grant, spiffe, write_policy
 
 
@@ -63,52 +66,37 @@ def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
     )
 
 
-def _write_config(pki: Pki, base: Path, name: str, port: int, peers: list[tuple[str, int]]) -> Path:
-    pki.ensure(name)
-    lines = [
-        f'id = "{spiffe(name)}"',
-        f'listen = "127.0.0.1:{port}"',
-        f'policy = "{name}-policy.toml"',
-        f'audit_db = "{name}-audit.sqlite"',
-        f'state_dir = "{name}-state"',
-        "",
-        "[tls]",
-        f'ca = "{pki.dir / "ca.pem"}"',
-        f'cert = "{pki.dir / (name + ".pem")}"',
-        f'key = "{pki.dir / (name + ".key")}"',
-        "",
-    ]
-    for peer, peer_port in peers:
-        lines += ["[[peers]]", f'id = "{spiffe(peer)}"', f'address = "127.0.0.1:{peer_port}"', ""]
-    path = base / f"{name}.toml"
-    path.write_text("\n".join(lines))
-    return path
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def agent_files(
+    pki: Pki,
+    base: Path,
+    name: str,
+    *,
+    grants: Sequence[dict[str, Any]] = (),
+    outbound: Sequence[dict[str, Any]] = (),
+    peers: Sequence[tuple[str, str]] = (),
+    modules: Sequence[str] = ("capabilities.builtin",),
+) -> Path:
+    """Policy and config files of agent ``name`` (listening on 127.0.0.1:0)."""
+    policy = write_policy(base / f"{name}-policy.toml", list(grants), list(outbound))
+    return write_agent_toml(
+        base / f"{name}.toml",
+        pki,
+        name,
+        listen="127.0.0.1:0",
+        policy=policy,
+        audit_db=base / f"{name}-audit.sqlite",
+        state_dir=base / f"{name}-state",
+        peers=peers,
+        modules=modules,
+    )
 
 
 def test_serve_describe_call_audit_verify(pki: Pki, tmp_path: Path) -> None:
-    port = _free_port()
-    write_policy(tmp_path / "alice-policy.toml", [grant("bob", ["text.search@^1", "kv.put"])])
-    write_policy(tmp_path / "bob-policy.toml", [])
-    alice = _write_config(pki, tmp_path, "alice", port, [])
-    bob = _write_config(pki, tmp_path, "bob", 0, [("alice", port)])
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(alice)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).parents[2],
+    alice = AgentProcess(
+        agent_files(pki, tmp_path, "alice", grants=[grant("bob", ["text.search@^1", "kv.put"])])
     )
     try:
-        assert server.stdout is not None
-        assert "serving on" in server.stdout.readline()
+        bob = agent_files(pki, tmp_path, "bob", peers=[("alice", alice.start())])
         described = run("describe", "--config", str(bob), "--peer", spiffe("alice"), "--json")
         assert described.returncode == 0, described.stderr
         names = [c["name"] for c in json.loads(described.stdout)["capabilities"]]
@@ -140,9 +128,9 @@ def test_serve_describe_call_audit_verify(pki: Pki, tmp_path: Path) -> None:
         )
         assert refused.returncode == 1
         assert refused.stderr.startswith("refused: CAPABILITY_NOT_GRANTED:")
+        assert alice.terminate() == 0
     finally:
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=20) == 0
+        alice.ensure_stopped()
 
     db = tmp_path / "alice-audit.sqlite"
     table = run("audit", "--db", str(db), "--refusals")
@@ -163,20 +151,9 @@ def test_serve_describe_call_audit_verify(pki: Pki, tmp_path: Path) -> None:
 
 
 def test_sighup_reloads_policy(pki: Pki, tmp_path: Path) -> None:
-    port = _free_port()
-    write_policy(tmp_path / "alice-policy.toml", [])
-    write_policy(tmp_path / "bob-policy.toml", [])
-    alice = _write_config(pki, tmp_path, "alice", port, [])
-    bob = _write_config(pki, tmp_path, "bob", 0, [("alice", port)])
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(alice)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).parents[2],
-    )
+    alice = AgentProcess(agent_files(pki, tmp_path, "alice"))
     try:
-        assert server.stdout is not None and "serving on" in server.stdout.readline()
+        bob = agent_files(pki, tmp_path, "bob", peers=[("alice", alice.start())])
         call = (
             "call",
             "--config",
@@ -189,7 +166,8 @@ def test_sighup_reloads_policy(pki: Pki, tmp_path: Path) -> None:
         )
         assert run(*call).stderr.startswith("refused: UNKNOWN_PEER")
         write_policy(tmp_path / "alice-policy.toml", [grant("bob", ["text.echo"])])
-        os.kill(server.pid, signal.SIGHUP)
+        assert alice.proc is not None
+        os.kill(alice.proc.pid, signal.SIGHUP)
         for _ in range(50):  # the signal is handled asynchronously; bounded wait
             result = run(*call)
             if result.returncode == 0:
@@ -197,5 +175,4 @@ def test_sighup_reloads_policy(pki: Pki, tmp_path: Path) -> None:
             time.sleep(0.1)
         assert result.returncode == 0, result.stderr
     finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=20)
+        alice.ensure_stopped()

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.cli.test_cli import _free_port, _write_config, run
-from tests.support import Pki, grant, spiffe, write_policy
+from tests.agent_process import AgentProcess
+from tests.cli.test_cli import agent_files, run
+from tests.support import Pki, grant, spiffe
 
 PLAN = {
     "goal": "find a note about audit logs and echo its title through bob",
@@ -32,28 +30,18 @@ PLAN = {
 
 
 def test_run_plan_across_a_served_peer_then_list_tasks(pki: Pki, tmp_path: Path) -> None:
-    bob_port = _free_port()
-    write_policy(tmp_path / "bob-policy.toml", [grant("alice", ["text.echo"])])
-    write_policy(
-        tmp_path / "alice-policy.toml",
-        [],
-        outbound=[{"peer": spiffe("bob"), "capabilities": ["text.echo"]}],
-    )
-    bob = _write_config(pki, tmp_path, "bob", bob_port, [])
-    alice = _write_config(pki, tmp_path, "alice", 0, [("bob", bob_port)])
-    # alice runs text.search locally but has no text.echo: drop it from her registry.
-    text = alice.read_text().replace("[tls]", 'modules = ["capabilities.builtin.search"]\n\n[tls]')
-    alice.write_text(text)
-    (tmp_path / "plan.json").write_text(json.dumps(PLAN))
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(bob)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).parents[2],
-    )
+    bob = AgentProcess(agent_files(pki, tmp_path, "bob", grants=[grant("alice", ["text.echo"])]))
     try:
-        assert server.stdout is not None and "serving on" in server.stdout.readline()
+        # alice runs text.search locally but has no text.echo: a peer must run it.
+        alice = agent_files(
+            pki,
+            tmp_path,
+            "alice",
+            outbound=[{"peer": spiffe("bob"), "capabilities": ["text.echo"]}],
+            peers=[("bob", bob.start())],
+            modules=["capabilities.builtin.search"],
+        )
+        (tmp_path / "plan.json").write_text(json.dumps(PLAN))
         result = run("run", "--config", str(alice), str(tmp_path / "plan.json"), "--json")
         assert result.returncode == 0, result.stderr
         report = json.loads(result.stdout)
@@ -67,16 +55,15 @@ def test_run_plan_across_a_served_peer_then_list_tasks(pki: Pki, tmp_path: Path)
         assert [(t["task_id"], t["state"]) for t in json.loads(listed.stdout)] == [
             (report["task_id"], "completed")
         ]
+        assert bob.terminate() == 0
     finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=20)
+        bob.ensure_stopped()
     bob_audit = run("audit", "--db", str(tmp_path / "bob-audit.sqlite"), "--json").stdout
     assert [json.loads(line)["peer_id"] for line in bob_audit.splitlines()] == [spiffe("alice")]
 
 
 def test_invalid_plan_exits_non_zero_naming_the_step(pki: Pki, tmp_path: Path) -> None:
-    write_policy(tmp_path / "alice-policy.toml", [])
-    alice = _write_config(pki, tmp_path, "alice", 0, [])
+    alice = agent_files(pki, tmp_path, "alice")
     cyclic = {
         "goal": "g",
         "steps": [

@@ -28,7 +28,7 @@ from gateway.agent import Agent
 from gateway.audit import query_records, verify_chain
 from gateway.client import PeerClient
 from gateway.errors import AuditUnavailable, GatewayError, StateUnavailable
-from tests.faults.conftest import REPO, write_agent_toml
+from tests.agent_process import REPO, write_agent_toml
 from tests.support import (
     Pki,
     WriteCounter,

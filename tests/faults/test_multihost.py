@@ -34,7 +34,7 @@ import pytest
 from gateway.audit import query_records
 from gateway.client import PeerClient
 from gateway.errors import DeadlineExceeded, GatewayError, PeerUnavailable
-from tests.faults.conftest import (
+from tests.agent_process import (
     REPO,
     SERVE_START_TIMEOUT,
     AgentProcess,

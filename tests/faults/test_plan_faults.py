@@ -37,7 +37,7 @@ from gateway.plans.attempts import ATTEMPT_MARGIN_SECONDS, WRITE_IN_DOUBT
 from gateway.plans.executor import stored_result
 from gateway.plans.store import SqliteTaskStore
 from gateway.plans.task import StepStatus, TaskResult, TaskState
-from tests.faults.conftest import REPO, SERVE_START_TIMEOUT, AgentProcess, write_agent_toml
+from tests.agent_process import REPO, SERVE_START_TIMEOUT, AgentProcess, write_agent_toml
 from tests.faults.plan_support import (
     REACHED_FILE,
     RELEASE_FILE,

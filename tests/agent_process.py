@@ -1,4 +1,4 @@
-"""Fault tests: agents as real processes (``python -m gateway.cli.main serve``), config files.
+"""Agents as real processes (``python -m gateway.cli.main serve``), config files.
 
 Every process started here is ended by its pid in a ``finally`` (or by the
 :class:`tests.netns.NetLab` that started it), and every wait is bounded.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tests.support import Pki, spiffe
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 SERVE_START_TIMEOUT = 60.0  # python start-up on a busy 2-core runner is slow, never this slow
 
 
