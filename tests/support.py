@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from capabilities.context import CallContext
 from capabilities.contract import ContractModel
 from capabilities.registry import Capability, CapabilityRegistry, capability
@@ -14,7 +16,8 @@ from gateway.agent import Agent
 from gateway.audit import AuditRecord, query_records
 from gateway.config import AgentConfig
 from gateway.pki import CertificateAuthority, issue
-from gateway.tls import TlsMaterial
+from gateway.tls import TlsMaterial, channel_options
+from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from policies.grants import PolicyDocument
 from policies.policy_file import render_policy
 
@@ -292,3 +295,30 @@ async def start_peer(
 def outbound_rule(name: str, capabilities: list[str]) -> dict[str, Any]:
     """An ``[[outbound]]`` entry: this agent may send ``capabilities`` to ``name``."""
     return {"peer": spiffe(name), "capabilities": capabilities}
+
+
+def raw_channel(pki: Pki, agent: Agent, caller: str) -> grpc.aio.Channel:
+    """A plain grpc.aio channel to ``agent`` with ``caller``'s certificate (no PeerClient)."""
+    material = pki.material(caller)
+    return grpc.aio.secure_channel(
+        agent.address, material.channel_credentials(), options=channel_options(agent.config.id)
+    )
+
+
+async def raw_invoke(
+    pki: Pki,
+    agent: Agent,
+    caller: str,
+    request: gateway_pb2.InvokeRequest,
+    *,
+    compression: grpc.Compression | None = None,
+    metadata: tuple[tuple[str, str], ...] = (),
+) -> grpc.aio.AioRpcError:
+    """Send ``request`` as ``caller`` and return the error it must end with."""
+    async with raw_channel(pki, agent, caller) as channel:
+        stub = gateway_pb2_grpc.PeerGatewayStub(channel)
+        try:
+            await stub.Invoke(request, timeout=10, compression=compression, metadata=metadata)
+        except grpc.aio.AioRpcError as err:
+            return err
+    raise AssertionError("the call succeeded but a refusal was expected")

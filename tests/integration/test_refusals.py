@@ -26,7 +26,7 @@ from gateway.errors import (
 )
 from gateway.tls import channel_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
-from tests.support import Pki, WriteCounter, audit_rows, spiffe
+from tests.support import Pki, WriteCounter, audit_rows, raw_invoke, spiffe
 
 
 def client_for(pki: Pki, agent: Agent, name: str) -> PeerClient:
@@ -219,18 +219,13 @@ async def test_refusal_has_reason_audit_record_and_no_side_effect(
 
 
 async def test_refusal_status_code_on_the_wire(pki: Pki, alice: Agent) -> None:
-    material = pki.material("mallory")
-    async with grpc.aio.secure_channel(
-        alice.address, material.channel_credentials(), options=channel_options(alice.config.id)
-    ) as channel:
-        stub = gateway_pb2_grpc.PeerGatewayStub(channel)
-        with pytest.raises(grpc.aio.AioRpcError) as info:
-            await stub.Invoke(
-                gateway_pb2.InvokeRequest(
-                    request_id="r", capability="text.echo", payload=b'{"text":"x"}'
-                )
-            )
-    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    err = await raw_invoke(
+        pki,
+        alice,
+        "mallory",
+        gateway_pb2.InvokeRequest(request_id="r", capability="text.echo", payload=b'{"text":"x"}'),
+    )
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED
 
 
 async def test_not_granted_answer_is_the_same_whether_or_not_capability_exists(
@@ -246,24 +241,21 @@ async def test_not_granted_answer_is_the_same_whether_or_not_capability_exists(
 async def test_deadline_already_passed_is_refused_without_running(
     pki: Pki, alice: Agent, counter: WriteCounter
 ) -> None:
-    material = pki.material("bob")
-    async with grpc.aio.secure_channel(
-        alice.address, material.channel_credentials(), options=channel_options(alice.config.id)
-    ) as channel:
-        stub = gateway_pb2_grpc.PeerGatewayStub(channel)
-        with pytest.raises(grpc.aio.AioRpcError) as info:
-            await stub.Invoke(
-                gateway_pb2.InvokeRequest(
-                    request_id="late-1",
-                    capability="notes.write",
-                    payload=b'{"note":"x"}',
-                    deadline_unix_ms=int((time.time() - 5) * 1000),
-                )
-            )
-    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    error = await raw_invoke(
+        pki,
+        alice,
+        "bob",
+        gateway_pb2.InvokeRequest(
+            request_id="late-1",
+            capability="notes.write",
+            payload=b'{"note":"x"}',
+            deadline_unix_ms=int((time.time() - 5) * 1000),
+        ),
+    )
+    assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     from gateway.status import from_rpc_error
 
-    assert isinstance(from_rpc_error(info.value), DeadlineExceeded)
+    assert isinstance(from_rpc_error(error), DeadlineExceeded)
     record = last_record(alice)
     assert (record["reason"], record["request_id"]) == ("DEADLINE_EXCEEDED", "late-1")
     assert counter.calls == 0
@@ -328,18 +320,15 @@ async def test_client_without_certificate_cannot_connect(pki: Pki, alice: Agent)
 async def test_identity_claims_in_metadata_and_payload_are_ignored(
     pki: Pki, alice: Agent, counter: WriteCounter
 ) -> None:
-    material = pki.material("mallory")
-    async with grpc.aio.secure_channel(
-        alice.address, material.channel_credentials(), options=channel_options(alice.config.id)
-    ) as channel:
-        stub = gateway_pb2_grpc.PeerGatewayStub(channel)
-        with pytest.raises(grpc.aio.AioRpcError) as info:
-            await stub.Invoke(
-                gateway_pb2.InvokeRequest(
-                    request_id="spoof", capability="notes.write", payload=b'{"note":"x"}'
-                ),
-                metadata=(("x-spiffe-id", spiffe("bob")), ("x-peer-id", spiffe("bob"))),
-            )
-    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    err = await raw_invoke(
+        pki,
+        alice,
+        "mallory",
+        gateway_pb2.InvokeRequest(
+            request_id="spoof", capability="notes.write", payload=b'{"note":"x"}'
+        ),
+        metadata=(("x-spiffe-id", spiffe("bob")), ("x-peer-id", spiffe("bob"))),
+    )
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED
     assert last_record(alice)["peer_id"] == spiffe("mallory")
     assert counter.calls == 0

@@ -14,14 +14,15 @@ from gateway.agent import Agent
 from gateway.client import PeerClient
 from gateway.errors import GatewayError, GrantExpired, PayloadTooLarge, Unauthenticated
 from gateway.status import from_rpc_error
-from gateway.tls import channel_options
-from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
+from gateway.wire.v1 import gateway_pb2
 from tests.support import (
     Pki,
     WriteCounter,
     agent_config,
     audit_rows,
     grant,
+    raw_channel,
+    raw_invoke,
     spiffe,
     standard_registry,
     started,
@@ -29,27 +30,6 @@ from tests.support import (
 )
 
 INVOKE = "/a2agw.v1.PeerGateway/Invoke"
-
-
-def channel(pki: Pki, agent: Agent, name: str) -> grpc.aio.Channel:
-    material = pki.material(name)
-    return grpc.aio.secure_channel(
-        agent.address, material.channel_credentials(), options=channel_options(agent.config.id)
-    )
-
-
-async def raw_invoke(
-    pki: Pki,
-    agent: Agent,
-    caller: str,
-    request: gateway_pb2.InvokeRequest,
-    compression: grpc.Compression | None = None,
-) -> grpc.aio.AioRpcError:
-    async with channel(pki, agent, caller) as ch:
-        stub = gateway_pb2_grpc.PeerGatewayStub(ch)
-        with pytest.raises(grpc.aio.AioRpcError) as info:
-            await stub.Invoke(request, timeout=10, compression=compression)
-    return info.value
 
 
 async def test_expired_client_certificate_is_refused_by_tls(
@@ -110,7 +90,7 @@ async def test_compressed_payload_is_measured_after_inflation(
         alice,
         "bob",
         gateway_pb2.InvokeRequest(request_id="zip-1", capability="notes.write", payload=payload),
-        grpc.Compression.Gzip,
+        compression=grpc.Compression.Gzip,
     )
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert from_rpc_error(err).reason == "PAYLOAD_TOO_LARGE"
@@ -122,7 +102,7 @@ async def test_compressed_payload_is_measured_after_inflation(
         gateway_pb2.InvokeRequest(
             request_id="zip-2", capability="notes.write", payload=b"\0" * (8 * 1024 * 1024)
         ),
-        grpc.Compression.Gzip,
+        compression=grpc.Compression.Gzip,
     )
     assert bomb.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # gRPC core stops the bomb
     assert counter.calls == 0
@@ -170,7 +150,7 @@ async def test_huge_string_within_cap_is_fine_and_not_logged(pki: Pki, alice: Ag
 async def test_malformed_protobuf_bytes_are_rejected(
     pki: Pki, alice: Agent, counter: WriteCounter
 ) -> None:
-    async with channel(pki, alice, "bob") as ch:
+    async with raw_channel(pki, alice, "bob") as ch:
         invoke = ch.unary_unary(INVOKE, request_serializer=None, response_deserializer=None)
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await invoke(b"\xff\xff\xff\xff\x0f\x0a\x99", timeout=5)
@@ -248,7 +228,7 @@ async def test_error_messages_do_not_reveal_ungranted_capabilities(pki: Pki, ali
 
 
 async def test_reflection_is_not_served(pki: Pki, alice: Agent) -> None:
-    async with channel(pki, alice, "bob") as ch:
+    async with raw_channel(pki, alice, "bob") as ch:
         method = ch.unary_unary(
             "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
             request_serializer=None,
