@@ -14,7 +14,7 @@ import hashlib
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
 
@@ -68,6 +68,7 @@ class InvokeCall:
         step_id: Optional step id.
         idempotency_key: Optional idempotency key.
         malformed: The request bytes did not parse; refused as INVALID_REQUEST.
+        payload_sha256: Hex SHA-256 of ``payload`` (computed once, on construction).
     """
 
     peer_cert_pem: bytes | None
@@ -80,6 +81,12 @@ class InvokeCall:
     step_id: str = ""
     idempotency_key: str = ""
     malformed: bool = False
+    payload_sha256: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        # Needed by every audit record of the call and by the idempotency
+        # claim: hash the payload once.
+        object.__setattr__(self, "payload_sha256", hashlib.sha256(self.payload).hexdigest())
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +263,7 @@ class InvokeHandler:
         self, call: InvokeCall, admission: Admission, payload: BaseModel, ctx: CallContext
     ) -> InvokeOutcome:
         ident = (admission.peer_id, admission.capability.name, call.idempotency_key)
-        request_sha = hashlib.sha256(call.payload).hexdigest()
+        request_sha = call.payload_sha256
         stored = await self._idempotency.claim(ident, request_sha)
         if stored is not None:
             return self._within_cap(
@@ -324,7 +331,7 @@ class InvokeHandler:
             decision=decision,  # type: ignore[arg-type]
             reason=reason,
             payload_size=len(call.payload),
-            payload_sha256=hashlib.sha256(call.payload).hexdigest(),
+            payload_sha256=call.payload_sha256,
             latency_ms=(time.perf_counter() - started) * 1000.0,
             task_id=call.task_id[:128],
             step_id=call.step_id[:128],
