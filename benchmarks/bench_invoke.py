@@ -44,10 +44,10 @@ from grpc import aio
 from gateway.agent import Agent
 from gateway.audit import query_records
 from gateway.config import AgentConfig
+from gateway.devtools.pki import init_ca, issue
 from gateway.errors import CapabilityNotGranted
-from gateway.pki import init_ca, issue
-from gateway.status import from_rpc_error
-from gateway.tls import TlsMaterial, channel_options, server_options
+from gateway.transport.status import from_rpc_error
+from gateway.transport.tls import TlsMaterial, channel_options, server_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from policies.grants import MAX_PAYLOAD_CEILING, PolicyDocument
 from policies.policy_file import render_policy

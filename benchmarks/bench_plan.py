@@ -34,7 +34,7 @@ from capabilities.contract import ContractModel
 from capabilities.registry import Capability, CapabilityRegistry, capability
 from gateway.agent import Agent
 from gateway.config import AgentConfig
-from gateway.pki import init_ca, issue
+from gateway.devtools.pki import init_ca, issue
 from gateway.plans.model import Plan
 from policies.grants import PolicyDocument
 from policies.policy_file import render_policy

@@ -13,11 +13,12 @@ from pathlib import Path
 from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
 from capabilities.registry import CapabilityRegistry
 from gateway.audit import AuditLog, query_records
-from gateway.client import PeerClient
 from gateway.config import AgentConfig
-from gateway.dispatch import InvokeHandler
 from gateway.errors import AgentConfigError
-from gateway.idempotency import IdempotencyStore
+from gateway.inbound.idempotency import IdempotencyStore
+from gateway.inbound.invoke_handler import InvokeHandler
+from gateway.inbound.replay import ReplayGuard
+from gateway.outbound.router import Router
 from gateway.plans.checks import PlanLimits
 from gateway.plans.executor import EventSink, ExecutorParts
 from gateway.plans.model import Plan
@@ -25,10 +26,9 @@ from gateway.plans.planner import Planner, RerouteOrStop
 from gateway.plans.runner import TaskRunner
 from gateway.plans.store import SqliteTaskStore
 from gateway.plans.task import TaskResult
-from gateway.replay import ReplayGuard
-from gateway.router import Router
-from gateway.server import GatewayServer
-from gateway.tls import TlsMaterial
+from gateway.transport.client import PeerClient
+from gateway.transport.server import GatewayServer
+from gateway.transport.tls import TlsMaterial
 from policies.store import PolicyStore
 
 _log = logging.getLogger(__name__)

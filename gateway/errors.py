@@ -1,6 +1,7 @@
-"""The one error tree of the gateway, and the one table that maps it to gRPC.
+"""The one error tree of the gateway (its gRPC mapping: ``gateway.transport.status``).
 
-Tree (every class carries a stable ``reason`` code, listed in the README)::
+Tree (every class carries a stable ``reason`` code, listed in the README; the
+gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
 
     GatewayError                      INTERNAL
     ├── Unauthenticated               UNAUTHENTICATED    UNAUTHENTICATED
@@ -43,8 +44,6 @@ gRPC servicer, the peer client, the CLI), always with ``raise ... from err``.
 from __future__ import annotations
 
 from typing import ClassVar
-
-import grpc
 
 ERROR_DOMAIN = "a2agw.v1"
 
@@ -261,44 +260,6 @@ class ExpectationFailed(GatewayError):
     """A step's output does not satisfy the step's ``expect`` condition."""
 
     reason = "EXPECTATION_FAILED"
-
-
-STATUS_TABLE: dict[type[GatewayError], grpc.StatusCode] = {
-    GatewayError: grpc.StatusCode.INTERNAL,
-    Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
-    PolicyRefusal: grpc.StatusCode.PERMISSION_DENIED,
-    VersionNotAvailable: grpc.StatusCode.NOT_FOUND,
-    PayloadTooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    OutputTooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    InvalidInput: grpc.StatusCode.INVALID_ARGUMENT,
-    InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
-    DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
-    ReplayedRequest: grpc.StatusCode.ALREADY_EXISTS,
-    IdempotencyConflict: grpc.StatusCode.ALREADY_EXISTS,
-    IdempotencyInDoubt: grpc.StatusCode.ABORTED,
-    InvalidOutput: grpc.StatusCode.INTERNAL,
-    CapabilityFailed: grpc.StatusCode.INTERNAL,
-    AuditUnavailable: grpc.StatusCode.UNAVAILABLE,
-    StateUnavailable: grpc.StatusCode.UNAVAILABLE,
-    PeerUnavailable: grpc.StatusCode.UNAVAILABLE,
-    PeerIdentityMismatch: grpc.StatusCode.UNAUTHENTICATED,
-    Cancelled: grpc.StatusCode.CANCELLED,
-    ConfigError: grpc.StatusCode.FAILED_PRECONDITION,
-    TaskNotFound: grpc.StatusCode.NOT_FOUND,
-    BudgetExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    NoRoute: grpc.StatusCode.FAILED_PRECONDITION,
-    ExpectationFailed: grpc.StatusCode.FAILED_PRECONDITION,
-}
-"""Error class → gRPC status. Subclasses inherit their nearest listed ancestor."""
-
-
-def status_code_for(error: GatewayError) -> grpc.StatusCode:
-    """The gRPC status code for ``error``, by nearest ancestor in STATUS_TABLE."""
-    for cls in type(error).__mro__:
-        code = STATUS_TABLE.get(cls)
-        if code is not None:
-            return code
-    return grpc.StatusCode.INTERNAL
 
 
 def all_error_classes() -> list[type[GatewayError]]:

@@ -15,8 +15,8 @@ from capabilities.registry import Capability, CapabilityRegistry, capability
 from gateway.agent import Agent
 from gateway.audit import AuditRecord, query_records
 from gateway.config import AgentConfig
-from gateway.pki import CertificateAuthority, issue
-from gateway.tls import TlsMaterial, channel_options
+from gateway.devtools.pki import CertificateAuthority, issue
+from gateway.transport.tls import TlsMaterial, channel_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from policies.grants import PolicyDocument
 from policies.policy_file import render_policy
@@ -98,7 +98,7 @@ class Pki:
 
 
 def make_pki(base: Path) -> Pki:
-    from gateway.pki import init_ca
+    from gateway.devtools.pki import init_ca
 
     pki_dir, foreign = base / "pki", base / "foreign-pki"
     init_ca(pki_dir, TRUST_DOMAIN)

@@ -18,8 +18,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from gateway import pki
+from gateway.devtools import pki
 from gateway.errors import ConfigError, Unauthenticated
+from gateway.transport.tls import load_pem_file
 from policies.identity import spiffe_id_from_pem, svid_dns_name
 
 ALPHA = "spiffe://example.org/agent/alpha"
@@ -236,10 +237,10 @@ def test_load_pem_file_reports_file_and_problem(tmp_path: Path) -> None:
     text = tmp_path / "cert.pem"
     text.write_text("hello")
     with pytest.raises(ConfigError) as caught:
-        pki.load_pem_file(text, "peer certificate")
+        load_pem_file(text, "peer certificate")
     assert caught.value.message == f"peer certificate file {text}: not PEM"
     with pytest.raises(ConfigError, match=r"^CONFIG_INVALID: trust bundle file .*: unreadable"):
-        pki.load_pem_file(tmp_path, "trust bundle")
+        load_pem_file(tmp_path, "trust bundle")
 
 
 def test_key_files_are_never_visible_with_wider_mode(

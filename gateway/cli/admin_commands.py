@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gateway import pki
 from gateway.audit import format_json_lines, format_table, parse_since, query_records, verify_chain
+from gateway.devtools import pki
 from policies.policy_file import load_policy
 
 

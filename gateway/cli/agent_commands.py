@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from gateway.agent import Agent
-from gateway.client import PeerClient
 from gateway.config import load_agent_config
 from gateway.errors import ConfigError
-from gateway.tls import TlsMaterial
+from gateway.transport.client import PeerClient
+from gateway.transport.tls import TlsMaterial
 
 
 def add_commands(commands: Any) -> None:
@@ -136,7 +136,7 @@ async def _call(args: argparse.Namespace) -> int:
 
 
 async def _demo(args: argparse.Namespace) -> int:
-    from gateway.demo import run_demo
+    from gateway.devtools.demo import run_demo
 
     with contextlib.suppress(BrokenPipeError):
         return await run_demo()

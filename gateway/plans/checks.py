@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gateway.errors import PeerUnavailable, PlanInvalid
+from gateway.outbound.router import Offer, Skipped
 from gateway.plans.model import Plan, Step, reference_step
-from gateway.router import Offer, Skipped
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,11 +22,12 @@ from gateway.errors import (
     PeerUnavailable,
     PlanInvalid,
 )
-from gateway.plans.attempts import WRITE_IN_DOUBT, StepProgress, StepRunner
+from gateway.outbound.router import Router
 from gateway.plans.budget import BudgetMeter
 from gateway.plans.checks import PlanLimits, check_routes, check_structure
 from gateway.plans.model import Plan, Step, resolve_input
 from gateway.plans.planner import Failure, Planner
+from gateway.plans.step_runner import WRITE_IN_DOUBT, StepProgress, StepRunner
 from gateway.plans.store import StoredTask, TaskStore
 from gateway.plans.task import (
     RevisionRecord,
@@ -36,7 +37,6 @@ from gateway.plans.task import (
     TaskState,
     transition,
 )
-from gateway.router import Router
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,8 +25,8 @@ from gateway.errors import (
     PolicyRefusal,
     VersionNotAvailable,
 )
+from gateway.outbound.router import LOCAL
 from gateway.plans.model import Plan, Step
-from gateway.router import LOCAL
 
 REFUSED = frozenset(
     cls.reason

@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gateway.client import PeerClient
 from gateway.config import load_agent_config
 from gateway.errors import GatewayError
-from gateway.tls import TlsMaterial
+from gateway.transport.client import PeerClient
+from gateway.transport.tls import TlsMaterial
 
 
 class _Caller:

@@ -11,7 +11,6 @@ import pytest
 
 from capabilities import CallContext, CapabilityRegistry, ContractModel, capability
 from gateway.agent import Agent
-from gateway.client import PeerClient
 from gateway.errors import (
     AuditUnavailable,
     CapabilityFailed,
@@ -22,6 +21,7 @@ from gateway.errors import (
     InvalidOutput,
     OutputTooLarge,
 )
+from gateway.transport.client import PeerClient
 from tests.support import Pki, WriteCounter, agent_config, audit_rows, grant, started, write_policy
 
 

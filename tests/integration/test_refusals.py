@@ -9,7 +9,6 @@ import grpc
 import pytest
 
 from gateway.agent import Agent
-from gateway.client import PeerClient
 from gateway.errors import (
     CapabilityNotGranted,
     DeadlineExceeded,
@@ -24,7 +23,8 @@ from gateway.errors import (
     UnknownPeer,
     VersionNotAvailable,
 )
-from gateway.tls import channel_options
+from gateway.transport.client import PeerClient
+from gateway.transport.tls import channel_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.support import Pki, WriteCounter, audit_rows, raw_invoke, spiffe
 
@@ -253,7 +253,7 @@ async def test_deadline_already_passed_is_refused_without_running(
         ),
     )
     assert error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    from gateway.status import from_rpc_error
+    from gateway.transport.status import from_rpc_error
 
     assert isinstance(from_rpc_error(error), DeadlineExceeded)
     record = last_record(alice)
@@ -290,7 +290,7 @@ async def test_client_from_another_ca_cannot_connect(
     before = len(audit_rows(alice.config.audit_db))
     foreign = pki.foreign_material("bob")
     # Trust alice's CA for the server side, but present a certificate from another CA.
-    from gateway.tls import TlsMaterial
+    from gateway.transport.tls import TlsMaterial
 
     material = TlsMaterial(
         ca_pem=pki.ca.certificate_pem(), cert_pem=foreign.cert_pem, key_pem=foreign.key_pem

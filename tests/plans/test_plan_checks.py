@@ -10,9 +10,9 @@ import pytest
 from capabilities.contract import Risk
 from capabilities.versions import Version
 from gateway.errors import ConfigError
+from gateway.outbound.router import Offer
 from gateway.plans import PlanInvalid, PlanLimits, check_routes, check_structure, parse_plan
 from gateway.plans.model import resolve_input
-from gateway.router import Offer
 
 
 def plan(steps: list[dict[str, Any]], **extra: Any) -> str:

@@ -14,7 +14,6 @@ import pytest
 
 from capabilities.registry import CapabilityRegistry
 from capabilities.versions import VersionConstraint
-from gateway.client import PeerDescription, RemoteCapability
 from gateway.errors import (
     DeadlineExceeded,
     GatewayError,
@@ -22,15 +21,16 @@ from gateway.errors import (
     PlanInvalid,
     UnknownPeer,
 )
+from gateway.outbound.router import Router, Skipped
 from gateway.plans import Plan, PlanLimits, check_routes, parse_plan
-from gateway.plans.attempts import ATTEMPT_MARGIN_SECONDS, WRITE_IN_DOUBT, attempt_timeout
 from gateway.plans.executor import ExecutorParts
 from gateway.plans.model import Step
 from gateway.plans.planner import Failure, RerouteOrStop
 from gateway.plans.runner import TaskRunner
+from gateway.plans.step_runner import ATTEMPT_MARGIN_SECONDS, WRITE_IN_DOUBT, attempt_timeout
 from gateway.plans.store import SqliteTaskStore
 from gateway.plans.task import StepStatus, TaskState
-from gateway.router import Router, Skipped
+from gateway.transport.client import PeerDescription, RemoteCapability
 from policies.store import PolicyStore
 from tests.support import outbound_rule, spiffe, write_policy
 

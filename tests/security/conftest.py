@@ -5,7 +5,7 @@ Shared by ``tests/security/test_fuzz_invoke.py`` (small, in CI) and
 
 The agent runs in its own thread with its own event loop, so hypothesis tests
 stay synchronous and drive it through blocking gRPC channels built exactly as
-``gateway.client.PeerClient`` builds its own (same credentials, same options).
+``gateway.transport.client.PeerClient`` builds its own (same credentials, same options).
 Calls are made one at a time: every audit record (the outcome record, and the
 write-ahead ``ADMITTED`` record of an admitted write) and every run of the
 write capability is then attributable to exactly one call.
@@ -35,9 +35,10 @@ from hypothesis import strategies as st
 from capabilities.contract import Risk
 from gateway.agent import Agent
 from gateway.audit import AuditRecord, query_records
-from gateway.dispatch import ADMITTED
-from gateway.errors import ERROR_DOMAIN, all_error_classes, error_for_reason, status_code_for
-from gateway.tls import TlsMaterial, channel_options
+from gateway.errors import ERROR_DOMAIN, all_error_classes, error_for_reason
+from gateway.inbound.invoke_handler import ADMITTED
+from gateway.transport.status import status_code_for
+from gateway.transport.tls import TlsMaterial, channel_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.support import (
     Pki,

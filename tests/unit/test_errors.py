@@ -7,9 +7,9 @@ import pytest
 
 import gateway
 from gateway import errors
-from gateway.errors import GatewayError, all_error_classes, error_for_reason, status_code_for
-from gateway.server import GatewayServicer
-from gateway.status import from_rpc_error, to_grpc_status
+from gateway.errors import GatewayError, all_error_classes, error_for_reason
+from gateway.transport.server import GatewayServicer
+from gateway.transport.status import from_rpc_error, status_code_for, to_grpc_status
 from gateway.wire.v1 import gateway_pb2
 
 

@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from gateway.errors import ConfigError
+from gateway.transport.tls import load_pem_file
 from policies.identity import is_spiffe_id, svid_dns_name, trust_domain_of
 
 CA_CERT_FILE = "ca.pem"
@@ -244,23 +245,6 @@ def issue(
     _write_atomic(key_path, key_pem, mode=0o600)
     _write_atomic(cert_path, cert_pem, mode=0o644)
     return IssuedIdentity(spiffe_id=spiffe_id, cert_path=cert_path, key_path=key_path)
-
-
-def load_pem_file(path: Path, what: str) -> bytes:
-    """The bytes of a PEM file; ``what`` names it in errors (e.g. "CA certificate").
-
-    Raises:
-        ConfigError: the file is missing, unreadable, or holds no PEM block.
-    """
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError as err:
-        raise ConfigError(f"{what} file {path}: not found") from err
-    except OSError as err:
-        raise ConfigError(f"{what} file {path}: unreadable ({err.strerror})") from err
-    if b"-----BEGIN " not in data:
-        raise ConfigError(f"{what} file {path}: not PEM")
-    return data
 
 
 def _check_trust_domain(trust_domain: str) -> None:

@@ -30,7 +30,6 @@ from capabilities.context import PeerCall
 from capabilities.contract import Risk
 from capabilities.registry import Capability, CapabilityRegistry
 from capabilities.versions import Version, VersionConstraint, VersionSyntaxError
-from gateway.client import InvokeResult, PeerClient, PeerDescription, RemoteCapability
 from gateway.errors import (
     AuditUnavailable,
     DeadlineExceeded,
@@ -41,6 +40,7 @@ from gateway.errors import (
     PeerIdentityMismatch,
     PeerUnavailable,
 )
+from gateway.transport.client import InvokeResult, PeerClient, PeerDescription, RemoteCapability
 from policies.store import PolicyStore
 
 _log = logging.getLogger(__name__)

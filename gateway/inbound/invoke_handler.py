@@ -1,6 +1,6 @@
 """The protocol-neutral request handler: identity → policy → validation → run → audit.
 
-The gRPC servicer (``gateway.server``) only adapts the wire to this module.
+The gRPC servicer (``gateway.transport.server``) only adapts the wire to this module.
 Every call produces one outcome record; a call that ends in an error has it
 committed before the error is returned. A call to a ``write`` or ``external``
 capability also gets a write-ahead ``ADMITTED`` record, committed before the
@@ -37,8 +37,8 @@ from gateway.errors import (
     ReplayedRequest,
     Unauthenticated,
 )
-from gateway.idempotency import IdempotencyStore, StoredAnswer
-from gateway.replay import ReplayGuard
+from gateway.inbound.idempotency import IdempotencyStore, StoredAnswer
+from gateway.inbound.replay import ReplayGuard
 from policies.decisions import Admission, admit, callable_capabilities
 from policies.grants import PeerGrant
 from policies.identity import spiffe_id_from_pem

@@ -12,8 +12,8 @@ import grpc
 from grpc import aio
 
 from gateway.errors import GatewayError, InvalidInput
-from gateway.status import from_rpc_error
-from gateway.tls import TlsMaterial, channel_options
+from gateway.transport.status import from_rpc_error
+from gateway.transport.tls import TlsMaterial, channel_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 
 

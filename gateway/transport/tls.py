@@ -8,7 +8,6 @@ from pathlib import Path
 import grpc
 
 from gateway.errors import ConfigError, Unauthenticated
-from gateway.pki import load_pem_file
 from policies.grants import MAX_PAYLOAD_CEILING
 from policies.identity import spiffe_id_from_pem, svid_dns_name
 
@@ -88,3 +87,20 @@ def channel_options(expected_peer_id: str) -> list[tuple[str, str | int]]:
         ("grpc.max_receive_message_length", MESSAGE_CEILING),
         ("grpc.max_send_message_length", MESSAGE_CEILING),
     ]
+
+
+def load_pem_file(path: Path, what: str) -> bytes:
+    """The bytes of a PEM file; ``what`` names it in errors (e.g. "CA certificate").
+
+    Raises:
+        ConfigError: the file is missing, unreadable, or holds no PEM block.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as err:
+        raise ConfigError(f"{what} file {path}: not found") from err
+    except OSError as err:
+        raise ConfigError(f"{what} file {path}: unreadable ({err.strerror})") from err
+    if b"-----BEGIN " not in data:
+        raise ConfigError(f"{what} file {path}: not PEM")
+    return data

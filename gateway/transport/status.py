@@ -1,5 +1,8 @@
 """Errors across the wire: GatewayError ⇄ google.rpc.Status with ErrorInfo.
 
+The one table mapping the error tree to gRPC status codes lives here, in the
+transport, so ``policies/`` and ``capabilities/`` never import gRPC.
+
 The server turns a GatewayError into a status (code from ``STATUS_TABLE``,
 ``ErrorInfo(reason, domain)``); the client turns it back into the same class.
 """
@@ -12,15 +15,69 @@ from grpc_status import rpc_status
 
 from gateway.errors import (
     ERROR_DOMAIN,
+    AuditUnavailable,
+    BudgetExhausted,
     Cancelled,
+    CapabilityFailed,
+    ConfigError,
     DeadlineExceeded,
+    ExpectationFailed,
     GatewayError,
+    IdempotencyConflict,
+    IdempotencyInDoubt,
+    InvalidInput,
+    InvalidOutput,
+    InvalidRequest,
+    NoRoute,
+    OutputTooLarge,
+    PayloadTooLarge,
     PeerIdentityMismatch,
     PeerUnavailable,
+    PolicyRefusal,
+    ReplayedRequest,
+    StateUnavailable,
+    TaskNotFound,
     Unauthenticated,
+    VersionNotAvailable,
     error_for_reason,
-    status_code_for,
 )
+
+STATUS_TABLE: dict[type[GatewayError], grpc.StatusCode] = {
+    GatewayError: grpc.StatusCode.INTERNAL,
+    Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    PolicyRefusal: grpc.StatusCode.PERMISSION_DENIED,
+    VersionNotAvailable: grpc.StatusCode.NOT_FOUND,
+    PayloadTooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    OutputTooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    InvalidInput: grpc.StatusCode.INVALID_ARGUMENT,
+    InvalidRequest: grpc.StatusCode.INVALID_ARGUMENT,
+    DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+    ReplayedRequest: grpc.StatusCode.ALREADY_EXISTS,
+    IdempotencyConflict: grpc.StatusCode.ALREADY_EXISTS,
+    IdempotencyInDoubt: grpc.StatusCode.ABORTED,
+    InvalidOutput: grpc.StatusCode.INTERNAL,
+    CapabilityFailed: grpc.StatusCode.INTERNAL,
+    AuditUnavailable: grpc.StatusCode.UNAVAILABLE,
+    StateUnavailable: grpc.StatusCode.UNAVAILABLE,
+    PeerUnavailable: grpc.StatusCode.UNAVAILABLE,
+    PeerIdentityMismatch: grpc.StatusCode.UNAUTHENTICATED,
+    Cancelled: grpc.StatusCode.CANCELLED,
+    ConfigError: grpc.StatusCode.FAILED_PRECONDITION,
+    TaskNotFound: grpc.StatusCode.NOT_FOUND,
+    BudgetExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    NoRoute: grpc.StatusCode.FAILED_PRECONDITION,
+    ExpectationFailed: grpc.StatusCode.FAILED_PRECONDITION,
+}
+"""Error class → gRPC status. Subclasses inherit their nearest listed ancestor."""
+
+
+def status_code_for(error: GatewayError) -> grpc.StatusCode:
+    """The gRPC status code for ``error``, by nearest ancestor in STATUS_TABLE."""
+    for cls in type(error).__mro__:
+        code = STATUS_TABLE.get(cls)
+        if code is not None:
+            return code
+    return grpc.StatusCode.INTERNAL
 
 
 def to_grpc_status(error: GatewayError) -> grpc.Status:

@@ -17,17 +17,17 @@ from capabilities.loading import AgentEnvironment
 from capabilities.registry import CapabilityRegistry
 from gateway.agent import Agent
 from gateway.audit import format_table, query_records, verify_chain
-from gateway.client import PeerClient
 from gateway.config import AgentConfig, PeerEntry
-from gateway.errors import GatewayError
-from gateway.pki import init_ca, issue
-from gateway.plans.demo import (
+from gateway.devtools.demo_plan import (
     DEMO_GRANTED,
     DEMO_OUTBOUND,
     register_demo_capabilities,
     run_plan_demo,
 )
-from gateway.tls import TlsMaterial
+from gateway.devtools.pki import init_ca, issue
+from gateway.errors import GatewayError
+from gateway.transport.client import PeerClient
+from gateway.transport.tls import TlsMaterial
 from policies.grants import PolicyDocument
 from policies.policy_file import render_policy
 

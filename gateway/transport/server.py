@@ -14,10 +14,10 @@ from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from gateway.dispatch import InvokeCall, InvokeHandler, deadline_from
 from gateway.errors import GatewayError
-from gateway.status import to_grpc_status
-from gateway.tls import TlsMaterial, server_options
+from gateway.inbound.invoke_handler import InvokeCall, InvokeHandler, deadline_from
+from gateway.transport.status import to_grpc_status
+from gateway.transport.tls import TlsMaterial, server_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 
 PROTOCOL_VERSION = "a2agw.v1"

@@ -51,11 +51,11 @@ from gateway.errors import (
     Unauthenticated,
     VersionNotAvailable,
 )
+from gateway.outbound.router import LOCAL, Offer, Router, encode_payload
 from gateway.plans.budget import BudgetMeter
 from gateway.plans.model import Plan, Step
 from gateway.plans.schema import SchemaMismatch, check_schema
 from gateway.plans.task import Evidence, StepResult, StepStatus
-from gateway.router import LOCAL, Offer, Router, encode_payload
 
 TRANSIENT: tuple[type[GatewayError], ...] = (
     PeerUnavailable,

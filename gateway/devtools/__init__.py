@@ -1,0 +1,1 @@
+"""Developer tools (dev PKI, demo). The serving runtime never imports this package."""

@@ -1,0 +1,1 @@
+"""Outbound side: discovering what peers offer, choosing a route, sending a call."""

@@ -1,0 +1,41 @@
+"""The layers of the package import only downward (checked in fresh interpreters)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def _modules_after_import(*modules: str) -> set[str]:
+    code = (
+        "import sys\n"
+        + "".join(f"import {m}\n" for m in modules)
+        + "print('\\n'.join(sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout
+    return set(out.split())
+
+
+@pytest.mark.parametrize("package", ["policies", "capabilities", "gateway.errors"])
+def test_policy_and_capability_layers_do_not_pull_in_grpc(package: str) -> None:
+    loaded = _modules_after_import(package)
+    assert not {m for m in loaded if m == "grpc" or m.startswith("grpc.")}
+    assert not {m for m in loaded if m.startswith("gateway.transport")}
+
+
+def test_the_serving_runtime_never_imports_developer_tools() -> None:
+    loaded = _modules_after_import(
+        "gateway.agent",
+        "gateway.transport.server",
+        "gateway.transport.client",
+        "gateway.inbound.invoke_handler",
+        "gateway.outbound.router",
+        "gateway.plans.executor",
+        "gateway.audit",
+    )
+    assert "gateway.agent" in loaded
+    assert not {m for m in loaded if m.startswith("gateway.devtools")}
