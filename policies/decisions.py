@@ -10,12 +10,15 @@ Order (each refusal has its own reason code):
 5. ``RISK_NOT_GRANTED``       the resolved version's risk is above ``max_risk``
 6. ``PAYLOAD_TOO_LARGE``      raw payload bytes above the grant's cap
 
-Input validation and the deadline check follow in the dispatcher, because they
-need the resolved contract.
+Each step is a small named function over a ``PolicyQuery``; ``POLICY_STEPS``
+lists them in order. The whole inbound order (identity and request checks
+before them, replay, input and deadline after) is written once, in
+``gateway.inbound.pipeline``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -42,6 +45,10 @@ class Admission:
     capability: Capability
 
 
+_NO_CAPABILITIES = CapabilityRegistry()
+_ANY_VERSION = VersionConstraint.parse("")
+
+
 def grant_for(policy: Policy, peer_id: str, now: datetime) -> PeerGrant:
     """Steps 1-2: the caller's live grant.
 
@@ -49,12 +56,119 @@ def grant_for(policy: Policy, peer_id: str, now: datetime) -> PeerGrant:
         UnknownPeer: no grant names ``peer_id``.
         GrantExpired: the grant has expired at ``now``.
     """
-    grant = policy.grants.get(peer_id)
-    if grant is None:
+    query = PolicyQuery(policy, _NO_CAPABILITIES, peer_id, "", _ANY_VERSION, 0, now)
+    known_peer(query)
+    grant_live(query)
+    assert query.grant is not None
+    return query.grant
+
+
+@dataclass(slots=True)
+class PolicyQuery:
+    """One call as the policy steps see it; each step reads it and may fill in a field.
+
+    Attributes:
+        policy: The policy in force for this call (one snapshot for every step).
+        registry: The agent's capabilities.
+        peer_id: The caller's SPIFFE ID (proven by its certificate).
+        capability: Requested capability name.
+        constraint: Requested version constraint.
+        payload_size: Raw payload bytes.
+        now: The decision time.
+        grant: Set by ``known_peer``.
+        chosen: Set by ``version_available``.
+    """
+
+    policy: Policy
+    registry: CapabilityRegistry
+    peer_id: str
+    capability: str
+    constraint: VersionConstraint
+    payload_size: int
+    now: datetime
+    grant: PeerGrant | None = None
+    chosen: Capability | None = None
+
+    def admission(self) -> Admission:
+        """The admission, once every step has passed."""
+        assert self.grant is not None and self.chosen is not None
+        return Admission(peer_id=self.peer_id, grant=self.grant, capability=self.chosen)
+
+
+def known_peer(query: PolicyQuery) -> None:
+    """Step 1: some grant names the caller (``UNKNOWN_PEER``)."""
+    query.grant = query.policy.grants.get(query.peer_id)
+    if query.grant is None:
         raise UnknownPeer("no grant for this peer")
-    if now >= grant.expires_at:
-        raise GrantExpired(f"grant expired at {grant.expires_at.isoformat()}")
-    return grant
+
+
+def grant_live(query: PolicyQuery) -> None:
+    """Step 2: the grant has not expired (``GRANT_EXPIRED``)."""
+    assert query.grant is not None
+    if query.now >= query.grant.expires_at:
+        raise GrantExpired(f"grant expired at {query.grant.expires_at.isoformat()}")
+
+
+def capability_granted(query: PolicyQuery) -> None:
+    """Step 3: the grant names the capability (``CAPABILITY_NOT_GRANTED``).
+
+    The same answer whether or not the capability exists here; ``detail``
+    (audit only) keeps which.
+    """
+    assert query.grant is not None
+    if not query.grant.entries_for(query.capability):
+        exists = query.registry.has(query.capability)
+        detail = "not in grant" if exists else "capability not registered"
+        raise CapabilityNotGranted("capability not granted to this peer", detail=detail)
+
+
+def version_available(query: PolicyQuery) -> None:
+    """Step 4: the highest version request and grant allow (``VERSION_NOT_AVAILABLE``)."""
+    assert query.grant is not None
+    entries = query.grant.entries_for(query.capability)
+    query.chosen = _highest_granted(
+        query.registry,
+        query.capability,
+        query.constraint,
+        [entry.version_constraint for entry in entries],
+    )
+    if query.chosen is None:
+        raise VersionNotAvailable(
+            f"no version of {query.capability} matching {query.constraint} "
+            "is available to this peer"
+        )
+
+
+def risk_within_grant(query: PolicyQuery) -> None:
+    """Step 5: the chosen version's risk is within ``max_risk`` (``RISK_NOT_GRANTED``)."""
+    assert query.grant is not None and query.chosen is not None
+    grant, contract = query.grant, query.chosen.contract
+    if not grant.allows_risk(contract.risk):
+        raise RiskNotGranted(
+            f"{contract.key} has risk {contract.risk.value}; "
+            f"grant allows up to {grant.max_risk.value if grant.max_risk else 'any'}"
+        )
+
+
+def payload_within_cap(query: PolicyQuery) -> None:
+    """Step 6: raw payload bytes within the grant's cap (``PAYLOAD_TOO_LARGE``)."""
+    assert query.grant is not None
+    cap = query.grant.max_payload_bytes
+    if query.payload_size > cap:
+        raise PayloadTooLarge(f"payload is {query.payload_size} bytes; this peer's cap is {cap}")
+
+
+PolicyStep = Callable[[PolicyQuery], None]
+
+POLICY_STEPS: tuple[PolicyStep, ...] = (
+    known_peer,
+    grant_live,
+    capability_granted,
+    version_available,
+    risk_within_grant,
+    payload_within_cap,
+)
+"""Steps 1-6, in order; the first to raise answers the call."""
 
 
 def admit(
@@ -68,28 +182,10 @@ def admit(
     now: datetime,
 ) -> Admission:
     """Run steps 1-6 in order; return the admission or raise the first refusal."""
-    grant = grant_for(policy, peer_id, now)
-    entries = grant.entries_for(capability)
-    if not entries:
-        detail = "not in grant" if registry.has(capability) else "capability not registered"
-        raise CapabilityNotGranted("capability not granted to this peer", detail=detail)
-    chosen = _highest_granted(
-        registry, capability, constraint, [e.version_constraint for e in entries]
-    )
-    if chosen is None:
-        raise VersionNotAvailable(
-            f"no version of {capability} matching {constraint} is available to this peer"
-        )
-    if not grant.allows_risk(chosen.contract.risk):
-        raise RiskNotGranted(
-            f"{chosen.contract.key} has risk {chosen.contract.risk.value}; "
-            f"grant allows up to {grant.max_risk.value if grant.max_risk else 'any'}"
-        )
-    if payload_size > grant.max_payload_bytes:
-        raise PayloadTooLarge(
-            f"payload is {payload_size} bytes; this peer's cap is {grant.max_payload_bytes}"
-        )
-    return Admission(peer_id=peer_id, grant=grant, capability=chosen)
+    query = PolicyQuery(policy, registry, peer_id, capability, constraint, payload_size, now)
+    for step in POLICY_STEPS:
+        step(query)
+    return query.admission()
 
 
 def _highest_granted(
@@ -111,6 +207,11 @@ def callable_capabilities(
 ) -> tuple[PeerGrant, list[Capability]]:
     """What ``peer_id`` may call here (for Describe); refuses like ``admit``."""
     grant = grant_for(policy, peer_id, now)
+    return grant, visible_capabilities(grant, registry)
+
+
+def visible_capabilities(grant: PeerGrant, registry: CapabilityRegistry) -> list[Capability]:
+    """Every local capability version ``grant`` allows, name, version and risk."""
     visible: list[Capability] = []
     for cap in registry:
         if not grant.allows_risk(cap.contract.risk):
@@ -118,4 +219,4 @@ def callable_capabilities(
         entries = grant.entries_for(cap.name)
         if any(entry.version_constraint.allows(cap.version) for entry in entries):
             visible.append(cap)
-    return grant, visible
+    return visible

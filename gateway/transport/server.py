@@ -15,7 +15,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
 from gateway.errors import GatewayError
-from gateway.inbound.invoke_handler import InvokeCall, InvokeHandler, deadline_from
+from gateway.inbound.call import InvokeCall, deadline_from
+from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.transport.status import to_grpc_status
 from gateway.transport.tls import TlsMaterial, server_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc

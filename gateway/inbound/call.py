@@ -1,0 +1,60 @@
+"""An inbound call as every transport hands it to the pipeline, protocol-neutral."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from dataclasses import dataclass, field
+
+REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
+"""What a request id may be (a2agw.v1 ``request_id``, A2A ``message_id``)."""
+
+_DEFAULT_DEADLINE_SECONDS = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class InvokeCall:
+    """One call to a capability, as the transport delivered it.
+
+    Attributes:
+        peer_cert_pem: The verified client certificate (None if absent).
+        request_id: Caller's request id.
+        capability: Capability name.
+        version_constraint: Requested constraint text.
+        payload: Raw JSON bytes, unparsed.
+        deadline: ``time.monotonic()`` deadline (transport and request combined).
+        task_id: Optional task id.
+        step_id: Optional step id.
+        idempotency_key: Optional idempotency key.
+        malformed: The request bytes did not parse; refused as INVALID_REQUEST.
+        payload_sha256: Hex SHA-256 of ``payload`` (computed once, on construction).
+    """
+
+    peer_cert_pem: bytes | None
+    request_id: str
+    capability: str
+    version_constraint: str
+    payload: bytes
+    deadline: float
+    task_id: str = ""
+    step_id: str = ""
+    idempotency_key: str = ""
+    malformed: bool = False
+    payload_sha256: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        # Needed by every audit record of the call and by the idempotency
+        # claim: hash the payload once.
+        object.__setattr__(self, "payload_sha256", hashlib.sha256(self.payload).hexdigest())
+
+
+def deadline_from(transport_remaining: float | None, deadline_unix_ms: int) -> float:
+    """Combine the gRPC deadline and the request's absolute deadline (monotonic)."""
+    now = time.monotonic()
+    candidates = [now + _DEFAULT_DEADLINE_SECONDS]
+    if transport_remaining is not None:
+        candidates.append(now + transport_remaining)
+    if deadline_unix_ms > 0:
+        candidates.append(now + (deadline_unix_ms / 1000.0 - time.time()))
+    return min(candidates)

@@ -1,0 +1,240 @@
+"""The one decision path every inbound call takes, whatever protocol carried it.
+
+An ordered list of named checks, written once; the first to raise answers the
+call and nothing after it runs::
+
+    audit_available        AUDIT_UNAVAILABLE   the log can record (fails closed)
+    identity               UNAUTHENTICATED     exactly one SPIFFE ID in the verified cert
+    well_formed_request    INVALID_REQUEST     parsable request, request id, constraint syntax
+    known_peer             UNKNOWN_PEER        policy step 1
+    grant_live             GRANT_EXPIRED       policy step 2
+    capability_granted     CAPABILITY_NOT_GRANTED  policy step 3
+    version_available      VERSION_NOT_AVAILABLE   policy step 4
+    risk_within_grant      RISK_NOT_GRANTED    policy step 5
+    payload_within_cap     PAYLOAD_TOO_LARGE   policy step 6
+    first_sighting         REPLAYED_REQUEST    request id not seen from this peer
+    valid_input            INVALID_INPUT       payload matches the input contract
+    deadline_ahead         DEADLINE_EXCEEDED   the deadline has not already passed
+
+``Describe`` (and the A2A agent card) runs the prefix that makes sense without a
+capability: ``audit_available``, ``identity``, ``known_peer``, ``grant_live``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import lru_cache
+
+from pydantic import BaseModel, ValidationError
+
+from capabilities.registry import CapabilityRegistry
+from capabilities.versions import VersionConstraint, VersionSyntaxError
+from gateway.audit import AuditLog
+from gateway.errors import (
+    AuditUnavailable,
+    DeadlineExceeded,
+    InvalidInput,
+    InvalidRequest,
+    ReplayedRequest,
+    Unauthenticated,
+)
+from gateway.inbound.call import REQUEST_ID, InvokeCall
+from gateway.inbound.replay import ReplayGuard
+from policies.decisions import (
+    POLICY_STEPS,
+    Admission,
+    PolicyQuery,
+    grant_live,
+    known_peer,
+)
+from policies.identity import spiffe_id_from_pem
+from policies.store import PolicyStore
+
+_ANY_VERSION = VersionConstraint.parse("")
+
+
+@dataclass(slots=True)
+class Inbound:
+    """What the checks learn about one call as it passes them.
+
+    Attributes:
+        call: The call as the transport delivered it.
+        peer_id: Set by ``identity``.
+        query: The policy steps' view of the call (set by ``well_formed_request``
+            or, for Describe, by ``identity``).
+        payload: The validated input model, set by ``valid_input``.
+    """
+
+    call: InvokeCall
+    peer_id: str = ""
+    query: PolicyQuery | None = None
+    payload: BaseModel | None = None
+
+    @property
+    def admission(self) -> Admission:
+        """The policy's admission (after every policy step has passed)."""
+        assert self.query is not None
+        return self.query.admission()
+
+
+Check = Callable[["DecisionPipeline", Inbound], None]
+
+
+@dataclass(frozen=True, slots=True)
+class NamedCheck:
+    """One step of the decision path: its name (logs, docs, tests) and function."""
+
+    name: str
+    run: Check
+
+
+def peer_id_from_cert(pem: bytes | None) -> str:
+    """The caller's SPIFFE ID from its verified certificate; Unauthenticated otherwise."""
+    if not pem:
+        raise Unauthenticated("no verified client certificate")
+    return spiffe_id_from_pem(pem)
+
+
+class DecisionPipeline:
+    """Runs the ordered checks for one agent; transport servicers call only this."""
+
+    def __init__(
+        self,
+        *,
+        registry: CapabilityRegistry,
+        policies: PolicyStore,
+        audit: AuditLog,
+        replay: ReplayGuard,
+    ) -> None:
+        self._registry = registry
+        self._policies = policies
+        self._audit = audit
+        self._replay = replay
+
+    def admit_call(self, inbound: Inbound) -> None:
+        """Every check, in order, filling in ``inbound``; raises the first refusal.
+
+        On a refusal ``inbound`` keeps what the checks before it learnt (the
+        caller's identity, for the audit record).
+        """
+        for check in CALL_CHECKS:
+            check.run(self, inbound)
+
+    def admit_describe(self, inbound: Inbound) -> None:
+        """The Describe prefix (audit, identity, known peer, live grant), like ``admit_call``."""
+        for check in DESCRIBE_CHECKS:
+            check.run(self, inbound)
+
+    # The checks, in the order CALL_CHECKS lists them.
+
+    def audit_available(self, inbound: Inbound) -> None:
+        """The audit log can record; otherwise nothing runs."""
+        if not self._audit.healthy:
+            raise AuditUnavailable("the audit log cannot record; refusing work")
+
+    def identity(self, inbound: Inbound) -> None:
+        """Exactly one SPIFFE ID from the certificate the TLS handshake verified."""
+        inbound.peer_id = peer_id_from_cert(inbound.call.peer_cert_pem)
+        inbound.query = PolicyQuery(
+            self._policies.current,
+            self._registry,
+            inbound.peer_id,
+            inbound.call.capability,
+            _ANY_VERSION,
+            len(inbound.call.payload),
+            datetime.now(UTC),
+        )
+
+    def well_formed_request(self, inbound: Inbound) -> None:
+        """The envelope parsed, the request id has its form, the constraint parses."""
+        call = inbound.call
+        if call.malformed:
+            raise InvalidRequest("the request is not a valid a2agw.v1.InvokeRequest")
+        if not REQUEST_ID.fullmatch(call.request_id):
+            raise InvalidRequest("request_id must be 1-128 characters of [A-Za-z0-9._:-]")
+        assert inbound.query is not None
+        try:
+            inbound.query.constraint = VersionConstraint.parse(call.version_constraint)
+        except VersionSyntaxError as err:
+            raise InvalidRequest(f"version constraint: {err}") from err
+
+    def first_sighting(self, inbound: Inbound) -> None:
+        """The request id is new from this peer (replay window)."""
+        if not self._replay.first_sighting(inbound.peer_id, inbound.call.request_id):
+            raise ReplayedRequest("this request id was already used by this peer")
+
+    def valid_input(self, inbound: Inbound) -> None:
+        """The payload parses into the chosen version's input contract."""
+        model = inbound.admission.capability.contract.input_model
+        try:
+            inbound.payload = model.model_validate_json(inbound.call.payload)
+        except ValidationError as err:
+            raise InvalidInput(_describe_input_error(err, model)) from err
+
+    def deadline_ahead(self, inbound: Inbound) -> None:
+        """The call's deadline has not passed yet."""
+        if inbound.call.deadline <= time.monotonic():
+            raise DeadlineExceeded("the call's deadline had passed before it could run")
+
+
+def _policy_step(step: Callable[[PolicyQuery], None]) -> NamedCheck:
+    def run(pipeline: DecisionPipeline, inbound: Inbound) -> None:
+        assert inbound.query is not None
+        step(inbound.query)
+
+    return NamedCheck(step.__name__, run)
+
+
+CALL_CHECKS: tuple[NamedCheck, ...] = (
+    NamedCheck("audit_available", DecisionPipeline.audit_available),
+    NamedCheck("identity", DecisionPipeline.identity),
+    NamedCheck("well_formed_request", DecisionPipeline.well_formed_request),
+    *(_policy_step(step) for step in POLICY_STEPS),
+    NamedCheck("first_sighting", DecisionPipeline.first_sighting),
+    NamedCheck("valid_input", DecisionPipeline.valid_input),
+    NamedCheck("deadline_ahead", DecisionPipeline.deadline_ahead),
+)
+"""The whole decision order for a call, identity to deadline."""
+
+DESCRIBE_CHECKS: tuple[NamedCheck, ...] = tuple(
+    check
+    for check in CALL_CHECKS
+    if check.name in {"audit_available", "identity", known_peer.__name__, grant_live.__name__}
+)
+"""The same checks, filtered (never reordered), for Describe and the agent card."""
+
+
+def _describe_input_error(err: ValidationError, model: type[BaseModel]) -> str:
+    # Locations and error kinds only: pydantic's messages can echo input values,
+    # and an unknown key is payload content, so only declared names are shown.
+    declared = _declared_names(model)
+    problems = []
+    for problem in err.errors(include_url=False, include_input=False)[:5]:
+        parts = [
+            str(part) if isinstance(part, int) or part in declared else "<unknown field>"
+            for part in problem["loc"]
+        ]
+        problems.append(f"{'.'.join(parts) or '(payload)'}: {problem['type']}")
+    more = err.error_count() - len(problems)
+    suffix = f" (+{more} more)" if more > 0 else ""
+    return "input does not match the contract: " + "; ".join(problems) + suffix
+
+
+@lru_cache(maxsize=512)
+def _declared_names(model: type[BaseModel]) -> frozenset[str]:
+    """Every property name the model's JSON Schema declares, at any depth."""
+    names: set[str] = set()
+    pending: list[object] = [model.model_json_schema()]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            properties = node.get("properties")
+            if isinstance(properties, dict):
+                names.update(properties)
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+    return frozenset(names)
