@@ -28,6 +28,9 @@ class InvokeCall:
         step_id: Optional step id.
         idempotency_key: Optional idempotency key.
         malformed: The request bytes did not parse; refused as INVALID_REQUEST.
+        problem: Why the transport could not turn the request into a call (for
+            example an A2A message without a capability); refused as
+            INVALID_REQUEST once the caller is identified. Never payload content.
         payload_sha256: Hex SHA-256 of ``payload`` (computed once, on construction).
     """
 
@@ -41,6 +44,7 @@ class InvokeCall:
     step_id: str = ""
     idempotency_key: str = ""
     malformed: bool = False
+    problem: str = ""
     payload_sha256: str = field(init=False)
 
     def __post_init__(self) -> None:

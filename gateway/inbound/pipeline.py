@@ -153,6 +153,8 @@ class DecisionPipeline:
         call = inbound.call
         if call.malformed:
             raise InvalidRequest("the request is not a valid a2agw.v1.InvokeRequest")
+        if call.problem:
+            raise InvalidRequest(call.problem)
         if not REQUEST_ID.fullmatch(call.request_id):
             raise InvalidRequest("request_id must be 1-128 characters of [A-Za-z0-9._:-]")
         assert inbound.query is not None
