@@ -9,6 +9,7 @@ what the upstream received (so a refusal provably never reached it).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from capabilities.registry import CapabilityRegistry
+from capabilities.runner import canonical_json
 from gateway.agent import Agent
 from gateway.config import AgentConfig
 from gateway.errors import (
@@ -25,9 +27,20 @@ from gateway.errors import (
     InvalidOutput,
     PeerUnavailable,
 )
+from gateway.plans import Plan
+from gateway.plans.task import TaskState
 from gateway.transport.client import PeerClient
 from tests.a2a_upstream import SdkAgent, closed_port, grpc_upstream, jsonrpc_upstream
-from tests.support import Pki, agent_config, audit_rows, grant, spiffe, write_policy
+from tests.support import (
+    Pki,
+    agent_config,
+    audit_rows,
+    grant,
+    outbound_rule,
+    spiffe,
+    start_peer,
+    write_policy,
+)
 
 LEGACY = spiffe("legacy")
 SEARCH_IN = {
@@ -359,3 +372,59 @@ async def test_jsonrpc_endpoint_answering_non_a2a_is_invalid_output(
         async with client(pki, bob2) as peer:
             with pytest.raises(PeerUnavailable):
                 await peer.invoke("legacy.echo", {"text": "hi"})
+
+
+async def test_plan_step_routed_to_the_fronting_agent(
+    pki: Pki, tmp_path: Path, grpc_bob: Agent, legacy: SdkAgent
+) -> None:
+    alice = await start_peer(
+        pki,
+        tmp_path,
+        "alice",
+        CapabilityRegistry(),
+        [],
+        outbound=[outbound_rule("bob", ["legacy.echo", "legacy.search"])],
+        peers=[grpc_bob],
+    )
+    try:
+        result = await alice.run(
+            Plan.model_validate(
+                {
+                    "goal": "ask the legacy agent",
+                    "steps": [
+                        {"id": "hello", "capability": "legacy.echo", "input": {"text": "hi"}},
+                        {
+                            "id": "find",
+                            "capability": "legacy.search",
+                            "depends_on": ["hello"],
+                            "input": {
+                                "query": {"$from": "hello.text"},
+                                "limit": 1,
+                                "secret": "not for the upstream",
+                            },
+                        },
+                    ],
+                }
+            )
+        )
+    finally:
+        await alice.stop(grace=0)
+    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
+    assert [result.steps[s].where for s in ("hello", "find")] == [spiffe("bob")] * 2
+    assert result.output("find") == {
+        "hits": ["echo: hi"] * 2,
+        "seen": {"query": "echo: hi", "limit": 1},
+    }
+    evidence = result.steps["find"].evidence
+    assert evidence is not None and evidence.served_version == "2.1.0"
+    assert evidence.sha256 == hashlib.sha256(canonical_json(result.output("find"))).hexdigest()
+    assert [r.parts for r in legacy.received] == [
+        [{"text": "hi"}],
+        [{"data": {"query": "echo: hi", "limit": 1}, "mediaType": "application/json"}],
+    ]
+    rows = await records(grpc_bob)
+    assert [(outcome(r), r.step_id) for r in rows] == [
+        ((spiffe("alice"), "legacy.echo", "allow", "OK"), "hello"),
+        ((spiffe("alice"), "legacy.search", "allow", "OK"), "find"),
+    ]
+    assert all(r.task_id == result.task_id for r in rows)
