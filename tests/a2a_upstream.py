@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import socket
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +41,7 @@ from a2a.types import (
 from google.protobuf import json_format, struct_pb2
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from tests.support import Pki
@@ -178,11 +178,12 @@ async def grpc_upstream(
 
 @contextlib.asynccontextmanager
 async def jsonrpc_upstream(
-    agent: SdkAgent, pki: Pki | None = None, cert_name: str = "", *, garbage: bool = False
+    agent: SdkAgent, pki: Pki | None = None, cert_name: str = "", *, garbage: int = 0
 ) -> AsyncIterator[str]:
     """Serve ``agent`` over JSON-RPC (https with client certs if ``pki``); yields the URL.
 
-    ``garbage``: the endpoint answers every POST with a non-JSON 200 instead.
+    ``garbage``: instead, the endpoint answers every POST with that many bytes:
+    non-JSON below 1000, else a well-formed answer (a message of that much text).
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -191,7 +192,7 @@ async def jsonrpc_upstream(
     scheme = "https" if pki is not None else "http"
     url = f"{scheme}://127.0.0.1:{port}{JSONRPC_PATH}"
     if garbage:
-        app = Starlette(routes=[Route(JSONRPC_PATH, _not_a2a, methods=["POST"])])
+        app = Starlette(routes=[Route(JSONRPC_PATH, _not_a2a(garbage), methods=["POST"])])
     else:
         handler = _handler(agent, url, "JSONRPC")
         app = Starlette(
@@ -222,8 +223,15 @@ async def jsonrpc_upstream(
         sock.close()
 
 
-async def _not_a2a(request: Request) -> PlainTextResponse:
-    return PlainTextResponse("<html>this is not JSON-RPC</html>")
+def _not_a2a(size: int) -> Callable[[Request], Awaitable[Response]]:
+    async def answer(request: Request) -> Response:
+        if size < 1000:
+            return PlainTextResponse(("<html>this is not JSON-RPC</html>" * size)[:size])
+        request_id = (await request.json())["id"]
+        message = {"messageId": "m", "role": "ROLE_AGENT", "parts": [{"text": "x" * size}]}
+        return JSONResponse({"jsonrpc": "2.0", "id": request_id, "result": {"message": message}})
+
+    return answer
 
 
 def closed_port() -> int:

@@ -88,10 +88,11 @@ def _grpc_channel(entry: UpstreamEntry, tls: TlsMaterial) -> aio.Channel:
 def _http_client(entry: UpstreamEntry, tls: TlsMaterial, files: TlsFiles) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=32, max_keepalive_connections=8)
     if entry.id is None:  # http:// to a loopback IP (checked when the config was loaded)
-        return httpx.AsyncClient(limits=limits, timeout=None, follow_redirects=False)
-    transport = _IdentityBoundTransport(
-        svid_dns_name(entry.id), _client_tls_context(tls, files.cert, files.key), limits
-    )
+        transport = _BoundedTransport(httpx.AsyncHTTPTransport(limits=limits, retries=0))
+    else:
+        context = _client_tls_context(tls, files.cert, files.key)
+        inner = httpx.AsyncHTTPTransport(verify=context, limits=limits, retries=0)
+        transport = _BoundedTransport(inner, server_name=svid_dns_name(entry.id))
     return httpx.AsyncClient(transport=transport, timeout=None, follow_redirects=False)
 
 
@@ -104,18 +105,38 @@ def _client_tls_context(tls: TlsMaterial, cert: Path, key: Path) -> ssl.SSLConte
     return context
 
 
-class _IdentityBoundTransport(httpx.AsyncBaseTransport):
-    """Every request's TLS handshake asks for, and verifies, the upstream's derived name."""
+class _BoundedTransport(httpx.AsyncBaseTransport):
+    """Answers of at most ``MESSAGE_CEILING`` bytes (as the gRPC channel); optionally,
+    every TLS handshake asks for, and verifies, ``server_name`` instead of the URL's host.
+    """
 
-    def __init__(self, server_name: str, context: ssl.SSLContext, limits: httpx.Limits) -> None:
+    def __init__(self, inner: httpx.AsyncHTTPTransport, *, server_name: str = "") -> None:
+        self._inner = inner
         self._server_name = server_name
-        self._inner = httpx.AsyncHTTPTransport(verify=context, limits=limits, retries=0)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        # httpcore uses sni_hostname as the name the certificate is checked
-        # against (check_hostname stays on), instead of the URL's host.
-        request.extensions["sni_hostname"] = self._server_name
-        return await self._inner.handle_async_request(request)
+        if self._server_name:
+            # httpcore checks the certificate against sni_hostname (check_hostname
+            # stays on), so the handshake proves the upstream's identity.
+            request.extensions["sni_hostname"] = self._server_name
+        # Uncompressed, so the limit below bounds what the SDK will decode.
+        request.headers["Accept-Encoding"] = "identity"
+        response = await self._inner.handle_async_request(request)
+        body = bytearray()
+        try:
+            async for chunk in response.stream:  # type: ignore[union-attr]
+                body += chunk
+                if len(body) > MESSAGE_CEILING:
+                    # Not an A2A answer we accept: reported as INVALID_OUTPUT.
+                    raise httpx.DecodingError("the upstream's answer exceeds the size limit")
+        finally:
+            await response.aclose()
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            content=bytes(body),
+            extensions=response.extensions,
+        )
 
     async def aclose(self) -> None:
         await self._inner.aclose()

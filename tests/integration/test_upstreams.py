@@ -30,6 +30,7 @@ from gateway.errors import (
 from gateway.plans import Plan
 from gateway.plans.task import TaskState
 from gateway.transport.client import PeerClient
+from gateway.transport.tls import MESSAGE_CEILING
 from tests.a2a_upstream import SdkAgent, closed_port, grpc_upstream, jsonrpc_upstream
 from tests.support import (
     Pki,
@@ -357,21 +358,33 @@ async def test_jsonrpc_https_with_another_identity_is_refused_unsent(
     ]
 
 
+@pytest.mark.parametrize("size", [40, MESSAGE_CEILING + 1])
 async def test_jsonrpc_endpoint_answering_non_a2a_is_invalid_output(
-    pki: Pki, tmp_path: Path, legacy: SdkAgent
+    pki: Pki, tmp_path: Path, legacy: SdkAgent, size: int
 ) -> None:
-    async with jsonrpc_upstream(legacy, garbage=True) as url:
-        async with (
-            fronted(pki, tmp_path, {"binding": "jsonrpc", "url": url}) as bob,
-            client(pki, bob) as peer,
-        ):
+    async with jsonrpc_upstream(legacy, garbage=size) as url:
+        up = {"binding": "jsonrpc", "url": url}
+        async with fronted(pki, tmp_path, up) as bob, client(pki, bob) as peer:
             with pytest.raises(InvalidOutput):
                 await peer.invoke("legacy.echo", {"text": "hi"})
-            down_url = f"http://127.0.0.1:{closed_port()}/a2a/jsonrpc"
-    async with fronted(pki, tmp_path / "2", {"binding": "jsonrpc", "url": down_url}) as bob2:
-        async with client(pki, bob2) as peer:
-            with pytest.raises(PeerUnavailable):
-                await peer.invoke("legacy.echo", {"text": "hi"})
+            again = await refusal(bob, "carol", "legacy.echo", {"text": "hi"}, pki)
+            rows = await records(bob)
+    assert again.reason == "CAPABILITY_NOT_GRANTED"  # still serving
+    assert [outcome(r)[2:] for r in rows] == [
+        ("allow", "INVALID_OUTPUT"),
+        ("refuse", "CAPABILITY_NOT_GRANTED"),
+    ]
+
+
+async def test_jsonrpc_upstream_down_is_peer_unavailable(pki: Pki, tmp_path: Path) -> None:
+    up = {"binding": "jsonrpc", "url": f"http://127.0.0.1:{closed_port()}/a2a/jsonrpc"}
+    async with fronted(pki, tmp_path, up) as bob, client(pki, bob) as peer:
+        with pytest.raises(PeerUnavailable):
+            await peer.invoke("legacy.echo", {"text": "hi"})
+        rows = await records(bob)
+    assert [(outcome(r)[2:], r.detail) for r in rows] == [
+        (("allow", "PEER_UNAVAILABLE"), "PEER_UNAVAILABLE")
+    ]
 
 
 async def test_plan_step_routed_to_the_fronting_agent(
