@@ -23,10 +23,20 @@ class DuplicateCapability(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Capability:
-    """One registered implementation: a contract and the function that fulfils it."""
+    """One registered implementation: a contract and the function that fulfils it.
+
+    Attributes:
+        contract: What it promises.
+        handler: The async function that runs it.
+        upstream: For a capability that fronts an A2A agent (``[[upstreams]]``),
+            that agent's name; empty for every other capability. Only such a
+            capability may answer PEER_UNAVAILABLE for its upstream (see
+            ``capabilities.runner``). ``@capability`` never sets it.
+    """
 
     contract: CapabilityContract
     handler: Handler
+    upstream: str = ""
 
     @property
     def name(self) -> str:

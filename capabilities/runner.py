@@ -20,6 +20,7 @@ from gateway.errors import (
     DeadlineExceeded,
     GatewayError,
     InvalidOutput,
+    UpstreamUnavailable,
 )
 
 _log = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ async def run_capability(cap: Capability, payload: BaseModel, ctx: CallContext) 
         CapabilityTimeout: the contract timeout elapsed first.
         DeadlineExceeded: the call's deadline elapsed first.
         InvalidOutput: the output violates the contract's output model.
+        UpstreamUnavailable: ``cap`` fronts an upstream A2A agent and could not reach it.
         CapabilityFailed: the capability raised (details are logged, not returned).
     """
     contract = cap.contract
@@ -79,6 +81,8 @@ async def run_capability(cap: Capability, payload: BaseModel, ctx: CallContext) 
             ) from err
         raise DeadlineExceeded(f"{contract.key} did not finish before the deadline") from err
     except GatewayError as err:
+        if _reports_own_upstream(cap, err):
+            raise
         # Raised inside the capability (e.g. by a nested ctx.call_peer): passing
         # it on unchanged would make a refusal by some further peer look like
         # this agent's own policy answer, and hide that the capability ran.
@@ -89,6 +93,19 @@ async def run_capability(cap: Capability, payload: BaseModel, ctx: CallContext) 
         _log.warning("capability %s raised %s", contract.key, type(err).__name__)
         raise CapabilityFailed(f"{contract.key} failed") from err
     return CapabilityResult.from_output(_validated_output(cap, output))
+
+
+def _reports_own_upstream(cap: Capability, err: GatewayError) -> bool:
+    # The one exception to "a gateway error raised inside a capability is
+    # CAPABILITY_FAILED": a capability built for an upstream A2A agent saying
+    # that very agent could not be reached. Anything else (another reason code,
+    # another upstream, a capability that fronts nothing) stays hidden, so no
+    # capability can dress up its failure as a policy answer of this agent.
+    return (
+        isinstance(err, UpstreamUnavailable)
+        and bool(cap.upstream)
+        and (err.upstream == cap.upstream)
+    )
 
 
 def _validated_output(cap: Capability, output: Any) -> dict[str, Any]:

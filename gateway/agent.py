@@ -1,4 +1,4 @@
-"""One agent: registry, policy, audit log, idempotency store, server and peer clients."""
+"""One agent: registry, policy, audit log, idempotency store, server, peer and upstream clients."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from gateway.inbound.idempotency import IdempotencyStore
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.replay import ReplayGuard
 from gateway.outbound.router import Router
+from gateway.outbound.upstream_capabilities import register_upstreams
+from gateway.outbound.upstream_client import UpstreamClient
 from gateway.plans.checks import PlanLimits
 from gateway.plans.executor import EventSink, ExecutorParts
 from gateway.plans.model import Plan
@@ -64,6 +66,9 @@ class Agent:
                 )
             except CapabilityModuleError as err:
                 raise AgentConfigError(str(err)) from err
+        self.upstreams = [UpstreamClient(entry, self.tls, config.tls) for entry in config.upstreams]
+        """One reused a2a-sdk client per ``[[upstreams]]`` entry (closed by stop())."""
+        register_upstreams(self.registry, self.upstreams)
         self.audit = AuditLog(config.audit_db, sync=config.audit_sync)
         self.idempotency = IdempotencyStore(config.state_dir / "idempotency.sqlite")
         self._clients: dict[str, PeerClient] = {}
@@ -146,6 +151,8 @@ class Agent:
         for client in self._clients.values():
             await client.close()
         self._clients.clear()
+        for upstream in self.upstreams:
+            await upstream.close()
         await self.audit.close()
         self.idempotency.close()
         self.task_store.close()

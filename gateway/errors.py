@@ -26,6 +26,7 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
     ├── AuditUnavailable              UNAVAILABLE        AUDIT_UNAVAILABLE
     ├── StateUnavailable              UNAVAILABLE        STATE_UNAVAILABLE
     ├── PeerUnavailable               UNAVAILABLE        PEER_UNAVAILABLE
+    │   └── UpstreamUnavailable       UNAVAILABLE        PEER_UNAVAILABLE      (upstreams)
     ├── PeerIdentityMismatch          UNAUTHENTICATED    PEER_IDENTITY_MISMATCH
     ├── Cancelled                     CANCELLED          CANCELLED
     ├── BudgetExhausted               RESOURCE_EXHAUSTED BUDGET_EXHAUSTED      (plans)
@@ -202,6 +203,24 @@ class PeerUnavailable(GatewayError):
     reason = "PEER_UNAVAILABLE"
 
 
+class UpstreamUnavailable(PeerUnavailable):
+    """An A2A agent this agent fronts (``[[upstreams]]``) could not be reached.
+
+    The one gateway error a capability may raise and have passed on as its
+    answer (see ``capabilities.runner``): only the capability built for that
+    upstream, naming it. It crosses the wire as PEER_UNAVAILABLE: callers see
+    that the agent behind could not be reached, not which one or why (the audit
+    detail says, e.g. PEER_IDENTITY_MISMATCH).
+
+    Attributes:
+        upstream: The upstream's name (its SPIFFE ID, else its address or URL).
+    """
+
+    def __init__(self, message: str = "", *, upstream: str = "", detail: str = "") -> None:
+        super().__init__(message, detail=detail)
+        self.upstream = upstream
+
+
 class PeerIdentityMismatch(GatewayError):
     """The server's certificate does not carry the expected peer's SPIFFE ID."""
 
@@ -280,7 +299,8 @@ def error_for_reason(reason: str) -> type[GatewayError]:
 def _index_by_reason() -> dict[str, type[GatewayError]]:
     table: dict[str, type[GatewayError]] = {}
     for cls in all_error_classes():
-        # AgentConfigError shares CONFIG_INVALID with ConfigError: keep the base.
+        # AgentConfigError shares CONFIG_INVALID with ConfigError, and
+        # UpstreamUnavailable PEER_UNAVAILABLE with PeerUnavailable: keep the base.
         table.setdefault(cls.reason, cls)
     return table
 

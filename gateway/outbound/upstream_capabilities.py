@@ -1,0 +1,121 @@
+"""An upstream's listed skills, as ordinary local capabilities.
+
+Each ``[[upstreams.skills]]`` entry becomes a ``Capability`` in the agent's
+registry, so grants, payload caps, Describe, the A2A card, plans and the audit
+log treat it like any other: the decision path has admitted and validated the
+input before the handler below runs, and the capability runner checks its
+output against the contract and digests it.
+
+Contracts (both directions) default to ``{"text": string}``:
+
+* input: the text is sent as one text part; with ``input_schema``, the validated
+  object (only the fields the schema declares and the caller set) as one
+  ``data`` part;
+* output: the answer's text parts, joined, become ``{"text": ...}``; with
+  ``output_schema``, the answer's first ``data`` part is the output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from a2a.types import Part
+from google.protobuf import json_format, struct_pb2
+from pydantic import BaseModel, Field
+
+from capabilities.context import CallContext
+from capabilities.contract import CapabilityContract, ContractModel
+from capabilities.registry import Capability, CapabilityRegistry, DuplicateCapability, Handler
+from capabilities.schema_models import contract_model
+from capabilities.versions import Version
+from gateway.config import UpstreamSkill
+from gateway.errors import AgentConfigError
+from gateway.outbound.upstream_client import UpstreamClient
+
+_JSON = "application/json"
+
+
+class TextInput(ContractModel):
+    """The default input: one text, sent as one text part."""
+
+    text: str = Field(max_length=1_000_000)
+
+
+class TextOutput(ContractModel):
+    """The default output: the answer's text parts, joined."""
+
+    text: str
+
+
+def upstream_capability(skill: UpstreamSkill, client: UpstreamClient) -> Capability:
+    """The capability serving ``skill`` through ``client``."""
+    input_model = _model(skill, "Input", skill.input_schema, TextInput)
+    output_model = _model(skill, "Output", skill.output_schema, TextOutput)
+    contract = CapabilityContract(
+        name=skill.capability,
+        version=Version.parse(skill.version),
+        risk=skill.risk,
+        timeout_seconds=skill.timeout,
+        idempotent=skill.idempotent,
+        input_model=input_model,
+        output_model=output_model,
+        description=skill.description or f"A2A skill {skill.skill!r} of an upstream agent",
+    )
+    return Capability(contract, _handler(skill, client), upstream=client.name)
+
+
+def register_upstreams(registry: CapabilityRegistry, clients: Sequence[UpstreamClient]) -> None:
+    """Register each upstream's listed skills; AgentConfigError (naming the key) on a clash."""
+    for index, client in enumerate(clients):
+        for number, skill in enumerate(client.entry.skills):
+            try:
+                registry.register(upstream_capability(skill, client))
+            except DuplicateCapability as err:
+                raise AgentConfigError(
+                    f"upstreams[{index}].skills[{number}].capability: {err}"
+                ) from err
+
+
+def _model(
+    skill: UpstreamSkill, role: str, schema: dict[str, Any] | None, default: type[ContractModel]
+) -> type[ContractModel]:
+    if schema is None:
+        return default
+    name = "".join(word.capitalize() for word in skill.capability.replace("-", "_").split("."))
+    return contract_model(f"{name}{role}", schema)
+
+
+def _handler(skill: UpstreamSkill, client: UpstreamClient) -> Handler:
+    structured_in = skill.input_schema is not None
+    structured_out = skill.output_schema is not None
+
+    async def call_upstream(payload: BaseModel, ctx: CallContext) -> Any:
+        parts = [_data_part(payload) if structured_in else Part(text=payload.text)]  # type: ignore[attr-defined]
+        budget = min(skill.timeout, ctx.time_remaining())
+        answer = await client.send(skill.skill, parts, timeout=budget)
+        if answer is None:
+            return None  # not an object: the runner answers INVALID_OUTPUT
+        return _first_data(answer) if structured_out else _joined_text(answer)
+
+    return call_upstream
+
+
+def _data_part(payload: BaseModel) -> Part:
+    # Only what the caller set of the declared fields: nothing else leaves.
+    value = json_format.ParseDict(
+        payload.model_dump(mode="json", exclude_unset=True), struct_pb2.Value()
+    )
+    return Part(data=value, media_type=_JSON)
+
+
+def _joined_text(parts: Sequence[Part]) -> dict[str, Any] | None:
+    texts = [part.text for part in parts if part.WhichOneof("content") == "text"]
+    return {"text": "".join(texts)} if texts else None
+
+
+def _first_data(parts: Sequence[Part]) -> Any:
+    for part in parts:
+        if part.WhichOneof("content") == "data":
+            return json_format.MessageToDict(part.data)
+    return None
