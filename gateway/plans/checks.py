@@ -3,7 +3,8 @@
 Structure (pure): more steps than the cap, duplicate ids, unknown dependency,
 dependency cycle, ``$from`` reference to a step that is not a dependency.
 Routes (needs the catalog of what is on offer): a capability no local registry
-or authorized peer offers, or whose every offer is above the task's risk.
+or authorized peer offers, or whose every offer is above the task's risk. A
+route is what ``select_routes`` picks, the same function the run-time choice uses.
 Each problem is reported as a PlanInvalid whose message names the step; but
 when a peer that might offer it could not be asked, that is not a fault of the
 plan: PeerUnavailable, naming the peers.
@@ -15,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gateway.errors import PeerUnavailable, PlanInvalid
-from gateway.outbound.router import Offer, Skipped
+from gateway.outbound.router import Offer, Skipped, select_routes
 from gateway.plans.model import Plan, Step, reference_step
 
 
@@ -110,11 +111,8 @@ def check_routes(
     for step in plan.steps:
         if step.id in skip:
             continue
-        matching = [
-            offer
-            for offer in catalog.get(step.capability, ())
-            if step.constraint.allows(offer.version) and offer.where not in step.avoid
-        ]
+        offers = catalog.get(step.capability, ())
+        matching = select_routes(offers, step.constraint, avoid=step.avoid)
         unreachable = [
             s.where
             for s in (skipped or {}).get(step.capability, ())
@@ -130,7 +128,8 @@ def check_routes(
                 f"step {step.id!r}: no local capability or authorized peer offers "
                 f"{step.capability}@{step.constraint}"
             )
-        if all(offer.risk.rank > plan.max_risk.rank for offer in matching):
+        within = select_routes(offers, step.constraint, avoid=step.avoid, max_risk=plan.max_risk)
+        if not within:
             lowest = min(matching, key=lambda offer: offer.risk.rank).risk
             raise PlanInvalid(
                 f"step {step.id!r}: {step.capability} has risk {lowest.value}; "

@@ -175,10 +175,13 @@ class StepRunner:
     async def _run_routes(
         self, step: Step, resolved: dict[str, Any], tally: StepProgress
     ) -> tuple[_Answer, str]:
-        offers, skipped = await self._router.offers(
-            step.capability, step.constraint, avoid=step.avoid, deadline=self._meter.deadline
+        allowed, skipped = await self._router.offers(
+            step.capability,
+            step.constraint,
+            avoid=step.avoid,
+            deadline=self._meter.deadline,
+            max_risk=self._plan.max_risk,
         )
-        allowed = [o for o in offers if o.risk.rank <= self._plan.max_risk.rank]
         if not allowed or allowed[0].where != LOCAL:  # peers passed over on the way to a peer
             tally.notes += [f"{s.where}: {s.reason}" for s in skipped]
         unreachable = [s.where for s in skipped if s.unreachable]
