@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from gateway.errors import PeerUnavailable, PlanInvalid
 from gateway.outbound.router import Offer, Skipped, select_routes
+from gateway.plans.lease import LEASE_SECONDS
 from gateway.plans.model import Plan, Step, reference_step
 
 
@@ -27,14 +28,17 @@ class PlanLimits:
     Attributes:
         max_steps: Most steps a plan may have.
         default_retries: Retries for a step that does not set ``max_retries``.
+        lease_seconds: How long a task's lease lasts unless renewed (renewed every
+            third of it while the task runs); see ``gateway.plans.lease``.
     """
 
     max_steps: int = 256
     default_retries: int = 2
+    lease_seconds: float = LEASE_SECONDS
 
     def __post_init__(self) -> None:
-        if self.max_steps < 1 or self.default_retries < 0:
-            raise ValueError("max_steps must be >= 1 and default_retries >= 0")
+        if self.max_steps < 1 or self.default_retries < 0 or self.lease_seconds <= 0:
+            raise ValueError("max_steps must be >= 1, default_retries >= 0 and lease_seconds > 0")
 
 
 def check_structure(plan: Plan, limits: PlanLimits) -> tuple[str, ...]:
