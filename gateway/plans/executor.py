@@ -157,6 +157,10 @@ class TaskExecutor:
     async def _plan_and_run(self, cancel: asyncio.Event) -> _Ending:
         await self._set_state(TaskState.PLANNING)
         try:
+            self._meter.check_time()  # a resumed task may have spent it all already
+        except BudgetExhausted as err:
+            return self._failed(err.reason, err.message)
+        try:
             check_structure(self._plan, self._parts.limits)
             names = [s.capability for s in self._plan.steps if s.id not in self._results]
             catalog, skipped = await self._parts.router.catalog(

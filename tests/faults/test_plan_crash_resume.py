@@ -10,7 +10,8 @@ Points (``gateway.plans.crash_points``, set by ``A2AGW_TEST_CRASH_AT``):
 ``before-checkpoint`` (bob chosen, nothing recorded, nothing sent),
 ``after-checkpoint-before-send`` (the pin to bob is durable, nothing sent),
 ``during-run`` (bob holds the call; the test kills alice from outside) and
-``after-answer`` (bob answered, nothing of it recorded).
+``after-answer`` (bob answered, nothing of it recorded). Ctrl-C (SIGINT) while
+bob holds the call must end the same way as a SIGKILL there.
 
 What must hold, counted where the write really ran (bob's and carol's ledgers):
 the write ran at most once in total, exactly once on bob wherever it reached
@@ -45,7 +46,9 @@ BOB, CAROL = spiffe("bob"), spiffe("carol")
 CLI_TIMEOUT = 60.0  # python start-up on a busy runner; a hang detector, never asserted
 POLL = 0.05
 DURING_RUN = "during-run"
-POINTS = ["before-checkpoint", "after-checkpoint-before-send", DURING_RUN, "after-answer"]
+CTRL_C = "ctrl-c-during-run"  # SIGINT instead of SIGKILL while bob holds the call
+POINTS = ["before-checkpoint", "after-checkpoint-before-send", DURING_RUN, "after-answer", CTRL_C]
+HELD = (DURING_RUN, CTRL_C)
 
 
 @dataclass
@@ -117,9 +120,9 @@ def cli(*args: str) -> list[str]:
 
 
 def run_until_killed(scene: Scene, point: str) -> None:
-    """``a2a-gateway run`` the plan and let it die with SIGKILL at ``point``."""
+    """``a2a-gateway run`` the plan and let it die with SIGKILL (or SIGINT) at ``point``."""
     env = dict(os.environ)
-    if point == DURING_RUN:
+    if point in HELD:
         (scene.states["bob"] / HOLD_FILE).touch()
     else:
         env[CRASH_AT_ENV] = point
@@ -132,19 +135,22 @@ def run_until_killed(scene: Scene, point: str) -> None:
         env=env,
     )
     try:
-        if point == DURING_RUN:
+        if point in HELD:
             for _ in range(int(CLI_TIMEOUT / POLL)):  # bounded: until bob holds the call
                 if scene.runs()["bob"] or proc.poll() is not None:
                     break
                 time.sleep(POLL)
             assert scene.runs()["bob"] == 1, proc.communicate(timeout=CLI_TIMEOUT)
-            os.kill(proc.pid, signal.SIGKILL)
+            os.kill(proc.pid, signal.SIGINT if point == CTRL_C else signal.SIGKILL)
         out, err = proc.communicate(timeout=CLI_TIMEOUT)
     finally:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=CLI_TIMEOUT)
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, out, err)
+    if point != CTRL_C:
+        assert proc.returncode == -signal.SIGKILL, (proc.returncode, out, err)
+    else:
+        assert proc.returncode != 0, (out, err)
 
 
 def resume(scene: Scene, task_id: str) -> tuple[int, dict[str, Any], str]:
@@ -178,7 +184,10 @@ def crash(scene: Scene, point: str) -> StoredTask:
     run_until_killed(scene, point)
     task = stored(scene)
     assert not task.state.terminal, task.state
-    assert task.lease is not None  # a SIGKILL leaves the lease behind
+    if point == CTRL_C:
+        assert task.lease is None  # a graceful stop gives the lease back
+    else:
+        assert task.lease is not None  # a SIGKILL leaves it behind
     return task
 
 
@@ -194,7 +203,7 @@ def test_write_killed_then_resumed_with_bob_down_never_runs_on_carol(
     scene: Scene, point: str
 ) -> None:
     task = crash(scene, point)
-    reached_bob = point in (DURING_RUN, "after-answer")
+    reached_bob = point in (*HELD, "after-answer")
     assert scene.runs() == {"bob": int(reached_bob), "carol": 0}
     if point == "before-checkpoint":
         assert task.pins == {}
