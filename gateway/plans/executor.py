@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ from gateway.plans.task import (
     TaskState,
     transition,
 )
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +151,12 @@ class TaskExecutor:
                 kept = await self._checkpoints.renew()
             except TaskLeased:
                 kept = False
+            except Exception as err:
+                # The store failed this once (e.g. busy): the lease outlives a few
+                # missed renewals, and if it lapses and is taken over, the fence on
+                # every checkpoint stops this run anyway.
+                _log.warning("task %s: lease renewal failed: %s", self._task_id, type(err).__name__)
+                continue
             if not kept:
                 self._lease_lost = True
                 if running is not None:

@@ -254,3 +254,49 @@ def test_write_killed_then_resumed_with_bob_up_goes_to_bob_with_the_same_key(
     else:
         assert result["message"].startswith(f"step 'w' failed on {BOB}: ")
     assert scene.runs() == {"bob": 1, "carol": 0}
+
+
+def test_resume_while_another_process_runs_the_task_is_refused(scene: Scene) -> None:
+    """Two processes at once: ``run`` holds the task (bob holds its write); a concurrent
+    ``tasks --resume`` is refused TASK_LEASED and sends nothing; the first run completes."""
+    (scene.states["bob"] / HOLD_FILE).touch()
+    proc = subprocess.Popen(
+        cli("run", "--config", str(scene.alice_config), str(scene.plan), "--json"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        for _ in range(int(CLI_TIMEOUT / POLL)):  # bounded: until bob holds the call
+            if scene.runs()["bob"] or proc.poll() is not None:
+                break
+            time.sleep(POLL)
+        assert scene.runs()["bob"] == 1, proc.communicate(timeout=CLI_TIMEOUT)
+        task = stored(scene)
+        assert task.lease is not None and task.lease.owner.split(":")[1] == str(proc.pid)
+
+        second = subprocess.run(
+            cli("tasks", "--config", str(scene.alice_config), "--resume", task.task_id),
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=CLI_TIMEOUT,
+        )
+        assert second.returncode == 1, second
+        assert second.stderr.startswith(
+            f"refused: TASK_LEASED: task {task.task_id} is being run by "
+        )
+        assert scene.runs() == {"bob": 1, "carol": 0}
+
+        (scene.states["bob"] / RELEASE_FILE).touch()
+        out, err = proc.communicate(timeout=CLI_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=CLI_TIMEOUT)
+    assert proc.returncode == 0, err
+    result = json.loads(out)
+    assert (result["state"], result["steps"]["w"]["where"]) == ("completed", BOB)
+    assert scene.runs() == {"bob": 1, "carol": 0}
+    assert stored(scene).lease is None

@@ -11,11 +11,13 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from capabilities.registry import CapabilityRegistry
 from gateway.errors import TaskLeased
 from gateway.outbound.router import Router
 from gateway.plans import Plan, PlanLimits
@@ -23,11 +25,13 @@ from gateway.plans.executor import ExecutorParts
 from gateway.plans.lease import Lease, holder_gone, may_take
 from gateway.plans.planner import RerouteOrStop
 from gateway.plans.runner import TaskRunner
+from gateway.plans.step_runner import WRITE_IN_DOUBT
 from gateway.plans.store import SqliteTaskStore, Usage, WritePin
 from gateway.plans.task import StepResult, StepStatus, TaskState
 from gateway.transport.client import InvokeResult
+from policies.store import PolicyStore
 from tests.plans.test_routing_rules import BOB, FakePeer, router
-from tests.support import spiffe
+from tests.support import WriteCounter, outbound_rule, spiffe, write_policy
 
 WAIT = 10.0  # bound on any wait (a hang detector, never asserted)
 PLAN = Plan.model_validate(
@@ -250,3 +254,65 @@ async def test_resumed_task_counts_the_peer_calls_made_before_the_crash(tmp_path
     assert (result.state, result.reason) == (TaskState.FAILED, "BUDGET_EXHAUSTED")
     assert "max_peer_calls (3) reached" in result.message
     assert held.sends == 0 and result.peer_calls == 3
+
+
+# --- Write pins honoured on resume --------------------------------------------------------------
+
+
+def write_plan(capability: str) -> Plan:
+    return Plan.model_validate(
+        {
+            "goal": "g",
+            "max_risk": "write",
+            "steps": [{"id": "w", "capability": capability, "input": {"text": "x", "q": 1}}],
+        }
+    )
+
+
+async def pinned_resume(
+    tmp_path: Path, capability: str, pin: WritePin
+) -> tuple[Any, WriteCounter, type[HeldRouter]]:
+    """A task whose step ``w`` a run pinned (``pin``) before it died; resumed here."""
+    counter = WriteCounter()
+    registry = CapabilityRegistry()
+    registry.register(counter.capability())  # alice runs notes.write locally
+    held = held_router_class()
+    policy = write_policy(tmp_path / "policy.toml", [], [outbound_rule("bob", ["text.search"])])
+    own = parts(tmp_path, held)
+    own.router = held(
+        registry=registry,
+        policies=PolicyStore(policy),
+        peers=[BOB],
+        client_for=lambda _peer_id: FakePeer(risk="write"),  # type: ignore[arg-type, return-value]
+    )
+    dead = f"{socket.gethostname()}:{dead_pid()}:crashed"
+    try:
+        await own.store.create("t1", write_plan(capability), int(time.time() * 1000))
+        await own.store.take_lease("t1", dead, int(time.time() * 1000), 60)
+        now = replace(pin, time_unix_ms=int(time.time() * 1000))  # the usage is as of the pin
+        await own.store.pin_write("t1", now, Usage(1, 1, 0.1), owner=dead)
+        result = await asyncio.wait_for(TaskRunner(own).resume("t1"), WAIT)
+    finally:
+        own.store.close()
+    return result, counter, held
+
+
+async def test_write_pinned_locally_is_in_doubt_on_resume_and_not_run_again(
+    tmp_path: Path,
+) -> None:
+    pin = WritePin("w", 0, "local", "t1:w:0", "1.0.0", 1)
+    result, counter, held = await pinned_resume(tmp_path, "notes.write", pin)
+    assert (result.state, result.reason) == (TaskState.FAILED, "IDEMPOTENCY_IN_DOUBT")
+    assert result.steps["w"].where == "local" and result.steps["w"].may_have_written
+    assert counter.calls == 0 and held.sends == 0
+
+
+async def test_write_pinned_to_a_version_the_peer_no_longer_serves_is_not_moved(
+    tmp_path: Path,
+) -> None:
+    pin = WritePin("w", 0, BOB, "t1:w:0", "0.9.0", 1)
+    result, counter, held = await pinned_resume(tmp_path, "text.search", pin)
+    assert (result.state, result.reason) == (TaskState.FAILED, "VERSION_NOT_AVAILABLE")
+    assert result.message.startswith(f"step 'w' failed on {BOB}: {BOB} now serves 1.0.0; ")
+    assert WRITE_IN_DOUBT in result.message
+    assert counter.calls == 0 and held.sends == 0
