@@ -1,7 +1,8 @@
 """Checkpoints of tasks: plan, revisions, step results, evidence, usage, write pins, leases.
 
 ``TaskStore`` is the interface; ``SqliteTaskStore`` keeps it in one SQLite file
-(WAL, synchronous=NORMAL) so an agent restarted mid-task resumes without
+(WAL, synchronous=NORMAL; layout in ``gateway.plans.sqlite_rows``, the records in
+``gateway.plans.records``) so an agent restarted mid-task resumes without
 re-running completed steps. Step outputs are the agent's own data and are
 kept for resume; nothing here is logged.
 
@@ -13,73 +14,22 @@ another process has taken the task over.
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from gateway.errors import AuditUnavailable, TaskLeased, TaskNotFound
-from gateway.plans.lease import Lease, may_take
-from gateway.plans.model import Plan, parse_plan
-from gateway.plans.task import Evidence, RevisionRecord, StepResult, StepStatus, TaskState
+from gateway.plans import sqlite_rows as rows
+from gateway.plans.lease import may_take
+from gateway.plans.model import Plan
+from gateway.plans.records import StoredTask, Usage, WritePin
+from gateway.plans.task import RevisionRecord, StepResult, TaskState
 
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Budget consumed so far (survives restarts).
-
-    ``elapsed_seconds`` is as of the checkpoint's ``updated_unix_ms``.
-    """
-
-    steps: int = 0
-    peer_calls: int = 0
-    elapsed_seconds: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class WritePin:
-    """Where a write step's attempt went, recorded *before* it is sent.
-
-    A resumed task sends that step only there again, with the same key.
-
-    Attributes:
-        step_id: The step.
-        revision: Its revision (the key changes with it).
-        where: ``"local"`` or the peer's SPIFFE ID.
-        idempotency_key: The key the attempt carries.
-        version: The version asked for.
-        time_unix_ms: When it was recorded.
-    """
-
-    step_id: str
-    revision: int
-    where: str
-    idempotency_key: str
-    version: str
-    time_unix_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class StoredTask:
-    """Everything checkpointed about one task."""
-
-    task_id: str
-    plan: Plan
-    state: TaskState
-    revision: int
-    reason: str
-    message: str
-    steps: dict[str, StepResult]
-    revisions: tuple[RevisionRecord, ...]
-    usage: Usage
-    created_unix_ms: int
-    updated_unix_ms: int
-    pins: dict[str, WritePin] = field(default_factory=dict)
-    lease: Lease | None = None
+__all__ = ["SqliteTaskStore", "StoredTask", "TaskStore", "Usage", "WritePin"]
 
 
 class TaskStore(ABC):
@@ -161,40 +111,7 @@ class TaskStore(ABC):
         """Release the store."""
 
 
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS tasks (task_id TEXT PRIMARY KEY, plan_json TEXT NOT NULL, "
-    "state TEXT NOT NULL, revision INTEGER NOT NULL, reason TEXT NOT NULL, "
-    "message TEXT NOT NULL, steps_used INTEGER NOT NULL, peer_calls INTEGER NOT NULL, "
-    "elapsed REAL NOT NULL, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS steps (task_id TEXT NOT NULL, step_id TEXT NOT NULL, "
-    "revision INTEGER NOT NULL, status TEXT NOT NULL, where_ TEXT NOT NULL, "
-    "attempts INTEGER NOT NULL, duration_ms REAL NOT NULL, output_json TEXT, "
-    "served_version TEXT, time_ms INTEGER, sha256 TEXT, replayed INTEGER NOT NULL, "
-    "reason TEXT NOT NULL, message TEXT NOT NULL, notes_json TEXT NOT NULL, "
-    "PRIMARY KEY (task_id, step_id))",
-    "CREATE TABLE IF NOT EXISTS revisions (task_id TEXT NOT NULL, revision INTEGER NOT NULL, "
-    "reason TEXT NOT NULL, time_ms INTEGER NOT NULL, plan_json TEXT NOT NULL, "
-    "PRIMARY KEY (task_id, revision))",
-    "CREATE TABLE IF NOT EXISTS write_pins (task_id TEXT NOT NULL, step_id TEXT NOT NULL, "
-    "revision INTEGER NOT NULL, where_ TEXT NOT NULL, idempotency_key TEXT NOT NULL, "
-    "version TEXT NOT NULL, time_ms INTEGER NOT NULL, PRIMARY KEY (task_id, step_id, revision))",
-    "CREATE TABLE IF NOT EXISTS leases (task_id TEXT PRIMARY KEY, owner TEXT NOT NULL, "
-    "expires_ms INTEGER NOT NULL)",
-)
-
 _T = TypeVar("_T")
-
-# A late result of an older step revision, or anything after a completion, is dropped.
-_UPSERT_STEP = (
-    "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT(task_id, step_id) DO UPDATE SET revision = excluded.revision, "
-    "status = excluded.status, where_ = excluded.where_, attempts = excluded.attempts, "
-    "duration_ms = excluded.duration_ms, output_json = excluded.output_json, "
-    "served_version = excluded.served_version, time_ms = excluded.time_ms, "
-    "sha256 = excluded.sha256, replayed = excluded.replayed, reason = excluded.reason, "
-    "message = excluded.message, notes_json = excluded.notes_json "
-    "WHERE excluded.revision >= steps.revision AND steps.status != 'completed'"
-)
 
 
 class SqliteTaskStore(TaskStore):
@@ -210,7 +127,7 @@ class SqliteTaskStore(TaskStore):
             # idempotency keys make harmless for writes.
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA busy_timeout=5000")
-            for statement in _SCHEMA:
+            for statement in rows.SCHEMA:
                 self._db.execute(statement)
         except sqlite3.Error as err:
             raise AuditUnavailable(f"task store {path}: {err}") from err
@@ -238,7 +155,7 @@ class SqliteTaskStore(TaskStore):
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
                     if owner is not None:
-                        _check_owner(self._db, task_id, owner)
+                        rows.check_owner(self._db, task_id, owner)
                     answer = work(self._db)
                     self._db.execute("COMMIT")
                 except BaseException:
@@ -264,12 +181,12 @@ class SqliteTaskStore(TaskStore):
                 "UPDATE tasks SET state = ?, reason = ?, message = ? WHERE task_id = ?",
                 (state.value, reason, message, task_id),
             )
-            _write_usage(db, task_id, usage, now_ms)
+            rows.write_usage(db, task_id, usage, now_ms)
 
         await self._fenced(task_id, owner, work)
 
     async def record_usage(self, task_id: str, usage: Usage, now_ms: int, *, owner: str) -> None:
-        await self._fenced(task_id, owner, lambda db: _write_usage(db, task_id, usage, now_ms))
+        await self._fenced(task_id, owner, lambda db: rows.write_usage(db, task_id, usage, now_ms))
 
     async def revise(
         self, task_id: str, plan: Plan, record: RevisionRecord, *, owner: str | None = None
@@ -289,9 +206,9 @@ class SqliteTaskStore(TaskStore):
     async def record_step(
         self, task_id: str, result: StepResult, *, owner: str | None = None
     ) -> bool:
-        row = _step_row(task_id, result)
+        row = rows.step_row(task_id, result)
         changed = await self._fenced(
-            task_id, owner, lambda db: db.execute(_UPSERT_STEP, row).rowcount
+            task_id, owner, lambda db: db.execute(rows.UPSERT_STEP, row).rowcount
         )
         return changed > 0
 
@@ -312,7 +229,7 @@ class SqliteTaskStore(TaskStore):
                     pin.time_unix_ms,
                 ),
             )
-            _write_usage(db, task_id, usage, pin.time_unix_ms)
+            rows.write_usage(db, task_id, usage, pin.time_unix_ms)
 
         await self._fenced(task_id, owner, work)
 
@@ -320,7 +237,7 @@ class SqliteTaskStore(TaskStore):
         def work(db: sqlite3.Connection) -> None:
             if db.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone() is None:
                 raise TaskNotFound(f"no task {task_id!r} in this agent's task store")
-            current = _lease(db, task_id)
+            current = rows.lease(db, task_id)
             if not may_take(current, owner, now_ms):
                 assert current is not None
                 left = (current.expires_unix_ms - now_ms) / 1000
@@ -328,16 +245,16 @@ class SqliteTaskStore(TaskStore):
                     f"task {task_id} is being run by {current.owner} (lease live for "
                     f"another {left:.1f}s); resume it once that process has ended"
                 )
-            _write_lease(db, task_id, owner, now_ms + int(seconds * 1000))
+            rows.write_lease(db, task_id, owner, now_ms + int(seconds * 1000))
 
         await self._fenced(task_id, None, work)
 
     async def renew_lease(self, task_id: str, owner: str, now_ms: int, seconds: float) -> bool:
         def work(db: sqlite3.Connection) -> bool:
-            current = _lease(db, task_id)
+            current = rows.lease(db, task_id)
             if current is None or current.owner != owner:
                 return False
-            _write_lease(db, task_id, owner, now_ms + int(seconds * 1000))
+            rows.write_lease(db, task_id, owner, now_ms + int(seconds * 1000))
             return True
 
         return await self._fenced(task_id, None, work)
@@ -366,9 +283,9 @@ class SqliteTaskStore(TaskStore):
                     "FROM write_pins WHERE task_id = ? ORDER BY revision",
                     (task_id,),
                 ).fetchall()
-                lease = _lease(self._db, task_id)
-            stored = _stored_task(row, steps, revisions)
-            latest = {r[0]: WritePin(r[0], int(r[1]), r[2], r[3], r[4], int(r[5])) for r in pins}
+                lease = rows.lease(self._db, task_id)
+            stored = rows.stored_task(row, steps, revisions)
+            latest = {r[0]: rows.write_pin(r) for r in pins}
             return replace(stored, pins=latest, lease=lease)
 
         return await asyncio.to_thread(work)
@@ -387,122 +304,3 @@ class SqliteTaskStore(TaskStore):
     def close(self) -> None:
         with self._lock:
             self._db.close()
-
-
-def _check_owner(db: sqlite3.Connection, task_id: str, owner: str) -> None:
-    current = _lease(db, task_id)
-    if current is None or current.owner != owner:
-        holder = "nobody" if current is None else current.owner
-        raise TaskLeased(f"task {task_id}: this process lost its lease (now held by {holder})")
-
-
-def _lease(db: sqlite3.Connection, task_id: str) -> Lease | None:
-    row = db.execute(
-        "SELECT owner, expires_ms FROM leases WHERE task_id = ?", (task_id,)
-    ).fetchone()
-    return None if row is None else Lease(str(row[0]), int(row[1]))
-
-
-def _write_lease(db: sqlite3.Connection, task_id: str, owner: str, expires_ms: int) -> None:
-    db.execute(
-        "INSERT INTO leases VALUES (?, ?, ?) ON CONFLICT(task_id) DO UPDATE SET "
-        "owner = excluded.owner, expires_ms = excluded.expires_ms",
-        (task_id, owner, expires_ms),
-    )
-
-
-def _write_usage(db: sqlite3.Connection, task_id: str, usage: Usage, now_ms: int) -> None:
-    db.execute(
-        "UPDATE tasks SET steps_used = ?, peer_calls = ?, elapsed = ?, updated_ms = ? "
-        "WHERE task_id = ?",
-        (usage.steps, usage.peer_calls, usage.elapsed_seconds, now_ms, task_id),
-    )
-
-
-def _step_row(task_id: str, result: StepResult) -> tuple[Any, ...]:
-    evidence = result.evidence
-    return (
-        task_id,
-        result.step_id,
-        result.revision,
-        result.status.value,
-        result.where,
-        result.attempts,
-        result.duration_ms,
-        None if result.output is None else json.dumps(result.output, sort_keys=True),
-        evidence.served_version if evidence else None,
-        evidence.time_unix_ms if evidence else None,
-        evidence.sha256 if evidence else None,
-        int(result.replayed),
-        result.reason,
-        result.message,
-        json.dumps(list(result.notes)),
-    )
-
-
-def _stored_task(
-    row: tuple[Any, ...], steps: list[tuple[Any, ...]], revisions: list[tuple[Any, ...]]
-) -> StoredTask:
-    (
-        task_id,
-        plan_json,
-        state,
-        revision,
-        reason,
-        message,
-        steps_used,
-        peer_calls,
-        elapsed,
-        created,
-        updated,
-    ) = row
-    return StoredTask(
-        task_id=task_id,
-        plan=parse_plan(plan_json, f"task {task_id}"),
-        state=TaskState(state),
-        revision=int(revision),
-        reason=reason,
-        message=message,
-        steps={r[1]: _step_result(r) for r in steps},
-        revisions=tuple(RevisionRecord(int(r[0]), r[1], int(r[2])) for r in revisions),
-        usage=Usage(int(steps_used), int(peer_calls), float(elapsed)),
-        created_unix_ms=int(created),
-        updated_unix_ms=int(updated),
-    )
-
-
-def _step_result(row: tuple[Any, ...]) -> StepResult:
-    (
-        _,
-        step_id,
-        revision,
-        status,
-        where,
-        attempts,
-        duration_ms,
-        output_json,
-        served,
-        time_ms,
-        sha256,
-        replayed,
-        reason,
-        message,
-        notes_json,
-    ) = row
-    evidence = (
-        Evidence(step_id, where, served, int(time_ms), sha256) if sha256 is not None else None
-    )
-    return StepResult(
-        step_id=step_id,
-        status=StepStatus(status),
-        revision=int(revision),
-        where=where,
-        attempts=int(attempts),
-        duration_ms=float(duration_ms),
-        output=None if output_json is None else json.loads(output_json),
-        evidence=evidence,
-        replayed=bool(replayed),
-        reason=reason,
-        message=message,
-        notes=tuple(json.loads(notes_json)),
-    )
