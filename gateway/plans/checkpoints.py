@@ -12,12 +12,19 @@ since the last of those.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
+from collections.abc import Callable
 
+from gateway.errors import TaskLeased
 from gateway.plans.budget import BudgetMeter
+from gateway.plans.lease import RENEW_FRACTION
 from gateway.plans.model import Plan
 from gateway.plans.store import TaskStore, WritePin
 from gateway.plans.task import RevisionRecord, StepResult, TaskState
+
+_log = logging.getLogger(__name__)
 
 
 class RunCheckpoints:
@@ -69,6 +76,25 @@ class RunCheckpoints:
             return False
         await self.usage()
         return True
+
+    async def keep_lease(self, on_lost: Callable[[], None]) -> None:
+        """Renew the lease (and the usage) every third of its life until cancelled;
+        call ``on_lost`` and return once it is lost."""
+        while True:
+            await asyncio.sleep(self._lease_seconds * RENEW_FRACTION)
+            try:
+                kept = await self.renew()
+            except TaskLeased:
+                kept = False
+            except Exception as err:
+                # The store failed this once (e.g. busy): the lease outlives a few
+                # missed renewals, and if it lapses and is taken over, the fence on
+                # every checkpoint stops this run anyway.
+                _log.warning("task %s: lease renewal failed: %s", self.task_id, type(err).__name__)
+                continue
+            if not kept:
+                on_lost()
+                return
 
 
 def _now_ms() -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +30,6 @@ from gateway.outbound.router import Router
 from gateway.plans.budget import BudgetMeter
 from gateway.plans.checkpoints import RunCheckpoints
 from gateway.plans.checks import PlanLimits, check_routes, check_structure
-from gateway.plans.lease import RENEW_FRACTION
 from gateway.plans.model import Plan, Step, resolve_input
 from gateway.plans.planner import Failure, Planner
 from gateway.plans.step_runner import WRITE_IN_DOUBT, StepProgress, StepRunner
@@ -44,8 +42,6 @@ from gateway.plans.task import (
     TaskState,
     transition,
 )
-
-_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +107,7 @@ class TaskExecutor:
             parts.store, stored.task_id, owner, self._meter, parts.limits.lease_seconds
         )
         self._lease_lost = False
+        self._running_task: asyncio.Task[object] | None = None
         self._on_event = on_event
         self._in_flight: dict[asyncio.Task[StepResult], Step] = {}
         self._progress: dict[asyncio.Task[StepResult], StepProgress] = {}
@@ -121,13 +118,14 @@ class TaskExecutor:
         Raises:
             TaskLeased: this run lost the task's lease; it stopped without recording more.
         """
-        keeper = asyncio.create_task(self._keep_lease(asyncio.current_task()))
+        self._running_task = asyncio.current_task()
+        keeper = asyncio.create_task(self._checkpoints.keep_lease(self._lose_lease))
         try:
             ending = await self._plan_and_run(cancel)
             await self._set_state(ending.state, ending.reason, ending.message)
         except asyncio.CancelledError:
             await self._abandon_in_flight()
-            if self._lease_lost:
+            if self._lease_lost:  # the keeper cancelled this run
                 _uncancel()
                 raise TaskLeased(f"task {self._task_id}: this process lost its lease") from None
             with contextlib.suppress(TaskLeased):
@@ -142,26 +140,11 @@ class TaskExecutor:
                 await keeper
         return self.result(ending)
 
-    async def _keep_lease(self, running: asyncio.Task[object] | None) -> None:
-        """Renew the lease while the task runs; stop the run if it is lost."""
-        interval = self._parts.limits.lease_seconds * RENEW_FRACTION
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                kept = await self._checkpoints.renew()
-            except TaskLeased:
-                kept = False
-            except Exception as err:
-                # The store failed this once (e.g. busy): the lease outlives a few
-                # missed renewals, and if it lapses and is taken over, the fence on
-                # every checkpoint stops this run anyway.
-                _log.warning("task %s: lease renewal failed: %s", self._task_id, type(err).__name__)
-                continue
-            if not kept:
-                self._lease_lost = True
-                if running is not None:
-                    running.cancel()
-                return
+    def _lose_lease(self) -> None:
+        self._lease_lost = True
+        running = self._running_task
+        if running is not None:
+            running.cancel()
 
     async def _plan_and_run(self, cancel: asyncio.Event) -> _Ending:
         await self._set_state(TaskState.PLANNING)
