@@ -35,6 +35,7 @@ from typing import Any
 from capabilities.context import CallContext, PeerCall
 from capabilities.contract import Risk
 from capabilities.runner import run_capability
+from capabilities.versions import VersionConstraint
 from gateway.errors import (
     AuditUnavailable,
     BudgetExhausted,
@@ -248,7 +249,7 @@ class StepRunner:
             )
         offers, skipped = await self._router.offers(
             step.capability,
-            step.constraint,
+            VersionConstraint.parse(pin.version),  # exactly the version the write went to
             deadline=self._meter.deadline,
             max_risk=self._plan.max_risk,
         )
@@ -256,10 +257,8 @@ class StepRunner:
         if offer is None and any(s.where == pin.where and s.unreachable for s in skipped):
             raise PeerUnavailable(f"could not reach {pin.where}")
         if offer is None:
-            raise NoRoute(f"{pin.where} no longer offers {step.capability}@{pin.version} here")
-        if str(offer.version) != pin.version:
             raise VersionNotAvailable(
-                f"{pin.where} now serves {offer.version}; the write was sent to {pin.version}"
+                f"{pin.where} no longer offers {step.capability} {pin.version} to this agent"
             )
         return await self._run_offer(step, resolved, offer, tally), offer.where
 

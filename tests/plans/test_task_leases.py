@@ -313,6 +313,8 @@ async def test_write_pinned_to_a_version_the_peer_no_longer_serves_is_not_moved(
     pin = WritePin("w", 0, BOB, "t1:w:0", "0.9.0", 1)
     result, counter, held = await pinned_resume(tmp_path, "text.search", pin)
     assert (result.state, result.reason) == (TaskState.FAILED, "VERSION_NOT_AVAILABLE")
-    assert result.message.startswith(f"step 'w' failed on {BOB}: {BOB} now serves 1.0.0; ")
+    assert result.message.startswith(
+        f"step 'w' failed on {BOB}: {BOB} no longer offers text.search 0.9.0 to this agent; "
+    )
     assert WRITE_IN_DOUBT in result.message
     assert counter.calls == 0 and held.sends == 0
