@@ -32,6 +32,7 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
     ├── BudgetExhausted               RESOURCE_EXHAUSTED BUDGET_EXHAUSTED      (plans)
     ├── NoRoute                       FAILED_PRECONDITION NO_ROUTE             (plans)
     ├── ExpectationFailed             FAILED_PRECONDITION EXPECTATION_FAILED   (plans)
+    ├── TaskLeased                    ABORTED            TASK_LEASED           (plans)
     └── ConfigError                   FAILED_PRECONDITION
         ├── PolicyFileError           POLICY_INVALID
         ├── AgentConfigError          CONFIG_INVALID
@@ -279,6 +280,13 @@ class ExpectationFailed(GatewayError):
     """A step's output does not satisfy the step's ``expect`` condition."""
 
     reason = "EXPECTATION_FAILED"
+
+
+class TaskLeased(GatewayError):
+    """Another live process holds the task's lease (it is running the task), or this
+    process lost the lease; nothing more of the task runs here."""
+
+    reason = "TASK_LEASED"
 
 
 def all_error_classes() -> list[type[GatewayError]]:

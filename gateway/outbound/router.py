@@ -7,6 +7,11 @@ order of the agent's ``[[peers]]``. A peer is a route only if
    version) to it — fails closed: no rule, no route; and
 2. its ``Describe`` (to this agent) lists a matching version.
 
+Which version a place serves is chosen by one function, ``select_routes``: the
+highest version that the step's constraint, the task's risk *and* the outbound
+rule all allow. The static check of a plan and the run-time choice both use it,
+so a version-scoped rule (``x@^1``) cannot pass one and fail the other.
+
 Descriptions are cached per peer; ``forget(peer)`` drops one when the peer
 answers that a capability or version is not available. A peer whose Describe
 failed is reported as ``Skipped`` (``PEER_UNAVAILABLE`` when it could not be
@@ -22,7 +27,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +106,43 @@ _UNREACHABLE = (PeerUnavailable, DeadlineExceeded, AuditUnavailable)
 """Describe failures that say nothing about what the peer offers: transient."""
 
 
+OfferFilter = Callable[[Offer], bool]
+"""Whether an offer may be used (e.g. the outbound rules allow its version)."""
+
+
+def _any_offer(offer: Offer) -> bool:
+    return True
+
+
+def select_routes(
+    offers: Iterable[Offer],
+    constraint: VersionConstraint,
+    *,
+    avoid: Sequence[str] = (),
+    max_risk: Risk | None = None,
+    permitted: OfferFilter = _any_offer,
+) -> list[Offer]:
+    """One offer per place, places in the order they first appear in ``offers``.
+
+    For each place the highest version that ``constraint``, ``max_risk`` and
+    ``permitted`` all allow: filtering first and taking the highest after, so a
+    rule allowing only some versions still gets the best of those. Places in
+    ``avoid`` and places with no such version are left out.
+    """
+    best: dict[str, Offer] = {}
+    for offer in offers:
+        if offer.where in avoid or not constraint.allows(offer.version):
+            continue
+        if max_risk is not None and offer.risk.rank > max_risk.rank:
+            continue
+        if not permitted(offer):
+            continue
+        current = best.get(offer.where)
+        if current is None or offer.version > current.version:
+            best[offer.where] = offer
+    return list(best.values())
+
+
 def local_offer(cap: Capability) -> Offer:
     """The offer of a capability registered in this agent."""
     contract = cap.contract
@@ -172,6 +214,11 @@ class Router:
             for entry in rule.capabilities
         )
 
+    def permits(self, offer: Offer) -> bool:
+        """The offer runs locally, or the outbound rules allow its capability and version
+        to its peer (the filter for ``select_routes``)."""
+        return offer.where == LOCAL or self.may_send(offer.where, offer.capability, offer.version)
+
     def has_local(self, capability: str, constraint: VersionConstraint) -> bool:
         """True if this agent's registry can run ``capability@constraint``."""
         return self._registry.resolve(capability, constraint) is not None
@@ -183,17 +230,16 @@ class Router:
         *,
         avoid: Sequence[str] = (),
         deadline: float | None = None,
+        max_risk: Risk | None = None,
     ) -> tuple[list[Offer], list[Skipped]]:
         """Routes for ``capability@constraint``: local first, then peers in config order.
 
-        Peers not asked (outbound rules) or whose Describe failed (before
-        ``deadline``, a ``time.monotonic()`` value) come back as ``Skipped``.
+        Each route serves the version ``select_routes`` picks (within ``max_risk``
+        if given). Peers not asked (outbound rules), whose Describe failed (before
+        ``deadline``, a ``time.monotonic()`` value) or whose matching versions the
+        outbound rules all refuse come back as ``Skipped``.
         """
-        found: list[Offer] = []
         skipped: list[Skipped] = []
-        local = self._registry.resolve(capability, constraint)
-        if local is not None and LOCAL not in avoid:
-            found.append(local_offer(local))
         candidates = [peer for peer in self._peers if peer not in avoid]
         allowed = [peer for peer in candidates if self.may_send(peer, capability)]
         skipped += [
@@ -201,36 +247,41 @@ class Router:
         ]
         descriptions, failed = await self._describe_all(allowed, deadline)
         skipped += failed
+        remote = [
+            offer
+            for peer in allowed
+            if peer in descriptions
+            for offer in _offers_of(descriptions[peer], capability)
+        ]
+        local = [local_offer(c) for c in self._registry if c.name == capability]
+        found = select_routes(
+            local + remote, constraint, avoid=avoid, max_risk=max_risk, permitted=self.permits
+        )
+        routed = {offer.where for offer in found}
         for peer in allowed:
-            description = descriptions.get(peer)
-            offer = None if description is None else _best(description, capability, constraint)
-            if offer is not None and not self.may_send(peer, capability, offer.version):
+            offered = select_routes(_offers_of(descriptions.get(peer), capability), constraint)
+            if offered and peer not in routed and (max_risk is None or _within(offered, max_risk)):
                 skipped.append(Skipped(peer, OutboundNotAllowed.reason))
-            elif offer is not None:
-                found.append(offer)
         return found, skipped
 
     async def catalog(
         self, names: Sequence[str], *, deadline: float | None = None
     ) -> tuple[dict[str, list[Offer]], dict[str, list[Skipped]]]:
-        """Every offer (any version) for each capability in ``names``, and the peers
-        the outbound rules allow for it whose Describe failed."""
+        """Every offer (any version) for each capability in ``names`` that ``permits``
+        allows, and the peers the outbound rules allow for it whose Describe failed."""
         result: dict[str, list[Offer]] = {}
         skipped: dict[str, list[Skipped]] = {}
         for name in sorted(set(names)):
             local = [local_offer(c) for c in self._registry if c.name == name]
-            remote: list[Offer] = []
             allowed = [peer for peer in self._peers if self.may_send(peer, name)]
             descriptions, skipped[name] = await self._describe_all(allowed, deadline)
-            for peer, description in descriptions.items():
-                for cap in description.capabilities:
-                    offer = remote_offer(peer, cap, description.max_payload_bytes)
-                    if (
-                        offer is not None
-                        and offer.capability == name
-                        and self.may_send(peer, name, offer.version)
-                    ):
-                        remote.append(offer)
+            remote = [
+                offer
+                for peer in allowed
+                if peer in descriptions
+                for offer in _offers_of(descriptions[peer], name)
+                if self.permits(offer)
+            ]
             result[name] = local + remote
         return result, skipped
 
@@ -369,15 +420,18 @@ def encode_payload(payload: dict[str, Any]) -> bytes:
         raise InvalidInput(f"payload is not JSON-serialisable: {type(err).__name__}") from err
 
 
-def _best(
-    description: PeerDescription, capability: str, constraint: VersionConstraint
-) -> Offer | None:
-    best: Offer | None = None
+def _offers_of(description: PeerDescription | None, capability: str) -> list[Offer]:
+    """Every well-formed offer of ``capability`` in ``description``, any version."""
+    if description is None:
+        return []
+    found = []
     for cap in description.capabilities:
-        if cap.name != capability:
-            continue
-        offer = remote_offer(description.agent_id, cap, description.max_payload_bytes)
-        if offer is not None and constraint.allows(offer.version):
-            if best is None or offer.version > best.version:
-                best = offer
-    return best
+        if cap.name == capability:
+            offer = remote_offer(description.agent_id, cap, description.max_payload_bytes)
+            if offer is not None:
+                found.append(offer)
+    return found
+
+
+def _within(offers: Sequence[Offer], max_risk: Risk) -> bool:
+    return any(offer.risk.rank <= max_risk.rank for offer in offers)

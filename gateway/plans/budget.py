@@ -12,15 +12,17 @@ from gateway.plans.store import Usage
 class BudgetMeter:
     """Counts what a task uses and refuses what would exceed its budget.
 
-    Time used before a restart (``used.elapsed_seconds``) counts; time while the
-    agent was down does not.
+    Elapsed time is wall time since the task first started: time used before a
+    restart (``used.elapsed_seconds``, as of its checkpoint) and time since that
+    checkpoint while no process ran the task (``down_seconds``) both count, since
+    peers may still be running calls the dead process sent.
     """
 
-    def __init__(self, budget: Budget, used: Usage) -> None:
+    def __init__(self, budget: Budget, used: Usage, down_seconds: float = 0.0) -> None:
         self._budget = budget
         self.steps = used.steps
         self.peer_calls = used.peer_calls
-        self._prior = used.elapsed_seconds
+        self._prior = used.elapsed_seconds + max(0.0, down_seconds)
         self._started = time.monotonic()
         self.deadline = self._started + max(0.0, budget.max_elapsed_seconds - self._prior)
         """``time.monotonic()`` by which the task must end; every step inherits it."""

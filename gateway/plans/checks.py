@@ -3,7 +3,8 @@
 Structure (pure): more steps than the cap, duplicate ids, unknown dependency,
 dependency cycle, ``$from`` reference to a step that is not a dependency.
 Routes (needs the catalog of what is on offer): a capability no local registry
-or authorized peer offers, or whose every offer is above the task's risk.
+or authorized peer offers, or whose every offer is above the task's risk. A
+route is what ``select_routes`` picks, the same function the run-time choice uses.
 Each problem is reported as a PlanInvalid whose message names the step; but
 when a peer that might offer it could not be asked, that is not a fault of the
 plan: PeerUnavailable, naming the peers.
@@ -15,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gateway.errors import PeerUnavailable, PlanInvalid
-from gateway.outbound.router import Offer, Skipped
+from gateway.outbound.router import Offer, Skipped, select_routes
+from gateway.plans.lease import LEASE_SECONDS
 from gateway.plans.model import Plan, Step, reference_step
 
 
@@ -26,14 +28,17 @@ class PlanLimits:
     Attributes:
         max_steps: Most steps a plan may have.
         default_retries: Retries for a step that does not set ``max_retries``.
+        lease_seconds: How long a task's lease lasts unless renewed (renewed every
+            third of it while the task runs); see ``gateway.plans.lease``.
     """
 
     max_steps: int = 256
     default_retries: int = 2
+    lease_seconds: float = LEASE_SECONDS
 
     def __post_init__(self) -> None:
-        if self.max_steps < 1 or self.default_retries < 0:
-            raise ValueError("max_steps must be >= 1 and default_retries >= 0")
+        if self.max_steps < 1 or self.default_retries < 0 or self.lease_seconds <= 0:
+            raise ValueError("max_steps must be >= 1, default_retries >= 0 and lease_seconds > 0")
 
 
 def check_structure(plan: Plan, limits: PlanLimits) -> tuple[str, ...]:
@@ -110,11 +115,8 @@ def check_routes(
     for step in plan.steps:
         if step.id in skip:
             continue
-        matching = [
-            offer
-            for offer in catalog.get(step.capability, ())
-            if step.constraint.allows(offer.version) and offer.where not in step.avoid
-        ]
+        offers = catalog.get(step.capability, ())
+        matching = select_routes(offers, step.constraint, avoid=step.avoid)
         unreachable = [
             s.where
             for s in (skipped or {}).get(step.capability, ())
@@ -130,7 +132,8 @@ def check_routes(
                 f"step {step.id!r}: no local capability or authorized peer offers "
                 f"{step.capability}@{step.constraint}"
             )
-        if all(offer.risk.rank > plan.max_risk.rank for offer in matching):
+        within = select_routes(offers, step.constraint, avoid=step.avoid, max_risk=plan.max_risk)
+        if not within:
             lowest = min(matching, key=lambda offer: offer.risk.rank).risk
             raise PlanInvalid(
                 f"step {step.id!r}: {step.capability} has risk {lowest.value}; "

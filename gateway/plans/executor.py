@@ -1,8 +1,11 @@
 """Running a task: ready steps concurrently, budgets enforced, checkpoints, replanning.
 
-One ``TaskExecutor`` runs one task once (a fresh start or a resume). Every
-state change, step result and revision is checkpointed before the executor
-moves on, so a restart resumes without re-running completed steps.
+One ``TaskExecutor`` runs one task once (a fresh start or a resume), holding
+the task's lease (taken by the ``TaskRunner``) and renewing it while it runs.
+Every state change, step result, revision, peer call and write pin is
+checkpointed (fenced by the lease) before the executor moves on, so a restart
+resumes without re-running completed steps or sending a write elsewhere, and
+with the budget that was really spent.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ from gateway.errors import (
     InvalidInput,
     PeerUnavailable,
     PlanInvalid,
+    TaskLeased,
 )
 from gateway.outbound.router import Router
 from gateway.plans.budget import BudgetMeter
+from gateway.plans.checkpoints import RunCheckpoints
 from gateway.plans.checks import PlanLimits, check_routes, check_structure
 from gateway.plans.model import Plan, Step, resolve_input
 from gateway.plans.planner import Failure, Planner
@@ -83,8 +88,11 @@ class ExecutorParts:
 class TaskExecutor:
     """Runs (or resumes) one checkpointed task to a terminal state."""
 
-    def __init__(self, parts: ExecutorParts, stored: StoredTask, on_event: EventSink) -> None:
+    def __init__(
+        self, parts: ExecutorParts, stored: StoredTask, on_event: EventSink, owner: str
+    ) -> None:
         self._parts = parts
+        self._pins = stored.pins
         self._task_id = stored.task_id
         self._plan = stored.plan
         self._state = stored.state
@@ -93,24 +101,57 @@ class TaskExecutor:
         self._results = {
             sid: r for sid, r in stored.steps.items() if r.status is StepStatus.COMPLETED
         }
-        self._meter = BudgetMeter(stored.plan.budget, stored.usage)
+        down = (time.time() * 1000 - stored.updated_unix_ms) / 1000
+        self._meter = BudgetMeter(stored.plan.budget, stored.usage, down_seconds=down)
+        self._checkpoints = RunCheckpoints(
+            parts.store, stored.task_id, owner, self._meter, parts.limits.lease_seconds
+        )
+        self._lease_lost = False
+        self._running_task: asyncio.Task[object] | None = None
         self._on_event = on_event
         self._in_flight: dict[asyncio.Task[StepResult], Step] = {}
         self._progress: dict[asyncio.Task[StepResult], StepProgress] = {}
 
     async def run(self, cancel: asyncio.Event) -> TaskResult:
-        """Plan, run and finish; an asyncio cancellation (shutdown) leaves the task resumable."""
+        """Plan, run and finish; an asyncio cancellation (shutdown) leaves the task resumable.
+
+        Raises:
+            TaskLeased: this run lost the task's lease; it stopped without recording more.
+        """
+        self._running_task = asyncio.current_task()
+        keeper = asyncio.create_task(self._checkpoints.keep_lease(self._lose_lease))
         try:
             ending = await self._plan_and_run(cancel)
+            await self._set_state(ending.state, ending.reason, ending.message)
         except asyncio.CancelledError:
             await self._abandon_in_flight()
-            await self._checkpoint_usage()
+            if self._lease_lost:  # the keeper cancelled this run
+                _uncancel()
+                raise TaskLeased(f"task {self._task_id}: this process lost its lease") from None
+            with contextlib.suppress(TaskLeased):
+                await asyncio.shield(self._checkpoints.usage())
             raise
-        await self._set_state(ending.state, ending.reason, ending.message)
+        except TaskLeased:
+            await self._abandon_in_flight()
+            raise
+        finally:
+            keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keeper
         return self.result(ending)
+
+    def _lose_lease(self) -> None:
+        self._lease_lost = True
+        running = self._running_task
+        if running is not None:
+            running.cancel()
 
     async def _plan_and_run(self, cancel: asyncio.Event) -> _Ending:
         await self._set_state(TaskState.PLANNING)
+        try:
+            self._meter.check_time()  # a resumed task may have spent it all already
+        except BudgetExhausted as err:
+            return self._failed(err.reason, err.message)
         try:
             check_structure(self._plan, self._parts.limits)
             names = [s.capability for s in self._plan.steps if s.id not in self._results]
@@ -128,7 +169,10 @@ class TaskExecutor:
         cancelled = asyncio.ensure_future(cancel.wait())
         try:
             while True:
+                steps_before = self._meter.steps
                 ending = self._start_ready(runner)
+                if self._meter.steps != steps_before:
+                    await self._checkpoints.usage()
                 if ending is None and not self._in_flight:
                     ending = self._finished()
                 if ending is not None:
@@ -168,7 +212,9 @@ class TaskExecutor:
             plan=self._plan,
             router=self._parts.router,
             meter=self._meter,
+            checkpoints=self._checkpoints,
             default_retries=self._parts.limits.default_retries,
+            pins=self._pins,
             bind_peer_call=self._parts.bind_peer_call,
         )
 
@@ -238,7 +284,7 @@ class TaskExecutor:
             return False
         await self._set_state(TaskState.PLANNING)
         record = RevisionRecord(revision, proposal.reason, int(time.time() * 1000))
-        await self._parts.store.revise(self._task_id, proposal.plan, record)
+        await self._checkpoints.revise(proposal.plan, record)
         self._plan, self._revision = proposal.plan, revision
         self._revisions.append(record)
         del self._results[step.id]
@@ -262,7 +308,7 @@ class TaskExecutor:
         if result.revision != self._plan.step(step.id).revision:
             self._on_event(StepEvent(step.id, "skipped", result.where, result.duration_ms))
             return False
-        await self._parts.store.record_step(self._task_id, result)
+        await self._checkpoints.step_result(result)
         self._results[step.id] = result
         self._on_event(
             StepEvent(step.id, result.status.value, result.where, result.duration_ms, result.reason)
@@ -324,16 +370,7 @@ class TaskExecutor:
         if state is self._state and not state.terminal:
             return
         self._state = transition(self._state, state)
-        await self._parts.store.set_state(
-            self._task_id, state, self._meter.usage(), int(time.time() * 1000), reason, message
-        )
-
-    async def _checkpoint_usage(self) -> None:
-        await asyncio.shield(
-            self._parts.store.set_state(
-                self._task_id, self._state, self._meter.usage(), int(time.time() * 1000), "OK", ""
-            )
-        )
+        await self._checkpoints.state(state, reason, message)
 
     def result(self, ending: _Ending) -> TaskResult:
         """The typed result for ``ending``."""
@@ -349,6 +386,14 @@ class TaskExecutor:
             peer_calls=usage.peer_calls,
             elapsed_seconds=usage.elapsed_seconds,
         )
+
+
+def _uncancel() -> None:
+    # The cancellation came from our own lease keeper and is answered by
+    # TaskLeased; it must not linger on the task for later awaits.
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
 
 
 def stored_result(stored: StoredTask) -> TaskResult:

@@ -1,4 +1,10 @@
-"""The agent-facing side of plans: run, start, resume, cancel and list tasks."""
+"""The agent-facing side of plans: run, start, resume, cancel and list tasks.
+
+A task runs in at most one process at a time: before running (or resuming) it,
+the runner takes the task's lease in the task store under its owner id, and
+gives it back when the run ends. A resume while another process holds a live
+lease ends with ``TaskLeased``.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from gateway.plans.executor import EventSink, ExecutorParts, StepEvent, TaskExecutor, stored_result
+from gateway.plans.lease import new_owner_id
 from gateway.plans.model import Plan
 from gateway.plans.store import StoredTask
 from gateway.plans.task import TaskResult
@@ -48,6 +55,8 @@ class TaskRunner:
     def __init__(self, parts: ExecutorParts) -> None:
         self._parts = parts
         self._running: dict[str, TaskHandle] = {}
+        self.owner = new_owner_id()
+        """This runner's lease owner id (``host:pid:nonce``)."""
 
     async def run(
         self, plan: Plan, *, task_id: str | None = None, on_event: EventSink = _ignore
@@ -108,11 +117,23 @@ class TaskRunner:
         cancel = asyncio.Event()
 
         async def body() -> TaskResult:
+            store = self._parts.store
             try:
                 stored = await prepare()
                 if stored.state.terminal:
                     return stored_result(stored)
-                return await TaskExecutor(self._parts, stored, on_event).run(cancel)
+                now_ms = int(time.time() * 1000)
+                await store.take_lease(
+                    task_id, self.owner, now_ms, self._parts.limits.lease_seconds
+                )
+                try:
+                    stored = await store.load(task_id)  # as of the lease: nobody else runs it now
+                    if stored.state.terminal:
+                        return stored_result(stored)
+                    executor = TaskExecutor(self._parts, stored, on_event, self.owner)
+                    return await executor.run(cancel)
+                finally:
+                    await asyncio.shield(store.release_lease(task_id, self.owner))
             finally:
                 self._running.pop(task_id, None)
 

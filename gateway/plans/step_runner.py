@@ -12,6 +12,12 @@
   (anything but a refusal that proves nothing ran): the idempotency key only
   protects on that peer, so it may retry there, else the step fails saying the
   write's outcome is unknown (``StepProgress.written_at``).
+* Write pins: before a write attempt is sent, where it goes and its key are
+  checkpointed (``RunCheckpoints.pin_write``). A resumed task sends a pinned
+  step only to that place again with the same key (the peer answers with the
+  stored result or ``IDEMPOTENCY_IN_DOUBT``), or fails naming the place and
+  saying the write's outcome is unknown; a pinned local write (no idempotency
+  store behind it) fails ``IDEMPOTENCY_IN_DOUBT``.
 * Remote outputs are untrusted: digest, served version and output schema are checked.
 """
 
@@ -22,13 +28,14 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from capabilities.context import CallContext, PeerCall
 from capabilities.contract import Risk
 from capabilities.runner import run_capability
+from capabilities.versions import VersionConstraint
 from gateway.errors import (
     AuditUnavailable,
     BudgetExhausted,
@@ -48,13 +55,22 @@ from gateway.errors import (
     PolicyRefusal,
     ReplayedRequest,
     StateUnavailable,
+    TaskLeased,
     Unauthenticated,
     VersionNotAvailable,
 )
 from gateway.outbound.router import LOCAL, Offer, Router, encode_payload
 from gateway.plans.budget import BudgetMeter
+from gateway.plans.checkpoints import RunCheckpoints
+from gateway.plans.crash_points import (
+    AFTER_ANSWER,
+    AFTER_CHECKPOINT_BEFORE_SEND,
+    BEFORE_CHECKPOINT,
+    crash_point,
+)
 from gateway.plans.model import Plan, Step
 from gateway.plans.schema import SchemaMismatch, check_schema
+from gateway.plans.store import WritePin
 from gateway.plans.task import Evidence, StepResult, StepStatus
 
 TRANSIENT: tuple[type[GatewayError], ...] = (
@@ -119,9 +135,13 @@ class StepRunner:
         plan: Plan,
         router: Router,
         meter: BudgetMeter,
+        checkpoints: RunCheckpoints,
         default_retries: int,
+        pins: Mapping[str, WritePin] | None = None,
         bind_peer_call: Callable[[float, str, str], PeerCall] | None = None,
     ) -> None:
+        self._checkpoints = checkpoints
+        self._pins = pins or {}
         self._agent_id = agent_id
         self._task_id = task_id
         self._plan = plan
@@ -133,14 +153,21 @@ class StepRunner:
     async def run(
         self, step: Step, resolved: dict[str, Any], progress: StepProgress | None = None
     ) -> StepResult:
-        """Run ``step`` to a completed or failed result (never raises a GatewayError).
+        """Run ``step`` to a completed or failed result.
 
         ``progress`` (the executor's, to see where an abandoned step was sent) is
-        updated as the step runs.
+        updated as the step runs. The only GatewayError raised is TaskLeased
+        (this run lost its lease: nothing more may be sent or recorded).
         """
         tally = progress if progress is not None else StepProgress()
         try:
-            answer, where = await self._run_routes(step, resolved, tally)
+            pin = self._pins.get(step.id)
+            if pin is not None and pin.revision == step.revision:
+                answer, where = await self._run_pinned(step, resolved, pin, tally)
+            else:
+                answer, where = await self._run_routes(step, resolved, tally)
+        except TaskLeased:
+            raise
         except GatewayError as err:
             message = err.message
             if tally.written_at:
@@ -175,10 +202,13 @@ class StepRunner:
     async def _run_routes(
         self, step: Step, resolved: dict[str, Any], tally: StepProgress
     ) -> tuple[_Answer, str]:
-        offers, skipped = await self._router.offers(
-            step.capability, step.constraint, avoid=step.avoid, deadline=self._meter.deadline
+        allowed, skipped = await self._router.offers(
+            step.capability,
+            step.constraint,
+            avoid=step.avoid,
+            deadline=self._meter.deadline,
+            max_risk=self._plan.max_risk,
         )
-        allowed = [o for o in offers if o.risk.rank <= self._plan.max_risk.rank]
         if not allowed or allowed[0].where != LOCAL:  # peers passed over on the way to a peer
             tally.notes += [f"{s.where}: {s.reason}" for s in skipped]
         unreachable = [s.where for s in skipped if s.unreachable]
@@ -205,6 +235,32 @@ class StepRunner:
                 tally.notes.append(f"{offer.where}: {err.reason}, trying the next route")
         assert last is not None
         raise last
+
+    async def _run_pinned(
+        self, step: Step, resolved: dict[str, Any], pin: WritePin, tally: StepProgress
+    ) -> tuple[_Answer, str]:
+        """Resume a write an earlier run pinned to ``pin.where``: there, or nowhere."""
+        tally.written_at = tally.where = pin.where
+        tally.notes.append(f"{pin.where}: an earlier run sent this write there; resumed there only")
+        if pin.where == LOCAL:
+            raise IdempotencyInDoubt(
+                "an earlier run of this task was cut off while this write ran locally; "
+                "running it again could write twice"
+            )
+        offers, skipped = await self._router.offers(
+            step.capability,
+            VersionConstraint.parse(pin.version),  # exactly the version the write went to
+            deadline=self._meter.deadline,
+            max_risk=self._plan.max_risk,
+        )
+        offer = next((o for o in offers if o.where == pin.where), None)
+        if offer is None and any(s.where == pin.where and s.unreachable for s in skipped):
+            raise PeerUnavailable(f"could not reach {pin.where}")
+        if offer is None:
+            raise VersionNotAvailable(
+                f"{pin.where} no longer offers {step.capability} {pin.version} to this agent"
+            )
+        return await self._run_offer(step, resolved, offer, tally), offer.where
 
     async def _run_offer(
         self, step: Step, resolved: dict[str, Any], offer: Offer, tally: StepProgress
@@ -250,8 +306,16 @@ class StepRunner:
         payload = minimal_payload(resolved, offer)
         key = f"{self._task_id}:{step.id}:{step.revision}"
         if offer.local is not None:
+            if offer.risk is not Risk.READ:
+                await self._pin(step, offer, key)
             return await self._run_local(step, payload, offer, key, n)
         self._meter.take_peer_call()
+        if offer.risk is not Risk.READ:
+            crash_point(BEFORE_CHECKPOINT)
+            await self._pin(step, offer, key)
+            crash_point(AFTER_CHECKPOINT_BEFORE_SEND)
+        else:
+            await self._checkpoints.usage()
         result = await self._router.send(
             offer,
             payload,
@@ -261,6 +325,7 @@ class StepRunner:
             step_id=step.id,
             idempotency_key=key,
         )
+        crash_point(AFTER_ANSWER)
         digest = hashlib.sha256(result.payload).hexdigest()
         if digest != result.evidence_sha256:
             raise InvalidOutput("the peer's evidence digest does not match its output")
@@ -273,6 +338,11 @@ class StepRunner:
             raise InvalidOutput(f"peer output violates the contract: {err}") from err
         evidence = Evidence(step.id, offer.where, result.served_version, _now_ms(), digest)
         return _Answer(output, evidence, result.replayed)
+
+    async def _pin(self, step: Step, offer: Offer, key: str) -> None:
+        await self._checkpoints.pin_write(
+            step.id, step.revision, offer.where, key, str(offer.version)
+        )
 
     async def _run_local(
         self, step: Step, payload: dict[str, Any], offer: Offer, key: str, n: int

@@ -36,6 +36,7 @@ from gateway.errors import (
     PolicyRefusal,
     ReplayedRequest,
     StateUnavailable,
+    TaskLeased,
     TaskNotFound,
     Unauthenticated,
     VersionNotAvailable,
@@ -67,6 +68,7 @@ STATUS_TABLE: dict[type[GatewayError], grpc.StatusCode] = {
     BudgetExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     NoRoute: grpc.StatusCode.FAILED_PRECONDITION,
     ExpectationFailed: grpc.StatusCode.FAILED_PRECONDITION,
+    TaskLeased: grpc.StatusCode.ABORTED,
 }
 """Error class → gRPC status. Subclasses inherit their nearest listed ancestor."""
 

@@ -1,0 +1,172 @@
+"""How ``SqliteTaskStore`` lays tasks out in SQLite: the schema, and rows to and from
+checkpoint records. Called with the store's lock held, inside its transactions."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from gateway.errors import TaskLeased
+from gateway.plans.lease import Lease
+from gateway.plans.model import parse_plan
+from gateway.plans.records import StoredTask, Usage, WritePin
+from gateway.plans.task import Evidence, RevisionRecord, StepResult, StepStatus, TaskState
+
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS tasks (task_id TEXT PRIMARY KEY, plan_json TEXT NOT NULL, "
+    "state TEXT NOT NULL, revision INTEGER NOT NULL, reason TEXT NOT NULL, "
+    "message TEXT NOT NULL, steps_used INTEGER NOT NULL, peer_calls INTEGER NOT NULL, "
+    "elapsed REAL NOT NULL, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS steps (task_id TEXT NOT NULL, step_id TEXT NOT NULL, "
+    "revision INTEGER NOT NULL, status TEXT NOT NULL, where_ TEXT NOT NULL, "
+    "attempts INTEGER NOT NULL, duration_ms REAL NOT NULL, output_json TEXT, "
+    "served_version TEXT, time_ms INTEGER, sha256 TEXT, replayed INTEGER NOT NULL, "
+    "reason TEXT NOT NULL, message TEXT NOT NULL, notes_json TEXT NOT NULL, "
+    "PRIMARY KEY (task_id, step_id))",
+    "CREATE TABLE IF NOT EXISTS revisions (task_id TEXT NOT NULL, revision INTEGER NOT NULL, "
+    "reason TEXT NOT NULL, time_ms INTEGER NOT NULL, plan_json TEXT NOT NULL, "
+    "PRIMARY KEY (task_id, revision))",
+    "CREATE TABLE IF NOT EXISTS write_pins (task_id TEXT NOT NULL, step_id TEXT NOT NULL, "
+    "revision INTEGER NOT NULL, where_ TEXT NOT NULL, idempotency_key TEXT NOT NULL, "
+    "version TEXT NOT NULL, time_ms INTEGER NOT NULL, PRIMARY KEY (task_id, step_id, revision))",
+    "CREATE TABLE IF NOT EXISTS leases (task_id TEXT PRIMARY KEY, owner TEXT NOT NULL, "
+    "expires_ms INTEGER NOT NULL)",
+)
+
+# A late result of an older step revision, or anything after a completion, is dropped.
+UPSERT_STEP = (
+    "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT(task_id, step_id) DO UPDATE SET revision = excluded.revision, "
+    "status = excluded.status, where_ = excluded.where_, attempts = excluded.attempts, "
+    "duration_ms = excluded.duration_ms, output_json = excluded.output_json, "
+    "served_version = excluded.served_version, time_ms = excluded.time_ms, "
+    "sha256 = excluded.sha256, replayed = excluded.replayed, reason = excluded.reason, "
+    "message = excluded.message, notes_json = excluded.notes_json "
+    "WHERE excluded.revision >= steps.revision AND steps.status != 'completed'"
+)
+
+
+def check_owner(db: sqlite3.Connection, task_id: str, owner: str) -> None:
+    current = lease(db, task_id)
+    if current is None or current.owner != owner:
+        holder = "nobody" if current is None else current.owner
+        raise TaskLeased(f"task {task_id}: this process lost its lease (now held by {holder})")
+
+
+def lease(db: sqlite3.Connection, task_id: str) -> Lease | None:
+    row = db.execute(
+        "SELECT owner, expires_ms FROM leases WHERE task_id = ?", (task_id,)
+    ).fetchone()
+    return None if row is None else Lease(str(row[0]), int(row[1]))
+
+
+def write_lease(db: sqlite3.Connection, task_id: str, owner: str, expires_ms: int) -> None:
+    db.execute(
+        "INSERT INTO leases VALUES (?, ?, ?) ON CONFLICT(task_id) DO UPDATE SET "
+        "owner = excluded.owner, expires_ms = excluded.expires_ms",
+        (task_id, owner, expires_ms),
+    )
+
+
+def write_usage(db: sqlite3.Connection, task_id: str, usage: Usage, now_ms: int) -> None:
+    db.execute(
+        "UPDATE tasks SET steps_used = ?, peer_calls = ?, elapsed = ?, updated_ms = ? "
+        "WHERE task_id = ?",
+        (usage.steps, usage.peer_calls, usage.elapsed_seconds, now_ms, task_id),
+    )
+
+
+def step_row(task_id: str, result: StepResult) -> tuple[Any, ...]:
+    evidence = result.evidence
+    return (
+        task_id,
+        result.step_id,
+        result.revision,
+        result.status.value,
+        result.where,
+        result.attempts,
+        result.duration_ms,
+        None if result.output is None else json.dumps(result.output, sort_keys=True),
+        evidence.served_version if evidence else None,
+        evidence.time_unix_ms if evidence else None,
+        evidence.sha256 if evidence else None,
+        int(result.replayed),
+        result.reason,
+        result.message,
+        json.dumps(list(result.notes)),
+    )
+
+
+def stored_task(
+    row: tuple[Any, ...], steps: list[tuple[Any, ...]], revisions: list[tuple[Any, ...]]
+) -> StoredTask:
+    (
+        task_id,
+        plan_json,
+        state,
+        revision,
+        reason,
+        message,
+        steps_used,
+        peer_calls,
+        elapsed,
+        created,
+        updated,
+    ) = row
+    return StoredTask(
+        task_id=task_id,
+        plan=parse_plan(plan_json, f"task {task_id}"),
+        state=TaskState(state),
+        revision=int(revision),
+        reason=reason,
+        message=message,
+        steps={r[1]: step_result(r) for r in steps},
+        revisions=tuple(RevisionRecord(int(r[0]), r[1], int(r[2])) for r in revisions),
+        usage=Usage(int(steps_used), int(peer_calls), float(elapsed)),
+        created_unix_ms=int(created),
+        updated_unix_ms=int(updated),
+    )
+
+
+def step_result(row: tuple[Any, ...]) -> StepResult:
+    (
+        _,
+        step_id,
+        revision,
+        status,
+        where,
+        attempts,
+        duration_ms,
+        output_json,
+        served,
+        time_ms,
+        sha256,
+        replayed,
+        reason,
+        message,
+        notes_json,
+    ) = row
+    evidence = (
+        Evidence(step_id, where, served, int(time_ms), sha256) if sha256 is not None else None
+    )
+    return StepResult(
+        step_id=step_id,
+        status=StepStatus(status),
+        revision=int(revision),
+        where=where,
+        attempts=int(attempts),
+        duration_ms=float(duration_ms),
+        output=None if output_json is None else json.loads(output_json),
+        evidence=evidence,
+        replayed=bool(replayed),
+        reason=reason,
+        message=message,
+        notes=tuple(json.loads(notes_json)),
+    )
+
+
+def write_pin(row: tuple[Any, ...]) -> WritePin:
+    """A ``write_pins`` row (without its task id) as a WritePin."""
+    step_id, revision, where, key, version, time_ms = row
+    return WritePin(step_id, int(revision), where, key, version, int(time_ms))

@@ -1,0 +1,302 @@
+"""A plan's write killed with SIGKILL at every point of its attempt, then resumed.
+
+alice (the CLI, ``a2a-gateway run``) lists bob and carol as peers; both serve the
+counting ``ledger.write`` of ``tests.faults.ledger_write`` and grant it to
+alice, and alice's outbound rules allow it to both; bob comes first. A plan with
+one write step starts, alice dies with SIGKILL at one point of the write attempt,
+and ``tasks --resume`` runs it again (with bob down, or bob up).
+
+Points (``gateway.plans.crash_points``, set by ``A2AGW_TEST_CRASH_AT``):
+``before-checkpoint`` (bob chosen, nothing recorded, nothing sent),
+``after-checkpoint-before-send`` (the pin to bob is durable, nothing sent),
+``during-run`` (bob holds the call; the test kills alice from outside) and
+``after-answer`` (bob answered, nothing of it recorded). Ctrl-C (SIGINT) while
+bob holds the call must end the same way as a SIGKILL there.
+
+What must hold, counted where the write really ran (bob's and carol's ledgers):
+the write ran at most once in total, exactly once on bob wherever it reached
+him, never on carol once it may have reached bob; the resumed task ends with the
+exact state and reason below, naming bob when the outcome is unknown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.plans.crash_points import CRASH_AT_ENV
+from gateway.plans.step_runner import WRITE_IN_DOUBT
+from gateway.plans.store import SqliteTaskStore, StoredTask
+from tests.agent_process import REPO, AgentProcess, write_agent_toml
+from tests.faults.ledger_write import HOLD_FILE, RELEASE_FILE, ledger_entries
+from tests.support import Pki, grant, outbound_rule, spiffe, write_policy
+
+BOB, CAROL = spiffe("bob"), spiffe("carol")
+CLI_TIMEOUT = 60.0  # python start-up on a busy runner; a hang detector, never asserted
+POLL = 0.05
+DURING_RUN = "during-run"
+CTRL_C = "ctrl-c-during-run"  # SIGINT instead of SIGKILL while bob holds the call
+POINTS = ["before-checkpoint", "after-checkpoint-before-send", DURING_RUN, "after-answer", CTRL_C]
+HELD = (DURING_RUN, CTRL_C)
+
+
+@dataclass
+class Scene:
+    alice_config: Path
+    alice_state: Path
+    bob: AgentProcess
+    carol: AgentProcess
+    states: dict[str, Path]
+    plan: Path
+
+    def runs(self) -> dict[str, int]:
+        """Real runs of ledger.write on each peer."""
+        return {name: len(ledger_entries(state)) for name, state in self.states.items()}
+
+
+@pytest.fixture
+def scene(pki: Pki, tmp_path: Path) -> Iterator[Scene]:
+    states = {name: tmp_path / f"{name}-state" for name in ("bob", "carol")}
+    servers = {}
+    for name in ("bob", "carol"):
+        policy = write_policy(
+            tmp_path / f"{name}-policy.toml", [grant("alice", ["ledger.write"], max_risk="write")]
+        )
+        config = write_agent_toml(
+            tmp_path / f"{name}.toml",
+            pki,
+            name,
+            listen="127.0.0.1:0",
+            policy=policy,
+            audit_db=tmp_path / f"{name}-audit.sqlite",
+            state_dir=states[name],
+            modules=["tests.faults.ledger_write"],
+        )
+        servers[name] = AgentProcess(config)
+    try:
+        for server in servers.values():
+            server.spawn()
+        addresses = {name: server.wait_serving() for name, server in servers.items()}
+        alice_policy = write_policy(
+            tmp_path / "alice-policy.toml",
+            [],
+            [outbound_rule("bob", ["ledger.write"]), outbound_rule("carol", ["ledger.write"])],
+        )
+        alice_config = write_agent_toml(
+            tmp_path / "alice.toml",
+            pki,
+            "alice",
+            listen="127.0.0.1:0",
+            policy=alice_policy,
+            audit_db=tmp_path / "alice-audit.sqlite",
+            state_dir=tmp_path / "alice-state",
+            peers=[("bob", addresses["bob"]), ("carol", addresses["carol"])],
+        )
+        plan = tmp_path / "plan.json"
+        step = {"id": "w", "capability": "ledger.write", "input": {"entry": "once"}}
+        document = {"goal": "one write", "max_risk": "write", "steps": [step]}
+        plan.write_text(json.dumps({**document, "budget": {"max_elapsed_seconds": 60}}))
+        yield Scene(
+            alice_config, tmp_path / "alice-state", servers["bob"], servers["carol"], states, plan
+        )
+    finally:
+        for server in servers.values():
+            server.ensure_stopped()
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gateway.cli.main", *args]
+
+
+def run_until_killed(scene: Scene, point: str) -> None:
+    """``a2a-gateway run`` the plan and let it die with SIGKILL (or SIGINT) at ``point``."""
+    env = dict(os.environ)
+    if point in HELD:
+        (scene.states["bob"] / HOLD_FILE).touch()
+    else:
+        env[CRASH_AT_ENV] = point
+    proc = subprocess.Popen(
+        cli("run", "--config", str(scene.alice_config), str(scene.plan), "--json"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
+    try:
+        if point in HELD:
+            for _ in range(int(CLI_TIMEOUT / POLL)):  # bounded: until bob holds the call
+                if scene.runs()["bob"] or proc.poll() is not None:
+                    break
+                time.sleep(POLL)
+            assert scene.runs()["bob"] == 1, proc.communicate(timeout=CLI_TIMEOUT)
+            os.kill(proc.pid, signal.SIGINT if point == CTRL_C else signal.SIGKILL)
+        out, err = proc.communicate(timeout=CLI_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=CLI_TIMEOUT)
+    if point != CTRL_C:
+        assert proc.returncode == -signal.SIGKILL, (proc.returncode, out, err)
+    else:
+        assert proc.returncode != 0, (out, err)
+
+
+def resume(scene: Scene, task_id: str) -> tuple[int, dict[str, Any], str]:
+    """``a2a-gateway tasks --resume TASK_ID --json``: exit code, result, stderr."""
+    done = subprocess.run(
+        cli("tasks", "--config", str(scene.alice_config), "--resume", task_id, "--json"),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=CLI_TIMEOUT,
+    )
+    return done.returncode, json.loads(done.stdout), done.stderr
+
+
+def stored(scene: Scene) -> StoredTask:
+    """alice's only task, as checkpointed."""
+
+    async def load() -> StoredTask:
+        store = SqliteTaskStore(scene.alice_state / "tasks.sqlite")
+        try:
+            [task] = await store.list()
+            return await store.load(task.task_id)
+        finally:
+            store.close()
+
+    return asyncio.run(load())
+
+
+def crash(scene: Scene, point: str) -> StoredTask:
+    """Run the plan, kill alice at ``point``; returns the checkpoint she left."""
+    run_until_killed(scene, point)
+    task = stored(scene)
+    assert not task.state.terminal, task.state
+    if point == CTRL_C:
+        assert task.lease is None  # a graceful stop gives the lease back
+    else:
+        assert task.lease is not None  # a SIGKILL leaves it behind
+    return task
+
+
+def assert_pinned_to_bob(task: StoredTask) -> None:
+    pin = task.pins["w"]
+    assert (pin.where, pin.revision, pin.version) == (BOB, 0, "1.0.0")
+    assert pin.idempotency_key == f"{task.task_id}:w:0"
+    assert (task.usage.steps, task.usage.peer_calls) == (1, 1)  # checkpointed with the pin
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_write_killed_then_resumed_with_bob_down_never_runs_on_carol(
+    scene: Scene, point: str
+) -> None:
+    task = crash(scene, point)
+    reached_bob = point in (*HELD, "after-answer")
+    assert scene.runs() == {"bob": int(reached_bob), "carol": 0}
+    if point == "before-checkpoint":
+        assert task.pins == {}
+    else:
+        assert_pinned_to_bob(task)
+    scene.bob.kill()
+
+    code, result, err = resume(scene, task.task_id)
+
+    if point == "before-checkpoint":  # nothing was sent anywhere: carol may run it, once
+        assert (code, result["state"], result["reason"]) == (0, "completed", "OK"), err
+        assert result["steps"]["w"]["where"] == CAROL
+        assert scene.runs() == {"bob": 0, "carol": 1}
+        return
+    assert (code, result["state"], result["reason"]) == (1, "failed", "PEER_UNAVAILABLE"), err
+    assert result["message"].startswith(f"step 'w' failed on {BOB}: could not reach {BOB}; ")
+    assert WRITE_IN_DOUBT in result["message"]
+    w = result["steps"]["w"]
+    assert (w["status"], w["where"], w["may_have_written"]) == ("failed", BOB, True)
+    assert scene.runs() == {"bob": int(reached_bob), "carol": 0}
+    after = stored(scene)
+    assert (after.state.value, after.reason, after.lease) == ("failed", "PEER_UNAVAILABLE", None)
+
+
+@pytest.mark.parametrize(
+    ("point", "state", "reason", "replayed"),
+    [
+        ("after-checkpoint-before-send", "completed", "OK", False),
+        (DURING_RUN, "failed", "IDEMPOTENCY_IN_DOUBT", False),
+        ("after-answer", "completed", "OK", True),
+    ],
+)
+def test_write_killed_then_resumed_with_bob_up_goes_to_bob_with_the_same_key(
+    scene: Scene, point: str, state: str, reason: str, replayed: bool
+) -> None:
+    task = crash(scene, point)
+    assert_pinned_to_bob(task)
+    (scene.states["bob"] / RELEASE_FILE).touch()  # lets a held call end, if it still runs
+
+    code, result, err = resume(scene, task.task_id)
+
+    assert (result["state"], result["reason"]) == (state, reason), (result, err)
+    assert code == (0 if state == "completed" else 1)
+    w = result["steps"]["w"]
+    assert w["where"] == BOB
+    if state == "completed":
+        assert (w["status"], w["replayed"], w["output"]) == ("completed", replayed, {"entries": 1})
+    else:
+        assert result["message"].startswith(f"step 'w' failed on {BOB}: ")
+    assert scene.runs() == {"bob": 1, "carol": 0}
+
+
+def test_resume_while_another_process_runs_the_task_is_refused(scene: Scene) -> None:
+    """Two processes at once: ``run`` holds the task (bob holds its write); a concurrent
+    ``tasks --resume`` is refused TASK_LEASED and sends nothing; the first run completes."""
+    (scene.states["bob"] / HOLD_FILE).touch()
+    proc = subprocess.Popen(
+        cli("run", "--config", str(scene.alice_config), str(scene.plan), "--json"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        for _ in range(int(CLI_TIMEOUT / POLL)):  # bounded: until bob holds the call
+            if scene.runs()["bob"] or proc.poll() is not None:
+                break
+            time.sleep(POLL)
+        assert scene.runs()["bob"] == 1, proc.communicate(timeout=CLI_TIMEOUT)
+        task = stored(scene)
+        assert task.lease is not None and task.lease.owner.split(":")[1] == str(proc.pid)
+
+        second = subprocess.run(
+            cli("tasks", "--config", str(scene.alice_config), "--resume", task.task_id),
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=CLI_TIMEOUT,
+        )
+        assert second.returncode == 1, second
+        assert second.stderr.startswith(
+            f"refused: TASK_LEASED: task {task.task_id} is being run by "
+        )
+        assert scene.runs() == {"bob": 1, "carol": 0}
+
+        (scene.states["bob"] / RELEASE_FILE).touch()
+        out, err = proc.communicate(timeout=CLI_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=CLI_TIMEOUT)
+    assert proc.returncode == 0, err
+    result = json.loads(out)
+    assert (result["state"], result["steps"]["w"]["where"]) == ("completed", BOB)
+    assert scene.runs() == {"bob": 1, "carol": 0}
+    assert stored(scene).lease is None
