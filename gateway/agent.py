@@ -26,6 +26,7 @@ from gateway.plans.planner import Planner, RerouteOrStop
 from gateway.plans.runner import TaskRunner
 from gateway.plans.store import SqliteTaskStore
 from gateway.plans.task import TaskResult
+from gateway.transport.a2a import A2AServicer, A2ATaskStore
 from gateway.transport.client import PeerClient
 from gateway.transport.server import GatewayServer
 from gateway.transport.tls import TlsMaterial
@@ -82,7 +83,15 @@ class Agent:
             bind_peer_call=self.router.bind,
             replay=self.replay,
         )
-        self._server = GatewayServer(config.id, self.handler, self.tls)
+        self.a2a_tasks = A2ATaskStore(config.state_dir / "a2a-tasks.sqlite")
+        self._server = GatewayServer(
+            config.id,
+            self.handler,
+            self.tls,
+            A2AServicer(
+                config.id, self.handler, self.a2a_tasks, self.registry, lambda: self.address
+            ),
+        )
         self.task_store = SqliteTaskStore(config.state_dir / "tasks.sqlite")
         self.plans = TaskRunner(
             ExecutorParts(
@@ -149,6 +158,7 @@ class Agent:
         await self.audit.close()
         self.idempotency.close()
         self.task_store.close()
+        self.a2a_tasks.close()
 
     def client(self, peer_id: str, address: str | None = None) -> PeerClient:
         """A reused mTLS client for ``peer_id`` (address from config unless given)."""
