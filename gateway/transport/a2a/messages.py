@@ -6,7 +6,8 @@ A SendMessage becomes one :class:`~gateway.inbound.call.InvokeCall`:
 * request id: ``message_id`` (replay protection, as ``request_id`` for Invoke);
 * idempotency key: message metadata ``a2agw.idempotency_key`` (optional);
 * payload: exactly one part, either ``data`` holding a JSON object (serialized
-  compactly, whole numbers made integers where the input schema says integer)
+  compactly with sorted keys, as a Struct keeps no key order; whole numbers made
+  integers where the input schema says integer)
   or ``raw`` bytes with media type ``application/json`` (used unchanged: the
   payload cap and the digest apply to those bytes).
 
@@ -124,7 +125,7 @@ def _payload(message: a2a_pb2.Message, models: Sequence[type[BaseModel]]) -> byt
             value = json_format.MessageToDict(part.data)
             restored = restore_integers(value, models)
             return json.dumps(
-                restored, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+                restored, separators=(",", ":"), sort_keys=True, ensure_ascii=False, allow_nan=False
             ).encode()
         except (ValueError, json_format.Error) as err:
             raise _Problem("the data part holds a number JSON cannot carry") from err
