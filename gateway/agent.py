@@ -152,6 +152,7 @@ class Agent:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
         await self._server.stop(grace)
+        await self.a2a_tasks.flush()
         for client in self._clients.values():
             await client.close()
         self._clients.clear()

@@ -31,7 +31,6 @@ from gateway.errors import (
     InvalidRequest,
     ProtocolVersionNotSupported,
     PushNotificationNotSupported,
-    StateUnavailable,
     TaskNotCancelable,
     TaskNotFound,
     UnsupportedOperation,
@@ -214,10 +213,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             created_ms=created_ms,
             updated_ms=int(time.time() * 1000),
         )
-        try:
-            await self._tasks.put(task)
-        except StateUnavailable as err:  # the call ran: still give the caller its answer
-            _log.warning("A2A task %s not stored: %s", task_id, err.message)
+        self._tasks.put(task)
         return a2a_pb2.SendMessageResponse(task=task_message(task))
 
     def _input_models(self, capability: str) -> list[Any]:

@@ -1,17 +1,21 @@
 """The A2A tasks this agent answered, per owner, in SQLite under ``state_dir``.
 
 Every SendMessage that passes the pipeline becomes one task, written once when
-it ends (the call runs inside SendMessage, so no one can see it earlier).
+it ends (the call runs inside SendMessage, so no one can see it earlier), by a
+background writer that commits in batches, like the audit log's allowed
+records; every read waits for that queue first.
 Every read names the owner: a task of another peer is never returned, and the
 query for it is the same query as for an id that never existed. WAL with
-``synchronous=NORMAL``: tasks survive a crash or restart of the agent (a power
-loss may drop the last few). The output is the caller's own answer, kept for
+``synchronous=NORMAL``: tasks survive a restart (``flush`` on stop); a crash
+may lose the tasks of the last few milliseconds, as it may their allowed audit
+records. The output is the caller's own answer, kept for
 GetTask; nothing here is logged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import threading
 from dataclasses import dataclass
@@ -20,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.errors import InvalidRequest, StateUnavailable
+
+_log = logging.getLogger(__name__)
 
 MAX_PAGE_SIZE = 100
 DEFAULT_PAGE_SIZE = 50
@@ -115,6 +121,8 @@ class A2ATaskStore:
                 self._db.execute(statement)
         except sqlite3.Error as err:
             raise StateUnavailable(f"A2A task store {path}: {err}") from err
+        self._pending: list[A2ATask] = []
+        self._writer: asyncio.Task[None] | None = None
 
     async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         def work() -> list[tuple[Any, ...]]:
@@ -126,10 +134,31 @@ class A2ATaskStore:
         except sqlite3.Error as err:
             raise StateUnavailable(f"A2A task store: {err}") from err
 
-    async def put(self, task: A2ATask) -> None:
-        """Store a finished task."""
-        await self._query(
-            f"INSERT INTO a2a_tasks ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    def put(self, task: A2ATask) -> None:
+        """Queue a finished task; a background writer commits queued tasks in batches.
+
+        Reads (``get``, ``list``) wait for the queue first, so a caller sees its
+        task as soon as SendMessage has answered.
+        """
+        self._pending.append(task)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._drain())
+
+    async def flush(self) -> None:
+        """Wait until every queued task is committed (or its batch failed and was logged)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+
+    async def _drain(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                await asyncio.to_thread(self._insert, batch)
+            except sqlite3.Error as err:  # answered already: the log is all that is left
+                _log.error("A2A task store: %d tasks not stored: %s", len(batch), err)
+
+    def _insert(self, batch: list[A2ATask]) -> None:
+        rows = [
             (
                 task.task_id,
                 task.owner,
@@ -144,11 +173,25 @@ class A2ATaskStore:
                 task.message,
                 task.created_ms,
                 task.updated_ms,
-            ),
-        )
+            )
+            for task in batch
+        ]
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                self._db.executemany(
+                    f"INSERT INTO a2a_tasks ({_COLUMNS}) VALUES "
+                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
 
     async def get(self, owner: str, task_id: str) -> A2ATask | None:
         """``owner``'s task ``task_id``; None if it has none by that id (whoever else might)."""
+        await self.flush()
         rows = await self._query(
             f"SELECT {_COLUMNS} FROM a2a_tasks WHERE task_id = ? AND owner = ?", (task_id, owner)
         )
@@ -160,6 +203,7 @@ class A2ATaskStore:
         Raises:
             InvalidRequest: the page token is not one this store handed out.
         """
+        await self.flush()
         where: list[str] = ["owner = ?"]
         params: list[Any] = [owner]
         if wanted.context_id:
@@ -190,7 +234,7 @@ class A2ATaskStore:
         return TaskPage([_task(row[:-1]) for row in rows], token, int(total[0][0]))
 
     def close(self) -> None:
-        """Release the store."""
+        """Release the store (``flush`` first: queued tasks are not written here)."""
         with self._lock:
             self._db.close()
 
