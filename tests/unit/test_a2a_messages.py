@@ -16,7 +16,8 @@ from gateway import errors
 from gateway.transport.a2a.json_numbers import restore_integers
 from gateway.transport.a2a.messages import invoke_call
 from gateway.transport.a2a.registration import a2a_method_names
-from gateway.transport.a2a.servicer import A2AServicer, speaks_1x
+from gateway.transport.a2a.request_checks import speaks_1x
+from gateway.transport.a2a.servicer import A2AServicer
 from gateway.transport.a2a.wire_errors import SPEC_DOMAIN, SPEC_REASONS, to_a2a_status
 from gateway.transport.status import status_code_for
 from tests.a2a_support import data_request, raw_request

@@ -6,7 +6,8 @@ base stay at the transport edge; below it everything speaks ``InvokeCall``.
 
 from gateway.transport.a2a.card import CONTRACTS_EXTENSION_URI, extended_card, public_card
 from gateway.transport.a2a.registration import add_a2a_servicer
-from gateway.transport.a2a.servicer import SERVICE_NAME, A2AServicer
+from gateway.transport.a2a.request_checks import SERVICE_NAME
+from gateway.transport.a2a.servicer import A2AServicer
 from gateway.transport.a2a.task_store import A2ATaskStore
 
 __all__ = [

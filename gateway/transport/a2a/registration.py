@@ -9,7 +9,8 @@ from a2a.types import a2a_pb2
 from google.protobuf import message_factory
 from grpc import aio
 
-from gateway.transport.a2a.servicer import SERVICE_NAME, A2AServicer
+from gateway.transport.a2a.request_checks import SERVICE_NAME
+from gateway.transport.a2a.servicer import A2AServicer
 from gateway.transport.received import tolerant
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any, NoReturn, TypeVar
 
@@ -28,55 +28,36 @@ from grpc import aio
 from capabilities.registry import CapabilityRegistry
 from gateway.errors import (
     GatewayError,
-    InvalidRequest,
-    ProtocolVersionNotSupported,
     PushNotificationNotSupported,
     TaskNotCancelable,
     TaskNotFound,
     UnsupportedOperation,
 )
-from gateway.inbound.call import REQUEST_ID, InvokeCall, deadline_from
+from gateway.inbound.call import InvokeCall, deadline_from
 from gateway.inbound.invoke_handler import InvokeHandler, InvokeOutcome
 from gateway.transport.a2a.card import extended_card
 from gateway.transport.a2a.messages import invoke_call, task_message
+from gateway.transport.a2a.request_checks import (
+    SERVICE_NAME,
+    protocol_version,
+    request_problem,
+    safe_id,
+    speaks_1x,
+    task_filter,
+    task_id_of,
+)
 from gateway.transport.a2a.task_store import (
-    DEFAULT_PAGE_SIZE,
     A2ATask,
     A2ATaskStore,
-    TaskFilter,
     TaskOutcome,
     TaskPage,
 )
 from gateway.transport.a2a.wire_errors import to_a2a_status
 from gateway.transport.received import MalformedRequest, peer_cert
 
-SERVICE_NAME = "lf.a2a.v1.A2AService"
-VERSION_METADATA = "a2a-version"
-"""gRPC metadata key of the A2A protocol version (spec 10.2); missing means 0.3."""
-
 _TASK_NOT_FOUND = "task not found"
 _T = TypeVar("_T")
 _log = logging.getLogger(__name__)
-
-_STATES = {
-    a2a_pb2.TASK_STATE_COMPLETED: TaskOutcome.COMPLETED,
-    a2a_pb2.TASK_STATE_FAILED: TaskOutcome.FAILED,
-}
-
-
-def protocol_version(context: aio.ServicerContext[Any, Any]) -> str:
-    """The caller's ``a2a-version`` ("0.3" when absent, as the spec says)."""
-    metadata: Iterable[tuple[str, Any]] = context.invocation_metadata() or ()
-    for key, value in metadata:
-        if key == VERSION_METADATA:
-            return str(value).strip()
-    return "0.3"
-
-
-def speaks_1x(version: str) -> bool:
-    """True for ``1``, ``1.0``, ``1.1``... (the spec ignores patch; majors differ)."""
-    major, _, _ = version.partition(".")
-    return major == "1"
 
 
 async def _abort(context: aio.ServicerContext[Any, Any], error: GatewayError) -> NoReturn:
@@ -120,7 +101,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
     ) -> str:
         """Describe prefix, then the A2A checks; returns the caller's SPIFFE ID."""
         peer_id, _ = await self._handler.admit_peer(
-            peer_cert(context), f"A2A {operation}", _task_id_of(request)
+            peer_cert(context), f"A2A {operation}", task_id_of(request)
         )
         await self._a2a_checks(request, context, peer_id, operation)
         return peer_id
@@ -129,21 +110,10 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         self, request: object, context: aio.ServicerContext[Any, Any], peer_id: str, operation: str
     ) -> None:
         """Protocol version, parsable request, no tenant; a refusal is audited."""
-        problem: GatewayError | None = None
-        version = protocol_version(context)
-        if not speaks_1x(version):
-            problem = ProtocolVersionNotSupported(
-                f"A2A version {version[:16]!r} is not supported; this agent speaks 1.0"
-            )
-        elif isinstance(request, MalformedRequest):
-            problem = InvalidRequest(f"the request is not a valid {SERVICE_NAME} {operation}")
-        elif getattr(request, "tenant", ""):
-            problem = InvalidRequest(
-                "tenants are not supported by this agent; send an empty tenant"
-            )
+        problem = request_problem(request, protocol_version(context), operation)
         if problem is not None:
             raise await self._handler.refuse(
-                peer_id, problem, f"A2A {operation}", _task_id_of(request)
+                peer_id, problem, f"A2A {operation}", task_id_of(request)
             )
 
     async def _refuse(
@@ -173,8 +143,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         request: a2a_pb2.SendMessageRequest | MalformedRequest,
         context: aio.ServicerContext[Any, Any],
     ) -> a2a_pb2.SendMessageResponse:
-        version = protocol_version(context)
-        if not speaks_1x(version):
+        if not speaks_1x(protocol_version(context)):
             await self._admit(request, context, "SendMessage")  # refuses, audited
         malformed = isinstance(request, MalformedRequest)
         parsed = a2a_pb2.SendMessageRequest() if malformed else request
@@ -261,7 +230,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
                 peer_id,
                 TaskNotCancelable("the task has already finished"),
                 "A2A CancelTask",
-                _task_id_of(request),
+                task_id_of(request),
             )
 
         return await self._answer(context, "CancelTask", work())
@@ -273,7 +242,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
 
         async def work() -> a2a_pb2.ListTasksResponse:
             peer_id = await self._admit(request, context, "ListTasks")
-            wanted = _task_filter(request)
+            wanted = task_filter(request)
             try:
                 page = (
                     TaskPage([], "", 0)
@@ -301,7 +270,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             raise await self._handler.refuse(peer_id, err, f"A2A {operation}") from err
         if task is None:
             raise await self._handler.refuse(
-                peer_id, TaskNotFound(_TASK_NOT_FOUND), f"A2A {operation}", _safe_id(task_id)
+                peer_id, TaskNotFound(_TASK_NOT_FOUND), f"A2A {operation}", safe_id(task_id)
             )
         return task
 
@@ -360,35 +329,6 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             operation,
             PushNotificationNotSupported("push notifications are not supported by this agent"),
         )
-
-
-def _task_filter(request: a2a_pb2.ListTasksRequest) -> TaskFilter | None:
-    """What ListTasks asks for; None when it asks for a state no task here is ever in."""
-    state: TaskOutcome | None = None
-    if request.status != a2a_pb2.TASK_STATE_UNSPECIFIED:
-        state = _STATES.get(request.status)
-        if state is None:
-            return None
-    return TaskFilter(
-        context_id=request.context_id,
-        state=state,
-        updated_after_ms=(
-            request.status_timestamp_after.ToMilliseconds()
-            if request.HasField("status_timestamp_after")
-            else 0
-        ),
-        page_size=request.page_size if request.HasField("page_size") else DEFAULT_PAGE_SIZE,
-        page_token=request.page_token,
-    )
-
-
-def _task_id_of(request: object) -> str:
-    return _safe_id(str(getattr(request, "id", "") or getattr(request, "task_id", "")))
-
-
-def _safe_id(task_id: str) -> str:
-    """A task id fit for an audit record (ids only; anything else is left out)."""
-    return task_id if REQUEST_ID.fullmatch(task_id) else ""
 
 
 def _with_problem(call: InvokeCall, problem: str) -> InvokeCall:
