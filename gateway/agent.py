@@ -20,7 +20,6 @@ from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.replay import ReplayGuard
 from gateway.outbound.router import Router
 from gateway.outbound.upstream_capabilities import register_upstreams
-from gateway.outbound.upstream_client import UpstreamClient
 from gateway.plans.checks import PlanLimits
 from gateway.plans.executor import EventSink, ExecutorParts
 from gateway.plans.model import Plan
@@ -28,6 +27,8 @@ from gateway.plans.planner import Planner, RerouteOrStop
 from gateway.plans.runner import TaskRunner
 from gateway.plans.store import SqliteTaskStore
 from gateway.plans.task import TaskResult
+from gateway.transport.a2a import A2AServicer, A2ATaskStore
+from gateway.transport.a2a.upstream_client import UpstreamClient
 from gateway.transport.client import PeerClient
 from gateway.transport.server import GatewayServer
 from gateway.transport.tls import TlsMaterial
@@ -87,7 +88,15 @@ class Agent:
             bind_peer_call=self.router.bind,
             replay=self.replay,
         )
-        self._server = GatewayServer(config.id, self.handler, self.tls)
+        self.a2a_tasks = A2ATaskStore(config.state_dir / "a2a-tasks.sqlite")
+        self._server = GatewayServer(
+            config.id,
+            self.handler,
+            self.tls,
+            A2AServicer(
+                config.id, self.handler, self.a2a_tasks, self.registry, lambda: self.address
+            ),
+        )
         self.task_store = SqliteTaskStore(config.state_dir / "tasks.sqlite")
         self.plans = TaskRunner(
             ExecutorParts(
@@ -148,6 +157,7 @@ class Agent:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
         await self._server.stop(grace)
+        await self.a2a_tasks.flush()
         for client in self._clients.values():
             await client.close()
         self._clients.clear()
@@ -156,6 +166,7 @@ class Agent:
         await self.audit.close()
         self.idempotency.close()
         self.task_store.close()
+        self.a2a_tasks.close()
 
     def client(self, peer_id: str, address: str | None = None) -> PeerClient:
         """A reused mTLS client for ``peer_id`` (address from config unless given)."""

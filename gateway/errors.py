@@ -33,11 +33,15 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
     ├── NoRoute                       FAILED_PRECONDITION NO_ROUTE             (plans)
     ├── ExpectationFailed             FAILED_PRECONDITION EXPECTATION_FAILED   (plans)
     ├── TaskLeased                    ABORTED            TASK_LEASED           (plans)
+    ├── UnsupportedOperation          FAILED_PRECONDITION UNSUPPORTED_OPERATION (A2A)
+    ├── PushNotificationNotSupported  FAILED_PRECONDITION PUSH_NOTIFICATION_NOT_SUPPORTED (A2A)
+    ├── ProtocolVersionNotSupported   FAILED_PRECONDITION VERSION_NOT_SUPPORTED (A2A)
+    ├── TaskNotCancelable             FAILED_PRECONDITION TASK_NOT_CANCELABLE  (A2A)
     └── ConfigError                   FAILED_PRECONDITION
         ├── PolicyFileError           POLICY_INVALID
         ├── AgentConfigError          CONFIG_INVALID
         ├── PlanInvalid               PLAN_INVALID                             (plans)
-        └── TaskNotFound              NOT_FOUND          TASK_NOT_FOUND        (plans)
+        └── TaskNotFound              NOT_FOUND          TASK_NOT_FOUND        (plans, A2A)
 
 Lower-level exceptions are translated into this tree only at boundaries (the
 gRPC servicer, the peer client, the CLI), always with ``raise ... from err``.
@@ -259,7 +263,7 @@ class PlanInvalid(ConfigError):
 
 
 class TaskNotFound(ConfigError):
-    """No checkpointed task has that id."""
+    """No checkpointed task has that id (or, over A2A, none of the caller's tasks has it)."""
 
     reason = "TASK_NOT_FOUND"
 
@@ -287,6 +291,30 @@ class TaskLeased(GatewayError):
     process lost the lease; nothing more of the task runs here."""
 
     reason = "TASK_LEASED"
+
+
+class UnsupportedOperation(GatewayError):
+    """An A2A operation this gateway does not offer (streaming, subscriptions)."""
+
+    reason = "UNSUPPORTED_OPERATION"
+
+
+class PushNotificationNotSupported(GatewayError):
+    """A2A push-notification configuration: this gateway sends no push notifications."""
+
+    reason = "PUSH_NOTIFICATION_NOT_SUPPORTED"
+
+
+class ProtocolVersionNotSupported(GatewayError):
+    """The caller speaks an A2A protocol version other than 1.x (``a2a-version``)."""
+
+    reason = "VERSION_NOT_SUPPORTED"
+
+
+class TaskNotCancelable(GatewayError):
+    """The A2A task has already finished, so it cannot be cancelled."""
+
+    reason = "TASK_NOT_CANCELABLE"
 
 
 def all_error_classes() -> list[type[GatewayError]]:

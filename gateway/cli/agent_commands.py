@@ -1,4 +1,4 @@
-"""Commands that run or talk to an agent: serve, describe, call, demo."""
+"""Commands that run or talk to an agent: serve, describe, call, card, demo."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from gateway.transport.tls import TlsMaterial
 
 
 def add_commands(commands: Any) -> None:
-    """Register serve, describe, call and demo."""
+    """Register serve, describe, call, card and demo."""
     serve = commands.add_parser("serve", help="run an agent until interrupted")
     serve.add_argument("--config", type=Path, required=True, help="agent config (TOML)")
     serve.set_defaults(run=_serve)
@@ -38,6 +38,15 @@ def add_commands(commands: Any) -> None:
     call.add_argument("--timeout", type=float, default=10.0, help="seconds (default 10)")
     call.add_argument("--idempotency-key", default="")
     call.set_defaults(run=_call)
+
+    card = commands.add_parser(
+        "card", help="print this agent's public A2A card (JSON; no skills) for registries"
+    )
+    card.add_argument("--config", type=Path, required=True, help="agent config (TOML)")
+    card.add_argument(
+        "--url", default="", help="address peers dial (default: the config's listen address)"
+    )
+    card.set_defaults(run=_card)
 
     demo = commands.add_parser("demo", help="three agents on loopback: allowed calls and refusals")
     demo.set_defaults(run=_demo)
@@ -132,6 +141,17 @@ async def _call(args: argparse.Namespace) -> int:
         f"{result.evidence_sha256}{' (replayed)' if result.replayed else ''}",
         file=sys.stderr,
     )
+    return 0
+
+
+def _card(args: argparse.Namespace) -> int:
+    from google.protobuf import json_format
+
+    from gateway.transport.a2a import public_card
+
+    config = load_agent_config(args.config)
+    card = public_card(config.id, args.url or config.listen)
+    print(json_format.MessageToJson(card, indent=2))
     return 0
 
 

@@ -32,6 +32,7 @@ from policies.store import PolicyStore
 
 __all__ = [
     "ADMITTED",
+    "AdmittedCall",
     "InvokeCall",
     "InvokeHandler",
     "InvokeOutcome",
@@ -45,6 +46,23 @@ ADMITTED = "ADMITTED"
 
 PeerCallBinder = Callable[[float, str, str], PeerCall]
 """Makes a capability's ``call_peer`` from (deadline, task_id, step_id)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdmittedCall:
+    """A call every check of the pipeline has passed; nothing has run yet.
+
+    Attributes:
+        call: The call as the transport delivered it.
+        admission: Who, under which grant, served by which version.
+        payload: The validated input.
+        started: ``time.perf_counter()`` when the call arrived (audit latency).
+    """
+
+    call: InvokeCall
+    admission: Admission
+    payload: BaseModel
+    started: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,32 +100,68 @@ class InvokeHandler:
         )
         """The one decision path (every protocol's servicer goes through this handler)."""
 
-    async def describe(self, peer_cert_pem: bytes | None) -> tuple[PeerGrant, list[Admission]]:
+    async def describe(
+        self, peer_cert_pem: bytes | None, operation: str = "Describe"
+    ) -> tuple[PeerGrant, list[Admission]]:
         """The caller's grant and the capabilities it may call (nothing else leaks).
 
         A refused Describe is audited like a refused Invoke (capability ``""``,
-        detail ``Describe``).
+        detail ``operation``: ``Describe``, or the A2A method that asked).
         """
-        started = time.perf_counter()
-        inbound = Inbound(InvokeCall(peer_cert_pem, "", "", "", b"", 0.0))
-        try:
-            self.pipeline.admit_describe(inbound)
-        except GatewayError as err:
-            await self._audit.record_durable(
-                self._record(
-                    inbound.call, inbound.peer_id, "", "refuse", err.reason, started, "Describe"
-                )
-            )
-            raise
-        assert inbound.query is not None and inbound.query.grant is not None
-        grant, peer_id = inbound.query.grant, inbound.peer_id
+        peer_id, grant = await self.admit_peer(peer_cert_pem, operation)
         return grant, [
             Admission(peer_id=peer_id, grant=grant, capability=cap)
             for cap in visible_capabilities(grant, self._registry)
         ]
 
+    async def admit_peer(
+        self, peer_cert_pem: bytes | None, operation: str, task_id: str = ""
+    ) -> tuple[str, PeerGrant]:
+        """The Describe prefix of the pipeline for a call that names no capability.
+
+        Returns the caller's SPIFFE ID and live grant. A refusal is audited
+        (detail ``operation``) and raised.
+        """
+        started = time.perf_counter()
+        inbound = Inbound(InvokeCall(peer_cert_pem, "", "", "", b"", 0.0, task_id=task_id))
+        try:
+            self.pipeline.admit_describe(inbound)
+        except GatewayError as err:
+            await self._audit.record_durable(
+                self._record(
+                    inbound.call, inbound.peer_id, "", "refuse", err.reason, started, operation
+                )
+            )
+            raise
+        assert inbound.query is not None and inbound.query.grant is not None
+        return inbound.peer_id, inbound.query.grant
+
+    async def refuse(
+        self, peer_id: str, error: GatewayError, operation: str, task_id: str = ""
+    ) -> GatewayError:
+        """Audit a refusal a transport decided after ``admit_peer``; returns ``error`` to raise.
+
+        For what the pipeline cannot know: an operation or protocol version the
+        transport does not offer, a task the caller does not own.
+        """
+        call = InvokeCall(None, "", "", "", b"", 0.0, task_id=task_id)
+        detail = f"{operation}: {error.detail}" if error.detail else operation
+        await self._audit.record_durable(
+            self._record(call, peer_id, "", "refuse", error.reason, time.perf_counter(), detail)
+        )
+        return error
+
     async def invoke(self, call: InvokeCall) -> InvokeOutcome:
         """Run one call end to end; raises a GatewayError on refusal or failure."""
+        return await self.run(await self.admit(call))
+
+    async def admit(self, call: InvokeCall) -> AdmittedCall:
+        """Every check of the pipeline; a refusal is audited and raised (nothing ran).
+
+        A transport that answers refusals and failures differently (A2A: a gRPC
+        error before admission, a failed task after it) calls ``admit`` and
+        ``run`` itself; ``invoke`` is the two in a row.
+        """
         started = time.perf_counter()
         inbound = Inbound(call)
         try:
@@ -117,9 +171,14 @@ class InvokeHandler:
                 self._record(call, inbound.peer_id, "", "refuse", err.reason, started, err.detail)
             )
             raise
-        admission, peer_id = inbound.admission, inbound.peer_id
         assert inbound.payload is not None
-        payload, ctx = inbound.payload, self._context(call, admission)
+        return AdmittedCall(call, inbound.admission, inbound.payload, started)
+
+    async def run(self, admitted: AdmittedCall) -> InvokeOutcome:
+        """Run an admitted call; a failure is audited (decision ``allow``) and raised."""
+        call, admission, started = admitted.call, admitted.admission, admitted.started
+        peer_id = admission.peer_id
+        ctx = self._context(call, admission)
         served = str(admission.capability.version)
         if admission.capability.contract.risk is not Risk.READ:
             # Write-ahead: a side effect never happens without a committed record.
@@ -127,7 +186,7 @@ class InvokeHandler:
                 self._record(call, peer_id, served, "allow", ADMITTED, started)
             )
         try:
-            outcome = await self._execute(call, admission, payload, ctx)
+            outcome = await self._execute(call, admission, admitted.payload, ctx)
         except GatewayError as err:
             await self._audit.record_durable(
                 self._record(call, peer_id, served, "allow", err.reason, started, err.detail)

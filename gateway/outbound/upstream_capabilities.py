@@ -20,8 +20,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from a2a.types import Part
-from google.protobuf import json_format, struct_pb2
 from pydantic import BaseModel, Field
 
 from capabilities.context import CallContext
@@ -31,9 +29,8 @@ from capabilities.schema_models import contract_model
 from capabilities.versions import Version
 from gateway.config import UpstreamSkill
 from gateway.errors import AgentConfigError
-from gateway.outbound.upstream_client import UpstreamClient
-
-_JSON = "application/json"
+from gateway.transport.a2a.upstream_client import UpstreamClient
+from gateway.transport.a2a.upstream_parts import data_part, first_data, joined_text, text_part
 
 
 class TextInput(ContractModel):
@@ -91,31 +88,11 @@ def _handler(skill: UpstreamSkill, client: UpstreamClient) -> Handler:
     structured_out = skill.output_schema is not None
 
     async def call_upstream(payload: BaseModel, ctx: CallContext) -> Any:
-        parts = [_data_part(payload) if structured_in else Part(text=payload.text)]  # type: ignore[attr-defined]
+        parts = [data_part(payload) if structured_in else text_part(payload.text)]  # type: ignore[attr-defined]
         budget = min(skill.timeout, ctx.time_remaining())
         answer = await client.send(skill.skill, parts, timeout=budget)
         if answer is None:
             return None  # not an object: the runner answers INVALID_OUTPUT
-        return _first_data(answer) if structured_out else _joined_text(answer)
+        return first_data(answer) if structured_out else joined_text(answer)
 
     return call_upstream
-
-
-def _data_part(payload: BaseModel) -> Part:
-    # Only what the caller set of the declared fields: nothing else leaves.
-    value = json_format.ParseDict(
-        payload.model_dump(mode="json", exclude_unset=True), struct_pb2.Value()
-    )
-    return Part(data=value, media_type=_JSON)
-
-
-def _joined_text(parts: Sequence[Part]) -> dict[str, Any] | None:
-    texts = [part.text for part in parts if part.WhichOneof("content") == "text"]
-    return {"text": "".join(texts)} if texts else None
-
-
-def _first_data(parts: Sequence[Part]) -> Any:
-    for part in parts:
-        if part.WhichOneof("content") == "data":
-            return json_format.MessageToDict(part.data)
-    return None

@@ -5,11 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
 import grpc
-from google.protobuf.message import DecodeError
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
@@ -17,6 +14,9 @@ from grpc_health.v1._async import HealthServicer
 from gateway.errors import GatewayError
 from gateway.inbound.call import InvokeCall, deadline_from
 from gateway.inbound.invoke_handler import InvokeHandler
+from gateway.transport.a2a import SERVICE_NAME as A2A_SERVICE_NAME
+from gateway.transport.a2a import A2AServicer, add_a2a_servicer
+from gateway.transport.received import MalformedRequest, peer_cert, tolerant
 from gateway.transport.status import to_grpc_status
 from gateway.transport.tls import TlsMaterial, server_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
@@ -25,23 +25,6 @@ PROTOCOL_VERSION = "a2agw.v1"
 SERVICE_NAME = "a2agw.v1.PeerGateway"
 
 _log = logging.getLogger(__name__)
-
-
-class MalformedRequest:
-    """Stands in for a request whose bytes did not parse, so it can be refused and audited."""
-
-
-_MALFORMED = MalformedRequest()
-
-
-def _tolerant(message_class: Any) -> Callable[[bytes], Any]:
-    def deserialize(data: bytes) -> Any:
-        try:
-            return message_class.FromString(data)
-        except DecodeError:
-            return _MALFORMED
-
-    return deserialize
 
 
 def add_gateway_servicer(servicer: GatewayServicer, server: aio.Server) -> None:
@@ -54,19 +37,13 @@ def add_gateway_servicer(servicer: GatewayServicer, server: aio.Server) -> None:
     handlers = {
         method.name: grpc.unary_unary_rpc_method_handler(
             getattr(servicer, method.name),
-            request_deserializer=_tolerant(getattr(gateway_pb2, method.input_type.name)),
+            request_deserializer=tolerant(getattr(gateway_pb2, method.input_type.name)),
             response_serializer=getattr(gateway_pb2, method.output_type.name).SerializeToString,
         )
         for method in service.methods
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
-
-
-def _peer_cert(context: aio.ServicerContext[object, object]) -> bytes | None:
-    auth: Mapping[str, Iterable[bytes]] = context.auth_context()
-    certs = list(auth.get("x509_pem_cert", ()))
-    return certs[0] if len(certs) == 1 else None
 
 
 class GatewayServicer(gateway_pb2_grpc.PeerGatewayServicer):
@@ -81,7 +58,7 @@ class GatewayServicer(gateway_pb2_grpc.PeerGatewayServicer):
     ) -> gateway_pb2.DescribeResponse:
         """What the calling peer may call here."""
         try:
-            grant, admissions = await self._handler.describe(_peer_cert(context))
+            grant, admissions = await self._handler.describe(peer_cert(context))
         except GatewayError as err:
             await context.abort_with_status(to_grpc_status(err))
         response = gateway_pb2.DescribeResponse(
@@ -116,7 +93,7 @@ class GatewayServicer(gateway_pb2_grpc.PeerGatewayServicer):
         else:
             malformed = False
         call = InvokeCall(
-            peer_cert_pem=_peer_cert(context),
+            peer_cert_pem=peer_cert(context),
             request_id=request.request_id,
             capability=request.capability,
             version_constraint=request.version_constraint,
@@ -144,9 +121,19 @@ class GatewayServicer(gateway_pb2_grpc.PeerGatewayServicer):
 class GatewayServer:
     """A running ``grpc.aio`` server with mTLS, health and graceful shutdown."""
 
-    def __init__(self, agent_id: str, handler: InvokeHandler, tls: TlsMaterial) -> None:
+    def __init__(
+        self,
+        agent_id: str,
+        handler: InvokeHandler,
+        tls: TlsMaterial,
+        a2a: A2AServicer | None = None,
+    ) -> None:
         self._server = aio.server(options=server_options())
         add_gateway_servicer(GatewayServicer(agent_id, handler), self._server)
+        self._services = [SERVICE_NAME]
+        if a2a is not None:  # same port, same mTLS, same handler
+            add_a2a_servicer(a2a, self._server)
+            self._services.append(A2A_SERVICE_NAME)
         self._health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         self._tls = tls
@@ -158,10 +145,10 @@ class GatewayServer:
         if port == 0:
             raise GatewayError(f"could not listen on {address}")
         await self._server.start()
-        for service in ("", SERVICE_NAME):
+        for service in ("", *self._services):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         self.port = port
-        _log.info("serving %s on port %d", SERVICE_NAME, port)
+        _log.info("serving %s on port %d", ", ".join(self._services), port)
         return port
 
     async def stop(self, grace: float = 5.0) -> None:

@@ -34,11 +34,15 @@ from gateway.errors import (
     PeerIdentityMismatch,
     PeerUnavailable,
     PolicyRefusal,
+    ProtocolVersionNotSupported,
+    PushNotificationNotSupported,
     ReplayedRequest,
     StateUnavailable,
     TaskLeased,
+    TaskNotCancelable,
     TaskNotFound,
     Unauthenticated,
+    UnsupportedOperation,
     VersionNotAvailable,
     error_for_reason,
 )
@@ -69,6 +73,11 @@ STATUS_TABLE: dict[type[GatewayError], grpc.StatusCode] = {
     NoRoute: grpc.StatusCode.FAILED_PRECONDITION,
     ExpectationFailed: grpc.StatusCode.FAILED_PRECONDITION,
     TaskLeased: grpc.StatusCode.ABORTED,
+    # A2A 1.0 spec section 5.4 codes.
+    UnsupportedOperation: grpc.StatusCode.FAILED_PRECONDITION,
+    PushNotificationNotSupported: grpc.StatusCode.FAILED_PRECONDITION,
+    ProtocolVersionNotSupported: grpc.StatusCode.FAILED_PRECONDITION,
+    TaskNotCancelable: grpc.StatusCode.FAILED_PRECONDITION,
 }
 """Error class → gRPC status. Subclasses inherit their nearest listed ancestor."""
 

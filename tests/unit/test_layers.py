@@ -39,3 +39,34 @@ def test_the_serving_runtime_never_imports_developer_tools() -> None:
     )
     assert "gateway.agent" in loaded
     assert not {m for m in loaded if m.startswith("gateway.devtools")}
+
+
+def test_only_the_transport_edge_imports_the_a2a_sdk() -> None:
+    loaded = _modules_after_import(
+        "gateway.inbound.invoke_handler",
+        "gateway.inbound.pipeline",
+        "gateway.outbound.router",
+        "gateway.plans.executor",
+        "gateway.audit",
+        "gateway.config",
+        "policies",
+        "capabilities",
+    )
+    assert "gateway.inbound.invoke_handler" in loaded
+    assert not {m for m in loaded if m == "a2a" or m.startswith("a2a.")}
+
+
+def test_the_a2a_sdk_lives_only_under_transport_a2a() -> None:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    importers = sorted(
+        str(path.relative_to(root))
+        for package in ("gateway", "policies", "capabilities")
+        for path in (root / package).rglob("*.py")
+        if any(
+            line.startswith(("from a2a", "import a2a")) for line in path.read_text().splitlines()
+        )
+    )
+    assert importers
+    assert all(path.startswith("gateway/transport/a2a/") for path in importers), importers

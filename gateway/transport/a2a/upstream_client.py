@@ -31,7 +31,7 @@ from google.protobuf import json_format
 
 from gateway.config import TlsFiles, UpstreamEntry
 from gateway.errors import PeerIdentityMismatch, PeerUnavailable, UpstreamUnavailable
-from gateway.outbound.upstream_links import UpstreamLink, open_link
+from gateway.transport.a2a.upstream_links import UpstreamLink, open_link
 from gateway.transport.status import from_rpc_error
 from gateway.transport.tls import TlsMaterial
 

@@ -1,0 +1,144 @@
+"""Agent cards: the public one (for registries) and the one each caller gets.
+
+The public card says how to reach and authenticate to the agent and nothing
+about what anyone may call there. The extended card (``GetExtendedAgentCard``)
+is built for the calling peer from its grant: one skill per capability it may
+call, and the contracts in the extension ``urn:a2agw:capability-contracts:v1``.
+
+Extension params (a JSON object)::
+
+    max_payload_bytes   the caller's payload cap here (input and output)
+    grant_expires_at    when the caller's grant ends (RFC 3339)
+    capabilities        {NAME: {version, versions, risk, idempotent, timeout_seconds,
+                                input_schema, output_schema, preconditions}}
+
+``version`` is the highest version the caller may call (what an empty
+constraint is served); ``versions`` lists every version it may call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import metadata
+from typing import Any
+
+from a2a.types import a2a_pb2
+
+from capabilities.registry import Capability
+from policies.grants import PeerGrant
+from policies.identity import svid_dns_name
+
+CONTRACTS_EXTENSION_URI = "urn:a2agw:capability-contracts:v1"
+"""URI of the card extension carrying the caller's capability contracts."""
+PROTOCOL_BINDING = "GRPC"
+PROTOCOL_VERSION = "1.0"
+MTLS_SCHEME = "mtls"
+_MEDIA = "application/json"
+
+
+def _gateway_version() -> str:
+    try:
+        return metadata.version("a2a-peer-gateway")
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+def public_card(agent_id: str, address: str) -> a2a_pb2.AgentCard:
+    """The card anyone may see: interface, security scheme, no skills."""
+    card = a2a_pb2.AgentCard(
+        name=agent_id,
+        description=(
+            "A2A Peer Gateway agent. Callers authenticate with an X.509-SVID client "
+            "certificate; the skills a caller may use are on its extended card."
+        ),
+        version=_gateway_version(),
+        supported_interfaces=[
+            a2a_pb2.AgentInterface(
+                url=address, protocol_binding=PROTOCOL_BINDING, protocol_version=PROTOCOL_VERSION
+            )
+        ],
+        capabilities=a2a_pb2.AgentCapabilities(
+            streaming=False,
+            push_notifications=False,
+            extended_agent_card=True,
+            extensions=[
+                a2a_pb2.AgentExtension(
+                    uri=CONTRACTS_EXTENSION_URI,
+                    description="Contracts of what the caller may call (on its extended card).",
+                    required=False,
+                )
+            ],
+        ),
+        security_schemes={
+            MTLS_SCHEME: a2a_pb2.SecurityScheme(
+                mtls_security_scheme=a2a_pb2.MutualTlsSecurityScheme(
+                    description=(
+                        "Mutual TLS with X.509-SVIDs of this agent's trust domain. The "
+                        f"server certificate carries the DNS name {svid_dns_name(agent_id)}: "
+                        "use it as the TLS target name."
+                    )
+                )
+            )
+        },
+        security_requirements=[
+            a2a_pb2.SecurityRequirement(schemes={MTLS_SCHEME: a2a_pb2.StringList()})
+        ],
+        default_input_modes=[_MEDIA],
+        default_output_modes=[_MEDIA],
+    )
+    return card
+
+
+def extended_card(
+    agent_id: str, address: str, grant: PeerGrant, visible: Sequence[Capability]
+) -> a2a_pb2.AgentCard:
+    """The card for one caller: its skills and their contracts, nothing it may not call."""
+    card = public_card(agent_id, address)
+    latest: dict[str, Capability] = {}
+    versions: dict[str, list[str]] = {}
+    for cap in visible:  # the registry yields versions in ascending order
+        latest[cap.name] = cap
+        versions.setdefault(cap.name, []).append(str(cap.version))
+    contracts: dict[str, Any] = {}
+    for name, cap in latest.items():
+        card.skills.append(_skill(cap))
+        contracts[name] = _contract(cap, versions[name])
+    extension = card.capabilities.extensions[0]
+    extension.params.update(
+        {
+            "max_payload_bytes": grant.max_payload_bytes,
+            "grant_expires_at": grant.expires_at.isoformat(),
+            "capabilities": contracts,
+        }
+    )
+    return card
+
+
+def _skill(cap: Capability) -> a2a_pb2.AgentSkill:
+    contract = cap.contract
+    return a2a_pb2.AgentSkill(
+        id=contract.name,
+        name=contract.name,
+        description=contract.description or contract.name,
+        tags=[
+            f"risk:{contract.risk.value}",
+            "idempotent" if contract.idempotent else "not-idempotent",
+        ],
+        examples=[example.to_json() for example in contract.examples],
+        input_modes=[_MEDIA],
+        output_modes=[_MEDIA],
+    )
+
+
+def _contract(cap: Capability, versions: list[str]) -> dict[str, Any]:
+    contract = cap.contract
+    return {
+        "version": str(contract.version),
+        "versions": versions,
+        "risk": contract.risk.value,
+        "idempotent": contract.idempotent,
+        "timeout_seconds": contract.timeout_seconds,
+        "input_schema": contract.input_schema(),
+        "output_schema": contract.output_schema(),
+        "preconditions": list(contract.preconditions),
+    }

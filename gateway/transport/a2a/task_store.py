@@ -1,0 +1,257 @@
+"""The A2A tasks this agent answered, per owner, in SQLite under ``state_dir``.
+
+Every SendMessage that passes the pipeline becomes one task, written once when
+it ends (the call runs inside SendMessage, so no one can see it earlier), by a
+background writer that commits in batches, like the audit log's allowed
+records; every read waits for that queue first.
+Every read names the owner: a task of another peer is never returned, and the
+query for it is the same query as for an id that never existed. WAL with
+``synchronous=NORMAL``: tasks survive a restart (``flush`` on stop); a crash
+may lose the tasks of the last few milliseconds, as it may their allowed audit
+records. The output is the caller's own answer, kept for
+GetTask; nothing here is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import threading
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from gateway.errors import InvalidRequest, StateUnavailable
+
+_log = logging.getLogger(__name__)
+
+MAX_PAGE_SIZE = 100
+DEFAULT_PAGE_SIZE = 50
+
+_COLUMNS = (
+    "task_id, owner, context_id, state, capability, served_version, output, "
+    "evidence_sha256, replayed, reason, message, created_ms, updated_ms"
+)
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS a2a_tasks (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+    "task_id TEXT NOT NULL UNIQUE, owner TEXT NOT NULL, context_id TEXT NOT NULL, "
+    "state TEXT NOT NULL, capability TEXT NOT NULL, served_version TEXT NOT NULL, "
+    "output BLOB, evidence_sha256 TEXT NOT NULL, replayed INTEGER NOT NULL, "
+    "reason TEXT NOT NULL, message TEXT NOT NULL, created_ms INTEGER NOT NULL, "
+    "updated_ms INTEGER NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS a2a_tasks_owner ON a2a_tasks (owner, seq)",
+)
+
+
+class TaskOutcome(StrEnum):
+    """How a task ended (every stored task has ended)."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class A2ATask:
+    """One finished task.
+
+    Attributes:
+        task_id: Server-chosen id.
+        owner: SPIFFE ID of the peer that sent the message.
+        context_id: The message's context id (or one chosen for it).
+        state: How it ended.
+        capability: The capability it called.
+        served_version: The version that ran ("" if none was chosen).
+        output: Output JSON bytes (completed tasks).
+        evidence_sha256: Digest of the output.
+        replayed: The answer came from the idempotency store.
+        reason: ``OK`` or the failure's reason code.
+        message: The failure's message (never payload content).
+        created_ms: Unix ms when the message arrived.
+        updated_ms: Unix ms when it ended.
+    """
+
+    task_id: str
+    owner: str
+    context_id: str
+    state: TaskOutcome
+    capability: str
+    served_version: str
+    output: bytes
+    evidence_sha256: str
+    replayed: bool
+    reason: str
+    message: str
+    created_ms: int
+    updated_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFilter:
+    """What ListTasks asks for, besides its owner (all optional)."""
+
+    context_id: str = ""
+    state: TaskOutcome | None = None
+    updated_after_ms: int = 0
+    page_size: int = DEFAULT_PAGE_SIZE
+    page_token: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPage:
+    """One page of ListTasks, newest first."""
+
+    tasks: list[A2ATask]
+    next_page_token: str
+    total_size: int
+
+
+class A2ATaskStore:
+    """SQLite table of finished A2A tasks; safe to share between threads."""
+
+    def __init__(self, path: Path) -> None:
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA busy_timeout=5000")
+            for statement in _SCHEMA:
+                self._db.execute(statement)
+        except sqlite3.Error as err:
+            raise StateUnavailable(f"A2A task store {path}: {err}") from err
+        self._pending: list[A2ATask] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        def work() -> list[tuple[Any, ...]]:
+            with self._lock:
+                return self._db.execute(sql, params).fetchall()
+
+        try:
+            return await asyncio.to_thread(work)
+        except sqlite3.Error as err:
+            raise StateUnavailable(f"A2A task store: {err}") from err
+
+    def put(self, task: A2ATask) -> None:
+        """Queue a finished task; a background writer commits queued tasks in batches.
+
+        Reads (``get``, ``list``) wait for the queue first, so a caller sees its
+        task as soon as SendMessage has answered.
+        """
+        self._pending.append(task)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._drain())
+
+    async def flush(self) -> None:
+        """Wait until every queued task is committed (or its batch failed and was logged)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+
+    async def _drain(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                await asyncio.to_thread(self._insert, batch)
+            except sqlite3.Error as err:  # answered already: the log is all that is left
+                _log.error("A2A task store: %d tasks not stored: %s", len(batch), err)
+
+    def _insert(self, batch: list[A2ATask]) -> None:
+        rows = [
+            (
+                task.task_id,
+                task.owner,
+                task.context_id,
+                task.state.value,
+                task.capability,
+                task.served_version,
+                task.output,
+                task.evidence_sha256,
+                int(task.replayed),
+                task.reason,
+                task.message,
+                task.created_ms,
+                task.updated_ms,
+            )
+            for task in batch
+        ]
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                self._db.executemany(
+                    f"INSERT INTO a2a_tasks ({_COLUMNS}) VALUES "
+                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    async def get(self, owner: str, task_id: str) -> A2ATask | None:
+        """``owner``'s task ``task_id``; None if it has none by that id (whoever else might)."""
+        await self.flush()
+        rows = await self._query(
+            f"SELECT {_COLUMNS} FROM a2a_tasks WHERE task_id = ? AND owner = ?", (task_id, owner)
+        )
+        return _task(rows[0]) if rows else None
+
+    async def list(self, owner: str, wanted: TaskFilter) -> TaskPage:
+        """A page of ``owner``'s tasks, newest first.
+
+        Raises:
+            InvalidRequest: the page token is not one this store handed out.
+        """
+        await self.flush()
+        where: list[str] = ["owner = ?"]
+        params: list[Any] = [owner]
+        if wanted.context_id:
+            where.append("context_id = ?")
+            params.append(wanted.context_id)
+        if wanted.state is not None:
+            where.append("state = ?")
+            params.append(wanted.state.value)
+        if wanted.updated_after_ms:
+            where.append("updated_ms >= ?")
+            params.append(wanted.updated_after_ms)
+        condition = " AND ".join(where)
+        total = await self._query(f"SELECT COUNT(*) FROM a2a_tasks WHERE {condition}", (*params,))
+        page_where, page_params = condition, list(params)
+        if wanted.page_token:
+            if not wanted.page_token.isdigit() or len(wanted.page_token) > 19:
+                raise InvalidRequest("page_token is not a token this agent handed out")
+            page_where += " AND seq < ?"
+            page_params.append(int(wanted.page_token))
+        size = min(max(wanted.page_size, 1), MAX_PAGE_SIZE)
+        rows = await self._query(
+            f"SELECT {_COLUMNS}, seq FROM a2a_tasks WHERE {page_where} ORDER BY seq DESC LIMIT ?",
+            (*page_params, size + 1),
+        )
+        more = len(rows) > size
+        rows = rows[:size]
+        token = str(rows[-1][-1]) if more and rows else ""
+        return TaskPage([_task(row[:-1]) for row in rows], token, int(total[0][0]))
+
+    def close(self) -> None:
+        """Release the store (``flush`` first: queued tasks are not written here)."""
+        with self._lock:
+            self._db.close()
+
+
+def _task(row: tuple[Any, ...]) -> A2ATask:
+    return A2ATask(
+        task_id=row[0],
+        owner=row[1],
+        context_id=row[2],
+        state=TaskOutcome(row[3]),
+        capability=row[4],
+        served_version=row[5],
+        output=bytes(row[6] or b""),
+        evidence_sha256=row[7],
+        replayed=bool(row[8]),
+        reason=row[9],
+        message=row[10],
+        created_ms=row[11],
+        updated_ms=row[12],
+    )

@@ -1,0 +1,116 @@
+"""A2A test helpers: a real a2a-sdk client over our mTLS channel, messages, reasons."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import grpc
+from a2a.client import Client, ClientConfig, ClientFactory
+from a2a.types import a2a_pb2, a2a_pb2_grpc
+from google.protobuf import json_format
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from gateway.agent import Agent
+from gateway.transport.a2a import public_card
+from gateway.transport.status import from_rpc_error
+from tests.support import Pki, raw_channel
+
+V1 = (("a2a-version", "1.0"),)
+
+
+def sdk_client(channel: grpc.aio.Channel, agent: Agent) -> Client:
+    """An a2a-sdk client on ``channel`` (blocking SendMessage, gRPC binding)."""
+    config = ClientConfig(
+        streaming=False,
+        supported_protocol_bindings=["GRPC"],
+        grpc_channel_factory=lambda _: channel,
+    )
+    return ClientFactory(config).create(public_card(agent.config.id, agent.address))
+
+
+class A2APeer:
+    """One caller's channel to an agent, with an SDK client and a raw stub on it."""
+
+    def __init__(self, pki: Pki, agent: Agent, caller: str) -> None:
+        self.channel = raw_channel(pki, agent, caller)
+        self.client = sdk_client(self.channel, agent)
+        self.stub = a2a_pb2_grpc.A2AServiceStub(self.channel)
+
+    async def send(self, request: a2a_pb2.SendMessageRequest) -> a2a_pb2.Task:
+        """SendMessage through the SDK client; the task it answers with."""
+        events = [event async for event in self.client.send_message(request)]
+        assert len(events) == 1 and events[0].WhichOneof("payload") == "task"
+        return events[0].task
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    async def __aenter__(self) -> A2APeer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def data_request(
+    capability: str,
+    payload: Any,
+    *,
+    message_id: str | None = None,
+    idempotency_key: str = "",
+    extra_parts: int = 0,
+) -> a2a_pb2.SendMessageRequest:
+    """A SendMessage with one ``data`` part (plus ``extra_parts`` more)."""
+    message = _message(capability, message_id, idempotency_key)
+    for _ in range(1 + extra_parts):
+        json_format.ParseDict(payload, message.parts.add().data)
+    return a2a_pb2.SendMessageRequest(message=message)
+
+
+def raw_request(
+    capability: str,
+    raw: bytes,
+    *,
+    media_type: str = "application/json",
+    message_id: str | None = None,
+) -> a2a_pb2.SendMessageRequest:
+    """A SendMessage with one ``raw`` part."""
+    message = _message(capability, message_id, "")
+    message.parts.add(raw=raw, media_type=media_type)
+    return a2a_pb2.SendMessageRequest(message=message)
+
+
+def _message(capability: str, message_id: str | None, idempotency_key: str) -> a2a_pb2.Message:
+    message = a2a_pb2.Message(message_id=message_id or str(uuid.uuid4()), role=a2a_pb2.ROLE_USER)
+    if capability:
+        message.metadata["a2agw.capability"] = capability
+    if idempotency_key:
+        message.metadata["a2agw.idempotency_key"] = idempotency_key
+    return message
+
+
+def output_of(task: a2a_pb2.Task) -> Any:
+    """The capability's output: the first part of the task's one artifact."""
+    assert len(task.artifacts) == 1
+    return json_format.MessageToDict(task.artifacts[0].parts[0].data)
+
+
+def gateway_reason(err: BaseException) -> str:
+    """Our reason code from an SDK client error (or a raw AioRpcError)."""
+    rpc = err if isinstance(err, grpc.RpcError) else err.__cause__
+    assert isinstance(rpc, grpc.RpcError), f"{type(err).__name__}: {err}"
+    return from_rpc_error(rpc).reason
+
+
+def error_infos(err: grpc.aio.AioRpcError) -> list[tuple[str, str]]:
+    """(domain, reason) of every ErrorInfo in the error's rich status, in order."""
+    status = rpc_status.from_call(err)
+    assert status is not None
+    found = []
+    for detail in status.details:
+        info = error_details_pb2.ErrorInfo()
+        assert detail.Unpack(info)
+        found.append((info.domain, info.reason))
+    return found

@@ -1,0 +1,64 @@
+"""A2A as a new user meets it: ``a2a-gateway card`` and an a2a-sdk client process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.agent_process import REPO, AgentProcess
+from tests.cli.test_cli import agent_files, run
+from tests.support import Pki, audit_rows, grant, spiffe
+
+
+def test_the_public_card_has_interfaces_and_mtls_but_no_skills(pki: Pki, tmp_path: Path) -> None:
+    config = agent_files(pki, tmp_path, "alice", grants=[grant("bob", ["text.echo"])])
+    result = run("card", "--config", str(config), "--url", "alice.example:7001")
+    assert result.returncode == 0, result.stderr
+    card = json.loads(result.stdout)
+    assert "skills" not in card
+    assert "text.echo" not in result.stdout and spiffe("bob") not in result.stdout
+    assert card["name"] == spiffe("alice")
+    assert card["supportedInterfaces"] == [
+        {"url": "alice.example:7001", "protocolBinding": "GRPC", "protocolVersion": "1.0"}
+    ]
+    assert "mtlsSecurityScheme" in card["securitySchemes"]["mtls"]
+    assert card["capabilities"]["extendedAgentCard"] is True
+    assert card["capabilities"].get("streaming", False) is False
+    extension = card["capabilities"]["extensions"][0]
+    assert extension["uri"] == "urn:a2agw:capability-contracts:v1" and "params" not in extension
+
+
+def test_an_a2a_sdk_client_process_against_a_served_agent(pki: Pki, tmp_path: Path) -> None:
+    config = agent_files(pki, tmp_path, "alice", grants=[grant("bob", ["text.search@^1"])])
+    alice = AgentProcess(config)
+    try:
+        address = alice.start()
+        client = subprocess.run(
+            [
+                sys.executable,
+                str(REPO / "tests" / "a2a_client_script.py"),
+                address,
+                spiffe("alice"),
+                str(pki.dir / "ca.pem"),
+                str(pki.dir / "bob.pem"),
+                str(pki.dir / "bob.key"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+        )
+        assert client.returncode == 0, client.stderr
+        answer = json.loads(client.stdout)
+        assert alice.terminate() == 0
+    finally:
+        alice.ensure_stopped()
+    assert answer["skills"] == ["text.search"]
+    assert answer["state"] == answer["get_task_state"] == "TASK_STATE_COMPLETED"
+    assert answer["output"] == {"items": [{"id": "doc-3", "title": "Audit logs", "score": 1.0}]}
+    assert answer["artifact_metadata"]["a2agw.served_version"] == "1.0.0"
+    assert "PERMISSION_DENIED" in answer["refusal"]
+    reasons = [r.reason for r in audit_rows(tmp_path / "alice-audit.sqlite")]
+    assert reasons == ["OK", "CAPABILITY_NOT_GRANTED"]

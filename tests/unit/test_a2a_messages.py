@@ -1,0 +1,217 @@
+"""A2A ⇄ InvokeCall conversion, integers from doubles, and the A2A error wire form."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from a2a.types import a2a_pb2
+from a2a.utils.errors import A2A_ERROR_MAPPING, A2A_REASON_TO_ERROR
+from google.protobuf import json_format
+from google.rpc import error_details_pb2, status_pb2
+from pydantic import BaseModel
+
+from capabilities.builtin.search import SearchInput
+from capabilities.contract import ContractModel
+from gateway import errors
+from gateway.transport.a2a.json_numbers import restore_integers
+from gateway.transport.a2a.messages import invoke_call
+from gateway.transport.a2a.registration import a2a_method_names
+from gateway.transport.a2a.request_checks import speaks_1x
+from gateway.transport.a2a.servicer import A2AServicer
+from gateway.transport.a2a.wire_errors import SPEC_DOMAIN, SPEC_REASONS, to_a2a_status
+from gateway.transport.status import status_code_for
+from tests.a2a_support import data_request, raw_request
+
+
+class Inner(ContractModel):
+    count: int
+    ratio: float
+
+
+class Outer(ContractModel):
+    limit: int | None = None
+    score: float = 0.0
+    inner: Inner | None = None
+    many: list[Inner] = []
+    tags: dict[str, int] = {}
+    name: str = ""
+
+
+def test_whole_numbers_become_integers_only_where_the_schema_says_integer() -> None:
+    value = {
+        "limit": 2.0,
+        "score": 3.0,
+        "inner": {"count": 4.0, "ratio": 5.0},
+        "many": [{"count": 6.0, "ratio": 7.0}],
+        "tags": {"a": 8.0},
+        "name": "9",
+        "unknown": 10.0,
+    }
+    restored = restore_integers(value, [Outer])
+    assert restored == value
+    kinds = {
+        "limit": type(restored["limit"]),
+        "score": type(restored["score"]),
+        "count": type(restored["inner"]["count"]),
+        "ratio": type(restored["inner"]["ratio"]),
+        "many.count": type(restored["many"][0]["count"]),
+        "tags.a": type(restored["tags"]["a"]),
+        "unknown": type(restored["unknown"]),
+    }
+    assert kinds == {
+        "limit": int,
+        "score": float,
+        "count": int,
+        "ratio": float,
+        "many.count": int,
+        "tags.a": int,
+        "unknown": float,
+    }
+    assert restore_integers({"limit": 2.5}, [Outer]) == {"limit": 2.5}
+    del restored["unknown"]
+    assert Outer.model_validate(restored).inner == Inner(count=4, ratio=5.0)
+
+
+def test_any_version_saying_integer_is_enough() -> None:
+    class V2(ContractModel):
+        limit: float
+
+    assert type(restore_integers({"limit": 3.0}, [V2, SearchInput])["limit"]) is int
+    assert type(restore_integers({"limit": 3.0}, [V2])["limit"]) is float
+    assert restore_integers({"limit": 3.0}, []) == {"limit": 3.0}
+
+
+def _call(request: a2a_pb2.SendMessageRequest, models: list[type[BaseModel]] | None = None):  # type: ignore[no-untyped-def]
+    return invoke_call(
+        request,
+        peer_cert_pem=None,
+        deadline=0.0,
+        task_id="t-1",
+        input_models=lambda name: models or [],
+    )
+
+
+def test_a_data_part_becomes_compact_json_with_integers() -> None:
+    call = _call(
+        data_request("text.search@^1", {"query": "q", "limit": 2}, idempotency_key="k"),
+        [SearchInput],
+    )
+    assert (call.capability, call.version_constraint, call.idempotency_key) == (
+        "text.search",
+        "^1",
+        "k",
+    )
+    assert call.payload == b'{"limit":2,"query":"q"}' and call.problem == ""
+    assert call.task_id == "t-1"
+
+
+def test_raw_bytes_are_the_payload_unchanged() -> None:
+    raw = b'{ "text":"\\u00e9" }'
+    call = _call(raw_request("text.echo", raw))
+    assert call.payload == raw and call.problem == ""
+
+
+def _with_part(part: a2a_pb2.Part) -> a2a_pb2.SendMessageRequest:
+    request = data_request("text.echo", {"text": "x"})
+    del request.message.parts[:]
+    request.message.parts.append(part)
+    return request
+
+
+PROBLEMS = [
+    (data_request("", {"text": "x"}), "a2agw.capability"),
+    (data_request("text.echo", {"text": "x"}, extra_parts=1), "exactly one part, it has 2"),
+    (data_request("text.echo", [1, 2]), "JSON object"),
+    (raw_request("text.echo", b"{}", media_type="text/plain"), "media_type"),
+    (_with_part(a2a_pb2.Part(text="hello")), "a text part cannot carry"),
+    (_with_part(a2a_pb2.Part(url="https://x")), "a url part cannot carry"),
+    (a2a_pb2.SendMessageRequest(), "message is missing"),
+]
+
+
+@pytest.mark.parametrize(("request_", "problem"), PROBLEMS)
+def test_what_cannot_be_a_call_is_a_problem(
+    request_: a2a_pb2.SendMessageRequest, problem: str
+) -> None:
+    assert problem in _call(request_).problem
+
+
+def test_envelope_problems() -> None:
+    request = data_request("text.echo", {"text": "secret-content"})
+    request.tenant = "t"
+    assert "tenants are not supported" in _call(request).problem
+    request = data_request("text.echo", {"text": "x"})
+    request.message.task_id = "old"
+    assert "new task" in _call(request).problem
+    request = data_request("text.echo", {"text": "x"})
+    request.message.metadata["a2agw.capability"] = 5
+    assert "must be a string" in _call(request).problem
+
+
+def test_problems_never_quote_payload_content() -> None:
+    request = data_request("text.echo", ["secret-content"])
+    assert "secret-content" not in _call(request).problem
+
+
+def test_every_a2a_rpc_has_a_servicer_method() -> None:
+    for name in a2a_method_names():
+        assert name in vars(A2AServicer), name
+    assert len(a2a_method_names()) == 11
+
+
+@pytest.mark.parametrize("version", ["1", "1.0", "1.1", "1.0.3"])
+def test_1x_versions_are_spoken(version: str) -> None:
+    assert speaks_1x(version)
+
+
+@pytest.mark.parametrize("version", ["0.3", "", "2.0", "10", "1x", " 1.0"])
+def test_other_versions_are_not(version: str) -> None:
+    assert not speaks_1x(version)
+
+
+@pytest.mark.parametrize("cls", list(SPEC_REASONS))
+def test_spec_errors_carry_the_spec_reason_and_the_spec_code(
+    cls: type[errors.GatewayError],
+) -> None:
+    status = to_a2a_status(cls("why"))
+    ((_, raw),) = [m for m in status.trailing_metadata if m[0] == "grpc-status-details-bin"]
+    detail = status_pb2.Status.FromString(raw)
+    infos = []
+    for any_ in detail.details:
+        info = error_details_pb2.ErrorInfo()
+        any_.Unpack(info)
+        infos.append((info.domain, info.reason))
+    assert infos == [("a2agw.v1", cls.reason), (SPEC_DOMAIN, SPEC_REASONS[cls])]
+    spec_class = A2A_REASON_TO_ERROR[SPEC_REASONS[cls]]
+    assert A2A_ERROR_MAPPING[spec_class].grpc_status == status_code_for(cls("x")).name
+    assert status.code is getattr(grpc.StatusCode, A2A_ERROR_MAPPING[spec_class].grpc_status)
+
+
+def test_our_own_errors_carry_only_our_reason() -> None:
+    status = to_a2a_status(errors.UnknownPeer("no"))
+    ((_, raw),) = [m for m in status.trailing_metadata if m[0] == "grpc-status-details-bin"]
+    assert len(status_pb2.Status.FromString(raw).details) == 1
+
+
+def test_outputs_travel_as_data_parts() -> None:
+    from gateway.transport.a2a.messages import task_message
+    from gateway.transport.a2a.task_store import A2ATask, TaskOutcome
+
+    task = A2ATask(
+        "t",
+        "o",
+        "c",
+        TaskOutcome.COMPLETED,
+        "x.y",
+        "1.0.0",
+        b'{"n":1,"s":"a"}',
+        "e" * 64,
+        False,
+        "OK",
+        "",
+        1,
+        2,
+    )
+    answer = task_message(task)
+    assert json_format.MessageToDict(answer.artifacts[0].parts[0].data) == {"n": 1.0, "s": "a"}
+    assert answer.artifacts[0].parts[0].media_type == "application/json"
