@@ -25,6 +25,12 @@ def add_commands(commands: Any) -> None:
     issue.add_argument("name")
     issue.add_argument("--dir", type=Path, required=True)
     issue.add_argument("--days", type=int, default=30)
+    issue.add_argument(
+        "--loopback-sans",
+        action="store_true",
+        help="also DNS:localhost and IP:127.0.0.1/::1, for tools that dial loopback without "
+        "the name override (such clients cannot tell this agent from another)",
+    )
     issue.set_defaults(run=_pki_issue)
 
     policy = commands.add_parser("policy", help="policy files")
@@ -53,7 +59,9 @@ def _pki_init(args: argparse.Namespace) -> int:
 def _pki_issue(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
-    issued = pki.issue(args.dir, args.name, valid_for=timedelta(days=args.days))
+    issued = pki.issue(
+        args.dir, args.name, valid_for=timedelta(days=args.days), loopback_sans=args.loopback_sans
+    )
     print(f"{issued.spiffe_id}: {issued.cert_path} {issued.key_path}")
     return 0
 
