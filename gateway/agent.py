@@ -13,6 +13,7 @@ from pathlib import Path
 from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
 from capabilities.registry import CapabilityRegistry
 from gateway.audit import AuditLog, query_records
+from gateway.audit.checkpoint import Checkpointer, CheckpointSigner
 from gateway.config import AgentConfig
 from gateway.errors import AgentConfigError
 from gateway.inbound.idempotency import IdempotencyStore
@@ -64,7 +65,9 @@ class Agent:
                 )
             except CapabilityModuleError as err:
                 raise AgentConfigError(str(err)) from err
-        self.audit = AuditLog(config.audit_db, sync=config.audit_sync)
+        self.audit = AuditLog(
+            config.audit_db, sync=config.audit_sync, checkpoints=self._checkpointer()
+        )
         self.idempotency = IdempotencyStore(config.state_dir / "idempotency.sqlite")
         self._clients: dict[str, PeerClient] = {}
         self.router = Router(
@@ -96,6 +99,17 @@ class Agent:
         )
         self._watcher: asyncio.Task[None] | None = None
         self.port = 0
+
+    def _checkpointer(self) -> Checkpointer | None:
+        settings = self.config.audit_checkpoints
+        if not settings.enabled:
+            return None
+        return Checkpointer(
+            CheckpointSigner(self.config.id, self.tls.key_pem, self.tls.cert_pem),
+            self.config.checkpoint_file,
+            every_records=settings.every_records,
+            every_seconds=settings.every_seconds,
+        )
 
     @property
     def address(self) -> str:

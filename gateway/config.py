@@ -18,6 +18,12 @@ Example::
     id = "spiffe://example.org/agent/bob"
     address = "127.0.0.1:7002"
 
+    [audit_checkpoints]          # optional; these are the defaults
+    enabled = true
+    every_records = 1000
+    every_seconds = 60
+    # file = "state/alice-audit.sqlite.checkpoints.jsonl"
+
 Relative paths are resolved against the config file's folder.
 """
 
@@ -51,6 +57,23 @@ class TlsFiles(_Frozen):
     key: Path
 
 
+class AuditCheckpoints(_Frozen):
+    """Signed checkpoints of the audit chain head, written outside the database.
+
+    Attributes:
+        enabled: Write checkpoints (default). Without them a cut-off tail with
+            a rewritten chain head goes unnoticed by ``audit verify``.
+        every_records: Checkpoint after this many records since the last one.
+        every_seconds: ...or after this long with records not yet covered.
+        file: Append-only JSONL file; default ``<audit_db>.checkpoints.jsonl``.
+    """
+
+    enabled: bool = True
+    every_records: int = Field(default=1000, ge=1)
+    every_seconds: float = Field(default=60.0, gt=0)
+    file: Path | None = None
+
+
 class PeerEntry(_Frozen):
     """A peer this agent may call.
 
@@ -79,6 +102,7 @@ class AgentConfig(_Frozen):
         state_dir: Folder for durable state (idempotency records, built-in stores).
         modules: Python modules that register capabilities.
         peers: Known peers.
+        audit_checkpoints: Signed checkpoints of the audit log's head.
     """
 
     id: SpiffeId
@@ -90,6 +114,15 @@ class AgentConfig(_Frozen):
     state_dir: Path
     modules: tuple[str, ...] = ("capabilities.builtin",)
     peers: tuple[PeerEntry, ...] = ()
+    audit_checkpoints: AuditCheckpoints = AuditCheckpoints()
+
+    @property
+    def checkpoint_file(self) -> Path:
+        """Where audit checkpoints go: ``audit_checkpoints.file`` or next to ``audit_db``."""
+        configured = self.audit_checkpoints.file
+        if configured is not None:
+            return configured
+        return self.audit_db.with_name(self.audit_db.name + ".checkpoints.jsonl")
 
     @model_validator(mode="after")
     def _unique_peers(self) -> AgentConfig:
@@ -119,6 +152,13 @@ class AgentConfig(_Frozen):
                 "policy": fix(self.policy),
                 "audit_db": fix(self.audit_db),
                 "state_dir": fix(self.state_dir),
+                "audit_checkpoints": self.audit_checkpoints.model_copy(
+                    update={
+                        "file": None
+                        if self.audit_checkpoints.file is None
+                        else fix(self.audit_checkpoints.file)
+                    }
+                ),
             }
         )
 
