@@ -24,19 +24,40 @@ Example::
     every_seconds = 60
     # file = "state/alice-audit.sqlite.checkpoints.jsonl"
 
+Top-level ``idempotency_retention = "7d"`` (default) sets how long completed
+idempotency keys are kept.
+
 Relative paths are resolved against the config file's folder.
 """
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from gateway.errors import AgentConfigError
 from policies.identity import SpiffeId
 from policies.policy_file import parse_toml_model, read_text
+
+_DURATION = re.compile(r"([1-9][0-9]{0,8})([smhd])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def _duration(value: object) -> object:
+    if isinstance(value, str):
+        match = _DURATION.fullmatch(value.strip())
+        if match is None:
+            raise ValueError(f"{value!r}: expected a positive number and a unit s, m, h or d")
+        return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+    return value
+
+
+Duration = Annotated[timedelta, BeforeValidator(_duration)]
+"""A positive span written like ``"30s"``, ``"10m"``, ``"2h"`` or ``"7d"``."""
 
 
 class _Frozen(BaseModel):
@@ -103,6 +124,10 @@ class AgentConfig(_Frozen):
         modules: Python modules that register capabilities.
         peers: Known peers.
         audit_checkpoints: Signed checkpoints of the audit log's head.
+        idempotency_retention: How long a completed idempotency key keeps its
+            answer (default ``"7d"``); afterwards it is purged (at start and
+            hourly) and the key may be used afresh. Keys in doubt are never
+            purged: they stay until an operator resolves or releases them.
     """
 
     id: SpiffeId
@@ -115,6 +140,12 @@ class AgentConfig(_Frozen):
     modules: tuple[str, ...] = ("capabilities.builtin",)
     peers: tuple[PeerEntry, ...] = ()
     audit_checkpoints: AuditCheckpoints = AuditCheckpoints()
+    idempotency_retention: Duration = timedelta(days=7)
+
+    @property
+    def idempotency_store(self) -> Path:
+        """The SQLite file of the agent's idempotency keys."""
+        return self.state_dir / "idempotency.sqlite"
 
     @property
     def checkpoint_file(self) -> Path:
@@ -123,6 +154,12 @@ class AgentConfig(_Frozen):
         if configured is not None:
             return configured
         return self.audit_db.with_name(self.audit_db.name + ".checkpoints.jsonl")
+
+    @model_validator(mode="after")
+    def _positive_retention(self) -> AgentConfig:
+        if self.idempotency_retention <= timedelta(0):
+            raise ValueError("idempotency_retention must be positive")
+        return self
 
     @model_validator(mode="after")
     def _unique_peers(self) -> AgentConfig:
