@@ -8,10 +8,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gateway.config import load_agent_config
+from pydantic import ValidationError
+
+from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
+from capabilities.registry import CapabilityRegistry
+from gateway.config import AgentConfig, load_agent_config
 from gateway.errors import ConfigError
 from gateway.inbound.idempotency_admin import (
     KeyEntry,
+    OutputCheck,
     Resolution,
     list_keys,
     release_key,
@@ -80,13 +85,58 @@ def _resolve(args: argparse.Namespace) -> int:
             output = json.loads(args.output_json)
         except ValueError as err:
             raise ConfigError(f"--output-json is not JSON: {err}") from err
-        done = resolve_done(config.idempotency_store, config.audit_db, ident, output, args.reason)
+        done = resolve_done(
+            config.idempotency_store,
+            config.audit_db,
+            ident,
+            output,
+            args.reason,
+            check_output=_contract_check(config),
+        )
     else:
         if args.output_json is not None:
             raise ConfigError("--output-json goes with --done, not --release")
         done = release_key(config.idempotency_store, config.audit_db, ident, args.reason)
     print(_said(done))
     return 0
+
+
+def _contract_check(config: AgentConfig) -> OutputCheck:
+    """Checks an output against the contract the agent's modules register for the key."""
+    registry = CapabilityRegistry()
+    try:
+        load_capability_modules(
+            config.modules, registry, AgentEnvironment(config.id, config.state_dir)
+        )
+    except CapabilityModuleError as err:
+        raise ConfigError(str(err)) from err
+
+    def check(entry: KeyEntry, output: dict[str, Any]) -> dict[str, Any]:
+        found = [
+            cap
+            for cap in registry
+            if cap.name == entry.capability and str(cap.version) == entry.served_version
+        ]
+        if not found:
+            raise ConfigError(
+                f"{entry.capability} {entry.served_version or '(version unknown)'} is not "
+                "registered by this agent's modules, so the output cannot be checked"
+            )
+        contract = found[0].contract
+        try:
+            checked = contract.output_model.model_validate(output, strict=False)
+        except ValidationError as err:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or '(output)'}: {e['type']}"
+                for e in err.errors(include_url=False, include_input=False)[:5]
+            )
+            raise ConfigError(
+                f"--output-json does not match the output contract of {contract.key}: {problems}"
+            ) from err
+        result: dict[str, Any] = checked.model_dump(mode="json")
+        return result
+
+    return check
 
 
 def _said(done: Resolution) -> str:

@@ -102,22 +102,45 @@ def list_keys(store: Path, *, in_doubt_only: bool = False) -> list[KeyEntry]:
         return [_entry(row) for row in rows.fetchall()]
 
 
+OutputCheck = Callable[[KeyEntry, dict[str, Any]], dict[str, Any]]
+"""Checks an operator's output against the contract of the key's capability
+and version; returns it normalised, or raises ConfigError."""
+
+
 def resolve_done(
-    store: Path, audit_db: Path, ident: Ident, output: dict[str, Any], reason: str
+    store: Path,
+    audit_db: Path,
+    ident: Ident,
+    output: dict[str, Any],
+    reason: str,
+    check_output: OutputCheck | None = None,
 ) -> Resolution:
     """Store ``output`` as the answer of a key in doubt; a retry gets it replayed.
 
+    Args:
+        store: The agent's idempotency SQLite file.
+        audit_db: The agent's audit log.
+        ident: (peer, capability, key).
+        output: The outcome the operator observed, as the capability returns it.
+        reason: What the operator checked (audited).
+        check_output: Validates ``output`` for the key's capability and version.
+
     Raises:
-        ConfigError: ``reason`` is blank or ``output`` is not a JSON object.
+        ConfigError: ``reason`` is blank, ``output`` is not a JSON object or
+            fails ``check_output``.
         IdempotencyNotInDoubt: the key is unknown, done, or still claimed.
         StateUnavailable / AuditUnavailable: the store or the audit log
             cannot be written (then nothing changed).
     """
     if not isinstance(output, dict):
         raise ConfigError("the output must be a JSON object")
-    result = CapabilityResult.from_output(output)
 
-    def store_answer(db: sqlite3.Connection, entry: KeyEntry) -> None:
+    def prepare(entry: KeyEntry) -> CapabilityResult:
+        checked = output if check_output is None else check_output(entry, output)
+        return CapabilityResult.from_output(checked)
+
+    def store_answer(db: sqlite3.Connection, result: CapabilityResult | None) -> None:
+        assert result is not None
         _change_one(
             db,
             "UPDATE idempotency SET state = 'done', payload = ?, evidence_sha256 = ?, "
@@ -126,7 +149,8 @@ def resolve_done(
             ident,
         )
 
-    entry, seq = _change(store, audit_db, ident, reason, RESOLVED, result.payload, store_answer)
+    entry, seq, result = _change(store, audit_db, ident, reason, RESOLVED, prepare, store_answer)
+    assert result is not None
     return Resolution("resolved", entry, seq, len(result.payload), result.evidence_sha256)
 
 
@@ -140,10 +164,10 @@ def release_key(store: Path, audit_db: Path, ident: Ident, reason: str) -> Resol
             cannot be written (then nothing changed).
     """
 
-    def delete(db: sqlite3.Connection, entry: KeyEntry) -> None:
+    def delete(db: sqlite3.Connection, result: CapabilityResult | None) -> None:
         _change_one(db, "DELETE FROM idempotency", (), ident)
 
-    entry, seq = _change(store, audit_db, ident, reason, RELEASED, None, delete)
+    entry, seq, _ = _change(store, audit_db, ident, reason, RELEASED, lambda entry: None, delete)
     return Resolution("released", entry, seq)
 
 
@@ -190,9 +214,9 @@ def _change(
     ident: Ident,
     reason: str,
     audit_reason: str,
-    output: bytes | None,
-    apply: Callable[[sqlite3.Connection, KeyEntry], None],
-) -> tuple[KeyEntry, int]:
+    prepare: Callable[[KeyEntry], CapabilityResult | None],
+    apply: Callable[[sqlite3.Connection, CapabilityResult | None], None],
+) -> tuple[KeyEntry, int, CapabilityResult | None]:
     """Check the key is in doubt, audit the action, apply it: one store transaction."""
     reason = reason.strip()
     if not reason:
@@ -202,14 +226,14 @@ def _change(
     with _connect(store) as db:
         try:
             db.execute("BEGIN IMMEDIATE")
-            row = db.execute(_SELECT + _IDENT, ident).fetchone()
-            entry = _in_doubt(ident, row)
-            seq = _audit(audit_db, entry, reason, audit_reason, output)
-            apply(db, entry)
+            entry = _in_doubt(ident, db.execute(_SELECT + _IDENT, ident).fetchone())
+            result = prepare(entry)
+            seq = _audit(audit_db, entry, reason, audit_reason, result)
+            apply(db, result)
             db.execute("COMMIT")
         except sqlite3.Error as err:
             raise StateUnavailable(f"idempotency store {store}: {err}") from err
-    return entry, seq
+    return entry, seq, result
 
 
 def _in_doubt(ident: Ident, row: tuple[Any, ...] | None) -> KeyEntry:
@@ -237,10 +261,14 @@ def _change_one(
 
 
 def _audit(
-    audit_db: Path, entry: KeyEntry, reason: str, audit_reason: str, output: bytes | None
+    audit_db: Path,
+    entry: KeyEntry,
+    reason: str,
+    audit_reason: str,
+    result: CapabilityResult | None,
 ) -> int:
     """Append the action's record to the agent's audit log (committed); returns its seq."""
-    body = output or b""
+    body = b"" if result is None else result.payload
     record = AuditRecord(
         time_unix_ms=_now_ms(),
         request_id=f"operator-{secrets.token_hex(8)}",

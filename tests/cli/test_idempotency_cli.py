@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import sqlite3
 import subprocess
 import time
@@ -21,18 +22,23 @@ from gateway.errors import ConfigError, IdempotencyInDoubt, IdempotencyNotInDoub
 from gateway.inbound.idempotency import IdempotencyStore
 from gateway.inbound.idempotency_admin import list_keys, release_key, resolve_done
 from gateway.transport.client import PeerClient
-from tests.agent_process import AgentProcess, write_agent_toml
+from tests.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.faults.crash_window import appended_lines
-from tests.support import Pki, WriteCounter, grant, spiffe, standard_registry, write_policy
+from tests.support import Pki, grant, spiffe, write_policy
 
 BOB = spiffe("bob")
-NOTE = b'{"note":"x"}'
-NOTE_SHA = hashlib.sha256(NOTE).hexdigest()
+PUT = b'{"key":"k","value":"v"}'
+PUT_SHA = hashlib.sha256(PUT).hexdigest()
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["a2a-gateway", "idempotency", *args], capture_output=True, text=True, timeout=60
+        ["a2a-gateway", "idempotency", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        # Like the agent process: the config's capability modules must import.
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
 
 
@@ -47,7 +53,7 @@ def _resolve(
 
 def _alice_toml(pki: Pki, tmp_path: Path, modules: tuple[str, ...]) -> Path:
     policy = write_policy(
-        tmp_path / "alice-policy.toml", [grant("bob", ["notes.append", "notes.write"])]
+        tmp_path / "alice-policy.toml", [grant("bob", ["notes.append", "kv.put", "kv.get"])]
     )
     return write_agent_toml(
         tmp_path / "alice.toml",
@@ -168,17 +174,18 @@ async def test_keys_cut_off_by_a_crash_are_resolved_and_released_exactly_once(
 
 
 @pytest.fixture
-async def running(pki: Pki, tmp_path: Path, counter: WriteCounter) -> tuple[Agent, Path]:
+async def running(pki: Pki, tmp_path: Path) -> tuple[Agent, Path]:
+    """alice with the built-ins from her config file; ``kv.put`` is the write under test."""
     toml = _alice_toml(pki, tmp_path, ("capabilities.builtin",))
-    agent = Agent(load_agent_config(toml), standard_registry(counter, tmp_path / "alice-state"))
+    agent = Agent(load_agent_config(toml))
     await agent.start(watch_policy=False)
     return agent, toml
 
 
 async def _in_doubt(agent: Agent, key: str) -> None:
-    """A key in doubt made through the store API, as a cut-off attempt leaves it."""
-    ident = (BOB, "notes.write", key)
-    assert await agent.idempotency.claim(ident, NOTE_SHA, "1.0.0") is None
+    """A kv.put key in doubt made through the store API, as a cut-off attempt leaves it."""
+    ident = (BOB, "kv.put", key)
+    assert await agent.idempotency.claim(ident, PUT_SHA, "1.0.0") is None
     agent.idempotency.leave_in_doubt(ident)
     for _ in range(200):  # the mark is written in the background (bounded: 10 s)
         if any(e.key == key for e in list_keys(agent.config.idempotency_store, in_doubt_only=True)):
@@ -187,30 +194,41 @@ async def _in_doubt(agent: Agent, key: str) -> None:
     raise AssertionError("the key was never marked in doubt")
 
 
+async def _revision(client: PeerClient) -> int:
+    """How many times kv.put really ran for key k (its revision; 0: never)."""
+    stored = (await client.invoke("kv.get", {"key": "k"})).output()
+    return int(stored["revision"]) if stored["found"] else 0
+
+
 @pytest.mark.parametrize("how", ["done", "release"])
 async def test_resolving_while_the_agent_runs_keeps_exactly_once(
-    pki: Pki, running: tuple[Agent, Path], counter: WriteCounter, how: str
+    pki: Pki, running: tuple[Agent, Path], how: str
 ) -> None:
     agent, toml = running
     client = PeerClient(agent.config.id, agent.address, pki.material("bob"))
     try:
         await _in_doubt(agent, "k1")
         with pytest.raises(IdempotencyInDoubt):
-            await client.invoke("notes.write", NOTE, idempotency_key="k1")
-        args = ["--done", "--output-json", '{"stored": 41}'] if how == "done" else ["--release"]
+            await client.invoke("kv.put", PUT, idempotency_key="k1")
+        args = (
+            ["--done", "--output-json", '{"key": "k", "revision": 41}']
+            if how == "done"
+            else ["--release"]
+        )
         result = await asyncio.to_thread(
-            _resolve, toml, "notes.write", "k1", *args, "--reason", "checked the notes table"
+            _resolve, toml, "kv.put", "k1", *args, "--reason", "checked the kv table"
         )
         assert result.returncode == 0, result.stderr
-        first = await client.invoke("notes.write", NOTE, idempotency_key="k1")
-        second = await client.invoke("notes.write", NOTE, idempotency_key="k1")
+        first = await client.invoke("kv.put", PUT, idempotency_key="k1")
+        second = await client.invoke("kv.put", PUT, idempotency_key="k1")
         if how == "done":
-            assert first.replayed and first.output() == {"stored": 41}
-            assert counter.calls == 0
+            assert first.replayed and first.output() == {"key": "k", "revision": 41}
+            assert await _revision(client) == 0  # the write never ran
         else:
-            assert not first.replayed and first.output() == {"stored": 1}
-            assert counter.calls == 1
+            assert not first.replayed and first.output() == {"key": "k", "revision": 1}
+            assert await _revision(client) == 1  # it ran exactly once more
         assert second.replayed and second.output() == first.output()
+        assert first.served_version == "1.0.0"
         await agent.audit.flush()
         assert verify_chain(agent.config.audit_db).ok
     finally:
@@ -220,17 +238,15 @@ async def test_resolving_while_the_agent_runs_keeps_exactly_once(
     assert reasons == ["IDEMPOTENCY_RESOLVED" if how == "done" else "IDEMPOTENCY_RELEASED"]
 
 
-async def test_keys_not_in_doubt_are_never_changed(
-    pki: Pki, running: tuple[Agent, Path], counter: WriteCounter
-) -> None:
+async def test_keys_not_in_doubt_are_never_changed(pki: Pki, running: tuple[Agent, Path]) -> None:
     agent, toml = running
     config = agent.config
     store, audit_db = config.idempotency_store, config.audit_db
     client = PeerClient(config.id, agent.address, pki.material("bob"))
     try:
-        await client.invoke("notes.write", NOTE, idempotency_key="finished")
-        running_claim = (BOB, "notes.write", "running")
-        assert await agent.idempotency.claim(running_claim, NOTE_SHA, "1.0.0") is None
+        await client.invoke("kv.put", PUT, idempotency_key="finished")
+        running_claim = (BOB, "kv.put", "running")
+        assert await agent.idempotency.claim(running_claim, PUT_SHA, "1.0.0") is None
         before = [(e.key, e.state) for e in list_keys(store)]
         await agent.audit.flush()
         records_before = len(query_records(audit_db))
@@ -241,24 +257,22 @@ async def test_keys_not_in_doubt_are_never_changed(
         ]
         for key, why in cases:
             for act in (
-                lambda k: resolve_done(
-                    store, audit_db, (BOB, "notes.write", k), {"stored": 9}, "r"
-                ),
-                lambda k: release_key(store, audit_db, (BOB, "notes.write", k), "r"),
+                lambda k: resolve_done(store, audit_db, (BOB, "kv.put", k), {"key": "k"}, "r"),
+                lambda k: release_key(store, audit_db, (BOB, "kv.put", k), "r"),
             ):
                 with pytest.raises(IdempotencyNotInDoubt, match=why):
                     act(key)
-            cli = _resolve(toml, "notes.write", key, "--release", "--reason", "r")
+            cli = _resolve(toml, "kv.put", key, "--release", "--reason", "r")
             assert (cli.returncode, cli.stdout) == (1, "")
             assert (
                 cli.stderr.startswith("refused: IDEMPOTENCY_NOT_IN_DOUBT: ") and why in cli.stderr
             )
         assert [(e.key, e.state) for e in list_keys(store)] == before
+        await agent.audit.flush()
         assert len(query_records(audit_db)) == records_before  # refusals change nothing
-        # The running claim still completes normally and the finished key still replays.
-        assert counter.calls == 1
-        again = await client.invoke("notes.write", NOTE, idempotency_key="finished")
-        assert again.replayed and counter.calls == 1
+        again = await client.invoke("kv.put", PUT, idempotency_key="finished")
+        assert again.replayed
+        assert await _revision(client) == 1
     finally:
         await client.close()
         await agent.stop()
@@ -271,8 +285,23 @@ async def test_keys_not_in_doubt_are_never_changed(
         (["--done", "--output-json", "[1]", "--reason", "r"], "must be a JSON object"),
         (["--done", "--output-json", '"x"', "--reason", "r"], "must be a JSON object"),
         (["--done", "--output-json", "{nope", "--reason", "r"], "--output-json is not JSON"),
-        (["--done", "--output-json", "{}", "--reason", "  "], "a --reason is required"),
+        (
+            ["--done", "--output-json", '{"key": "k", "revision": 1}', "--reason", "  "],
+            "a --reason is required",
+        ),
         (["--release", "--output-json", "{}", "--reason", "r"], "goes with --done"),
+        (
+            ["--done", "--output-json", '{"revision": 1}', "--reason", "r"],
+            "does not match the output contract of kv.put@1.0.0: key: missing",
+        ),
+        (
+            ["--done", "--output-json", '{"key": "k", "revision": 0}', "--reason", "r"],
+            "revision: greater_than_equal",
+        ),
+        (
+            ["--done", "--output-json", '{"key": "k", "revision": 1, "x": 2}', "--reason", "r"],
+            "x: extra_forbidden",
+        ),
     ],
 )
 async def test_bad_operator_input_changes_nothing(
@@ -281,7 +310,7 @@ async def test_bad_operator_input_changes_nothing(
     agent, toml = running
     try:
         await _in_doubt(agent, "k1")
-        result = await asyncio.to_thread(_resolve, toml, "notes.write", "k1", *args)
+        result = await asyncio.to_thread(_resolve, toml, "kv.put", "k1", *args)
         assert result.returncode == 2
         assert result.stderr.startswith("error: ") and message in result.stderr
         assert [e.state for e in list_keys(agent.config.idempotency_store)] == ["in_doubt"]
@@ -293,7 +322,7 @@ async def test_bad_operator_input_changes_nothing(
 def test_resolve_needs_exactly_one_action(pki: Pki, tmp_path: Path) -> None:
     toml = _alice_toml(pki, tmp_path, ("capabilities.builtin",))
     for how in ([], ["--done", "--release"]):
-        result = _resolve(toml, "notes.write", "k", *how, "--reason", "r")
+        result = _resolve(toml, "kv.put", "k", *how, "--reason", "r")
         assert result.returncode == 2 and "usage:" in result.stderr
 
 
@@ -307,8 +336,8 @@ def test_list_shows_every_state_and_json_is_exact(pki: Pki, tmp_path: Path) -> N
         for key, state in (("a", "done"), ("b\nfake row", "in_doubt"), ("c", "claimed")):
             db.execute(
                 "INSERT INTO idempotency (peer, capability, key, request_sha256, state, "
-                "updated_unix_ms, payload) VALUES (?, 'notes.write', ?, ?, ?, ?, ?)",
-                (BOB, key, NOTE_SHA, state, 1_700_000_000_000, b"{}" if state == "done" else None),
+                "updated_unix_ms, payload) VALUES (?, 'kv.put', ?, ?, ?, ?, ?)",
+                (BOB, key, PUT_SHA, state, 1_700_000_000_000, b"{}" if state == "done" else None),
             )
     table = _cli("list", "--config", str(toml))
     assert table.returncode == 0, table.stderr
@@ -337,8 +366,8 @@ async def test_retention_purges_completed_keys_only(pki: Pki, tmp_path: Path) ->
         ):
             db.execute(
                 "INSERT INTO idempotency (peer, capability, key, request_sha256, state, "
-                "updated_unix_ms) VALUES (?, 'notes.write', ?, ?, ?, ?)",
-                (BOB, key, NOTE_SHA, state, when),
+                "updated_unix_ms) VALUES (?, 'kv.put', ?, ?, ?, ?)",
+                (BOB, key, PUT_SHA, state, when),
             )
     agent = Agent(config)
     await agent.start(watch_policy=False)  # purges at start
