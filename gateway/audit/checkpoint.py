@@ -236,8 +236,16 @@ class Checkpointer:
             AuditUnavailable: it cannot be opened for appending.
         """
         try:
+            created = not self._path.exists()
             self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            if created:  # the new name must survive a crash as well as the lines
+                directory = os.open(self._path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(directory)
+                finally:
+                    os.close(directory)
         except OSError as err:
+            self.close()
             raise AuditUnavailable(
                 f"audit checkpoints {self._path}: cannot open: {err.strerror}"
             ) from err

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from capabilities.runner import CapabilityResult
 from gateway.audit._writer import SqliteChainWriter
@@ -44,7 +44,7 @@ MAX_REASON_CHARS = 200
 """Longest operator reason kept in the audit record's ``detail``."""
 _MAX_KEY_CHARS = 128
 
-State = Literal["claimed", "in_doubt", "done"]
+_Prepared = TypeVar("_Prepared")
 
 
 @dataclass(frozen=True)
@@ -139,8 +139,7 @@ def resolve_done(
         checked = output if check_output is None else check_output(entry, output)
         return CapabilityResult.from_output(checked)
 
-    def store_answer(db: sqlite3.Connection, result: CapabilityResult | None) -> None:
-        assert result is not None
+    def store_answer(db: sqlite3.Connection, result: CapabilityResult) -> None:
         _change_one(
             db,
             "UPDATE idempotency SET state = 'done', payload = ?, evidence_sha256 = ?, "
@@ -149,8 +148,9 @@ def resolve_done(
             ident,
         )
 
-    entry, seq, result = _change(store, audit_db, ident, reason, RESOLVED, prepare, store_answer)
-    assert result is not None
+    entry, seq, result = _change(
+        store, audit_db, ident, reason, (RESOLVED, prepare, _payload_of), store_answer
+    )
     return Resolution("resolved", entry, seq, len(result.payload), result.evidence_sha256)
 
 
@@ -164,10 +164,12 @@ def release_key(store: Path, audit_db: Path, ident: Ident, reason: str) -> Resol
             cannot be written (then nothing changed).
     """
 
-    def delete(db: sqlite3.Connection, result: CapabilityResult | None) -> None:
+    def delete(db: sqlite3.Connection, result: None) -> None:
         _change_one(db, "DELETE FROM idempotency", (), ident)
 
-    entry, seq, _ = _change(store, audit_db, ident, reason, RELEASED, lambda entry: None, delete)
+    entry, seq, _ = _change(
+        store, audit_db, ident, reason, (RELEASED, _nothing, _no_payload), delete
+    )
     return Resolution("released", entry, seq)
 
 
@@ -213,11 +215,15 @@ def _change(
     audit_db: Path,
     ident: Ident,
     reason: str,
-    audit_reason: str,
-    prepare: Callable[[KeyEntry], CapabilityResult | None],
-    apply: Callable[[sqlite3.Connection, CapabilityResult | None], None],
-) -> tuple[KeyEntry, int, CapabilityResult | None]:
-    """Check the key is in doubt, audit the action, apply it: one store transaction."""
+    audit: tuple[str, Callable[[KeyEntry], _Prepared], Callable[[_Prepared], bytes]],
+    apply: Callable[[sqlite3.Connection, _Prepared], None],
+) -> tuple[KeyEntry, int, _Prepared]:
+    """Check the key is in doubt, audit the action, apply it: one store transaction.
+
+    ``audit`` is (reason code, what to prepare from the entry, the bytes of
+    it that the record describes by size and digest).
+    """
+    audit_reason, prepare, payload_of = audit
     reason = reason.strip()
     if not reason:
         raise ConfigError("a --reason is required: say what you checked")
@@ -228,7 +234,7 @@ def _change(
             db.execute("BEGIN IMMEDIATE")
             entry = _in_doubt(ident, db.execute(_SELECT + _IDENT, ident).fetchone())
             result = prepare(entry)
-            seq = _audit(audit_db, entry, reason, audit_reason, result)
+            seq = _audit(audit_db, entry, reason, audit_reason, payload_of(result))
             apply(db, result)
             db.execute("COMMIT")
         except sqlite3.Error as err:
@@ -265,10 +271,9 @@ def _audit(
     entry: KeyEntry,
     reason: str,
     audit_reason: str,
-    result: CapabilityResult | None,
+    body: bytes,
 ) -> int:
     """Append the action's record to the agent's audit log (committed); returns its seq."""
-    body = b"" if result is None else result.payload
     record = AuditRecord(
         time_unix_ms=_now_ms(),
         request_id=f"operator-{secrets.token_hex(8)}",
@@ -290,6 +295,18 @@ def _audit(
         return writer.count
     finally:
         writer.close()
+
+
+def _payload_of(result: CapabilityResult) -> bytes:
+    return result.payload
+
+
+def _nothing(entry: KeyEntry) -> None:
+    return None
+
+
+def _no_payload(nothing: None) -> bytes:
+    return b""
 
 
 def _now_ms() -> int:
