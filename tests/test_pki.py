@@ -5,6 +5,8 @@ from __future__ import annotations
 import ipaddress
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent import futures
 from datetime import UTC, datetime, timedelta
@@ -359,7 +361,6 @@ def test_the_dev_ca_carries_critical_name_constraints(ca: pki.CertificateAuthori
 
 
 def test_pki_issue_cli_adds_loopback_sans_only_with_the_flag(tmp_path: Path) -> None:
-    import subprocess
 
     directory = tmp_path / "pki"
     for args in (
@@ -367,7 +368,12 @@ def test_pki_issue_cli_adds_loopback_sans_only_with_the_flag(tmp_path: Path) -> 
         ["pki", "issue", "alpha", "--dir", str(directory)],
         ["pki", "issue", "beta", "--dir", str(directory), "--loopback-sans"],
     ):
-        done = subprocess.run(["a2a-gateway", *args], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway.cli.main", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
     for name, expected in (("alpha", []), ("beta", ["localhost"])):
         cert = _load((directory / f"{name}.pem").read_bytes())

@@ -8,6 +8,7 @@ import json
 import logging
 import sqlite3
 import subprocess
+import sys
 from collections.abc import Callable
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
@@ -128,7 +129,10 @@ def _rewrite_from(db: Path, seq: int) -> None:
 
 def _verify_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["a2a-gateway", "audit", "verify", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "gateway.cli.main", "audit", "verify", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import sqlite3
 import subprocess
+import sys
 import time
 from contextlib import closing
 from pathlib import Path
@@ -33,12 +33,11 @@ PUT_SHA = hashlib.sha256(PUT).hexdigest()
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["a2a-gateway", "idempotency", *args],
+        [sys.executable, "-m", "gateway.cli.main", "idempotency", *args],
         capture_output=True,
         text=True,
         timeout=60,
-        # Like the agent process: the config's capability modules must import.
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=REPO,  # like the agent process: the config's capability modules must import
     )
 
 

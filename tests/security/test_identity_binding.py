@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -87,7 +88,10 @@ def test_an_agent_refuses_to_start_with_a_wildcard_certificate(
         .replace(str(pki.dir / "alice.key"), str(tmp_path / "alice.key"))
     )
     done = subprocess.run(
-        ["a2a-gateway", "serve", "--config", str(toml)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(toml)],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 2
     assert done.stderr.startswith("error: own certificate carries wildcard DNS name(s)")
