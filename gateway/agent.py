@@ -13,8 +13,9 @@ from pathlib import Path
 from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
 from capabilities.registry import CapabilityRegistry
 from gateway.audit import AuditLog, query_records
+from gateway.audit.checkpoint import Checkpointer, CheckpointSigner
 from gateway.config import AgentConfig
-from gateway.errors import AgentConfigError
+from gateway.errors import AgentConfigError, StateUnavailable
 from gateway.inbound.idempotency import IdempotencyStore
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.replay import ReplayGuard
@@ -38,6 +39,7 @@ _log = logging.getLogger(__name__)
 
 # Refusals that happen after the replay check, so their request ids count as used.
 _REMEMBERED_REFUSALS = frozenset({"INVALID_INPUT", "DEADLINE_EXCEEDED"})
+_PURGE_EVERY_SECONDS = 3600.0
 
 
 class Agent:
@@ -70,8 +72,10 @@ class Agent:
         self.upstreams = [UpstreamClient(entry, self.tls, config.tls) for entry in config.upstreams]
         """One reused a2a-sdk client per ``[[upstreams]]`` entry (closed by stop())."""
         register_upstreams(self.registry, self.upstreams)
-        self.audit = AuditLog(config.audit_db, sync=config.audit_sync)
-        self.idempotency = IdempotencyStore(config.state_dir / "idempotency.sqlite")
+        self.audit = AuditLog(
+            config.audit_db, sync=config.audit_sync, checkpoints=self._checkpointer()
+        )
+        self.idempotency = IdempotencyStore(config.idempotency_store)
         self._clients: dict[str, PeerClient] = {}
         self.router = Router(
             registry=self.registry,
@@ -109,7 +113,19 @@ class Agent:
             )
         )
         self._watcher: asyncio.Task[None] | None = None
+        self._purger: asyncio.Task[None] | None = None
         self.port = 0
+
+    def _checkpointer(self) -> Checkpointer | None:
+        settings = self.config.audit_checkpoints
+        if not settings.enabled:
+            return None
+        return Checkpointer(
+            CheckpointSigner(self.config.id, self.tls.key_pem, self.tls.cert_pem),
+            self.config.checkpoint_file,
+            every_records=settings.every_records,
+            every_seconds=settings.every_seconds,
+        )
 
     @property
     def address(self) -> str:
@@ -121,10 +137,26 @@ class Agent:
         """Open the audit log, start serving; returns the bound port."""
         await self.audit.start()
         await asyncio.to_thread(self._remember_recent_request_ids)
+        await self._purge_idempotency_keys()
         self.port = await self._server.start(self.config.listen)
         if watch_policy:
             self._watcher = asyncio.create_task(self.policies.watch())
+        self._purger = asyncio.create_task(self._purge_periodically())
         return self.port
+
+    async def _purge_idempotency_keys(self) -> None:
+        retention = self.config.idempotency_retention
+        purged = await self.idempotency.purge_completed(retention)
+        if purged:
+            _log.info("purged %d completed idempotency key(s) older than %s", purged, retention)
+
+    async def _purge_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(_PURGE_EVERY_SECONDS)
+            try:
+                await self._purge_idempotency_keys()
+            except StateUnavailable as err:  # the next round tries again; calls are unaffected
+                _log.warning("idempotency purge failed: %s", err.message)
 
     def _remember_recent_request_ids(self) -> None:
         # A restart must not reopen the replay window: reload the ids of calls
@@ -152,10 +184,11 @@ class Agent:
         Running tasks are interrupted, not ended: they stay resumable.
         """
         await self.plans.shutdown()
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
+        for task in (self._watcher, self._purger):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self._server.stop(grace)
         await self.a2a_tasks.flush()
         for client in self._clients.values():

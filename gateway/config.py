@@ -29,6 +29,15 @@ Example::
     risk = "read"
     timeout = 5.0
 
+    [audit_checkpoints]          # optional; these are the defaults
+    enabled = true
+    every_records = 1000
+    every_seconds = 60
+    # file = "state/alice-audit.sqlite.checkpoints.jsonl"
+
+Top-level ``idempotency_retention = "7d"`` (default) sets how long completed
+idempotency keys are kept.
+
 Relative paths are resolved against the config file's folder.
 """
 
@@ -36,11 +45,19 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from capabilities.contract import CapabilityName, Risk
 from capabilities.schema_models import SchemaNotSupported, contract_model
@@ -48,6 +65,22 @@ from capabilities.versions import Version, VersionSyntaxError
 from gateway.errors import AgentConfigError
 from policies.identity import SpiffeId
 from policies.policy_file import parse_toml_model, read_text
+
+_DURATION = re.compile(r"([1-9][0-9]{0,8})([smhd])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def _duration(value: object) -> object:
+    if isinstance(value, str):
+        match = _DURATION.fullmatch(value.strip())
+        if match is None:
+            raise ValueError(f"{value!r}: expected a positive number and a unit s, m, h or d")
+        return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+    return value
+
+
+Duration = Annotated[timedelta, BeforeValidator(_duration)]
+"""A positive span written like ``"30s"``, ``"10m"``, ``"2h"`` or ``"7d"``."""
 
 
 class _Frozen(BaseModel):
@@ -66,6 +99,23 @@ class TlsFiles(_Frozen):
     ca: Path
     cert: Path
     key: Path
+
+
+class AuditCheckpoints(_Frozen):
+    """Signed checkpoints of the audit chain head, written outside the database.
+
+    Attributes:
+        enabled: Write checkpoints (default). Without them a cut-off tail with
+            a rewritten chain head goes unnoticed by ``audit verify``.
+        every_records: Checkpoint after this many records since the last one.
+        every_seconds: ...or after this long with records not yet covered.
+        file: Append-only JSONL file; default ``<audit_db>.checkpoints.jsonl``.
+    """
+
+    enabled: bool = True
+    every_records: int = Field(default=1000, ge=1)
+    every_seconds: float = Field(default=60.0, gt=0)
+    file: Path | None = None
 
 
 class PeerEntry(_Frozen):
@@ -228,6 +278,11 @@ class AgentConfig(_Frozen):
         modules: Python modules that register capabilities.
         peers: Known peers.
         upstreams: Existing A2A agents whose skills this agent serves.
+        audit_checkpoints: Signed checkpoints of the audit log's head.
+        idempotency_retention: How long a completed idempotency key keeps its
+            answer (default ``"7d"``); afterwards it is purged (at start and
+            hourly) and the key may be used afresh. Keys in doubt are never
+            purged: they stay until an operator resolves or releases them.
     """
 
     id: SpiffeId
@@ -240,6 +295,27 @@ class AgentConfig(_Frozen):
     modules: tuple[str, ...] = ("capabilities.builtin",)
     peers: tuple[PeerEntry, ...] = ()
     upstreams: tuple[UpstreamEntry, ...] = ()
+    audit_checkpoints: AuditCheckpoints = AuditCheckpoints()
+    idempotency_retention: Duration = timedelta(days=7)
+
+    @property
+    def idempotency_store(self) -> Path:
+        """The SQLite file of the agent's idempotency keys."""
+        return self.state_dir / "idempotency.sqlite"
+
+    @property
+    def checkpoint_file(self) -> Path:
+        """Where audit checkpoints go: ``audit_checkpoints.file`` or next to ``audit_db``."""
+        configured = self.audit_checkpoints.file
+        if configured is not None:
+            return configured
+        return self.audit_db.with_name(self.audit_db.name + ".checkpoints.jsonl")
+
+    @model_validator(mode="after")
+    def _positive_retention(self) -> AgentConfig:
+        if self.idempotency_retention <= timedelta(0):
+            raise ValueError("idempotency_retention must be positive")
+        return self
 
     @model_validator(mode="after")
     def _unique_peers(self) -> AgentConfig:
@@ -277,6 +353,13 @@ class AgentConfig(_Frozen):
                 "policy": fix(self.policy),
                 "audit_db": fix(self.audit_db),
                 "state_dir": fix(self.state_dir),
+                "audit_checkpoints": self.audit_checkpoints.model_copy(
+                    update={
+                        "file": None
+                        if self.audit_checkpoints.file is None
+                        else fix(self.audit_checkpoints.file)
+                    }
+                ),
             }
         )
 

@@ -21,6 +21,7 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
     ├── ReplayedRequest               ALREADY_EXISTS     REPLAYED_REQUEST
     ├── IdempotencyConflict           ALREADY_EXISTS     IDEMPOTENCY_CONFLICT
     ├── IdempotencyInDoubt            ABORTED            IDEMPOTENCY_IN_DOUBT
+    ├── IdempotencyNotInDoubt         FAILED_PRECONDITION IDEMPOTENCY_NOT_IN_DOUBT (operator CLI)
     ├── InvalidOutput                 INTERNAL           INVALID_OUTPUT
     ├── CapabilityFailed              INTERNAL           CAPABILITY_FAILED
     ├── AuditUnavailable              UNAVAILABLE        AUDIT_UNAVAILABLE
@@ -176,6 +177,16 @@ class IdempotencyInDoubt(GatewayError):
     """An earlier attempt with this key was cut off mid-run; running again could write twice."""
 
     reason = "IDEMPOTENCY_IN_DOUBT"
+
+
+class IdempotencyNotInDoubt(GatewayError):
+    """An operator tried to resolve or release a key that is not in doubt.
+
+    The key is unknown, already done, or still claimed by a running attempt:
+    changing it could lose a stored answer or let a write run twice.
+    """
+
+    reason = "IDEMPOTENCY_NOT_IN_DOUBT"
 
 
 class InvalidOutput(GatewayError):

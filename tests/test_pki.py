@@ -5,6 +5,8 @@ from __future__ import annotations
 import ipaddress
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent import futures
 from datetime import UTC, datetime, timedelta
@@ -108,11 +110,8 @@ def test_svid_extensions_follow_the_spec(ca: pki.CertificateAuthority) -> None:
     san = extensions.get_extension_for_class(x509.SubjectAlternativeName)
     assert san.critical is False
     assert san.value.get_values_for_type(x509.UniformResourceIdentifier) == [ALPHA]
-    assert san.value.get_values_for_type(x509.DNSName) == [svid_dns_name(ALPHA), "localhost"]
-    assert san.value.get_values_for_type(x509.IPAddress) == [
-        ipaddress.ip_address("127.0.0.1"),
-        ipaddress.ip_address("::1"),
-    ]
+    assert san.value.get_values_for_type(x509.DNSName) == [svid_dns_name(ALPHA)]
+    assert san.value.get_values_for_type(x509.IPAddress) == []
     basic = extensions.get_extension_for_class(x509.BasicConstraints)
     assert (basic.critical, basic.value.ca) == (True, False)
     usage = extensions.get_extension_for_class(x509.KeyUsage)
@@ -315,3 +314,119 @@ def test_handshake_fails_when_server_is_not_the_expected_agent(
     with pytest.raises(grpc.RpcError) as caught:
         _check_health(ca_dir, alpha_server, "spiffe://example.org/agent/gamma")
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_loopback_sans_only_when_asked(ca_dir: Path) -> None:
+    plain = _load(pki.issue(ca_dir, "alpha").cert_path.read_bytes())
+    loop = _load(pki.issue(ca_dir, "beta", loopback_sans=True).cert_path.read_bytes())
+    for cert, dns, ips in (
+        (plain, [svid_dns_name(ALPHA)], []),
+        (
+            loop,
+            [svid_dns_name("spiffe://example.org/agent/beta"), "localhost"],
+            [ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")],
+        ),
+    ):
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert san.get_values_for_type(x509.DNSName) == dns
+        assert san.get_values_for_type(x509.IPAddress) == ips
+
+
+@pytest.mark.parametrize(
+    "wildcard",
+    [
+        "*.svid.a2agw.invalid",
+        "*",
+        "*.a2agw.invalid",
+        "id-*.svid.a2agw.invalid",
+        "a.*.svid.a2agw.invalid",
+        "*.example.org",
+    ],
+)
+def test_the_dev_ca_never_signs_a_wildcard(ca: pki.CertificateAuthority, wildcard: str) -> None:
+    with pytest.raises(ConfigError, match="wildcard DNS names are never issued"):
+        ca.mint(uris=[ALPHA], dns_names=[svid_dns_name(ALPHA), wildcard])
+
+
+def test_the_dev_ca_carries_critical_name_constraints(ca: pki.CertificateAuthority) -> None:
+    ext = ca.certificate.extensions.get_extension_for_class(x509.NameConstraints)
+    assert ext.critical is True
+    assert ext.value.excluded_subtrees is None
+    assert list(ext.value.permitted_subtrees or []) == [
+        x509.DNSName("svid.a2agw.invalid"),
+        x509.DNSName("localhost"),
+        x509.IPAddress(ipaddress.ip_network("127.0.0.0/8")),
+        x509.IPAddress(ipaddress.ip_network("::1/128")),
+    ]
+
+
+def test_pki_issue_cli_adds_loopback_sans_only_with_the_flag(tmp_path: Path) -> None:
+
+    directory = tmp_path / "pki"
+    for args in (
+        ["pki", "init", "--dir", str(directory), "--trust-domain", "example.org"],
+        ["pki", "issue", "alpha", "--dir", str(directory)],
+        ["pki", "issue", "beta", "--dir", str(directory), "--loopback-sans"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway.cli.main", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+    for name, expected in (("alpha", []), ("beta", ["localhost"])):
+        cert = _load((directory / f"{name}.pem").read_bytes())
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert san.get_values_for_type(x509.DNSName)[1:] == expected
+        assert bool(san.get_values_for_type(x509.IPAddress)) == bool(expected)
+
+
+def _server_with(ca_dir: Path, cert_pem: bytes, key_pem: bytes) -> tuple[grpc.Server, int]:
+    credentials = grpc.ssl_server_credentials(
+        [(key_pem, cert_pem)],
+        root_certificates=(ca_dir / "ca.pem").read_bytes(),
+        require_client_auth=True,
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), server)
+    port = server.add_secure_port("127.0.0.1:0", credentials)
+    server.start()
+    return server, port
+
+
+def _health_via(ca_dir: Path, port: int, name: str) -> health_pb2.HealthCheckResponse:
+    client = pki.issue(ca_dir, "beta")
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=(ca_dir / "ca.pem").read_bytes(),
+        private_key=client.key_path.read_bytes(),
+        certificate_chain=client.cert_path.read_bytes(),
+    )
+    options = [("grpc.ssl_target_name_override", name)]
+    with grpc.secure_channel(f"127.0.0.1:{port}", credentials, options=options) as channel:
+        reply: health_pb2.HealthCheckResponse = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(), timeout=5
+        )
+        return reply
+
+
+@pytest.mark.parametrize(
+    "name", ["evil.example.com", "svid.a2agw.invalid.evil.example", svid_dns_name(ALPHA)]
+)
+def test_handshake_enforces_the_ca_name_constraints(ca_dir: Path, name: str) -> None:
+    # A certificate the CA key signed behind the issuing code's back for a name
+    # outside the permitted subtrees is refused by the client's TLS stack, even
+    # when the client asks for exactly that name; an in-bounds name still works.
+    ca = pki.CertificateAuthority.load(ca_dir)
+    cert_pem, key_pem = ca.mint(uris=[ALPHA], dns_names=[name])
+    server, port = _server_with(ca_dir, cert_pem, key_pem)
+    try:
+        if name.endswith(".svid.a2agw.invalid"):
+            reply = _health_via(ca_dir, port, name)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        else:
+            with pytest.raises(grpc.RpcError) as caught:
+                _health_via(ca_dir, port, name)
+            assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        server.stop(grace=None)

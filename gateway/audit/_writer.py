@@ -64,21 +64,35 @@ class SqliteChainWriter:
             records: Records as ``record.checked_fields`` returns them; their
                 ``seq`` is overwritten here.
 
+        The head is read again inside the write transaction, so another
+        process may append to the same log in between (the operator CLI
+        records its idempotency resolutions this way while the agent runs).
+
         Raises:
             AuditUnavailable: The transaction did not commit; nothing of the
                 batch is stored and the head is unchanged.
         """
         conn = self._require_conn()
-        seq, prev = self.count, self.last_hash
-        rows: list[tuple[object, ...]] = []
-        for fields in records:
-            seq += 1
-            fields["seq"] = seq
-            digest = fields_hash(prev, fields)
-            rows.append((*(fields[name] for name in RECORD_COLUMNS), prev, digest))
-            prev = digest
         try:
             conn.execute("BEGIN IMMEDIATE")
+            head = conn.execute("SELECT count, last_hash FROM chain_head WHERE id = 1").fetchone()
+            if head is None:
+                raise sqlite3.IntegrityError("chain_head row is missing")
+            seq, prev = int(head[0]), str(head[1])
+            if seq < self.count or (seq == self.count and prev != self.last_hash):
+                # Another writer only ever adds records: a head that went back
+                # (or changed in place) means the log was cut or rewritten.
+                raise sqlite3.IntegrityError(
+                    f"chain head moved back from seq {self.count} to {seq} while open; "
+                    "run the audit verify command"
+                )
+            rows: list[tuple[object, ...]] = []
+            for fields in records:
+                seq += 1
+                fields["seq"] = seq
+                digest = fields_hash(prev, fields)
+                rows.append((*(fields[name] for name in RECORD_COLUMNS), prev, digest))
+                prev = digest
             conn.executemany(INSERT_RECORD, rows)
             updated = conn.execute(
                 "UPDATE chain_head SET count = ?, last_hash = ? WHERE id = 1", (seq, prev)

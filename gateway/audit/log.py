@@ -8,6 +8,11 @@ concurrent refusals share one commit.
 
 If a commit fails the log fails closed: waiters and every later call get
 :class:`~gateway.errors.AuditUnavailable`, and ``healthy`` turns False.
+
+With a :class:`~gateway.audit.checkpoint.Checkpointer` the same thread also
+writes signed checkpoints of the chain head, only ever after the records they
+cover are committed; a checkpoint that cannot be written fails the log closed
+too (the tail would no longer be protected).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 from gateway.audit._writer import SqliteChainWriter
+from gateway.audit.checkpoint import Checkpointer
 from gateway.audit.record import AuditRecord, checked_fields
 from gateway.errors import AuditUnavailable, ConfigError
 
@@ -62,6 +68,7 @@ class AuditLog:
         busy_timeout_ms: int = 5000,
         linger_ms: float = 10.0,
         sync: Literal["full", "normal"] = "full",
+        checkpoints: Checkpointer | None = None,
     ) -> None:
         """Prepare a log; nothing is opened until :meth:`start`.
 
@@ -77,6 +84,8 @@ class AuditLog:
                 commit: a committed record survives power loss. ``normal`` (WAL)
                 survives a crash of the process but not of the machine, and
                 makes each durable commit far cheaper.
+            checkpoints: Writes signed checkpoints of the chain head outside
+                the database (None: none are written).
 
         Raises:
             ConfigError: ``max_batch`` < 1 or ``busy_timeout_ms`` < 0.
@@ -91,6 +100,7 @@ class AuditLog:
         self._writer = SqliteChainWriter(
             path, busy_timeout_ms=busy_timeout_ms, synchronous=sync.upper()
         )
+        self._checkpoints = checkpoints
         self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._urgent = threading.Event()
         self._state = _State.NEW
@@ -196,7 +206,10 @@ class AuditLog:
     def _thread_main(self, opened: _Waiter, stopped: _Waiter) -> None:
         try:
             self._writer.open()
+            if self._checkpoints is not None:
+                self._checkpoints.open()
         except AuditUnavailable as err:
+            self._writer.close()
             failure = err  # ``err`` is unbound when the except block ends
             _settle([opened], lambda: failure)
             _settle([stopped], None)
@@ -206,6 +219,8 @@ class AuditLog:
             self._write_until_stopped()
         finally:
             self._writer.close()
+            if self._checkpoints is not None:
+                self._checkpoints.close()
             _settle([stopped], None)
 
     def _write_until_stopped(self) -> None:
@@ -215,9 +230,14 @@ class AuditLog:
                 try:
                     items = [self._queue.get_nowait()]
                 except queue.Empty:
+                    self._checkpoint(final=True)
                     return
             else:
-                items = [self._queue.get()]
+                try:
+                    items = [self._queue.get(timeout=self._idle_wait())]
+                except queue.Empty:
+                    self._checkpoint()
+                    continue
             self._gather(items, linger=not stopping)
             stopping = stopping or any(isinstance(item, _Stop) for item in items)
             try:
@@ -225,6 +245,22 @@ class AuditLog:
             except Exception as err:  # a bug here must not leave callers waiting forever
                 self._fail(f"audit writer crashed: {err!r}", err)
                 _settle(_waiters_of(items), self._error)
+            self._checkpoint()
+
+    def _idle_wait(self) -> float | None:
+        """How long the idle writer may block on the queue (None: until a record comes)."""
+        if self._checkpoints is None or self._state is _State.FAILED:
+            return None
+        return self._checkpoints.seconds_until_due(self._writer.count)
+
+    def _checkpoint(self, *, final: bool = False) -> None:
+        """Checkpoint the committed head if one is due; a failure fails the log closed."""
+        if self._checkpoints is None or self._state is _State.FAILED:
+            return
+        try:
+            self._checkpoints.maybe_write(self._writer.count, self._writer.last_hash, final=final)
+        except AuditUnavailable as err:
+            self._fail(err.message, err.__cause__)
 
     def _gather(self, items: list[_Item], *, linger: bool) -> None:
         """Add queued items to ``items``; linger while nobody waits on the batch.

@@ -15,8 +15,9 @@ with, found by recomputing its hash)::
 
 Rows renumbered only to make room for an inserted row (or to close the gap
 of a deleted one) are explained by that problem, not reported again. A log
-rewritten wholesale, head included, cannot be detected without an external
-copy of the chain head.
+rewritten wholesale, head included, cannot be detected from the database
+alone: signed checkpoints kept outside it
+(:mod:`gateway.audit.checkpoint_verify`) catch that.
 """
 
 from __future__ import annotations
@@ -31,7 +32,19 @@ from gateway.audit.chain import GENESIS_HASH, fields_hash
 from gateway.audit.record import AuditRecord
 from gateway.errors import ConfigError
 
-ProblemKind = Literal["modified", "deleted", "inserted", "reordered", "truncated"]
+ProblemKind = Literal[
+    "modified",
+    "deleted",
+    "inserted",
+    "reordered",
+    "truncated",
+    "ends_before_checkpoint",
+    "checkpoint_mismatch",
+    "checkpoint_bad_signature",
+    "checkpoint_unreadable",
+]
+"""What went wrong; the ``checkpoint_*`` kinds and ``ends_before_checkpoint``
+come from :func:`gateway.audit.checkpoint_verify.verify_checkpoints`."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +52,8 @@ class ChainProblem:
     """One place where the log differs from what was written."""
 
     seq: int
-    """Stored seq of the offending row (for deleted/truncated: the first missing seq)."""
+    """Stored seq of the offending row (for deleted/truncated: the first missing seq;
+    for checkpoint problems: the checkpoint's seq, 0 if unreadable)."""
     kind: ProblemKind
     """What happened there."""
     message: str

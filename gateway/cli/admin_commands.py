@@ -8,7 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from gateway.audit import format_json_lines, format_table, parse_since, query_records, verify_chain
+from gateway.audit.checkpoint_verify import verify_checkpoints
+from gateway.config import load_agent_config
 from gateway.devtools import pki
+from gateway.errors import ConfigError
+from gateway.transport.tls import load_pem_file
 from policies.policy_file import load_policy
 
 
@@ -25,6 +29,12 @@ def add_commands(commands: Any) -> None:
     issue.add_argument("name")
     issue.add_argument("--dir", type=Path, required=True)
     issue.add_argument("--days", type=int, default=30)
+    issue.add_argument(
+        "--loopback-sans",
+        action="store_true",
+        help="also DNS:localhost and IP:127.0.0.1/::1, for tools that dial loopback without "
+        "the name override (such clients cannot tell this agent from another)",
+    )
     issue.set_defaults(run=_pki_issue)
 
     policy = commands.add_parser("policy", help="policy files")
@@ -41,6 +51,19 @@ def add_commands(commands: Any) -> None:
     audit.add_argument("--capability", help="only this capability")
     audit.add_argument("--since", help="e.g. 30s, 10m, 2h, 1d")
     audit.add_argument("--json", action="store_true", help="JSON lines")
+    audit.add_argument(
+        "--checkpoints",
+        type=Path,
+        help="verify: also check the log against this signed checkpoint file",
+    )
+    audit.add_argument(
+        "--cert", type=Path, help="verify: certificate (PEM) of the agent that signed them"
+    )
+    audit.add_argument(
+        "--config",
+        type=Path,
+        help="verify: take --cert (and --checkpoints, if absent) from this agent config",
+    )
     audit.set_defaults(run=_audit)
 
 
@@ -53,9 +76,42 @@ def _pki_init(args: argparse.Namespace) -> int:
 def _pki_issue(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
-    issued = pki.issue(args.dir, args.name, valid_for=timedelta(days=args.days))
+    issued = pki.issue(
+        args.dir, args.name, valid_for=timedelta(days=args.days), loopback_sans=args.loopback_sans
+    )
     print(f"{issued.spiffe_id}: {issued.cert_path} {issued.key_path}")
     return 0
+
+
+def _audit_verify(args: argparse.Namespace) -> int:
+    checkpoints, cert = _checkpoint_sources(args)
+    report = verify_chain(args.db)
+    problems = list(report.problems)
+    summary = f"{report.records} records"
+    if checkpoints is not None and cert is not None:
+        cert_pem = load_pem_file(cert, "certificate")
+        checked = verify_checkpoints(args.db, checkpoints, cert_pem)
+        problems.extend(checked.problems)
+        summary += f"; {checked.valid} of {checked.checkpoints} checkpoints valid"
+    if not problems:
+        print(f"{args.db}: chain intact ({summary})")
+        return 0
+    for problem in problems:
+        print(f"{args.db}: seq {problem.seq}: {problem.kind}: {problem.message}")
+    print(f"{args.db}: chain BROKEN ({len(problems)} problem(s); {summary})", file=sys.stderr)
+    return 1
+
+
+def _checkpoint_sources(args: argparse.Namespace) -> tuple[Path | None, Path | None]:
+    """The checkpoint file and signer certificate for ``audit verify``, if any."""
+    checkpoints, cert = args.checkpoints, args.cert
+    if args.config is not None:
+        config = load_agent_config(args.config)
+        checkpoints = checkpoints or config.checkpoint_file
+        cert = cert or config.tls.cert
+    if (checkpoints is None) != (cert is None):
+        raise ConfigError("audit verify: --checkpoints and --cert go together (or give --config)")
+    return checkpoints, cert
 
 
 def _policy_check(args: argparse.Namespace) -> int:
@@ -76,14 +132,7 @@ def _policy_check(args: argparse.Namespace) -> int:
 
 def _audit(args: argparse.Namespace) -> int:
     if args.action == "verify":
-        report = verify_chain(args.db)
-        if report.ok:
-            print(f"{args.db}: chain intact ({report.records} records)")
-            return 0
-        for problem in report.problems:
-            print(f"{args.db}: seq {problem.seq}: {problem.kind}: {problem.message}")
-        print(f"{args.db}: chain BROKEN ({len(report.problems)} problem(s))", file=sys.stderr)
-        return 1
+        return _audit_verify(args)
     since = parse_since(args.since) if args.since else None
     records = query_records(
         args.db,

@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from gateway.cli import admin_commands, agent_commands, plan_commands
+from gateway.cli import admin_commands, agent_commands, idempotency_commands, plan_commands
 from gateway.errors import ConfigError, GatewayError
 
 EXIT_REFUSED = 1
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     agent_commands.add_commands(commands)
     admin_commands.add_commands(commands)
     plan_commands.add_commands(commands)
+    idempotency_commands.add_commands(commands)
     return parser
 
 

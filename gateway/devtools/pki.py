@@ -4,6 +4,17 @@ Certificates follow the SPIFFE X.509-SVID spec (one URI SAN per leaf, a CA
 without a path below it) and add the DNS name from ``svid_dns_name`` so gRPC's
 hostname check proves which SPIFFE ID the server holds. Meant for local and
 test deployments; production trust domains bring their own CA.
+
+That binding holds only while no certificate of the CA can answer for another
+agent's name, so:
+
+- SVIDs carry no ``localhost`` / loopback IP SAN unless asked for
+  (``loopback_sans``): with them, any client dialling 127.0.0.1 without the
+  name override would accept *every* agent of the CA as the one it wanted;
+- this CA never signs a wildcard DNS name (``*.svid.a2agw.invalid`` would
+  answer for every agent), and its certificate carries critical name
+  constraints: DNS names only under ``svid.a2agw.invalid`` (and ``localhost``),
+  IP addresses only on loopback.
 """
 
 from __future__ import annotations
@@ -24,7 +35,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from gateway.errors import ConfigError
 from gateway.transport.tls import load_pem_file
-from policies.identity import is_spiffe_id, svid_dns_name, trust_domain_of
+from policies.identity import SVID_DNS_SUFFIX, is_spiffe_id, svid_dns_name, trust_domain_of
 
 CA_CERT_FILE = "ca.pem"
 CA_KEY_FILE = "ca.key"
@@ -38,6 +49,18 @@ _LEAF_SUBJECT = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "A2A Pe
 _LEAF_EKU = x509.ExtendedKeyUsage(
     [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
 )
+LOOPBACK_DNS = "localhost"
+LOOPBACK_IPS = ("127.0.0.1", "::1")
+_NAME_CONSTRAINTS = x509.NameConstraints(
+    permitted_subtrees=[
+        x509.DNSName(SVID_DNS_SUFFIX),
+        x509.DNSName(LOOPBACK_DNS),
+        x509.IPAddress(ipaddress.ip_network("127.0.0.0/8")),
+        x509.IPAddress(ipaddress.ip_network("::1/128")),
+    ],
+    excluded_subtrees=None,
+)
+"""What a dev CA may sign: verifiers refuse a leaf with any other DNS or IP SAN."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +118,7 @@ class CertificateAuthority:
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(_key_usage(digital_signature=False, cert_sign=True), critical=True)
             .add_extension(x509.SubjectAlternativeName([uri]), critical=False)
+            .add_extension(_NAME_CONSTRAINTS, critical=True)
             .sign(key, hashes.SHA256())
         )
         return cls(key=key, certificate=certificate, trust_domain=trust_domain)
@@ -144,9 +168,12 @@ class CertificateAuthority:
 
         Takes the SANs exactly as given (no URI, two URIs, no SAN at all) and any
         validity window (expired, not yet valid); ``issue_svid`` is the checked path.
+        Even here a wildcard DNS name is refused: no certificate of this CA may
+        answer for every agent.
 
         Raises:
-            ConfigError: an entry of ``ip_addresses`` is not an IP address.
+            ConfigError: an entry of ``ip_addresses`` is not an IP address, or
+                an entry of ``dns_names`` holds a wildcard.
         """
         now = datetime.now(UTC)
         key = ec.generate_private_key(ec.SECP256R1())
@@ -178,8 +205,18 @@ class CertificateAuthority:
         *,
         valid_for: timedelta = timedelta(days=30),
         now: datetime | None = None,
+        loopback_sans: bool = False,
     ) -> tuple[bytes, bytes]:
         """An X.509-SVID for ``spiffe_id``, usable as both TLS server and client.
+
+        Args:
+            spiffe_id: The SVID's one URI SAN.
+            valid_for: Lifetime from ``now``.
+            now: Issue time (default: the current time).
+            loopback_sans: Also add ``DNS:localhost``, ``IP:127.0.0.1`` and
+                ``IP:::1``, for tools that dial loopback without the name
+                override. Such a certificate lets those tools mistake one agent
+                for another; the gateway's own clients never need it.
 
         Returns:
             ``(cert_pem, key_pem)``.
@@ -197,8 +234,8 @@ class CertificateAuthority:
         now = now or datetime.now(UTC)
         return self.mint(
             uris=[spiffe_id],
-            dns_names=[svid_dns_name(spiffe_id), "localhost"],
-            ip_addresses=["127.0.0.1", "::1"],
+            dns_names=[svid_dns_name(spiffe_id), *([LOOPBACK_DNS] if loopback_sans else [])],
+            ip_addresses=LOOPBACK_IPS if loopback_sans else (),
             not_before=now - CLOCK_SKEW,
             not_after=now + valid_for,
         )
@@ -223,12 +260,17 @@ def init_ca(directory: Path, trust_domain: str, *, overwrite: bool = False) -> P
 
 
 def issue(
-    directory: Path, name: str, *, valid_for: timedelta = timedelta(days=30)
+    directory: Path,
+    name: str,
+    *,
+    valid_for: timedelta = timedelta(days=30),
+    loopback_sans: bool = False,
 ) -> IssuedIdentity:
     """Issue ``spiffe://<trust domain>/agent/<name>`` from the CA in ``directory``.
 
     Writes ``<name>.pem`` and ``<name>.key`` (mode 0o600) next to the CA,
-    replacing any earlier SVID of that name.
+    replacing any earlier SVID of that name. ``loopback_sans``: see
+    :meth:`CertificateAuthority.issue_svid`.
 
     Raises:
         ConfigError: ``name`` is invalid or reserved, or the CA cannot be loaded.
@@ -240,7 +282,7 @@ def issue(
         raise ConfigError(f"agent name {name!r} is reserved for the CA")
     ca = CertificateAuthority.load(directory)
     spiffe_id = f"spiffe://{ca.trust_domain}/agent/{name}"
-    cert_pem, key_pem = ca.issue_svid(spiffe_id, valid_for=valid_for)
+    cert_pem, key_pem = ca.issue_svid(spiffe_id, valid_for=valid_for, loopback_sans=loopback_sans)
     cert_path, key_path = directory / f"{name}.pem", directory / f"{name}.key"
     _write_atomic(key_path, key_pem, mode=0o600)
     _write_atomic(cert_path, cert_pem, mode=0o644)
@@ -303,7 +345,10 @@ def _general_names(
     uris: Sequence[str], dns_names: Sequence[str], ip_addresses: Sequence[str]
 ) -> list[x509.GeneralName]:
     names: list[x509.GeneralName] = [x509.UniformResourceIdentifier(uri) for uri in uris]
-    names.extend(x509.DNSName(name) for name in dns_names)
+    for name in dns_names:
+        if "*" in name:
+            raise ConfigError(f"wildcard DNS names are never issued: {name!r}")
+        names.append(x509.DNSName(name))
     for address in ip_addresses:
         try:
             names.append(x509.IPAddress(ipaddress.ip_address(address)))

@@ -5,20 +5,32 @@ answer afterwards. A claim left behind by a crash, a timeout or a failure means
 the write may or may not have happened: a retry is refused with
 ``IDEMPOTENCY_IN_DOUBT`` instead of running the write a second time. Storage
 failures refuse the call before the side effect (``STATE_UNAVAILABLE``).
+
+Row states: ``claimed`` (an attempt of this process is running), ``in_doubt``
+(an attempt was cut off: marked when it ends without an answer, and at open
+for every claim a previous process left behind), ``done`` (answer stored).
+Only ``in_doubt`` rows may be changed by an operator
+(:mod:`gateway.inbound.idempotency_admin`); ``done`` rows are purged after the
+configured retention, ``in_doubt`` rows never are.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import secrets
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar
 
 from gateway.errors import IdempotencyConflict, IdempotencyInDoubt, StateUnavailable
 
+_log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 Ident = tuple[str, str, str]
 """(calling peer, capability, idempotency key): keys never cross peers."""
@@ -27,8 +39,51 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS idempotency (peer TEXT NOT NULL, capability TEXT NOT NULL, "
     "key TEXT NOT NULL, request_sha256 TEXT NOT NULL, state TEXT NOT NULL, "
     "served_version TEXT NOT NULL DEFAULT '', payload BLOB, evidence_sha256 TEXT NOT NULL "
-    "DEFAULT '', PRIMARY KEY (peer, capability, key))"
+    "DEFAULT '', claim_id TEXT NOT NULL DEFAULT '', updated_unix_ms INTEGER NOT NULL DEFAULT 0, "
+    "PRIMARY KEY (peer, capability, key))"
 )
+# Columns added after the first release, with the ALTER that adds each to an old file.
+_ADDED_COLUMNS = {
+    "claim_id": "ALTER TABLE idempotency ADD COLUMN claim_id TEXT NOT NULL DEFAULT ''",
+    "updated_unix_ms": (
+        "ALTER TABLE idempotency ADD COLUMN updated_unix_ms INTEGER NOT NULL DEFAULT 0"
+    ),
+}
+
+
+def open_store_db(path: Path, *, timeout: float = 5.0) -> sqlite3.Connection:
+    """A connection to the idempotency SQLite file, schema created or upgraded.
+
+    Rows of an old file get ``updated_unix_ms`` = now, so retention counts from
+    the upgrade rather than purging them at once.
+
+    Raises:
+        sqlite3.Error: the file cannot be opened or upgraded.
+    """
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=timeout)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("BEGIN IMMEDIATE")
+        db.execute(_SCHEMA)
+        present = {row[1] for row in db.execute("PRAGMA table_info(idempotency)")}
+        for name, alter in _ADDED_COLUMNS.items():
+            if name not in present:
+                db.execute(alter)
+        db.execute(
+            "UPDATE idempotency SET updated_unix_ms = ? WHERE updated_unix_ms = 0", (_now_ms(),)
+        )
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        db.close()
+        raise
+    return db
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,25 +104,43 @@ class StoredAnswer:
 
 
 class IdempotencyStore:
-    """SQLite table keyed by (peer, capability, key); concurrent duplicates wait for the first."""
+    """SQLite table keyed by (peer, capability, key); concurrent duplicates wait for the first.
+
+    One agent process owns the file: opening it marks every ``claimed`` row
+    ``in_doubt``, since no attempt of an earlier process can still be running.
+    """
 
     def __init__(self, path: Path) -> None:
         self._path = path
         self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute(_SCHEMA)
+            self._db = open_store_db(path)
+            cut_off = self._db.execute(
+                "UPDATE idempotency SET state = 'in_doubt', updated_unix_ms = ? "
+                "WHERE state = 'claimed'",
+                (_now_ms(),),
+            ).rowcount
         except sqlite3.Error as err:
             raise StateUnavailable(f"idempotency store {path}: {err}") from err
+        if cut_off:
+            _log.warning(
+                "idempotency store %s: %d key(s) in doubt from an attempt cut off earlier; "
+                "see the idempotency list command",
+                path,
+                cut_off,
+            )
         self._in_flight: dict[Ident, asyncio.Future[StoredAnswer | None]] = {}
+        self._claims: dict[Ident, str] = {}
 
-    async def claim(self, ident: Ident, request_sha256: str) -> StoredAnswer | None:
+    async def claim(
+        self, ident: Ident, request_sha256: str, served_version: str = ""
+    ) -> StoredAnswer | None:
         """The stored answer for ``ident``, or a durable claim to run it now.
 
         Returns None when the caller holds the claim and must run the
         capability, then call ``complete`` or ``leave_in_doubt``.
+        ``served_version`` is kept with the claim, so an operator resolving
+        the key later stores the answer under the version that ran.
 
         Raises:
             IdempotencyConflict: the key was used with a different payload.
@@ -80,7 +153,7 @@ class IdempotencyStore:
                 return _matching(answer, request_sha256)
         self._in_flight[ident] = asyncio.get_running_loop().create_future()
         try:
-            stored = await self._run(self._claim_row, ident, request_sha256)
+            stored = await self._run(self._claim_row, ident, request_sha256, served_version)
         except BaseException:
             self._release(ident, None)
             raise
@@ -108,13 +181,55 @@ class IdempotencyStore:
 
         Its side effect may have happened (a cancelled or timed-out function can
         still have written), so the claim stays: retries get IDEMPOTENCY_IN_DOUBT.
+        The row is marked ``in_doubt`` in the background (an operator may then
+        resolve it); if that write fails it stays ``claimed`` until the next
+        start marks it, which is just as safe.
         """
+        claim_id = self._claims.get(ident, "")
         self._release(ident, None)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._mark_in_doubt(ident, claim_id)
+            return
+        loop.run_in_executor(None, self._mark_in_doubt, ident, claim_id)
+
+    async def purge_completed(self, older_than: timedelta) -> int:
+        """Delete ``done`` keys last changed more than ``older_than`` ago; returns how many.
+
+        Keys in doubt are never purged: they stay until an operator resolves them.
+
+        Raises:
+            StateUnavailable: the store cannot be written.
+        """
+        cutoff = _now_ms() - int(older_than.total_seconds() * 1000)
+        return await self._run(self._purge_rows, cutoff)
 
     def close(self) -> None:
         """Close the database."""
         with self._lock:
             self._db.close()
+
+    def _mark_in_doubt(self, ident: Ident, claim_id: str) -> None:
+        try:
+            with self._lock:
+                self._db.execute(
+                    "UPDATE idempotency SET state = 'in_doubt', updated_unix_ms = ? "
+                    "WHERE peer = ? AND capability = ? AND key = ? AND state = 'claimed' "
+                    "AND claim_id = ?",
+                    (_now_ms(), *ident, claim_id),
+                )
+        except sqlite3.Error as err:  # the row stays 'claimed': still refused, never rerun
+            _log.warning("idempotency store %s: cannot mark a key in doubt: %s", self._path, err)
+
+    def _purge_rows(self, cutoff_ms: int) -> int:
+        with self._lock:
+            return int(
+                self._db.execute(
+                    "DELETE FROM idempotency WHERE state = 'done' AND updated_unix_ms < ?",
+                    (cutoff_ms,),
+                ).rowcount
+            )
 
     async def _run(self, operation: Callable[..., _T], *args: object) -> _T:
         try:
@@ -122,7 +237,9 @@ class IdempotencyStore:
         except sqlite3.Error as err:
             raise StateUnavailable(f"idempotency store {self._path}: {err}") from err
 
-    def _claim_row(self, ident: Ident, request_sha256: str) -> StoredAnswer | None:
+    def _claim_row(
+        self, ident: Ident, request_sha256: str, served_version: str
+    ) -> StoredAnswer | None:
         with self._lock:
             row = self._db.execute(
                 "SELECT request_sha256, state, served_version, payload, evidence_sha256 "
@@ -130,11 +247,14 @@ class IdempotencyStore:
                 ident,
             ).fetchone()
             if row is None:
+                claim_id = secrets.token_hex(8)
                 self._db.execute(
-                    "INSERT INTO idempotency (peer, capability, key, request_sha256, state) "
-                    "VALUES (?, ?, ?, ?, 'claimed')",
-                    (*ident, request_sha256),
+                    "INSERT INTO idempotency (peer, capability, key, request_sha256, state, "
+                    "served_version, claim_id, updated_unix_ms) "
+                    "VALUES (?, ?, ?, ?, 'claimed', ?, ?, ?)",
+                    (*ident, request_sha256, served_version, claim_id, _now_ms()),
                 )
+                self._claims[ident] = claim_id
                 return None
         if row[1] != "done":
             if row[0] != request_sha256:
@@ -148,8 +268,9 @@ class IdempotencyStore:
         with self._lock:
             self._db.execute(
                 "UPDATE idempotency SET state = 'done', served_version = ?, payload = ?, "
-                "evidence_sha256 = ? WHERE peer = ? AND capability = ? AND key = ?",
-                (answer.served_version, answer.payload, answer.evidence_sha256, *ident),
+                "evidence_sha256 = ?, updated_unix_ms = ? "
+                "WHERE peer = ? AND capability = ? AND key = ?",
+                (answer.served_version, answer.payload, answer.evidence_sha256, _now_ms(), *ident),
             )
 
     def _delete_claim(self, ident: Ident) -> None:
@@ -161,6 +282,7 @@ class IdempotencyStore:
             )
 
     def _release(self, ident: Ident, answer: StoredAnswer | None) -> None:
+        self._claims.pop(ident, None)
         pending = self._in_flight.pop(ident, None)
         if pending is not None and not pending.done():
             pending.set_result(answer)

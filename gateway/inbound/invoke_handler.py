@@ -238,7 +238,9 @@ class InvokeHandler:
     ) -> InvokeOutcome:
         ident = (admission.peer_id, admission.capability.name, call.idempotency_key)
         request_sha = call.payload_sha256
-        stored = await self._idempotency.claim(ident, request_sha)
+        stored = await self._idempotency.claim(
+            ident, request_sha, str(admission.capability.version)
+        )
         if stored is not None:
             return self._within_cap(
                 admission,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from cryptography import x509
 
 from gateway.errors import ConfigError, Unauthenticated
 from policies.grants import MAX_PAYLOAD_CEILING
@@ -44,11 +45,18 @@ class TlsMaterial:
         )
 
     def spiffe_id(self) -> str:
-        """The SPIFFE ID in this agent's own certificate."""
+        """The SPIFFE ID in this agent's own certificate.
+
+        Raises:
+            ConfigError: the certificate does not hold exactly one SPIFFE ID, or
+                it carries a wildcard DNS name (see :func:`refuse_wildcard_dns`).
+        """
         try:
-            return spiffe_id_from_pem(self.cert_pem)
+            spiffe_id = spiffe_id_from_pem(self.cert_pem)
         except Unauthenticated as err:
             raise ConfigError(f"own certificate: {err.message}") from err
+        refuse_wildcard_dns(self.cert_pem)
+        return spiffe_id
 
     def server_credentials(self) -> grpc.ServerCredentials:
         """Server credentials that require and verify a client certificate."""
@@ -87,6 +95,33 @@ def channel_options(expected_peer_id: str) -> list[tuple[str, str | int]]:
         ("grpc.max_receive_message_length", MESSAGE_CEILING),
         ("grpc.max_send_message_length", MESSAGE_CEILING),
     ]
+
+
+def refuse_wildcard_dns(cert_pem: bytes) -> None:
+    """Refuse an own certificate with a wildcard DNS SAN.
+
+    Clients bind a server to one SPIFFE ID through the DNS name derived from
+    it (``svid_dns_name``). A wildcard such as ``*.svid.a2agw.invalid`` would
+    answer for every agent of the trust domain, so an agent never serves with
+    one: the CA that issued it does not meet the gateway's requirements.
+
+    Raises:
+        ConfigError: the certificate carries a DNS SAN with a ``*``.
+    """
+    try:
+        certificate = x509.load_pem_x509_certificate(cert_pem)
+        san = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return
+    except ValueError as err:
+        raise ConfigError("own certificate: cannot be parsed") from err
+    wildcards = [name for name in san.get_values_for_type(x509.DNSName) if "*" in name]
+    if wildcards:
+        raise ConfigError(
+            f"own certificate carries wildcard DNS name(s) {', '.join(map(repr, wildcards))}: "
+            "a wildcard would let this certificate answer for other agents; "
+            "issue one without wildcards"
+        )
 
 
 def load_pem_file(path: Path, what: str) -> bytes:

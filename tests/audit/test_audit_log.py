@@ -215,3 +215,37 @@ async def test_lifecycle_guards(db_path: Path, make_record: RecordFactory) -> No
 def test_bad_settings_raise_config_error(db_path: Path, kwargs: dict[str, int]) -> None:
     with pytest.raises(ConfigError):
         AuditLog(db_path, **kwargs)
+
+
+async def test_another_writer_may_append_while_the_log_is_open(
+    audit_log: AuditLog, db_path: Path, make_record: RecordFactory
+) -> None:
+    # The operator CLI appends its records to a running agent's log this way.
+    from gateway.audit._writer import SqliteChainWriter
+    from gateway.audit.record import checked_fields
+
+    await audit_log.record_durable(make_record(request_id="agent-1"))
+    other = SqliteChainWriter(db_path, busy_timeout_ms=5000)
+    other.open()
+    other.append([checked_fields(make_record(request_id="operator-1"))])
+    other.close()
+    await audit_log.record_durable(make_record(request_id="agent-2"))
+    assert [r.request_id for r in query_records(db_path)] == ["agent-1", "operator-1", "agent-2"]
+    assert _stored_seqs(db_path) == [1, 2, 3]
+    assert verify_chain(db_path).ok
+
+
+@pytest.mark.parametrize("cut", [1, 2])
+async def test_a_head_moved_back_while_open_fails_closed(
+    audit_log: AuditLog, db_path: Path, make_record: RecordFactory, cut: int
+) -> None:
+    for n in range(3):
+        await audit_log.record_durable(make_record(request_id=f"r{n}"))
+    with closing(sqlite3.connect(db_path)) as conn, conn:
+        conn.execute("DELETE FROM audit_records WHERE seq > ?", (3 - cut,))
+        row = conn.execute("SELECT seq, record_hash FROM audit_records WHERE seq = ?", (3 - cut,))
+        conn.execute("UPDATE chain_head SET count = ?, last_hash = ? WHERE id = 1", row.fetchone())
+    with pytest.raises(AuditUnavailable, match="chain head moved back from seq 3"):
+        await audit_log.record_durable(make_record(request_id="after"))
+    assert not audit_log.healthy
+    assert _stored_seqs(db_path) == list(range(1, 4 - cut))

@@ -87,6 +87,7 @@ def test_public_surface() -> None:
         "AuditLog",
         "AuditRecord",
         "ChainProblem",
+        "CheckpointReport",
         "Decision",
         "VerifyReport",
         "format_json_lines",
@@ -94,6 +95,7 @@ def test_public_surface() -> None:
         "parse_since",
         "query_records",
         "verify_chain",
+        "verify_checkpoints",
     ]
     for name in gateway.audit.__all__:
         assert hasattr(gateway.audit, name)

@@ -1,0 +1,172 @@
+"""Check an audit log against its signed checkpoints (see :mod:`gateway.audit.checkpoint`).
+
+What each problem means::
+
+    ends_before_checkpoint    the log ends before the highest valid checkpoint's
+                              seq: its tail was cut (even if chain_head was
+                              rewritten to match)
+    checkpoint_mismatch       the record at a checkpoint's seq does not carry the
+                              head that was signed: it, or the chain up to it,
+                              was rewritten (or it is missing)
+    checkpoint_bad_signature  a line that does not verify with the given
+                              certificate: forged, edited, or signed by
+                              another key or for another agent
+    checkpoint_unreadable     a line that is not a checkpoint at all
+
+What it proves: every record up to the highest valid checkpoint is the one the
+agent had committed when it signed (the chain links them to the signed head),
+and the log was not cut below it. What it does not: records after the last
+checkpoint are protected by the chain only (a cut there, with a rewritten head,
+goes unnoticed); deleting lines from the end of the checkpoint file itself is
+not detectable from that file (ship the ``audit_checkpoint`` log events
+elsewhere); and whoever holds the agent's private key can sign anything.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from gateway.audit._schema import connect_read_only
+from gateway.audit.checkpoint import Checkpoint, certificate_sha256, signature_valid
+from gateway.audit.verify import ChainProblem
+from gateway.errors import ConfigError, Unauthenticated
+from policies.identity import spiffe_id_from_pem
+
+_FIELDS: dict[str, type] = {
+    "agent": str,
+    "seq": int,
+    "head": str,
+    "time_unix_ms": int,
+    "sig_alg": str,
+    "cert_sha256": str,
+    "sig": str,
+}
+
+
+@dataclass(frozen=True)
+class CheckpointReport:
+    """The result of :func:`verify_checkpoints`."""
+
+    checkpoints: int
+    """Lines in the file."""
+    valid: int
+    """Lines whose signature verified."""
+    problems: tuple[ChainProblem, ...]
+    """Problems found; empty when the log agrees with every checkpoint."""
+
+    @property
+    def ok(self) -> bool:
+        """True when no problem was found."""
+        return not self.problems
+
+
+def verify_checkpoints(db: Path, checkpoints: Path, cert_pem: bytes) -> CheckpointReport:
+    """Check the log at ``db`` against every line of ``checkpoints``.
+
+    Args:
+        db: The audit SQLite file (opened read-only).
+        checkpoints: The JSONL checkpoint file.
+        cert_pem: The certificate of the agent that signed them.
+
+    Raises:
+        ConfigError: A file is missing or unreadable, or ``cert_pem`` is not a
+            certificate with one SPIFFE ID.
+    """
+    fingerprint = certificate_sha256(cert_pem)
+    try:
+        agent = spiffe_id_from_pem(cert_pem)
+    except Unauthenticated as err:
+        raise ConfigError(f"checkpoint certificate: {err.message}") from err
+    try:
+        lines = checkpoints.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as err:
+        raise ConfigError(f"checkpoint file {checkpoints}: cannot read: {err.strerror}") from err
+    problems: list[ChainProblem] = []
+    valid: list[Checkpoint] = []
+    for number, line in enumerate(lines, start=1):
+        checkpoint = _parse(line)
+        if checkpoint is None:
+            problems.append(
+                ChainProblem(0, "checkpoint_unreadable", f"checkpoint line {number} is unreadable")
+            )
+            continue
+        why = _signature_problem(checkpoint, cert_pem, fingerprint, agent)
+        if why:
+            problems.append(
+                ChainProblem(
+                    checkpoint.seq,
+                    "checkpoint_bad_signature",
+                    f"bad signature on checkpoint line {number}: {why}",
+                )
+            )
+            continue
+        valid.append(checkpoint)
+    problems.extend(_compare_with_log(db, valid))
+    return CheckpointReport(len(lines), len(valid), tuple(problems))
+
+
+def _parse(line: str) -> Checkpoint | None:
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or set(data) != set(_FIELDS):
+        return None
+    for name, kind in _FIELDS.items():
+        value = data[name]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return None
+    return Checkpoint(**data)
+
+
+def _signature_problem(
+    checkpoint: Checkpoint, cert_pem: bytes, fingerprint: str, agent: str
+) -> str:
+    if checkpoint.cert_sha256 != fingerprint:
+        return "signed by another certificate"
+    if checkpoint.agent != agent:
+        return "names another agent"
+    if not signature_valid(checkpoint, cert_pem):
+        return "does not verify"
+    return ""
+
+
+def _compare_with_log(db: Path, valid: list[Checkpoint]) -> list[ChainProblem]:
+    if not valid:
+        return []
+    conn = connect_read_only(db)
+    try:
+        conn.execute("BEGIN")  # one snapshot, even while a gateway appends
+        last = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM audit_records").fetchone()[0])
+        problems: list[ChainProblem] = []
+        for checkpoint in valid:
+            if checkpoint.seq > last:
+                continue
+            row = conn.execute(
+                "SELECT record_hash FROM audit_records WHERE seq = ?", (checkpoint.seq,)
+            ).fetchone()
+            if row is None or row[0] != checkpoint.head:
+                problems.append(
+                    ChainProblem(
+                        checkpoint.seq,
+                        "checkpoint_mismatch",
+                        f"checkpoint {checkpoint.seq} disagrees with record {checkpoint.seq}",
+                    )
+                )
+    except sqlite3.Error as err:
+        raise ConfigError(f"audit log {db}: cannot read: {err}") from err
+    finally:
+        conn.close()
+    highest = max(valid, key=lambda c: c.seq)
+    if highest.seq > last:
+        problems.append(
+            ChainProblem(
+                last + 1,
+                "ends_before_checkpoint",
+                f"log ends before checkpoint seq {highest.seq} (last record is seq {last})",
+            )
+        )
+    return sorted(problems, key=lambda p: (p.seq, p.kind))

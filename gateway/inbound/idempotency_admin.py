@@ -1,0 +1,313 @@
+"""Operator actions on idempotency keys: list them, resolve or release one in doubt.
+
+A key in doubt (an attempt was cut off mid-run) answers ``IDEMPOTENCY_IN_DOUBT``
+until an operator, having looked at the capability's real state, either
+
+- *resolves* it with the outcome they observed: the answer is stored as if the
+  attempt had finished, and a retry gets it replayed (the write never runs
+  again); or
+- *releases* it: the key is freed and the next call with it runs the write
+  (only right when the operator checked the write did not happen).
+
+Both run in one SQLite write transaction on the store that changes only a row
+still ``in_doubt`` (a running agent may hold the file open), and both are
+audited in the agent's audit log before the change is committed: reason
+``IDEMPOTENCY_RESOLVED`` / ``IDEMPOTENCY_RELEASED``, the key's peer and
+capability, the operator's reason in ``detail``, and for a resolution the
+stored output's size and SHA-256 (never its content).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from capabilities.runner import CapabilityResult
+from gateway.audit._writer import SqliteChainWriter
+from gateway.audit.record import AuditRecord, checked_fields
+from gateway.errors import ConfigError, IdempotencyNotInDoubt, StateUnavailable
+from gateway.inbound.idempotency import Ident, open_store_db
+
+RESOLVED = "IDEMPOTENCY_RESOLVED"
+"""Audit reason: an operator stored the observed outcome of a key in doubt."""
+RELEASED = "IDEMPOTENCY_RELEASED"
+"""Audit reason: an operator freed a key in doubt so the write may run again."""
+
+MAX_REASON_CHARS = 200
+"""Longest operator reason kept in the audit record's ``detail``."""
+_MAX_KEY_CHARS = 128
+
+_Prepared = TypeVar("_Prepared")
+
+
+@dataclass(frozen=True)
+class KeyEntry:
+    """One idempotency key as stored."""
+
+    peer: str
+    """The calling peer's SPIFFE ID."""
+    capability: str
+    """Capability name."""
+    key: str
+    """The idempotency key."""
+    state: str
+    """``claimed`` (an attempt is running), ``in_doubt`` or ``done``."""
+    served_version: str
+    """Version that ran (or was about to)."""
+    request_sha256: str
+    """Digest of the request payload that claimed the key."""
+    output_size: int
+    """Size of the stored answer (0 unless done)."""
+    updated_unix_ms: int
+    """Last change of the row."""
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """All fields as a JSON-ready dict."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What an operator action did."""
+
+    action: Literal["resolved", "released"]
+    """Which action."""
+    entry: KeyEntry
+    """The key as it was (in doubt)."""
+    audit_seq: int
+    """Seq of the audit record of this action."""
+    output_size: int = 0
+    """Size of the stored answer (resolve only)."""
+    output_sha256: str = ""
+    """SHA-256 of the stored answer (resolve only)."""
+
+
+def list_keys(store: Path, *, in_doubt_only: bool = False) -> list[KeyEntry]:
+    """Every key in the store (or only those in doubt), oldest change first.
+
+    Raises:
+        ConfigError: there is no store at ``store``.
+        StateUnavailable: it cannot be read.
+    """
+    where = " WHERE state = 'in_doubt'" if in_doubt_only else ""
+    with _connect(store) as db:
+        rows = db.execute(f"{_SELECT}{where} ORDER BY updated_unix_ms, peer, capability, key")
+        return [_entry(row) for row in rows.fetchall()]
+
+
+OutputCheck = Callable[[KeyEntry, dict[str, Any]], dict[str, Any]]
+"""Checks an operator's output against the contract of the key's capability
+and version; returns it normalised, or raises ConfigError."""
+
+
+def resolve_done(
+    store: Path,
+    audit_db: Path,
+    ident: Ident,
+    output: dict[str, Any],
+    reason: str,
+    check_output: OutputCheck | None = None,
+) -> Resolution:
+    """Store ``output`` as the answer of a key in doubt; a retry gets it replayed.
+
+    Args:
+        store: The agent's idempotency SQLite file.
+        audit_db: The agent's audit log.
+        ident: (peer, capability, key).
+        output: The outcome the operator observed, as the capability returns it.
+        reason: What the operator checked (audited).
+        check_output: Validates ``output`` for the key's capability and version.
+
+    Raises:
+        ConfigError: ``reason`` is blank, ``output`` is not a JSON object or
+            fails ``check_output``.
+        IdempotencyNotInDoubt: the key is unknown, done, or still claimed.
+        StateUnavailable / AuditUnavailable: the store or the audit log
+            cannot be written (then nothing changed).
+    """
+    if not isinstance(output, dict):
+        raise ConfigError("the output must be a JSON object")
+
+    def prepare(entry: KeyEntry) -> CapabilityResult:
+        checked = output if check_output is None else check_output(entry, output)
+        return CapabilityResult.from_output(checked)
+
+    def store_answer(db: sqlite3.Connection, result: CapabilityResult) -> None:
+        _change_one(
+            db,
+            "UPDATE idempotency SET state = 'done', payload = ?, evidence_sha256 = ?, "
+            "updated_unix_ms = ?",
+            (result.payload, result.evidence_sha256, _now_ms()),
+            ident,
+        )
+
+    entry, seq, result = _change(
+        store, audit_db, ident, reason, (RESOLVED, prepare, _payload_of), store_answer
+    )
+    return Resolution("resolved", entry, seq, len(result.payload), result.evidence_sha256)
+
+
+def release_key(store: Path, audit_db: Path, ident: Ident, reason: str) -> Resolution:
+    """Free a key in doubt: the next call with it runs the write again.
+
+    Raises:
+        ConfigError: ``reason`` is blank.
+        IdempotencyNotInDoubt: the key is unknown, done, or still claimed.
+        StateUnavailable / AuditUnavailable: the store or the audit log
+            cannot be written (then nothing changed).
+    """
+
+    def delete(db: sqlite3.Connection, result: None) -> None:
+        _change_one(db, "DELETE FROM idempotency", (), ident)
+
+    entry, seq, _ = _change(
+        store, audit_db, ident, reason, (RELEASED, _nothing, _no_payload), delete
+    )
+    return Resolution("released", entry, seq)
+
+
+_SELECT = (
+    "SELECT peer, capability, key, state, served_version, request_sha256, "
+    "COALESCE(LENGTH(payload), 0), updated_unix_ms FROM idempotency"
+)
+_IDENT = " WHERE peer = ? AND capability = ? AND key = ?"
+
+
+def _entry(row: tuple[Any, ...]) -> KeyEntry:
+    return KeyEntry(
+        str(row[0]),
+        str(row[1]),
+        str(row[2]),
+        str(row[3]),
+        str(row[4]),
+        str(row[5]),
+        int(row[6]),
+        int(row[7]),
+    )
+
+
+@contextmanager
+def _connect(store: Path) -> Iterator[sqlite3.Connection]:
+    """The store, opened (and upgraded) for one action; never created here."""
+    if not store.is_file():
+        raise ConfigError(f"idempotency store {store}: no such file")
+    try:
+        db = open_store_db(store)
+    except sqlite3.Error as err:
+        raise StateUnavailable(f"idempotency store {store}: {err}") from err
+    try:
+        yield db
+    finally:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        db.close()
+
+
+def _change(
+    store: Path,
+    audit_db: Path,
+    ident: Ident,
+    reason: str,
+    audit: tuple[str, Callable[[KeyEntry], _Prepared], Callable[[_Prepared], bytes]],
+    apply: Callable[[sqlite3.Connection, _Prepared], None],
+) -> tuple[KeyEntry, int, _Prepared]:
+    """Check the key is in doubt, audit the action, apply it: one store transaction.
+
+    ``audit`` is (reason code, what to prepare from the entry, the bytes of
+    it that the record describes by size and digest).
+    """
+    audit_reason, prepare, payload_of = audit
+    reason = reason.strip()
+    if not reason:
+        raise ConfigError("a --reason is required: say what you checked")
+    if not audit_db.is_file():
+        raise ConfigError(f"audit log {audit_db}: no such file")
+    with _connect(store) as db:
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            entry = _in_doubt(ident, db.execute(_SELECT + _IDENT, ident).fetchone())
+            result = prepare(entry)
+            seq = _audit(audit_db, entry, reason, audit_reason, payload_of(result))
+            apply(db, result)
+            db.execute("COMMIT")
+        except sqlite3.Error as err:
+            raise StateUnavailable(f"idempotency store {store}: {err}") from err
+    return entry, seq, result
+
+
+def _in_doubt(ident: Ident, row: tuple[Any, ...] | None) -> KeyEntry:
+    peer, capability, key = ident
+    name = f"idempotency key {key!r} of {peer} for {capability}"
+    if row is None:
+        raise IdempotencyNotInDoubt(f"{name}: no such key")
+    entry = _entry(row)
+    if entry.state == "done":
+        raise IdempotencyNotInDoubt(f"{name}: already done (its answer is stored); nothing to do")
+    if entry.state != "in_doubt":
+        raise IdempotencyNotInDoubt(
+            f"{name}: claimed by an attempt that may still be running; left unchanged "
+            "(if the agent that claimed it is gone, starting the agent marks it in doubt)"
+        )
+    return entry
+
+
+def _change_one(
+    db: sqlite3.Connection, statement: str, values: tuple[object, ...], ident: Ident
+) -> None:
+    changed = db.execute(statement + _IDENT + " AND state = 'in_doubt'", (*values, *ident)).rowcount
+    if changed != 1:  # cannot happen inside our write transaction; never change blindly
+        raise sqlite3.IntegrityError("the key changed under the transaction")
+
+
+def _audit(
+    audit_db: Path,
+    entry: KeyEntry,
+    reason: str,
+    audit_reason: str,
+    body: bytes,
+) -> int:
+    """Append the action's record to the agent's audit log (committed); returns its seq."""
+    record = AuditRecord(
+        time_unix_ms=_now_ms(),
+        request_id=f"operator-{secrets.token_hex(8)}",
+        peer_id=entry.peer,
+        capability=entry.capability[:_MAX_KEY_CHARS],
+        version_constraint="",
+        served_version=entry.served_version,
+        decision="allow",
+        reason=audit_reason,
+        payload_size=len(body),
+        payload_sha256=hashlib.sha256(body).hexdigest(),
+        latency_ms=0.0,
+        detail=f"key {entry.key[:_MAX_KEY_CHARS]!r}; operator: {reason[:MAX_REASON_CHARS]}",
+    )
+    writer = SqliteChainWriter(audit_db, busy_timeout_ms=5000)
+    writer.open()
+    try:
+        writer.append([checked_fields(record)])
+        return writer.count
+    finally:
+        writer.close()
+
+
+def _payload_of(result: CapabilityResult) -> bytes:
+    return result.payload
+
+
+def _nothing(entry: KeyEntry) -> None:
+    return None
+
+
+def _no_payload(nothing: None) -> bytes:
+    return b""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
