@@ -22,6 +22,7 @@ capability: ``audit_available``, ``identity``, ``known_peer``, ``grant_live``.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ from policies.identity import spiffe_id_from_pem
 from policies.store import PolicyStore
 
 _ANY_VERSION = VersionConstraint.parse("")
+_log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -92,10 +94,27 @@ class NamedCheck:
 
 
 def peer_id_from_cert(pem: bytes | None) -> str:
-    """The caller's SPIFFE ID from its verified certificate; Unauthenticated otherwise."""
+    """The caller's SPIFFE ID from its verified certificate; Unauthenticated otherwise.
+
+    Whatever a certificate does to the parser, the caller is only ever
+    unauthenticated: an exception of any other type is logged as one line
+    (its type only, never certificate content or a traceback) and refused, so
+    it cannot escape as an unaudited UNKNOWN on any protocol.
+    """
     if not pem:
         raise Unauthenticated("no verified client certificate")
-    return spiffe_id_from_pem(pem)
+    try:
+        return spiffe_id_from_pem(pem)
+    except Unauthenticated:
+        raise
+    except Exception as err:
+        _log.warning(
+            "peer certificate unreadable (%s); refused as UNAUTHENTICATED", type(err).__name__
+        )
+        raise Unauthenticated(
+            "peer certificate could not be read",
+            detail=f"unreadable certificate ({type(err).__name__})",
+        ) from err
 
 
 class DecisionPipeline:
