@@ -5,7 +5,8 @@ call and nothing after it runs::
 
     audit_available        AUDIT_UNAVAILABLE   the log can record (fails closed)
     identity               UNAUTHENTICATED     exactly one SPIFFE ID in the verified cert
-    well_formed_request    INVALID_REQUEST     parsable request, request id, constraint syntax
+    well_formed_request    INVALID_REQUEST     parsable request, request id, deadline sign,
+                                               constraint syntax
     known_peer             UNKNOWN_PEER        policy step 1
     grant_live             GRANT_EXPIRED       policy step 2
     capability_granted     CAPABILITY_NOT_GRANTED  policy step 3
@@ -176,6 +177,9 @@ class DecisionPipeline:
             raise InvalidRequest(call.problem)
         if not REQUEST_ID.fullmatch(call.request_id):
             raise InvalidRequest("request_id must be 1-128 characters of [A-Za-z0-9._:-]")
+        if call.deadline_unix_ms < 0:
+            # Read as "no deadline" it would let a caller opt out of its own deadline.
+            raise InvalidRequest("deadline_unix_ms must be 0 (none) or a positive Unix time")
         assert inbound.query is not None
         try:
             inbound.query.constraint = VersionConstraint.parse(call.version_constraint)
