@@ -10,6 +10,7 @@ failures refuse the call before the side effect (``STATE_UNAVAILABLE``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from typing import TypeVar
 from gateway.errors import IdempotencyConflict, IdempotencyInDoubt, StateUnavailable
 
 _T = TypeVar("_T")
+_log = logging.getLogger(__name__)
 Ident = tuple[str, str, str]
 """(calling peer, capability, idempotency key): keys never cross peers."""
 
@@ -79,8 +81,14 @@ class IdempotencyStore:
             if answer is not None:
                 return _matching(answer, request_sha256)
         self._in_flight[ident] = asyncio.get_running_loop().create_future()
+        # The row is written in a thread that a cancellation cannot stop: shield
+        # it, so a call cancelled mid-claim can still see what it wrote.
+        work = asyncio.ensure_future(self._run(self._claim_row, ident, request_sha256))
         try:
-            stored = await self._run(self._claim_row, ident, request_sha256)
+            stored = await asyncio.shield(work)
+        except asyncio.CancelledError:
+            await self._abandon_claim(work, ident)
+            raise
         except BaseException:
             self._release(ident, None)
             raise
@@ -101,6 +109,19 @@ class IdempotencyStore:
         try:
             await self._run(self._delete_claim, ident)
         finally:
+            self._release(ident, None)
+
+    async def _abandon_claim(self, work: asyncio.Future[StoredAnswer | None], ident: Ident) -> None:
+        """The caller was cancelled before its claim returned: nothing ran, so
+        a claim the thread still wrote is dropped rather than left in doubt."""
+        _log.info("call cancelled while claiming its idempotency key; the key stays free")
+        try:
+            claimed = await work is None
+        except Exception:
+            claimed = False  # conflict, in doubt or storage failure: no claim was made
+        if claimed:
+            await self.release(ident)
+        else:
             self._release(ident, None)
 
     def leave_in_doubt(self, ident: Ident) -> None:

@@ -179,6 +179,9 @@ class InvokeHandler:
     ) -> InvokeOutcome:
         ident = (admission.peer_id, admission.capability.name, call.idempotency_key)
         request_sha = call.payload_sha256
+        # A cancellation during the claim releases the key inside ``claim``
+        # (nothing ran). From here to the capability's first line there is no
+        # await, so any later CancelledError means the function had started.
         stored = await self._idempotency.claim(ident, request_sha)
         if stored is not None:
             return self._within_cap(
