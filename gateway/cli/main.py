@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from gateway.cli import admin_commands, agent_commands, plan_commands
+from gateway.display import EscapingFormatter, printable, printable_lines
 from gateway.errors import ConfigError, GatewayError
 
 EXIT_REFUSED = 1
@@ -34,27 +35,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(EscapingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
     try:
         result = args.run(args)
         if asyncio.iscoroutine(result):
             result = asyncio.run(result)
         return int(result or 0)
     except ConfigError as err:
-        print(f"error: {err.message}", file=sys.stderr)
+        # One problem per line (policy files); continuation lines are indented
+        # so that text inside a message can never pose as another error.
+        first, *more = printable_lines(err.message)
+        print("\n  ".join([f"error: {first}", *more]), file=sys.stderr)
         return EXIT_USAGE
     except GatewayError as err:
-        print(f"refused: {err.reason}: {err.message}", file=sys.stderr)
+        # The message may come from a remote peer: escaped into one line.
+        print(f"refused: {printable(err.reason)}: {printable(err.message)}", file=sys.stderr)
         return EXIT_REFUSED
     except KeyboardInterrupt:
         return 130
     except Exception as err:  # the CLI boundary: never a traceback for the user
         if os.environ.get("A2A_GATEWAY_DEBUG"):
             raise
-        print(f"internal error: {type(err).__name__}: {err}", file=sys.stderr)
+        print(f"internal error: {type(err).__name__}: {printable(str(err))}", file=sys.stderr)
         return EXIT_INTERNAL
 
 
