@@ -93,8 +93,3 @@ def json_for_terminals(json_text: str) -> str:
     every such character of ``json.dumps`` output is.
     """
     return UNSAFE_CHARACTERS.sub(lambda match: f"\\u{ord(match.group()):04x}", json_text)
-
-
-def printable_lines(text: str) -> list[str]:
-    """``text`` split at its newlines only (our own line breaks), each line escaped."""
-    return [printable(line) for line in text.split("\n")]

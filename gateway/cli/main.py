@@ -9,8 +9,10 @@ import os
 import sys
 from collections.abc import Sequence
 
+from pydantic import ValidationError
+
 from gateway.cli import admin_commands, agent_commands, plan_commands
-from gateway.display import EscapingFormatter, printable, printable_lines
+from gateway.display import EscapingFormatter, printable
 from gateway.errors import ConfigError, GatewayError
 
 EXIT_REFUSED = 1
@@ -44,9 +46,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = asyncio.run(result)
         return int(result or 0)
     except ConfigError as err:
-        # One problem per line (policy files); continuation lines are indented
-        # so that text inside a message can never pose as another error.
-        first, *more = printable_lines(err.message)
+        # A file's problem list (each line escaped where it was built) keeps
+        # one problem per line, continuation lines indented; any other message
+        # (a path, a peer's text) is escaped into a single line.
+        local_problems = isinstance(err.__cause__, ValidationError)
+        lines = err.message.split("\n") if local_problems else [err.message]
+        first, *more = (printable(line) for line in lines)
         print("\n  ".join([f"error: {first}", *more]), file=sys.stderr)
         return EXIT_USAGE
     except GatewayError as err:

@@ -1,0 +1,98 @@
+"""CLI errors and file messages are escaped: no peer or file can drive the operator's terminal."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from gateway.display import has_unsafe_characters
+from gateway.errors import CapabilityNotGranted
+from gateway.transport.status import to_grpc_status
+from gateway.transport.tls import server_options
+from tests.agent_process import write_agent_toml
+from tests.support import Pki, spiffe
+
+GATEWAY_CLI = Path(sys.executable).with_name("a2a-gateway")
+HOSTILE = "no\n2026-01-01T00:00:00Z allowed\r\x1b[2J\x1b]0;owned\x07 \u202eetirw\x85\u2028done"
+
+
+async def _run_cli(*args: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        str(GATEWAY_CLI), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_a_peers_refusal_message_is_printed_as_one_escaped_line(
+    pki: Pki, tmp_path: Path
+) -> None:
+    # A hostile "alice": a real mTLS server holding alice's SVID that refuses
+    # every call with a message written to forge lines and drive a terminal.
+    async def refuse(request: bytes, context: aio.ServicerContext[Any, Any]) -> bytes:
+        await context.abort_with_status(to_grpc_status(CapabilityNotGranted(HOSTILE)))
+        raise AssertionError("unreachable")
+
+    handler = grpc.unary_unary_rpc_method_handler(refuse)
+    server = aio.server(options=server_options())
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("a2agw.v1.PeerGateway", {"Invoke": handler}),)
+    )
+    port = server.add_secure_port("127.0.0.1:0", pki.material("alice").server_credentials())
+    await server.start()
+    try:
+        config = write_agent_toml(
+            tmp_path / "bob.toml",
+            pki,
+            "bob",
+            listen="127.0.0.1:0",
+            policy=tmp_path / "unused.toml",
+            audit_db=tmp_path / "bob-audit.sqlite",
+            state_dir=tmp_path / "bob-state",
+            peers=[("alice", f"127.0.0.1:{port}")],
+        )
+        code, _, err = await _run_cli(
+            "call",
+            "--config",
+            str(config),
+            "--peer",
+            spiffe("alice"),
+            "text.echo",
+            "--input",
+            '{"text": "x"}',
+        )
+    finally:
+        await server.stop(0)
+    assert code == 1
+    assert err.count("\n") == 1 and err.startswith("refused: CAPABILITY_NOT_GRANTED: no\\x0a2026")
+    assert not has_unsafe_characters(err.replace("\n", ""))
+    assert "\\x1b[2J" in err and "\\u202eetirw" in err
+
+
+async def test_a_path_with_controls_in_an_error_is_escaped(tmp_path: Path) -> None:
+    odd = tmp_path / "log\n\x1b[31mfake error\u202e.sqlite"
+    code, _, err = await _run_cli("audit", "--db", str(odd))
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("error: ")
+    assert "log\\x0a\\x1b[31mfake error\\u202e.sqlite" in err
+
+
+async def test_policy_check_problems_are_one_escaped_line_each(tmp_path: Path) -> None:
+    bad = tmp_path / "policy.toml"
+    bad.write_text(
+        '[[grants]]\n"k\\u001b[2J\\n\\u202eforged" = 1\npeer = "spiffe://e.org/\\u2066a"\n'
+        "capabilities = []\nmax_payload_bytes = 1\nexpires_at = 2030-01-01T00:00:00Z\n"
+    )
+    code, _, err = await _run_cli("policy", "check", str(bad))
+    assert code == 2
+    lines = err.split("\n")[:-1]
+    assert len(lines) == 2 and lines[0].startswith(f"error: {bad}: grants[0]")
+    assert lines[1].startswith(f"  {bad}: grants[0]")
+    assert not has_unsafe_characters(err.replace("\n", ""))
+    assert "k\\x1b[2J\\x0a\\u202eforged" in err and "\\u2066a" in err
