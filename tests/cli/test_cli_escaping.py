@@ -96,3 +96,28 @@ async def test_policy_check_problems_are_one_escaped_line_each(tmp_path: Path) -
     assert lines[1].startswith(f"  {bad}: grants[0]")
     assert not has_unsafe_characters(err.replace("\n", ""))
     assert "k\\x1b[2J\\x0a\\u202eforged" in err and "\\u2066a" in err
+
+
+async def test_the_cli_logging_setup_escapes_every_record() -> None:
+    # main() installs the logging setup for every command; log afterwards
+    # exactly as library code would, with a peer-chosen id as the argument.
+    code = (
+        "import logging, sys\n"
+        "from gateway.cli.main import main\n"
+        "main(['-v', 'audit', 'verify', '--db', sys.argv[1]])\n"
+        "logging.getLogger('gateway.test').warning('step %s failed', sys.argv[2])\n"
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        code,
+        "/nonexistent/audit.sqlite",
+        "s1\nERROR forged\x1b[2J\u202e",
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err_bytes = await asyncio.wait_for(process.communicate(), 60)
+    lines = err_bytes.decode().splitlines()
+    assert lines[-1].endswith(
+        "WARNING gateway.test: step s1\\x0aERROR forged\\x1b[2J\\u202e failed"
+    )
+    assert not has_unsafe_characters(err_bytes.decode().replace("\n", ""))
