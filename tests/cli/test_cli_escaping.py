@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from gateway.display import has_unsafe_characters
 from gateway.errors import CapabilityNotGranted
 from gateway.transport.status import to_grpc_status
 from gateway.transport.tls import server_options
+from gateway.wire.v1 import gateway_pb2
 from tests.agent_process import write_agent_toml
 from tests.support import Pki, spiffe
 
@@ -30,24 +33,45 @@ async def _run_cli(*args: str) -> tuple[int, str, str]:
     return process.returncode, out.decode(), err.decode()
 
 
-async def test_a_peers_refusal_message_is_printed_as_one_escaped_line(
-    pki: Pki, tmp_path: Path
-) -> None:
-    # A hostile "alice": a real mTLS server holding alice's SVID that refuses
-    # every call with a message written to forge lines and drive a terminal.
+@asynccontextmanager
+async def hostile_alice(pki: Pki, tmp_path: Path) -> AsyncIterator[Path]:
+    """A real mTLS server holding alice's SVID whose every text is written to forge
+    lines and drive a terminal; yields bob's config naming it as peer alice."""
+
     async def refuse(request: bytes, context: aio.ServicerContext[Any, Any]) -> bytes:
         await context.abort_with_status(to_grpc_status(CapabilityNotGranted(HOSTILE)))
         raise AssertionError("unreachable")
 
-    handler = grpc.unary_unary_rpc_method_handler(refuse)
+    async def describe(
+        request: gateway_pb2.DescribeRequest, context: aio.ServicerContext[Any, Any]
+    ) -> gateway_pb2.DescribeResponse:
+        response = gateway_pb2.DescribeResponse(
+            agent_id=spiffe("alice") + HOSTILE, protocol_version="a2agw.v1\x1b[1A"
+        )
+        response.capabilities.add(
+            name="text.echo", version="1.0.0\r", risk="read", description=HOSTILE
+        )
+        response.capabilities.add(
+            name="kv\u202eput", version="1.0.0", risk="write\n", description="ok"
+        )
+        return response
+
+    handlers = {
+        "Invoke": grpc.unary_unary_rpc_method_handler(refuse),
+        "Describe": grpc.unary_unary_rpc_method_handler(
+            describe,
+            request_deserializer=gateway_pb2.DescribeRequest.FromString,
+            response_serializer=gateway_pb2.DescribeResponse.SerializeToString,
+        ),
+    }
     server = aio.server(options=server_options())
     server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("a2agw.v1.PeerGateway", {"Invoke": handler}),)
+        (grpc.method_handlers_generic_handler("a2agw.v1.PeerGateway", handlers),)
     )
     port = server.add_secure_port("127.0.0.1:0", pki.material("alice").server_credentials())
     await server.start()
     try:
-        config = write_agent_toml(
+        yield write_agent_toml(
             tmp_path / "bob.toml",
             pki,
             "bob",
@@ -57,6 +81,14 @@ async def test_a_peers_refusal_message_is_printed_as_one_escaped_line(
             state_dir=tmp_path / "bob-state",
             peers=[("alice", f"127.0.0.1:{port}")],
         )
+    finally:
+        await server.stop(0)
+
+
+async def test_a_peers_refusal_message_is_printed_as_one_escaped_line(
+    pki: Pki, tmp_path: Path
+) -> None:
+    async with hostile_alice(pki, tmp_path) as config:
         code, _, err = await _run_cli(
             "call",
             "--config",
@@ -67,12 +99,22 @@ async def test_a_peers_refusal_message_is_printed_as_one_escaped_line(
             "--input",
             '{"text": "x"}',
         )
-    finally:
-        await server.stop(0)
     assert code == 1
     assert err.count("\n") == 1 and err.startswith("refused: CAPABILITY_NOT_GRANTED: no\\x0a2026")
     assert not has_unsafe_characters(err.replace("\n", ""))
     assert "\\x1b[2J" in err and "\\u202eetirw" in err
+
+
+async def test_a_peers_description_is_printed_escaped(pki: Pki, tmp_path: Path) -> None:
+    async with hostile_alice(pki, tmp_path) as config:
+        code, out, err = await _run_cli(
+            "describe", "--config", str(config), "--peer", spiffe("alice")
+        )
+    assert code == 0, err
+    lines = out.split("\n")[:-1]
+    assert len(lines) == 3  # the agent line and one per capability
+    assert not has_unsafe_characters(out.replace("\n", ""))
+    assert lines[1].startswith("  text.echo@1.0.0\\x0d") and lines[2].startswith("  kv\\u202eput@")
 
 
 async def test_a_path_with_controls_in_an_error_is_escaped(tmp_path: Path) -> None:
