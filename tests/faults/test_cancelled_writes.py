@@ -41,7 +41,7 @@ from tests.support import (
 )
 
 BOB = "spiffe://example.org/agent/bob"
-_POLL_STEPS = 500
+_POLL_STEPS = 2000
 """Bounded waits: at most this many 10 ms turns for a state to appear (never asserted on)."""
 
 
