@@ -66,16 +66,32 @@ def svid_dns_name(spiffe_id: str) -> str:
 def spiffe_id_from_pem(pem: bytes) -> str:
     """The single SPIFFE ID in a PEM certificate's URI SANs.
 
+    Every extension is read, not only the SAN: ``cryptography`` parses them all
+    at once, and a certificate the gateway cannot read completely is refused
+    rather than half-trusted.
+
     Raises:
-        Unauthenticated: the certificate cannot be parsed, or its URI SANs do
-            not hold exactly one well-formed SPIFFE ID.
+        Unauthenticated: the certificate or any of its extensions cannot be
+            parsed, or its URI SANs do not hold exactly one well-formed SPIFFE
+            ID. Messages are fixed texts: nothing of the certificate or of the
+            parser's own error reaches the caller.
     """
     try:
         certificate = x509.load_pem_x509_certificate(pem)
     except ValueError as err:
         raise Unauthenticated("peer certificate could not be parsed") from err
     try:
-        san = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        extensions = certificate.extensions
+    except (ValueError, x509.DuplicateExtension, x509.UnsupportedGeneralNameType) as err:
+        # A CA-signed certificate with a malformed non-critical extension (a
+        # truncated SCT list or AIA, a URI SAN that is not IA5) passes the TLS
+        # handshake but cannot be read here.
+        raise Unauthenticated(
+            "peer certificate has an extension that could not be parsed",
+            detail=f"unreadable certificate extension ({type(err).__name__})",
+        ) from err
+    try:
+        san = extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound as err:
         raise Unauthenticated("peer certificate has no subject alternative name") from err
     uris = san.get_values_for_type(x509.UniformResourceIdentifier)

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from gateway.display import printable
 from gateway.errors import ConfigError, PolicyFileError
 from policies.grants import OutboundRule, PeerGrant, PolicyDocument
 
@@ -52,7 +53,9 @@ def describe_validation_error(source: str, err: ValidationError, data: Any = Non
     lines = []
     for problem in err.errors():
         key = _toml_key(problem["loc"], data)
-        lines.append(f"{source}: {key or '(top level)'}: {problem['msg']}")
+        # Keys, values and the path come from outside: a newline in one must
+        # not forge a second problem line, nor ESC or bidi codes reach a terminal.
+        lines.append(printable(f"{source}: {key or '(top level)'}: {problem['msg']}"))
     return "\n".join(lines)
 
 
@@ -61,16 +64,10 @@ def _toml_key(loc: tuple[int | str, ...], data: Any) -> str:
     for item in loc:
         if isinstance(item, int):
             peer = _peer_at(data, parts, item)
-            parts[-1] = f"{parts[-1]}[{item}]" + (f" (peer {_printable(peer)})" if peer else "")
+            parts[-1] = f"{parts[-1]}[{item}]" + (f" (peer {peer})" if peer else "")
         else:
-            parts.append(_printable(str(item)))
+            parts.append(str(item))
     return ".".join(parts)
-
-
-def _printable(text: str) -> str:
-    # Keys and values come from the file: a newline in one must not forge a
-    # second problem line in the report.
-    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
 def _peer_at(data: Any, parts: list[str], index: int) -> str | None:
@@ -90,15 +87,15 @@ def parse_toml_model(
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise error(f"{source}: not valid TOML: {err}") from err
+        raise error(printable(f"{source}: not valid TOML: {err}")) from err
     except RecursionError as err:  # tomllib recurses once per nesting level
-        raise error(f"{source}: not valid TOML: nested too deeply") from err
+        raise error(printable(f"{source}: not valid TOML: nested too deeply")) from err
     try:
         return model.model_validate(data), data
     except ValidationError as err:
         raise error(describe_validation_error(source, err, data)) from err
     except RecursionError as err:
-        raise error(f"{source}: nested too deeply to validate") from err
+        raise error(printable(f"{source}: nested too deeply to validate")) from err
 
 
 def read_text(path: Path, what: str, error: type[ConfigError]) -> str:
@@ -106,9 +103,9 @@ def read_text(path: Path, what: str, error: type[ConfigError]) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError as err:
-        raise error(f"{path}: {what} file not found") from err
+        raise error(printable(f"{path}: {what} file not found")) from err
     except (OSError, UnicodeDecodeError) as err:
-        raise error(f"{path}: {what} file unreadable: {err}") from err
+        raise error(printable(f"{path}: {what} file unreadable: {err}")) from err
 
 
 def load_policy(path: Path) -> Policy:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from gateway.audit._schema import SELECT_RECORDS, connect_read_only, record_from_row
 from gateway.audit.record import AuditRecord
+from gateway.display import json_for_terminals, printable
 from gateway.errors import ConfigError
 
 _SINCE = re.compile(r"(\d+)([smhd])")
@@ -99,7 +100,12 @@ def query_records(
 
 
 def format_table(records: Sequence[AuditRecord]) -> str:
-    """A fixed-width table of ``records``, one line each under a header line."""
+    """A fixed-width table of ``records``, one line each under a header line.
+
+    Every cell goes through ``printable``: ids and names are whatever peers
+    sent (or whatever an older writer stored), and a newline, CR, ESC or bidi
+    override in one must not forge a row or rewrite the operator's terminal.
+    """
     cells = [[title for title, _ in _COLUMNS]] + [_cells(rec) for rec in records]
     widths = [max(len(row[i]) for row in cells) for i in range(len(_COLUMNS))]
     lines = [
@@ -113,14 +119,20 @@ def format_table(records: Sequence[AuditRecord]) -> str:
 
 
 def format_json_lines(records: Sequence[AuditRecord]) -> str:
-    """One compact JSON object per record and line, with every field."""
+    """One compact JSON object per record and line, with every field.
+
+    Values stay exact; characters that could break a line or drive a terminal
+    are written as JSON ``\\u`` escapes (``json_for_terminals``).
+    """
     return "".join(
-        json.dumps(rec.to_json_dict(), sort_keys=True, ensure_ascii=False) + "\n" for rec in records
+        json_for_terminals(json.dumps(rec.to_json_dict(), sort_keys=True, ensure_ascii=False))
+        + "\n"
+        for rec in records
     )
 
 
 def _cells(rec: AuditRecord) -> list[str]:
-    return [
+    cells = [
         _utc_iso(rec.time_unix_ms),
         rec.peer_id or "-",
         rec.capability or "-",
@@ -132,6 +144,7 @@ def _cells(rec: AuditRecord) -> list[str]:
         f"{rec.latency_ms:.1f}",
         rec.request_id,
     ]
+    return [printable(cell) for cell in cells]
 
 
 def _utc_iso(time_unix_ms: int) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from gateway.agent import Agent
 from gateway.config import load_agent_config
+from gateway.display import printable
 from gateway.errors import ConfigError
 from gateway.transport.client import PeerClient
 from gateway.transport.tls import TlsMaterial
@@ -103,14 +104,17 @@ async def _describe(args: argparse.Namespace) -> int:
             )
         )
         return 0
+    # Every text field here is the peer's to choose: escaped before it reaches a terminal.
     print(
-        f"{description.agent_id} ({description.protocol_version}); "
-        f"payload cap {description.max_payload_bytes} bytes; "
-        f"grant expires {description.grant_expires_at}"
+        printable(
+            f"{description.agent_id} ({description.protocol_version}); "
+            f"payload cap {description.max_payload_bytes} bytes; "
+            f"grant expires {description.grant_expires_at}"
+        )
     )
     for c in description.capabilities:
-        key = f"{c.name}@{c.version}"
-        print(f"  {key:<28} {c.risk:<8} {c.timeout_seconds:>5g}s  {c.description}")
+        key, risk = printable(f"{c.name}@{c.version}"), printable(c.risk)
+        print(f"  {key:<28} {risk:<8} {c.timeout_seconds:>5g}s  {printable(c.description)}")
     return 0
 
 
@@ -136,9 +140,10 @@ async def _call(args: argparse.Namespace) -> int:
             idempotency_key=args.idempotency_key,
         )
     print(json.dumps(result.output(), indent=2, sort_keys=True))
+    served = printable(f"{result.capability}@{result.served_version}")  # the peer's text
     print(
-        f"served {result.capability}@{result.served_version} evidence sha256:"
-        f"{result.evidence_sha256}{' (replayed)' if result.replayed else ''}",
+        f"served {served} evidence sha256:"
+        f"{printable(result.evidence_sha256)}{' (replayed)' if result.replayed else ''}",
         file=sys.stderr,
     )
     return 0

@@ -9,7 +9,10 @@ import os
 import sys
 from collections.abc import Sequence
 
+from pydantic import ValidationError
+
 from gateway.cli import admin_commands, agent_commands, idempotency_commands, plan_commands
+from gateway.display import EscapingFormatter, printable
 from gateway.errors import ConfigError, GatewayError
 
 EXIT_REFUSED = 1
@@ -35,27 +38,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(EscapingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
     try:
         result = args.run(args)
         if asyncio.iscoroutine(result):
             result = asyncio.run(result)
         return int(result or 0)
     except ConfigError as err:
-        print(f"error: {err.message}", file=sys.stderr)
+        # A file's problem list (each line escaped where it was built) keeps
+        # one problem per line, continuation lines indented; any other message
+        # (a path, a peer's text) is escaped into a single line.
+        local_problems = isinstance(err.__cause__, ValidationError)
+        lines = err.message.split("\n") if local_problems else [err.message]
+        first, *more = (printable(line) for line in lines)
+        print("\n  ".join([f"error: {first}", *more]), file=sys.stderr)
         return EXIT_USAGE
     except GatewayError as err:
-        print(f"refused: {err.reason}: {err.message}", file=sys.stderr)
+        # The message may come from a remote peer: escaped into one line.
+        print(f"refused: {printable(err.reason)}: {printable(err.message)}", file=sys.stderr)
         return EXIT_REFUSED
     except KeyboardInterrupt:
         return 130
     except Exception as err:  # the CLI boundary: never a traceback for the user
         if os.environ.get("A2A_GATEWAY_DEBUG"):
             raise
-        print(f"internal error: {type(err).__name__}: {err}", file=sys.stderr)
+        print(f"internal error: {type(err).__name__}: {printable(str(err))}", file=sys.stderr)
         return EXIT_INTERNAL
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from gateway.agent import Agent
 from gateway.config import load_agent_config
+from gateway.display import printable
 from gateway.errors import PlanInvalid
 from gateway.plans.executor import StepEvent
 from gateway.plans.model import parse_plan
@@ -80,8 +81,8 @@ async def _tasks(args: argparse.Namespace) -> int:
         print(f"{'TASK':<34} {'STATE':<13} {'REV':>3} {'STEPS':>5} {'REASON'}")
         for task in listed:
             print(
-                f"{task.task_id:<34} {task.state.value:<13} {task.revision:>3} "
-                f"{len(task.completed()):>5} {task.reason}"
+                f"{printable(task.task_id):<34} {task.state.value:<13} {task.revision:>3} "
+                f"{len(task.completed()):>5} {printable(task.reason)}"
             )
         return 0
 
@@ -95,7 +96,8 @@ def _quiet(event: StepEvent) -> None:
 def _print_event(event: StepEvent) -> None:
     took = f"{event.duration_ms:.1f}ms" if event.status != "started" else ""
     status = event.status if event.reason == "OK" else f"{event.status} {event.reason}"
-    print(f"{event.step_id:<16} {event.where:<40} {status:<10} {took:>9}", flush=True)
+    step, where, status = printable(event.step_id), printable(event.where), printable(status)
+    print(f"{step:<16} {where:<40} {status:<10} {took:>9}", flush=True)
 
 
 def _report(result: TaskResult, *, as_json: bool) -> int:
@@ -105,23 +107,28 @@ def _report(result: TaskResult, *, as_json: bool) -> int:
         _print_table(result)
     if result.ok:
         return 0
-    print(f"task {result.state.value}: {result.reason}: {result.message}", file=sys.stderr)
+    # The reason and message can quote a peer's refusal: escaped into one line.
+    print(
+        f"task {result.state.value}: {printable(result.reason)}: {printable(result.message)}",
+        file=sys.stderr,
+    )
     return EXIT_TASK_FAILED
 
 
 def _print_table(result: TaskResult) -> None:
-    print(f"\ntask {result.task_id}: {result.state.value} (revision {result.revision})")
+    print(f"\ntask {printable(result.task_id)}: {result.state.value} (revision {result.revision})")
     print(f"  {'STEP':<16} {'WHERE':<40} {'STATUS':<10} {'TRIES':>5} {'TIME':>9}  EVIDENCE")
     for step in result.steps.values():
-        digest = step.evidence.sha256[:16] if step.evidence else step.reason
+        digest = printable(step.evidence.sha256[:16] if step.evidence else step.reason)
+        where = printable(step.where or "-")
         print(
-            f"  {step.step_id:<16} {step.where or '-':<40} {step.status.value:<10} "
+            f"  {printable(step.step_id):<16} {where:<40} {step.status.value:<10} "
             f"{step.attempts:>5} {step.duration_ms:>7.1f}ms  {digest}"
         )
         for note in step.notes:
-            print(f"  {'':<16} note: {note}")
+            print(f"  {'':<16} note: {printable(note)}")
     for revision in result.revisions:
-        print(f"  revision {revision.revision}: {revision.reason}")
+        print(f"  revision {revision.revision}: {printable(revision.reason)}")
     print(f"  peer calls {result.peer_calls}, elapsed {result.elapsed_seconds:.3f}s")
 
 

@@ -31,6 +31,9 @@ class InvokeCall:
         problem: Why the transport could not turn the request into a call (for
             example an A2A message without a capability); refused as
             INVALID_REQUEST once the caller is identified. Never payload content.
+        deadline_unix_ms: The absolute deadline the request itself carried, in
+            Unix milliseconds (0: none). Already folded into ``deadline``; kept
+            so a negative one is refused rather than read as "no deadline".
         payload_sha256: Hex SHA-256 of ``payload`` (computed once, on construction).
     """
 
@@ -45,6 +48,7 @@ class InvokeCall:
     idempotency_key: str = ""
     malformed: bool = False
     problem: str = ""
+    deadline_unix_ms: int = 0
     payload_sha256: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -54,7 +58,11 @@ class InvokeCall:
 
 
 def deadline_from(transport_remaining: float | None, deadline_unix_ms: int) -> float:
-    """Combine the gRPC deadline and the request's absolute deadline (monotonic)."""
+    """Combine the gRPC deadline and the request's absolute deadline (monotonic).
+
+    ``deadline_unix_ms`` of 0 means none; a negative one is not a deadline at
+    all and is left out here: the pipeline refuses it (``well_formed_request``).
+    """
     now = time.monotonic()
     candidates = [now + _DEFAULT_DEADLINE_SECONDS]
     if transport_remaining is not None:

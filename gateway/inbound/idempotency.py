@@ -152,8 +152,16 @@ class IdempotencyStore:
             if answer is not None:
                 return _matching(answer, request_sha256)
         self._in_flight[ident] = asyncio.get_running_loop().create_future()
+        # The row is written in a thread that a cancellation cannot stop: shield
+        # it, so a call cancelled mid-claim can still see what it wrote.
+        work = asyncio.ensure_future(
+            self._run(self._claim_row, ident, request_sha256, served_version)
+        )
         try:
-            stored = await self._run(self._claim_row, ident, request_sha256, served_version)
+            stored = await asyncio.shield(work)
+        except asyncio.CancelledError:
+            await self._abandon_claim(work, ident)
+            raise
         except BaseException:
             self._release(ident, None)
             raise
@@ -174,6 +182,19 @@ class IdempotencyStore:
         try:
             await self._run(self._delete_claim, ident)
         finally:
+            self._release(ident, None)
+
+    async def _abandon_claim(self, work: asyncio.Future[StoredAnswer | None], ident: Ident) -> None:
+        """The caller was cancelled before its claim returned: nothing ran, so
+        a claim the thread still wrote is dropped rather than left in doubt."""
+        _log.info("call cancelled while claiming its idempotency key; the key stays free")
+        try:
+            claimed = await work is None
+        except Exception:
+            claimed = False  # conflict, in doubt or storage failure: no claim was made
+        if claimed:
+            await self.release(ident)
+        else:
             self._release(ident, None)
 
     def leave_in_doubt(self, ident: Ident) -> None:

@@ -21,6 +21,7 @@ from capabilities.contract import Risk
 from capabilities.registry import CapabilityRegistry
 from capabilities.runner import NOT_STARTED, CapabilityResult, run_capability
 from gateway.audit import AuditLog, AuditRecord
+from gateway.display import printable
 from gateway.errors import Cancelled, DeadlineExceeded, GatewayError, OutputTooLarge
 from gateway.inbound.call import REQUEST_ID, InvokeCall, deadline_from
 from gateway.inbound.idempotency import IdempotencyStore, StoredAnswer
@@ -238,6 +239,9 @@ class InvokeHandler:
     ) -> InvokeOutcome:
         ident = (admission.peer_id, admission.capability.name, call.idempotency_key)
         request_sha = call.payload_sha256
+        # A cancellation during the claim releases the key inside ``claim``
+        # (nothing ran). From here to the capability's first line there is no
+        # await, so any later CancelledError means the function had started.
         stored = await self._idempotency.claim(
             ident, request_sha, str(admission.capability.version)
         )
@@ -301,15 +305,17 @@ class InvokeHandler:
             time_unix_ms=int(time.time() * 1000),
             request_id=call.request_id if REQUEST_ID.fullmatch(call.request_id) else "",
             peer_id=peer_id,
-            capability=call.capability[:128],
-            version_constraint=call.version_constraint[:128],
+            # Escaped as well as cut: a refused envelope can hold control or
+            # bidi characters, and not every reader of the log escapes them.
+            capability=printable(call.capability[:128]),
+            version_constraint=printable(call.version_constraint[:128]),
             served_version=served,
             decision=decision,  # type: ignore[arg-type]
             reason=reason,
             payload_size=len(call.payload),
             payload_sha256=call.payload_sha256,
             latency_ms=(time.perf_counter() - started) * 1000.0,
-            task_id=call.task_id[:128],
-            step_id=call.step_id[:128],
+            task_id=printable(call.task_id[:128]),
+            step_id=printable(call.step_id[:128]),
             detail=detail,
         )

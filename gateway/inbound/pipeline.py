@@ -5,7 +5,8 @@ call and nothing after it runs::
 
     audit_available        AUDIT_UNAVAILABLE   the log can record (fails closed)
     identity               UNAUTHENTICATED     exactly one SPIFFE ID in the verified cert
-    well_formed_request    INVALID_REQUEST     parsable request, request id, constraint syntax
+    well_formed_request    INVALID_REQUEST     parsable request, request id, no control or
+                                               bidi characters, deadline sign, constraint
     known_peer             UNKNOWN_PEER        policy step 1
     grant_live             GRANT_EXPIRED       policy step 2
     capability_granted     CAPABILITY_NOT_GRANTED  policy step 3
@@ -22,6 +23,7 @@ capability: ``audit_available``, ``identity``, ``known_peer``, ``grant_live``.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +35,7 @@ from pydantic import BaseModel, ValidationError
 from capabilities.registry import CapabilityRegistry
 from capabilities.versions import VersionConstraint, VersionSyntaxError
 from gateway.audit import AuditLog
+from gateway.display import has_unsafe_characters
 from gateway.errors import (
     AuditUnavailable,
     DeadlineExceeded,
@@ -54,6 +57,7 @@ from policies.identity import spiffe_id_from_pem
 from policies.store import PolicyStore
 
 _ANY_VERSION = VersionConstraint.parse("")
+_log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -92,10 +96,27 @@ class NamedCheck:
 
 
 def peer_id_from_cert(pem: bytes | None) -> str:
-    """The caller's SPIFFE ID from its verified certificate; Unauthenticated otherwise."""
+    """The caller's SPIFFE ID from its verified certificate; Unauthenticated otherwise.
+
+    Whatever a certificate does to the parser, the caller is only ever
+    unauthenticated: an exception of any other type is logged as one line
+    (its type only, never certificate content or a traceback) and refused, so
+    it cannot escape as an unaudited UNKNOWN on any protocol.
+    """
     if not pem:
         raise Unauthenticated("no verified client certificate")
-    return spiffe_id_from_pem(pem)
+    try:
+        return spiffe_id_from_pem(pem)
+    except Unauthenticated:
+        raise
+    except Exception as err:
+        _log.warning(
+            "peer certificate unreadable (%s); refused as UNAUTHENTICATED", type(err).__name__
+        )
+        raise Unauthenticated(
+            "peer certificate could not be read",
+            detail=f"unreadable certificate ({type(err).__name__})",
+        ) from err
 
 
 class DecisionPipeline:
@@ -149,7 +170,7 @@ class DecisionPipeline:
         )
 
     def well_formed_request(self, inbound: Inbound) -> None:
-        """The envelope parsed, the request id has its form, the constraint parses."""
+        """The envelope parsed, ids and names are plain text, the deadline and constraint parse."""
         call = inbound.call
         if call.malformed:
             raise InvalidRequest("the request is not a valid a2agw.v1.InvokeRequest")
@@ -157,6 +178,20 @@ class DecisionPipeline:
             raise InvalidRequest(call.problem)
         if not REQUEST_ID.fullmatch(call.request_id):
             raise InvalidRequest("request_id must be 1-128 characters of [A-Za-z0-9._:-]")
+        for name, text in (
+            ("capability", call.capability),
+            ("version_constraint", call.version_constraint),
+            ("task_id", call.task_id),
+            ("step_id", call.step_id),
+            ("idempotency_key", call.idempotency_key),
+        ):
+            if has_unsafe_characters(text):
+                # Never a legitimate name or id, and shown to operators later:
+                # refused here, and still escaped wherever it is displayed.
+                raise InvalidRequest(f"{name} holds a control or bidi character")
+        if call.deadline_unix_ms < 0:
+            # Read as "no deadline" it would let a caller opt out of its own deadline.
+            raise InvalidRequest("deadline_unix_ms must be 0 (none) or a positive Unix time")
         assert inbound.query is not None
         try:
             inbound.query.constraint = VersionConstraint.parse(call.version_constraint)

@@ -103,6 +103,7 @@ class GatewayServicer(gateway_pb2_grpc.PeerGatewayServicer):
             step_id=request.step_id,
             idempotency_key=request.idempotency_key,
             malformed=malformed,
+            deadline_unix_ms=request.deadline_unix_ms,
         )
         try:
             outcome = await self._handler.invoke(call)

@@ -677,9 +677,24 @@ deadlines = st.one_of(
     st.tuples(st.just("rel"), st.integers(1000, 10**12)),
 )
 
-side_strings = st.one_of(st.just(""), st.text(max_size=20), st.text(min_size=120, max_size=300))
+plain_characters = st.characters(exclude_categories=["Cc", "Cf", "Cs", "Zl", "Zp"])
+"""Characters the door lets through in ids and keys (control and bidi ones are INVALID_REQUEST)."""
 
-idempotency_keys = st.one_of(st.just(""), st.sampled_from(["k1", "k2", "k3"]), st.text(max_size=40))
+side_strings = st.one_of(
+    st.just(""),
+    st.text(max_size=20),
+    st.text(plain_characters, max_size=20),
+    st.text(min_size=120, max_size=300),
+    st.text(plain_characters, min_size=120, max_size=300),
+)
+"""Task and step ids: any text, and text the door admits, so calls still reach deeper checks."""
+
+idempotency_keys = st.one_of(
+    st.just(""),
+    st.sampled_from(["k1", "k2", "k3"]),
+    st.text(max_size=40),
+    st.text(plain_characters, max_size=40),
+)
 
 
 def _sometimes(draw: st.DrawFn, usual: st.SearchStrategy[T], odd: st.SearchStrategy[T]) -> T:

@@ -119,9 +119,14 @@ EDGE_CASES: dict[str, tuple[InvokeCase, str]] = {
         _case(b'{"note":"PLmaxZ"}', "notes.write", deadline=("abs", 2**63 - 1)),
         "OK",
     ),
+    # Negative is not "no deadline" (issue 9): refused before anything runs.
     "deadline int64 min": (
         _case(b'{"note":"PLminZ"}', "notes.write", deadline=("abs", -(2**63))),
-        "OK",
+        "INVALID_REQUEST",
+    ),
+    "deadline -1": (
+        _case(b'{"note":"PLnegZ"}', "notes.write", deadline=("abs", -1)),
+        "INVALID_REQUEST",
     ),
     "request id 129 chars": (
         _case(b'{"text":"PLridZ"}', request_id="r" * 129, fresh=False),

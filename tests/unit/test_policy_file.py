@@ -193,5 +193,5 @@ def test_risk_above_grant(tmp_path: Path) -> None:
 
 def test_a_key_cannot_forge_a_problem_line(tmp_path: Path) -> None:
     message = problems(tmp_path, '[[grants]]\n"x\\nforged: line" = 1\n')
-    assert "x\\nforged: line: Extra inputs are not permitted" in message
+    assert "x\\x0aforged: line: Extra inputs are not permitted" in message
     assert all(line.startswith(str(tmp_path)) for line in message.splitlines())
