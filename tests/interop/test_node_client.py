@@ -1,0 +1,114 @@
+"""A client that is not ours: Node's @grpc/grpc-js calls a real agent over mTLS.
+
+It follows README "Calling from other languages" to the letter: the derived DNS
+name as target name override, a ``checkServerIdentity`` that checks the server's
+URI SAN, rich errors read from ``grpc-status-details-bin``. Both services are
+called: a2agw.v1 (Describe, Invoke allowed and refused) and lf.a2a.v1
+(SendMessage, GetExtendedAgentCard). The descriptors come from the generated
+Python modules (a FileDescriptorSet made in the test), so no proto file is copied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from a2a.types import a2a_pb2
+from google.protobuf import descriptor_pb2
+from google.protobuf.descriptor import FileDescriptor
+
+from gateway.agent import Agent
+from gateway.wire.v1 import gateway_pb2
+from tests.support import Pki, WriteCounter, audit_rows, spiffe
+
+NODE_DIR = Path(__file__).parent / "node"
+
+
+def _node_ready() -> None:
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("node/npm not installed (.ci/run installs them)")
+    if not (NODE_DIR / "node_modules" / "@grpc" / "grpc-js").is_dir():
+        subprocess.run(
+            ["npm", "ci", "--no-audit", "--no-fund", "--silent"],
+            cwd=NODE_DIR,
+            check=True,
+            timeout=300,
+        )
+
+
+def _descriptor_set(root: FileDescriptor, path: Path) -> Path:
+    """``root`` and everything it imports, dependencies first."""
+    files = descriptor_pb2.FileDescriptorSet()
+    seen: set[str] = set()
+
+    def add(file: FileDescriptor) -> None:
+        if file.name in seen:
+            return
+        seen.add(file.name)
+        for dependency in file.dependencies:
+            add(dependency)
+        file.CopyToProto(files.file.add())
+
+    add(root)
+    path.write_bytes(files.SerializeToString())
+    return path
+
+
+async def test_node_grpc_client_calls_both_services_as_the_readme_says(
+    pki: Pki, alice: Agent, counter: WriteCounter, tmp_path: Path
+) -> None:
+    _node_ready()
+    config = {
+        "address": alice.address,
+        "ca": str(pki.dir / "ca.pem"),
+        "cert": str(pki.dir / "bob.pem"),
+        "key": str(pki.dir / "bob.key"),
+        "server_id": alice.config.id,
+        "wrong_server_id": spiffe("carol"),
+        "refused_capability": "notes.delete",
+        "gateway_descriptor_set": str(
+            _descriptor_set(gateway_pb2.DESCRIPTOR, tmp_path / "gateway.pb")
+        ),
+        "a2a_descriptor_set": str(_descriptor_set(a2a_pb2.DESCRIPTOR, tmp_path / "a2a.pb")),
+    }
+    (tmp_path / "node.json").write_text(json.dumps(config))
+
+    process = await asyncio.create_subprocess_exec(
+        "node",
+        str(NODE_DIR / "client.js"),
+        str(tmp_path / "node.json"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0, stderr.decode()
+    answered = json.loads(stdout)
+
+    assert answered["describe"] == ["kv.get", "kv.put", "notes.write", "text.echo", "text.search"]
+    assert answered["invoke"] == {"served_version": "1.0.0", "payload": '{"text":"from node"}'}
+    assert answered["refused"] == {
+        "ok": False,
+        "code": "PERMISSION_DENIED",
+        "reasons": [{"domain": "a2agw.v1", "reason": "CAPABILITY_NOT_GRANTED"}],
+        "details": "capability not granted to this peer",
+    }
+    assert answered["wrong_identity"] == "UNAVAILABLE"
+    assert answered["send_message"] == {
+        "state": "TASK_STATE_COMPLETED",
+        "output": {"text": "a2a from node"},
+    }
+    assert answered["card_skills"] == answered["describe"]
+    await alice.audit.flush()
+    rows = [
+        (r.peer_id, r.capability, r.decision, r.reason) for r in audit_rows(alice.config.audit_db)
+    ]
+    assert rows == [
+        (spiffe("bob"), "text.echo", "allow", "OK"),
+        (spiffe("bob"), "notes.delete", "refuse", "CAPABILITY_NOT_GRANTED"),
+        (spiffe("bob"), "text.echo", "allow", "OK"),
+    ]
+    assert counter.calls == 0
