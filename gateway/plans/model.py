@@ -7,9 +7,11 @@ Example::
       "max_parallel": 4,
       "max_risk": "write",
       "budget": {"max_steps": 10, "max_peer_calls": 20, "max_elapsed_seconds": 30},
+      "approval": {"min_risk": "write"},
       "steps": [
         {"id": "search", "capability": "text.search", "version": "^1",
-         "input": {"query": "audit", "limit": 1}},
+         "input": {"query": "audit", "limit": 1},
+         "verify": {"quorum": 2, "compare": ["items.0.id"]}},
         {"id": "store", "capability": "kv.put", "depends_on": ["search"],
          "input": {"key": "best", "value": {"$from": "search.items.0.title"}},
          "expect": {"schema": {"type": "object", "required": ["revision"]}}}
