@@ -60,6 +60,7 @@ from gateway.errors import (
     PayloadTooLarge,
     PeerIdentityMismatch,
     PeerUnavailable,
+    PlanInvalid,
     PolicyRefusal,
     ReplayedRequest,
     StateUnavailable,
@@ -268,6 +269,12 @@ class StepRunner:
             )
         if not sources:
             raise NoRoute(f"no read or idempotent route can run {step.capability} for a quorum")
+        if any(needs_approval(offer.risk, self._approval_min) for offer in sources):
+            # One approval binds to one place; a quorum would need one per source.
+            raise PlanInvalid(
+                f"step {step.id!r}: verify cannot run a step that needs approval on "
+                "several sources; verify only reads, or approve a single source"
+            )
         outcomes = await asyncio.gather(
             *(self._run_offer(step, resolved, offer, tally) for offer in sources),
             return_exceptions=True,

@@ -191,6 +191,16 @@ async def test_reads_below_the_approval_risk_do_not_wait(scene: Scene) -> None:
     assert (result.state, result.approvals) == (TaskState.COMPLETED, ())
 
 
+async def test_verify_of_a_write_needing_approval_is_refused_before_sending(scene: Scene) -> None:
+    step = {"id": "put", "capability": "fault.write", "input": {"key": "k"}}
+    result = await scene.alice.run(
+        plan({**step, "verify": {"quorum": 2}}, approval={"min_risk": "write"})
+    )
+    assert (result.state, result.reason) == (TaskState.FAILED, "PLAN_INVALID")
+    assert "step 'put': verify cannot run a step that needs approval" in result.message
+    assert scene.runs("fault.write") == 0 and result.approvals == ()
+
+
 class SameAgain(Planner):
     """A planner that 'revises' a failed step into the very same step."""
 
