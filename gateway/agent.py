@@ -110,7 +110,9 @@ class Agent:
                 planner=planner or RerouteOrStop(),
                 limits=plan_limits or PlanLimits(),
                 bind_peer_call=self.router.bind,
-            )
+                approval_min_risk=config.plans.approval_min_risk,
+            ),
+            decisions=self.audit,
         )
         self._watcher: asyncio.Task[None] | None = None
         self._purger: asyncio.Task[None] | None = None

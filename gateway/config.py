@@ -29,6 +29,9 @@ Example::
     risk = "read"
     timeout = 5.0
 
+    [plans]                      # optional
+    approval_min_risk = "write"  # every plan's steps at this risk or above wait for approval
+
     [audit_checkpoints]          # optional; these are the defaults
     enabled = true
     every_records = 1000
@@ -116,6 +119,18 @@ class AuditCheckpoints(_Frozen):
     every_records: int = Field(default=1000, ge=1)
     every_seconds: float = Field(default=60.0, gt=0)
     file: Path | None = None
+
+
+class PlanSettings(_Frozen):
+    """How this agent runs plans.
+
+    Attributes:
+        approval_min_risk: Steps whose route has this risk or above wait for a
+            person's approval (``a2a-gateway tasks --approve``) in every plan this
+            agent runs, whatever the plan says (None: only plans that ask).
+    """
+
+    approval_min_risk: Risk | None = None
 
 
 class PeerEntry(_Frozen):
@@ -279,6 +294,7 @@ class AgentConfig(_Frozen):
         peers: Known peers.
         upstreams: Existing A2A agents whose skills this agent serves.
         audit_checkpoints: Signed checkpoints of the audit log's head.
+        plans: How this agent runs plans (``[plans]``).
         idempotency_retention: How long a completed idempotency key keeps its
             answer (default ``"7d"``); afterwards it is purged (at start and
             hourly) and the key may be used afresh. Keys in doubt are never
@@ -296,6 +312,7 @@ class AgentConfig(_Frozen):
     peers: tuple[PeerEntry, ...] = ()
     upstreams: tuple[UpstreamEntry, ...] = ()
     audit_checkpoints: AuditCheckpoints = AuditCheckpoints()
+    plans: PlanSettings = PlanSettings()
     idempotency_retention: Duration = timedelta(days=7)
 
     @property

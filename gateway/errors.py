@@ -34,6 +34,9 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
     ├── NoRoute                       FAILED_PRECONDITION NO_ROUTE             (plans)
     ├── ExpectationFailed             FAILED_PRECONDITION EXPECTATION_FAILED   (plans)
     ├── TaskLeased                    ABORTED            TASK_LEASED           (plans)
+    ├── ApprovalDenied                PERMISSION_DENIED  APPROVAL_DENIED       (plans)
+    ├── Stagnated                     ABORTED            STAGNATED             (plans)
+    ├── Unverified                    FAILED_PRECONDITION UNVERIFIED           (plans)
     ├── UnsupportedOperation          FAILED_PRECONDITION UNSUPPORTED_OPERATION (A2A)
     ├── PushNotificationNotSupported  FAILED_PRECONDITION PUSH_NOTIFICATION_NOT_SUPPORTED (A2A)
     ├── ProtocolVersionNotSupported   FAILED_PRECONDITION VERSION_NOT_SUPPORTED (A2A)
@@ -295,6 +298,25 @@ class ExpectationFailed(GatewayError):
     """A step's output does not satisfy the step's ``expect`` condition."""
 
     reason = "EXPECTATION_FAILED"
+
+
+class ApprovalDenied(GatewayError):
+    """A person denied a plan step that needed approval; it sent nothing."""
+
+    reason = "APPROVAL_DENIED"
+
+
+class Stagnated(GatewayError):
+    """A replan would repeat a step on the same peer with the same input as an attempt
+    that already failed, so the task stops instead of spending its budget on it."""
+
+    reason = "STAGNATED"
+
+
+class Unverified(GatewayError):
+    """A step depends on a result whose sources disagree (``on_unverified: stop``)."""
+
+    reason = "UNVERIFIED"
 
 
 class TaskLeased(GatewayError):

@@ -2,7 +2,8 @@
 
 bob and carol both offer ``text.summarize`` and ``notes.archive`` to alice;
 alice's outbound rules let bob receive only ``text.summarize``, so the archive
-step is refused for bob by policy and rerouted to carol.
+step is refused for bob by policy and rerouted to carol. The summary is
+verified: it runs on two sources at once and their outputs are compared.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ DEMO_PLAN: dict[str, Any] = {
             "capability": "text.summarize",
             "depends_on": ["search"],
             "input": {"text": {"$from": "search.items.0.title"}},
+            "verify": {"quorum": 2},
         },
         {
             "id": "archive",
@@ -121,12 +123,21 @@ async def run_plan_demo(alice: Agent, names: dict[str, str]) -> bool:
             )
 
     result = await alice.run(Plan.model_validate(DEMO_PLAN), on_event=show)
-    print(f"  task {result.task_id}: {result.state.value} ({result.reason})")
+    print(
+        f"  task {result.task_id}: {result.state.value} ({result.reason}), "
+        f"confidence {result.confidence.value}"
+    )
     for step in result.steps.values():
         where = names.get(step.where, step.where)
         version = step.evidence.served_version if step.evidence else "?"
         digest = step.evidence.sha256[:12] if step.evidence else "-"
-        print(f"  {step.step_id:<10} ran on {where:<6} v{version:<6} sha256:{digest}")
+        print(
+            f"  {step.step_id:<10} ran on {where:<6} v{version:<6} sha256:{digest}"
+            f"  {step.confidence.value}"
+        )
+        if len(step.sources) > 1:
+            agreeing = ", ".join(names.get(e.where, e.where) for e in step.sources)
+            print(f"  {'':<10} {len(step.sources)} sources agree: {agreeing}")
         for note in step.notes:
             peer, _, why = note.partition(": ")
             print(f"  {'':<10} {names.get(peer, peer)} refused: {why} → rerouted")

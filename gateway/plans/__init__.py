@@ -1,26 +1,45 @@
 """Plans: a goal broken into steps, checked statically, run across authorized peers."""
 
 from gateway.errors import (
+    ApprovalDenied,
     BudgetExhausted,
     ExpectationFailed,
     NoRoute,
     PlanInvalid,
+    Stagnated,
     TaskNotFound,
+    Unverified,
 )
 from gateway.plans.checks import PlanLimits, check_routes, check_structure
-from gateway.plans.model import Budget, Expect, Plan, Step, parse_plan, resolve_input
+from gateway.plans.model import (
+    Approval,
+    Budget,
+    Expect,
+    Plan,
+    Step,
+    Verify,
+    parse_plan,
+    resolve_input,
+)
+from gateway.plans.verification import Confidence
 
 __all__ = [
+    "Approval",
+    "ApprovalDenied",
     "Budget",
     "BudgetExhausted",
+    "Confidence",
     "Expect",
     "ExpectationFailed",
     "NoRoute",
     "Plan",
     "PlanInvalid",
     "PlanLimits",
+    "Stagnated",
     "Step",
     "TaskNotFound",
+    "Unverified",
+    "Verify",
     "check_routes",
     "check_structure",
     "parse_plan",

@@ -1,4 +1,4 @@
-"""The executor's budget meter: steps, peer calls and elapsed time, enforced."""
+"""The executor's budget meter: steps, peer calls, tool calls and elapsed time, enforced."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ class BudgetMeter:
         self._budget = budget
         self.steps = used.steps
         self.peer_calls = used.peer_calls
+        self.tool_calls = used.tool_calls
         self._prior = used.elapsed_seconds + max(0.0, down_seconds)
         self._started = time.monotonic()
         self.deadline = self._started + max(0.0, budget.max_elapsed_seconds - self._prior)
@@ -54,7 +55,15 @@ class BudgetMeter:
             raise BudgetExhausted(f"max_peer_calls ({limit}) reached")
         self.peer_calls += 1
 
+    def take_tool_call(self) -> None:
+        """Count one run of a local capability, or refuse it."""
+        self.check_time()
+        limit = self._budget.max_tool_calls
+        if limit is not None and self.tool_calls >= limit:
+            raise BudgetExhausted(f"max_tool_calls ({limit}) reached")
+        self.tool_calls += 1
+
     def usage(self) -> Usage:
         """What has been used, for the checkpoint."""
         elapsed = self._prior + (time.monotonic() - self._started)
-        return Usage(self.steps, self.peer_calls, elapsed)
+        return Usage(self.steps, self.peer_calls, elapsed, self.tool_calls)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from gateway.errors import TaskLeased
+from gateway.plans.approval import ApprovalRequest
 from gateway.plans.budget import BudgetMeter
 from gateway.plans.lease import RENEW_FRACTION
 from gateway.plans.model import Plan
@@ -67,6 +68,10 @@ class RunCheckpoints:
         """Record where a write attempt goes (and the usage) before it is sent."""
         pin = WritePin(step_id, revision, where, key, version, _now_ms())
         await self._store.pin_write(self.task_id, pin, self._meter.usage(), owner=self.owner)
+
+    async def request_approval(self, request: ApprovalRequest) -> None:
+        """Checkpoint a step's approval request (it replaces the step's older one)."""
+        await self._store.request_approval(self.task_id, request, owner=self.owner)
 
     async def renew(self) -> bool:
         """Extend the lease and checkpoint the usage; False if the lease is lost."""

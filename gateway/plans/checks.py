@@ -5,6 +5,8 @@ dependency cycle, ``$from`` reference to a step that is not a dependency.
 Routes (needs the catalog of what is on offer): a capability no local registry
 or authorized peer offers, or whose every offer is above the task's risk. A
 route is what ``select_routes`` picks, the same function the run-time choice uses.
+A step that asks for ``verify`` needs a read or idempotent capability (it runs
+on several sources) and at least ``quorum`` distinct places offering it.
 Each problem is reported as a PlanInvalid whose message names the step; but
 when a peer that might offer it could not be asked, that is not a fault of the
 plan: PeerUnavailable, naming the peers.
@@ -139,3 +141,21 @@ def check_routes(
                 f"step {step.id!r}: {step.capability} has risk {lowest.value}; "
                 f"this task allows up to {plan.max_risk.value}"
             )
+        if step.verify is not None:
+            _check_quorum(step, within, bool(unreachable))
+
+
+def _check_quorum(step: Step, routes: Sequence[Offer], some_unreachable: bool) -> None:
+    assert step.verify is not None
+    usable = [offer for offer in routes if offer.retryable]
+    if not usable:
+        raise PlanInvalid(
+            f"step {step.id!r}: verify runs a step on several sources, so it needs a read "
+            f"or idempotent capability; {step.capability} is neither"
+        )
+    if len(usable) < step.verify.quorum and not some_unreachable:
+        raise PlanInvalid(
+            f"step {step.id!r}: verify needs {step.verify.quorum} sources; only "
+            f"{len(usable)} (local and authorized peers) offer {step.capability}"
+            f"@{step.constraint}"
+        )

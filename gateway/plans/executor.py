@@ -6,6 +6,14 @@ Every state change, step result, revision, peer call and write pin is
 checkpointed (fenced by the lease) before the executor moves on, so a restart
 resumes without re-running completed steps or sending a write elsewhere, and
 with the budget that was really spent.
+
+A step that needs approval (``gateway.plans.approval``) has its request
+checkpointed and waits; once nothing else can run, the run ends in
+``waiting-approval`` (time spent waiting for a person is not counted against
+the budget). A step that depends on a result whose sources disagree does not
+run unless it says ``on_unverified: continue``. A revision that would run a
+step again on the same place with the same input as a failed attempt stops the
+task (``STAGNATED``).
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from capabilities.context import PeerCall
+from capabilities.contract import Risk
 from gateway.errors import (
     BudgetExhausted,
     Cancelled,
@@ -24,9 +33,12 @@ from gateway.errors import (
     InvalidInput,
     PeerUnavailable,
     PlanInvalid,
+    Stagnated,
     TaskLeased,
+    Unverified,
 )
 from gateway.outbound.router import Router
+from gateway.plans.approval import ApprovalRequest, AwaitingApproval, Decision, threshold
 from gateway.plans.budget import BudgetMeter
 from gateway.plans.checkpoints import RunCheckpoints
 from gateway.plans.checks import PlanLimits, check_routes, check_structure
@@ -42,6 +54,7 @@ from gateway.plans.task import (
     TaskState,
     transition,
 )
+from gateway.plans.verification import Confidence, comparison_digest
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +63,8 @@ class StepEvent:
 
     Attributes:
         step_id: The step.
-        status: ``started``, ``completed``, ``failed`` or ``skipped`` (late result ignored).
+        status: ``started``, ``completed``, ``failed``, ``waiting-approval`` or
+            ``skipped`` (late result ignored).
         where: Where it ran (empty when it starts).
         duration_ms: Time taken (0 when it starts).
         reason: Reason code (``OK`` unless it failed).
@@ -83,6 +97,8 @@ class ExecutorParts:
     planner: Planner
     limits: PlanLimits
     bind_peer_call: Callable[[float, str, str], PeerCall] | None = None
+    approval_min_risk: Risk | None = None
+    """The agent's ``[plans] approval_min_risk``: applies to every plan it runs."""
 
 
 class TaskExecutor:
@@ -102,6 +118,12 @@ class TaskExecutor:
             sid: r for sid, r in stored.steps.items() if r.status is StepStatus.COMPLETED
         }
         down = (time.time() * 1000 - stored.updated_unix_ms) / 1000
+        if stored.state is TaskState.WAITING_APPROVAL:
+            down = 0.0  # a person's time to decide is not the task's running time
+        self._approvals = dict(stored.approvals)
+        self._waiting: dict[str, ApprovalRequest] = {}
+        self._failed_attempts: set[tuple[str, str, str]] = set()
+        self._inputs: dict[asyncio.Task[StepResult], dict[str, object]] = {}
         self._meter = BudgetMeter(stored.plan.budget, stored.usage, down_seconds=down)
         self._checkpoints = RunCheckpoints(
             parts.store, stored.task_id, owner, self._meter, parts.limits.lease_seconds
@@ -216,7 +238,13 @@ class TaskExecutor:
             default_retries=self._parts.limits.default_retries,
             pins=self._pins,
             bind_peer_call=self._parts.bind_peer_call,
+            approvals=self._approvals,
+            approval_min=self._approval_min(),
         )
+
+    def _approval_min(self) -> Risk | None:
+        approval = self._plan.approval
+        return threshold(approval.min_risk if approval else None, self._parts.approval_min_risk)
 
     def _ready(self) -> list[Step]:
         running = {step.id for step in self._in_flight.values()}
@@ -227,6 +255,7 @@ class TaskExecutor:
             if step.id not in done
             and step.id not in running
             and step.id not in self._results  # a failed step waits for a revision
+            and step.id not in self._waiting
             and all(dep in done for dep in step.depends_on)
         ]
 
@@ -238,6 +267,13 @@ class TaskExecutor:
         for step in self._ready():
             if len(self._in_flight) >= self._plan.max_parallel:
                 break
+            disputed = self._disputed_inputs(step)
+            if disputed and step.on_unverified == "stop":
+                err = Unverified(
+                    f"step {step.id!r} was not run: the sources of {', '.join(disputed)} "
+                    "disagree (on_unverified: stop)"
+                )
+                return self._failed(err.reason, err.message)
             try:
                 self._meter.take_step()
                 resolved = resolve_input(step.input, outputs)
@@ -249,27 +285,51 @@ class TaskExecutor:
             progress = StepProgress()
             task = asyncio.create_task(runner.run(step, resolved, progress))
             self._in_flight[task], self._progress[task] = step, progress
+            self._inputs[task] = resolved
             self._on_event(StepEvent(step.id, "started"))
         return None
+
+    def _disputed_inputs(self, step: Step) -> list[str]:
+        """Dependencies of ``step`` that asked for verification and whose sources disagree."""
+        return [
+            dep
+            for dep in step.depends_on
+            if self._results[dep].asked_verification
+            and self._results[dep].confidence is Confidence.UNVERIFIED
+        ]
 
     def _finished(self) -> _Ending:
         missing = [s.id for s in self._plan.steps if s.id not in self._done()]
         if not missing:
             return _Ending(TaskState.COMPLETED)
+        if self._waiting:
+            waiting = ", ".join(sorted(self._waiting))
+            return _Ending(TaskState.WAITING_APPROVAL, "OK", f"steps {waiting} wait for approval")
         return self._failed("INTERNAL", f"steps {', '.join(missing)} can never become ready")
 
     async def _collect(self, task: asyncio.Task[StepResult]) -> _Ending | None:
         step = self._in_flight.pop(task)
         self._progress.pop(task, None)
-        result = task.result()
+        resolved = self._inputs.pop(task, {})
+        try:
+            result = task.result()
+        except AwaitingApproval as waiting:
+            await self._checkpoints.request_approval(waiting.request)
+            self._approvals[step.id] = self._waiting[step.id] = waiting.request
+            self._on_event(StepEvent(step.id, "waiting-approval", waiting.request.where))
+            return None
         if not await self._record(step, result):
             return None
         if result.status is StepStatus.COMPLETED:
             return None
         if result.reason == BudgetExhausted.reason:
             return self._failed(result.reason, result.message)
-        if await self._replan(step, result):
-            return None
+        self._failed_attempts.add((step.id, result.where, comparison_digest(resolved)))
+        try:
+            if await self._replan(step, result):
+                return None
+        except Stagnated as err:
+            return self._failed(err.reason, err.message)
         where = f" on {result.where}" if result.where else ""
         return self._failed(result.reason, f"step {step.id!r} failed{where}: {result.message}")
 
@@ -282,6 +342,7 @@ class TaskExecutor:
         proposal = await self._parts.planner.revise(self._plan, failure, done, revision)
         if proposal is None or not self._acceptable(proposal.plan, done):
             return False
+        await self._check_progress(proposal.plan.step(step.id))
         await self._set_state(TaskState.PLANNING)
         record = RevisionRecord(revision, proposal.reason, int(time.time() * 1000))
         await self._checkpoints.revise(proposal.plan, record)
@@ -290,6 +351,26 @@ class TaskExecutor:
         del self._results[step.id]
         await self._set_state(TaskState.RUNNING)
         return True
+
+    async def _check_progress(self, step: Step) -> None:
+        """Stagnated if ``step`` would go where an earlier attempt with this input failed."""
+        outputs = {sid: r.output for sid, r in self._results.items()}
+        try:
+            digest = comparison_digest(resolve_input(step.input, outputs))
+        except KeyError:
+            return  # the step cannot run at all; the loop reports that
+        offers, _ = await self._parts.router.offers(
+            step.capability,
+            step.constraint,
+            avoid=step.avoid,
+            deadline=self._meter.deadline,
+            max_risk=self._plan.max_risk,
+        )
+        if offers and (step.id, offers[0].where, digest) in self._failed_attempts:
+            raise Stagnated(
+                f"step {step.id!r}: the revised plan would run it on {offers[0].where} with "
+                "the same input as an attempt that already failed"
+            )
 
     def _acceptable(self, plan: Plan, done: frozenset[str]) -> bool:
         try:
@@ -324,16 +405,17 @@ class TaskExecutor:
         for task in tasks:
             task.cancel()
         for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, GatewayError):
+            with contextlib.suppress(asyncio.CancelledError, GatewayError, AwaitingApproval):
                 await task
         if ending is not None:
             for task in tasks:
                 await self._record(self._in_flight[task], self._abandoned(task, ending))
         self._in_flight.clear()
         self._progress.clear()
+        self._inputs.clear()
 
     def _abandoned(self, task: asyncio.Task[StepResult], ending: _Ending) -> StepResult:
-        if not task.cancelled():  # it finished as it was being cancelled
+        if not task.cancelled() and task.exception() is None:  # it finished as it was cancelled
             return task.result()
         step, progress = self._in_flight[task], self._progress[task]
         reason, message = ending.reason, ending.message
@@ -385,6 +467,8 @@ class TaskExecutor:
             revisions=tuple(self._revisions),
             peer_calls=usage.peer_calls,
             elapsed_seconds=usage.elapsed_seconds,
+            tool_calls=usage.tool_calls,
+            approvals=tuple(self._waiting.values()),
         )
 
 
@@ -408,4 +492,6 @@ def stored_result(stored: StoredTask) -> TaskResult:
         revisions=stored.revisions,
         peer_calls=stored.usage.peer_calls,
         elapsed_seconds=stored.usage.elapsed_seconds,
+        tool_calls=stored.usage.tool_calls,
+        approvals=tuple(a for a in stored.approvals.values() if a.decision is Decision.PENDING),
     )

@@ -7,9 +7,11 @@ Example::
       "max_parallel": 4,
       "max_risk": "write",
       "budget": {"max_steps": 10, "max_peer_calls": 20, "max_elapsed_seconds": 30},
+      "approval": {"min_risk": "write"},
       "steps": [
         {"id": "search", "capability": "text.search", "version": "^1",
-         "input": {"query": "audit", "limit": 1}},
+         "input": {"query": "audit", "limit": 1},
+         "verify": {"quorum": 2, "compare": ["items.0.id"]}},
         {"id": "store", "capability": "kv.put", "depends_on": ["search"],
          "input": {"key": "best", "value": {"$from": "search.items.0.title"}},
          "expect": {"schema": {"type": "object", "required": ["revision"]}}}
@@ -24,13 +26,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from capabilities.contract import CapabilityName, Risk
 from capabilities.versions import ConstraintText, VersionConstraint
 from gateway.errors import PlanInvalid
+from gateway.plans.json_paths import PATH_PATTERN, read_path
 
 STEP_ID_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
 REFERENCE_KEY = "$from"
@@ -40,14 +43,66 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+JsonPath = Annotated[str, Field(pattern=PATH_PATTERN, max_length=512)]
+
+
+class Bounds(_Frozen):
+    """An inclusive numeric range; either end may be left open."""
+
+    min: float | None = None
+    max: float | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Bounds:
+        if self.min is None and self.max is None:
+            raise ValueError("a range needs min, max or both")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError("range min is above its max")
+        return self
+
+
 class Expect(_Frozen):
     """What a step's output must satisfy for the step to count as done.
 
+    ``equals`` and ``range`` are deterministic checks: when a step has one and it
+    passes, the step's result counts as ``verified`` (``gateway.plans.verification``).
+
     Attributes:
         json_schema: A JSON Schema (subset: see ``gateway.plans.schema``) the output must match.
+        equals: JSON path in the output → the value it must equal.
+        range: JSON path in the output → the bounds its number must lie within.
     """
 
-    json_schema: dict[str, Any] = Field(alias="schema")
+    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    equals: dict[JsonPath, Any] = Field(default_factory=dict)
+    range: dict[JsonPath, Bounds] = Field(default_factory=dict)
+
+    @property
+    def deterministic(self) -> bool:
+        """True if the step has an ``equals`` or ``range`` check."""
+        return bool(self.equals or self.range)
+
+
+class Verify(_Frozen):
+    """Run a step on several sources and compare their outputs.
+
+    Attributes:
+        quorum: Distinct sources (local counts as one) that must answer alike.
+        compare: JSON paths to compare (empty: the whole output, by canonical digest).
+    """
+
+    quorum: int = Field(ge=2, le=8)
+    compare: tuple[JsonPath, ...] = ()
+
+
+class Approval(_Frozen):
+    """Which steps need a person's approval before anything is sent.
+
+    Attributes:
+        min_risk: Steps whose route has this risk or above wait for approval.
+    """
+
+    min_risk: Risk = Risk.WRITE
 
 
 class Step(_Frozen):
@@ -61,6 +116,10 @@ class Step(_Frozen):
         depends_on: Steps that must complete first.
         max_retries: Retries for transient failures (None: the agent default).
         expect: Condition on the output that decides success.
+        verify: Run on several sources and compare (read or idempotent capabilities only).
+        on_unverified: What this step does when a step it depends on asked for
+            verification and its sources disagree: ``stop`` (default: it does not
+            run and the task fails ``UNVERIFIED``) or ``continue``.
         avoid: Peers this step must not run on (set by replanning).
         revision: Task revision at which the step was last changed (set by replanning).
     """
@@ -72,6 +131,8 @@ class Step(_Frozen):
     depends_on: tuple[str, ...] = ()
     max_retries: int | None = Field(default=None, ge=0, le=10)
     expect: Expect | None = None
+    verify: Verify | None = None
+    on_unverified: Literal["stop", "continue"] = "stop"
     avoid: tuple[str, ...] = ()
     revision: int = Field(default=0, ge=0)
 
@@ -79,6 +140,11 @@ class Step(_Frozen):
     def constraint(self) -> VersionConstraint:
         """The parsed version constraint."""
         return VersionConstraint.parse(self.version)
+
+    @property
+    def asks_verification(self) -> bool:
+        """True if the step asks for a quorum or has a deterministic check."""
+        return self.verify is not None or (self.expect is not None and self.expect.deterministic)
 
     def references(self) -> Iterator[str]:
         """Every ``$from`` path in the input, in document order."""
@@ -91,12 +157,14 @@ class Budget(_Frozen):
     Attributes:
         max_steps: Step executions (a re-run after replanning counts again).
         max_peer_calls: Invoke attempts sent to peers (retries count).
+        max_tool_calls: Runs of local capabilities (retries count).
         max_elapsed_seconds: Running time; also the deadline every step inherits.
         max_revisions: How often the planner may revise the remaining plan.
     """
 
     max_steps: int | None = Field(default=None, ge=1)
     max_peer_calls: int | None = Field(default=None, ge=0)
+    max_tool_calls: int | None = Field(default=None, ge=0)
     max_elapsed_seconds: float = Field(default=60.0, gt=0, le=86_400)
     max_revisions: int = Field(default=2, ge=0, le=20)
 
@@ -110,6 +178,8 @@ class Plan(_Frozen):
         max_parallel: Most steps running at once.
         max_risk: Highest capability risk the task may use (fails closed: ``read``).
         budget: Limits enforced by the executor.
+        approval: Steps at or above a risk wait for a person's approval (the agent's
+            ``[plans] approval_min_risk`` may require it for every plan).
     """
 
     goal: str = Field(max_length=4096)
@@ -117,6 +187,7 @@ class Plan(_Frozen):
     max_parallel: int = Field(default=4, ge=1, le=256)
     max_risk: Risk = Risk.READ
     budget: Budget = Field(default_factory=Budget)
+    approval: Approval | None = None
 
     def step(self, step_id: str) -> Step:
         """The step called ``step_id`` (KeyError if none)."""
@@ -202,13 +273,11 @@ def resolve_input(value: Any, outputs: Mapping[str, Any]) -> Any:
 
 
 def _follow(path: str, outputs: Mapping[str, Any]) -> Any:
-    step_id, *parts = path.split(".")
+    step_id, _, rest = path.partition(".")
     current = outputs[step_id]
-    for part in parts:
-        if isinstance(current, list) and part.isdigit() and int(part) < len(current):
-            current = current[int(part)]
-        elif isinstance(current, dict) and part in current:
-            current = current[part]
-        else:
-            raise KeyError(path)
-    return current
+    if not rest:
+        return current
+    try:
+        return read_path(current, rest)
+    except KeyError:
+        raise KeyError(path) from None

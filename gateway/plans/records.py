@@ -1,9 +1,10 @@
-"""What a task's checkpoint holds: usage, write pins, and the whole stored task."""
+"""What a task's checkpoint holds: usage, write pins, approvals, and the whole stored task."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gateway.plans.approval import ApprovalRequest
 from gateway.plans.lease import Lease
 from gateway.plans.model import Plan
 from gateway.plans.task import RevisionRecord, StepResult, TaskState
@@ -19,6 +20,7 @@ class Usage:
     steps: int = 0
     peer_calls: int = 0
     elapsed_seconds: float = 0.0
+    tool_calls: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,3 +63,5 @@ class StoredTask:
     updated_unix_ms: int
     pins: dict[str, WritePin] = field(default_factory=dict)
     lease: Lease | None = None
+    approvals: dict[str, ApprovalRequest] = field(default_factory=dict)
+    """The latest approval request of each step (pending or decided)."""

@@ -4,6 +4,10 @@ A task runs in at most one process at a time: before running (or resuming) it,
 the runner takes the task's lease in the task store under its owner id, and
 gives it back when the run ends. A resume while another process holds a live
 lease ends with ``TaskLeased``.
+
+``decide`` approves or denies a step that waits for approval: the decision is
+written to the agent's audit log first (it fails closed if the log is down),
+then to the task store; resuming the task then acts on it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from gateway.audit import AuditLog
+from gateway.errors import AuditUnavailable, TaskNotFound
+from gateway.plans.approval import ApprovalRequest, Decision, audit_record, local_decider
 from gateway.plans.executor import EventSink, ExecutorParts, StepEvent, TaskExecutor, stored_result
 from gateway.plans.lease import new_owner_id
 from gateway.plans.model import Plan
@@ -52,8 +59,9 @@ class TaskHandle:
 class TaskRunner:
     """Runs plans for one agent and keeps track of the ones in flight."""
 
-    def __init__(self, parts: ExecutorParts) -> None:
+    def __init__(self, parts: ExecutorParts, decisions: AuditLog | None = None) -> None:
         self._parts = parts
+        self._decisions = decisions
         self._running: dict[str, TaskHandle] = {}
         self.owner = new_owner_id()
         """This runner's lease owner id (``host:pid:nonce``)."""
@@ -90,6 +98,30 @@ class TaskRunner:
             return await self._parts.store.load(task_id)
 
         return self._launch(task_id, load, on_event)
+
+    async def decide(
+        self, task_id: str, step_id: str, *, approve: bool, who: str | None = None
+    ) -> ApprovalRequest:
+        """Approve or deny ``step_id`` of a task waiting for approval; returns the decision.
+
+        Raises:
+            TaskNotFound: no such task, or that step does not wait for approval.
+            TaskLeased: a process is running the task.
+            AuditUnavailable: the decision could not be audited (it is not taken).
+        """
+        stored = await self._parts.store.load(task_id)
+        pending = stored.approvals.get(step_id)
+        if pending is None or pending.decision is not Decision.PENDING:
+            raise TaskNotFound(f"task {task_id} has no step {step_id!r} waiting for approval")
+        who = who or local_decider()
+        if self._decisions is None:
+            raise AuditUnavailable("no audit log to record the decision in")
+        record = audit_record(self._parts.agent_id, task_id, pending, approved=approve, who=who)
+        await self._decisions.record_durable(record)
+        decision = Decision.APPROVED if approve else Decision.DENIED
+        return await self._parts.store.decide_approval(
+            task_id, step_id, decision, who, int(time.time() * 1000)
+        )
 
     def cancel(self, task_id: str) -> bool:
         """Cancel a task running here; False if it is not running."""

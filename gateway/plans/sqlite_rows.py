@@ -8,21 +8,26 @@ import sqlite3
 from typing import Any
 
 from gateway.errors import TaskLeased
+from gateway.plans.approval import ApprovalRequest, Decision
 from gateway.plans.lease import Lease
 from gateway.plans.model import parse_plan
 from gateway.plans.records import StoredTask, Usage, WritePin
 from gateway.plans.task import Evidence, RevisionRecord, StepResult, StepStatus, TaskState
+from gateway.plans.verification import Confidence
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS tasks (task_id TEXT PRIMARY KEY, plan_json TEXT NOT NULL, "
     "state TEXT NOT NULL, revision INTEGER NOT NULL, reason TEXT NOT NULL, "
     "message TEXT NOT NULL, steps_used INTEGER NOT NULL, peer_calls INTEGER NOT NULL, "
-    "elapsed REAL NOT NULL, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL)",
+    "elapsed REAL NOT NULL, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL, "
+    "tool_calls INTEGER NOT NULL DEFAULT 0)",
     "CREATE TABLE IF NOT EXISTS steps (task_id TEXT NOT NULL, step_id TEXT NOT NULL, "
     "revision INTEGER NOT NULL, status TEXT NOT NULL, where_ TEXT NOT NULL, "
     "attempts INTEGER NOT NULL, duration_ms REAL NOT NULL, output_json TEXT, "
     "served_version TEXT, time_ms INTEGER, sha256 TEXT, replayed INTEGER NOT NULL, "
     "reason TEXT NOT NULL, message TEXT NOT NULL, notes_json TEXT NOT NULL, "
+    "confidence TEXT NOT NULL DEFAULT 'unverified', sources_json TEXT NOT NULL DEFAULT '[]', "
+    "candidates_json TEXT NOT NULL DEFAULT '[]', asked_verification INTEGER NOT NULL DEFAULT 0, "
     "PRIMARY KEY (task_id, step_id))",
     "CREATE TABLE IF NOT EXISTS revisions (task_id TEXT NOT NULL, revision INTEGER NOT NULL, "
     "reason TEXT NOT NULL, time_ms INTEGER NOT NULL, plan_json TEXT NOT NULL, "
@@ -32,17 +37,45 @@ SCHEMA = (
     "version TEXT NOT NULL, time_ms INTEGER NOT NULL, PRIMARY KEY (task_id, step_id, revision))",
     "CREATE TABLE IF NOT EXISTS leases (task_id TEXT PRIMARY KEY, owner TEXT NOT NULL, "
     "expires_ms INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS approvals (task_id TEXT NOT NULL, step_id TEXT NOT NULL, "
+    "capability TEXT NOT NULL, where_ TEXT NOT NULL, version TEXT NOT NULL, risk TEXT NOT NULL, "
+    "input_sha256 TEXT NOT NULL, fields_json TEXT NOT NULL, decision TEXT NOT NULL, "
+    "decided_by TEXT NOT NULL, time_ms INTEGER NOT NULL, PRIMARY KEY (task_id, step_id))",
 )
+
+ADDED_COLUMNS = {
+    "tasks": ("tool_calls INTEGER NOT NULL DEFAULT 0",),
+    "steps": (
+        "confidence TEXT NOT NULL DEFAULT 'unverified'",
+        "sources_json TEXT NOT NULL DEFAULT '[]'",
+        "candidates_json TEXT NOT NULL DEFAULT '[]'",
+        "asked_verification INTEGER NOT NULL DEFAULT 0",
+    ),
+}
+"""Columns added after a table was first released, appended to files made before."""
+
+
+def add_missing_columns(db: sqlite3.Connection) -> None:
+    """Bring a task store made by an older release up to ``SCHEMA`` (columns go last)."""
+    for table, columns in ADDED_COLUMNS.items():
+        present = {str(row[1]) for row in db.execute(f"PRAGMA table_info({table})")}
+        for column in columns:
+            if column.split()[0] not in present:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+
 
 # A late result of an older step revision, or anything after a completion, is dropped.
 UPSERT_STEP = (
-    "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT(task_id, step_id) DO UPDATE SET revision = excluded.revision, "
     "status = excluded.status, where_ = excluded.where_, attempts = excluded.attempts, "
     "duration_ms = excluded.duration_ms, output_json = excluded.output_json, "
     "served_version = excluded.served_version, time_ms = excluded.time_ms, "
     "sha256 = excluded.sha256, replayed = excluded.replayed, reason = excluded.reason, "
-    "message = excluded.message, notes_json = excluded.notes_json "
+    "message = excluded.message, notes_json = excluded.notes_json, "
+    "confidence = excluded.confidence, sources_json = excluded.sources_json, "
+    "candidates_json = excluded.candidates_json, "
+    "asked_verification = excluded.asked_verification "
     "WHERE excluded.revision >= steps.revision AND steps.status != 'completed'"
 )
 
@@ -71,9 +104,9 @@ def write_lease(db: sqlite3.Connection, task_id: str, owner: str, expires_ms: in
 
 def write_usage(db: sqlite3.Connection, task_id: str, usage: Usage, now_ms: int) -> None:
     db.execute(
-        "UPDATE tasks SET steps_used = ?, peer_calls = ?, elapsed = ?, updated_ms = ? "
-        "WHERE task_id = ?",
-        (usage.steps, usage.peer_calls, usage.elapsed_seconds, now_ms, task_id),
+        "UPDATE tasks SET steps_used = ?, peer_calls = ?, elapsed = ?, updated_ms = ?, "
+        "tool_calls = ? WHERE task_id = ?",
+        (usage.steps, usage.peer_calls, usage.elapsed_seconds, now_ms, usage.tool_calls, task_id),
     )
 
 
@@ -95,6 +128,30 @@ def step_row(task_id: str, result: StepResult) -> tuple[Any, ...]:
         result.reason,
         result.message,
         json.dumps(list(result.notes)),
+        result.confidence.value,
+        json.dumps([_evidence_json(e) for e in result.sources]),
+        json.dumps(list(result.candidates), sort_keys=True),
+        int(result.asked_verification),
+    )
+
+
+def _evidence_json(evidence: Evidence) -> dict[str, Any]:
+    return {
+        "step_id": evidence.step_id,
+        "where": evidence.where,
+        "served_version": evidence.served_version,
+        "time_unix_ms": evidence.time_unix_ms,
+        "sha256": evidence.sha256,
+    }
+
+
+def _evidence_of(entry: dict[str, Any]) -> Evidence:
+    return Evidence(
+        str(entry["step_id"]),
+        str(entry["where"]),
+        str(entry["served_version"]),
+        int(entry["time_unix_ms"]),
+        str(entry["sha256"]),
     )
 
 
@@ -113,6 +170,7 @@ def stored_task(
         elapsed,
         created,
         updated,
+        tool_calls,
     ) = row
     return StoredTask(
         task_id=task_id,
@@ -123,7 +181,7 @@ def stored_task(
         message=message,
         steps={r[1]: step_result(r) for r in steps},
         revisions=tuple(RevisionRecord(int(r[0]), r[1], int(r[2])) for r in revisions),
-        usage=Usage(int(steps_used), int(peer_calls), float(elapsed)),
+        usage=Usage(int(steps_used), int(peer_calls), float(elapsed), int(tool_calls)),
         created_unix_ms=int(created),
         updated_unix_ms=int(updated),
     )
@@ -146,6 +204,10 @@ def step_result(row: tuple[Any, ...]) -> StepResult:
         reason,
         message,
         notes_json,
+        confidence,
+        sources_json,
+        candidates_json,
+        asked_verification,
     ) = row
     evidence = (
         Evidence(step_id, where, served, int(time_ms), sha256) if sha256 is not None else None
@@ -163,6 +225,54 @@ def step_result(row: tuple[Any, ...]) -> StepResult:
         reason=reason,
         message=message,
         notes=tuple(json.loads(notes_json)),
+        confidence=Confidence(confidence),
+        sources=tuple(_evidence_of(e) for e in json.loads(sources_json)),
+        candidates=tuple(json.loads(candidates_json)),
+        asked_verification=bool(asked_verification),
+    )
+
+
+APPROVAL_COLUMNS = (
+    "step_id, capability, where_, version, risk, input_sha256, fields_json, decision, "
+    "decided_by, time_ms"
+)
+
+
+def write_approval(db: sqlite3.Connection, task_id: str, request: ApprovalRequest) -> None:
+    """Store ``request`` as the step's latest approval request (replacing an older one)."""
+    db.execute(
+        f"INSERT OR REPLACE INTO approvals (task_id, {APPROVAL_COLUMNS}) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            task_id,
+            request.step_id,
+            request.capability,
+            request.where,
+            request.version,
+            request.risk,
+            request.input_sha256,
+            json.dumps(request.fields, sort_keys=True),
+            request.decision.value,
+            request.decided_by,
+            request.time_unix_ms,
+        ),
+    )
+
+
+def approval(row: tuple[Any, ...]) -> ApprovalRequest:
+    """An ``approvals`` row (``APPROVAL_COLUMNS``) as an ApprovalRequest."""
+    step_id, capability, where, version, risk, digest, fields_json, decision, who, time_ms = row
+    return ApprovalRequest(
+        step_id=step_id,
+        capability=capability,
+        where=where,
+        version=version,
+        risk=risk,
+        input_sha256=digest,
+        fields={str(k): int(v) for k, v in json.loads(fields_json).items()},
+        decision=Decision(decision),
+        decided_by=who,
+        time_unix_ms=int(time_ms),
     )
 
 

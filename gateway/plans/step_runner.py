@@ -19,6 +19,13 @@
   saying the write's outcome is unknown; a pinned local write (no idempotency
   store behind it) fails ``IDEMPOTENCY_IN_DOUBT``.
 * Remote outputs are untrusted: digest, served version and output schema are checked.
+* Verification (``verify: {"quorum": N}``): the step runs on the first N routes
+  at once, each attempt counted against the budget; their outputs are compared
+  (``gateway.plans.verification``) and the result carries its confidence, every
+  source's evidence and, when they disagree, every distinct output.
+* Approval: a route at or above the approval risk sends nothing (nor runs
+  locally) without a decision binding to this step, place, version and payload
+  digest; without one the runner raises ``AwaitingApproval`` (``gateway.plans.approval``).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from capabilities.contract import Risk
 from capabilities.runner import run_capability
 from capabilities.versions import VersionConstraint
 from gateway.errors import (
+    ApprovalDenied,
     AuditUnavailable,
     BudgetExhausted,
     CapabilityNotGranted,
@@ -52,6 +60,7 @@ from gateway.errors import (
     PayloadTooLarge,
     PeerIdentityMismatch,
     PeerUnavailable,
+    PlanInvalid,
     PolicyRefusal,
     ReplayedRequest,
     StateUnavailable,
@@ -60,6 +69,13 @@ from gateway.errors import (
     VersionNotAvailable,
 )
 from gateway.outbound.router import LOCAL, Offer, Router, encode_payload
+from gateway.plans.approval import (
+    ApprovalRequest,
+    AwaitingApproval,
+    Decision,
+    needs_approval,
+    request_for,
+)
 from gateway.plans.budget import BudgetMeter
 from gateway.plans.checkpoints import RunCheckpoints
 from gateway.plans.crash_points import (
@@ -72,6 +88,12 @@ from gateway.plans.model import Plan, Step
 from gateway.plans.schema import SchemaMismatch, check_schema
 from gateway.plans.store import WritePin
 from gateway.plans.task import Evidence, StepResult, StepStatus
+from gateway.plans.verification import (
+    Confidence,
+    check_deterministic,
+    comparison_digest,
+    judge,
+)
 
 TRANSIENT: tuple[type[GatewayError], ...] = (
     PeerUnavailable,
@@ -93,6 +115,7 @@ NOTHING_RAN: tuple[type[GatewayError], ...] = (
     BudgetExhausted,
     Unauthenticated,
     PeerIdentityMismatch,
+    ApprovalDenied,
 )
 """Answers from (or on the way to) a peer that prove the capability did not run.
 
@@ -117,6 +140,9 @@ class _Answer:
     output: Any
     evidence: Evidence
     replayed: bool
+    confidence: Confidence = Confidence.UNVERIFIED
+    sources: tuple[Evidence, ...] = ()
+    candidates: tuple[Any, ...] = ()
 
 
 def minimal_payload(resolved: dict[str, Any], offer: Offer) -> dict[str, Any]:
@@ -139,7 +165,11 @@ class StepRunner:
         default_retries: int,
         pins: Mapping[str, WritePin] | None = None,
         bind_peer_call: Callable[[float, str, str], PeerCall] | None = None,
+        approvals: Mapping[str, ApprovalRequest] | None = None,
+        approval_min: Risk | None = None,
     ) -> None:
+        self._approvals = approvals or {}
+        self._approval_min = approval_min
         self._checkpoints = checkpoints
         self._pins = pins or {}
         self._agent_id = agent_id
@@ -158,12 +188,17 @@ class StepRunner:
         ``progress`` (the executor's, to see where an abandoned step was sent) is
         updated as the step runs. The only GatewayError raised is TaskLeased
         (this run lost its lease: nothing more may be sent or recorded).
+
+        Raises:
+            AwaitingApproval: the step needs a person's approval before it sends.
         """
         tally = progress if progress is not None else StepProgress()
         try:
             pin = self._pins.get(step.id)
             if pin is not None and pin.revision == step.revision:
                 answer, where = await self._run_pinned(step, resolved, pin, tally)
+            elif step.verify is not None:
+                answer, where = await self._run_verified(step, resolved, tally)
             else:
                 answer, where = await self._run_routes(step, resolved, tally)
         except TaskLeased:
@@ -197,11 +232,85 @@ class StepRunner:
             evidence=answer.evidence,
             replayed=answer.replayed,
             notes=tuple(tally.notes),
+            confidence=answer.confidence,
+            sources=answer.sources or (answer.evidence,),
+            candidates=answer.candidates,
+            asked_verification=step.asks_verification,
         )
 
     async def _run_routes(
         self, step: Step, resolved: dict[str, Any], tally: StepProgress
     ) -> tuple[_Answer, str]:
+        allowed = await self._routes(step, tally)
+        last: GatewayError | None = None
+        for offer in allowed:
+            try:
+                return await self._run_offer(step, resolved, offer, tally), offer.where
+            except BudgetExhausted:
+                raise
+            except GatewayError as err:
+                last = err
+                if not _may_fail_over(err, offer, tally):
+                    raise
+                tally.notes.append(f"{offer.where}: {err.reason}, trying the next route")
+        assert last is not None
+        raise last
+
+    async def _run_verified(
+        self, step: Step, resolved: dict[str, Any], tally: StepProgress
+    ) -> tuple[_Answer, str]:
+        """Run ``step`` on ``verify.quorum`` routes at once and judge their outputs."""
+        assert step.verify is not None
+        sources = [o for o in await self._routes(step, tally) if o.retryable]
+        sources = sources[: step.verify.quorum]
+        if len(sources) < step.verify.quorum:
+            tally.notes.append(
+                f"only {len(sources)} of {step.verify.quorum} sources can run this step"
+            )
+        if not sources:
+            raise NoRoute(f"no read or idempotent route can run {step.capability} for a quorum")
+        if any(needs_approval(offer.risk, self._approval_min) for offer in sources):
+            # One approval binds to one place; a quorum would need one per source.
+            raise PlanInvalid(
+                f"step {step.id!r}: verify cannot run a step that needs approval on "
+                "several sources; verify only reads, or approve a single source"
+            )
+        outcomes = await asyncio.gather(
+            *(self._run_offer(step, resolved, offer, tally) for offer in sources),
+            return_exceptions=True,
+        )
+        answers: list[_Answer] = []
+        failures: list[GatewayError] = []
+        for offer, outcome in zip(sources, outcomes, strict=True):
+            if isinstance(outcome, TaskLeased | AwaitingApproval | BudgetExhausted):
+                raise outcome
+            if isinstance(outcome, GatewayError):
+                failures.append(outcome)
+                tally.notes.append(f"{offer.where}: {outcome.reason}, no answer for the quorum")
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                answers.append(outcome)
+        if not answers:
+            raise failures[0]
+        compare = step.verify.compare
+        verdict = judge(step.verify, [comparison_digest(a.output, compare) for a in answers])
+        confidence = verdict.confidence
+        if confidence is Confidence.PARTIAL and _deterministic(step):
+            confidence = Confidence.VERIFIED  # a passing deterministic check
+        chosen = answers[verdict.chosen]
+        tally.where = chosen.evidence.where
+        answer = _Answer(
+            chosen.output,
+            chosen.evidence,
+            chosen.replayed,
+            confidence,
+            tuple(a.evidence for a in answers),
+            tuple(answers[i].output for i in verdict.candidates),
+        )
+        return answer, chosen.evidence.where
+
+    async def _routes(self, step: Step, tally: StepProgress) -> list[Offer]:
         allowed, skipped = await self._router.offers(
             step.capability,
             step.constraint,
@@ -222,19 +331,7 @@ class StepRunner:
                 f"no local capability or authorized peer can run {step.capability}"
                 f"@{step.constraint} within risk {self._plan.max_risk.value}"
             )
-        last: GatewayError | None = None
-        for offer in allowed:
-            try:
-                return await self._run_offer(step, resolved, offer, tally), offer.where
-            except BudgetExhausted:
-                raise
-            except GatewayError as err:
-                last = err
-                if not _may_fail_over(err, offer, tally):
-                    raise
-                tally.notes.append(f"{offer.where}: {err.reason}, trying the next route")
-        assert last is not None
-        raise last
+        return allowed
 
     async def _run_pinned(
         self, step: Step, resolved: dict[str, Any], pin: WritePin, tally: StepProgress
@@ -285,6 +382,7 @@ class StepRunner:
     async def _attempt(
         self, step: Step, resolved: dict[str, Any], offer: Offer, tally: StepProgress
     ) -> _Answer:
+        self._check_approval(step, resolved, offer)
         tally.attempts += 1
         tally.where = offer.where
         earlier = tally.written_at
@@ -297,7 +395,37 @@ class StepRunner:
                 tally.written_at = ""
             raise
         _check_expect(step, answer.output)
+        if step.verify is None and _deterministic(step):
+            return _Answer(answer.output, answer.evidence, answer.replayed, Confidence.VERIFIED)
         return answer
+
+    def _check_approval(self, step: Step, resolved: dict[str, Any], offer: Offer) -> None:
+        """Nothing is sent for a route that needs approval unless a decision binds to it.
+
+        Raises:
+            ApprovalDenied: a person denied exactly this.
+            AwaitingApproval: no decision covers this step, place, version and payload.
+        """
+        if not needs_approval(offer.risk, self._approval_min):
+            return
+        wanted = request_for(
+            step.id,
+            step.capability,
+            offer.where,
+            str(offer.version),
+            offer.risk,
+            minimal_payload(resolved, offer),
+        )
+        decided = self._approvals.get(step.id)
+        if decided is not None and decided.binds(wanted):
+            if decided.decision is Decision.APPROVED:
+                return
+            if decided.decision is Decision.DENIED:
+                raise ApprovalDenied(
+                    f"step {step.id!r}: {decided.decided_by} denied sending it to {offer.where}"
+                )
+            raise AwaitingApproval(decided)
+        raise AwaitingApproval(wanted)
 
     def _retries(self, step: Step) -> int:
         return self._default_retries if step.max_retries is None else step.max_retries
@@ -348,6 +476,7 @@ class StepRunner:
         self, step: Step, payload: dict[str, Any], offer: Offer, key: str, n: int
     ) -> _Answer:
         assert offer.local is not None
+        self._meter.take_tool_call()
         contract = offer.local.contract
         try:
             model = contract.input_model.model_validate_json(encode_payload(payload))
@@ -421,10 +550,18 @@ def _may_fail_over(err: GatewayError, offer: Offer, tally: StepProgress) -> bool
 def _check_expect(step: Step, output: Any) -> None:
     if step.expect is None:
         return
-    try:
-        check_schema(output, step.expect.json_schema)
-    except SchemaMismatch as err:
-        raise ExpectationFailed(f"step {step.id!r} output does not satisfy expect: {err}") from err
+    if step.expect.json_schema is not None:
+        try:
+            check_schema(output, step.expect.json_schema)
+        except SchemaMismatch as err:
+            raise ExpectationFailed(
+                f"step {step.id!r} output does not satisfy expect: {err}"
+            ) from err
+    check_deterministic(step.id, step.expect, output)
+
+
+def _deterministic(step: Step) -> bool:
+    return step.expect is not None and step.expect.deterministic
 
 
 def _request_id(task_id: str, step: Step, attempt: int) -> str:

@@ -1,4 +1,5 @@
-"""Checkpoints of tasks: plan, revisions, step results, evidence, usage, write pins, leases.
+"""Checkpoints of tasks: plan, revisions, step results, evidence, usage, write pins, leases,
+approval requests and decisions.
 
 ``TaskStore`` is the interface; ``SqliteTaskStore`` keeps it in one SQLite file
 (WAL, synchronous=NORMAL; layout in ``gateway.plans.sqlite_rows``, the records in
@@ -24,6 +25,7 @@ from typing import Any, TypeVar
 
 from gateway.errors import AuditUnavailable, TaskLeased, TaskNotFound
 from gateway.plans import sqlite_rows as rows
+from gateway.plans.approval import ApprovalRequest, Decision
 from gateway.plans.lease import may_take
 from gateway.plans.model import Plan
 from gateway.plans.records import StoredTask, Usage, WritePin
@@ -82,6 +84,25 @@ class TaskStore(ABC):
         """
 
     @abstractmethod
+    async def request_approval(self, task_id: str, request: ApprovalRequest, *, owner: str) -> None:
+        """Store ``request`` (pending) as the step's latest approval request, replacing
+        any older request or decision of that step. Fenced by ``owner``'s lease."""
+
+    @abstractmethod
+    async def decide_approval(
+        self, task_id: str, step_id: str, decision: Decision, who: str, now_ms: int
+    ) -> ApprovalRequest:
+        """Approve or deny the step's pending request; returns it as decided.
+
+        Refused (the store is unchanged) while a live lease is held: a decision is
+        taken only on a task no process runs.
+
+        Raises:
+            TaskNotFound: no such task, or no pending request for ``step_id``.
+            TaskLeased: a process is running the task.
+        """
+
+    @abstractmethod
     async def take_lease(self, task_id: str, owner: str, now_ms: int, seconds: float) -> None:
         """Take (or renew) the task's lease for ``owner`` until ``now_ms + seconds``.
 
@@ -129,6 +150,7 @@ class SqliteTaskStore(TaskStore):
             self._db.execute("PRAGMA busy_timeout=5000")
             for statement in rows.SCHEMA:
                 self._db.execute(statement)
+            rows.add_missing_columns(self._db)
         except sqlite3.Error as err:
             raise AuditUnavailable(f"task store {path}: {err}") from err
 
@@ -141,7 +163,7 @@ class SqliteTaskStore(TaskStore):
 
     async def create(self, task_id: str, plan: Plan, now_ms: int) -> None:
         await self._run(
-            "INSERT INTO tasks VALUES (?, ?, ?, 0, 'OK', '', 0, 0, 0.0, ?, ?)",
+            "INSERT INTO tasks VALUES (?, ?, ?, 0, 'OK', '', 0, 0, 0.0, ?, ?, 0)",
             (task_id, plan.to_json(), TaskState.CREATED.value, now_ms, now_ms),
         )
 
@@ -233,6 +255,30 @@ class SqliteTaskStore(TaskStore):
 
         await self._fenced(task_id, owner, work)
 
+    async def request_approval(self, task_id: str, request: ApprovalRequest, *, owner: str) -> None:
+        await self._fenced(task_id, owner, lambda db: rows.write_approval(db, task_id, request))
+
+    async def decide_approval(
+        self, task_id: str, step_id: str, decision: Decision, who: str, now_ms: int
+    ) -> ApprovalRequest:
+        def work(db: sqlite3.Connection) -> ApprovalRequest:
+            current = rows.lease(db, task_id)
+            if current is not None and current.expires_unix_ms > now_ms:
+                raise TaskLeased(
+                    f"task {task_id} is being run by {current.owner}; decide once it waits"
+                )
+            row = db.execute(
+                f"SELECT {rows.APPROVAL_COLUMNS} FROM approvals WHERE task_id = ? AND step_id = ?",
+                (task_id, step_id),
+            ).fetchone()
+            if row is None or rows.approval(row).decision is not Decision.PENDING:
+                raise TaskNotFound(f"task {task_id} has no step {step_id!r} waiting for approval")
+            decided = rows.approval(row).decided(decision, who, now_ms)
+            rows.write_approval(db, task_id, decided)
+            return decided
+
+        return await self._fenced(task_id, None, work)
+
     async def take_lease(self, task_id: str, owner: str, now_ms: int, seconds: float) -> None:
         def work(db: sqlite3.Connection) -> None:
             if db.execute("SELECT 1 FROM tasks WHERE task_id = ?", (task_id,)).fetchone() is None:
@@ -284,9 +330,14 @@ class SqliteTaskStore(TaskStore):
                     (task_id,),
                 ).fetchall()
                 lease = rows.lease(self._db, task_id)
+                approvals = self._db.execute(
+                    f"SELECT {rows.APPROVAL_COLUMNS} FROM approvals WHERE task_id = ?",
+                    (task_id,),
+                ).fetchall()
             stored = rows.stored_task(row, steps, revisions)
             latest = {r[0]: rows.write_pin(r) for r in pins}
-            return replace(stored, pins=latest, lease=lease)
+            asked = {r[0]: rows.approval(r) for r in approvals}
+            return replace(stored, pins=latest, lease=lease, approvals=asked)
 
         return await asyncio.to_thread(work)
 

@@ -3,9 +3,13 @@
 States::
 
     created → planning → running ⇄ waiting-peer → completed | failed | cancelled
+                            ↓ ↑ (resumed after a decision: planning)
+                      waiting-approval
 
 ``running`` while a local step (or scheduling) is under way, ``waiting-peer``
-while every in-flight step is a call to a peer. Terminal states never change.
+while every in-flight step is a call to a peer, ``waiting-approval`` when the
+run stopped because a step needs a person's approval (no process runs it; a
+decision resumes it). Terminal states never change.
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from gateway.plans.approval import ApprovalRequest
+from gateway.plans.verification import Confidence, weakest
 
 
 class TaskState(StrEnum):
@@ -22,6 +29,7 @@ class TaskState(StrEnum):
     PLANNING = "planning"
     RUNNING = "running"
     WAITING_PEER = "waiting-peer"
+    WAITING_APPROVAL = "waiting-approval"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -37,8 +45,15 @@ _ENDINGS = _TERMINAL
 _NEXT: dict[TaskState, frozenset[TaskState]] = {
     TaskState.CREATED: frozenset({TaskState.PLANNING, TaskState.CANCELLED}),
     TaskState.PLANNING: frozenset({TaskState.RUNNING}) | _ENDINGS,
-    TaskState.RUNNING: frozenset({TaskState.WAITING_PEER, TaskState.PLANNING}) | _ENDINGS,
-    TaskState.WAITING_PEER: frozenset({TaskState.RUNNING, TaskState.PLANNING}) | _ENDINGS,
+    TaskState.RUNNING: frozenset(
+        {TaskState.WAITING_PEER, TaskState.PLANNING, TaskState.WAITING_APPROVAL}
+    )
+    | _ENDINGS,
+    TaskState.WAITING_PEER: frozenset(
+        {TaskState.RUNNING, TaskState.PLANNING, TaskState.WAITING_APPROVAL}
+    )
+    | _ENDINGS,
+    TaskState.WAITING_APPROVAL: frozenset({TaskState.PLANNING}) | _ENDINGS,
     TaskState.COMPLETED: frozenset(),
     TaskState.FAILED: frozenset(),
     TaskState.CANCELLED: frozenset(),
@@ -102,6 +117,10 @@ class StepResult:
         may_have_written: A failed write (risk above ``read``) may have run at ``where``,
             so it must not run anywhere else. Not checkpointed: a failed step is never
             resumed from its result.
+        confidence: verified, partial or unverified (see ``gateway.plans.verification``).
+        sources: Evidence of every source that answered (one for an unverified step).
+        candidates: Every distinct output when the sources disagree (else empty).
+        asked_verification: The step asked for a quorum or a deterministic check.
     """
 
     step_id: str
@@ -117,6 +136,16 @@ class StepResult:
     message: str = ""
     notes: tuple[str, ...] = ()
     may_have_written: bool = False
+    confidence: Confidence = Confidence.UNVERIFIED
+    sources: tuple[Evidence, ...] = ()
+    candidates: tuple[Any, ...] = ()
+    asked_verification: bool = False
+
+    def all_evidence(self) -> tuple[Evidence, ...]:
+        """Every source's evidence (the single evidence of an unverified step)."""
+        if self.sources:
+            return self.sources
+        return () if self.evidence is None else (self.evidence,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +171,8 @@ class TaskResult:
         revisions: The planner's revisions, oldest first.
         peer_calls: Invoke attempts sent to peers.
         elapsed_seconds: Running time counted against the budget.
+        tool_calls: Local capability runs.
+        approvals: Approval requests still pending (state ``waiting-approval``).
     """
 
     task_id: str
@@ -153,6 +184,18 @@ class TaskResult:
     revisions: tuple[RevisionRecord, ...] = field(default=())
     peer_calls: int = 0
     elapsed_seconds: float = 0.0
+    tool_calls: int = 0
+    approvals: tuple[ApprovalRequest, ...] = ()
+
+    @property
+    def confidence(self) -> Confidence:
+        """The weakest confidence of the completed steps that asked for verification
+        (``unverified`` if none did)."""
+        return weakest(
+            step.confidence
+            for step in self.steps.values()
+            if step.asked_verification and step.status is StepStatus.COMPLETED
+        )
 
     @property
     def ok(self) -> bool:

@@ -15,6 +15,7 @@ from grpc_status import rpc_status
 
 from gateway.errors import (
     ERROR_DOMAIN,
+    ApprovalDenied,
     AuditUnavailable,
     BudgetExhausted,
     Cancelled,
@@ -38,12 +39,14 @@ from gateway.errors import (
     ProtocolVersionNotSupported,
     PushNotificationNotSupported,
     ReplayedRequest,
+    Stagnated,
     StateUnavailable,
     TaskLeased,
     TaskNotCancelable,
     TaskNotFound,
     Unauthenticated,
     UnsupportedOperation,
+    Unverified,
     VersionNotAvailable,
     error_for_reason,
 )
@@ -75,6 +78,9 @@ STATUS_TABLE: dict[type[GatewayError], grpc.StatusCode] = {
     NoRoute: grpc.StatusCode.FAILED_PRECONDITION,
     ExpectationFailed: grpc.StatusCode.FAILED_PRECONDITION,
     TaskLeased: grpc.StatusCode.ABORTED,
+    ApprovalDenied: grpc.StatusCode.PERMISSION_DENIED,
+    Stagnated: grpc.StatusCode.ABORTED,
+    Unverified: grpc.StatusCode.FAILED_PRECONDITION,
     # A2A 1.0 spec section 5.4 codes.
     UnsupportedOperation: grpc.StatusCode.FAILED_PRECONDITION,
     PushNotificationNotSupported: grpc.StatusCode.FAILED_PRECONDITION,

@@ -1,0 +1,221 @@
+"""Steps that ask before they act, and replans that would repeat a failure, over real agents.
+
+bob and carol serve the counting ``fault.*`` capabilities; alice may send them all to
+both (bob first). A ``fault.write`` step above the approval risk waits: nothing is sent
+until a decision, which is audited in alice's log, survives a restart of alice, and
+binds to the exact step, peer, version and input digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capabilities.contract import Risk
+from capabilities.registry import CapabilityRegistry
+from gateway.agent import Agent
+from gateway.config import PlanSettings
+from gateway.errors import TaskNotFound
+from gateway.plans import Plan
+from gateway.plans.approval import Decision
+from gateway.plans.planner import Failure, Planner, Revision
+from gateway.plans.task import RevisionRecord, TaskState
+from tests.faults.plan_support import FaultyPeer, faulty_registry
+from tests.support import (
+    Pki,
+    agent_config,
+    audit_rows,
+    grant,
+    outbound_rule,
+    spiffe,
+    start_peer,
+    write_policy,
+)
+
+FAULT_CAPS = ["fault.read", "fault.glance", "fault.write", "fault.brief", "fault.append"]
+BOB = spiffe("bob")
+
+
+@dataclass
+class Scene:
+    pki: Pki
+    base: Path
+    faults: dict[str, FaultyPeer]
+    peers: list[Agent]
+    alice: Agent
+
+    def runs(self, capability: str) -> int:
+        return sum(peer.total(capability) for peer in self.faults.values())
+
+    async def restart_alice(self, **kw: Any) -> Agent:
+        """A new alice process-equivalent on the same state dir and audit log."""
+        await self.alice.stop(grace=0)
+        self.alice = await start_alice(self.pki, self.base, self.peers, **kw)
+        return self.alice
+
+
+async def start_alice(
+    pki: Pki,
+    base: Path,
+    peers: list[Agent],
+    *,
+    planner: Planner | None = None,
+    approval_min_risk: Risk | None = None,
+) -> Agent:
+    outbound = [outbound_rule(name, FAULT_CAPS) for name in ("bob", "carol")]
+    policy = write_policy(base / "alice-policy.toml", [], outbound)
+    config = agent_config(pki, base, "alice", policy, [(p.config.id, p.address) for p in peers])
+    config = config.model_copy(update={"plans": PlanSettings(approval_min_risk=approval_min_risk)})
+    agent = Agent(config, CapabilityRegistry(), planner=planner)
+    await agent.start(watch_policy=False)
+    return agent
+
+
+@pytest.fixture
+async def scene(pki: Pki, tmp_path: Path) -> AsyncIterator[Scene]:
+    faults = {"bob": FaultyPeer(), "carol": FaultyPeer()}
+    peers: list[Agent] = []
+    for name in ("bob", "carol"):
+        registry = faulty_registry(faults[name])
+        peers.append(await start_peer(pki, tmp_path, name, registry, [grant("alice", FAULT_CAPS)]))
+    scene = Scene(pki, tmp_path, faults, peers, await start_alice(pki, tmp_path, peers))
+    yield scene
+    for agent in (scene.alice, *peers):
+        await agent.stop(grace=0)
+
+
+def plan(*steps: dict[str, Any], **extra: Any) -> Plan:
+    document = {"goal": "approve", "max_risk": "write", "budget": {"max_elapsed_seconds": 20}}
+    return Plan.model_validate({**document, **extra, "steps": list(steps)})
+
+
+def guarded(key: Any = "k", **extra: Any) -> Plan:
+    """``first`` (a read) → ``put`` (an idempotent write of ``key``) needing approval."""
+    return plan(
+        {"id": "first", "capability": "fault.read", "input": {"key": "r"}},
+        {"id": "put", "capability": "fault.write", "depends_on": ["first"], "input": {"key": key}},
+        approval={"min_risk": "write"},
+        **extra,
+    )
+
+
+def digest_of(payload: bytes) -> str:
+    return hashlib.sha256(payload).hexdigest()
+
+
+async def test_pause_restart_approve_completes_with_one_write(scene: Scene) -> None:
+    waiting = await scene.alice.run(guarded(key={"$from": "first.key"}))
+    assert (waiting.state, waiting.reason) == (TaskState.WAITING_APPROVAL, "OK")
+    assert scene.runs("fault.write") == 0 and scene.runs("fault.read") == 1
+    [request] = waiting.approvals
+    assert (request.step_id, request.capability, request.where, request.version) == (
+        "put",
+        "fault.write",
+        BOB,
+        "1.0.0",
+    )
+    assert request.fields == {"key": len(b'"r"')}
+    assert request.input_sha256 == digest_of(b'{"key":"r"}')
+    assert (await scene.alice.task_store.load(waiting.task_id)).state is TaskState.WAITING_APPROVAL
+
+    alice = await scene.restart_alice()
+    decided = await alice.plans.decide(waiting.task_id, "put", approve=True)
+    assert decided.decision is Decision.APPROVED
+    result = await alice.plans.resume(waiting.task_id)
+    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
+    assert scene.runs("fault.write") == 1 and scene.runs("fault.read") == 1
+    await alice.audit.flush()
+    [row] = [r for r in audit_rows(alice.config.audit_db) if r.step_id == "put"]
+    assert (row.reason, row.decision, row.task_id) == ("APPROVED", "allow", waiting.task_id)
+    assert row.payload_sha256 == request.input_sha256
+    assert f"pid {__import__('os').getpid()}" in row.detail and BOB in row.detail
+    assert '"r"' not in row.detail
+
+
+async def test_deny_fails_the_step_and_nothing_is_written(scene: Scene) -> None:
+    waiting = await scene.alice.run(guarded())
+    await scene.alice.plans.decide(waiting.task_id, "put", approve=False)
+    result = await scene.alice.plans.resume(waiting.task_id)
+    assert (result.state, result.reason) == (TaskState.FAILED, "APPROVAL_DENIED")
+    assert "step 'put'" in result.message and "completed steps: first" in result.message
+    assert scene.runs("fault.write") == 0
+    await scene.alice.audit.flush()
+    [row] = [r for r in audit_rows(scene.alice.config.audit_db) if r.step_id == "put"]
+    assert (row.reason, row.decision) == ("APPROVAL_DENIED", "refuse")
+    with pytest.raises(TaskNotFound):  # nothing waits any more
+        await scene.alice.plans.decide(waiting.task_id, "put", approve=True)
+
+
+async def test_a_changed_input_after_approval_asks_again(scene: Scene) -> None:
+    waiting = await scene.alice.run(guarded(key="old"))
+    approved = await scene.alice.plans.decide(waiting.task_id, "put", approve=True)
+    # A revision changes what the step would send (as a replan whose $from resolves
+    # differently would); the approval was for the old input only.
+    stored = await scene.alice.task_store.load(waiting.task_id)
+    changed = stored.plan.step("put").model_copy(update={"input": {"key": "new"}, "revision": 1})
+    record = RevisionRecord(1, "input changed", int(time.time() * 1000))
+    await scene.alice.task_store.revise(waiting.task_id, stored.plan.replace_step(changed), record)
+
+    again = await scene.alice.plans.resume(waiting.task_id)
+    assert again.state is TaskState.WAITING_APPROVAL
+    [request] = again.approvals
+    assert request.input_sha256 == digest_of(b'{"key":"new"}') != approved.input_sha256
+    assert scene.runs("fault.write") == 0
+    await scene.alice.plans.decide(waiting.task_id, "put", approve=True)
+    result = await scene.alice.plans.resume(waiting.task_id)
+    assert result.state is TaskState.COMPLETED and scene.runs("fault.write") == 1
+
+
+async def test_agent_policy_makes_approval_mandatory(scene: Scene) -> None:
+    alice = await scene.restart_alice(approval_min_risk=Risk.WRITE)
+    unguarded = plan({"id": "put", "capability": "fault.write", "input": {"key": "k"}})
+    result = await alice.run(unguarded)
+    assert result.state is TaskState.WAITING_APPROVAL
+    assert [a.step_id for a in result.approvals] == ["put"]
+    assert scene.runs("fault.write") == 0
+
+
+async def test_reads_below_the_approval_risk_do_not_wait(scene: Scene) -> None:
+    result = await scene.alice.run(
+        plan(
+            {"id": "first", "capability": "fault.read", "input": {"key": "r"}},
+            approval={"min_risk": "write"},
+        )
+    )
+    assert (result.state, result.approvals) == (TaskState.COMPLETED, ())
+
+
+async def test_verify_of_a_write_needing_approval_is_refused_before_sending(scene: Scene) -> None:
+    step = {"id": "put", "capability": "fault.write", "input": {"key": "k"}}
+    result = await scene.alice.run(
+        plan({**step, "verify": {"quorum": 2}}, approval={"min_risk": "write"})
+    )
+    assert (result.state, result.reason) == (TaskState.FAILED, "PLAN_INVALID")
+    assert "step 'put': verify cannot run a step that needs approval" in result.message
+    assert scene.runs("fault.write") == 0 and result.approvals == ()
+
+
+class SameAgain(Planner):
+    """A planner that 'revises' a failed step into the very same step."""
+
+    async def revise(
+        self, plan: Plan, failure: Failure, completed: frozenset[str], revision: int
+    ) -> Revision | None:
+        same = failure.step.model_copy(update={"revision": revision})
+        return Revision(plan.replace_step(same), "try the same again")
+
+
+async def test_a_replan_repeating_a_failed_attempt_stagnates(scene: Scene) -> None:
+    alice = await scene.restart_alice(planner=SameAgain())
+    scene.faults["bob"].modes["fault.read"] = "invalid"
+    result = await alice.run(plan({"id": "r", "capability": "fault.read", "input": {"key": "k"}}))
+    assert (result.state, result.reason) == (TaskState.FAILED, "STAGNATED")
+    assert f"step 'r': the revised plan would run it on {BOB}" in result.message
+    assert scene.faults["bob"].total("fault.read") == 1  # the repeat was never sent
+    assert result.revisions == ()
