@@ -15,9 +15,11 @@ from capabilities.registry import CapabilityRegistry
 from gateway.audit import AuditLog, query_records
 from gateway.audit.checkpoint import Checkpointer, CheckpointSigner
 from gateway.config import AgentConfig
-from gateway.errors import AgentConfigError, StateUnavailable
+from gateway.errors import AgentConfigError, AuditUnavailable, StateUnavailable
 from gateway.inbound.idempotency import IdempotencyStore
 from gateway.inbound.invoke_handler import InvokeHandler
+from gateway.inbound.limit_audit import DEFAULT_INTERVAL_SECONDS, LimitRefusalLog
+from gateway.inbound.limits import CallLimits, LimitStats
 from gateway.inbound.replay import ReplayGuard
 from gateway.outbound.router import Router
 from gateway.outbound.upstream_capabilities import register_upstreams
@@ -91,6 +93,8 @@ class Agent:
             idempotency=self.idempotency,
             bind_peer_call=self.router.bind,
             replay=self.replay,
+            limits=CallLimits(config.max_concurrent_calls),
+            limit_refusals=LimitRefusalLog(self.audit),
         )
         self.a2a_tasks = A2ATaskStore(config.state_dir / "a2a-tasks.sqlite")
         self._server = GatewayServer(
@@ -114,6 +118,7 @@ class Agent:
         )
         self._watcher: asyncio.Task[None] | None = None
         self._purger: asyncio.Task[None] | None = None
+        self._limit_flusher: asyncio.Task[None] | None = None
         self.port = 0
 
     def _checkpointer(self) -> Checkpointer | None:
@@ -142,7 +147,20 @@ class Agent:
         if watch_policy:
             self._watcher = asyncio.create_task(self.policies.watch())
         self._purger = asyncio.create_task(self._purge_periodically())
+        self._limit_flusher = asyncio.create_task(self._flush_limit_refusals())
         return self.port
+
+    async def _flush_limit_refusals(self) -> None:
+        while True:
+            await asyncio.sleep(DEFAULT_INTERVAL_SECONDS)
+            try:
+                self.handler.limit_refusals.flush_expired()
+            except Exception:  # the next round writes them; never stop flushing
+                _log.exception("writing aggregated limit refusals failed")
+
+    def limit_stats(self) -> LimitStats:
+        """Limit refusals per peer and reason, and calls in flight (read-only snapshot)."""
+        return self.handler.limits.stats()
 
     async def _purge_idempotency_keys(self) -> None:
         retention = self.config.idempotency_retention
@@ -184,12 +202,16 @@ class Agent:
         Running tasks are interrupted, not ended: they stay resumable.
         """
         await self.plans.shutdown()
-        for task in (self._watcher, self._purger):
+        for task in (self._watcher, self._purger, self._limit_flusher):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         await self._server.stop(grace)
+        try:  # counted refusals reach the log before it closes
+            self.handler.limit_refusals.flush_all()
+        except AuditUnavailable as err:
+            _log.error("could not write aggregated limit refusals: %s", err.message)
         await self.a2a_tasks.flush()
         for client in self._clients.values():
             await client.close()

@@ -9,6 +9,7 @@ from typing import Any
 
 from gateway.audit import format_json_lines, format_table, parse_since, query_records, verify_chain
 from gateway.audit.checkpoint_verify import verify_checkpoints
+from gateway.audit.summary import format_summary, format_summary_json, summarize
 from gateway.config import load_agent_config
 from gateway.devtools import pki
 from gateway.errors import ConfigError
@@ -51,6 +52,11 @@ def add_commands(commands: Any) -> None:
     audit.add_argument("--capability", help="only this capability")
     audit.add_argument("--since", help="e.g. 30s, 10m, 2h, 1d")
     audit.add_argument("--json", action="store_true", help="JSON lines")
+    audit.add_argument(
+        "--summary",
+        action="store_true",
+        help="calls per peer, decision and reason (aggregated limit refusals summed by count)",
+    )
     audit.add_argument(
         "--checkpoints",
         type=Path,
@@ -141,6 +147,10 @@ def _audit(args: argparse.Namespace) -> int:
         capability=args.capability,
         since=since,
     )
-    text = format_json_lines(records) if args.json else format_table(records)
+    if args.summary:
+        rows = summarize(records)
+        text = format_summary_json(rows) if args.json else format_summary(rows)
+    else:
+        text = format_json_lines(records) if args.json else format_table(records)
     sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
     return 0
