@@ -36,6 +36,12 @@ def add_commands(commands: Any) -> None:
         help="also DNS:localhost and IP:127.0.0.1/::1, for tools that dial loopback without "
         "the name override (such clients cannot tell this agent from another)",
     )
+    issue.add_argument(
+        "--force",
+        action="store_true",
+        help="re-issue over an existing certificate and key (atomic replace; a running agent "
+        "picks the new pair up)",
+    )
     issue.set_defaults(run=_pki_issue)
 
     policy = commands.add_parser("policy", help="policy files")
@@ -83,7 +89,11 @@ def _pki_issue(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
     issued = pki.issue(
-        args.dir, args.name, valid_for=timedelta(days=args.days), loopback_sans=args.loopback_sans
+        args.dir,
+        args.name,
+        valid_for=timedelta(days=args.days),
+        loopback_sans=args.loopback_sans,
+        overwrite=args.force,
     )
     print(f"{issued.spiffe_id}: {issued.cert_path} {issued.key_path}")
     return 0
