@@ -10,6 +10,7 @@ from typing import Any
 from gateway.audit import format_json_lines, format_table, parse_since, query_records, verify_chain
 from gateway.audit.checkpoint_verify import verify_checkpoints
 from gateway.audit.summary import format_summary, format_summary_json, summarize
+from gateway.cli import policy_commands
 from gateway.config import load_agent_config
 from gateway.devtools import pki
 from gateway.errors import ConfigError
@@ -49,6 +50,7 @@ def add_commands(commands: Any) -> None:
     check = policy_sub.add_parser("check", help="validate a policy file and explain problems")
     check.add_argument("file", type=Path)
     check.set_defaults(run=_policy_check)
+    policy_commands.add_actions(policy_sub)
 
     audit = commands.add_parser("audit", help="read or verify an audit log")
     audit.add_argument("action", nargs="?", choices=["verify"], help="verify the hash chain")
