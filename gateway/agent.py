@@ -191,8 +191,8 @@ class Agent:
             await asyncio.sleep(DEFAULT_INTERVAL_SECONDS)
             try:
                 self.handler.limit_refusals.flush_expired()
-            except Exception:  # the next round writes them; never stop flushing
-                _log.exception("writing aggregated limit refusals failed")
+            except AuditUnavailable as err:  # the counts stay pending; the next round retries
+                _log.warning("aggregated limit refusals not written yet: %s", err.message)
 
     def limit_stats(self) -> LimitStats:
         """Limit refusals per peer and reason, and calls in flight (read-only snapshot)."""
