@@ -14,12 +14,14 @@ from typing import Any
 
 import grpc
 import pytest
+from a2a.utils import errors as a2a_errors
 
 from gateway.agent import Agent
 from gateway.audit.summary import calls_in as refused_count
 from gateway.errors import ConcurrencyLimited, GatewayError, RateLimited, ServerBusy
 from gateway.transport.client import PeerClient
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
+from tests.a2a_support import A2APeer, data_request, gateway_reason, output_of
 from tests.support import (
     Pki,
     Probe,
@@ -260,3 +262,27 @@ async def test_a_flood_of_refusals_keeps_audit_rows_per_interval_and_others_serv
     # One durable row and one count row per second at most: far below one per call.
     assert len(rows) <= 2 * (int(rows[-1].time_unix_ms - rows[0].time_unix_ms) // 1000 + 2)
     assert len(rows) < flood // 10
+
+
+async def test_a2a_send_message_takes_the_same_limits_and_gives_slots_back(
+    pki: Pki, tmp_path: Path
+) -> None:
+    agent = await serve(
+        pki,
+        tmp_path,
+        [limited("bob", ["text.echo"], max_in_flight=1, max_calls_per_second=NO_REFILL, burst=3)],
+        WriteCounter(),
+    )
+    try:
+        async with A2APeer(pki, agent, "bob") as bob:
+            # max_in_flight 1: three calls in a row pass only if each gives its slot back.
+            for text in ("a", "b", "c"):
+                task = await bob.send(data_request("text.echo", {"text": text}))
+                assert output_of(task) == {"text": text}
+            with pytest.raises(a2a_errors.A2AError) as info:
+                await bob.send(data_request("text.echo", {"text": "d"}))
+        assert gateway_reason(info.value) == "RATE_LIMITED"
+        assert agent.limit_stats().in_flight_total == 0
+    finally:
+        await agent.stop()
+    assert refused_by_reason(agent, "bob") == {"RATE_LIMITED": 1}
