@@ -76,8 +76,9 @@ class Agent:
         self.upstreams = [UpstreamClient(entry, self.tls, config.tls) for entry in config.upstreams]
         """One reused a2a-sdk client per ``[[upstreams]]`` entry (closed by stop())."""
         register_upstreams(self.registry, self.upstreams)
+        self._checkpoints = self._checkpointer()
         self.audit = AuditLog(
-            config.audit_db, sync=config.audit_sync, checkpoints=self._checkpointer()
+            config.audit_db, sync=config.audit_sync, checkpoints=self._checkpoints
         )
         self.idempotency = IdempotencyStore(config.idempotency_store)
         self._clients: dict[str, PeerClient] = {}
@@ -137,6 +138,10 @@ class Agent:
     def _use_new_certificate(self, material: TlsMaterial) -> None:
         # New peer channels are built lazily with the new client certificate;
         # the old ones close once their calls in flight have had time to end.
+        if self._checkpoints is not None:  # a rotated-away key signs nothing more
+            self._checkpoints.use_signer(
+                CheckpointSigner(self.config.id, material.key_pem, material.cert_pem)
+            )
         retired, self._clients = list(self._clients.values()), {}
         for client in retired:
             self._retire(client.close(_RETIRE_GRACE_SECONDS))

@@ -71,7 +71,11 @@ def add_commands(commands: Any) -> None:
         help="verify: also check the log against this signed checkpoint file",
     )
     audit.add_argument(
-        "--cert", type=Path, help="verify: certificate (PEM) of the agent that signed them"
+        "--cert",
+        type=Path,
+        action="append",
+        help="verify: certificate (PEM) of the agent that signed them; repeat it for the "
+        "certificates used before a rotation",
     )
     audit.add_argument(
         "--config",
@@ -102,13 +106,13 @@ def _pki_issue(args: argparse.Namespace) -> int:
 
 
 def _audit_verify(args: argparse.Namespace) -> int:
-    checkpoints, cert = _checkpoint_sources(args)
+    checkpoints, certs = _checkpoint_sources(args)
     report = verify_chain(args.db)
     problems = list(report.problems)
     summary = f"{report.records} records"
-    if checkpoints is not None and cert is not None:
-        cert_pem = load_pem_file(cert, "certificate")
-        checked = verify_checkpoints(args.db, checkpoints, cert_pem)
+    if checkpoints is not None and certs:
+        cert_pems = [load_pem_file(cert, "certificate") for cert in certs]
+        checked = verify_checkpoints(args.db, checkpoints, cert_pems)
         problems.extend(checked.problems)
         summary += f"; {checked.valid} of {checked.checkpoints} checkpoints valid"
     if not problems:
@@ -120,16 +124,21 @@ def _audit_verify(args: argparse.Namespace) -> int:
     return 1
 
 
-def _checkpoint_sources(args: argparse.Namespace) -> tuple[Path | None, Path | None]:
-    """The checkpoint file and signer certificate for ``audit verify``, if any."""
-    checkpoints, cert = args.checkpoints, args.cert
+def _checkpoint_sources(args: argparse.Namespace) -> tuple[Path | None, list[Path]]:
+    """The checkpoint file and signer certificate(s) for ``audit verify``, if any.
+
+    ``--config`` adds the agent's current certificate to any ``--cert`` given
+    (older ones, from before a rotation).
+    """
+    checkpoints, certs = args.checkpoints, list(args.cert or [])
     if args.config is not None:
         config = load_agent_config(args.config)
         checkpoints = checkpoints or config.checkpoint_file
-        cert = cert or config.tls.cert
-    if (checkpoints is None) != (cert is None):
+        if config.tls.cert not in certs:
+            certs.append(config.tls.cert)
+    if (checkpoints is None) != (not certs):
         raise ConfigError("audit verify: --checkpoints and --cert go together (or give --config)")
-    return checkpoints, cert
+    return checkpoints, certs
 
 
 def _policy_check(args: argparse.Namespace) -> int:

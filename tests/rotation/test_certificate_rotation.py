@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from gateway.agent import Agent
 from gateway.devtools.pki import init_ca, issue
 from gateway.errors import ConfigError, GatewayError
 from gateway.transport.client import PeerClient
+from tests.agent_process import REPO
 from tests.rotation.rotation_support import (
     RecordingTlsServer,
     file_serial,
@@ -229,3 +232,42 @@ async def test_expiry_within_the_window_is_warned_and_counted(
         assert alice.tls_stats().expiry_warnings == 1
     finally:
         await alice.stop()
+
+
+async def test_checkpoints_are_signed_with_the_rotated_key(tmp_path: Path) -> None:
+    pki = own_pki(tmp_path)
+    old_cert = tmp_path / "alice-old.pem"
+    shutil.copy(pki.dir / "alice.pem", old_cert)
+    policy = write_policy(tmp_path / "alice-policy.toml", [grant("bob", ["text.echo"])])
+    config = agent_config(pki, tmp_path, "alice", policy)
+    config = config.model_copy(
+        update={
+            "audit_checkpoints": config.audit_checkpoints.model_copy(update={"every_records": 1})
+        }
+    )
+    alice = Agent(config)
+    await alice.start(watch_policy=False)
+    try:
+        async with PeerClient(alice.config.id, alice.address, pki.material("bob")) as bob:
+            await bob.invoke("text.echo", {"text": "before"})
+            await alice.audit.flush()
+            issue(pki.dir, "alice", overwrite=True)
+            alice.reload()
+            await bob.invoke("text.echo", {"text": "after"})
+    finally:
+        await alice.stop()
+    new_cert = pki.dir / "alice.pem"
+
+    def verify(*certs: Path) -> subprocess.CompletedProcess[str]:
+        cert_args = [arg for cert in certs for arg in ("--cert", str(cert))]
+        return subprocess.run(
+            [sys.executable, "-m", "gateway.cli.main", "audit", "verify", "--db",
+             str(config.audit_db), "--checkpoints", str(config.checkpoint_file), *cert_args],
+            capture_output=True, text=True, timeout=60, cwd=REPO,
+        )  # fmt: skip
+
+    new_only, old_only, both = verify(new_cert), verify(old_cert), verify(old_cert, new_cert)
+    assert new_only.returncode == 1 and "signed by another certificate" in new_only.stdout
+    assert old_only.returncode == 1 and "signed by another certificate" in old_only.stdout
+    assert both.returncode == 0, both.stdout + both.stderr
+    assert "chain intact" in both.stdout
