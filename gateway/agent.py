@@ -7,17 +7,21 @@ import contextlib
 import logging
 import signal
 import time
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
 from capabilities.registry import CapabilityRegistry
 from gateway.audit import AuditLog, query_records
 from gateway.audit.checkpoint import Checkpointer, CheckpointSigner
 from gateway.config import AgentConfig
-from gateway.errors import AgentConfigError, StateUnavailable
+from gateway.errors import AgentConfigError, AuditUnavailable, StateUnavailable
 from gateway.inbound.idempotency import IdempotencyStore
 from gateway.inbound.invoke_handler import InvokeHandler
+from gateway.inbound.limit_audit import DEFAULT_INTERVAL_SECONDS, LimitRefusalLog
+from gateway.inbound.limits import CallLimits, LimitStats
 from gateway.inbound.replay import ReplayGuard
 from gateway.outbound.router import Router
 from gateway.outbound.upstream_capabilities import register_upstreams
@@ -31,6 +35,7 @@ from gateway.plans.task import TaskResult
 from gateway.transport.a2a import A2AServicer, A2ATaskStore
 from gateway.transport.a2a.upstream_client import UpstreamClient
 from gateway.transport.client import PeerClient
+from gateway.transport.live_tls import LiveTls, TlsStats
 from gateway.transport.server import GatewayServer
 from gateway.transport.tls import TlsMaterial
 from policies.store import PolicyStore
@@ -40,6 +45,7 @@ _log = logging.getLogger(__name__)
 # Refusals that happen after the replay check, so their request ids count as used.
 _REMEMBERED_REFUSALS = frozenset({"INVALID_INPUT", "DEADLINE_EXCEEDED"})
 _PURGE_EVERY_SECONDS = 3600.0
+_RETIRE_GRACE_SECONDS = 60.0  # calls on a channel retired by a rotation get this long
 
 
 class Agent:
@@ -54,11 +60,9 @@ class Agent:
         plan_limits: PlanLimits | None = None,
     ) -> None:
         self.config = config
-        self.tls = TlsMaterial.from_files(config.tls.ca, config.tls.cert, config.tls.key)
-        if self.tls.spiffe_id() != config.id:
-            raise AgentConfigError(
-                f"agent id {config.id} does not match its certificate ({self.tls.spiffe_id()})"
-            )
+        self.live_tls = LiveTls(config.id, config.tls)
+        """Certificate, key and CA in force; re-read on SIGHUP and when the files change."""
+        self.live_tls.on_change(self._use_new_certificate)
         self.policies = PolicyStore(config.policy)
         config.state_dir.mkdir(parents=True, exist_ok=True)
         self.registry = registry if registry is not None else CapabilityRegistry()
@@ -72,8 +76,9 @@ class Agent:
         self.upstreams = [UpstreamClient(entry, self.tls, config.tls) for entry in config.upstreams]
         """One reused a2a-sdk client per ``[[upstreams]]`` entry (closed by stop())."""
         register_upstreams(self.registry, self.upstreams)
+        self._checkpoints = self._checkpointer()
         self.audit = AuditLog(
-            config.audit_db, sync=config.audit_sync, checkpoints=self._checkpointer()
+            config.audit_db, sync=config.audit_sync, checkpoints=self._checkpoints
         )
         self.idempotency = IdempotencyStore(config.idempotency_store)
         self._clients: dict[str, PeerClient] = {}
@@ -91,12 +96,14 @@ class Agent:
             idempotency=self.idempotency,
             bind_peer_call=self.router.bind,
             replay=self.replay,
+            limits=CallLimits(config.max_concurrent_calls),
+            limit_refusals=LimitRefusalLog(self.audit),
         )
         self.a2a_tasks = A2ATaskStore(config.state_dir / "a2a-tasks.sqlite")
         self._server = GatewayServer(
             config.id,
             self.handler,
-            self.tls,
+            self.live_tls,
             A2AServicer(
                 config.id, self.handler, self.a2a_tasks, self.registry, lambda: self.address
             ),
@@ -116,7 +123,39 @@ class Agent:
         )
         self._watcher: asyncio.Task[None] | None = None
         self._purger: asyncio.Task[None] | None = None
+        self._limit_flusher: asyncio.Task[None] | None = None
+        self._tls_watcher: asyncio.Task[None] | None = None
+        self._retiring: set[asyncio.Task[None]] = set()
         self.port = 0
+
+    @property
+    def tls(self) -> TlsMaterial:
+        """The TLS material in force (it changes when the certificate rotates)."""
+        return self.live_tls.current
+
+    def tls_stats(self) -> TlsStats:
+        """Certificate reloads ok/rejected and the own certificate's expiry (snapshot)."""
+        return self.live_tls.stats()
+
+    def _use_new_certificate(self, material: TlsMaterial) -> None:
+        # New peer channels are built lazily with the new client certificate;
+        # the old ones close once their calls in flight have had time to end.
+        if self._checkpoints is not None:  # a rotated-away key signs nothing more
+            self._checkpoints.use_signer(
+                CheckpointSigner(self.config.id, material.key_pem, material.cert_pem)
+            )
+        retired, self._clients = list(self._clients.values()), {}
+        for client in retired:
+            self._retire(client.close(_RETIRE_GRACE_SECONDS))
+        for upstream in self.upstreams:
+            link = upstream.use_tls(material)
+            if link is not None:
+                self._retire(_close_later(link.aclose, _RETIRE_GRACE_SECONDS))
+
+    def _retire(self, closing: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(closing)
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
     def _checkpointer(self) -> Checkpointer | None:
         settings = self.config.audit_checkpoints
@@ -135,16 +174,36 @@ class Agent:
         host = self.config.listen.rsplit(":", 1)[0]
         return f"{host}:{self.port}"
 
-    async def start(self, *, watch_policy: bool = True) -> int:
-        """Open the audit log, start serving; returns the bound port."""
+    async def start(self, *, watch_policy: bool = True, watch_tls: bool | None = None) -> int:
+        """Open the audit log, start serving; returns the bound port.
+
+        ``watch_policy`` / ``watch_tls`` (default: as ``watch_policy``) poll the
+        policy file / the certificate files and reload them on change.
+        """
+        self.live_tls.warn_if_expiring()
         await self.audit.start()
         await asyncio.to_thread(self._remember_recent_request_ids)
         await self._purge_idempotency_keys()
         self.port = await self._server.start(self.config.listen)
         if watch_policy:
             self._watcher = asyncio.create_task(self.policies.watch())
+        if watch_policy if watch_tls is None else watch_tls:
+            self._tls_watcher = asyncio.create_task(self.live_tls.watch())
         self._purger = asyncio.create_task(self._purge_periodically())
+        self._limit_flusher = asyncio.create_task(self._flush_limit_refusals())
         return self.port
+
+    async def _flush_limit_refusals(self) -> None:
+        while True:
+            await asyncio.sleep(DEFAULT_INTERVAL_SECONDS)
+            try:
+                self.handler.limit_refusals.flush_expired()
+            except AuditUnavailable as err:  # the counts stay pending; the next round retries
+                _log.warning("aggregated limit refusals not written yet: %s", err.message)
+
+    def limit_stats(self) -> LimitStats:
+        """Limit refusals per peer and reason, and calls in flight (read-only snapshot)."""
+        return self.handler.limits.stats()
 
     async def _purge_idempotency_keys(self) -> None:
         retention = self.config.idempotency_retention
@@ -186,16 +245,24 @@ class Agent:
         Running tasks are interrupted, not ended: they stay resumable.
         """
         await self.plans.shutdown()
-        for task in (self._watcher, self._purger):
+        for task in (self._watcher, self._purger, self._limit_flusher, self._tls_watcher):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         await self._server.stop(grace)
+        try:  # counted refusals reach the log before it closes
+            self.handler.limit_refusals.flush_all()
+        except AuditUnavailable as err:
+            _log.error("could not write aggregated limit refusals: %s", err.message)
         await self.a2a_tasks.flush()
         for client in self._clients.values():
             await client.close()
         self._clients.clear()
+        for closing in list(self._retiring):  # channels retired by a rotation: close now
+            closing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await closing
         for upstream in self.upstreams:
             await upstream.close()
         await self.audit.close()
@@ -213,9 +280,14 @@ class Agent:
         return client
 
     def install_reload_signal(self) -> None:
-        """Reload the policy on SIGHUP (in addition to watching the file)."""
+        """Reload the policy and the certificate files on SIGHUP (besides watching them)."""
         loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGHUP, self.policies.reload)
+        loop.add_signal_handler(signal.SIGHUP, self.reload)
+
+    def reload(self) -> None:
+        """Re-read the policy and the certificate files (what SIGHUP does)."""
+        self.policies.reload()
+        self.live_tls.reload()
 
     async def __aenter__(self) -> Agent:
         await self.start()
@@ -223,6 +295,14 @@ class Agent:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+async def _close_later(close: Callable[[], Awaitable[None]], grace: float) -> None:
+    """Close after ``grace`` seconds (or at once if cancelled: the agent is stopping)."""
+    try:
+        await asyncio.sleep(grace)
+    finally:
+        await close()
 
 
 def default_state_paths(base: Path, name: str) -> tuple[Path, Path]:

@@ -13,6 +13,7 @@ Example::
     ca = "pki/ca.pem"
     cert = "pki/alice.pem"
     key = "pki/alice.key"
+    expiry_warning = "7d"        # optional: warn when the certificate expires this soon
 
     [[peers]]
     id = "spiffe://example.org/agent/bob"
@@ -39,7 +40,8 @@ Example::
     # file = "state/alice-audit.sqlite.checkpoints.jsonl"
 
 Top-level ``idempotency_retention = "7d"`` (default) sets how long completed
-idempotency keys are kept.
+idempotency keys are kept; ``max_concurrent_calls = 256`` (default) caps the
+calls the agent runs at once, all peers together.
 
 Relative paths are resolved against the config file's folder.
 """
@@ -97,11 +99,16 @@ class TlsFiles(_Frozen):
         ca: Trust root used to verify peers.
         cert: The agent's certificate (its SPIFFE ID must equal the agent id).
         key: The agent's private key.
+        expiry_warning: Warn (log line and stat) when the agent's own
+            certificate expires within this span (default ``"7d"``): at start,
+            on every reload and once a day. The files are re-read on SIGHUP
+            and when they change; see ``gateway.transport.live_tls``.
     """
 
     ca: Path
     cert: Path
     key: Path
+    expiry_warning: Duration = timedelta(days=7)
 
 
 class AuditCheckpoints(_Frozen):
@@ -295,6 +302,9 @@ class AgentConfig(_Frozen):
         upstreams: Existing A2A agents whose skills this agent serves.
         audit_checkpoints: Signed checkpoints of the audit log's head.
         plans: How this agent runs plans (``[plans]``).
+        max_concurrent_calls: Calls the agent runs at once, all peers
+            together (default 256); a call above it is refused ``SERVER_BUSY``
+            before any parsing.
         idempotency_retention: How long a completed idempotency key keeps its
             answer (default ``"7d"``); afterwards it is purged (at start and
             hourly) and the key may be used afresh. Keys in doubt are never
@@ -314,6 +324,7 @@ class AgentConfig(_Frozen):
     audit_checkpoints: AuditCheckpoints = AuditCheckpoints()
     plans: PlanSettings = PlanSettings()
     idempotency_retention: Duration = timedelta(days=7)
+    max_concurrent_calls: int = Field(default=256, ge=1, le=100_000)
 
     @property
     def idempotency_store(self) -> Path:
@@ -364,8 +375,12 @@ class AgentConfig(_Frozen):
 
         return self.model_copy(
             update={
-                "tls": TlsFiles(
-                    ca=fix(self.tls.ca), cert=fix(self.tls.cert), key=fix(self.tls.key)
+                "tls": self.tls.model_copy(
+                    update={
+                        "ca": fix(self.tls.ca),
+                        "cert": fix(self.tls.cert),
+                        "key": fix(self.tls.key),
+                    }
                 ),
                 "policy": fix(self.policy),
                 "audit_db": fix(self.audit_db),

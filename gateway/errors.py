@@ -14,6 +14,10 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
     ├── VersionNotAvailable           NOT_FOUND          VERSION_NOT_AVAILABLE
     ├── PayloadTooLarge               RESOURCE_EXHAUSTED PAYLOAD_TOO_LARGE
     ├── OutputTooLarge                RESOURCE_EXHAUSTED OUTPUT_TOO_LARGE
+    ├── LimitRefusal                  RESOURCE_EXHAUSTED (audited aggregated per peer and interval)
+    │   ├── RateLimited               RATE_LIMITED
+    │   ├── ConcurrencyLimited        CONCURRENCY_LIMITED
+    │   └── ServerBusy                SERVER_BUSY
     ├── InvalidInput                  INVALID_ARGUMENT   INVALID_INPUT
     ├── InvalidRequest                INVALID_ARGUMENT   INVALID_REQUEST
     ├── DeadlineExceeded              DEADLINE_EXCEEDED  DEADLINE_EXCEEDED
@@ -138,6 +142,36 @@ class OutputTooLarge(GatewayError):
     """The capability's output is larger than the caller's cap."""
 
     reason = "OUTPUT_TOO_LARGE"
+
+
+class LimitRefusal(GatewayError):
+    """A call refused by a rate or concurrency limit, before any parsing.
+
+    Such refusals can come in floods, so the audit log keeps them aggregated:
+    the first of a peer's interval is one durable record, the rest one record
+    per peer, reason and interval with ``count=N`` in its detail (see
+    ``gateway.inbound.limit_audit``).
+    """
+
+    reason = "LIMIT_REFUSED"
+
+
+class RateLimited(LimitRefusal):
+    """The peer called faster than its grant's ``max_calls_per_second`` (and ``burst``)."""
+
+    reason = "RATE_LIMITED"
+
+
+class ConcurrencyLimited(LimitRefusal):
+    """The peer already has its grant's ``max_in_flight`` calls running here."""
+
+    reason = "CONCURRENCY_LIMITED"
+
+
+class ServerBusy(LimitRefusal):
+    """The agent already runs ``max_concurrent_calls`` calls (all peers together)."""
+
+    reason = "SERVER_BUSY"
 
 
 class InvalidInput(GatewayError):

@@ -6,6 +6,7 @@ loaded; nothing is allowed unless a grant says so.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Literal
 
@@ -63,6 +64,13 @@ class PeerGrant(_Frozen):
         max_payload_bytes: Largest raw input (and output) payload for this peer.
         expires_at: When the grant stops working (RFC 3339 with offset).
         max_risk: Highest risk the peer may call; no limit when absent.
+        max_calls_per_second: Token-bucket refill rate for this peer's calls
+            (``RATE_LIMITED`` above it); no rate limit when absent.
+        burst: Bucket size: calls the peer may make at once after an idle
+            spell (only with ``max_calls_per_second``; default: the rate
+            rounded up, at least 1).
+        max_in_flight: Calls of this peer running here at once
+            (``CONCURRENCY_LIMITED`` above it); no limit when absent.
     """
 
     peer: SpiffeId
@@ -70,11 +78,27 @@ class PeerGrant(_Frozen):
     max_payload_bytes: int = Field(gt=0, le=MAX_PAYLOAD_CEILING)
     expires_at: datetime
     max_risk: Risk | None = None
+    max_calls_per_second: float | None = Field(default=None, gt=0, le=1_000_000)
+    burst: int | None = Field(default=None, ge=1, le=1_000_000)
+    max_in_flight: int | None = Field(default=None, ge=1, le=100_000)
 
     @field_validator("capabilities", mode="before")
     @classmethod
     def _entries(cls, value: object) -> object:
         return _entries(value)
+
+    @model_validator(mode="after")
+    def _burst_needs_rate(self) -> PeerGrant:
+        if self.burst is not None and self.max_calls_per_second is None:
+            raise ValueError("burst needs max_calls_per_second (it is the token bucket's size)")
+        return self
+
+    @property
+    def bucket_size(self) -> int:
+        """Token-bucket size: ``burst``, else the rate rounded up (at least 1)."""
+        if self.burst is not None:
+            return self.burst
+        return max(1, math.ceil(self.max_calls_per_second or 1))
 
     @field_validator("expires_at")
     @classmethod

@@ -133,6 +133,12 @@ def render_policy(document: PolicyDocument) -> str:
         ]
         if grant.max_risk is not None:
             lines.append(f"max_risk = {_toml_str(grant.max_risk.value)}")
+        if grant.max_calls_per_second is not None:
+            lines.append(f"max_calls_per_second = {grant.max_calls_per_second!r}")
+        if grant.burst is not None:
+            lines.append(f"burst = {grant.burst}")
+        if grant.max_in_flight is not None:
+            lines.append(f"max_in_flight = {grant.max_in_flight}")
         lines.append("")
     for rule in document.outbound:
         lines += [

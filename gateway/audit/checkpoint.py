@@ -229,6 +229,14 @@ class Checkpointer:
         """The checkpoint file."""
         return self._path
 
+    def use_signer(self, signer: CheckpointSigner) -> None:
+        """Sign the next checkpoints with ``signer`` (a rotated key and certificate).
+
+        One attribute assignment: the writer thread signs with the old signer or
+        the new one, never a mix.
+        """
+        self._signer = signer
+
     def open(self) -> None:
         """Open the file for appending.
 

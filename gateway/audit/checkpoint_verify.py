@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,23 +64,28 @@ class CheckpointReport:
         return not self.problems
 
 
-def verify_checkpoints(db: Path, checkpoints: Path, cert_pem: bytes) -> CheckpointReport:
+def verify_checkpoints(
+    db: Path, checkpoints: Path, cert_pem: bytes | Sequence[bytes]
+) -> CheckpointReport:
     """Check the log at ``db`` against every line of ``checkpoints``.
 
     Args:
         db: The audit SQLite file (opened read-only).
         checkpoints: The JSONL checkpoint file.
-        cert_pem: The certificate of the agent that signed them.
+        cert_pem: The certificate of the agent that signed them, or several:
+            after a certificate rotation, lines name the certificate that
+            signed them (by fingerprint) and each is checked with that one.
 
     Raises:
-        ConfigError: A file is missing or unreadable, or ``cert_pem`` is not a
-            certificate with one SPIFFE ID.
+        ConfigError: A file is missing or unreadable, or a certificate is not
+            one with one SPIFFE ID.
     """
-    fingerprint = certificate_sha256(cert_pem)
-    try:
-        agent = spiffe_id_from_pem(cert_pem)
-    except Unauthenticated as err:
-        raise ConfigError(f"checkpoint certificate: {err.message}") from err
+    signers: dict[str, tuple[bytes, str]] = {}
+    for pem in [cert_pem] if isinstance(cert_pem, bytes) else cert_pem:
+        try:
+            signers[certificate_sha256(pem)] = (pem, spiffe_id_from_pem(pem))
+        except Unauthenticated as err:
+            raise ConfigError(f"checkpoint certificate: {err.message}") from err
     try:
         lines = checkpoints.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError as err:
@@ -93,7 +99,7 @@ def verify_checkpoints(db: Path, checkpoints: Path, cert_pem: bytes) -> Checkpoi
                 ChainProblem(0, "checkpoint_unreadable", f"checkpoint line {number} is unreadable")
             )
             continue
-        why = _signature_problem(checkpoint, cert_pem, fingerprint, agent)
+        why = _signature_problem(checkpoint, signers)
         if why:
             problems.append(
                 ChainProblem(
@@ -122,11 +128,11 @@ def _parse(line: str) -> Checkpoint | None:
     return Checkpoint(**data)
 
 
-def _signature_problem(
-    checkpoint: Checkpoint, cert_pem: bytes, fingerprint: str, agent: str
-) -> str:
-    if checkpoint.cert_sha256 != fingerprint:
+def _signature_problem(checkpoint: Checkpoint, signers: dict[str, tuple[bytes, str]]) -> str:
+    signer = signers.get(checkpoint.cert_sha256)
+    if signer is None:
         return "signed by another certificate"
+    cert_pem, agent = signer
     if checkpoint.agent != agent:
         return "names another agent"
     if not signature_valid(checkpoint, cert_pem):

@@ -9,6 +9,8 @@ from typing import Any
 
 from gateway.audit import format_json_lines, format_table, parse_since, query_records, verify_chain
 from gateway.audit.checkpoint_verify import verify_checkpoints
+from gateway.audit.summary import format_summary, format_summary_json, summarize
+from gateway.cli import policy_commands
 from gateway.config import load_agent_config
 from gateway.devtools import pki
 from gateway.errors import ConfigError
@@ -35,6 +37,12 @@ def add_commands(commands: Any) -> None:
         help="also DNS:localhost and IP:127.0.0.1/::1, for tools that dial loopback without "
         "the name override (such clients cannot tell this agent from another)",
     )
+    issue.add_argument(
+        "--force",
+        action="store_true",
+        help="re-issue over an existing certificate and key (atomic replace; a running agent "
+        "picks the new pair up)",
+    )
     issue.set_defaults(run=_pki_issue)
 
     policy = commands.add_parser("policy", help="policy files")
@@ -42,6 +50,7 @@ def add_commands(commands: Any) -> None:
     check = policy_sub.add_parser("check", help="validate a policy file and explain problems")
     check.add_argument("file", type=Path)
     check.set_defaults(run=_policy_check)
+    policy_commands.add_actions(policy_sub)
 
     audit = commands.add_parser("audit", help="read or verify an audit log")
     audit.add_argument("action", nargs="?", choices=["verify"], help="verify the hash chain")
@@ -52,12 +61,21 @@ def add_commands(commands: Any) -> None:
     audit.add_argument("--since", help="e.g. 30s, 10m, 2h, 1d")
     audit.add_argument("--json", action="store_true", help="JSON lines")
     audit.add_argument(
+        "--summary",
+        action="store_true",
+        help="calls per peer, decision and reason (aggregated limit refusals summed by count)",
+    )
+    audit.add_argument(
         "--checkpoints",
         type=Path,
         help="verify: also check the log against this signed checkpoint file",
     )
     audit.add_argument(
-        "--cert", type=Path, help="verify: certificate (PEM) of the agent that signed them"
+        "--cert",
+        type=Path,
+        action="append",
+        help="verify: certificate (PEM) of the agent that signed them; repeat it for the "
+        "certificates used before a rotation",
     )
     audit.add_argument(
         "--config",
@@ -77,20 +95,24 @@ def _pki_issue(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
     issued = pki.issue(
-        args.dir, args.name, valid_for=timedelta(days=args.days), loopback_sans=args.loopback_sans
+        args.dir,
+        args.name,
+        valid_for=timedelta(days=args.days),
+        loopback_sans=args.loopback_sans,
+        overwrite=args.force,
     )
     print(f"{issued.spiffe_id}: {issued.cert_path} {issued.key_path}")
     return 0
 
 
 def _audit_verify(args: argparse.Namespace) -> int:
-    checkpoints, cert = _checkpoint_sources(args)
+    checkpoints, certs = _checkpoint_sources(args)
     report = verify_chain(args.db)
     problems = list(report.problems)
     summary = f"{report.records} records"
-    if checkpoints is not None and cert is not None:
-        cert_pem = load_pem_file(cert, "certificate")
-        checked = verify_checkpoints(args.db, checkpoints, cert_pem)
+    if checkpoints is not None and certs:
+        cert_pems = [load_pem_file(cert, "certificate") for cert in certs]
+        checked = verify_checkpoints(args.db, checkpoints, cert_pems)
         problems.extend(checked.problems)
         summary += f"; {checked.valid} of {checked.checkpoints} checkpoints valid"
     if not problems:
@@ -102,16 +124,21 @@ def _audit_verify(args: argparse.Namespace) -> int:
     return 1
 
 
-def _checkpoint_sources(args: argparse.Namespace) -> tuple[Path | None, Path | None]:
-    """The checkpoint file and signer certificate for ``audit verify``, if any."""
-    checkpoints, cert = args.checkpoints, args.cert
+def _checkpoint_sources(args: argparse.Namespace) -> tuple[Path | None, list[Path]]:
+    """The checkpoint file and signer certificate(s) for ``audit verify``, if any.
+
+    ``--config`` adds the agent's current certificate to any ``--cert`` given
+    (older ones, from before a rotation).
+    """
+    checkpoints, certs = args.checkpoints, list(args.cert or [])
     if args.config is not None:
         config = load_agent_config(args.config)
         checkpoints = checkpoints or config.checkpoint_file
-        cert = cert or config.tls.cert
-    if (checkpoints is None) != (cert is None):
+        if config.tls.cert not in certs:
+            certs.append(config.tls.cert)
+    if (checkpoints is None) != (not certs):
         raise ConfigError("audit verify: --checkpoints and --cert go together (or give --config)")
-    return checkpoints, cert
+    return checkpoints, certs
 
 
 def _policy_check(args: argparse.Namespace) -> int:
@@ -141,6 +168,10 @@ def _audit(args: argparse.Namespace) -> int:
         capability=args.capability,
         since=since,
     )
-    text = format_json_lines(records) if args.json else format_table(records)
+    if args.summary:
+        rows = summarize(records)
+        text = format_summary_json(rows) if args.json else format_summary(rows)
+    else:
+        text = format_json_lines(records) if args.json else format_table(records)
     sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
     return 0

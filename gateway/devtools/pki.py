@@ -265,15 +265,21 @@ def issue(
     *,
     valid_for: timedelta = timedelta(days=30),
     loopback_sans: bool = False,
+    overwrite: bool = False,
 ) -> IssuedIdentity:
     """Issue ``spiffe://<trust domain>/agent/<name>`` from the CA in ``directory``.
 
-    Writes ``<name>.pem`` and ``<name>.key`` (mode 0o600) next to the CA,
-    replacing any earlier SVID of that name. ``loopback_sans``: see
+    Writes ``<name>.pem`` and ``<name>.key`` (mode 0o600) next to the CA.
+    ``overwrite`` re-issues over an earlier SVID of that name (rotation): each
+    file is replaced atomically (temp file, then rename), key first, so an
+    agent watching them sees old or new files, never half of one; in between
+    it sees a new key with the old certificate, rejects the mismatch, and takes
+    the pair once the certificate follows. ``loopback_sans``: see
     :meth:`CertificateAuthority.issue_svid`.
 
     Raises:
-        ConfigError: ``name`` is invalid or reserved, or the CA cannot be loaded.
+        ConfigError: ``name`` is invalid or reserved, the CA cannot be loaded,
+            or an SVID of that name exists and not ``overwrite``.
     """
     if not _AGENT_NAME.fullmatch(name):
         raise ConfigError(f"agent name {name!r} must match [A-Za-z0-9._-]+")
@@ -284,6 +290,11 @@ def issue(
     spiffe_id = f"spiffe://{ca.trust_domain}/agent/{name}"
     cert_pem, key_pem = ca.issue_svid(spiffe_id, valid_for=valid_for, loopback_sans=loopback_sans)
     cert_path, key_path = directory / f"{name}.pem", directory / f"{name}.key"
+    existing = [path for path in (cert_path, key_path) if path.exists()]
+    if existing and not overwrite:
+        raise ConfigError(
+            f"{existing[0]} already exists (pass --force to re-issue over it, e.g. to rotate)"
+        )
     _write_atomic(key_path, key_pem, mode=0o600)
     _write_atomic(cert_path, cert_pem, mode=0o644)
     return IssuedIdentity(spiffe_id=spiffe_id, cert_path=cert_path, key_path=key_path)

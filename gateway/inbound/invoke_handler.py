@@ -22,9 +22,17 @@ from capabilities.registry import CapabilityRegistry
 from capabilities.runner import NOT_STARTED, CapabilityResult, run_capability
 from gateway.audit import AuditLog, AuditRecord
 from gateway.display import printable
-from gateway.errors import Cancelled, DeadlineExceeded, GatewayError, OutputTooLarge
+from gateway.errors import (
+    Cancelled,
+    DeadlineExceeded,
+    GatewayError,
+    LimitRefusal,
+    OutputTooLarge,
+)
 from gateway.inbound.call import REQUEST_ID, InvokeCall, deadline_from
 from gateway.inbound.idempotency import IdempotencyStore, StoredAnswer
+from gateway.inbound.limit_audit import LimitRefusalLog
+from gateway.inbound.limits import CallLimits, CallSlot
 from gateway.inbound.pipeline import DecisionPipeline, Inbound, peer_id_from_cert
 from gateway.inbound.replay import ReplayGuard
 from policies.decisions import Admission, visible_capabilities
@@ -58,12 +66,14 @@ class AdmittedCall:
         admission: Who, under which grant, served by which version.
         payload: The validated input.
         started: ``time.perf_counter()`` when the call arrived (audit latency).
+        slot: Its in-flight places; ``run`` gives them back when the call ends.
     """
 
     call: InvokeCall
     admission: Admission
     payload: BaseModel
     started: float
+    slot: CallSlot | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,16 +98,25 @@ class InvokeHandler:
         idempotency: IdempotencyStore,
         bind_peer_call: PeerCallBinder | None = None,
         replay: ReplayGuard | None = None,
+        limits: CallLimits | None = None,
+        limit_refusals: LimitRefusalLog | None = None,
     ) -> None:
         self._registry = registry
         self._audit = audit
         self._idempotency = idempotency
         self._bind_peer_call = bind_peer_call
+        self.limits = limits if limits is not None else CallLimits(256)
+        """Per-peer rate/in-flight limits and the server-wide cap (``stats()``)."""
+        self.limit_refusals = (
+            limit_refusals if limit_refusals is not None else LimitRefusalLog(audit)
+        )
+        """Where limit refusals are audited, aggregated per peer and interval."""
         self.pipeline = DecisionPipeline(
             registry=registry,
             policies=policies,
             audit=audit,
             replay=replay if replay is not None else ReplayGuard(),
+            limits=self.limits,
         )
         """The one decision path (every protocol's servicer goes through this handler)."""
 
@@ -168,15 +187,35 @@ class InvokeHandler:
         try:
             self.pipeline.admit_call(inbound)
         except GatewayError as err:
-            await self._audit.record_durable(
-                self._record(call, inbound.peer_id, "", "refuse", err.reason, started, err.detail)
+            if inbound.slot is not None:  # refused by a check after within_limits
+                inbound.slot.release()
+            refusal = self._record(
+                call, inbound.peer_id, "", "refuse", err.reason, started, err.detail
             )
+            if isinstance(err, LimitRefusal):  # floods: aggregated, see limit_audit
+                await self.limit_refusals.record(refusal)
+            else:
+                await self._audit.record_durable(refusal)
+            raise
+        except BaseException:
+            if inbound.slot is not None:
+                inbound.slot.release()
             raise
         assert inbound.payload is not None
-        return AdmittedCall(call, inbound.admission, inbound.payload, started)
+        return AdmittedCall(call, inbound.admission, inbound.payload, started, inbound.slot)
 
     async def run(self, admitted: AdmittedCall) -> InvokeOutcome:
-        """Run an admitted call; a failure is audited (decision ``allow``) and raised."""
+        """Run an admitted call; a failure is audited (decision ``allow``) and raised.
+
+        The call's in-flight slot is given back when this returns or raises.
+        """
+        try:
+            return await self._run(admitted)
+        finally:
+            if admitted.slot is not None:
+                admitted.slot.release()
+
+    async def _run(self, admitted: AdmittedCall) -> InvokeOutcome:
         call, admission, started = admitted.call, admitted.admission, admitted.started
         peer_id = admission.peer_id
         ctx = self._context(call, admission)

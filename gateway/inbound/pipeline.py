@@ -9,6 +9,10 @@ call and nothing after it runs::
                                                bidi characters, deadline sign, constraint
     known_peer             UNKNOWN_PEER        policy step 1
     grant_live             GRANT_EXPIRED       policy step 2
+    within_limits          RATE_LIMITED        the peer's rate (token bucket), its
+                           CONCURRENCY_LIMITED calls in flight, the server's cap on calls
+                           SERVER_BUSY         (takes a slot the handler gives back when
+                                               the call ends, whatever happens)
     capability_granted     CAPABILITY_NOT_GRANTED  policy step 3
     version_available      VERSION_NOT_AVAILABLE   policy step 4
     risk_within_grant      RISK_NOT_GRANTED    policy step 5
@@ -45,6 +49,7 @@ from gateway.errors import (
     Unauthenticated,
 )
 from gateway.inbound.call import REQUEST_ID, InvokeCall
+from gateway.inbound.limits import CallLimits, CallSlot
 from gateway.inbound.replay import ReplayGuard
 from policies.decisions import (
     POLICY_STEPS,
@@ -70,12 +75,15 @@ class Inbound:
         query: The policy steps' view of the call (set by ``well_formed_request``
             or, for Describe, by ``identity``).
         payload: The validated input model, set by ``valid_input``.
+        slot: The call's in-flight places, set by ``within_limits``; whoever
+            holds the Inbound after a refusal or the call's end releases it.
     """
 
     call: InvokeCall
     peer_id: str = ""
     query: PolicyQuery | None = None
     payload: BaseModel | None = None
+    slot: CallSlot | None = None
 
     @property
     def admission(self) -> Admission:
@@ -129,11 +137,13 @@ class DecisionPipeline:
         policies: PolicyStore,
         audit: AuditLog,
         replay: ReplayGuard,
+        limits: CallLimits,
     ) -> None:
         self._registry = registry
         self._policies = policies
         self._audit = audit
         self._replay = replay
+        self._limits = limits
 
     def admit_call(self, inbound: Inbound) -> None:
         """Every check, in order, filling in ``inbound``; raises the first refusal.
@@ -198,6 +208,11 @@ class DecisionPipeline:
         except VersionSyntaxError as err:
             raise InvalidRequest(f"version constraint: {err}") from err
 
+    def within_limits(self, inbound: Inbound) -> None:
+        """The peer's rate and in-flight limits and the server's cap; takes a slot."""
+        assert inbound.query is not None and inbound.query.grant is not None
+        inbound.slot = self._limits.acquire(inbound.peer_id, inbound.query.grant)
+
     def first_sighting(self, inbound: Inbound) -> None:
         """The request id is new from this peer (replay window)."""
         if not self._replay.first_sighting(inbound.peer_id, inbound.call.request_id):
@@ -229,7 +244,9 @@ CALL_CHECKS: tuple[NamedCheck, ...] = (
     NamedCheck("audit_available", DecisionPipeline.audit_available),
     NamedCheck("identity", DecisionPipeline.identity),
     NamedCheck("well_formed_request", DecisionPipeline.well_formed_request),
-    *(_policy_step(step) for step in POLICY_STEPS),
+    *(_policy_step(step) for step in POLICY_STEPS[:2]),  # known_peer, grant_live
+    NamedCheck("within_limits", DecisionPipeline.within_limits),
+    *(_policy_step(step) for step in POLICY_STEPS[2:]),
     NamedCheck("first_sighting", DecisionPipeline.first_sighting),
     NamedCheck("valid_input", DecisionPipeline.valid_input),
     NamedCheck("deadline_ahead", DecisionPipeline.deadline_ahead),

@@ -130,9 +130,9 @@ class PeerClient:
             replayed=reply.replayed,
         )
 
-    async def close(self) -> None:
-        """Close the channel."""
-        await self._channel.close()
+    async def close(self, grace: float | None = None) -> None:
+        """Close the channel; with ``grace``, calls in flight get that long to finish."""
+        await self._channel.close(grace)
 
     async def __aenter__(self) -> PeerClient:
         return self

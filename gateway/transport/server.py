@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from typing import Protocol
 
 import grpc
 from grpc import aio
@@ -18,7 +19,7 @@ from gateway.transport.a2a import SERVICE_NAME as A2A_SERVICE_NAME
 from gateway.transport.a2a import A2AServicer, add_a2a_servicer
 from gateway.transport.received import MalformedRequest, peer_cert, tolerant
 from gateway.transport.status import to_grpc_status
-from gateway.transport.tls import TlsMaterial, server_options
+from gateway.transport.tls import server_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 
 PROTOCOL_VERSION = "a2agw.v1"
@@ -119,6 +120,14 @@ class GatewayServicer(gateway_pb2_grpc.PeerGatewayServicer):
         )
 
 
+class ServerCredentialSource(Protocol):
+    """Anything that makes the server's credentials: ``TlsMaterial`` (fixed) or ``LiveTls``."""
+
+    def server_credentials(self) -> grpc.ServerCredentials:
+        """Credentials that require and verify a client certificate."""
+        ...
+
+
 class GatewayServer:
     """A running ``grpc.aio`` server with mTLS, health and graceful shutdown."""
 
@@ -126,7 +135,7 @@ class GatewayServer:
         self,
         agent_id: str,
         handler: InvokeHandler,
-        tls: TlsMaterial,
+        tls: ServerCredentialSource,
         a2a: A2AServicer | None = None,
     ) -> None:
         self._server = aio.server(options=server_options())

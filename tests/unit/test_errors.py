@@ -54,6 +54,9 @@ def test_every_documented_reason_code_exists() -> None:
         "DEADLINE_EXCEEDED",
         "RISK_NOT_GRANTED",
         "AUDIT_UNAVAILABLE",
+        "RATE_LIMITED",
+        "CONCURRENCY_LIMITED",
+        "SERVER_BUSY",
     }
     assert documented <= {cls.reason for cls in all_error_classes()}
 

@@ -12,6 +12,7 @@ def test_the_call_checks_run_in_the_documented_order() -> None:
         "well_formed_request",
         "known_peer",
         "grant_live",
+        "within_limits",
         "capability_granted",
         "version_available",
         "risk_within_grant",

@@ -105,6 +105,17 @@ class UpstreamClient:
             detail=unreachable,
         )
 
+    def use_tls(self, tls: TlsMaterial) -> UpstreamLink | None:
+        """Open later connections with ``tls`` (a rotated certificate).
+
+        Returns the current connection, now detached, for the caller to close
+        once the calls on it have had time to finish; the next call opens a
+        new one.
+        """
+        self._tls = tls
+        link, self._link = self._link, None
+        return link
+
     async def close(self) -> None:
         """Close the connection (a later call would open a new one)."""
         link, self._link = self._link, None

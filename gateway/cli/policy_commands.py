@@ -1,0 +1,153 @@
+"""``policy replay`` and ``policy explain``: know what a policy decides before it is live."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
+from capabilities.registry import CapabilityRegistry
+from capabilities.versions import VersionConstraint, VersionSyntaxError
+from gateway.audit import parse_since, query_records
+from gateway.config import load_agent_config
+from gateway.display import json_for_terminals, printable
+from gateway.errors import AgentConfigError, ConfigError
+from gateway.inbound.policy_replay import changes_as_json, decide, reasons_in, replay
+from policies.policy_file import load_policy
+
+EXIT_REFUSED = 1
+
+
+def add_actions(policy_sub: Any) -> None:
+    """Register ``replay`` and ``explain`` under ``policy``."""
+    replay_parser = policy_sub.add_parser(
+        "replay", help="re-decide recorded calls under a candidate policy; list what changes"
+    )
+    replay_parser.add_argument("--db", type=Path, required=True, help="audit log (SQLite)")
+    replay_parser.add_argument("--policy", type=Path, required=True, help="candidate policy")
+    replay_parser.add_argument("--since", help="only calls this recent, e.g. 24h, 7d")
+    replay_parser.add_argument(
+        "--config",
+        type=Path,
+        help="agent config: load its capability modules to judge the version and risk steps",
+    )
+    replay_parser.add_argument("--json", action="store_true", help="exact JSON")
+    replay_parser.set_defaults(run=_replay)
+
+    explain = policy_sub.add_parser(
+        "explain", help="the decision for one call and the step that makes it"
+    )
+    explain.add_argument("--policy", type=Path, required=True)
+    explain.add_argument("--peer", required=True, help="caller's SPIFFE ID")
+    explain.add_argument("capability", help="NAME or NAME@CONSTRAINT")
+    explain.add_argument("--size", type=int, default=0, help="payload bytes (default 0)")
+    explain.add_argument(
+        "--config", type=Path, help="agent config: judge versions and risks with its capabilities"
+    )
+    explain.add_argument("--json", action="store_true", help="exact JSON")
+    explain.set_defaults(run=_explain)
+
+
+def registry_of(config_path: Path | None) -> CapabilityRegistry | None:
+    """The capabilities an agent config's modules register (None without a config).
+
+    Modules get a throw-away state folder: a replay never touches the agent's state.
+    Upstream capabilities are not loaded (they need the agent's key).
+    """
+    if config_path is None:
+        return None
+    config = load_agent_config(config_path)
+    registry = CapabilityRegistry()
+    with tempfile.TemporaryDirectory(prefix="a2agw-replay-") as scratch:
+        try:
+            load_capability_modules(
+                config.modules, registry, AgentEnvironment(config.id, Path(scratch))
+            )
+        except CapabilityModuleError as err:
+            raise AgentConfigError(str(err)) from err
+    return registry
+
+
+def _replay(args: argparse.Namespace) -> int:
+    candidate = load_policy(args.policy)
+    registry = registry_of(args.config)
+    since = parse_since(args.since) if args.since else None
+    report = replay(query_records(args.db, since=since), candidate, registry)
+    if args.json:
+        text = json.dumps(changes_as_json(report), sort_keys=True, ensure_ascii=False)
+        print(json_for_terminals(text))
+        return 0
+    print(
+        f"{report.considered} recorded policy decisions re-decided under "
+        f"{printable(str(args.policy))}; {len(report.changes)} would change"
+    )
+    if report.skipped_steps:
+        print(
+            f"not judged without --config: {', '.join(report.skipped_steps)} "
+            f"({report.not_judged} refusal(s) by them left as recorded)"
+        )
+    print(f"{report.not_policy} record(s) are not policy decisions and were left alone")
+    rows = [["peer", "capability", "change", "calls", "now", "first", "last"]]
+    for (peer, capability, direction), changes in report.groups().items():
+        times = [change.record.time_unix_ms for change in changes]
+        rows.append(
+            [
+                printable(peer),
+                printable(capability),
+                direction,
+                str(len(changes)),
+                printable(reasons_in(changes)),
+                _iso(min(times)),
+                _iso(max(times)),
+            ]
+        )
+    if len(rows) > 1:
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            print("  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    policy = load_policy(args.policy)
+    registry = registry_of(args.config)
+    name, _, constraint_text = args.capability.partition("@")
+    try:
+        constraint = VersionConstraint.parse(constraint_text)
+    except VersionSyntaxError as err:
+        raise ConfigError(f"version constraint: {err}") from err
+    verdict = decide(
+        policy,
+        registry,
+        peer_id=args.peer,
+        capability=name,
+        constraint=constraint,
+        payload_size=args.size,
+        now=datetime.now(UTC),
+    )
+    if args.json:
+        data = {
+            "decision": verdict.decision,
+            "reason": verdict.reason,
+            "step": verdict.step,
+            "message": verdict.message,
+            "skipped_steps": list(verdict.skipped),
+        }
+        print(json_for_terminals(json.dumps(data, sort_keys=True, ensure_ascii=False)))
+    elif verdict.decision == "allow":
+        print(f"allow: every policy step passed for {printable(args.peer)} {printable(name)}")
+    else:
+        print(f"refuse {verdict.reason} at step {verdict.step}: {printable(verdict.message)}")
+    if verdict.skipped and not args.json:
+        print(f"not judged without --config: {', '.join(verdict.skipped)}", file=sys.stderr)
+    return 0 if verdict.decision == "allow" else EXIT_REFUSED
+
+
+def _iso(time_unix_ms: int) -> str:
+    moment = datetime.fromtimestamp(time_unix_ms / 1000, tz=UTC)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")

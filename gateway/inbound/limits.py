@@ -1,0 +1,173 @@
+"""Per-peer rate and concurrency limits, and the server-wide cap on calls.
+
+Checked in the decision pipeline right after the peer's grant is known and
+before anything of the payload is parsed (see ``gateway.inbound.pipeline``).
+A call that passes holds one in-flight slot for its peer and one of the
+server's; :class:`CallSlot` gives both back when the call ends, however it ends.
+
+Everything here runs on the event loop thread: no locks, no awaits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from gateway.errors import ConcurrencyLimited, RateLimited, ServerBusy
+from policies.grants import PeerGrant
+
+Clock = Callable[[], float]
+"""Seconds from a monotonic origin (``time.monotonic`` unless a test injects one)."""
+
+
+class TokenBucket:
+    """``size`` tokens, refilled at ``rate`` per second; a call takes one.
+
+    Args:
+        rate: Tokens added per second.
+        size: Most tokens the bucket holds (the burst); it starts full.
+        clock: Monotonic seconds; injected by tests for exact counts.
+    """
+
+    def __init__(self, rate: float, size: int, clock: Clock = time.monotonic) -> None:
+        self.rate = rate
+        self.size = size
+        self._clock = clock
+        self._tokens = float(size)
+        self._last = clock()
+
+    def take(self) -> bool:
+        """Take one token; False (and nothing taken) when the bucket is empty."""
+        now = self._clock()
+        self._tokens = min(self.size, self._tokens + (now - self._last) * self.rate)
+        self._last = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class LimitStats:
+    """A read-only snapshot of limit refusals and calls in flight.
+
+    Attributes:
+        rate_limited: ``RATE_LIMITED`` refusals per peer since start.
+        concurrency_limited: ``CONCURRENCY_LIMITED`` refusals per peer.
+        server_busy: ``SERVER_BUSY`` refusals per peer.
+        in_flight: Admitted calls running now, per peer.
+        in_flight_total: Admitted calls running now, all peers.
+        max_concurrent_calls: The server-wide cap.
+    """
+
+    rate_limited: Mapping[str, int]
+    concurrency_limited: Mapping[str, int]
+    server_busy: Mapping[str, int]
+    in_flight: Mapping[str, int]
+    in_flight_total: int
+    max_concurrent_calls: int
+
+    @property
+    def refused_total(self) -> int:
+        """Every limit refusal, all peers and reasons."""
+        return sum(
+            sum(table.values())
+            for table in (self.rate_limited, self.concurrency_limited, self.server_busy)
+        )
+
+
+@dataclass(slots=True)
+class CallSlot:
+    """One admitted call's place in its peer's and the server's in-flight counts."""
+
+    limits: CallLimits
+    peer_id: str
+    released: bool = field(default=False)
+
+    def release(self) -> None:
+        """Give the places back; safe to call more than once."""
+        if not self.released:
+            self.released = True
+            self.limits.release(self.peer_id)
+
+
+class CallLimits:
+    """Per-peer token buckets and in-flight counts, and the server-wide cap.
+
+    Buckets are kept per peer and rebuilt when the peer's grant changes its
+    rate or burst (a policy reload), so a new limit applies at once. Only
+    peers with a grant ever get here, so the tables are bounded by the policy.
+    """
+
+    def __init__(self, max_concurrent_calls: int, clock: Clock = time.monotonic) -> None:
+        self.max_concurrent_calls = max_concurrent_calls
+        self._clock = clock
+        self._buckets: dict[str, TokenBucket] = {}
+        self._in_flight: dict[str, int] = {}
+        self._total = 0
+        self._refused: dict[str, dict[str, int]] = {
+            RateLimited.reason: {},
+            ConcurrencyLimited.reason: {},
+            ServerBusy.reason: {},
+        }
+
+    def acquire(self, peer_id: str, grant: PeerGrant) -> CallSlot:
+        """Admit one call of ``peer_id`` under ``grant``, or raise the limit it hit.
+
+        Order: the peer's rate, its in-flight cap, then the server's cap, so a
+        peer over its own limits never takes the server's capacity.
+
+        Raises:
+            RateLimited: the peer's bucket is empty.
+            ConcurrencyLimited: the peer has ``max_in_flight`` calls running.
+            ServerBusy: the agent runs ``max_concurrent_calls`` calls.
+        """
+        if grant.max_calls_per_second is not None and not self._bucket(peer_id, grant).take():
+            self._count(RateLimited.reason, peer_id)
+            raise RateLimited(f"over {grant.max_calls_per_second:g} calls per second")
+        running = self._in_flight.get(peer_id, 0)
+        if grant.max_in_flight is not None and running >= grant.max_in_flight:
+            self._count(ConcurrencyLimited.reason, peer_id)
+            raise ConcurrencyLimited(
+                f"{running} calls already running; limit {grant.max_in_flight}"
+            )
+        if self._total >= self.max_concurrent_calls:
+            self._count(ServerBusy.reason, peer_id)
+            raise ServerBusy("the agent is running as many calls as it accepts; retry later")
+        self._in_flight[peer_id] = running + 1
+        self._total += 1
+        return CallSlot(self, peer_id)
+
+    def release(self, peer_id: str) -> None:
+        """One call of ``peer_id`` ended (use :meth:`CallSlot.release`)."""
+        left = self._in_flight.get(peer_id, 0) - 1
+        if left > 0:
+            self._in_flight[peer_id] = left
+        else:
+            self._in_flight.pop(peer_id, None)
+        self._total = max(0, self._total - 1)
+
+    def stats(self) -> LimitStats:
+        """A snapshot of refusals per peer and reason, and calls in flight."""
+        return LimitStats(
+            rate_limited=MappingProxyType(dict(self._refused[RateLimited.reason])),
+            concurrency_limited=MappingProxyType(dict(self._refused[ConcurrencyLimited.reason])),
+            server_busy=MappingProxyType(dict(self._refused[ServerBusy.reason])),
+            in_flight=MappingProxyType(dict(self._in_flight)),
+            in_flight_total=self._total,
+            max_concurrent_calls=self.max_concurrent_calls,
+        )
+
+    def _bucket(self, peer_id: str, grant: PeerGrant) -> TokenBucket:
+        rate, size = grant.max_calls_per_second or 0.0, grant.bucket_size
+        bucket = self._buckets.get(peer_id)
+        if bucket is None or bucket.rate != rate or bucket.size != size:
+            bucket = TokenBucket(rate, size, self._clock)
+            self._buckets[peer_id] = bucket
+        return bucket
+
+    def _count(self, reason: str, peer_id: str) -> None:
+        table = self._refused[reason]
+        table[peer_id] = table.get(peer_id, 0) + 1
