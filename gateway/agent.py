@@ -10,6 +10,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from opentelemetry.sdk.trace.export import SpanExporter
+
 from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
 from capabilities.registry import CapabilityRegistry
 from gateway.audit import AuditLog, query_records
@@ -28,9 +30,11 @@ from gateway.plans.planner import Planner, RerouteOrStop
 from gateway.plans.runner import TaskRunner
 from gateway.plans.store import SqliteTaskStore
 from gateway.plans.task import TaskResult
+from gateway.telemetry import Telemetry
 from gateway.transport.a2a import A2AServicer, A2ATaskStore
 from gateway.transport.a2a.upstream_client import UpstreamClient
 from gateway.transport.client import PeerClient
+from gateway.transport.health import HealthMonitor
 from gateway.transport.server import GatewayServer
 from gateway.transport.tls import TlsMaterial
 from policies.store import PolicyStore
@@ -52,8 +56,13 @@ class Agent:
         *,
         planner: Planner | None = None,
         plan_limits: PlanLimits | None = None,
+        span_exporter: SpanExporter | None = None,
     ) -> None:
         self.config = config
+        self.telemetry = Telemetry(
+            config.id, config.metrics, config.tracing, span_exporter=span_exporter
+        )
+        """Metrics, spans and the /metrics endpoint (``span_exporter``: tests' spans)."""
         self.tls = TlsMaterial.from_files(config.tls.ca, config.tls.cert, config.tls.key)
         if self.tls.spiffe_id() != config.id:
             raise AgentConfigError(
@@ -73,7 +82,11 @@ class Agent:
         """One reused a2a-sdk client per ``[[upstreams]]`` entry (closed by stop())."""
         register_upstreams(self.registry, self.upstreams)
         self.audit = AuditLog(
-            config.audit_db, sync=config.audit_sync, checkpoints=self._checkpointer()
+            config.audit_db,
+            sync=config.audit_sync,
+            checkpoints=self._checkpointer(),
+            retry_seconds=config.audit_retry_seconds,
+            observer=self.telemetry.metrics if self.telemetry.metrics.enabled else None,
         )
         self.idempotency = IdempotencyStore(config.idempotency_store)
         self._clients: dict[str, PeerClient] = {}
@@ -98,9 +111,22 @@ class Agent:
             self.handler,
             self.tls,
             A2AServicer(
-                config.id, self.handler, self.a2a_tasks, self.registry, lambda: self.address
+                config.id,
+                self.handler,
+                self.a2a_tasks,
+                self.registry,
+                lambda: self.address,
+                self.telemetry,
             ),
+            self.telemetry,
         )
+        self.health = HealthMonitor(
+            {"audit log": lambda: self.audit.healthy, "policy": self.policies.has_live_grant},
+            self._server.set_serving,
+        )
+        """Keeps the gRPC health status true (see gateway.transport.health)."""
+        self.audit.add_health_listener(lambda _healthy: self.health.poke())
+        self._observe_components()
         self.task_store = SqliteTaskStore(config.state_dir / "tasks.sqlite")
         self.plans = TaskRunner(
             ExecutorParts(
@@ -110,6 +136,7 @@ class Agent:
                 planner=planner or RerouteOrStop(),
                 limits=plan_limits or PlanLimits(),
                 bind_peer_call=self.router.bind,
+                telemetry=self.telemetry,
             )
         )
         self._watcher: asyncio.Task[None] | None = None
@@ -127,6 +154,30 @@ class Agent:
             every_seconds=settings.every_seconds,
         )
 
+    def _observe_components(self) -> None:
+        """Pull gauges over the components' own counts (one line each)."""
+        metrics, audit, policies = self.telemetry.metrics, self.audit, self.policies
+        metrics.observe_gauge(
+            "a2agw_audit_queue_depth",
+            "Audit records queued, not yet committed",
+            lambda: audit.queue_depth,
+        )
+        metrics.observe_counter(
+            "a2agw_policy_reloads",
+            "Policy reloads by result",
+            lambda: [
+                ({"result": "ok"}, policies.reloads_ok),
+                ({"result": "rejected"}, policies.reloads_rejected),
+            ],
+        )
+        expiry = self.tls.not_after().timestamp()
+        metrics.observe_gauge(
+            "a2agw_certificate_expiry_seconds",
+            "When the agent's own certificate expires (Unix time)",
+            lambda: expiry,
+            unit="s",
+        )
+
     @property
     def address(self) -> str:
         """``host:port`` the agent serves on (after start)."""
@@ -135,10 +186,12 @@ class Agent:
 
     async def start(self, *, watch_policy: bool = True) -> int:
         """Open the audit log, start serving; returns the bound port."""
+        await self.telemetry.start()
         await self.audit.start()
         await asyncio.to_thread(self._remember_recent_request_ids)
         await self._purge_idempotency_keys()
         self.port = await self._server.start(self.config.listen)
+        self.health.start()
         if watch_policy:
             self._watcher = asyncio.create_task(self.policies.watch())
         self._purger = asyncio.create_task(self._purge_periodically())
@@ -181,8 +234,11 @@ class Agent:
     async def stop(self, grace: float = 2.0) -> None:
         """Graceful shutdown: stop serving, close clients, flush the audit log.
 
-        Running tasks are interrupted, not ended: they stay resumable.
+        Running tasks are interrupted, not ended: they stay resumable. Health
+        says NOT_SERVING from the first moment of shutdown.
         """
+        await self.health.stop()
+        await self._server.enter_shutdown()
         await self.plans.shutdown()
         for task in (self._watcher, self._purger):
             if task is not None:
@@ -200,13 +256,14 @@ class Agent:
         self.idempotency.close()
         self.task_store.close()
         self.a2a_tasks.close()
+        await self.telemetry.stop()
 
     def client(self, peer_id: str, address: str | None = None) -> PeerClient:
         """A reused mTLS client for ``peer_id`` (address from config unless given)."""
         client = self._clients.get(peer_id)
         if client is None:
             target = address or self.config.peer(peer_id).address
-            client = PeerClient(peer_id, target, self.tls)
+            client = PeerClient(peer_id, target, self.tls, self.telemetry.tracing)
             self._clients[peer_id] = client
         return client
 

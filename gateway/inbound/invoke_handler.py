@@ -27,6 +27,7 @@ from gateway.inbound.call import REQUEST_ID, InvokeCall, deadline_from
 from gateway.inbound.idempotency import IdempotencyStore, StoredAnswer
 from gateway.inbound.pipeline import DecisionPipeline, Inbound, peer_id_from_cert
 from gateway.inbound.replay import ReplayGuard
+from gateway.telemetry.tracing import current_trace_id
 from policies.decisions import Admission, visible_capabilities
 from policies.grants import PeerGrant
 from policies.store import PolicyStore
@@ -318,4 +319,5 @@ class InvokeHandler:
             task_id=printable(call.task_id[:128]),
             step_id=printable(call.step_id[:128]),
             detail=detail,
+            trace_id=current_trace_id(),
         )

@@ -42,6 +42,7 @@ from gateway.plans.task import (
     TaskState,
     transition,
 )
+from gateway.telemetry import Telemetry
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +84,7 @@ class ExecutorParts:
     planner: Planner
     limits: PlanLimits
     bind_peer_call: Callable[[float, str, str], PeerCall] | None = None
+    telemetry: Telemetry | None = None
 
 
 class TaskExecutor:
@@ -216,6 +218,7 @@ class TaskExecutor:
             default_retries=self._parts.limits.default_retries,
             pins=self._pins,
             bind_peer_call=self._parts.bind_peer_call,
+            telemetry=self._parts.telemetry,
         )
 
     def _ready(self) -> list[Step]:

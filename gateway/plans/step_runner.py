@@ -32,6 +32,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.trace import Status, StatusCode
+
 from capabilities.context import CallContext, PeerCall
 from capabilities.contract import Risk
 from capabilities.runner import run_capability
@@ -72,6 +74,7 @@ from gateway.plans.model import Plan, Step
 from gateway.plans.schema import SchemaMismatch, check_schema
 from gateway.plans.store import WritePin
 from gateway.plans.task import Evidence, StepResult, StepStatus
+from gateway.telemetry import Telemetry
 
 TRANSIENT: tuple[type[GatewayError], ...] = (
     PeerUnavailable,
@@ -139,7 +142,9 @@ class StepRunner:
         default_retries: int,
         pins: Mapping[str, WritePin] | None = None,
         bind_peer_call: Callable[[float, str, str], PeerCall] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
+        self._telemetry = telemetry if telemetry is not None else Telemetry.off(agent_id)
         self._checkpoints = checkpoints
         self._pins = pins or {}
         self._agent_id = agent_id
@@ -159,6 +164,25 @@ class StepRunner:
         updated as the step runs. The only GatewayError raised is TaskLeased
         (this run lost its lease: nothing more may be sent or recorded).
         """
+        attributes: dict[str, str | int] = {
+            "a2agw.task_id": self._task_id,
+            "a2agw.step_id": step.id,
+            "a2agw.capability": step.capability,
+            "a2agw.step_revision": step.revision,
+        }
+        with self._telemetry.tracing.span("plan step", attributes) as span:
+            result = await self._run(step, resolved, progress)
+            span.set_attribute("a2agw.step_status", result.status.value)
+            span.set_attribute("a2agw.attempts", result.attempts)
+            if result.status is not StepStatus.COMPLETED:
+                span.set_attribute("a2agw.reason", result.reason)
+                span.set_status(Status(StatusCode.ERROR, result.reason))
+        self._telemetry.metrics.plan_step(result.status.value, result.reason or "OK")
+        return result
+
+    async def _run(
+        self, step: Step, resolved: dict[str, Any], progress: StepProgress | None
+    ) -> StepResult:
         tally = progress if progress is not None else StepProgress()
         try:
             pin = self._pins.get(step.id)
