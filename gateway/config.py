@@ -79,6 +79,8 @@ _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
 def _duration(value: object) -> object:
+    if isinstance(value, str) and value.startswith("P"):
+        return value  # ISO 8601, as model_dump_json writes a timedelta: pydantic parses it
     if isinstance(value, str):
         match = _DURATION.fullmatch(value.strip())
         if match is None:

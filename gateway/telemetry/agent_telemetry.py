@@ -59,6 +59,11 @@ class Telemetry:
         finally:
             self.metrics.call_ended(operation)
 
+    @property
+    def metrics_port(self) -> int:
+        """The /metrics port once started (0 when metrics are off)."""
+        return 0 if self._server is None else self._server.port
+
     async def start(self) -> None:
         """Serve /metrics if configured."""
         if self._server is not None:
