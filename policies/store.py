@@ -60,7 +60,11 @@ class PolicyStore:
             policy = load_policy(self._path)
         except PolicyFileError as err:
             self.reloads_rejected += 1
-            _log.error("policy reload rejected, keeping the previous policy: %s", err.message)
+            _log.error(
+                "policy reload rejected, keeping the previous policy: %s",
+                err.message,
+                extra={"reason": err.reason},
+            )
             return err
         self.reloads_ok += 1
         self._policy = policy  # one reference assignment: callers see old or new, never a mix

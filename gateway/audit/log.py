@@ -378,7 +378,7 @@ class AuditLog:
         _settle(waiters, self._error if self._state is _State.FAILED else None)
 
     def _fail(self, why: str, cause: BaseException | None) -> None:
-        _log.error("audit log failed closed: %s", why)
+        _log.error("audit log failed closed: %s", why, extra={"reason": "AUDIT_UNAVAILABLE"})
         was_healthy, self._accepting = self._accepting, False
         self._state, self._why, self._cause = _State.FAILED, why, cause
         if was_healthy:

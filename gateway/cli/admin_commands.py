@@ -50,6 +50,7 @@ def add_commands(commands: Any) -> None:
     audit.add_argument("--peer", help="only this peer's SPIFFE ID")
     audit.add_argument("--capability", help="only this capability")
     audit.add_argument("--since", help="e.g. 30s, 10m, 2h, 1d")
+    audit.add_argument("--trace", metavar="TRACE_ID", help="only records of this trace id")
     audit.add_argument("--json", action="store_true", help="JSON lines")
     audit.add_argument(
         "--checkpoints",
@@ -140,6 +141,7 @@ def _audit(args: argparse.Namespace) -> int:
         peer=args.peer,
         capability=args.capability,
         since=since,
+        trace_id=args.trace,
     )
     text = format_json_lines(records) if args.json else format_table(records)
     sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")

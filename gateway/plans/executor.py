@@ -122,8 +122,17 @@ class TaskExecutor:
         """
         self._running_task = asyncio.current_task()
         keeper = asyncio.create_task(self._checkpoints.keep_lease(self._lose_lease))
+        tracing = (self._parts.telemetry or Telemetry.off(self._parts.agent_id)).tracing
+        attributes: dict[str, str | int] = {
+            "a2agw.task_id": self._task_id,
+            "a2agw.steps": len(self._plan.steps),
+        }
         try:
-            ending = await self._plan_and_run(cancel)
+            # One trace per run: route discovery, every step and every hop below it.
+            with tracing.span("plan", attributes) as span:
+                ending = await self._plan_and_run(cancel)
+                span.set_attribute("a2agw.task_state", ending.state.value)
+                span.set_attribute("a2agw.reason", ending.reason)
             await self._set_state(ending.state, ending.reason, ending.message)
         except asyncio.CancelledError:
             await self._abandon_in_flight()

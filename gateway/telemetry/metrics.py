@@ -29,6 +29,7 @@ Reading = Callable[[], float | Iterable[tuple[Labels, float]]]
 """What an observable instrument reads: one value, or (labels, value) pairs."""
 
 ADMITTED = "ADMITTED"
+_DECISION_LABELS = ("capability", "decision", "reason", "peer")
 # Seconds; from sub-millisecond local calls to the longest capability timeouts.
 _DURATION_BUCKETS = (
     0.0005,
@@ -74,8 +75,19 @@ class AgentMetrics:
             )
             meter = self._provider.get_meter("a2agw")
         self._meter = meter
-        self._decisions = meter.create_counter(
-            "a2agw_decisions", description="Audited decisions (one per audit record)"
+        # Hot-path counts are plain ints, pulled at scrape time: an SDK
+        # instrument call costs ~10 us, a dict increment well under one.
+        self._decision_counts: dict[tuple[str, ...], int] = {}
+        self._in_flight: dict[str, int] = {}
+        self.observe_counter(
+            "a2agw_decisions",
+            "Audited decisions (one per committed audit record)",
+            self._decision_readings,
+        )
+        self.observe_gauge(
+            "a2agw_calls_in_flight",
+            "Inbound calls being handled now",
+            lambda: [({"operation": op}, n) for op, n in list(self._in_flight.items())],
         )
         self._duration = meter.create_histogram(
             "a2agw_call_duration_seconds",
@@ -88,9 +100,6 @@ class AgentMetrics:
             unit="s",
             description="Time to commit one batch of audit records",
             explicit_bucket_boundaries_advisory=_COMMIT_BUCKETS,
-        )
-        self._in_flight = meter.create_up_down_counter(
-            "a2agw_calls_in_flight", description="Inbound calls being handled now"
         )
         self._steps = meter.create_counter(
             "a2agw_plan_steps", description="Plan steps finished, by outcome"
@@ -123,26 +132,41 @@ class AgentMetrics:
         if not self.enabled:
             return
         self._commit.record(seconds)
+        counts = self._decision_counts
         for rec in records:
-            labels = {
-                "capability": str(rec["capability"]),
-                "decision": str(rec["decision"]),
-                "reason": str(rec["reason"]),
-            }
+            capability, decision, reason = (
+                str(rec["capability"]),
+                str(rec["decision"]),
+                str(rec["reason"]),
+            )
+            key: tuple[str, ...] = (capability, decision, reason)
             if self.peer_labels:
-                labels["peer"] = str(rec["peer_id"])
-            self._decisions.add(1, labels)
-            if rec["reason"] != ADMITTED:  # the write-ahead record is not an outcome
-                del labels["reason"]
+                key += (str(rec["peer_id"]),)
+            counts[key] = counts.get(key, 0) + 1
+            if reason != ADMITTED:  # the write-ahead record is not an outcome
+                labels = {"capability": capability, "decision": decision}
+                if self.peer_labels:
+                    labels["peer"] = str(rec["peer_id"])
                 self._duration.record(float(str(rec["latency_ms"])) / 1000.0, labels)
 
+    def _decision_readings(self) -> list[tuple[Labels, float]]:
+        # list() of a dict's items is one step under the GIL: safe while the
+        # writer thread adds keys.
+        readings: list[tuple[Labels, float]] = []
+        for key, count in list(self._decision_counts.items()):
+            labels = dict(zip(_DECISION_LABELS, key, strict=False))
+            readings.append((labels, count))
+        return readings
+
     def call_started(self, operation: str) -> None:
-        """One more inbound call in flight."""
-        self._in_flight.add(1, {"operation": operation})
+        """One more inbound call in flight (event loop thread only)."""
+        if self.enabled:
+            self._in_flight[operation] = self._in_flight.get(operation, 0) + 1
 
     def call_ended(self, operation: str) -> None:
-        """One inbound call fewer in flight."""
-        self._in_flight.add(-1, {"operation": operation})
+        """One inbound call fewer in flight (event loop thread only)."""
+        if self.enabled:
+            self._in_flight[operation] -= 1
 
     def plan_step(self, outcome: str, reason: str) -> None:
         """Count one finished plan step (``completed``/``failed`` and its reason)."""

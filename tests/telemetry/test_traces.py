@@ -82,12 +82,14 @@ async def test_one_trace_id_from_plan_step_to_the_second_hop(pki: Pki, tmp_path:
             await agent.stop(grace=0)
 
     finished = {name: exporter.get_finished_spans() for name, exporter in spans.items()}
+    (root,) = [s for s in finished["alice"] if s.name == "plan"]
     (step,) = [s for s in finished["alice"] if s.name == "plan step"]
-    trace_id = step.context.trace_id
-    assert step.parent is None
-    # Route discovery (Describe) before the step starts belongs to no step's trace.
-    calls = {name: [s for s in got if s.name != "Describe"] for name, got in finished.items()}
-    assert {s.context.trace_id for got in calls.values() for s in got} == {trace_id}
+    trace_id = root.context.trace_id
+    assert root.parent is None
+    assert step.parent is not None and step.parent.span_id == root.context.span_id
+    # Route discovery (Describe on bob), the step, and both hops: one trace.
+    assert ("Describe", SpanKind.SERVER) in {(s.name, s.kind) for s in finished["bob"]}
+    assert {s.context.trace_id for got in finished.values() for s in got} == {trace_id}
     names = {name: sorted({(s.name, s.kind) for s in got}) for name, got in finished.items()}
     assert ("peer call", SpanKind.CLIENT) in names["alice"]
     assert ("Invoke", SpanKind.SERVER) in names["bob"]
