@@ -244,7 +244,7 @@ class Workspace:
     config: AgentConfig
     caller_tls: TlsMaterial
 
-    def telemetry_config(self) -> AgentConfig:
+    def telemetry_config(self, sample_ratio: float = 1.0) -> AgentConfig:
         """The same agent with metrics and tracing on, on its own audit log and state."""
         base = self.config.audit_db.parent
         return self.config.model_copy(
@@ -252,7 +252,7 @@ class Workspace:
                 "audit_db": base / "telemetry-audit.sqlite",
                 "state_dir": base / "telemetry-state",
                 "metrics": MetricsSettings(listen="127.0.0.1:0"),
-                "tracing": TracingSettings(enabled=True),
+                "tracing": TracingSettings(enabled=True, sample_ratio=sample_ratio),
             }
         )
 
@@ -424,6 +424,7 @@ class Settings:
     profile_server: str | None
     audit_sync: str = "full"
     metrics: bool = False
+    trace_sample_ratio: float = 1.0
 
     @property
     def target_count(self) -> int:
@@ -521,7 +522,7 @@ def run(settings: Settings) -> dict[str, Any]:
     """One complete benchmark; returns the report as a dict."""
     with tempfile.TemporaryDirectory(prefix="bench-invoke-") as tmp:
         ws = make_workspace(Path(tmp), settings.payload_bytes, settings.audit_sync)
-        telemetry = ws.telemetry_config() if settings.metrics else None
+        telemetry = ws.telemetry_config(settings.trace_sample_ratio) if settings.metrics else None
         server = ServerProcess(ws.config, settings.profile_server, telemetry)
         try:
             ports = server.start()
@@ -612,6 +613,7 @@ def build_report(
             "rounds": settings.rounds,
             "audit_sync": settings.audit_sync,
             "metrics": settings.metrics,
+            "trace_sample_ratio": settings.trace_sample_ratio,
             "concurrency": CONCURRENCY,
             "cpus": os.cpu_count(),
             "server_pid": ports.get("pid"),
@@ -634,7 +636,8 @@ def format_text(report: dict[str, Any]) -> str:
     lines = [
         f"Invoke benchmark: payload {s['payload_bytes']} B, <= {s['calls']} calls and "
         f"{s['phase_budget_s']:.1f}s per phase, {s['rounds']} rounds, "
-        f"{s['cpus']} CPUs, audit_sync {s['audit_sync']}, servers in pid {s['server_pid']}",
+        f"{s['cpus']} CPUs, audit_sync {s['audit_sync']}, servers in pid {s['server_pid']}"
+        + (f", trace sample ratio {s['trace_sample_ratio']:g}" if s["metrics"] else ""),
         "",
         f"{'mode':<11} {'target':<8} {'calls/s':>8} {'p50 ms':>7} {'p99 ms':>7} "
         f"{'srv us/call':>11} {'cli us/call':>11} {'calls':>6}",
@@ -703,7 +706,15 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         action="store_true",
         help="also measure an agent with metrics and tracing on (target 'telemetry')",
     )
+    parser.add_argument(
+        "--trace-sample-ratio",
+        type=float,
+        default=1.0,
+        help="with --metrics: [tracing] sample_ratio of the telemetry agent (default 1)",
+    )
     args = parser.parse_args(argv)
+    if not 0.0 <= args.trace_sample_ratio <= 1.0:
+        parser.error("--trace-sample-ratio must be between 0 and 1")
     if args.calls < 1 or args.rounds < 1 or args.seconds_max <= 0:
         parser.error("--calls and --rounds must be >= 1, --seconds-max > 0")
     if not EMPTY_PAYLOAD_BYTES <= args.payload_bytes <= MAX_PAYLOAD_CEILING // 2:
@@ -717,6 +728,7 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         profile_server=args.profile_server,
         audit_sync=args.audit_sync,
         metrics=args.metrics,
+        trace_sample_ratio=args.trace_sample_ratio,
     )
 
 

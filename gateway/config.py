@@ -303,12 +303,17 @@ class TracingSettings(_Frozen):
     Attributes:
         enabled: Record spans (the trace id of a call without an incoming
             ``traceparent`` is then new and stored in its audit record).
+        sample_ratio: Share of new traces whose spans are recorded (0..1,
+            default 1). A call that arrives with a ``traceparent`` follows
+            the caller's sampling decision. Unsampled calls still get a trace
+            id, carried to the next hop and stored in the audit record.
         otlp_endpoint: ``host:port`` of an OTLP/gRPC collector; spans are
             exported there in batches when set.
         otlp_insecure: Send OTLP without TLS (a collector on this machine).
     """
 
     enabled: bool = True
+    sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
     otlp_endpoint: str | None = None
     otlp_insecure: bool = True
 

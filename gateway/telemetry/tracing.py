@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export import (
     SimpleSpanProcessor,
     SpanExporter,
 )
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
@@ -63,8 +64,10 @@ class AgentTracing:
         if not wanted:
             self._tracer: trace.Tracer = trace.NoOpTracer()
             return
+        ratio = 1.0 if settings is None else settings.sample_ratio
         self._provider = TracerProvider(
-            resource=Resource.create({"service.name": "a2a-gateway", "agent.id": agent_id})
+            resource=Resource.create({"service.name": "a2a-gateway", "agent.id": agent_id}),
+            sampler=ParentBased(TraceIdRatioBased(ratio)),
         )
         if exporter is not None:
             self._provider.add_span_processor(SimpleSpanProcessor(exporter))

@@ -9,18 +9,23 @@ from opentelemetry.trace import SpanKind
 
 from capabilities.builtin.echo import echo
 from capabilities.registry import CapabilityRegistry
+from gateway.agent import Agent
+from gateway.config import TracingSettings
 from gateway.plans.model import Plan
 from gateway.plans.task import TaskState
+from gateway.transport.client import PeerClient
 from tests.support import (
     Pki,
     Probe,
     WriteCounter,
+    agent_config,
     audit_rows,
     grant,
     mesh_registry,
     outbound_rule,
     spiffe,
     start_peer,
+    write_policy,
 )
 
 SECRET = "secret goal text"
@@ -143,3 +148,26 @@ async def test_without_tracing_an_incoming_trace_id_is_still_carried_and_audited
         await carol.stop(grace=0)
     assert carol.telemetry.tracing.enabled is False
     assert [(r.reason, r.trace_id) for r in audit_rows(carol.config.audit_db)] == [("OK", trace_id)]
+
+
+async def test_an_unsampled_call_still_gets_a_trace_id_in_its_audit_record(
+    pki: Pki, tmp_path: Path
+) -> None:
+    policy = write_policy(tmp_path / "carol-policy.toml", [grant("bob", ["text.echo"])])
+    config = agent_config(pki, tmp_path, "carol", policy).model_copy(
+        update={"tracing": TracingSettings(sample_ratio=0.0)}
+    )
+    exporter = InMemorySpanExporter()
+    carol = Agent(
+        config, mesh_registry(WriteCounter(), tmp_path / "carol-state"), span_exporter=exporter
+    )
+    await carol.start(watch_policy=False)
+    try:
+        async with PeerClient(carol.config.id, carol.address, pki.material("bob")) as bob:
+            await bob.invoke("text.echo", {"text": "x"})
+        await carol.audit.flush()
+    finally:
+        await carol.stop(grace=0)
+    assert exporter.get_finished_spans() == ()  # nothing recorded...
+    (row,) = audit_rows(config.audit_db)
+    assert row.reason == "OK" and len(row.trace_id) == 32 and int(row.trace_id, 16) != 0
