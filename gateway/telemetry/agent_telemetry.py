@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.trace import Span
@@ -12,7 +11,7 @@ from opentelemetry.util.types import AttributeValue
 from gateway.config import MetricsSettings, TracingSettings
 from gateway.telemetry.metrics import AgentMetrics
 from gateway.telemetry.metrics_server import MetricsServer
-from gateway.telemetry.tracing import AgentTracing, Metadata
+from gateway.telemetry.tracing import AgentTracing, CurrentSpan, Metadata
 
 
 class Telemetry:
@@ -47,17 +46,13 @@ class Telemetry:
         """``host:port`` of the /metrics endpoint once started; None when off."""
         return None if self._server is None or not self._server.port else self._server.address
 
-    @contextmanager
     def inbound(
         self, operation: str, metadata: Metadata | None, attributes: Mapping[str, AttributeValue]
-    ) -> Iterator[Span]:
+    ) -> InboundCall:
         """One inbound RPC: counted in flight, a server span under the caller's trace."""
-        self.metrics.call_started(operation)
-        try:
-            with self.tracing.inbound(operation, metadata, attributes) as span:
-                yield span
-        finally:
-            self.metrics.call_ended(operation)
+        return InboundCall(
+            self.metrics, self.tracing.inbound(operation, metadata, attributes), operation
+        )
 
     @property
     def metrics_port(self) -> int:
@@ -75,3 +70,22 @@ class Telemetry:
             await self._server.stop()
         self.tracing.shutdown()
         self.metrics.shutdown()
+
+
+class InboundCall:
+    """``with``: one call in flight and its server span (a class: it runs per call)."""
+
+    __slots__ = ("_metrics", "_operation", "_span")
+
+    def __init__(self, metrics: AgentMetrics, span: CurrentSpan, operation: str) -> None:
+        self._metrics, self._span, self._operation = metrics, span, operation
+
+    def __enter__(self) -> Span:
+        self._metrics.call_started(self._operation)
+        return self._span.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._span.__exit__(*exc)
+        finally:
+            self._metrics.call_ended(self._operation)

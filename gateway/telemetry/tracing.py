@@ -11,10 +11,11 @@ payload content.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -75,10 +76,9 @@ class AgentTracing:
             self._provider.add_span_processor(BatchSpanProcessor(_otlp_exporter(settings)))
         self._tracer = self._provider.get_tracer("a2agw")
 
-    @contextmanager
     def inbound(
         self, name: str, metadata: Metadata | None, attributes: Mapping[str, AttributeValue]
-    ) -> Iterator[Span]:
+    ) -> CurrentSpan:
         """A server span for one inbound RPC, child of the caller's ``traceparent``."""
         carrier = {
             key: value if isinstance(value, str) else value.decode("latin-1")
@@ -86,38 +86,60 @@ class AgentTracing:
             if key in _CARRIED
         }
         parent = _PROPAGATOR.extract(carrier) if carrier else None
-        with self._tracer.start_as_current_span(
-            name,
-            context=parent,
-            kind=SpanKind.SERVER,
-            attributes=attributes,
-            record_exception=False,  # an exception's message is not ours to export
-            set_status_on_exception=False,
-        ) as span:
-            yield span
+        return CurrentSpan(self._tracer, name, SpanKind.SERVER, attributes, parent)
 
-    @contextmanager
     def span(
         self,
         name: str,
         attributes: Mapping[str, AttributeValue],
         kind: SpanKind = SpanKind.INTERNAL,
-    ) -> Iterator[Span]:
+    ) -> CurrentSpan:
         """A child span of the current one (plan step, peer call)."""
-        with self._tracer.start_as_current_span(
-            name,
-            kind=kind,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            yield span
+        return CurrentSpan(self._tracer, name, kind, attributes, None)
 
     def shutdown(self) -> None:
         """Flush and stop exporting (idempotent)."""
         if self._provider is not None:
             self._provider.shutdown()
             self._provider = None
+
+
+class CurrentSpan:
+    """``with``: start a span, make it current, end it on exit.
+
+    What ``start_as_current_span`` does, without its two nested generator
+    context managers (this runs once or twice per call). An exception is
+    not recorded on the span: its message is not ours to export.
+    """
+
+    __slots__ = ("_attributes", "_kind", "_name", "_parent", "_span", "_token", "_tracer")
+
+    def __init__(
+        self,
+        tracer: trace.Tracer,
+        name: str,
+        kind: SpanKind,
+        attributes: Mapping[str, AttributeValue],
+        parent: Context | None,
+    ) -> None:
+        self._tracer, self._name, self._kind = tracer, name, kind
+        self._attributes, self._parent = attributes, parent
+
+    def __enter__(self) -> Span:
+        self._span = self._tracer.start_span(
+            self._name,
+            context=self._parent,
+            kind=self._kind,
+            attributes=self._attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+        self._token = otel_context.attach(trace.set_span_in_context(self._span, self._parent))
+        return self._span
+
+    def __exit__(self, *exc: object) -> None:
+        otel_context.detach(self._token)
+        self._span.end()
 
 
 def outgoing_metadata() -> tuple[tuple[str, str], ...]:
