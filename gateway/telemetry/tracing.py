@@ -20,7 +20,6 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
-    SimpleSpanProcessor,
     SpanExporter,
 )
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
@@ -56,8 +55,9 @@ class AgentTracing:
         Args:
             agent_id: Recorded as the ``agent.id`` resource attribute.
             settings: ``[tracing]``; None or ``enabled = false`` records nothing.
-            exporter: Extra exporter, flushed span by span (tests use the
-                SDK's in-memory exporter); turns spans on by itself.
+            exporter: Extra exporter, fed in batches like OTLP and flushed by
+                :meth:`shutdown` (tests use the SDK's in-memory exporter);
+                turns spans on by itself.
         """
         wanted = exporter is not None or (settings is not None and settings.enabled)
         self.enabled = wanted
@@ -70,8 +70,8 @@ class AgentTracing:
             resource=Resource.create({"service.name": "a2a-gateway", "agent.id": agent_id}),
             sampler=ParentBased(TraceIdRatioBased(ratio)),
         )
-        if exporter is not None:
-            self._provider.add_span_processor(SimpleSpanProcessor(exporter))
+        if exporter is not None:  # batched off the call path; shutdown() flushes
+            self._provider.add_span_processor(BatchSpanProcessor(exporter))
         if settings is not None and settings.otlp_endpoint:
             self._provider.add_span_processor(BatchSpanProcessor(_otlp_exporter(settings)))
         self._tracer = self._provider.get_tracer("a2agw")

@@ -114,10 +114,10 @@ class GatewayServicer(gateway_pb2_grpc.PeerGatewayServicer):
             malformed=malformed,
             deadline_unix_ms=request.deadline_unix_ms,
         )
+        # Few attributes, set once: each costs the hot path. The request id,
+        # versions and decision are in the audit record, which holds the trace id.
         attributes: dict[str, str | int] = {
-            "rpc.method": "Invoke",
             "a2agw.capability": request.capability[:128],
-            "a2agw.request_id": request.request_id[:128],
             "a2agw.payload_size": len(request.payload),
         }
         with self._telemetry.inbound("Invoke", context.invocation_metadata(), attributes) as span:
@@ -126,7 +126,6 @@ class GatewayServicer(gateway_pb2_grpc.PeerGatewayServicer):
             except GatewayError as err:
                 mark_refused(span, err)
                 await context.abort_with_status(to_grpc_status(err))
-            span.set_attribute("a2agw.served_version", outcome.served_version)
         return gateway_pb2.InvokeResponse(
             request_id=request.request_id,
             capability=request.capability,
