@@ -170,11 +170,12 @@ class Agent:
                 ({"result": "rejected"}, policies.reloads_rejected),
             ],
         )
-        expiry = self.tls.not_after().timestamp()
+        # Read at each scrape from the material in force, so a rotated
+        # certificate shows its own expiry.
         metrics.observe_gauge(
             "a2agw_certificate_expiry_seconds",
             "When the agent's own certificate expires (Unix time)",
-            lambda: expiry,
+            lambda: self.tls.not_after().timestamp(),
             unit="s",
         )
 
