@@ -15,6 +15,13 @@ Run ``python benchmarks/bench_invoke.py --help``. One run:
    granted (``CAPABILITY_NOT_GRANTED``, durably audited before the answer);
 5. checks that the audit log holds one record per gateway call.
 
+With ``--metrics`` the child also runs a second agent, identical but with
+metrics (a /metrics endpoint) and tracing (spans recorded and handed to a
+discarding exporter) on: the ``telemetry`` target, measured in the same
+rounds, and the ``telemetry_*_ratio`` lines compare it with ``gateway``.
+Its /metrics is scraped at the end: ``a2agw_decisions_total`` must equal
+its audit log.
+
 Servers and client live in different processes so that neither steals event
 loop time from the other, which would distort the ratios. The exit status is 0
 whatever the ratios are (this is a measurement, not a test) and 1 when a call
@@ -33,6 +40,8 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from multiprocessing.connection import Connection
@@ -40,10 +49,12 @@ from pathlib import Path
 from typing import Any
 
 from grpc import aio
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from gateway.agent import Agent
 from gateway.audit import query_records
-from gateway.config import AgentConfig
+from gateway.config import AgentConfig, MetricsSettings, TracingSettings
 from gateway.devtools.pki import init_ca, issue
 from gateway.errors import CapabilityNotGranted
 from gateway.transport.status import from_rpc_error
@@ -58,8 +69,6 @@ REFUSED_CAPABILITY = "text.search"
 CONCURRENCY = 32
 MODES = (1, CONCURRENCY)
 """Calls in flight: sequential, then concurrent."""
-TARGET_COUNT = 3
-"""raw, gateway (allowed) and refused."""
 CALL_TIMEOUT_SECONDS = 10.0
 EMPTY_PAYLOAD_BYTES = len(b'{"text":""}')
 # The raw echo answers with fields of the gateway's sizes: same bytes on the wire.
@@ -70,6 +79,8 @@ TARGETS: dict[str, float] = {
     "conc32_ratio": 0.85,
     "refusal_vs_allowed_p50": 1.0,
     "refusal_vs_allowed_p50_conc32": 1.0,
+    "telemetry_seq_ratio": 0.90,
+    "telemetry_conc32_ratio": 0.90,
 }
 """Lower bounds for the throughput ratios, upper bounds for the refusal ones."""
 
@@ -104,7 +115,19 @@ async def start_raw_server(tls: TlsMaterial) -> tuple[aio.Server, int]:
     return server, port
 
 
-def serve_main(config_json: str, conn: Connection, profile_path: str | None) -> None:
+class DiscardSpans(SpanExporter):
+    """Takes spans and drops them: the cost of recording, not of a collector."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        return None
+
+
+def serve_main(
+    config_json: str, conn: Connection, profile_path: str | None, telemetry_json: str | None = None
+) -> None:
     """Child process entry: serve both servers until told to stop.
 
     Commands read from ``conn``: ``"cpu"`` (flushes the audit log, then answers
@@ -113,23 +136,38 @@ def serve_main(config_json: str, conn: Connection, profile_path: str | None) -> 
     and ``"stop"``.
     """
     profiler = cProfile.Profile() if profile_path else None
-    asyncio.run(_serve(AgentConfig.model_validate_json(config_json), conn, profiler))
+    telemetry = None if telemetry_json is None else AgentConfig.model_validate_json(telemetry_json)
+    asyncio.run(_serve(AgentConfig.model_validate_json(config_json), conn, profiler, telemetry))
     if profiler is not None and profile_path:
         profiler.dump_stats(profile_path)
     conn.send("stopped")
 
 
-async def _serve(config: AgentConfig, conn: Connection, profiler: cProfile.Profile | None) -> None:
+async def _serve(
+    config: AgentConfig,
+    conn: Connection,
+    profiler: cProfile.Profile | None,
+    telemetry_config: AgentConfig | None = None,
+) -> None:
     agent = Agent(config)
     await agent.start(watch_policy=False)
+    agents = [agent]
+    ports = {"gateway_port": agent.port, "pid": os.getpid()}
+    if telemetry_config is not None:
+        observed = Agent(telemetry_config, span_exporter=DiscardSpans())
+        await observed.start(watch_policy=False)
+        agents.append(observed)
+        ports["telemetry_port"] = observed.port
+        ports["metrics_port"] = observed.telemetry.metrics_port
     raw, raw_port = await start_raw_server(agent.tls)
-    conn.send({"raw_port": raw_port, "gateway_port": agent.port, "pid": os.getpid()})
+    conn.send({"raw_port": raw_port, **ports})
     loop = asyncio.get_running_loop()
     try:
         while (command := await loop.run_in_executor(None, conn.recv)) != "stop":
             if command == "cpu":
                 # Flushing first charges the audit writer's work to the phase that queued it.
-                await agent.audit.flush()
+                for each in agents:
+                    await each.audit.flush()
                 conn.send(sum(os.times()[:2]))
             elif profiler is not None and command == "profile-on":
                 profiler.enable()
@@ -137,18 +175,29 @@ async def _serve(config: AgentConfig, conn: Connection, profiler: cProfile.Profi
                 profiler.disable()
     finally:
         await raw.stop(1.0)
-        await agent.stop(1.0)
+        for each in agents:
+            await each.stop(1.0)
 
 
 class ServerProcess:
     """The child process hosting both servers, and its command pipe."""
 
-    def __init__(self, config: AgentConfig, profile_path: str | None) -> None:
+    def __init__(
+        self,
+        config: AgentConfig,
+        profile_path: str | None,
+        telemetry_config: AgentConfig | None = None,
+    ) -> None:
         ctx = multiprocessing.get_context("spawn")
         self._conn, child_conn = ctx.Pipe()
         self._process = ctx.Process(
             target=serve_main,
-            args=(config.model_dump_json(), child_conn, profile_path),
+            args=(
+                config.model_dump_json(),
+                child_conn,
+                profile_path,
+                None if telemetry_config is None else telemetry_config.model_dump_json(),
+            ),
             name="bench-servers",
             daemon=True,
         )
@@ -194,6 +243,18 @@ class Workspace:
 
     config: AgentConfig
     caller_tls: TlsMaterial
+
+    def telemetry_config(self, sample_ratio: float = 1.0) -> AgentConfig:
+        """The same agent with metrics and tracing on, on its own audit log and state."""
+        base = self.config.audit_db.parent
+        return self.config.model_copy(
+            update={
+                "audit_db": base / "telemetry-audit.sqlite",
+                "state_dir": base / "telemetry-state",
+                "metrics": MetricsSettings(listen="127.0.0.1:0"),
+                "tracing": TracingSettings(enabled=True, sample_ratio=sample_ratio),
+            }
+        )
 
 
 def make_workspace(base: Path, payload_bytes: int, audit_sync: str = "full") -> Workspace:
@@ -288,11 +349,16 @@ def open_targets(ws: Workspace, ports: dict[str, int], payload: bytes) -> list[T
             options=channel_options(ws.config.id),
         )
 
-    return [
+    targets = [
         Target("raw", channel(ports["raw_port"]), ALLOWED_CAPABILITY, payload),
         Target("gateway", channel(ports["gateway_port"]), ALLOWED_CAPABILITY, payload),
         Target("refused", channel(ports["gateway_port"]), REFUSED_CAPABILITY, payload, True),
     ]
+    if "telemetry_port" in ports:
+        targets.append(
+            Target("telemetry", channel(ports["telemetry_port"]), ALLOWED_CAPABILITY, payload)
+        )
+    return targets
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,11 +423,18 @@ class Settings:
     as_json: bool
     profile_server: str | None
     audit_sync: str = "full"
+    metrics: bool = False
+    trace_sample_ratio: float = 1.0
+
+    @property
+    def target_count(self) -> int:
+        """raw, gateway (allowed), refused; and telemetry with ``--metrics``."""
+        return 4 if self.metrics else 3
 
 
 def phase_budget(settings: Settings) -> float:
     """Seconds each measured phase may take at most."""
-    return settings.seconds_max / (len(MODES) * settings.rounds * TARGET_COUNT)
+    return settings.seconds_max / (len(MODES) * settings.rounds * settings.target_count)
 
 
 async def measured_phase(
@@ -422,17 +495,45 @@ def audit_check(db: Path, targets: list[Target]) -> dict[str, Any]:
     }
 
 
+def scrape_decisions(port: int) -> int:
+    """The sum of ``a2agw_decisions_total`` on the telemetry agent's /metrics (loopback)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in text.splitlines()
+        if line.startswith("a2agw_decisions_total{")
+    )
+
+
+def telemetry_check(db: Path, targets: list[Target], scraped: int | None) -> dict[str, Any]:
+    """The telemetry agent's audit log holds its calls, and its metrics count them all."""
+    records = query_records(db)
+    sent = next(t.sent for t in targets if t.name == "telemetry")
+    return {
+        "records": len(records),
+        "calls": sent,
+        "scraped_decisions": scraped,
+        "match": len(records) == sent == scraped,
+    }
+
+
 def run(settings: Settings) -> dict[str, Any]:
     """One complete benchmark; returns the report as a dict."""
     with tempfile.TemporaryDirectory(prefix="bench-invoke-") as tmp:
         ws = make_workspace(Path(tmp), settings.payload_bytes, settings.audit_sync)
-        server = ServerProcess(ws.config, settings.profile_server)
+        telemetry = ws.telemetry_config(settings.trace_sample_ratio) if settings.metrics else None
+        server = ServerProcess(ws.config, settings.profile_server, telemetry)
         try:
             ports = server.start()
             phases, targets = asyncio.run(client_run(ws, ports, settings, server))
+            scraped = scrape_decisions(ports["metrics_port"]) if telemetry else None
         finally:
             server.stop()
         audit = audit_check(ws.config.audit_db, targets)
+        if telemetry is not None:
+            audit["telemetry"] = telemetry_check(telemetry.audit_db, targets, scraped)
+            audit["match"] = audit["match"] and audit["telemetry"]["match"]
     return build_report(settings, ports, phases, targets, audit)
 
 
@@ -465,7 +566,18 @@ def ratios(summary: _Summary) -> dict[str, float]:
     def div(a: float, b: float) -> float:
         return a / b if b else float("nan")
 
+    telemetry = {}
+    if "telemetry" in seq:
+        telemetry = {
+            "telemetry_seq_ratio": div(
+                seq["telemetry"]["calls_per_s"], seq["gateway"]["calls_per_s"]
+            ),
+            "telemetry_conc32_ratio": div(
+                conc["telemetry"]["calls_per_s"], conc["gateway"]["calls_per_s"]
+            ),
+        }
     return {
+        **telemetry,
         "seq_ratio": div(seq["gateway"]["calls_per_s"], seq["raw"]["calls_per_s"]),
         "conc32_ratio": div(conc["gateway"]["calls_per_s"], conc["raw"]["calls_per_s"]),
         "refusal_vs_allowed_p50": div(seq["refused"]["p50_ms"], seq["gateway"]["p50_ms"]),
@@ -500,6 +612,8 @@ def build_report(
             "phase_budget_s": phase_budget(settings),
             "rounds": settings.rounds,
             "audit_sync": settings.audit_sync,
+            "metrics": settings.metrics,
+            "trace_sample_ratio": settings.trace_sample_ratio,
             "concurrency": CONCURRENCY,
             "cpus": os.cpu_count(),
             "server_pid": ports.get("pid"),
@@ -522,7 +636,8 @@ def format_text(report: dict[str, Any]) -> str:
     lines = [
         f"Invoke benchmark: payload {s['payload_bytes']} B, <= {s['calls']} calls and "
         f"{s['phase_budget_s']:.1f}s per phase, {s['rounds']} rounds, "
-        f"{s['cpus']} CPUs, audit_sync {s['audit_sync']}, servers in pid {s['server_pid']}",
+        f"{s['cpus']} CPUs, audit_sync {s['audit_sync']}, servers in pid {s['server_pid']}"
+        + (f", trace sample ratio {s['trace_sample_ratio']:g}" if s["metrics"] else ""),
         "",
         f"{'mode':<11} {'target':<8} {'calls/s':>8} {'p50 ms':>7} {'p99 ms':>7} "
         f"{'srv us/call':>11} {'cli us/call':>11} {'calls':>6}",
@@ -554,6 +669,13 @@ def format_text(report: dict[str, Any]) -> str:
         f"(allowed {a['allowed_calls']}, refused {a['refused_calls']}): "
         f"{'MATCH' if a['match'] else 'MISMATCH'}"
     )
+    if "telemetry" in a:
+        t = a["telemetry"]
+        lines.append(
+            f"  telemetry agent: audit records {t['records']}, calls {t['calls']}, "
+            f"a2agw_decisions_total {t['scraped_decisions']}: "
+            f"{'MATCH' if t['match'] else 'MISMATCH'}"
+        )
     for name, err in report["errors"].items():
         if err["count"]:
             lines.append(f"  unexpected outcomes ({name}): {err['count']}, e.g. {err['first']}")
@@ -579,7 +701,20 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         default="full",
         help="the agent's audit_sync setting (default full: fsync per commit)",
     )
+    parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="also measure an agent with metrics and tracing on (target 'telemetry')",
+    )
+    parser.add_argument(
+        "--trace-sample-ratio",
+        type=float,
+        default=1.0,
+        help="with --metrics: [tracing] sample_ratio of the telemetry agent (default 1)",
+    )
     args = parser.parse_args(argv)
+    if not 0.0 <= args.trace_sample_ratio <= 1.0:
+        parser.error("--trace-sample-ratio must be between 0 and 1")
     if args.calls < 1 or args.rounds < 1 or args.seconds_max <= 0:
         parser.error("--calls and --rounds must be >= 1, --seconds-max > 0")
     if not EMPTY_PAYLOAD_BYTES <= args.payload_bytes <= MAX_PAYLOAD_CEILING // 2:
@@ -592,6 +727,8 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         as_json=args.json,
         profile_server=args.profile_server,
         audit_sync=args.audit_sync,
+        metrics=args.metrics,
+        trace_sample_ratio=args.trace_sample_ratio,
     )
 
 

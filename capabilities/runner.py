@@ -90,7 +90,12 @@ async def run_capability(cap: Capability, payload: BaseModel, ctx: CallContext) 
             f"{contract.key} failed: a call it made was answered {err.reason}", detail=err.reason
         ) from err
     except Exception as err:
-        _log.warning("capability %s raised %s", contract.key, type(err).__name__)
+        _log.warning(
+            "capability %s raised %s",
+            contract.key,
+            type(err).__name__,
+            extra={"capability": contract.name, "reason": CapabilityFailed.reason},
+        )
         raise CapabilityFailed(f"{contract.key} failed") from err
     return CapabilityResult.from_output(_validated_output(cap, output))
 

@@ -12,6 +12,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from opentelemetry.sdk.trace.export import SpanExporter
+
 from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
 from capabilities.registry import CapabilityRegistry
 from gateway.audit import AuditLog, query_records
@@ -21,7 +23,7 @@ from gateway.errors import AgentConfigError, AuditUnavailable, StateUnavailable
 from gateway.inbound.idempotency import IdempotencyStore
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.limit_audit import DEFAULT_INTERVAL_SECONDS, LimitRefusalLog
-from gateway.inbound.limits import CallLimits, LimitStats
+from gateway.inbound.limits import CallLimits, LimitStats, limit_refusal_counts
 from gateway.inbound.replay import ReplayGuard
 from gateway.outbound.router import Router
 from gateway.outbound.upstream_capabilities import register_upstreams
@@ -32,9 +34,11 @@ from gateway.plans.planner import Planner, RerouteOrStop
 from gateway.plans.runner import TaskRunner
 from gateway.plans.store import SqliteTaskStore
 from gateway.plans.task import TaskResult
+from gateway.telemetry import Telemetry
 from gateway.transport.a2a import A2AServicer, A2ATaskStore
 from gateway.transport.a2a.upstream_client import UpstreamClient
 from gateway.transport.client import PeerClient
+from gateway.transport.health import HealthMonitor
 from gateway.transport.live_tls import LiveTls, TlsStats
 from gateway.transport.server import GatewayServer
 from gateway.transport.tls import TlsMaterial
@@ -58,8 +62,13 @@ class Agent:
         *,
         planner: Planner | None = None,
         plan_limits: PlanLimits | None = None,
+        span_exporter: SpanExporter | None = None,
     ) -> None:
         self.config = config
+        self.telemetry = Telemetry(
+            config.id, config.metrics, config.tracing, span_exporter=span_exporter
+        )
+        """Metrics, spans and the /metrics endpoint (``span_exporter``: tests' spans)."""
         self.live_tls = LiveTls(config.id, config.tls)
         """Certificate, key and CA in force; re-read on SIGHUP and when the files change."""
         self.live_tls.on_change(self._use_new_certificate)
@@ -78,7 +87,11 @@ class Agent:
         register_upstreams(self.registry, self.upstreams)
         self._checkpoints = self._checkpointer()
         self.audit = AuditLog(
-            config.audit_db, sync=config.audit_sync, checkpoints=self._checkpoints
+            config.audit_db,
+            sync=config.audit_sync,
+            checkpoints=self._checkpoints,
+            retry_seconds=config.audit_retry_seconds,
+            observer=self.telemetry.metrics if self.telemetry.metrics.enabled else None,
         )
         self.idempotency = IdempotencyStore(config.idempotency_store)
         self._clients: dict[str, PeerClient] = {}
@@ -105,9 +118,22 @@ class Agent:
             self.handler,
             self.live_tls,
             A2AServicer(
-                config.id, self.handler, self.a2a_tasks, self.registry, lambda: self.address
+                config.id,
+                self.handler,
+                self.a2a_tasks,
+                self.registry,
+                lambda: self.address,
+                self.telemetry,
             ),
+            self.telemetry,
         )
+        self.health = HealthMonitor(
+            {"audit log": lambda: self.audit.healthy, "policy": self.policies.has_live_grant},
+            self._server.set_serving,
+        )
+        """Keeps the gRPC health status true (see gateway.transport.health)."""
+        self.audit.add_health_listener(lambda _healthy: self.health.poke())
+        self._observe_components()
         self.task_store = SqliteTaskStore(config.state_dir / "tasks.sqlite")
         self.plans = TaskRunner(
             ExecutorParts(
@@ -118,6 +144,7 @@ class Agent:
                 limits=plan_limits or PlanLimits(),
                 bind_peer_call=self.router.bind,
                 approval_min_risk=config.plans.approval_min_risk,
+                telemetry=self.telemetry,
             ),
             decisions=self.audit,
         )
@@ -168,6 +195,49 @@ class Agent:
             every_seconds=settings.every_seconds,
         )
 
+    def _observe_components(self) -> None:
+        """Pull gauges over the components' own counts (one line each)."""
+        metrics, audit, policies = self.telemetry.metrics, self.audit, self.policies
+        metrics.observe_gauge(
+            "a2agw_audit_queue_depth",
+            "Audit records queued, not yet committed",
+            lambda: audit.queue_depth,
+        )
+        metrics.observe_counter(
+            "a2agw_policy_reloads",
+            "Policy reloads by result",
+            lambda: [
+                ({"result": "ok"}, policies.reloads_ok),
+                ({"result": "rejected"}, policies.reloads_rejected),
+            ],
+        )
+        # Read at each scrape from the material in force, so a rotated
+        # certificate shows its own expiry.
+        metrics.observe_gauge(
+            "a2agw_certificate_expiry_seconds",
+            "When the agent's own certificate expires (Unix time)",
+            lambda: self.tls.not_after().timestamp(),
+            unit="s",
+        )
+        metrics.observe_counter(
+            "a2agw_limit_refusals",
+            "Calls refused by per-peer limits or the server-wide cap, by reason",
+            lambda: limit_refusal_counts(self.limit_stats(), by_peer=metrics.peer_labels),
+        )
+        metrics.observe_counter(
+            "a2agw_certificate_reloads",
+            "Certificate reloads by result (a rejected set leaves the old one in force)",
+            lambda: [
+                ({"result": "ok"}, self.tls_stats().reloads_ok),
+                ({"result": "rejected"}, self.tls_stats().reloads_rejected),
+            ],
+        )
+        metrics.observe_gauge(
+            "a2agw_certificate_expiring_soon",
+            "1 while the agent's own certificate expires within [tls] expiry_warning",
+            lambda: float(self.tls_stats().expiring_soon),
+        )
+
     @property
     def address(self) -> str:
         """``host:port`` the agent serves on (after start)."""
@@ -181,10 +251,12 @@ class Agent:
         policy file / the certificate files and reload them on change.
         """
         self.live_tls.warn_if_expiring()
+        await self.telemetry.start()
         await self.audit.start()
         await asyncio.to_thread(self._remember_recent_request_ids)
         await self._purge_idempotency_keys()
         self.port = await self._server.start(self.config.listen)
+        self.health.start()
         if watch_policy:
             self._watcher = asyncio.create_task(self.policies.watch())
         if watch_policy if watch_tls is None else watch_tls:
@@ -242,8 +314,11 @@ class Agent:
     async def stop(self, grace: float = 2.0) -> None:
         """Graceful shutdown: stop serving, close clients, flush the audit log.
 
-        Running tasks are interrupted, not ended: they stay resumable.
+        Running tasks are interrupted, not ended: they stay resumable. Health
+        says NOT_SERVING from the first moment of shutdown.
         """
+        await self.health.stop()
+        await self._server.enter_shutdown()
         await self.plans.shutdown()
         for task in (self._watcher, self._purger, self._limit_flusher, self._tls_watcher):
             if task is not None:
@@ -269,13 +344,14 @@ class Agent:
         self.idempotency.close()
         self.task_store.close()
         self.a2a_tasks.close()
+        await self.telemetry.stop()
 
     def client(self, peer_id: str, address: str | None = None) -> PeerClient:
         """A reused mTLS client for ``peer_id`` (address from config unless given)."""
         client = self._clients.get(peer_id)
         if client is None:
             target = address or self.config.peer(peer_id).address
-            client = PeerClient(peer_id, target, self.tls)
+            client = PeerClient(peer_id, target, self.tls, self.telemetry.tracing)
             self._clients[peer_id] = client
         return client
 

@@ -39,6 +39,14 @@ Example::
     every_seconds = 60
     # file = "state/alice-audit.sqlite.checkpoints.jsonl"
 
+    [metrics]                    # optional; off unless configured
+    listen = "127.0.0.1:9464"    # Prometheus text format at /metrics
+    peer_labels = false          # peer ids as labels (cardinality: off by default)
+
+    [tracing]                    # optional
+    enabled = true               # spans (trace ids are carried and audited regardless)
+    otlp_endpoint = "127.0.0.1:4317"   # OTLP/gRPC export of spans when set
+
 Top-level ``idempotency_retention = "7d"`` (default) sets how long completed
 idempotency keys are kept; ``max_concurrent_calls = 256`` (default) caps the
 calls the agent runs at once, all peers together.
@@ -76,6 +84,8 @@ _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
 def _duration(value: object) -> object:
+    if isinstance(value, str) and value.startswith("P"):
+        return value  # ISO 8601, as model_dump_json writes a timedelta: pydantic parses it
     if isinstance(value, str):
         match = _DURATION.fullmatch(value.strip())
         if match is None:
@@ -275,6 +285,61 @@ class UpstreamEntry(_Frozen):
                 raise ValueError("url: plaintext http:// only to a loopback IP")
 
 
+class MetricsSettings(_Frozen):
+    """The Prometheus endpoint of an agent (``[metrics]``; absent: no metrics at all).
+
+    Attributes:
+        listen: ``host:port`` serving the Prometheus text format at ``/metrics``.
+            Must be a loopback IP literal unless ``allow_remote`` is true.
+        peer_labels: Add the caller's SPIFFE ID as a ``peer`` label to the
+            decision and duration metrics. Off by default: one series per peer
+            and capability grows without bound with the number of peers.
+        allow_remote: Permit a non-loopback ``listen`` (metrics show which
+            capabilities are used and how often; keep them off open networks).
+    """
+
+    listen: str = "127.0.0.1:9464"
+    peer_labels: bool = False
+    allow_remote: bool = False
+
+    @model_validator(mode="after")
+    def _loopback_unless_allowed(self) -> MetricsSettings:
+        host, sep, port = self.listen.rpartition(":")
+        if not sep or not port.isdigit() or not host:
+            raise ValueError(f"metrics.listen {self.listen!r}: expected host:port")
+        if not self.allow_remote and not _is_loopback(host.strip("[]")):
+            raise ValueError(
+                f"metrics.listen {self.listen!r} is not a loopback address; "
+                "set metrics.allow_remote = true to serve metrics beyond this machine"
+            )
+        return self
+
+
+class TracingSettings(_Frozen):
+    """Spans of an agent (``[tracing]``).
+
+    Without this section (or with ``enabled = false``) no span is recorded,
+    but an incoming W3C ``traceparent`` is still carried to the next hop and
+    its trace id stored in the audit log.
+
+    Attributes:
+        enabled: Record spans (the trace id of a call without an incoming
+            ``traceparent`` is then new and stored in its audit record).
+        sample_ratio: Share of new traces whose spans are recorded (0..1,
+            default 1). A call that arrives with a ``traceparent`` follows
+            the caller's sampling decision. Unsampled calls still get a trace
+            id, carried to the next hop and stored in the audit record.
+        otlp_endpoint: ``host:port`` of an OTLP/gRPC collector; spans are
+            exported there in batches when set.
+        otlp_insecure: Send OTLP without TLS (a collector on this machine).
+    """
+
+    enabled: bool = True
+    sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
+    otlp_endpoint: str | None = None
+    otlp_insecure: bool = True
+
+
 def _is_loopback(host: str) -> bool:
     # IP literals only: a name such as "localhost" is whatever the resolver says.
     try:
@@ -309,6 +374,12 @@ class AgentConfig(_Frozen):
             answer (default ``"7d"``); afterwards it is purged (at start and
             hourly) and the key may be used afresh. Keys in doubt are never
             purged: they stay until an operator resolves or releases them.
+        audit_retry_seconds: After the audit log fails closed (full disk,
+            read-only file, lock held), try to reopen it this often; once a
+            write succeeds it records (and health says SERVING) again. None:
+            stay failed until restarted.
+        metrics: Prometheus endpoint (None: no metrics, near-zero cost).
+        tracing: Spans and OTLP export (None: no spans; traceparent still carried).
     """
 
     id: SpiffeId
@@ -325,6 +396,9 @@ class AgentConfig(_Frozen):
     plans: PlanSettings = PlanSettings()
     idempotency_retention: Duration = timedelta(days=7)
     max_concurrent_calls: int = Field(default=256, ge=1, le=100_000)
+    audit_retry_seconds: float | None = Field(default=2.0, gt=0)
+    metrics: MetricsSettings | None = None
+    tracing: TracingSettings | None = None
 
     @property
     def idempotency_store(self) -> Path:

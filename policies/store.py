@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 from gateway.errors import PolicyFileError
@@ -18,12 +19,29 @@ class PolicyStore:
 
     An invalid file never replaces the current policy: the error is logged and
     returned, and the old policy stays in force.
+
+    Attributes:
+        reloads_ok: Reloads that swapped in a new policy.
+        reloads_rejected: Reloads whose file was refused (old policy kept).
     """
 
     def __init__(self, path: Path) -> None:
         self._path = path
         self._policy = load_policy(path)
         self._stamp = self._file_stamp()
+        self.reloads_ok = 0
+        self.reloads_rejected = 0
+
+    def has_live_grant(self, now: datetime | None = None) -> bool:
+        """False when the policy in force grants something but every grant has expired.
+
+        Such a policy refuses every inbound call (``GRANT_EXPIRED``): the agent
+        has no valid policy to serve under. A policy without grants (an agent
+        that only calls out) counts as live.
+        """
+        grants = self._policy.grants.values()
+        moment = now or datetime.now(UTC)
+        return not grants or any(grant.expires_at > moment for grant in grants)
 
     @property
     def current(self) -> Policy:
@@ -41,8 +59,14 @@ class PolicyStore:
         try:
             policy = load_policy(self._path)
         except PolicyFileError as err:
-            _log.error("policy reload rejected, keeping the previous policy: %s", err.message)
+            self.reloads_rejected += 1
+            _log.error(
+                "policy reload rejected, keeping the previous policy: %s",
+                err.message,
+                extra={"reason": err.reason},
+            )
             return err
+        self.reloads_ok += 1
         self._policy = policy  # one reference assignment: callers see old or new, never a mix
         _log.info("policy reloaded from %s (%d grants)", self._path, len(policy.grants))
         return None

@@ -10,7 +10,8 @@ from typing import Any, cast
 from gateway.audit.record import AuditRecord, Decision
 from gateway.errors import ConfigError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: the first layout. 2: adds ``trace_id`` (files of version 1 are migrated on open)."""
 
 RECORD_COLUMNS: tuple[str, ...] = (
     "seq",
@@ -28,10 +29,14 @@ RECORD_COLUMNS: tuple[str, ...] = (
     "payload_size",
     "payload_sha256",
     "latency_ms",
+    "trace_id",
 )
-"""Record columns in table order; the chain columns follow them."""
+"""Record columns in hashing order (``trace_id``, added in version 2, is last in the table)."""
 
 CHAIN_COLUMNS: tuple[str, ...] = ("prev_hash", "record_hash")
+
+MIGRATE_1_TO_2 = "ALTER TABLE audit_records ADD COLUMN trace_id TEXT NOT NULL DEFAULT ''"
+"""Version 1 → 2. Old records read back ``trace_id = ""``, which hashes as before."""
 
 # STRICT keeps a stored value's type exactly as written, so a value edited into
 # another type shows up as a modification instead of being silently coerced.
@@ -53,7 +58,8 @@ CREATE TABLE IF NOT EXISTS audit_records (
     payload_sha256 TEXT NOT NULL,
     latency_ms REAL NOT NULL,
     prev_hash TEXT NOT NULL,
-    record_hash TEXT NOT NULL
+    record_hash TEXT NOT NULL,
+    trace_id TEXT NOT NULL DEFAULT ''
 ) STRICT;
 CREATE INDEX IF NOT EXISTS audit_records_time ON audit_records (time_unix_ms);
 CREATE TABLE IF NOT EXISTS chain_head (
@@ -106,4 +112,11 @@ def connect_read_only(path: Path) -> sqlite3.Connection:
     if not {"audit_records", "chain_head"} <= names:
         conn.close()
         raise ConfigError(f"audit log {path}: not an audit log (tables missing)")
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(audit_records)")}
+    if "trace_id" not in columns:
+        # A version-1 file no agent has opened since: read it as migrated
+        # (a temp view shadows the table for this connection only).
+        conn.execute(
+            "CREATE TEMP VIEW audit_records AS SELECT *, '' AS trace_id FROM main.audit_records"
+        )
     return conn

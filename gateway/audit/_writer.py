@@ -10,7 +10,13 @@ import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway.audit._schema import DDL, INSERT_RECORD, RECORD_COLUMNS, SCHEMA_VERSION
+from gateway.audit._schema import (
+    DDL,
+    INSERT_RECORD,
+    MIGRATE_1_TO_2,
+    RECORD_COLUMNS,
+    SCHEMA_VERSION,
+)
 from gateway.audit.chain import GENESIS_HASH, fields_hash
 from gateway.errors import AuditUnavailable
 
@@ -120,7 +126,7 @@ class SqliteChainWriter:
         conn.execute(f"PRAGMA synchronous = {self._synchronous}")
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version not in (0, SCHEMA_VERSION):
+        if version not in (0, 1, SCHEMA_VERSION):
             raise AuditUnavailable(
                 f"audit log {self._path}: unknown schema version {version} "
                 f"(this gateway writes version {SCHEMA_VERSION})"
@@ -131,6 +137,8 @@ class SqliteChainWriter:
         # but not write must fail here, not at the first record.
         conn.execute("BEGIN IMMEDIATE")
         try:
+            if conn.execute("PRAGMA user_version").fetchone()[0] == 1:
+                conn.execute(MIGRATE_1_TO_2)
             for statement in DDL.split(";"):
                 if statement.strip():
                     conn.execute(statement)

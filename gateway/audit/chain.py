@@ -11,6 +11,10 @@ just as unambiguous and several times cheaper to build on the writer thread.
 
 Because ``seq`` is part of the canonical bytes, renumbering a record breaks its
 hash just as editing any other field does.
+
+``trace_id`` (schema version 2) is the array's last element only when it is
+not empty, so records written before it existed keep their hashes; setting or
+clearing it still changes the array, hence the hash.
 """
 
 from __future__ import annotations
@@ -57,7 +61,10 @@ def fields_hash(prev_hash: str, fields: Mapping[str, object]) -> str:
 
 
 def _canonical(fields: Mapping[str, object]) -> bytes:
-    return _ENCODER.encode([fields[name] for name in RECORD_COLUMNS]).encode("utf-8")
+    values = [fields[name] for name in RECORD_COLUMNS]
+    if values[-1] == "":  # trace_id: absent from version-1 hashes
+        values.pop()
+    return _ENCODER.encode(values).encode("utf-8")
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)

@@ -7,7 +7,11 @@ refusal therefore becomes durable before the caller sees it, while many
 concurrent refusals share one commit.
 
 If a commit fails the log fails closed: waiters and every later call get
-:class:`~gateway.errors.AuditUnavailable`, and ``healthy`` turns False.
+:class:`~gateway.errors.AuditUnavailable`, and ``healthy`` turns False. With
+``retry_seconds`` the writer then reopens the database that often; once a
+write transaction succeeds (and the chain head is where it was) the log
+accepts records again and ``healthy`` turns True. Health listeners hear of
+both transitions; an observer hears of every committed batch.
 
 With a :class:`~gateway.audit.checkpoint.Checkpointer` the same thread also
 writes signed checkpoints of the chain head, only ever after the records they
@@ -22,11 +26,12 @@ import functools
 import logging
 import queue
 import threading
+import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from gateway.audit._writer import SqliteChainWriter
 from gateway.audit.checkpoint import Checkpointer
@@ -44,6 +49,17 @@ _STOP = _Stop()
 _Waiter = asyncio.Future[None]
 _Item = tuple[AuditRecord | None, _Waiter | None] | _Stop
 _ErrorFactory = Callable[[], BaseException]
+
+
+class AuditObserver(Protocol):
+    """Told of every committed batch, from the writer thread (keep it cheap)."""
+
+    def audit_committed(self, records: Sequence[Mapping[str, object]], seconds: float) -> None:
+        """``records`` (as stored, with their seqs) were committed in ``seconds``."""
+
+
+HealthListener = Callable[[bool], None]
+"""Called with the new ``healthy`` value on each transition (from any thread)."""
 
 
 class _State(Enum):
@@ -69,6 +85,8 @@ class AuditLog:
         linger_ms: float = 10.0,
         sync: Literal["full", "normal"] = "full",
         checkpoints: Checkpointer | None = None,
+        retry_seconds: float | None = None,
+        observer: AuditObserver | None = None,
     ) -> None:
         """Prepare a log; nothing is opened until :meth:`start`.
 
@@ -86,6 +104,9 @@ class AuditLog:
                 makes each durable commit far cheaper.
             checkpoints: Writes signed checkpoints of the chain head outside
                 the database (None: none are written).
+            retry_seconds: After a failed commit, try to reopen this often
+                (None: stay failed until restarted).
+            observer: Told of each committed batch (metrics).
 
         Raises:
             ConfigError: ``max_batch`` < 1 or ``busy_timeout_ms`` < 0.
@@ -110,7 +131,20 @@ class AuditLog:
         self._cause: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._stopped: asyncio.Future[None] | None = None
+        self._retry = retry_seconds
+        self._recoverable = False
+        self._observer = observer
+        self._listeners: list[HealthListener] = []
         self.batches_committed = 0
+
+    def add_health_listener(self, listener: HealthListener) -> None:
+        """Call ``listener(healthy)`` on every change of :attr:`healthy` (from any thread)."""
+        self._listeners.append(listener)
+
+    @property
+    def queue_depth(self) -> int:
+        """Records (and flushes) queued but not yet committed (approximate)."""
+        return self._queue.qsize()
 
     @property
     def path(self) -> Path:
@@ -144,6 +178,7 @@ class AuditLog:
             self._state, self._why, self._cause = _State.FAILED, err.message, err.__cause__
             raise
         self._state, self._accepting = _State.OPEN, True
+        self._tell(True)
 
     async def close(self) -> None:
         """Commit everything queued, stop the writer thread and close the database.
@@ -151,7 +186,9 @@ class AuditLog:
         Idempotent. A failure of the final commit is logged (and ``healthy``
         stays False) rather than raised: the caller is shutting down anyway.
         """
-        self._accepting = False
+        was_healthy, self._accepting = self._accepting, False
+        if was_healthy:
+            self._tell(False)
         if self._state in (_State.NEW, _State.OPEN):
             self._state, self._why = _State.CLOSED, f"audit log {self._path}: closed"
         if self._stopped is None or self._stopped.done():
@@ -237,6 +274,7 @@ class AuditLog:
                     items = [self._queue.get(timeout=self._idle_wait())]
                 except queue.Empty:
                     self._checkpoint()
+                    self._maybe_recover()
                     continue
             self._gather(items, linger=not stopping)
             stopping = stopping or any(isinstance(item, _Stop) for item in items)
@@ -249,9 +287,37 @@ class AuditLog:
 
     def _idle_wait(self) -> float | None:
         """How long the idle writer may block on the queue (None: until a record comes)."""
-        if self._checkpoints is None or self._state is _State.FAILED:
+        if self._state is _State.FAILED:
+            return self._retry if self._recoverable else None
+        if self._checkpoints is None:
             return None
         return self._checkpoints.seconds_until_due(self._writer.count)
+
+    def _maybe_recover(self) -> None:
+        """Reopen a log that failed on a commit; accept records again if it works.
+
+        Opening runs a write transaction, so a disk that is still full or a
+        file that is still read-only keeps the log failed. A chain head that
+        moved back meanwhile keeps it failed too (someone cut the log).
+        """
+        if self._state is not _State.FAILED or not self._recoverable:
+            return
+        count, last_hash = self._writer.count, self._writer.last_hash
+        self._writer.close()
+        try:
+            self._writer.open()
+        except AuditUnavailable:
+            self._writer.count, self._writer.last_hash = count, last_hash
+            return
+        if self._writer.count < count or (
+            self._writer.count == count and self._writer.last_hash != last_hash
+        ):
+            self._recoverable = False
+            self._fail(f"audit log {self._path}: chain head moved back while failed", None)
+            return
+        _log.warning("audit log %s: writable again, accepting records", self._path)
+        self._state, self._accepting, self._recoverable = _State.OPEN, True, False
+        self._tell(True)
 
     def _checkpoint(self, *, final: bool = False) -> None:
         """Checkpoint the committed head if one is due; a failure fails the log closed."""
@@ -299,17 +365,31 @@ class AuditLog:
             if waiter is not None:
                 waiters.append(waiter)
         if records and self._state is not _State.FAILED:
+            started = time.perf_counter()
             try:
                 self._writer.append(records)
                 self.batches_committed += 1
             except AuditUnavailable as err:
                 self._fail(err.message, err.__cause__)
+                self._recoverable = self._retry is not None
+            else:
+                if self._observer is not None:
+                    self._observer.audit_committed(records, time.perf_counter() - started)
         _settle(waiters, self._error if self._state is _State.FAILED else None)
 
     def _fail(self, why: str, cause: BaseException | None) -> None:
-        _log.error("audit log failed closed: %s", why)
-        self._accepting = False
+        _log.error("audit log failed closed: %s", why, extra={"reason": "AUDIT_UNAVAILABLE"})
+        was_healthy, self._accepting = self._accepting, False
         self._state, self._why, self._cause = _State.FAILED, why, cause
+        if was_healthy:
+            self._tell(False)
+
+    def _tell(self, healthy: bool) -> None:
+        for listener in self._listeners:
+            try:
+                listener(healthy)
+            except Exception:  # a listener's bug must not stop the writer
+                _log.exception("audit health listener failed")
 
     def _error(self) -> AuditUnavailable:
         error = AuditUnavailable(self._why)

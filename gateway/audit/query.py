@@ -29,6 +29,7 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("SIZE", ">"),
     ("LATENCY MS", ">"),
     ("REQUEST ID", "<"),
+    ("TRACE ID", "<"),
 )
 
 
@@ -55,6 +56,7 @@ def query_records(
     capability: str | None = None,
     since: timedelta | None = None,
     limit: int | None = None,
+    trace_id: str | None = None,
 ) -> list[AuditRecord]:
     """Records of the log at ``path`` that match every given filter, ordered by seq.
 
@@ -65,6 +67,7 @@ def query_records(
         capability: Only this exact capability name.
         since: Only records at most this old.
         limit: At most this many records: the most recent ones.
+        trace_id: Only records of this trace (32 hex digits, any case).
 
     Raises:
         ConfigError: The file is missing or not an audit log, or ``limit`` < 0.
@@ -81,6 +84,9 @@ def query_records(
     if capability is not None:
         where.append("capability = ?")
         params.append(capability)
+    if trace_id is not None:
+        where.append("trace_id = ?")
+        params.append(trace_id.lower())
     if since is not None:
         where.append("time_unix_ms >= ?")
         params.append(int((time.time() - since.total_seconds()) * 1000))
@@ -143,6 +149,7 @@ def _cells(rec: AuditRecord) -> list[str]:
         str(rec.payload_size),
         f"{rec.latency_ms:.1f}",
         rec.request_id,
+        rec.trace_id or "-",
     ]
     return [printable(cell) for cell in cells]
 

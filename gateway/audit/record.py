@@ -50,6 +50,8 @@ class AuditRecord:
     """The true reason behind an ambiguous refusal; never payload content."""
     seq: int = 0
     """Position in the log, assigned when stored (0 before)."""
+    trace_id: str = ""
+    """W3C trace id (32 hex digits) of the call's trace; ``""`` when it had none."""
 
     def to_json_dict(self) -> dict[str, object]:
         """All fields as a JSON-ready dict (keys are the field names)."""

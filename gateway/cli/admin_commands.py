@@ -59,6 +59,7 @@ def add_commands(commands: Any) -> None:
     audit.add_argument("--peer", help="only this peer's SPIFFE ID")
     audit.add_argument("--capability", help="only this capability")
     audit.add_argument("--since", help="e.g. 30s, 10m, 2h, 1d")
+    audit.add_argument("--trace", metavar="TRACE_ID", help="only records of this trace id")
     audit.add_argument("--json", action="store_true", help="JSON lines")
     audit.add_argument(
         "--summary",
@@ -167,6 +168,7 @@ def _audit(args: argparse.Namespace) -> int:
         peer=args.peer,
         capability=args.capability,
         since=since,
+        trace_id=args.trace,
     )
     if args.summary:
         rows = summarize(records)

@@ -15,6 +15,7 @@ from gateway.agent import Agent
 from gateway.config import load_agent_config
 from gateway.display import printable
 from gateway.errors import ConfigError
+from gateway.telemetry.json_logs import name_agent
 from gateway.transport.client import PeerClient
 from gateway.transport.tls import TlsMaterial
 
@@ -54,7 +55,9 @@ def add_commands(commands: Any) -> None:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    agent = Agent(load_agent_config(args.config))
+    config = load_agent_config(args.config)
+    name_agent(config.id)
+    agent = Agent(config)
     await agent.start()
     agent.install_reload_signal()
     stop = asyncio.Event()

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from gateway.cli import admin_commands, agent_commands, idempotency_commands, plan_commands
 from gateway.display import EscapingFormatter, printable
 from gateway.errors import ConfigError, GatewayError
+from gateway.telemetry.json_logs import JsonFormatter
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -26,6 +27,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="a2a-gateway", description="mTLS gRPC gateway for agents calling each other."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument(
+        "--log-format",
+        choices=["json", "text"],
+        default=None,
+        help="json: one object per line (default when stderr is not a terminal); text: escaped",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     agent_commands.add_commands(commands)
     admin_commands.add_commands(commands)
@@ -34,12 +41,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def log_formatter(choice: str | None) -> logging.Formatter:
+    """JSON lines unless asked for text or stderr is a terminal (a person reads it)."""
+    if choice == "text" or (choice is None and sys.stderr.isatty()):
+        return EscapingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return JsonFormatter()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
     handler = logging.StreamHandler()
-    handler.setFormatter(EscapingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(log_formatter(args.log_format))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
     try:
         result = args.run(args)

@@ -35,6 +35,7 @@ from gateway.inbound.limit_audit import LimitRefusalLog
 from gateway.inbound.limits import CallLimits, CallSlot
 from gateway.inbound.pipeline import DecisionPipeline, Inbound, peer_id_from_cert
 from gateway.inbound.replay import ReplayGuard
+from gateway.telemetry.tracing import current_trace_id
 from policies.decisions import Admission, visible_capabilities
 from policies.grants import PeerGrant
 from policies.store import PolicyStore
@@ -357,4 +358,5 @@ class InvokeHandler:
             task_id=printable(call.task_id[:128]),
             step_id=printable(call.step_id[:128]),
             detail=detail,
+            trace_id=current_trace_id(),
         )

@@ -78,6 +78,25 @@ class LimitStats:
         )
 
 
+def limit_refusal_counts(stats: LimitStats, *, by_peer: bool) -> list[tuple[dict[str, str], int]]:
+    """Limit refusals as (labels, count) for a metrics reading, peers only if asked.
+
+    Peer ids as labels are opt-in (``[metrics] peer_labels``): their number is
+    the number of granted peers, which can be large.
+    """
+    readings: list[tuple[dict[str, str], int]] = []
+    for reason, table in (
+        ("RATE_LIMITED", stats.rate_limited),
+        ("CONCURRENCY_LIMITED", stats.concurrency_limited),
+        ("SERVER_BUSY", stats.server_busy),
+    ):
+        if by_peer:
+            readings.extend(({"reason": reason, "peer": peer}, n) for peer, n in table.items())
+        else:
+            readings.append(({"reason": reason}, sum(table.values())))
+    return readings
+
+
 @dataclass(slots=True)
 class CallSlot:
     """One admitted call's place in its peer's and the server's in-flight counts."""

@@ -119,7 +119,9 @@ def peer_id_from_cert(pem: bytes | None) -> str:
         raise
     except Exception as err:
         _log.warning(
-            "peer certificate unreadable (%s); refused as UNAUTHENTICATED", type(err).__name__
+            "peer certificate unreadable (%s); refused as UNAUTHENTICATED",
+            type(err).__name__,
+            extra={"reason": Unauthenticated.reason},
         )
         raise Unauthenticated(
             "peer certificate could not be read",

@@ -321,7 +321,12 @@ class Router:
         try:
             description = await self._client_for(peer_id).describe(timeout=timeout)
         except GatewayError as err:
-            _log.info("describe %s failed: %s", peer_id, err.reason)
+            _log.info(
+                "describe %s failed: %s",
+                peer_id,
+                err.reason,
+                extra={"peer": peer_id, "reason": err.reason},
+            )
             if not isinstance(err, _UNREACHABLE):
                 return Skipped(peer_id, err.reason)  # an answer (a refusal): quick to ask again
             skipped = Skipped(peer_id, PeerUnavailable.reason)
@@ -330,7 +335,11 @@ class Router:
                 self._failed[peer_id] = (time.monotonic(), skipped)
             return skipped
         if description.agent_id != peer_id:
-            _log.warning("peer %s described itself as someone else; ignored", peer_id)
+            _log.warning(
+                "peer %s described itself as someone else; ignored",
+                peer_id,
+                extra={"peer": peer_id, "reason": PeerIdentityMismatch.reason},
+            )
             return Skipped(peer_id, PeerIdentityMismatch.reason)
         self._failed.pop(peer_id, None)
         self._described[peer_id] = (time.monotonic(), description)

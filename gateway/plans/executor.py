@@ -55,6 +55,7 @@ from gateway.plans.task import (
     transition,
 )
 from gateway.plans.verification import Confidence, comparison_digest
+from gateway.telemetry import Telemetry
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +100,7 @@ class ExecutorParts:
     bind_peer_call: Callable[[float, str, str], PeerCall] | None = None
     approval_min_risk: Risk | None = None
     """The agent's ``[plans] approval_min_risk``: applies to every plan it runs."""
+    telemetry: Telemetry | None = None
 
 
 class TaskExecutor:
@@ -142,8 +144,17 @@ class TaskExecutor:
         """
         self._running_task = asyncio.current_task()
         keeper = asyncio.create_task(self._checkpoints.keep_lease(self._lose_lease))
+        tracing = (self._parts.telemetry or Telemetry.off(self._parts.agent_id)).tracing
+        attributes: dict[str, str | int] = {
+            "a2agw.task_id": self._task_id,
+            "a2agw.steps": len(self._plan.steps),
+        }
         try:
-            ending = await self._plan_and_run(cancel)
+            # One trace per run: route discovery, every step and every hop below it.
+            with tracing.span("plan", attributes) as span:
+                ending = await self._plan_and_run(cancel)
+                span.set_attribute("a2agw.task_state", ending.state.value)
+                span.set_attribute("a2agw.reason", ending.reason)
             await self._set_state(ending.state, ending.reason, ending.message)
         except asyncio.CancelledError:
             await self._abandon_in_flight()
@@ -240,6 +251,7 @@ class TaskExecutor:
             bind_peer_call=self._parts.bind_peer_call,
             approvals=self._approvals,
             approval_min=self._approval_min(),
+            telemetry=self._parts.telemetry,
         )
 
     def _approval_min(self) -> Risk | None:

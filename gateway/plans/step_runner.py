@@ -39,6 +39,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.trace import Status, StatusCode
+
 from capabilities.context import CallContext, PeerCall
 from capabilities.contract import Risk
 from capabilities.runner import run_capability
@@ -94,6 +96,7 @@ from gateway.plans.verification import (
     comparison_digest,
     judge,
 )
+from gateway.telemetry import Telemetry
 
 TRANSIENT: tuple[type[GatewayError], ...] = (
     PeerUnavailable,
@@ -167,9 +170,11 @@ class StepRunner:
         bind_peer_call: Callable[[float, str, str], PeerCall] | None = None,
         approvals: Mapping[str, ApprovalRequest] | None = None,
         approval_min: Risk | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._approvals = approvals or {}
         self._approval_min = approval_min
+        self._telemetry = telemetry if telemetry is not None else Telemetry.off(agent_id)
         self._checkpoints = checkpoints
         self._pins = pins or {}
         self._agent_id = agent_id
@@ -192,6 +197,25 @@ class StepRunner:
         Raises:
             AwaitingApproval: the step needs a person's approval before it sends.
         """
+        attributes: dict[str, str | int] = {
+            "a2agw.task_id": self._task_id,
+            "a2agw.step_id": step.id,
+            "a2agw.capability": step.capability,
+            "a2agw.step_revision": step.revision,
+        }
+        with self._telemetry.tracing.span("plan step", attributes) as span:
+            result = await self._run(step, resolved, progress)
+            span.set_attribute("a2agw.step_status", result.status.value)
+            span.set_attribute("a2agw.attempts", result.attempts)
+            if result.status is not StepStatus.COMPLETED:
+                span.set_attribute("a2agw.reason", result.reason)
+                span.set_status(Status(StatusCode.ERROR, result.reason))
+        self._telemetry.metrics.plan_step(result.status.value, result.reason or "OK")
+        return result
+
+    async def _run(
+        self, step: Step, resolved: dict[str, Any], progress: StepProgress | None
+    ) -> StepResult:
         tally = progress if progress is not None else StepProgress()
         try:
             pin = self._pins.get(step.id)

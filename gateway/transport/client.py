@@ -10,8 +10,10 @@ from typing import Any
 
 import grpc
 from grpc import aio
+from opentelemetry.trace import SpanKind
 
 from gateway.errors import GatewayError, InvalidInput
+from gateway.telemetry.tracing import AgentTracing, mark_refused, outgoing_metadata
 from gateway.transport.status import from_rpc_error
 from gateway.transport.tls import TlsMaterial, channel_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
@@ -67,9 +69,12 @@ class PeerClient:
     ``peer_id`` it is expected to be (see ``policies.identity.svid_dns_name``).
     """
 
-    def __init__(self, peer_id: str, address: str, tls: TlsMaterial) -> None:
+    def __init__(
+        self, peer_id: str, address: str, tls: TlsMaterial, tracing: AgentTracing | None = None
+    ) -> None:
         self.peer_id = peer_id
         self.address = address
+        self._tracing = tracing if tracing is not None else AgentTracing(peer_id, None)
         self._channel = aio.secure_channel(
             address, tls.channel_credentials(), options=channel_options(peer_id)
         )
@@ -78,7 +83,9 @@ class PeerClient:
     async def describe(self, *, timeout: float = 5.0) -> PeerDescription:
         """Ask the peer what we may call there."""
         try:
-            reply = await self._stub.Describe(gateway_pb2.DescribeRequest(), timeout=timeout)
+            reply = await self._stub.Describe(
+                gateway_pb2.DescribeRequest(), timeout=timeout, metadata=outgoing_metadata()
+            )
         except grpc.RpcError as err:
             raise from_rpc_error(err) from err
         return PeerDescription(
@@ -117,10 +124,22 @@ class PeerClient:
             step_id=step_id,
             idempotency_key=idempotency_key,
         )
-        try:
-            reply = await self._stub.Invoke(request, timeout=timeout)
-        except grpc.RpcError as err:
-            raise from_rpc_error(err) from err
+        attributes: dict[str, str | int] = {
+            "rpc.method": "Invoke",
+            "peer.id": self.peer_id,
+            "a2agw.capability": capability,
+            "a2agw.request_id": request.request_id,
+            "a2agw.payload_size": len(payload),
+        }
+        with self._tracing.span("peer call", attributes, SpanKind.CLIENT) as span:
+            try:
+                reply = await self._stub.Invoke(
+                    request, timeout=timeout, metadata=outgoing_metadata()
+                )
+            except grpc.RpcError as err:
+                error = from_rpc_error(err)
+                mark_refused(span, error)
+                raise error from err
         return InvokeResult(
             request_id=reply.request_id,
             capability=reply.capability,

@@ -15,6 +15,8 @@ from grpc_health.v1._async import HealthServicer
 from gateway.errors import GatewayError
 from gateway.inbound.call import InvokeCall, deadline_from
 from gateway.inbound.invoke_handler import InvokeHandler
+from gateway.telemetry import Telemetry
+from gateway.telemetry.tracing import mark_refused
 from gateway.transport.a2a import SERVICE_NAME as A2A_SERVICE_NAME
 from gateway.transport.a2a import A2AServicer, add_a2a_servicer
 from gateway.transport.received import MalformedRequest, peer_cert, tolerant
@@ -50,18 +52,25 @@ def add_gateway_servicer(servicer: GatewayServicer, server: aio.Server) -> None:
 class GatewayServicer(gateway_pb2_grpc.PeerGatewayServicer):
     """Adapts ``PeerGateway`` RPCs to the InvokeHandler; errors become rich statuses."""
 
-    def __init__(self, agent_id: str, handler: InvokeHandler) -> None:
+    def __init__(
+        self, agent_id: str, handler: InvokeHandler, telemetry: Telemetry | None = None
+    ) -> None:
         self._agent_id = agent_id
         self._handler = handler
+        self._telemetry = telemetry if telemetry is not None else Telemetry.off(agent_id)
 
     async def Describe(
         self, request: gateway_pb2.DescribeRequest, context: aio.ServicerContext[object, object]
     ) -> gateway_pb2.DescribeResponse:
         """What the calling peer may call here."""
-        try:
-            grant, admissions = await self._handler.describe(peer_cert(context))
-        except GatewayError as err:
-            await context.abort_with_status(to_grpc_status(err))
+        with self._telemetry.inbound(
+            "Describe", context.invocation_metadata(), {"rpc.method": "Describe"}
+        ) as span:
+            try:
+                grant, admissions = await self._handler.describe(peer_cert(context))
+            except GatewayError as err:
+                mark_refused(span, err)
+                await context.abort_with_status(to_grpc_status(err))
         response = gateway_pb2.DescribeResponse(
             agent_id=self._agent_id,
             protocol_version=PROTOCOL_VERSION,
@@ -106,10 +115,18 @@ class GatewayServicer(gateway_pb2_grpc.PeerGatewayServicer):
             malformed=malformed,
             deadline_unix_ms=request.deadline_unix_ms,
         )
-        try:
-            outcome = await self._handler.invoke(call)
-        except GatewayError as err:
-            await context.abort_with_status(to_grpc_status(err))
+        # Few attributes, set once: each costs the hot path. The request id,
+        # versions and decision are in the audit record, which holds the trace id.
+        attributes: dict[str, str | int] = {
+            "a2agw.capability": request.capability[:128],
+            "a2agw.payload_size": len(request.payload),
+        }
+        with self._telemetry.inbound("Invoke", context.invocation_metadata(), attributes) as span:
+            try:
+                outcome = await self._handler.invoke(call)
+            except GatewayError as err:
+                mark_refused(span, err)
+                await context.abort_with_status(to_grpc_status(err))
         return gateway_pb2.InvokeResponse(
             request_id=request.request_id,
             capability=request.capability,
@@ -137,9 +154,10 @@ class GatewayServer:
         handler: InvokeHandler,
         tls: ServerCredentialSource,
         a2a: A2AServicer | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._server = aio.server(options=server_options())
-        add_gateway_servicer(GatewayServicer(agent_id, handler), self._server)
+        add_gateway_servicer(GatewayServicer(agent_id, handler, telemetry), self._server)
         self._services = [SERVICE_NAME]
         if a2a is not None:  # same port, same mTLS, same handler
             add_a2a_servicer(a2a, self._server)
@@ -160,6 +178,20 @@ class GatewayServer:
         self.port = port
         _log.info("serving %s on port %d", ", ".join(self._services), port)
         return port
+
+    async def set_serving(self, serving: bool) -> None:
+        """Publish SERVING or NOT_SERVING for every service (ignored once shutting down)."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for service in ("", *self._services):
+            await self._health.set(service, status)
+
+    async def enter_shutdown(self) -> None:
+        """NOT_SERVING from now on, for good (calls in flight still finish)."""
+        await self._health.enter_graceful_shutdown()
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting calls; let in-flight calls finish for up to ``grace`` seconds."""

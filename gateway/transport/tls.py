@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import grpc
@@ -57,6 +58,18 @@ class TlsMaterial:
             raise ConfigError(f"own certificate: {err.message}") from err
         refuse_wildcard_dns(self.cert_pem)
         return spiffe_id
+
+    def not_after(self) -> datetime:
+        """When this agent's own certificate expires (UTC).
+
+        Raises:
+            ConfigError: the certificate cannot be parsed.
+        """
+        try:
+            certificate = x509.load_pem_x509_certificate(self.cert_pem)
+        except ValueError as err:
+            raise ConfigError("own certificate: cannot be parsed") from err
+        return certificate.not_valid_after_utc
 
     def server_credentials(self) -> grpc.ServerCredentials:
         """Server credentials that require and verify a client certificate."""

@@ -25,6 +25,7 @@ RecordFactory = Callable[..., AuditRecord]
 ALICE = "spiffe://example.org/agent/alice"
 BOB = "spiffe://example.org/agent/bob"
 HOUR_MS = 3_600_000
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
 @pytest.fixture
@@ -56,7 +57,7 @@ async def stored(audit_log: AuditLog, make_record: RecordFactory) -> list[AuditR
             served_version="",
             time_unix_ms=now - 60_000,
         ),
-        make_record(peer_id=BOB, capability="translate", time_unix_ms=now),
+        make_record(peer_id=BOB, capability="translate", time_unix_ms=now, trace_id=TRACE),
     ]
     for rec in written:
         audit_log.record(rec)
@@ -102,6 +103,17 @@ async def test_limit_keeps_the_most_recent(db_path: Path, stored: list[AuditReco
     assert query_records(db_path, limit=0) == []
 
 
+async def test_filter_by_trace_id(stored: list[AuditRecord], db_path: Path) -> None:
+    assert seqs(query_records(db_path, trace_id=TRACE)) == [6]
+    assert seqs(query_records(db_path, trace_id=TRACE.upper())) == [6]
+    assert query_records(db_path, trace_id="0" * 32) == []
+    table = format_table(query_records(db_path)).splitlines()
+    assert table[6].split()[-1] == TRACE and table[1].split()[-1] == "-"
+    assert [json.loads(line)["trace_id"] for line in format_json_lines(stored).splitlines()] == [
+        "", "", "", "", "", TRACE,
+    ]  # fmt: skip
+
+
 def test_negative_limit_is_a_config_error(db_path: Path) -> None:
     with pytest.raises(ConfigError):
         query_records(db_path, limit=-1)
@@ -118,7 +130,7 @@ async def test_format_table(stored: list[AuditRecord]) -> None:
 
     assert lines[0].split() == [
         "TIME", "(UTC)", "PEER", "CAPABILITY", "CONSTRAINT", "SERVED",
-        "DECISION", "REASON", "SIZE", "LATENCY", "MS", "REQUEST", "ID",
+        "DECISION", "REASON", "SIZE", "LATENCY", "MS", "REQUEST", "ID", "TRACE", "ID",
     ]  # fmt: skip
     assert len(lines) == 1 + len(stored)
     for reason in ("OK", "UNKNOWN_PEER", "RISK_NOT_GRANTED", "UNAUTHENTICATED"):

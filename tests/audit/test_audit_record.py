@@ -33,12 +33,22 @@ def test_to_json_dict_has_every_field(make_record: RecordFactory) -> None:
 def test_canonical_bytes_are_a_compact_json_array_in_column_order(
     make_record: RecordFactory,
 ) -> None:
-    rec = make_record(seq=3)
+    rec = make_record(seq=3, trace_id="ab" * 16)
     raw = canonical_bytes(rec)
     values = json.loads(raw)
     assert values == [rec.to_json_dict()[name] for name in RECORD_COLUMNS]
     assert values[0] == 3  # seq first
     assert raw == json.dumps(values, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def test_an_empty_trace_id_hashes_as_records_before_it_existed(
+    make_record: RecordFactory,
+) -> None:
+    # Schema version 1 had no trace_id: its records must keep their hashes.
+    rec = make_record(seq=3)
+    values = json.loads(canonical_bytes(rec))
+    assert values == [rec.to_json_dict()[name] for name in RECORD_COLUMNS[:-1]]
+    assert canonical_bytes(dataclasses.replace(rec, trace_id="00" * 16)) != canonical_bytes(rec)
 
 
 def test_record_hash_depends_on_prev_hash_seq_and_fields(make_record: RecordFactory) -> None:

@@ -42,6 +42,7 @@ async def pristine(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pa
                 payload_size=n * 10,
                 payload_sha256=f"{n:064x}",
                 latency_ms=n / 4,
+                trace_id=f"{n:032x}" if n % 2 == 0 else "",
             )
         )
     await log.close()
@@ -133,6 +134,23 @@ def test_modified_field(log_copy: Path, seq: int) -> None:
 
 
 @pytest.mark.parametrize("seq", range(1, RECORDS + 1))
+def test_modified_trace_id(log_copy: Path, seq: int) -> None:
+    # Even seqs carry a trace id (changed here), odd ones none (one is set here).
+    with tampering(log_copy) as conn:
+        conn.execute("UPDATE audit_records SET trace_id = ? WHERE seq = ?", ("f" * 32, seq))
+
+    assert found(log_copy) == [("modified", seq)]
+
+
+@pytest.mark.parametrize("seq", range(2, RECORDS + 1, 2))
+def test_cleared_trace_id(log_copy: Path, seq: int) -> None:
+    with tampering(log_copy) as conn:
+        conn.execute("UPDATE audit_records SET trace_id = '' WHERE seq = ?", (seq,))
+
+    assert found(log_copy) == [("modified", seq)]
+
+
+@pytest.mark.parametrize("seq", range(1, RECORDS + 1))
 def test_modified_and_rehashed(log_copy: Path, seq: int) -> None:
     record = dataclasses.replace(query_records(log_copy)[seq - 1], peer_id="spiffe://evil")
     with tampering(log_copy) as conn:
@@ -214,7 +232,7 @@ def test_copied_row_is_inserted(log_copy: Path) -> None:
         conn.execute(
             "INSERT INTO audit_records SELECT 42, time_unix_ms, request_id, task_id, step_id,"
             " peer_id, capability, version_constraint, served_version, decision, reason,"
-            " detail, payload_size, payload_sha256, latency_ms, prev_hash, record_hash"
+            " detail, payload_size, payload_sha256, latency_ms, prev_hash, record_hash, trace_id"
             " FROM audit_records WHERE seq = 4"
         )
 

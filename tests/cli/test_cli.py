@@ -176,3 +176,41 @@ def test_sighup_reloads_policy(pki: Pki, tmp_path: Path) -> None:
         assert result.returncode == 0, result.stderr
     finally:
         alice.ensure_stopped()
+
+
+async def test_audit_shows_and_filters_by_trace_id(tmp_path: Path) -> None:
+    from gateway.audit import AuditLog, AuditRecord
+
+    db = tmp_path / "audit.sqlite"
+    log = AuditLog(db)
+    await log.start()
+    for n, trace_id in enumerate(
+        ["4bf92f3577b34da6a3ce929d0e0e4736", "", "0af7651916cd43dd8448eb211c80319c"]
+    ):
+        await log.record_durable(
+            AuditRecord(
+                time_unix_ms=1_700_000_000_000 + n,
+                request_id=f"req-{n}",
+                peer_id=spiffe("bob"),
+                capability="kv.get",
+                version_constraint="",
+                served_version="",
+                decision="refuse",
+                reason="CAPABILITY_NOT_GRANTED",
+                payload_size=12,
+                payload_sha256="0" * 64,
+                latency_ms=1.0,
+                trace_id=trace_id,
+            )
+        )
+    await log.close()
+
+    table = run("audit", "--db", str(db)).stdout.splitlines()
+    assert table[0].split()[-2:] == ["TRACE", "ID"]
+    assert [line.split()[-1] for line in table[1:]] == [
+        "4bf92f3577b34da6a3ce929d0e0e4736", "-", "0af7651916cd43dd8448eb211c80319c",
+    ]  # fmt: skip
+    one = run("audit", "--db", str(db), "--json", "--trace", "0AF7651916CD43DD8448EB211C80319C")
+    assert one.returncode == 0, one.stderr
+    assert [json.loads(line)["request_id"] for line in one.stdout.splitlines()] == ["req-2"]
+    assert run("audit", "verify", "--db", str(db)).returncode == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -140,13 +141,13 @@ async def test_policy_check_problems_are_one_escaped_line_each(tmp_path: Path) -
     assert "k\\x1b[2J\\x0a\\u202eforged" in err and "\\u2066a" in err
 
 
-async def test_the_cli_logging_setup_escapes_every_record() -> None:
+async def _log_through_the_cli(log_format: str) -> str:
     # main() installs the logging setup for every command; log afterwards
     # exactly as library code would, with a peer-chosen id as the argument.
     code = (
         "import logging, sys\n"
         "from gateway.cli.main import main\n"
-        "main(['-v', 'audit', 'verify', '--db', sys.argv[1]])\n"
+        f"main(['-v', '--log-format', '{log_format}', 'audit', 'verify', '--db', sys.argv[1]])\n"
         "logging.getLogger('gateway.test').warning('step %s failed', sys.argv[2])\n"
     )
     process = await asyncio.create_subprocess_exec(
@@ -158,8 +159,21 @@ async def test_the_cli_logging_setup_escapes_every_record() -> None:
         stderr=asyncio.subprocess.PIPE,
     )
     _, err_bytes = await asyncio.wait_for(process.communicate(), 60)
-    lines = err_bytes.decode().splitlines()
+    return err_bytes.decode()
+
+
+async def test_the_cli_logging_setup_escapes_every_record() -> None:
+    err = await _log_through_the_cli("text")
+    lines = err.splitlines()
     assert lines[-1].endswith(
         "WARNING gateway.test: step s1\\x0aERROR forged\\x1b[2J\\u202e failed"
     )
-    assert not has_unsafe_characters(err_bytes.decode().replace("\n", ""))
+    assert not has_unsafe_characters(err.replace("\n", ""))
+
+
+async def test_json_logs_keep_a_forged_line_inside_one_event() -> None:
+    err = await _log_through_the_cli("json")
+    last = json.loads(err.splitlines()[-1])
+    assert (last["level"], last["logger"]) == ("WARNING", "gateway.test")
+    assert last["event"] == "step s1\nERROR forged\x1b[2J\u202e failed"
+    assert not has_unsafe_characters(err.replace("\n", ""))

@@ -35,6 +35,8 @@ from gateway.errors import (
 )
 from gateway.inbound.call import InvokeCall, deadline_from
 from gateway.inbound.invoke_handler import InvokeHandler, InvokeOutcome
+from gateway.telemetry import Telemetry
+from gateway.telemetry.tracing import mark_refused
 from gateway.transport.a2a.card import extended_card
 from gateway.transport.a2a.messages import invoke_call, task_message
 from gateway.transport.a2a.request_checks import (
@@ -75,7 +77,9 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         tasks: A2ATaskStore,
         registry: CapabilityRegistry,
         address: Callable[[], str],
+        telemetry: Telemetry | None = None,
     ) -> None:
+        self._telemetry = telemetry if telemetry is not None else Telemetry.off(agent_id)
         self._agent_id = agent_id
         self._handler = handler
         self._tasks = tasks
@@ -87,14 +91,19 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
     async def _answer(
         self, context: aio.ServicerContext[Any, Any], operation: str, work: Awaitable[_T]
     ) -> _T:
-        """Await ``work``; a GatewayError becomes its status, anything else INTERNAL."""
-        try:
-            return await work
-        except GatewayError as err:
-            await _abort(context, err)
-        except Exception:  # never a traceback on the wire; the log keeps it
-            _log.exception("A2A %s failed", operation)
-            await _abort(context, GatewayError("internal error"))
+        """Await ``work`` in a span; a GatewayError becomes its status, anything else INTERNAL."""
+        name = f"A2A {operation}"
+        with self._telemetry.inbound(
+            name, context.invocation_metadata(), {"rpc.method": operation}
+        ) as span:
+            try:
+                return await work
+            except GatewayError as err:
+                mark_refused(span, err)
+                await _abort(context, err)
+            except Exception:  # never a traceback on the wire; the log keeps it
+                _log.exception("A2A %s failed", operation)
+                await _abort(context, GatewayError("internal error"))
 
     async def _admit(
         self, request: object, context: aio.ServicerContext[Any, Any], operation: str

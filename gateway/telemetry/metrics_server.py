@@ -1,0 +1,93 @@
+"""A minimal HTTP endpoint serving ``GET /metrics`` in the Prometheus text format.
+
+Only what a Prometheus scraper needs: one request per connection, ``GET
+/metrics`` answered 200, any other path 404, anything else 405. It binds the
+configured address only (loopback unless ``[metrics] allow_remote``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from gateway.errors import GatewayError
+from gateway.telemetry.prometheus_text import CONTENT_TYPE
+
+_log = logging.getLogger(__name__)
+_MAX_HEADER_BYTES = 16 * 1024
+_READ_TIMEOUT = 5.0
+
+
+class MetricsServer:
+    """Serves ``render()`` at ``/metrics`` on ``host:port`` (port 0 picks one)."""
+
+    def __init__(self, listen: str, render: Callable[[], str]) -> None:
+        host, _, port = listen.rpartition(":")
+        self._host = host.strip("[]")
+        self._port = int(port)
+        self._render = render
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    @property
+    def address(self) -> str:
+        """``host:port`` actually bound (after start)."""
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"{host}:{self.port}"
+
+    async def start(self) -> int:
+        """Bind and serve; returns the bound port.
+
+        Raises:
+            GatewayError: The address cannot be bound.
+        """
+        try:
+            self._server = await asyncio.start_server(self._serve, self._host, self._port)
+        except OSError as err:
+            raise GatewayError(
+                f"metrics: cannot listen on {self._host}:{self._port}: {err}"
+            ) from err
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        _log.info("serving metrics on %s/metrics", self.address)
+        return self.port
+
+    async def stop(self) -> None:
+        """Stop serving (idempotent)."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT)
+            status, body = self._answer(head)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+            status, body = "400 Bad Request", ""
+        except Exception:  # a broken render must not take the endpoint down
+            _log.exception("metrics: rendering failed")
+            status, body = "500 Internal Server Error", ""
+        payload = body.encode("utf-8")
+        writer.write(
+            f"HTTP/1.1 {status}\r\nContent-Type: {CONTENT_TYPE}\r\n"
+            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode("ascii")
+            + payload
+        )
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+    def _answer(self, head: bytes) -> tuple[str, str]:
+        if len(head) > _MAX_HEADER_BYTES:
+            return "431 Request Header Fields Too Large", ""
+        method, _, rest = head.split(b"\r\n", 1)[0].decode("latin-1").partition(" ")
+        path = rest.split(" ", 1)[0].split("?", 1)[0]
+        if method != "GET":
+            return "405 Method Not Allowed", ""
+        if path != "/metrics":
+            return "404 Not Found", ""
+        return "200 OK", self._render()

@@ -1,0 +1,59 @@
+"""Audit logs of schema version 1 (no trace_id) are read as they are and migrated on open."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+
+from gateway.audit import AuditLog, AuditRecord, query_records, verify_chain
+
+RecordFactory = Callable[..., AuditRecord]
+
+
+async def _version_1_log(path: Path, make_record: RecordFactory) -> None:
+    log = AuditLog(path)
+    await log.start()
+    for _ in range(3):
+        await log.record_durable(make_record())
+    await log.close()
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("ALTER TABLE audit_records DROP COLUMN trace_id")
+        conn.execute("PRAGMA user_version = 1")
+
+
+async def test_a_version_1_log_reads_and_verifies_without_migration(
+    tmp_path: Path, make_record: RecordFactory
+) -> None:
+    path = tmp_path / "old.db"
+    await _version_1_log(path, make_record)
+
+    assert [r.trace_id for r in query_records(path)] == ["", "", ""]
+    report = verify_chain(path)
+    assert report.ok and report.records == 3
+    with closing(sqlite3.connect(path)) as conn:  # reading changed nothing on disk
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+
+
+async def test_opening_a_version_1_log_migrates_it_and_keeps_the_chain(
+    tmp_path: Path, make_record: RecordFactory
+) -> None:
+    path = tmp_path / "old.db"
+    await _version_1_log(path, make_record)
+
+    log = AuditLog(path)
+    await log.start()
+    await log.record_durable(make_record(trace_id="0af7651916cd43dd8448eb211c80319c"))
+    await log.close()
+
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert [r.trace_id for r in query_records(path)] == [
+        "",
+        "",
+        "",
+        "0af7651916cd43dd8448eb211c80319c",
+    ]
+    report = verify_chain(path)
+    assert report.ok and report.records == 4
