@@ -73,7 +73,10 @@ class Agent:
         """One reused a2a-sdk client per ``[[upstreams]]`` entry (closed by stop())."""
         register_upstreams(self.registry, self.upstreams)
         self.audit = AuditLog(
-            config.audit_db, sync=config.audit_sync, checkpoints=self._checkpointer()
+            config.audit_db,
+            agent_id=config.id,
+            sync=config.audit_sync,
+            checkpoints=self._checkpointer(),
         )
         self.idempotency = IdempotencyStore(config.idempotency_store)
         self._clients: dict[str, PeerClient] = {}
@@ -164,7 +167,10 @@ class Agent:
         window = self.replay.window_seconds
         now_ms = time.time() * 1000
         records = query_records(
-            self.config.audit_db, since=timedelta(seconds=window), limit=self.replay.max_entries
+            self.config.audit_db,
+            agent=self.config.id,
+            since=timedelta(seconds=window),
+            limit=self.replay.max_entries,
         )
         self.replay.preload(
             (r.peer_id, r.request_id, (now_ms - r.time_unix_ms) / 1000)

@@ -7,7 +7,10 @@ refusal therefore becomes durable before the caller sees it, while many
 concurrent refusals share one commit.
 
 If a commit fails the log fails closed: waiters and every later call get
-:class:`~gateway.errors.AuditUnavailable`, and ``healthy`` turns False.
+:class:`~gateway.errors.AuditUnavailable`, and ``healthy`` turns False. A
+SQLite file stays failed (an operator looks at it); a PostgreSQL database
+that went away is reconnected to with backoff, and ``healthy`` turns True
+again once a connection and the chain head are back.
 
 With a :class:`~gateway.audit.checkpoint.Checkpointer` the same thread also
 writes signed checkpoints of the chain head, only ever after the records they
@@ -28,10 +31,12 @@ from enum import Enum
 from pathlib import Path
 from typing import Literal
 
-from gateway.audit._writer import SqliteChainWriter
+from gateway.audit._pg_writer import PostgresChainWriter
+from gateway.audit._writer import ChainWriter, SqliteChainWriter
 from gateway.audit.checkpoint import Checkpointer
 from gateway.audit.record import AuditRecord, checked_fields
 from gateway.errors import AuditUnavailable, ConfigError
+from gateway.postgres.dsn import PostgresDsn
 
 _log = logging.getLogger(__name__)
 
@@ -44,6 +49,8 @@ _STOP = _Stop()
 _Waiter = asyncio.Future[None]
 _Item = tuple[AuditRecord | None, _Waiter | None] | _Stop
 _ErrorFactory = Callable[[], BaseException]
+_FIRST_RETRY_SECONDS = 0.2
+_MAX_RETRY_SECONDS = 5.0
 
 
 class _State(Enum):
@@ -54,7 +61,8 @@ class _State(Enum):
 
 
 class AuditLog:
-    """Tamper-evident, append-only audit log in one SQLite (WAL) file.
+    """Tamper-evident, append-only audit log: one SQLite (WAL) file, or one agent's
+    chain in a shared PostgreSQL database.
 
     Attributes:
         batches_committed: Transactions committed so far (one per batch).
@@ -62,8 +70,9 @@ class AuditLog:
 
     def __init__(
         self,
-        path: Path,
+        path: Path | PostgresDsn,
         *,
+        agent_id: str = "",
         max_batch: int = 512,
         busy_timeout_ms: int = 5000,
         linger_ms: float = 10.0,
@@ -73,7 +82,10 @@ class AuditLog:
         """Prepare a log; nothing is opened until :meth:`start`.
 
         Args:
-            path: The SQLite file (created if missing; its directory must exist).
+            path: The SQLite file (created if missing; its directory must
+                exist), or a PostgreSQL DSN (schema migrated at start).
+            agent_id: The agent whose chain this is (required with a DSN: the
+                table is shared by agents, one chain each).
             max_batch: Most records committed in one transaction.
             busy_timeout_ms: How long a commit waits for a lock held by another
                 connection before the log fails closed.
@@ -88,7 +100,8 @@ class AuditLog:
                 the database (None: none are written).
 
         Raises:
-            ConfigError: ``max_batch`` < 1 or ``busy_timeout_ms`` < 0.
+            ConfigError: ``max_batch`` < 1, ``busy_timeout_ms`` < 0, or a DSN
+                without an ``agent_id``.
         """
         if max_batch < 1:
             raise ConfigError(f"audit max_batch must be at least 1, not {max_batch}")
@@ -97,24 +110,31 @@ class AuditLog:
         self._path = path
         self._max_batch = max_batch
         self._linger = max(0.0, linger_ms) / 1000.0
-        self._writer = SqliteChainWriter(
-            path, busy_timeout_ms=busy_timeout_ms, synchronous=sync.upper()
-        )
+        self._writer: ChainWriter
+        if isinstance(path, PostgresDsn):
+            if not agent_id:
+                raise ConfigError("an audit log in PostgreSQL needs the agent id of its chain")
+            self._writer = PostgresChainWriter(path, agent_id)
+        else:
+            self._writer = SqliteChainWriter(
+                path, busy_timeout_ms=busy_timeout_ms, synchronous=sync.upper()
+            )
+        self._retry_in = _FIRST_RETRY_SECONDS
         self._checkpoints = checkpoints
         self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._urgent = threading.Event()
         self._state = _State.NEW
         # One flag read on the hot path instead of a state comparison.
         self._accepting = False
-        self._why = f"audit log {path}: not started"
+        self._why = f"{self._writer.where}: not started"
         self._cause: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._stopped: asyncio.Future[None] | None = None
         self.batches_committed = 0
 
     @property
-    def path(self) -> Path:
-        """The SQLite file of this log."""
+    def path(self) -> Path | PostgresDsn:
+        """The SQLite file or PostgreSQL database of this log."""
         return self._path
 
     @property
@@ -130,7 +150,7 @@ class AuditLog:
                 names the path and why), or the log was already started.
         """
         if self._state is not _State.NEW:
-            raise AuditUnavailable(f"audit log {self._path}: already started")
+            raise AuditUnavailable(f"{self._writer.where}: already started")
         loop = asyncio.get_running_loop()
         opened: asyncio.Future[None] = loop.create_future()
         self._stopped = loop.create_future()
@@ -140,6 +160,9 @@ class AuditLog:
         self._thread.start()
         try:
             await opened
+        except ConfigError:
+            self._state = _State.FAILED
+            raise
         except AuditUnavailable as err:
             self._state, self._why, self._cause = _State.FAILED, err.message, err.__cause__
             raise
@@ -153,7 +176,7 @@ class AuditLog:
         """
         self._accepting = False
         if self._state in (_State.NEW, _State.OPEN):
-            self._state, self._why = _State.CLOSED, f"audit log {self._path}: closed"
+            self._state, self._why = _State.CLOSED, f"{self._writer.where}: closed"
         if self._stopped is None or self._stopped.done():
             return
         self._queue.put(_STOP)
@@ -208,7 +231,7 @@ class AuditLog:
             self._writer.open()
             if self._checkpoints is not None:
                 self._checkpoints.open()
-        except AuditUnavailable as err:
+        except (AuditUnavailable, ConfigError) as err:
             self._writer.close()
             failure = err  # ``err`` is unbound when the except block ends
             _settle([opened], lambda: failure)
@@ -236,6 +259,8 @@ class AuditLog:
                 try:
                     items = [self._queue.get(timeout=self._idle_wait())]
                 except queue.Empty:
+                    if self._state is _State.FAILED:
+                        self._try_recover()
                     self._checkpoint()
                     continue
             self._gather(items, linger=not stopping)
@@ -249,9 +274,28 @@ class AuditLog:
 
     def _idle_wait(self) -> float | None:
         """How long the idle writer may block on the queue (None: until a record comes)."""
-        if self._checkpoints is None or self._state is _State.FAILED:
+        if self._state is _State.FAILED:
+            return self._retry_in if self._writer.recoverable else None
+        if self._checkpoints is None:
             return None
         return self._checkpoints.seconds_until_due(self._writer.count)
+
+    def _try_recover(self) -> None:
+        """Reopen a recoverable writer after a failure; on success the log accepts again."""
+        if not self._writer.recoverable:
+            return
+        self._writer.close()
+        try:
+            self._writer.open()
+        except (AuditUnavailable, ConfigError) as err:
+            self._retry_in = min(self._retry_in * 2, _MAX_RETRY_SECONDS)
+            _log.debug("audit log still unavailable: %s", err)
+            return
+        self._retry_in = _FIRST_RETRY_SECONDS
+        if self._state is _State.FAILED:
+            _log.warning("audit log recovered: %s is reachable again", self._writer.where)
+            self._state, self._cause = _State.OPEN, None
+            self._accepting = True
 
     def _checkpoint(self, *, final: bool = False) -> None:
         """Checkpoint the committed head if one is due; a failure fails the log closed."""

@@ -78,6 +78,11 @@ def _row(entry: KeyEntry) -> str:
 def _resolve(args: argparse.Namespace) -> int:
     config = load_agent_config(args.config)
     ident = (args.peer, args.capability, args.key)
+    if not isinstance(config.audit_db, Path) or config.state_db is not None:
+        raise ConfigError(
+            "idempotency resolve/release works on SQLite state only; with PostgreSQL "
+            "update the idempotency table's in_doubt row (see README 'Beyond one machine')"
+        )
     if args.done:
         if args.output_json is None:
             raise ConfigError("--done needs --output-json '{...}': the outcome you observed")

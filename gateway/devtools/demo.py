@@ -26,6 +26,7 @@ from gateway.devtools.demo_plan import (
 )
 from gateway.devtools.pki import init_ca, issue
 from gateway.errors import GatewayError
+from gateway.postgres.dsn import PostgresDsn
 from gateway.transport.client import PeerClient
 from gateway.transport.tls import TlsMaterial
 from policies.grants import PolicyDocument
@@ -254,6 +255,7 @@ async def _script(scene: _Scene) -> None:
     await scene.call("bob", "carol", "kv.get", {"key": "k"}, expect="UNKNOWN_PEER")
 
 
-def _show_audit(db: Path) -> None:
-    print(f"\nRefusals in alice's audit log ({db.name}; no payload content is stored):")
+def _show_audit(db: Path | PostgresDsn) -> None:
+    name = db.name if isinstance(db, Path) else str(db)
+    print(f"\nRefusals in alice's audit log ({name}; no payload content is stored):")
     print(format_table(query_records(db, refusals_only=True)))
