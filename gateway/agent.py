@@ -18,7 +18,9 @@ from gateway.config import AgentConfig
 from gateway.errors import AgentConfigError, StateUnavailable
 from gateway.inbound.idempotency import IdempotencyStore
 from gateway.inbound.invoke_handler import InvokeHandler
-from gateway.inbound.replay import ReplayGuard
+from gateway.inbound.pg_idempotency import PostgresIdempotencyStore
+from gateway.inbound.pg_replay import PostgresReplayWindow
+from gateway.inbound.replay import ReplayGuard, ReplayWindow
 from gateway.outbound.router import Router
 from gateway.outbound.upstream_capabilities import register_upstreams
 from gateway.plans.checks import PlanLimits
@@ -28,6 +30,7 @@ from gateway.plans.planner import Planner, RerouteOrStop
 from gateway.plans.runner import TaskRunner
 from gateway.plans.store import SqliteTaskStore
 from gateway.plans.task import TaskResult
+from gateway.postgres.dsn import PostgresDsn
 from gateway.transport.a2a import A2AServicer, A2ATaskStore
 from gateway.transport.a2a.upstream_client import UpstreamClient
 from gateway.transport.client import PeerClient
@@ -78,7 +81,15 @@ class Agent:
             sync=config.audit_sync,
             checkpoints=self._checkpointer(),
         )
-        self.idempotency = IdempotencyStore(config.idempotency_store)
+        self.idempotency: IdempotencyStore
+        self.replay: ReplayWindow
+        if isinstance(config.state_db, PostgresDsn):
+            # Shared by every replica of this agent id (see README "Beyond one machine").
+            self.idempotency = PostgresIdempotencyStore(config.state_db, config.id)
+            self.replay = PostgresReplayWindow(config.state_db, config.id)
+        else:
+            self.idempotency = IdempotencyStore(config.idempotency_store)
+            self.replay = ReplayGuard()
         self._clients: dict[str, PeerClient] = {}
         self.router = Router(
             registry=self.registry,
@@ -86,7 +97,6 @@ class Agent:
             peers=[peer.id for peer in config.peers],
             client_for=self.client,
         )
-        self.replay = ReplayGuard()
         self.handler = InvokeHandler(
             registry=self.registry,
             policies=self.policies,
@@ -164,6 +174,8 @@ class Agent:
     def _remember_recent_request_ids(self) -> None:
         # A restart must not reopen the replay window: reload the ids of calls
         # that got past the policy (the ones ReplayGuard records) from the log.
+        if self.replay.shared:
+            return  # the window outlives the process in the shared table
         window = self.replay.window_seconds
         now_ms = time.time() * 1000
         records = query_records(
@@ -204,6 +216,7 @@ class Agent:
             await upstream.close()
         await self.audit.close()
         self.idempotency.close()
+        self.replay.close()
         self.task_store.close()
         self.a2a_tasks.close()
 

@@ -67,3 +67,12 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
 def pg_dsn(postgres_cluster: PostgresCluster) -> str:
     """A DSN of a fresh, empty database on the session's cluster."""
     return postgres_cluster.fresh_database()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def stores(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Each state backend in turn: {} keeps SQLite; PostgreSQL puts audit and state in one DSN."""
+    if request.param == "sqlite":
+        return {}
+    dsn: str = request.getfixturevalue("pg_dsn")
+    return {"audit_db": dsn, "state_db": dsn}

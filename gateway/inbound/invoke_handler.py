@@ -26,7 +26,7 @@ from gateway.errors import Cancelled, DeadlineExceeded, GatewayError, OutputTooL
 from gateway.inbound.call import REQUEST_ID, InvokeCall, deadline_from
 from gateway.inbound.idempotency import IdempotencyStore, StoredAnswer
 from gateway.inbound.pipeline import DecisionPipeline, Inbound, peer_id_from_cert
-from gateway.inbound.replay import ReplayGuard
+from gateway.inbound.replay import ReplayGuard, ReplayWindow
 from policies.decisions import Admission, visible_capabilities
 from policies.grants import PeerGrant
 from policies.store import PolicyStore
@@ -87,7 +87,7 @@ class InvokeHandler:
         audit: AuditLog,
         idempotency: IdempotencyStore,
         bind_peer_call: PeerCallBinder | None = None,
-        replay: ReplayGuard | None = None,
+        replay: ReplayWindow | None = None,
     ) -> None:
         self._registry = registry
         self._audit = audit
@@ -166,7 +166,7 @@ class InvokeHandler:
         started = time.perf_counter()
         inbound = Inbound(call)
         try:
-            self.pipeline.admit_call(inbound)
+            await self.pipeline.admit_call(inbound)
         except GatewayError as err:
             await self._audit.record_durable(
                 self._record(call, inbound.peer_id, "", "refuse", err.reason, started, err.detail)

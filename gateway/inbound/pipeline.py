@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -45,7 +45,7 @@ from gateway.errors import (
     Unauthenticated,
 )
 from gateway.inbound.call import REQUEST_ID, InvokeCall
-from gateway.inbound.replay import ReplayGuard
+from gateway.inbound.replay import ReplayWindow
 from policies.decisions import (
     POLICY_STEPS,
     Admission,
@@ -84,7 +84,8 @@ class Inbound:
         return self.query.admission()
 
 
-Check = Callable[["DecisionPipeline", Inbound], None]
+Check = Callable[["DecisionPipeline", Inbound], Awaitable[None] | None]
+"""A check raises its refusal; one that asks shared state (the replay window) is async."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,21 +129,23 @@ class DecisionPipeline:
         registry: CapabilityRegistry,
         policies: PolicyStore,
         audit: AuditLog,
-        replay: ReplayGuard,
+        replay: ReplayWindow,
     ) -> None:
         self._registry = registry
         self._policies = policies
         self._audit = audit
         self._replay = replay
 
-    def admit_call(self, inbound: Inbound) -> None:
+    async def admit_call(self, inbound: Inbound) -> None:
         """Every check, in order, filling in ``inbound``; raises the first refusal.
 
         On a refusal ``inbound`` keeps what the checks before it learnt (the
         caller's identity, for the audit record).
         """
         for check in CALL_CHECKS:
-            check.run(self, inbound)
+            pending = check.run(self, inbound)
+            if pending is not None:
+                await pending
 
     def admit_describe(self, inbound: Inbound) -> None:
         """The Describe prefix (audit, identity, known peer, live grant), like ``admit_call``."""
@@ -198,9 +201,9 @@ class DecisionPipeline:
         except VersionSyntaxError as err:
             raise InvalidRequest(f"version constraint: {err}") from err
 
-    def first_sighting(self, inbound: Inbound) -> None:
-        """The request id is new from this peer (replay window)."""
-        if not self._replay.first_sighting(inbound.peer_id, inbound.call.request_id):
+    async def first_sighting(self, inbound: Inbound) -> None:
+        """The request id is new from this peer (replay window, shared by replicas if so set)."""
+        if not await self._replay.first_seen(inbound.peer_id, inbound.call.request_id):
             raise ReplayedRequest("this request id was already used by this peer")
 
     def valid_input(self, inbound: Inbound) -> None:
