@@ -121,6 +121,7 @@ class AuditLog:
             )
         self._retry_in = _FIRST_RETRY_SECONDS
         self._checkpoints = checkpoints
+        self._unwritten: list[dict[str, object]] = []
         self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._urgent = threading.Event()
         self._state = _State.NEW
@@ -292,6 +293,14 @@ class AuditLog:
             _log.debug("audit log still unavailable: %s", err)
             return
         self._retry_in = _FIRST_RETRY_SECONDS
+        if self._unwritten:
+            try:
+                self._writer.append(self._unwritten)
+            except AuditUnavailable as err:
+                _log.debug("audit log still unavailable: %s", err)
+                return
+            self._unwritten = []
+            self.batches_committed += 1
         if self._state is _State.FAILED:
             _log.warning("audit log recovered: %s is reachable again", self._writer.where)
             self._state, self._cause = _State.OPEN, None
@@ -325,6 +334,7 @@ class AuditLog:
     def _write_batch(self, items: list[_Item]) -> None:
         """Commit the batch's records in one transaction, then settle its waiters."""
         records: list[dict[str, object]] = []
+        plain: list[dict[str, object]] = []  # records nobody waits on: their calls went ahead
         waiters: list[_Waiter] = []
         for item in items:
             if isinstance(item, _Stop):
@@ -333,6 +343,8 @@ class AuditLog:
             if rec is not None:
                 try:
                     records.append(checked_fields(rec))
+                    if waiter is None:
+                        plain.append(records[-1])
                 except (TypeError, ValueError) as err:
                     # One caller's bad record must not fail the log for everyone.
                     _log.error("audit record rejected: %s", err)
@@ -348,6 +360,10 @@ class AuditLog:
                 self.batches_committed += 1
             except AuditUnavailable as err:
                 self._fail(err.message, err.__cause__)
+                if self._writer.recoverable:
+                    # Outcomes of calls that already ran: written first after recovery.
+                    # (Refused callers were told; their records are not written later.)
+                    self._unwritten.extend(plain)
         _settle(waiters, self._error if self._state is _State.FAILED else None)
 
     def _fail(self, why: str, cause: BaseException | None) -> None:
