@@ -26,9 +26,10 @@ from gateway.outbound.upstream_capabilities import register_upstreams
 from gateway.plans.checks import PlanLimits
 from gateway.plans.executor import EventSink, ExecutorParts
 from gateway.plans.model import Plan
+from gateway.plans.pg_store import PostgresTaskStore
 from gateway.plans.planner import Planner, RerouteOrStop
 from gateway.plans.runner import TaskRunner
-from gateway.plans.store import SqliteTaskStore
+from gateway.plans.store import SqliteTaskStore, TaskStore
 from gateway.plans.task import TaskResult
 from gateway.postgres.dsn import PostgresDsn
 from gateway.transport.a2a import A2AServicer, A2ATaskStore
@@ -114,7 +115,11 @@ class Agent:
                 config.id, self.handler, self.a2a_tasks, self.registry, lambda: self.address
             ),
         )
-        self.task_store = SqliteTaskStore(config.state_dir / "tasks.sqlite")
+        self.task_store: TaskStore = (
+            PostgresTaskStore(config.state_db, config.id)
+            if isinstance(config.state_db, PostgresDsn)
+            else SqliteTaskStore(config.state_dir / "tasks.sqlite")
+        )
         self.plans = TaskRunner(
             ExecutorParts(
                 agent_id=config.id,
