@@ -44,6 +44,7 @@ _log = logging.getLogger(__name__)
 # Refusals that happen after the replay check, so their request ids count as used.
 _REMEMBERED_REFUSALS = frozenset({"INVALID_INPUT", "DEADLINE_EXCEEDED"})
 _PURGE_EVERY_SECONDS = 3600.0
+_HEALTH_EVERY_SECONDS = 0.5
 
 
 class Agent:
@@ -132,6 +133,7 @@ class Agent:
         )
         self._watcher: asyncio.Task[None] | None = None
         self._purger: asyncio.Task[None] | None = None
+        self._health_reporter: asyncio.Task[None] | None = None
         self.port = 0
 
     def _checkpointer(self) -> Checkpointer | None:
@@ -160,7 +162,18 @@ class Agent:
         if watch_policy:
             self._watcher = asyncio.create_task(self.policies.watch())
         self._purger = asyncio.create_task(self._purge_periodically())
+        self._health_reporter = asyncio.create_task(self._report_health())
         return self.port
+
+    async def _report_health(self) -> None:
+        # Health follows the audit log both ways: a database that went away makes the
+        # agent NOT_SERVING (it refuses all work), and SERVING again once it reconnects.
+        serving = True
+        while True:
+            await asyncio.sleep(_HEALTH_EVERY_SECONDS)
+            if self.audit.healthy != serving:
+                serving = self.audit.healthy
+                await self._server.set_serving(serving)
 
     async def _purge_idempotency_keys(self) -> None:
         retention = self.config.idempotency_retention
@@ -207,7 +220,7 @@ class Agent:
         Running tasks are interrupted, not ended: they stay resumable.
         """
         await self.plans.shutdown()
-        for task in (self._watcher, self._purger):
+        for task in (self._watcher, self._purger, self._health_reporter):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

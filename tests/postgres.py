@@ -49,6 +49,7 @@ class PostgresCluster:
     root: Path
     port: int
     as_user: list[str]
+    fsync: bool = False
 
     def dsn(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
@@ -62,7 +63,9 @@ class PostgresCluster:
         )
 
     def start(self) -> None:
-        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off"
+        # Tests run without fsync (faster, nothing to lose); benchmarks keep it on.
+        durability = "" if self.fsync else " -c fsync=off"
+        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root}{durability}"
         self._ctl("-w", "-l", str(self.root / "server.log"), "-o", options, "start")
 
     def stop(self) -> None:
@@ -77,7 +80,7 @@ class PostgresCluster:
         return self.dsn(name)
 
 
-def start_cluster() -> PostgresCluster | None:
+def start_cluster(*, fsync: bool = False) -> PostgresCluster | None:
     """initdb + start a cluster in a fresh temp dir; None if no PostgreSQL is installed."""
     bin_dir = find_bin_dir()
     if bin_dir is None:
@@ -94,7 +97,7 @@ def start_cluster() -> PostgresCluster | None:
         capture_output=True,
         timeout=120,
     )
-    cluster = PostgresCluster(bin_dir, data, root, _free_port(), as_user)
+    cluster = PostgresCluster(bin_dir, data, root, _free_port(), as_user, fsync)
     cluster.start()
     return cluster
 

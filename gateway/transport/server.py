@@ -152,6 +152,16 @@ class GatewayServer:
         _log.info("serving %s on port %d", ", ".join(self._services), port)
         return port
 
+    async def set_serving(self, serving: bool) -> None:
+        """Report every service SERVING or NOT_SERVING (e.g. while the audit log cannot record)."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for service in ("", *self._services):
+            await self._health.set(service, status)
+
     async def stop(self, grace: float = 5.0) -> None:
         """Stop accepting calls; let in-flight calls finish for up to ``grace`` seconds."""
         started = time.monotonic()

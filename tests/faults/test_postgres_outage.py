@@ -5,15 +5,39 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from grpc import aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from capabilities.registry import CapabilityRegistry
+from gateway.agent import Agent
 from gateway.audit import query_records, verify_chain
 from gateway.errors import GatewayError
 from gateway.postgres.dsn import PostgresDsn
 from gateway.transport.client import PeerClient
+from gateway.transport.tls import channel_options
 from tests.postgres import PostgresCluster
 from tests.support import Pki, WriteCounter, agent_config, grant, started, write_policy
 
 _REFUSED_WHILE_DOWN = {"AUDIT_UNAVAILABLE", "STATE_UNAVAILABLE"}
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+async def _health_becomes(pki: Pki, agent: Agent, wanted: int) -> int:
+    """Poll the agent's gRPC health (bounded) until it reports ``wanted``; returns the last."""
+    tls = pki.material("bob")
+    async with aio.secure_channel(
+        agent.address, tls.channel_credentials(), options=channel_options(agent.config.id)
+    ) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        status = -1
+        for _ in range(120):
+            reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+            status = reply.status
+            if status == wanted:
+                break
+            await asyncio.sleep(0.25)
+        return status
 
 
 async def test_database_outage_fails_closed_and_recovers(
@@ -44,6 +68,7 @@ async def test_database_outage_fails_closed_and_recovers(
                 assert reasons <= _REFUSED_WHILE_DOWN, reasons
                 assert counter.calls == 20  # nothing ran that the log could not show
                 assert not agent.audit.healthy
+                assert await _health_becomes(pki, agent, _NOT_SERVING) == _NOT_SERVING
             finally:
                 postgres_cluster.start()
 
@@ -57,6 +82,7 @@ async def test_database_outage_fails_closed_and_recovers(
                     await asyncio.sleep(0.25)
             assert counter.calls == 21
             assert agent.audit.healthy
+            assert await _health_becomes(pki, agent, _SERVING) == _SERVING
     finally:
         await agent.stop()
     dsn = PostgresDsn(pg_dsn)
