@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from gateway.audit import AuditLog, AuditRecord
+from gateway.audit.pg_read import verify_agent_chains
 from gateway.cli.main import main
 from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.migrations import LATEST_VERSION
@@ -87,3 +88,17 @@ async def test_audit_verify_checks_every_chain(
     assert f"{ALICE}: seq 1: deleted" in captured.out
     assert f"{BOB}: chain intact (1 records)" in captured.out
     assert main(["audit", "verify", "--db", pg_dsn, "--agent", BOB]) == 0
+
+
+async def test_demo_runs_on_postgres_twice_in_one_database(
+    pg_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gateway.devtools.demo import run_demo
+
+    for _ in range(2):  # the second run shares the database with the first
+        assert await run_demo(pg_dsn) == 0
+    out = capsys.readouterr().out
+    assert out.count("audit chain of alice: intact") == 2
+    reports = verify_agent_chains(PostgresDsn(pg_dsn))
+    assert sorted(reports) == [f"spiffe://demo.a2agw/agent/{n}" for n in ("alice", "bob", "carol")]
+    assert all(report.ok for report in reports.values())
