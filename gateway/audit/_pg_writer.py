@@ -109,6 +109,20 @@ class PostgresChainWriter(ChainWriter):
             raise AuditUnavailable(f"{self.where}: commit failed: {_why(err)}") from err
         self.count, self.last_hash = seq, prev
 
+    def probe(self) -> None:
+        """One round trip on the writer's connection.
+
+        Raises:
+            AuditUnavailable: The server cannot be reached.
+        """
+        conn = self._conn
+        if conn is None:
+            raise AuditUnavailable(f"{self.where}: not connected")
+        try:
+            conn.execute("SELECT 1")
+        except psycopg.Error as err:
+            raise AuditUnavailable(f"{self.where}: unreachable: {_why(err)}") from err
+
     def close(self) -> None:
         """Close the connection (idempotent)."""
         if self._conn is not None:

@@ -52,6 +52,10 @@ class ChainWriter(ABC):
     def close(self) -> None:
         """Release the store (idempotent)."""
 
+    def probe(self) -> None:
+        """Check the store is reachable; AuditUnavailable if not (a local file always is)."""
+        return None
+
 
 class SqliteChainWriter(ChainWriter):
     """The chain of one agent in one SQLite (WAL) file."""

@@ -51,6 +51,7 @@ _Item = tuple[AuditRecord | None, _Waiter | None] | _Stop
 _ErrorFactory = Callable[[], BaseException]
 _FIRST_RETRY_SECONDS = 0.2
 _MAX_RETRY_SECONDS = 5.0
+_PROBE_SECONDS = 2.0
 
 
 class _State(Enum):
@@ -262,6 +263,8 @@ class AuditLog:
                 except queue.Empty:
                     if self._state is _State.FAILED:
                         self._try_recover()
+                    else:
+                        self._probe()
                     self._checkpoint()
                     continue
             self._gather(items, linger=not stopping)
@@ -277,9 +280,21 @@ class AuditLog:
         """How long the idle writer may block on the queue (None: until a record comes)."""
         if self._state is _State.FAILED:
             return self._retry_in if self._writer.recoverable else None
+        probe = _PROBE_SECONDS if self._writer.recoverable else None
         if self._checkpoints is None:
-            return None
-        return self._checkpoints.seconds_until_due(self._writer.count)
+            return probe
+        due = self._checkpoints.seconds_until_due(self._writer.count)
+        return due if probe is None or (due is not None and due < probe) else probe
+
+    def _probe(self) -> None:
+        """While idle, check a remote store is still there: health then turns
+        NOT_SERVING before the next call, not only when a commit fails."""
+        if not self._writer.recoverable or self._state is not _State.OPEN:
+            return
+        try:
+            self._writer.probe()
+        except AuditUnavailable as err:
+            self._fail(err.message, err.__cause__)
 
     def _try_recover(self) -> None:
         """Reopen a recoverable writer after a failure; on success the log accepts again."""

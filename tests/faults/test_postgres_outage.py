@@ -92,3 +92,26 @@ async def test_database_outage_fails_closed_and_recovers(
     # queued when the database went away are written after it came back).
     assert reasons.count("ADMITTED") == reasons.count("OK") == 21
     assert set(reasons) - {"ADMITTED", "OK"} <= _REFUSED_WHILE_DOWN
+
+
+async def test_an_idle_agent_reports_the_outage_and_the_recovery(
+    pki: Pki, tmp_path: Path, postgres_cluster: PostgresCluster, pg_dsn: str
+) -> None:
+    policy = write_policy(tmp_path / "policy.toml", [grant("bob", ["text.echo"])])
+    stores = {"audit_db": pg_dsn, "state_db": pg_dsn}
+    agent = await started(agent_config(pki, tmp_path, "alice", policy, stores=stores))
+    try:
+        postgres_cluster.stop()
+        try:
+            # No call needed: the idle writer's probe notices, so a balancer can
+            # take this replica out before traffic reaches it.
+            assert await _health_becomes(pki, agent, _NOT_SERVING) == _NOT_SERVING
+            assert not agent.audit.healthy
+        finally:
+            postgres_cluster.start()
+        assert await _health_becomes(pki, agent, _SERVING) == _SERVING
+        async with PeerClient(agent.config.id, agent.address, pki.material("bob")) as bob:
+            echoed = await bob.invoke("text.echo", {"text": "back"})
+        assert echoed.output() == {"text": "back"}
+    finally:
+        await agent.stop()
