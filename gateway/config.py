@@ -110,7 +110,8 @@ class AuditCheckpoints(_Frozen):
             a rewritten chain head goes unnoticed by ``audit verify``.
         every_records: Checkpoint after this many records since the last one.
         every_seconds: ...or after this long with records not yet covered.
-        file: Append-only JSONL file; default ``<audit_db>.checkpoints.jsonl``.
+        file: Append-only JSONL file; default ``<audit_db>.checkpoints.jsonl``
+            (``<state_dir>/audit.checkpoints.jsonl`` when ``audit_db`` is a DSN).
     """
 
     enabled: bool = True

@@ -135,3 +135,27 @@ def verify_agent_chains(dsn: PostgresDsn, agent: str | None = None) -> dict[str,
     finally:
         conn.close()
     return reports
+
+
+def chain_hashes_at(dsn: PostgresDsn, agent: str, seqs: list[int]) -> tuple[int, dict[int, str]]:
+    """The last seq of ``agent``'s chain and its record hashes at ``seqs`` (one snapshot).
+
+    Raises:
+        ConfigError: The database cannot be read.
+    """
+    conn = _connect(dsn)
+    try:
+        with conn.transaction():
+            row = conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM audit_records WHERE agent_id = %s", (agent,)
+            ).fetchone()
+            found = conn.execute(
+                "SELECT seq, record_hash FROM audit_records WHERE agent_id = %s AND seq = ANY(%s)",
+                (agent, seqs),
+            ).fetchall()
+    except psycopg.Error as err:
+        raise ConfigError(f"audit database {dsn}: cannot read: {err}") from err
+    finally:
+        conn.close()
+    last = int(str(row[0])) if row else 0
+    return last, {int(str(seq)): str(digest) for seq, digest in found}

@@ -105,8 +105,7 @@ def _store_location(text: str) -> Path | PostgresDsn:
 
 
 def _audit_verify_agents(args: argparse.Namespace) -> int:
-    if args.checkpoints is not None or args.config is not None:
-        raise ConfigError("audit verify: checkpoints are checked against SQLite logs only")
+    checkpoints, cert = _checkpoint_sources(args)
     reports = verify_agent_chains(args.db, args.agent)
     broken = 0
     for agent, report in reports.items():
@@ -119,7 +118,14 @@ def _audit_verify_agents(args: argparse.Namespace) -> int:
             print(f"{shown}: seq {problem.seq}: {problem.kind}: {problem.message}")
         print(f"{shown}: chain BROKEN ({len(report.problems)} problem(s))", file=sys.stderr)
     print(f"{args.db}: {len(reports)} chain(s), {broken} broken")
-    return 1 if broken else 0
+    if checkpoints is None or cert is None:
+        return 1 if broken else 0
+    # The certificate names the agent whose chain the checkpoints sign.
+    checked = verify_checkpoints(args.db, checkpoints, load_pem_file(cert, "certificate"))
+    for problem in checked.problems:
+        print(f"{checkpoints}: seq {problem.seq}: {problem.kind}: {problem.message}")
+    print(f"{checkpoints}: {checked.valid} of {checked.checkpoints} checkpoints valid")
+    return 1 if broken or not checked.ok else 0
 
 
 def _audit_agents(args: argparse.Namespace) -> int:

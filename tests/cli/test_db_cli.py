@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -11,8 +12,12 @@ import pytest
 from gateway.audit import AuditLog, AuditRecord
 from gateway.audit.pg_read import verify_agent_chains
 from gateway.cli.main import main
+from gateway.config import load_agent_config
 from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.migrations import LATEST_VERSION
+from gateway.transport.client import PeerClient
+from tests.agent_process import write_agent_toml
+from tests.support import Pki, grant, started, write_policy
 
 ALICE = "spiffe://example.org/agent/alice"
 BOB = "spiffe://example.org/agent/bob"
@@ -102,3 +107,44 @@ async def test_demo_runs_on_postgres_twice_in_one_database(
     reports = verify_agent_chains(PostgresDsn(pg_dsn))
     assert sorted(reports) == [f"spiffe://demo.a2agw/agent/{n}" for n in ("alice", "bob", "carol")]
     assert all(report.ok for report in reports.values())
+
+
+async def test_checkpoints_catch_a_cut_tail_with_a_rewritten_head_in_postgres(
+    pki: Pki, tmp_path: Path, pg_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = write_policy(tmp_path / "policy.toml", [grant("bob", ["text.echo"])])
+    toml = write_agent_toml(
+        tmp_path / "alice.toml",
+        pki,
+        "alice",
+        listen="127.0.0.1:0",
+        policy=policy,
+        audit_db=pg_dsn,
+        state_dir=tmp_path / "alice-state",
+        state_db=pg_dsn,
+    )
+    toml.write_text(toml.read_text() + "\n[audit_checkpoints]\nevery_records = 5\n")
+    agent = await started(load_agent_config(toml))
+    try:
+        async with PeerClient(agent.config.id, agent.address, pki.material("bob")) as bob:
+            for n in range(12):
+                await bob.invoke("text.echo", {"text": f"{n}"})
+                await agent.audit.flush()  # one commit each: checkpoints at 5 and 10
+    finally:
+        await agent.stop()
+    assert main(["audit", "verify", "--db", pg_dsn, "--config", str(toml)]) == 0
+    assert "checkpoints valid" in capsys.readouterr().out
+
+    alice = agent.config.id
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # cut after 7, head rewritten
+        conn.execute("DELETE FROM audit_records WHERE agent_id = %s AND seq > 7", (alice,))
+        conn.execute(
+            "UPDATE audit_heads SET count = 7, last_hash = (SELECT record_hash FROM "
+            "audit_records WHERE agent_id = %s AND seq = 7) WHERE agent_id = %s",
+            (alice, alice),
+        )
+
+    assert main(["audit", "verify", "--db", pg_dsn, "--config", str(toml)]) == 1
+    out = capsys.readouterr().out
+    assert f"{alice}: chain intact (7 records)" in out  # the chain alone cannot tell
+    assert "ends_before_checkpoint" in out
