@@ -42,6 +42,9 @@ class PostgresIdempotencyStore(IdempotencyStore):
     """``IdempotencyStore`` whose rows live in the shared ``idempotency`` table."""
 
     def __init__(self, dsn: PostgresDsn, agent_id: str) -> None:
+        # Not super().__init__: that opens the SQLite file. What is inherited is the
+        # in-process coordination (concurrent duplicates wait for the first); the
+        # row operations below replace the SQLite ones.
         self._path = dsn  # type: ignore[assignment]  # only ever shown in messages
         self._agent = agent_id
         self._owner = new_owner_id()
