@@ -24,16 +24,20 @@ from gateway.inbound.idempotency import IdempotencyStore
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.limit_audit import DEFAULT_INTERVAL_SECONDS, LimitRefusalLog
 from gateway.inbound.limits import CallLimits, LimitStats, limit_refusal_counts
-from gateway.inbound.replay import ReplayGuard
+from gateway.inbound.pg_idempotency import PostgresIdempotencyStore
+from gateway.inbound.pg_replay import PostgresReplayWindow
+from gateway.inbound.replay import ReplayGuard, ReplayWindow
 from gateway.outbound.router import Router
 from gateway.outbound.upstream_capabilities import register_upstreams
 from gateway.plans.checks import PlanLimits
 from gateway.plans.executor import EventSink, ExecutorParts
 from gateway.plans.model import Plan
+from gateway.plans.pg_store import PostgresTaskStore
 from gateway.plans.planner import Planner, RerouteOrStop
 from gateway.plans.runner import TaskRunner
-from gateway.plans.store import SqliteTaskStore
+from gateway.plans.store import SqliteTaskStore, TaskStore
 from gateway.plans.task import TaskResult
+from gateway.postgres.dsn import PostgresDsn
 from gateway.telemetry import Telemetry
 from gateway.transport.a2a import A2AServicer, A2ATaskStore
 from gateway.transport.a2a.upstream_client import UpstreamClient
@@ -88,12 +92,21 @@ class Agent:
         self._checkpoints = self._checkpointer()
         self.audit = AuditLog(
             config.audit_db,
+            agent_id=config.id,
             sync=config.audit_sync,
             checkpoints=self._checkpoints,
             retry_seconds=config.audit_retry_seconds,
             observer=self.telemetry.metrics if self.telemetry.metrics.enabled else None,
         )
-        self.idempotency = IdempotencyStore(config.idempotency_store)
+        self.idempotency: IdempotencyStore
+        self.replay: ReplayWindow
+        if isinstance(config.state_db, PostgresDsn):
+            # Shared by every replica of this agent id (see README "Beyond one machine").
+            self.idempotency = PostgresIdempotencyStore(config.state_db, config.id)
+            self.replay = PostgresReplayWindow(config.state_db, config.id)
+        else:
+            self.idempotency = IdempotencyStore(config.idempotency_store)
+            self.replay = ReplayGuard()
         self._clients: dict[str, PeerClient] = {}
         self.router = Router(
             registry=self.registry,
@@ -101,7 +114,6 @@ class Agent:
             peers=[peer.id for peer in config.peers],
             client_for=self.client,
         )
-        self.replay = ReplayGuard()
         self.handler = InvokeHandler(
             registry=self.registry,
             policies=self.policies,
@@ -134,7 +146,11 @@ class Agent:
         """Keeps the gRPC health status true (see gateway.transport.health)."""
         self.audit.add_health_listener(lambda _healthy: self.health.poke())
         self._observe_components()
-        self.task_store = SqliteTaskStore(config.state_dir / "tasks.sqlite")
+        self.task_store: TaskStore = (
+            PostgresTaskStore(config.state_db, config.id)
+            if isinstance(config.state_db, PostgresDsn)
+            else SqliteTaskStore(config.state_dir / "tasks.sqlite")
+        )
         self.plans = TaskRunner(
             ExecutorParts(
                 agent_id=config.id,
@@ -294,10 +310,15 @@ class Agent:
     def _remember_recent_request_ids(self) -> None:
         # A restart must not reopen the replay window: reload the ids of calls
         # that got past the policy (the ones ReplayGuard records) from the log.
+        if self.replay.shared:
+            return  # the window outlives the process in the shared table
         window = self.replay.window_seconds
         now_ms = time.time() * 1000
         records = query_records(
-            self.config.audit_db, since=timedelta(seconds=window), limit=self.replay.max_entries
+            self.config.audit_db,
+            agent=self.config.id,
+            since=timedelta(seconds=window),
+            limit=self.replay.max_entries,
         )
         self.replay.preload(
             (r.peer_id, r.request_id, (now_ms - r.time_unix_ms) / 1000)
@@ -342,6 +363,7 @@ class Agent:
             await upstream.close()
         await self.audit.close()
         self.idempotency.close()
+        self.replay.close()
         self.task_store.close()
         self.a2a_tasks.close()
         await self.telemetry.stop()

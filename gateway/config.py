@@ -76,6 +76,7 @@ from capabilities.contract import CapabilityName, Risk
 from capabilities.schema_models import SchemaNotSupported, contract_model
 from capabilities.versions import Version, VersionSyntaxError
 from gateway.errors import AgentConfigError
+from gateway.postgres.dsn import PostgresDsn, StoreLocation
 from policies.identity import SpiffeId
 from policies.policy_file import parse_toml_model, read_text
 
@@ -129,7 +130,8 @@ class AuditCheckpoints(_Frozen):
             a rewritten chain head goes unnoticed by ``audit verify``.
         every_records: Checkpoint after this many records since the last one.
         every_seconds: ...or after this long with records not yet covered.
-        file: Append-only JSONL file; default ``<audit_db>.checkpoints.jsonl``.
+        file: Append-only JSONL file; default ``<audit_db>.checkpoints.jsonl``
+            (``<state_dir>/audit.checkpoints.jsonl`` when ``audit_db`` is a DSN).
     """
 
     enabled: bool = True
@@ -356,12 +358,17 @@ class AgentConfig(_Frozen):
         listen: Address to serve on, e.g. ``127.0.0.1:7001`` (port 0 picks one).
         tls: Certificate files.
         policy: Policy file (grants and outbound rules).
-        audit_db: SQLite file of the audit log.
+        audit_db: SQLite file of the audit log, or a PostgreSQL DSN
+            (``postgresql://...``): one table shared by many agents, one hash
+            chain per agent id.
         audit_sync: ``full`` (default): every audit commit is fsynced, so a
             refusal's record survives power loss before the caller hears of
             it. ``normal``: it survives a crash of the agent process but not
             of the machine; refusals then cost about as much as allowed calls.
         state_dir: Folder for durable state (idempotency records, built-in stores).
+        state_db: Where tasks, idempotency keys and the replay window live:
+            unset (default) keeps SQLite files under ``state_dir``; a
+            PostgreSQL DSN shares them between replicas of this agent id.
         modules: Python modules that register capabilities.
         peers: Known peers.
         upstreams: Existing A2A agents whose skills this agent serves.
@@ -386,9 +393,10 @@ class AgentConfig(_Frozen):
     listen: str = "127.0.0.1:0"
     tls: TlsFiles
     policy: Path
-    audit_db: Path
+    audit_db: StoreLocation
     audit_sync: Literal["full", "normal"] = "full"
     state_dir: Path
+    state_db: StoreLocation | None = None
     modules: tuple[str, ...] = ("capabilities.builtin",)
     peers: tuple[PeerEntry, ...] = ()
     upstreams: tuple[UpstreamEntry, ...] = ()
@@ -411,6 +419,8 @@ class AgentConfig(_Frozen):
         configured = self.audit_checkpoints.file
         if configured is not None:
             return configured
+        if isinstance(self.audit_db, PostgresDsn):
+            return self.state_dir / "audit.checkpoints.jsonl"
         return self.audit_db.with_name(self.audit_db.name + ".checkpoints.jsonl")
 
     @model_validator(mode="after")
@@ -447,6 +457,9 @@ class AgentConfig(_Frozen):
         def fix(path: Path) -> Path:
             return path if path.is_absolute() else (base / path).resolve()
 
+        def fix_store(where: Path | PostgresDsn) -> Path | PostgresDsn:
+            return where if isinstance(where, PostgresDsn) else fix(where)
+
         return self.model_copy(
             update={
                 "tls": self.tls.model_copy(
@@ -457,7 +470,8 @@ class AgentConfig(_Frozen):
                     }
                 ),
                 "policy": fix(self.policy),
-                "audit_db": fix(self.audit_db),
+                "audit_db": fix_store(self.audit_db),
+                "state_db": None if self.state_db is None else fix_store(self.state_db),
                 "state_dir": fix(self.state_dir),
                 "audit_checkpoints": self.audit_checkpoints.model_copy(
                     update={

@@ -29,12 +29,13 @@ def write_agent_toml(
     *,
     listen: str,
     policy: Path,
-    audit_db: Path,
+    audit_db: Path | str,
     state_dir: Path,
     peers: Sequence[tuple[str, str]] = (),
     modules: Sequence[str] = ("capabilities.builtin",),
+    state_db: str | None = None,
 ) -> Path:
-    """Write an agent config file for ``serve`` (absolute paths); returns ``path``."""
+    """Write an agent config file for ``serve`` (absolute paths or DSNs); returns ``path``."""
     pki.ensure(name)
     lines = [
         f'id = "{spiffe(name)}"',
@@ -42,6 +43,7 @@ def write_agent_toml(
         f'policy = "{policy}"',
         f'audit_db = "{audit_db}"',
         f'state_dir = "{state_dir}"',
+        *([f'state_db = "{state_db}"'] if state_db else []),
         "modules = [" + ", ".join(f'"{m}"' for m in modules) + "]",
         "",
         "[tls]",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from gateway.agent import Agent
+from tests.postgres import PostgresCluster, remove_cluster, start_cluster
 from tests.support import (
     Pki,
     WriteCounter,
@@ -50,3 +51,28 @@ async def alice(pki: Pki, tmp_path: Path, counter: WriteCounter) -> AsyncIterato
     agent = await started(config, standard_registry(counter, tmp_path / "alice-state"))
     yield agent
     await agent.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[PostgresCluster]:
+    """A throwaway PostgreSQL cluster for the session (skipped only if none is installed)."""
+    cluster = start_cluster()
+    if cluster is None:
+        pytest.skip("PostgreSQL binaries not found (apt-get install postgresql)")
+    yield cluster
+    remove_cluster(cluster)
+
+
+@pytest.fixture
+def pg_dsn(postgres_cluster: PostgresCluster) -> str:
+    """A DSN of a fresh, empty database on the session's cluster."""
+    return postgres_cluster.fresh_database()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def stores(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Each state backend in turn: {} keeps SQLite; PostgreSQL puts audit and state in one DSN."""
+    if request.param == "sqlite":
+        return {}
+    dsn: str = request.getfixturevalue("pg_dsn")
+    return {"audit_db": dsn, "state_db": dsn}

@@ -116,7 +116,9 @@ def agent_config(
     policy: Path,
     peers: list[tuple[str, str]] | None = None,
     modules: tuple[str, ...] = ("capabilities.builtin",),
+    stores: dict[str, str] | None = None,
 ) -> AgentConfig:
+    """A config on 127.0.0.1:0; ``stores`` overrides audit_db/state_db (e.g. with a DSN)."""
     pki.ensure(name)
     return AgentConfig.model_validate(
         {
@@ -132,6 +134,7 @@ def agent_config(
             "state_dir": base / f"{name}-state",
             "modules": list(modules),
             "peers": [{"id": peer_id, "address": address} for peer_id, address in peers or []],
+            **(stores or {}),
         }
     )
 

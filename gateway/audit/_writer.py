@@ -1,12 +1,15 @@
-"""The SQLite side of the audit writer: one connection, one transaction per batch.
+"""Audit chain writers: the interface, and its SQLite side (one connection, one
+transaction per batch).
 
 Used only from the audit writer thread (see :mod:`gateway.audit.log`), which
-owns the connection for its whole life.
+owns the connection for its whole life. The PostgreSQL side is
+:mod:`gateway.audit._pg_writer`.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,23 +24,60 @@ from gateway.audit.chain import GENESIS_HASH, fields_hash
 from gateway.errors import AuditUnavailable
 
 
-class SqliteChainWriter:
-    """Appends batches of records to the hash chain, one committed transaction each.
+class ChainWriter(ABC):
+    """Appends batches of records to one hash chain, one committed transaction each.
 
     Attributes:
         count: Records stored so far (the seq of the last one).
         last_hash: ``record_hash`` of the last record (GENESIS_HASH when empty).
+        recoverable: Whether a failed commit may be retried after reopening
+            (a database server that went away can come back; a broken local
+            file is for an operator to look at).
     """
 
+    recoverable = False
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last_hash = GENESIS_HASH
+
+    @property
+    @abstractmethod
+    def where(self) -> str:
+        """The store as named in messages (no secrets)."""
+
+    @abstractmethod
+    def open(self) -> None:
+        """Open the store and load the chain head; AuditUnavailable if it cannot."""
+
+    @abstractmethod
+    def append(self, records: Sequence[dict[str, object]]) -> None:
+        """Assign seqs, chain and commit ``records``; AuditUnavailable if not committed."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the store (idempotent)."""
+
+    def probe(self) -> None:
+        """Check the store is reachable; AuditUnavailable if not (a local file always is)."""
+        return None
+
+
+class SqliteChainWriter(ChainWriter):
+    """The chain of one agent in one SQLite (WAL) file."""
+
     def __init__(self, path: Path, *, busy_timeout_ms: int, synchronous: str = "FULL") -> None:
+        super().__init__()
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError(f"synchronous must be FULL or NORMAL, not {synchronous!r}")
         self._path = path
         self._busy_timeout_ms = busy_timeout_ms
         self._synchronous = synchronous
         self._conn: sqlite3.Connection | None = None
-        self.count = 0
-        self.last_hash = GENESIS_HASH
+
+    @property
+    def where(self) -> str:
+        return f"audit log {self._path}"
 
     def open(self) -> None:
         """Open (creating if needed) the database and load the chain head.

@@ -34,6 +34,7 @@ from gateway.audit._schema import connect_read_only
 from gateway.audit.checkpoint import Checkpoint, certificate_sha256, signature_valid
 from gateway.audit.verify import ChainProblem
 from gateway.errors import ConfigError, Unauthenticated
+from gateway.postgres.dsn import PostgresDsn
 from policies.identity import spiffe_id_from_pem
 
 _FIELDS: dict[str, type] = {
@@ -65,12 +66,13 @@ class CheckpointReport:
 
 
 def verify_checkpoints(
-    db: Path, checkpoints: Path, cert_pem: bytes | Sequence[bytes]
+    db: Path | PostgresDsn, checkpoints: Path, cert_pem: bytes | Sequence[bytes]
 ) -> CheckpointReport:
     """Check the log at ``db`` against every line of ``checkpoints``.
 
     Args:
-        db: The audit SQLite file (opened read-only).
+        db: The audit SQLite file (opened read-only), or a PostgreSQL DSN
+            (then the chain of the agent named by ``cert_pem``).
         checkpoints: The JSONL checkpoint file.
         cert_pem: The certificate of the agent that signed them, or several:
             after a certificate rotation, lines name the certificate that
@@ -86,6 +88,10 @@ def verify_checkpoints(
             signers[certificate_sha256(pem)] = (pem, spiffe_id_from_pem(pem))
         except Unauthenticated as err:
             raise ConfigError(f"checkpoint certificate: {err.message}") from err
+    agents = {agent for _, agent in signers.values()}
+    if len(agents) != 1:
+        raise ConfigError("checkpoint certificates: give the certificates of one agent")
+    (agent,) = agents
     try:
         lines = checkpoints.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError as err:
@@ -110,7 +116,7 @@ def verify_checkpoints(
             )
             continue
         valid.append(checkpoint)
-    problems.extend(_compare_with_log(db, valid))
+    problems.extend(_compare_with_log(db, agent, valid))
     return CheckpointReport(len(lines), len(valid), tuple(problems))
 
 
@@ -140,32 +146,28 @@ def _signature_problem(checkpoint: Checkpoint, signers: dict[str, tuple[bytes, s
     return ""
 
 
-def _compare_with_log(db: Path, valid: list[Checkpoint]) -> list[ChainProblem]:
+def _compare_with_log(
+    db: Path | PostgresDsn, agent: str, valid: list[Checkpoint]
+) -> list[ChainProblem]:
     if not valid:
         return []
-    conn = connect_read_only(db)
-    try:
-        conn.execute("BEGIN")  # one snapshot, even while a gateway appends
-        last = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM audit_records").fetchone()[0])
-        problems: list[ChainProblem] = []
-        for checkpoint in valid:
-            if checkpoint.seq > last:
-                continue
-            row = conn.execute(
-                "SELECT record_hash FROM audit_records WHERE seq = ?", (checkpoint.seq,)
-            ).fetchone()
-            if row is None or row[0] != checkpoint.head:
-                problems.append(
-                    ChainProblem(
-                        checkpoint.seq,
-                        "checkpoint_mismatch",
-                        f"checkpoint {checkpoint.seq} disagrees with record {checkpoint.seq}",
-                    )
+    seqs = sorted({checkpoint.seq for checkpoint in valid})
+    if isinstance(db, PostgresDsn):
+        from gateway.audit.pg_read import chain_hashes_at
+
+        last, hashes = chain_hashes_at(db, agent, seqs)
+    else:
+        last, hashes = _sqlite_hashes_at(db, seqs)
+    problems: list[ChainProblem] = []
+    for checkpoint in valid:
+        if checkpoint.seq <= last and hashes.get(checkpoint.seq) != checkpoint.head:
+            problems.append(
+                ChainProblem(
+                    checkpoint.seq,
+                    "checkpoint_mismatch",
+                    f"checkpoint {checkpoint.seq} disagrees with record {checkpoint.seq}",
                 )
-    except sqlite3.Error as err:
-        raise ConfigError(f"audit log {db}: cannot read: {err}") from err
-    finally:
-        conn.close()
+            )
     highest = max(valid, key=lambda c: c.seq)
     if highest.seq > last:
         problems.append(
@@ -176,3 +178,23 @@ def _compare_with_log(db: Path, valid: list[Checkpoint]) -> list[ChainProblem]:
             )
         )
     return sorted(problems, key=lambda p: (p.seq, p.kind))
+
+
+def _sqlite_hashes_at(db: Path, seqs: list[int]) -> tuple[int, dict[int, str]]:
+    """The last seq and the record hashes at ``seqs``, from one snapshot."""
+    conn = connect_read_only(db)
+    try:
+        conn.execute("BEGIN")  # one snapshot, even while a gateway appends
+        last = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM audit_records").fetchone()[0])
+        hashes: dict[int, str] = {}
+        for seq in seqs:
+            row = conn.execute(
+                "SELECT record_hash FROM audit_records WHERE seq = ?", (seq,)
+            ).fetchone()
+            if row is not None:
+                hashes[seq] = str(row[0])
+    except sqlite3.Error as err:
+        raise ConfigError(f"audit log {db}: cannot read: {err}") from err
+    finally:
+        conn.close()
+    return last, hashes

@@ -7,11 +7,13 @@ refusal therefore becomes durable before the caller sees it, while many
 concurrent refusals share one commit.
 
 If a commit fails the log fails closed: waiters and every later call get
-:class:`~gateway.errors.AuditUnavailable`, and ``healthy`` turns False. With
-``retry_seconds`` the writer then reopens the database that often; once a
-write transaction succeeds (and the chain head is where it was) the log
-accepts records again and ``healthy`` turns True. Health listeners hear of
-both transitions; an observer hears of every committed batch.
+:class:`~gateway.errors.AuditUnavailable`, and ``healthy`` turns False. A
+PostgreSQL database that went away is reconnected to with backoff (and probed
+while idle, so health turns before the next call); a SQLite file is reopened
+every ``retry_seconds`` when that is set. Either way, once a write succeeds
+(and the chain head is where it was) the log accepts records again and
+``healthy`` turns True. Health listeners hear of both transitions; an observer
+hears of every committed batch.
 
 With a :class:`~gateway.audit.checkpoint.Checkpointer` the same thread also
 writes signed checkpoints of the chain head, only ever after the records they
@@ -33,10 +35,12 @@ from enum import Enum
 from pathlib import Path
 from typing import Literal, Protocol
 
-from gateway.audit._writer import SqliteChainWriter
+from gateway.audit._pg_writer import PostgresChainWriter
+from gateway.audit._writer import ChainWriter, SqliteChainWriter
 from gateway.audit.checkpoint import Checkpointer
 from gateway.audit.record import AuditRecord, checked_fields
 from gateway.errors import AuditUnavailable, ConfigError
+from gateway.postgres.dsn import PostgresDsn
 
 _log = logging.getLogger(__name__)
 
@@ -49,6 +53,9 @@ _STOP = _Stop()
 _Waiter = asyncio.Future[None]
 _Item = tuple[AuditRecord | None, _Waiter | None] | _Stop
 _ErrorFactory = Callable[[], BaseException]
+_FIRST_RETRY_SECONDS = 0.2
+_MAX_RETRY_SECONDS = 5.0
+_PROBE_SECONDS = 2.0
 
 
 class AuditObserver(Protocol):
@@ -70,7 +77,8 @@ class _State(Enum):
 
 
 class AuditLog:
-    """Tamper-evident, append-only audit log in one SQLite (WAL) file.
+    """Tamper-evident, append-only audit log: one SQLite (WAL) file, or one agent's
+    chain in a shared PostgreSQL database.
 
     Attributes:
         batches_committed: Transactions committed so far (one per batch).
@@ -78,8 +86,9 @@ class AuditLog:
 
     def __init__(
         self,
-        path: Path,
+        path: Path | PostgresDsn,
         *,
+        agent_id: str = "",
         max_batch: int = 512,
         busy_timeout_ms: int = 5000,
         linger_ms: float = 10.0,
@@ -91,7 +100,10 @@ class AuditLog:
         """Prepare a log; nothing is opened until :meth:`start`.
 
         Args:
-            path: The SQLite file (created if missing; its directory must exist).
+            path: The SQLite file (created if missing; its directory must
+                exist), or a PostgreSQL DSN (schema migrated at start).
+            agent_id: The agent whose chain this is (required with a DSN: the
+                table is shared by agents, one chain each).
             max_batch: Most records committed in one transaction.
             busy_timeout_ms: How long a commit waits for a lock held by another
                 connection before the log fails closed.
@@ -109,7 +121,8 @@ class AuditLog:
             observer: Told of each committed batch (metrics).
 
         Raises:
-            ConfigError: ``max_batch`` < 1 or ``busy_timeout_ms`` < 0.
+            ConfigError: ``max_batch`` < 1, ``busy_timeout_ms`` < 0, or a DSN
+                without an ``agent_id``.
         """
         if max_batch < 1:
             raise ConfigError(f"audit max_batch must be at least 1, not {max_batch}")
@@ -118,16 +131,24 @@ class AuditLog:
         self._path = path
         self._max_batch = max_batch
         self._linger = max(0.0, linger_ms) / 1000.0
-        self._writer = SqliteChainWriter(
-            path, busy_timeout_ms=busy_timeout_ms, synchronous=sync.upper()
-        )
+        self._writer: ChainWriter
+        if isinstance(path, PostgresDsn):
+            if not agent_id:
+                raise ConfigError("an audit log in PostgreSQL needs the agent id of its chain")
+            self._writer = PostgresChainWriter(path, agent_id)
+        else:
+            self._writer = SqliteChainWriter(
+                path, busy_timeout_ms=busy_timeout_ms, synchronous=sync.upper()
+            )
+        self._retry_in = _FIRST_RETRY_SECONDS
         self._checkpoints = checkpoints
+        self._unwritten: list[dict[str, object]] = []
         self._queue: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         self._urgent = threading.Event()
         self._state = _State.NEW
         # One flag read on the hot path instead of a state comparison.
         self._accepting = False
-        self._why = f"audit log {path}: not started"
+        self._why = f"{self._writer.where}: not started"
         self._cause: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._stopped: asyncio.Future[None] | None = None
@@ -147,8 +168,8 @@ class AuditLog:
         return self._queue.qsize()
 
     @property
-    def path(self) -> Path:
-        """The SQLite file of this log."""
+    def path(self) -> Path | PostgresDsn:
+        """The SQLite file or PostgreSQL database of this log."""
         return self._path
 
     @property
@@ -164,7 +185,7 @@ class AuditLog:
                 names the path and why), or the log was already started.
         """
         if self._state is not _State.NEW:
-            raise AuditUnavailable(f"audit log {self._path}: already started")
+            raise AuditUnavailable(f"{self._writer.where}: already started")
         loop = asyncio.get_running_loop()
         opened: asyncio.Future[None] = loop.create_future()
         self._stopped = loop.create_future()
@@ -174,6 +195,9 @@ class AuditLog:
         self._thread.start()
         try:
             await opened
+        except ConfigError:
+            self._state = _State.FAILED
+            raise
         except AuditUnavailable as err:
             self._state, self._why, self._cause = _State.FAILED, err.message, err.__cause__
             raise
@@ -190,7 +214,7 @@ class AuditLog:
         if was_healthy:
             self._tell(False)
         if self._state in (_State.NEW, _State.OPEN):
-            self._state, self._why = _State.CLOSED, f"audit log {self._path}: closed"
+            self._state, self._why = _State.CLOSED, f"{self._writer.where}: closed"
         if self._stopped is None or self._stopped.done():
             return
         self._queue.put(_STOP)
@@ -245,7 +269,7 @@ class AuditLog:
             self._writer.open()
             if self._checkpoints is not None:
                 self._checkpoints.open()
-        except AuditUnavailable as err:
+        except (AuditUnavailable, ConfigError) as err:
             self._writer.close()
             failure = err  # ``err`` is unbound when the except block ends
             _settle([opened], lambda: failure)
@@ -273,6 +297,10 @@ class AuditLog:
                 try:
                     items = [self._queue.get(timeout=self._idle_wait())]
                 except queue.Empty:
+                    if self._state is _State.FAILED:
+                        self._try_recover()
+                    else:
+                        self._probe()
                     self._checkpoint()
                     self._maybe_recover()
                     continue
@@ -288,10 +316,50 @@ class AuditLog:
     def _idle_wait(self) -> float | None:
         """How long the idle writer may block on the queue (None: until a record comes)."""
         if self._state is _State.FAILED:
+            if self._writer.recoverable:
+                return self._retry_in
             return self._retry if self._recoverable else None
+        probe = _PROBE_SECONDS if self._writer.recoverable else None
         if self._checkpoints is None:
-            return None
-        return self._checkpoints.seconds_until_due(self._writer.count)
+            return probe
+        due = self._checkpoints.seconds_until_due(self._writer.count)
+        return due if probe is None or (due is not None and due < probe) else probe
+
+    def _probe(self) -> None:
+        """While idle, check a remote store is still there: health then turns
+        NOT_SERVING before the next call, not only when a commit fails."""
+        if not self._writer.recoverable or self._state is not _State.OPEN:
+            return
+        try:
+            self._writer.probe()
+        except AuditUnavailable as err:
+            self._fail(err.message, err.__cause__)
+
+    def _try_recover(self) -> None:
+        """Reopen a recoverable writer after a failure; on success the log accepts again."""
+        if not self._writer.recoverable:
+            return
+        self._writer.close()
+        try:
+            self._writer.open()
+        except (AuditUnavailable, ConfigError) as err:
+            self._retry_in = min(self._retry_in * 2, _MAX_RETRY_SECONDS)
+            _log.debug("audit log still unavailable: %s", err)
+            return
+        self._retry_in = _FIRST_RETRY_SECONDS
+        if self._unwritten:
+            try:
+                self._writer.append(self._unwritten)
+            except AuditUnavailable as err:
+                _log.debug("audit log still unavailable: %s", err)
+                return
+            self._unwritten = []
+            self.batches_committed += 1
+        if self._state is _State.FAILED:
+            _log.warning("audit log recovered: %s is reachable again", self._writer.where)
+            self._state, self._cause = _State.OPEN, None
+            self._accepting = True
+            self._tell(True)
 
     def _maybe_recover(self) -> None:
         """Reopen a log that failed on a commit; accept records again if it works.
@@ -347,6 +415,7 @@ class AuditLog:
     def _write_batch(self, items: list[_Item]) -> None:
         """Commit the batch's records in one transaction, then settle its waiters."""
         records: list[dict[str, object]] = []
+        plain: list[dict[str, object]] = []  # records nobody waits on: their calls went ahead
         waiters: list[_Waiter] = []
         for item in items:
             if isinstance(item, _Stop):
@@ -355,6 +424,8 @@ class AuditLog:
             if rec is not None:
                 try:
                     records.append(checked_fields(rec))
+                    if waiter is None:
+                        plain.append(records[-1])
                 except (TypeError, ValueError) as err:
                     # One caller's bad record must not fail the log for everyone.
                     _log.error("audit record rejected: %s", err)
@@ -371,7 +442,12 @@ class AuditLog:
                 self.batches_committed += 1
             except AuditUnavailable as err:
                 self._fail(err.message, err.__cause__)
-                self._recoverable = self._retry is not None
+                if self._writer.recoverable:
+                    # Outcomes of calls that already ran: written first after recovery.
+                    # (Refused callers were told; their records are not written later.)
+                    self._unwritten.extend(plain)
+                else:
+                    self._recoverable = self._retry is not None
             else:
                 if self._observer is not None:
                     self._observer.audit_committed(records, time.perf_counter() - started)

@@ -14,6 +14,7 @@ from gateway.audit._schema import SELECT_RECORDS, connect_read_only, record_from
 from gateway.audit.record import AuditRecord
 from gateway.display import json_for_terminals, printable
 from gateway.errors import ConfigError
+from gateway.postgres.dsn import PostgresDsn
 
 _SINCE = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -49,8 +50,9 @@ def parse_since(text: str) -> timedelta:
 
 
 def query_records(
-    path: Path,
+    path: Path | PostgresDsn,
     *,
+    agent: str | None = None,
     refusals_only: bool = False,
     peer: str | None = None,
     capability: str | None = None,
@@ -61,7 +63,10 @@ def query_records(
     """Records of the log at ``path`` that match every given filter, ordered by seq.
 
     Args:
-        path: The audit log (opened read-only).
+        path: The audit log (opened read-only), or a PostgreSQL DSN (then
+            ordered by time; see :func:`gateway.audit.pg_read.query_agent_records`
+            for the agent of each record).
+        agent: Only this agent's chain (PostgreSQL; a SQLite file holds one agent).
         refusals_only: Only ``decision == "refuse"``.
         peer: Only this exact caller SPIFFE ID.
         capability: Only this exact capability name.
@@ -72,6 +77,20 @@ def query_records(
     Raises:
         ConfigError: The file is missing or not an audit log, or ``limit`` < 0.
     """
+    if isinstance(path, PostgresDsn):
+        from gateway.audit.pg_read import query_agent_records
+
+        found = query_agent_records(
+            path,
+            agent=agent,
+            refusals_only=refusals_only,
+            peer=peer,
+            capability=capability,
+            since=since,
+            limit=limit,
+            trace_id=trace_id,
+        )
+        return [entry.record for entry in found]
     if limit is not None and limit < 0:
         raise ConfigError(f"audit query limit must be >= 0, not {limit}")
     where: list[str] = []

@@ -23,14 +23,16 @@ alone: signed checkpoints kept outside it
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from gateway.audit._schema import SELECT_CHAINED, connect_read_only, record_from_row
 from gateway.audit.chain import GENESIS_HASH, fields_hash
 from gateway.audit.record import AuditRecord
 from gateway.errors import ConfigError
+from gateway.postgres.dsn import PostgresDsn
 
 ProblemKind = Literal[
     "modified",
@@ -87,14 +89,24 @@ class _Row:
         return self.record.seq
 
 
-def verify_chain(path: Path) -> VerifyReport:
+def verify_chain(path: Path | PostgresDsn, agent: str | None = None) -> VerifyReport:
     """Check every record of the log at ``path`` against its hash chain.
 
     Opens the file read-only; the log may be in use by a gateway meanwhile.
+    With a PostgreSQL DSN, checks ``agent``'s chain (``agent`` may be left out
+    when the database holds one chain only; see
+    :func:`gateway.audit.pg_read.verify_agent_chains` for all of them).
 
     Raises:
         ConfigError: The file is missing, unreadable, or not an audit log.
     """
+    if isinstance(path, PostgresDsn):
+        from gateway.audit.pg_read import verify_agent_chains
+
+        reports = verify_agent_chains(path, agent)
+        if len(reports) != 1:
+            raise ConfigError(f"audit database {path}: {len(reports)} chains; name one agent")
+        return next(iter(reports.values()))
     conn = connect_read_only(path)
     try:
         # One read transaction: rows and head from the same snapshot, even
@@ -106,8 +118,14 @@ def verify_chain(path: Path) -> VerifyReport:
         raise ConfigError(f"audit log {path}: cannot read: {err}") from err
     finally:
         conn.close()
-    rows = [_Row(record_from_row(r), str(r[-2]), str(r[-1])) for r in raw]
     head = None if head_row is None else (int(head_row[0]), str(head_row[1]))
+    return verify_rows(raw, head)
+
+
+def verify_rows(raw: Sequence[Sequence[Any]], head: tuple[int, str] | None) -> VerifyReport:
+    """Check one chain given as rows (record columns, then prev and record hash) in
+    seq order and its head (count, last hash); any storage reads its rows this way."""
+    rows = [_Row(record_from_row(r), str(r[-2]), str(r[-1])) for r in raw]
     return VerifyReport(len(rows), _ChainAnalysis(rows, head).problems())
 
 

@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from gateway.audit import format_json_lines, format_table, parse_since, query_records, verify_chain
+from gateway.audit import (
+    AuditRecord,
+    format_json_lines,
+    format_table,
+    parse_since,
+    query_records,
+    verify_chain,
+)
 from gateway.audit.checkpoint_verify import verify_checkpoints
+from gateway.audit.pg_read import query_agent_records, verify_agent_chains
 from gateway.audit.summary import format_summary, format_summary_json, summarize
 from gateway.cli import policy_commands
 from gateway.config import load_agent_config
 from gateway.devtools import pki
+from gateway.display import json_for_terminals, printable
 from gateway.errors import ConfigError
+from gateway.postgres.dsn import PostgresDsn, is_dsn
 from gateway.transport.tls import load_pem_file
 from policies.policy_file import load_policy
 
@@ -54,7 +65,13 @@ def add_commands(commands: Any) -> None:
 
     audit = commands.add_parser("audit", help="read or verify an audit log")
     audit.add_argument("action", nargs="?", choices=["verify"], help="verify the hash chain")
-    audit.add_argument("--db", type=Path, required=True)
+    audit.add_argument(
+        "--db",
+        type=_store_location,
+        required=True,
+        help="SQLite file, or postgresql://... (the shared table of many agents)",
+    )
+    audit.add_argument("--agent", help="PostgreSQL: only this agent's chain (SPIFFE ID)")
     audit.add_argument("--refusals", action="store_true", help="only refused calls")
     audit.add_argument("--peer", help="only this peer's SPIFFE ID")
     audit.add_argument("--capability", help="only this capability")
@@ -106,7 +123,66 @@ def _pki_issue(args: argparse.Namespace) -> int:
     return 0
 
 
+def _store_location(text: str) -> Path | PostgresDsn:
+    return PostgresDsn(text.strip()) if is_dsn(text) else Path(text)
+
+
+def _audit_verify_agents(args: argparse.Namespace) -> int:
+    checkpoints, certs = _checkpoint_sources(args)
+    reports = verify_agent_chains(args.db, args.agent)
+    broken = 0
+    for agent, report in reports.items():
+        shown = printable(agent)
+        if report.ok:
+            print(f"{shown}: chain intact ({report.records} records)")
+            continue
+        broken += 1
+        for problem in report.problems:
+            print(f"{shown}: seq {problem.seq}: {problem.kind}: {problem.message}")
+        print(f"{shown}: chain BROKEN ({len(report.problems)} problem(s))", file=sys.stderr)
+    print(f"{args.db}: {len(reports)} chain(s), {broken} broken")
+    if checkpoints is None or not certs:
+        return 1 if broken else 0
+    # The certificates name the agent whose chain the checkpoints sign.
+    pems = [load_pem_file(cert, "certificate") for cert in certs]
+    checked = verify_checkpoints(args.db, checkpoints, pems)
+    for problem in checked.problems:
+        print(f"{checkpoints}: seq {problem.seq}: {problem.kind}: {problem.message}")
+    print(f"{checkpoints}: {checked.valid} of {checked.checkpoints} checkpoints valid")
+    return 1 if broken or not checked.ok else 0
+
+
+def _audit_agents(args: argparse.Namespace) -> int:
+    entries = query_agent_records(
+        args.db,
+        agent=args.agent,
+        refusals_only=args.refusals,
+        peer=args.peer,
+        capability=args.capability,
+        since=parse_since(args.since) if args.since else None,
+        trace_id=args.trace,
+    )
+    if args.summary:  # across agents: the per-peer counts an auditor asks for
+        rows = summarize([entry.record for entry in entries])
+        text = format_summary_json(rows) if args.json else format_summary(rows)
+        sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+        return 0
+    if args.json:
+        for entry in entries:
+            line = {"agent_id": entry.agent_id, **entry.record.to_json_dict()}
+            sys.stdout.write(json_for_terminals(json.dumps(line, sort_keys=True)) + "\n")
+        return 0
+    by_agent: dict[str, list[AuditRecord]] = {}
+    for entry in entries:
+        by_agent.setdefault(entry.agent_id, []).append(entry.record)
+    for agent, records in sorted(by_agent.items()):
+        sys.stdout.write(f"== {printable(agent)}\n{format_table(records)}")
+    return 0
+
+
 def _audit_verify(args: argparse.Namespace) -> int:
+    if isinstance(args.db, PostgresDsn):
+        return _audit_verify_agents(args)
     checkpoints, certs = _checkpoint_sources(args)
     report = verify_chain(args.db)
     problems = list(report.problems)
@@ -161,6 +237,10 @@ def _policy_check(args: argparse.Namespace) -> int:
 def _audit(args: argparse.Namespace) -> int:
     if args.action == "verify":
         return _audit_verify(args)
+    if isinstance(args.db, PostgresDsn):
+        return _audit_agents(args)
+    if args.agent is not None:
+        raise ConfigError("--agent: a SQLite audit log holds one agent; give a PostgreSQL DSN")
     since = parse_since(args.since) if args.since else None
     records = query_records(
         args.db,

@@ -15,6 +15,7 @@ from gateway.agent import Agent
 from gateway.config import load_agent_config
 from gateway.display import printable
 from gateway.errors import ConfigError
+from gateway.postgres.dsn import is_dsn
 from gateway.telemetry.json_logs import name_agent
 from gateway.transport.client import PeerClient
 from gateway.transport.tls import TlsMaterial
@@ -51,6 +52,11 @@ def add_commands(commands: Any) -> None:
     card.set_defaults(run=_card)
 
     demo = commands.add_parser("demo", help="three agents on loopback: allowed calls and refusals")
+    demo.add_argument(
+        "--postgres",
+        metavar="DSN",
+        help="keep the three agents' audit and state in this PostgreSQL database",
+    )
     demo.set_defaults(run=_demo)
 
 
@@ -167,5 +173,7 @@ async def _demo(args: argparse.Namespace) -> int:
     from gateway.devtools.demo import run_demo
 
     with contextlib.suppress(BrokenPipeError):
-        return await run_demo()
+        if args.postgres is not None and not is_dsn(args.postgres):
+            raise ConfigError(f"--postgres {args.postgres!r}: expected postgresql://...")
+        return await run_demo(args.postgres)
     return 0

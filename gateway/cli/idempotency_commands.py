@@ -22,6 +22,8 @@ from gateway.inbound.idempotency_admin import (
     release_key,
     resolve_done,
 )
+from gateway.inbound.pg_idempotency_admin import list_keys_pg, release_key_pg, resolve_done_pg
+from gateway.postgres.dsn import PostgresDsn
 
 
 def add_commands(commands: Any) -> None:
@@ -56,7 +58,11 @@ def add_commands(commands: Any) -> None:
 
 def _list(args: argparse.Namespace) -> int:
     config = load_agent_config(args.config)
-    entries = list_keys(config.idempotency_store, in_doubt_only=args.in_doubt)
+    entries = (
+        list_keys_pg(config.state_db, config.id, in_doubt_only=args.in_doubt)
+        if isinstance(config.state_db, PostgresDsn)
+        else list_keys(config.idempotency_store, in_doubt_only=args.in_doubt)
+    )
     if args.json:
         for entry in entries:
             print(json.dumps(entry.to_json_dict(), sort_keys=True))
@@ -78,6 +84,8 @@ def _row(entry: KeyEntry) -> str:
 def _resolve(args: argparse.Namespace) -> int:
     config = load_agent_config(args.config)
     ident = (args.peer, args.capability, args.key)
+    if isinstance(config.state_db, PostgresDsn):
+        return _resolve_shared(args, config, config.state_db, ident)
     if args.done:
         if args.output_json is None:
             raise ConfigError("--done needs --output-json '{...}': the outcome you observed")
@@ -92,11 +100,42 @@ def _resolve(args: argparse.Namespace) -> int:
             output,
             args.reason,
             check_output=_contract_check(config),
+            agent_id=config.id,
         )
     else:
         if args.output_json is not None:
             raise ConfigError("--output-json goes with --done, not --release")
-        done = release_key(config.idempotency_store, config.audit_db, ident, args.reason)
+        done = release_key(
+            config.idempotency_store, config.audit_db, ident, args.reason, agent_id=config.id
+        )
+    print(_said(done))
+    return 0
+
+
+def _resolve_shared(
+    args: argparse.Namespace, config: AgentConfig, dsn: PostgresDsn, ident: tuple[str, str, str]
+) -> int:
+    """resolve/release on keys every replica shares (state_db in PostgreSQL)."""
+    if args.done:
+        if args.output_json is None:
+            raise ConfigError("--done needs --output-json '{...}': the outcome you observed")
+        try:
+            output = json.loads(args.output_json)
+        except ValueError as err:
+            raise ConfigError(f"--output-json is not JSON: {err}") from err
+        done = resolve_done_pg(
+            dsn,
+            config.audit_db,
+            config.id,
+            ident,
+            output,
+            args.reason,
+            check_output=_contract_check(config),
+        )
+    else:
+        if args.output_json is not None:
+            raise ConfigError("--output-json goes with --done, not --release")
+        done = release_key_pg(dsn, config.audit_db, config.id, ident, args.reason)
     print(_said(done))
     return 0
 

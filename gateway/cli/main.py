@@ -11,7 +11,13 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from gateway.cli import admin_commands, agent_commands, idempotency_commands, plan_commands
+from gateway.cli import (
+    admin_commands,
+    agent_commands,
+    db_commands,
+    idempotency_commands,
+    plan_commands,
+)
 from gateway.display import EscapingFormatter, printable
 from gateway.errors import ConfigError, GatewayError
 from gateway.telemetry.json_logs import JsonFormatter
@@ -38,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     admin_commands.add_commands(commands)
     plan_commands.add_commands(commands)
     idempotency_commands.add_commands(commands)
+    db_commands.add_commands(commands)
     return parser
 
 

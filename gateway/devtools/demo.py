@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,6 +27,7 @@ from gateway.devtools.demo_plan import (
 )
 from gateway.devtools.pki import init_ca, issue
 from gateway.errors import GatewayError
+from gateway.postgres.dsn import PostgresDsn
 from gateway.transport.client import PeerClient
 from gateway.transport.tls import TlsMaterial
 from policies.grants import PolicyDocument
@@ -91,8 +93,12 @@ def _policies(expires: str, expired: str) -> dict[str, dict[str, Any]]:
     }
 
 
-def write_demo_files(base: Path) -> dict[str, AgentConfig]:
-    """PKI, policies and configs for alice, bob and carol under ``base``."""
+def write_demo_files(base: Path, postgres: str | None = None) -> dict[str, AgentConfig]:
+    """PKI, policies and configs for alice, bob and carol under ``base``.
+
+    With ``postgres`` (a DSN) all three keep audit and state in that database:
+    one audit table, one chain per agent.
+    """
     pki = base / "pki"
     init_ca(pki, TRUST_DOMAIN)
     for name in (*AGENTS, "dave", "mallory"):
@@ -115,8 +121,9 @@ def write_demo_files(base: Path) -> dict[str, AgentConfig]:
                     "key": pki / f"{name}.key",
                 },
                 "policy": policy_path,
-                "audit_db": base / f"{name}-audit.sqlite",
+                "audit_db": postgres or base / f"{name}-audit.sqlite",
                 "state_dir": base / f"{name}-state",
+                "state_db": postgres,
             }
         )
     return configs
@@ -172,11 +179,16 @@ def _short(output: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-async def run_demo() -> int:
-    """Run the scripted demo; returns 0 when every call ended as expected."""
+async def run_demo(postgres: str | None = None) -> int:
+    """Run the scripted demo; returns 0 when every call ended as expected.
+
+    Args:
+        postgres: A PostgreSQL DSN for every agent's audit and state (None: SQLite files).
+    """
+    started = time.time()
     with tempfile.TemporaryDirectory(prefix="a2a-gateway-demo-") as tmp:
         base = Path(tmp)
-        configs = write_demo_files(base)
+        configs = write_demo_files(base, postgres)
         agents = await _start_agents(configs)
         try:
             print("A2A Peer Gateway demo: three agents on loopback, mTLS with SPIFFE IDs")
@@ -187,11 +199,11 @@ async def run_demo() -> int:
             names = {agent.config.id: name for name, agent in agents.items()}
             planned = await run_plan_demo(agents["alice"], names)
             await agents["alice"].audit.flush()
-            _show_audit(configs["alice"].audit_db)
+            _show_audit(configs["alice"].audit_db, configs["alice"].id, started)
         finally:
             for agent in agents.values():
                 await agent.stop()
-        report = verify_chain(configs["alice"].audit_db)
+        report = verify_chain(configs["alice"].audit_db, configs["alice"].id)
         print(
             f"\naudit chain of alice: {'intact' if report.ok else 'BROKEN'} "
             f"({report.records} records)"
@@ -254,6 +266,9 @@ async def _script(scene: _Scene) -> None:
     await scene.call("bob", "carol", "kv.get", {"key": "k"}, expect="UNKNOWN_PEER")
 
 
-def _show_audit(db: Path) -> None:
-    print(f"\nRefusals in alice's audit log ({db.name}; no payload content is stored):")
-    print(format_table(query_records(db, refusals_only=True)))
+def _show_audit(db: Path | PostgresDsn, agent: str, started: float) -> None:
+    name = db.name if isinstance(db, Path) else str(db)
+    print(f"\nRefusals in alice's audit log ({name}; no payload content is stored):")
+    # A shared database also holds earlier runs: show this one's.
+    this_run = timedelta(seconds=time.time() - started)
+    print(format_table(query_records(db, agent=agent, refusals_only=True, since=this_run)))

@@ -255,6 +255,8 @@ class IdempotencyStore:
     async def _run(self, operation: Callable[..., _T], *args: object) -> _T:
         try:
             return await asyncio.to_thread(operation, *args)
+        except StateUnavailable:
+            raise
         except sqlite3.Error as err:
             raise StateUnavailable(f"idempotency store {self._path}: {err}") from err
 

@@ -23,17 +23,19 @@ import hashlib
 import secrets
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from capabilities.runner import CapabilityResult
-from gateway.audit._writer import SqliteChainWriter
+from gateway.audit._pg_writer import PostgresChainWriter
+from gateway.audit._writer import ChainWriter, SqliteChainWriter
 from gateway.audit.record import AuditRecord, checked_fields
 from gateway.errors import ConfigError, IdempotencyNotInDoubt, StateUnavailable
 from gateway.inbound.idempotency import Ident, open_store_db
+from gateway.postgres.dsn import PostgresDsn
 
 RESOLVED = "IDEMPOTENCY_RESOLVED"
 """Audit reason: an operator stored the observed outcome of a key in doubt."""
@@ -99,7 +101,7 @@ def list_keys(store: Path, *, in_doubt_only: bool = False) -> list[KeyEntry]:
     where = " WHERE state = 'in_doubt'" if in_doubt_only else ""
     with _connect(store) as db:
         rows = db.execute(f"{_SELECT}{where} ORDER BY updated_unix_ms, peer, capability, key")
-        return [_entry(row) for row in rows.fetchall()]
+        return [key_entry(row) for row in rows.fetchall()]
 
 
 OutputCheck = Callable[[KeyEntry, dict[str, Any]], dict[str, Any]]
@@ -109,21 +111,23 @@ and version; returns it normalised, or raises ConfigError."""
 
 def resolve_done(
     store: Path,
-    audit_db: Path,
+    audit_db: Path | PostgresDsn,
     ident: Ident,
     output: dict[str, Any],
     reason: str,
     check_output: OutputCheck | None = None,
+    agent_id: str = "",
 ) -> Resolution:
     """Store ``output`` as the answer of a key in doubt; a retry gets it replayed.
 
     Args:
         store: The agent's idempotency SQLite file.
-        audit_db: The agent's audit log.
+        audit_db: The agent's audit log (a SQLite file or a PostgreSQL DSN).
         ident: (peer, capability, key).
         output: The outcome the operator observed, as the capability returns it.
         reason: What the operator checked (audited).
         check_output: Validates ``output`` for the key's capability and version.
+        agent_id: The agent whose chain gets the record (needed with a DSN).
 
     Raises:
         ConfigError: ``reason`` is blank, ``output`` is not a JSON object or
@@ -149,12 +153,14 @@ def resolve_done(
         )
 
     entry, seq, result = _change(
-        store, audit_db, ident, reason, (RESOLVED, prepare, _payload_of), store_answer
+        store, (audit_db, agent_id), ident, reason, (RESOLVED, prepare, _payload_of), store_answer
     )
     return Resolution("resolved", entry, seq, len(result.payload), result.evidence_sha256)
 
 
-def release_key(store: Path, audit_db: Path, ident: Ident, reason: str) -> Resolution:
+def release_key(
+    store: Path, audit_db: Path | PostgresDsn, ident: Ident, reason: str, agent_id: str = ""
+) -> Resolution:
     """Free a key in doubt: the next call with it runs the write again.
 
     Raises:
@@ -168,7 +174,7 @@ def release_key(store: Path, audit_db: Path, ident: Ident, reason: str) -> Resol
         _change_one(db, "DELETE FROM idempotency", (), ident)
 
     entry, seq, _ = _change(
-        store, audit_db, ident, reason, (RELEASED, _nothing, _no_payload), delete
+        store, (audit_db, agent_id), ident, reason, (RELEASED, _nothing, _no_payload), delete
     )
     return Resolution("released", entry, seq)
 
@@ -180,7 +186,8 @@ _SELECT = (
 _IDENT = " WHERE peer = ? AND capability = ? AND key = ?"
 
 
-def _entry(row: tuple[Any, ...]) -> KeyEntry:
+def key_entry(row: Sequence[Any]) -> KeyEntry:
+    """A KeyEntry from (peer, capability, key, state, version, request sha, size, updated)."""
     return KeyEntry(
         str(row[0]),
         str(row[1]),
@@ -212,7 +219,7 @@ def _connect(store: Path) -> Iterator[sqlite3.Connection]:
 
 def _change(
     store: Path,
-    audit_db: Path,
+    audit_log: tuple[Path | PostgresDsn, str],
     ident: Ident,
     reason: str,
     audit: tuple[str, Callable[[KeyEntry], _Prepared], Callable[[_Prepared], bytes]],
@@ -221,20 +228,23 @@ def _change(
     """Check the key is in doubt, audit the action, apply it: one store transaction.
 
     ``audit`` is (reason code, what to prepare from the entry, the bytes of
-    it that the record describes by size and digest).
+    it that the record describes by size and digest); ``audit_log`` is
+    (audit database, agent id).
     """
+    audit_db, agent_id = audit_log
     audit_reason, prepare, payload_of = audit
     reason = reason.strip()
     if not reason:
         raise ConfigError("a --reason is required: say what you checked")
-    if not audit_db.is_file():
+    if isinstance(audit_db, Path) and not audit_db.is_file():
         raise ConfigError(f"audit log {audit_db}: no such file")
     with _connect(store) as db:
         try:
             db.execute("BEGIN IMMEDIATE")
-            entry = _in_doubt(ident, db.execute(_SELECT + _IDENT, ident).fetchone())
+            entry = in_doubt_entry(ident, db.execute(_SELECT + _IDENT, ident).fetchone())
             result = prepare(entry)
-            seq = _audit(audit_db, entry, reason, audit_reason, payload_of(result))
+            body = payload_of(result)
+            seq = audit_action(audit_db, entry, reason, audit_reason, body, agent_id)
             apply(db, result)
             db.execute("COMMIT")
         except sqlite3.Error as err:
@@ -242,12 +252,12 @@ def _change(
     return entry, seq, result
 
 
-def _in_doubt(ident: Ident, row: tuple[Any, ...] | None) -> KeyEntry:
+def in_doubt_entry(ident: Ident, row: tuple[Any, ...] | None) -> KeyEntry:
     peer, capability, key = ident
     name = f"idempotency key {key!r} of {peer} for {capability}"
     if row is None:
         raise IdempotencyNotInDoubt(f"{name}: no such key")
-    entry = _entry(row)
+    entry = key_entry(row)
     if entry.state == "done":
         raise IdempotencyNotInDoubt(f"{name}: already done (its answer is stored); nothing to do")
     if entry.state != "in_doubt":
@@ -266,12 +276,13 @@ def _change_one(
         raise sqlite3.IntegrityError("the key changed under the transaction")
 
 
-def _audit(
-    audit_db: Path,
+def audit_action(
+    audit_db: Path | PostgresDsn,
     entry: KeyEntry,
     reason: str,
     audit_reason: str,
     body: bytes,
+    agent_id: str = "",
 ) -> int:
     """Append the action's record to the agent's audit log (committed); returns its seq."""
     record = AuditRecord(
@@ -288,7 +299,11 @@ def _audit(
         latency_ms=0.0,
         detail=f"key {entry.key[:_MAX_KEY_CHARS]!r}; operator: {reason[:MAX_REASON_CHARS]}",
     )
-    writer = SqliteChainWriter(audit_db, busy_timeout_ms=5000)
+    writer: ChainWriter = (
+        PostgresChainWriter(audit_db, agent_id)
+        if isinstance(audit_db, PostgresDsn)
+        else SqliteChainWriter(audit_db, busy_timeout_ms=5000)
+    )
     writer.open()
     try:
         writer.append([checked_fields(record)])

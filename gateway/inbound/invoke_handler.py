@@ -34,7 +34,7 @@ from gateway.inbound.idempotency import IdempotencyStore, StoredAnswer
 from gateway.inbound.limit_audit import LimitRefusalLog
 from gateway.inbound.limits import CallLimits, CallSlot
 from gateway.inbound.pipeline import DecisionPipeline, Inbound, peer_id_from_cert
-from gateway.inbound.replay import ReplayGuard
+from gateway.inbound.replay import ReplayGuard, ReplayWindow
 from gateway.telemetry.tracing import current_trace_id
 from policies.decisions import Admission, visible_capabilities
 from policies.grants import PeerGrant
@@ -98,7 +98,7 @@ class InvokeHandler:
         audit: AuditLog,
         idempotency: IdempotencyStore,
         bind_peer_call: PeerCallBinder | None = None,
-        replay: ReplayGuard | None = None,
+        replay: ReplayWindow | None = None,
         limits: CallLimits | None = None,
         limit_refusals: LimitRefusalLog | None = None,
     ) -> None:
@@ -186,7 +186,7 @@ class InvokeHandler:
         started = time.perf_counter()
         inbound = Inbound(call)
         try:
-            self.pipeline.admit_call(inbound)
+            await self.pipeline.admit_call(inbound)
         except GatewayError as err:
             if inbound.slot is not None:  # refused by a check after within_limits
                 inbound.slot.release()

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -50,7 +50,7 @@ from gateway.errors import (
 )
 from gateway.inbound.call import REQUEST_ID, InvokeCall
 from gateway.inbound.limits import CallLimits, CallSlot
-from gateway.inbound.replay import ReplayGuard
+from gateway.inbound.replay import ReplayWindow
 from policies.decisions import (
     POLICY_STEPS,
     Admission,
@@ -92,7 +92,8 @@ class Inbound:
         return self.query.admission()
 
 
-Check = Callable[["DecisionPipeline", Inbound], None]
+Check = Callable[["DecisionPipeline", Inbound], Awaitable[None] | None]
+"""A check raises its refusal; one that asks shared state (the replay window) is async."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +139,7 @@ class DecisionPipeline:
         registry: CapabilityRegistry,
         policies: PolicyStore,
         audit: AuditLog,
-        replay: ReplayGuard,
+        replay: ReplayWindow,
         limits: CallLimits,
     ) -> None:
         self._registry = registry
@@ -147,14 +148,16 @@ class DecisionPipeline:
         self._replay = replay
         self._limits = limits
 
-    def admit_call(self, inbound: Inbound) -> None:
+    async def admit_call(self, inbound: Inbound) -> None:
         """Every check, in order, filling in ``inbound``; raises the first refusal.
 
         On a refusal ``inbound`` keeps what the checks before it learnt (the
         caller's identity, for the audit record).
         """
         for check in CALL_CHECKS:
-            check.run(self, inbound)
+            pending = check.run(self, inbound)
+            if pending is not None:
+                await pending
 
     def admit_describe(self, inbound: Inbound) -> None:
         """The Describe prefix (audit, identity, known peer, live grant), like ``admit_call``."""
@@ -215,9 +218,9 @@ class DecisionPipeline:
         assert inbound.query is not None and inbound.query.grant is not None
         inbound.slot = self._limits.acquire(inbound.peer_id, inbound.query.grant)
 
-    def first_sighting(self, inbound: Inbound) -> None:
-        """The request id is new from this peer (replay window)."""
-        if not self._replay.first_sighting(inbound.peer_id, inbound.call.request_id):
+    async def first_sighting(self, inbound: Inbound) -> None:
+        """The request id is new from this peer (replay window, shared by replicas if so set)."""
+        if not await self._replay.first_seen(inbound.peer_id, inbound.call.request_id):
             raise ReplayedRequest("this request id was already used by this peer")
 
     def valid_input(self, inbound: Inbound) -> None:

@@ -1,8 +1,14 @@
-"""Replay protection: a (peer, request id) pair is accepted once within a window."""
+"""Replay protection: a (peer, request id) pair is accepted once within a window.
+
+``ReplayWindow`` is the interface; ``ReplayGuard`` keeps the window in memory
+(one process, reloaded from the audit log at start), ``PostgresReplayWindow``
+(:mod:`gateway.inbound.pg_replay`) in a table every replica of the agent shares.
+"""
 
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterable
 
@@ -10,7 +16,40 @@ DEFAULT_WINDOW_SECONDS = 600.0
 DEFAULT_MAX_ENTRIES = 200_000
 
 
-class ReplayGuard:
+class ReplayWindow(ABC):
+    """Where the request ids seen recently are kept."""
+
+    shared = False
+    """True if other replicas see the same window (then nothing is reloaded at start)."""
+
+    @property
+    @abstractmethod
+    def window_seconds(self) -> float:
+        """How long a request id is remembered."""
+
+    @property
+    @abstractmethod
+    def max_entries(self) -> int:
+        """Most request ids remembered at once (a bound for reloading)."""
+
+    @abstractmethod
+    async def first_seen(self, peer_id: str, request_id: str) -> bool:
+        """Record the pair; False if it was already seen within the window.
+
+        Raises:
+            StateUnavailable: a shared window cannot be read or written.
+        """
+
+    def preload(self, entries: Iterable[tuple[str, str, float]]) -> None:
+        """Seed from history: (peer, request id, age in seconds); a shared window ignores it."""
+        del entries  # nothing to seed: the shared table outlives processes
+
+    def close(self) -> None:
+        """Release what the window holds."""
+        return None  # the in-memory window holds nothing to release
+
+
+class ReplayGuard(ReplayWindow):
     """Remembers recent request ids per peer, bounded in time and memory.
 
     Only calls that passed the policy are remembered, so unknown peers cannot
@@ -37,6 +76,9 @@ class ReplayGuard:
         self._seen.move_to_end(key)
         self._expire(now)
         return True
+
+    async def first_seen(self, peer_id: str, request_id: str) -> bool:
+        return self.first_sighting(peer_id, request_id)
 
     @property
     def window_seconds(self) -> float:

@@ -238,24 +238,28 @@ APPROVAL_COLUMNS = (
 )
 
 
+def approval_row(request: ApprovalRequest) -> tuple[Any, ...]:
+    """``request`` as the values of ``APPROVAL_COLUMNS``, in order."""
+    return (
+        request.step_id,
+        request.capability,
+        request.where,
+        request.version,
+        request.risk,
+        request.input_sha256,
+        json.dumps(request.fields, sort_keys=True),
+        request.decision.value,
+        request.decided_by,
+        request.time_unix_ms,
+    )
+
+
 def write_approval(db: sqlite3.Connection, task_id: str, request: ApprovalRequest) -> None:
     """Store ``request`` as the step's latest approval request (replacing an older one)."""
     db.execute(
         f"INSERT OR REPLACE INTO approvals (task_id, {APPROVAL_COLUMNS}) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            task_id,
-            request.step_id,
-            request.capability,
-            request.where,
-            request.version,
-            request.risk,
-            request.input_sha256,
-            json.dumps(request.fields, sort_keys=True),
-            request.decision.value,
-            request.decided_by,
-            request.time_unix_ms,
-        ),
+        (task_id, *approval_row(request)),
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from gateway.audit import AuditLog, AuditRecord
+from gateway.postgres.dsn import PostgresDsn
 
 RecordFactory = Callable[..., AuditRecord]
 
@@ -47,10 +48,22 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "audit.db"
 
 
+AGENT = "spiffe://example.org/agent/carol"
+"""The agent whose chain the tests write (a PostgreSQL table holds many)."""
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> Path | PostgresDsn:
+    """A fresh audit store of each backend: a SQLite path, then a PostgreSQL database."""
+    if request.param == "sqlite":
+        return tmp_path / "audit.db"
+    return PostgresDsn(request.getfixturevalue("pg_dsn"))
+
+
 @pytest.fixture
-async def audit_log(db_path: Path) -> AsyncIterator[AuditLog]:
-    """A started log in a fresh file, closed after the test."""
-    log = AuditLog(db_path)
+async def audit_log(db_path: Path | PostgresDsn) -> AsyncIterator[AuditLog]:
+    """A started log in a fresh store, closed after the test."""
+    log = AuditLog(db_path, agent_id=AGENT)
     await log.start()
     yield log
     await log.close()

@@ -13,6 +13,8 @@ import pytest
 
 from gateway.audit import AuditLog, AuditRecord, query_records, verify_chain
 from gateway.errors import AuditUnavailable, ConfigError
+from gateway.postgres.dsn import PostgresDsn
+from tests.audit.conftest import AGENT
 
 RecordFactory = Callable[..., AuditRecord]
 
@@ -23,8 +25,10 @@ def _stored_seqs(path: Path) -> list[int]:
 
 
 async def test_records_round_trip_with_exact_values(
-    audit_log: AuditLog, db_path: Path, make_record: RecordFactory
+    any_db: Path | PostgresDsn, make_record: RecordFactory
 ) -> None:
+    audit_log = AuditLog(any_db, agent_id=AGENT)
+    await audit_log.start()
     written = [
         make_record(),
         make_record(
@@ -41,9 +45,9 @@ async def test_records_round_trip_with_exact_values(
     ]
     for rec in written:
         audit_log.record(rec)
-    await audit_log.flush()
+    await audit_log.close()
 
-    stored = query_records(db_path)
+    stored = query_records(any_db)
 
     assert stored == [dataclasses.replace(rec, seq=i) for i, rec in enumerate(written, 1)]
 
@@ -66,9 +70,9 @@ async def test_log_uses_wal_journal(audit_log: AuditLog, db_path: Path) -> None:
 
 
 async def test_concurrent_durable_records_share_commits(
-    db_path: Path, make_record: RecordFactory
+    any_db: Path | PostgresDsn, make_record: RecordFactory
 ) -> None:
-    log = AuditLog(db_path)
+    log = AuditLog(any_db, agent_id=AGENT)
     await log.start()
     records = [make_record(decision="refuse", reason="UNKNOWN_PEER") for _ in range(1000)]
 
@@ -76,45 +80,49 @@ async def test_concurrent_durable_records_share_commits(
     await log.close()
 
     assert 0 < log.batches_committed < 1000
-    assert _stored_seqs(db_path) == list(range(1, 1001))
-    assert verify_chain(db_path).ok
-    assert [r.request_id for r in query_records(db_path)] == [r.request_id for r in records]
+    assert [r.seq for r in query_records(any_db)] == list(range(1, 1001))
+    assert verify_chain(any_db).ok
+    assert [r.request_id for r in query_records(any_db)] == [r.request_id for r in records]
 
 
-async def test_batches_respect_max_batch(db_path: Path, make_record: RecordFactory) -> None:
-    log = AuditLog(db_path, max_batch=10)
+async def test_batches_respect_max_batch(
+    any_db: Path | PostgresDsn, make_record: RecordFactory
+) -> None:
+    log = AuditLog(any_db, agent_id=AGENT, max_batch=10)
     await log.start()
 
     await asyncio.gather(*(log.record_durable(make_record()) for _ in range(100)))
     await log.close()
 
     assert log.batches_committed >= 10
-    assert verify_chain(db_path).records == 100
+    assert verify_chain(any_db).records == 100
 
 
-async def test_reopening_continues_the_chain(db_path: Path, make_record: RecordFactory) -> None:
+async def test_reopening_continues_the_chain(
+    any_db: Path | PostgresDsn, make_record: RecordFactory
+) -> None:
     for _ in range(2):
-        log = AuditLog(db_path)
+        log = AuditLog(any_db, agent_id=AGENT)
         await log.start()
         for _ in range(3):
             log.record(make_record())
         await log.close()
 
-    assert _stored_seqs(db_path) == [1, 2, 3, 4, 5, 6]
-    assert verify_chain(db_path).ok
+    assert [r.seq for r in query_records(any_db)] == [1, 2, 3, 4, 5, 6]
+    assert verify_chain(any_db).ok
 
 
 async def test_close_commits_fire_and_forget_records(
-    db_path: Path, make_record: RecordFactory
+    any_db: Path | PostgresDsn, make_record: RecordFactory
 ) -> None:
-    log = AuditLog(db_path)
+    log = AuditLog(any_db, agent_id=AGENT)
     await log.start()
     for _ in range(50):
         log.record(make_record())
 
     await log.close()
 
-    assert len(query_records(db_path)) == 50
+    assert len(query_records(any_db)) == 50
 
 
 async def test_commit_failure_fails_closed(db_path: Path, make_record: RecordFactory) -> None:

@@ -20,12 +20,19 @@ from gateway.audit import (
     query_records,
 )
 from gateway.errors import ConfigError
+from gateway.postgres.dsn import PostgresDsn
 
 RecordFactory = Callable[..., AuditRecord]
 ALICE = "spiffe://example.org/agent/alice"
 BOB = "spiffe://example.org/agent/bob"
 HOUR_MS = 3_600_000
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+@pytest.fixture
+def db_path(any_db: Path | PostgresDsn) -> Path | PostgresDsn:
+    """These filters must hold for both backends."""
+    return any_db
 
 
 @pytest.fixture

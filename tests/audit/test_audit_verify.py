@@ -1,20 +1,27 @@
-"""verify_chain names each kind of tampering, at the right seq."""
+"""verify_chain names each kind of tampering, at the right seq (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import shutil
 import sqlite3
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
 from gateway.audit import AuditLog, AuditRecord, Decision, query_records, verify_chain
 from gateway.audit.chain import GENESIS_HASH, record_hash
 from gateway.errors import ConfigError
+from gateway.postgres.dsn import PostgresDsn
+from tests.audit.conftest import AGENT
+from tests.postgres import PostgresCluster
 
 RecordFactory = Callable[..., AuditRecord]
 RECORDS = 10
@@ -50,14 +57,64 @@ async def pristine(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pa
 
 
 @pytest.fixture
-def log_copy(pristine: Path, tmp_path: Path) -> Path:
+def sqlite_copy(pristine: Path, tmp_path: Path) -> Path:
     path = tmp_path / "audit.db"
     shutil.copyfile(pristine, path)
     return path
 
 
+@pytest.fixture(scope="module")
+async def pristine_pg(postgres_cluster: PostgresCluster, pristine: Path) -> str:
+    """The same records in a PostgreSQL database, used as a template by each test."""
+    dsn = postgres_cluster.fresh_database()
+    log = AuditLog(PostgresDsn(dsn), agent_id=AGENT)
+    await log.start()
+    for rec in query_records(pristine):
+        log.record(dataclasses.replace(rec, seq=0))
+    await log.close()
+    return dsn.rsplit("/", 1)[1]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def log_copy(request: pytest.FixtureRequest, sqlite_copy: Path) -> Path:
+    """A fresh copy of the pristine log in each backend (typed Path: both read the same)."""
+    if request.param == "sqlite":
+        return sqlite_copy
+    cluster: PostgresCluster = request.getfixturevalue("postgres_cluster")
+    template = request.getfixturevalue("pristine_pg")
+    name = "t_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    return PostgresDsn(cluster.dsn(name))  # type: ignore[return-value]
+
+
+class _PostgresTampering:
+    """The SQLite tampering statements, run against the shared PostgreSQL table.
+
+    Only what differs is rewritten: placeholders, the head table's name, and
+    the ``agent_id`` column a row of the shared table needs.
+    """
+
+    def __init__(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Any = ()) -> psycopg.Cursor[tuple[Any, ...]]:
+        sql = sql.replace("chain_head", "audit_heads").replace("?", "%s")
+        sql = re.sub(r":(\w+)", r"%(\1)s", sql)
+        sql = sql.replace("SELECT 42,", "SELECT agent_id, 42,")
+        sql = sql.replace("INSERT INTO audit_records (", "INSERT INTO audit_records (agent_id, ")
+        if isinstance(params, dict):
+            sql = sql.replace("VALUES (", "VALUES (%(agent_id)s, ")
+            params = {**params, "agent_id": AGENT}
+        return self._conn.execute(sql, params)  # type: ignore[arg-type]
+
+
 @contextmanager
-def tampering(path: Path) -> Iterator[sqlite3.Connection]:
+def tampering(path: Path) -> Iterator[Any]:
+    if isinstance(path, PostgresDsn):
+        with psycopg.connect(path.url) as conn:
+            yield _PostgresTampering(conn)
+        return
     with closing(sqlite3.connect(path)) as conn, conn:
         yield conn
 
@@ -66,7 +123,7 @@ def found(path: Path) -> Found:
     return [(problem.kind, problem.seq) for problem in verify_chain(path).problems]
 
 
-def hash_of(conn: sqlite3.Connection, seq: int) -> str:
+def hash_of(conn: Any, seq: int) -> str:
     if seq == 0:
         return GENESIS_HASH
     return str(
@@ -74,7 +131,7 @@ def hash_of(conn: sqlite3.Connection, seq: int) -> str:
     )
 
 
-def insert_row(conn: sqlite3.Connection, rec: AuditRecord, prev_hash: str, digest: str) -> None:
+def insert_row(conn: Any, rec: AuditRecord, prev_hash: str, digest: str) -> None:
     values = {**rec.to_json_dict(), "prev_hash": prev_hash, "record_hash": digest}
     names = ", ".join(values)
     marks = ", ".join(f":{name}" for name in values)
@@ -86,12 +143,12 @@ def forged(path: Path, seq: int) -> AuditRecord:
     return dataclasses.replace(original, request_id="forged", reason="OK", seq=seq)
 
 
-def shift_up_from(conn: sqlite3.Connection, seq: int) -> None:
+def shift_up_from(conn: Any, seq: int) -> None:
     conn.execute("UPDATE audit_records SET seq = -seq WHERE seq >= ?", (seq,))
     conn.execute("UPDATE audit_records SET seq = 1 - seq WHERE seq < 0")
 
 
-def swap(conn: sqlite3.Connection, a: int, b: int) -> None:
+def swap(conn: Any, a: int, b: int) -> None:
     conn.execute("UPDATE audit_records SET seq = -1 WHERE seq = ?", (a,))
     conn.execute("UPDATE audit_records SET seq = ? WHERE seq = ?", (a, b))
     conn.execute("UPDATE audit_records SET seq = ? WHERE seq = -1", (b,))
@@ -303,12 +360,12 @@ def test_other_database_is_a_config_error(tmp_path: Path) -> None:
         verify_chain(path)
 
 
-def test_verify_does_not_write(log_copy: Path) -> None:
-    before = log_copy.read_bytes()
+def test_verify_does_not_write(sqlite_copy: Path) -> None:
+    before = sqlite_copy.read_bytes()
 
-    verify_chain(log_copy)
+    verify_chain(sqlite_copy)
 
-    assert log_copy.read_bytes() == before
+    assert sqlite_copy.read_bytes() == before
 
 
 async def test_verify_while_appending_sees_a_consistent_snapshot(

@@ -17,6 +17,10 @@ What must hold, counted where the write really ran (bob's and carol's ledgers):
 the write ran at most once in total, exactly once on bob wherever it reached
 him, never on carol once it may have reached bob; the resumed task ends with the
 exact state and reason below, naming bob when the outcome is unknown.
+
+Every test runs twice: alice's tasks in SQLite (the same process config resumes),
+and in PostgreSQL shared by two replicas of alice (the replica that did not run
+the plan resumes it after the other was killed).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,8 +40,10 @@ from typing import Any
 import pytest
 
 from gateway.plans.crash_points import CRASH_AT_ENV
+from gateway.plans.pg_store import PostgresTaskStore
 from gateway.plans.step_runner import WRITE_IN_DOUBT
-from gateway.plans.store import SqliteTaskStore, StoredTask
+from gateway.plans.store import SqliteTaskStore, StoredTask, TaskStore
+from gateway.postgres.dsn import PostgresDsn
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.faults.ledger_write import HOLD_FILE, RELEASE_FILE, ledger_entries
 from tests.support import Pki, grant, outbound_rule, spiffe, write_policy
@@ -59,14 +65,22 @@ class Scene:
     carol: AgentProcess
     states: dict[str, Path]
     plan: Path
+    resume_config: Path
+    """Who resumes: alice again, or (PostgreSQL) another replica of alice."""
+    open_store: Callable[[], TaskStore]
 
     def runs(self) -> dict[str, int]:
         """Real runs of ledger.write on each peer."""
         return {name: len(ledger_entries(state)) for name, state in self.states.items()}
 
 
-@pytest.fixture
-def scene(pki: Pki, tmp_path: Path) -> Iterator[Scene]:
+@pytest.fixture(params=["sqlite", "postgres-replicas"])
+def scene(request: pytest.FixtureRequest, pki: Pki, tmp_path: Path) -> Iterator[Scene]:
+    """bob and carol serving; alice's task state in SQLite, or in PostgreSQL shared by two
+    replicas of alice: one runs the plan and is killed, the other resumes it."""
+    dsn: str | None = None
+    if request.param == "postgres-replicas":
+        dsn = request.getfixturevalue("pg_dsn")
     states = {name: tmp_path / f"{name}-state" for name in ("bob", "carol")}
     servers = {}
     for name in ("bob", "carol"):
@@ -93,22 +107,46 @@ def scene(pki: Pki, tmp_path: Path) -> Iterator[Scene]:
             [],
             [outbound_rule("bob", ["ledger.write"]), outbound_rule("carol", ["ledger.write"])],
         )
-        alice_config = write_agent_toml(
-            tmp_path / "alice.toml",
-            pki,
-            "alice",
-            listen="127.0.0.1:0",
-            policy=alice_policy,
-            audit_db=tmp_path / "alice-audit.sqlite",
-            state_dir=tmp_path / "alice-state",
-            peers=[("bob", addresses["bob"]), ("carol", addresses["carol"])],
-        )
+        alice_configs = [
+            write_agent_toml(
+                tmp_path / f"alice{n}.toml",
+                pki,
+                "alice",
+                listen="127.0.0.1:0",
+                policy=alice_policy,
+                audit_db=dsn or tmp_path / "alice-audit.sqlite",
+                state_dir=tmp_path / f"alice{n}-state",
+                peers=[("bob", addresses["bob"]), ("carol", addresses["carol"])],
+                state_db=dsn,
+            )
+            for n in ("", "-replica")
+        ]
+        alice_state = tmp_path / "alice-state"
+        if dsn is None:
+            resume_config = alice_configs[0]
+
+            def open_store() -> TaskStore:
+                return SqliteTaskStore(alice_state / "tasks.sqlite")
+        else:
+            resume_config = alice_configs[1]
+            shared = PostgresDsn(dsn)
+
+            def open_store() -> TaskStore:
+                return PostgresTaskStore(shared, spiffe("alice"))
+
         plan = tmp_path / "plan.json"
         step = {"id": "w", "capability": "ledger.write", "input": {"entry": "once"}}
         document = {"goal": "one write", "max_risk": "write", "steps": [step]}
         plan.write_text(json.dumps({**document, "budget": {"max_elapsed_seconds": 60}}))
         yield Scene(
-            alice_config, tmp_path / "alice-state", servers["bob"], servers["carol"], states, plan
+            alice_configs[0],
+            alice_state,
+            servers["bob"],
+            servers["carol"],
+            states,
+            plan,
+            resume_config,
+            open_store,
         )
     finally:
         for server in servers.values():
@@ -156,7 +194,7 @@ def run_until_killed(scene: Scene, point: str) -> None:
 def resume(scene: Scene, task_id: str) -> tuple[int, dict[str, Any], str]:
     """``a2a-gateway tasks --resume TASK_ID --json``: exit code, result, stderr."""
     done = subprocess.run(
-        cli("tasks", "--config", str(scene.alice_config), "--resume", task_id, "--json"),
+        cli("tasks", "--config", str(scene.resume_config), "--resume", task_id, "--json"),
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -169,7 +207,7 @@ def stored(scene: Scene) -> StoredTask:
     """alice's only task, as checkpointed."""
 
     async def load() -> StoredTask:
-        store = SqliteTaskStore(scene.alice_state / "tasks.sqlite")
+        store = scene.open_store()
         try:
             [task] = await store.list()
             return await store.load(task.task_id)
@@ -277,7 +315,7 @@ def test_resume_while_another_process_runs_the_task_is_refused(scene: Scene) -> 
         assert task.lease is not None and task.lease.owner.split(":")[1] == str(proc.pid)
 
         second = subprocess.run(
-            cli("tasks", "--config", str(scene.alice_config), "--resume", task.task_id),
+            cli("tasks", "--config", str(scene.resume_config), "--resume", task.task_id),
             capture_output=True,
             text=True,
             cwd=REPO,

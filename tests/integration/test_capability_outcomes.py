@@ -69,7 +69,9 @@ async def nested(inp: Size, ctx: CallContext) -> Blob:
 
 
 @pytest.fixture
-async def agent(pki: Pki, tmp_path: Path, counter: WriteCounter) -> AsyncIterator[Agent]:
+async def agent(
+    pki: Pki, tmp_path: Path, counter: WriteCounter, stores: dict[str, str]
+) -> AsyncIterator[Agent]:
     registry = CapabilityRegistry()
     for cap in (slow, liar, big, crash, nested, counter.capability()):
         registry.register(cap)
@@ -83,7 +85,7 @@ async def agent(pki: Pki, tmp_path: Path, counter: WriteCounter) -> AsyncIterato
             )
         ],
     )
-    agent = await started(agent_config(pki, tmp_path, "alice", policy), registry)
+    agent = await started(agent_config(pki, tmp_path, "alice", policy, stores=stores), registry)
     yield agent
     await agent.stop()
 
@@ -154,12 +156,12 @@ async def test_idempotency_key_with_other_payload_conflicts(
 
 
 async def test_idempotency_survives_restart(
-    pki: Pki, tmp_path: Path, counter: WriteCounter
+    pki: Pki, tmp_path: Path, counter: WriteCounter, stores: dict[str, str]
 ) -> None:
     registry = CapabilityRegistry()
     registry.register(counter.capability())
     policy = write_policy(tmp_path / "policy.toml", [grant("bob", ["notes.write"])])
-    config = agent_config(pki, tmp_path, "alice", policy)
+    config = agent_config(pki, tmp_path, "alice", policy, stores=stores)
     for _ in range(2):
         agent = await started(config, registry)
         async with PeerClient(agent.config.id, agent.address, pki.material("bob")) as client:

@@ -1,4 +1,4 @@
-"""Approval requests and decisions in the SQLite task store, and an older store file upgraded."""
+"""Approval requests and decisions in both task stores, and an older SQLite file upgraded."""
 
 from __future__ import annotations
 
@@ -11,14 +11,24 @@ from capabilities.contract import Risk
 from gateway.errors import TaskLeased, TaskNotFound
 from gateway.plans.approval import Decision, needs_approval, request_for, threshold
 from gateway.plans.model import Plan
-from gateway.plans.store import SqliteTaskStore
+from gateway.plans.pg_store import PostgresTaskStore
+from gateway.plans.records import Usage
+from gateway.plans.store import SqliteTaskStore, TaskStore
 from gateway.plans.task import TaskState
+from gateway.postgres.dsn import PostgresDsn
 
 PLAN = Plan.model_validate({"goal": "g", "steps": [{"id": "s", "capability": "a.b"}]})
 
 
-async def test_request_then_decide_once(tmp_path: Path) -> None:
-    store = SqliteTaskStore(tmp_path / "tasks.sqlite")
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> TaskStore:
+    if request.param == "sqlite":
+        return SqliteTaskStore(tmp_path / "tasks.sqlite")
+    dsn = PostgresDsn(request.getfixturevalue("pg_dsn"))
+    return PostgresTaskStore(dsn, "spiffe://example.org/agent/alice")
+
+
+async def test_request_then_decide_once(store: TaskStore) -> None:
     await store.create("t1", PLAN, 1000)
     await store.take_lease("t1", "me", 1000, 30)
     request = request_for("s", "a.b", "spiffe://x/agent/bob", "1.0.0", Risk.WRITE, {"k": "vv"})
@@ -36,6 +46,13 @@ async def test_request_then_decide_once(tmp_path: Path) -> None:
         await store.decide_approval("t1", "s", Decision.APPROVED, "u", 3000)
     with pytest.raises(TaskNotFound):
         await store.decide_approval("t1", "other", Decision.APPROVED, "u", 3000)
+    store.close()
+
+
+async def test_tool_calls_survive_a_checkpoint(store: TaskStore) -> None:
+    await store.create("t1", PLAN, 1000)
+    await store.set_state("t1", TaskState.RUNNING, Usage(2, 1, 0.5, 3), 1500, "OK", "")
+    assert (await store.load("t1")).usage == Usage(2, 1, 0.5, 3)
     store.close()
 
 

@@ -23,11 +23,13 @@ from gateway.outbound.router import Router
 from gateway.plans import Plan, PlanLimits
 from gateway.plans.executor import ExecutorParts
 from gateway.plans.lease import Lease, holder_gone, may_take
+from gateway.plans.pg_store import PostgresTaskStore
 from gateway.plans.planner import RerouteOrStop
 from gateway.plans.runner import TaskRunner
 from gateway.plans.step_runner import WRITE_IN_DOUBT
-from gateway.plans.store import SqliteTaskStore, Usage, WritePin
+from gateway.plans.store import SqliteTaskStore, TaskStore, Usage, WritePin
 from gateway.plans.task import StepResult, StepStatus, TaskState
+from gateway.postgres.dsn import PostgresDsn
 from gateway.transport.client import InvokeResult
 from policies.store import PolicyStore
 from tests.plans.test_routing_rules import BOB, FakePeer, router
@@ -54,9 +56,15 @@ def dead_pid() -> int:
     return int(child.stdout)
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Any:
-    opened = SqliteTaskStore(tmp_path / "tasks.sqlite")
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """The lease rules hold for both task stores."""
+    opened: TaskStore
+    if request.param == "sqlite":
+        opened = SqliteTaskStore(tmp_path / "tasks.sqlite")
+    else:
+        dsn = PostgresDsn(request.getfixturevalue("pg_dsn"))
+        opened = PostgresTaskStore(dsn, "spiffe://example.org/agent/alice")
     yield opened
     opened.close()
 

@@ -275,10 +275,10 @@ async def test_replayed_request_id_is_refused(
 
 
 async def test_replay_window_survives_a_restart(
-    pki: Pki, tmp_path: Path, counter: WriteCounter
+    pki: Pki, tmp_path: Path, counter: WriteCounter, stores: dict[str, str]
 ) -> None:
     policy = write_policy(tmp_path / "policy.toml", [grant("bob", ["notes.write"])])
-    config = agent_config(pki, tmp_path, "alice", policy)
+    config = agent_config(pki, tmp_path, "alice", policy, stores=stores)
     registry = standard_registry(counter, tmp_path / "state")
     for attempt in range(2):
         agent = await started(config, registry)

@@ -1,0 +1,165 @@
+"""Read the shared PostgreSQL audit table: query across agents, verify every agent's chain.
+
+Readers use their own connection in a REPEATABLE READ, read-only transaction,
+so rows and heads come from one snapshot while agents keep appending.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+import psycopg
+
+from gateway.audit._schema import CHAIN_COLUMNS, RECORD_COLUMNS, record_from_row
+from gateway.audit.record import AuditRecord
+from gateway.audit.verify import VerifyReport, verify_rows
+from gateway.errors import ConfigError
+from gateway.postgres.dsn import PostgresDsn
+from gateway.postgres.migrations import LATEST_VERSION, schema_version
+
+_SELECT = f"SELECT agent_id, {', '.join(RECORD_COLUMNS)} FROM audit_records"
+_SELECT_CHAINED = f"SELECT {', '.join(RECORD_COLUMNS + CHAIN_COLUMNS)} FROM audit_records"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRecord:
+    """An audit record and the agent whose chain holds it."""
+
+    agent_id: str
+    record: AuditRecord
+
+
+def _connect(dsn: PostgresDsn) -> psycopg.Connection[tuple[object, ...]]:
+    try:
+        conn = psycopg.connect(dsn.url, connect_timeout=10)
+    except psycopg.Error as err:
+        raise ConfigError(f"audit database {dsn}: cannot connect: {err}") from err
+    version = schema_version(conn)
+    if version == 0:
+        conn.close()
+        raise ConfigError(f"audit database {dsn}: no audit schema (run a2a-gateway db init)")
+    if version > LATEST_VERSION:
+        conn.close()
+        raise ConfigError(
+            f"audit database {dsn}: schema version {version} is newer than this "
+            f"gateway knows ({LATEST_VERSION})"
+        )
+    conn.rollback()
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    conn.read_only = True
+    return conn
+
+
+def query_agent_records(
+    dsn: PostgresDsn,
+    *,
+    agent: str | None = None,
+    refusals_only: bool = False,
+    peer: str | None = None,
+    capability: str | None = None,
+    since: timedelta | None = None,
+    limit: int | None = None,
+    trace_id: str | None = None,
+) -> list[AgentRecord]:
+    """Records of every agent (or ``agent``) matching every filter, oldest first.
+
+    Raises:
+        ConfigError: The database cannot be read or holds no audit schema.
+    """
+    if limit is not None and limit < 0:
+        raise ConfigError(f"audit query limit must be >= 0, not {limit}")
+    where: list[str] = []
+    params: list[object] = []
+    for column, value in (("agent_id", agent), ("peer_id", peer), ("capability", capability)):
+        if value is not None:
+            where.append(f"{column} = %s")
+            params.append(value)
+    if refusals_only:
+        where.append("decision = 'refuse'")
+    if trace_id is not None:
+        where.append("trace_id = %s")
+        params.append(trace_id.lower())
+    if since is not None:
+        where.append("time_unix_ms >= %s")
+        params.append(int((time.time() - since.total_seconds()) * 1000))
+    sql = _SELECT + (f" WHERE {' AND '.join(where)}" if where else "")
+    sql += " ORDER BY time_unix_ms DESC, agent_id, seq DESC"
+    if limit is not None:
+        sql += " LIMIT %s"
+        params.append(limit)
+    conn = _connect(dsn)
+    try:
+        rows = conn.execute(sql, params).fetchall()
+    except psycopg.Error as err:
+        raise ConfigError(f"audit database {dsn}: cannot read: {err}") from err
+    finally:
+        conn.close()
+    return [AgentRecord(str(row[0]), record_from_row(row[1:])) for row in reversed(rows)]
+
+
+def verify_agent_chains(dsn: PostgresDsn, agent: str | None = None) -> dict[str, VerifyReport]:
+    """Verify the chain of every agent (or only ``agent``); reports by agent id.
+
+    Raises:
+        ConfigError: The database cannot be read, or ``agent`` has no chain there.
+    """
+    conn = _connect(dsn)
+    try:
+        with conn.transaction():
+            if agent is None:
+                heads = conn.execute(
+                    "SELECT agent_id, count, last_hash FROM audit_heads ORDER BY agent_id"
+                ).fetchall()
+                extra = conn.execute(
+                    "SELECT DISTINCT agent_id FROM audit_records "
+                    "WHERE agent_id NOT IN (SELECT agent_id FROM audit_heads)"
+                ).fetchall()
+            else:
+                heads = conn.execute(
+                    "SELECT agent_id, count, last_hash FROM audit_heads WHERE agent_id = %s",
+                    (agent,),
+                ).fetchall()
+                extra = []
+            chains: dict[str, tuple[int, str] | None] = {
+                str(h[0]): (int(str(h[1])), str(h[2])) for h in heads
+            }
+            chains.update({str(row[0]): None for row in extra})
+            if agent is not None and agent not in chains:
+                raise ConfigError(f"audit database {dsn}: no chain for agent {agent}")
+            reports = {}
+            for agent_id, head in sorted(chains.items()):
+                raw = conn.execute(
+                    _SELECT_CHAINED + " WHERE agent_id = %s ORDER BY seq", (agent_id,)
+                ).fetchall()
+                reports[agent_id] = verify_rows(raw, head)
+    except psycopg.Error as err:
+        raise ConfigError(f"audit database {dsn}: cannot read: {err}") from err
+    finally:
+        conn.close()
+    return reports
+
+
+def chain_hashes_at(dsn: PostgresDsn, agent: str, seqs: list[int]) -> tuple[int, dict[int, str]]:
+    """The last seq of ``agent``'s chain and its record hashes at ``seqs`` (one snapshot).
+
+    Raises:
+        ConfigError: The database cannot be read.
+    """
+    conn = _connect(dsn)
+    try:
+        with conn.transaction():
+            row = conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM audit_records WHERE agent_id = %s", (agent,)
+            ).fetchone()
+            found = conn.execute(
+                "SELECT seq, record_hash FROM audit_records WHERE agent_id = %s AND seq = ANY(%s)",
+                (agent, seqs),
+            ).fetchall()
+    except psycopg.Error as err:
+        raise ConfigError(f"audit database {dsn}: cannot read: {err}") from err
+    finally:
+        conn.close()
+    last = int(str(row[0])) if row else 0
+    return last, {int(str(seq)): str(digest) for seq, digest in found}

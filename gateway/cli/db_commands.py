@@ -1,0 +1,50 @@
+"""Operator commands for the shared PostgreSQL database: ``db init`` and ``db migrate``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import psycopg
+
+from gateway.errors import ConfigError
+from gateway.postgres.dsn import PostgresDsn, is_dsn
+from gateway.postgres.migrations import LATEST_VERSION, migrate, schema_version
+
+
+def add_commands(commands: Any) -> None:
+    """Register ``db init`` and ``db migrate``."""
+    db = commands.add_parser("db", help="the shared PostgreSQL database (audit_db/state_db DSN)")
+    sub = db.add_subparsers(dest="db_command", required=True, metavar="ACTION")
+    for name, text in (
+        ("init", "create the schema in an empty database"),
+        ("migrate", "apply pending schema migrations (agents also do this at start)"),
+    ):
+        action = sub.add_parser(name, help=text)
+        action.add_argument("--dsn", required=True, help="postgresql://user@host:port/db")
+        action.set_defaults(run=_run, action=name)
+
+
+def dsn_argument(text: str) -> PostgresDsn:
+    """``--dsn`` as a PostgresDsn; ConfigError if it is not a PostgreSQL URL."""
+    if not is_dsn(text):
+        raise ConfigError(f"--dsn {text!r}: expected postgresql://user@host:port/database")
+    return PostgresDsn(text.strip())
+
+
+def _run(args: argparse.Namespace) -> int:
+    dsn = dsn_argument(args.dsn)
+    try:
+        with psycopg.connect(dsn.url, autocommit=True, connect_timeout=10) as conn:
+            before = schema_version(conn)
+            if args.action == "init" and before:
+                print(f"{dsn}: already initialised (schema version {before}); see db migrate")
+                return 0
+            applied = migrate(conn, str(dsn))
+    except psycopg.Error as err:
+        raise ConfigError(f"database {dsn}: {err}") from err
+    if applied:
+        print(f"{dsn}: applied migration(s) {', '.join(map(str, applied))}; now {LATEST_VERSION}")
+    else:
+        print(f"{dsn}: schema up to date (version {before})")
+    return 0

@@ -1,0 +1,187 @@
+"""Versioned schema migrations for the shared PostgreSQL database.
+
+Every process applies the pending ones at start (under an advisory lock, so
+replicas starting together apply each once) and refuses to run against a
+schema newer than it knows: an older gateway must not write rows a newer one
+reads differently.
+
+The audit table's record columns come from ``AuditRecord``: a new record
+field needs one line here, ``Migration(n, ..., add_record_column("name"))``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, fields
+
+import psycopg
+
+from gateway.audit._schema import RECORD_COLUMNS
+from gateway.audit.record import AuditRecord
+from gateway.errors import ConfigError
+
+_SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE PRECISION"}
+_LOCK_KEY = 0x61326167  # "a2ag": one advisory lock for migrations
+_FIELD_TYPES = {field.name: str(field.type) for field in fields(AuditRecord)}
+
+
+def record_column_ddl(name: str) -> str:
+    """``name TYPE NOT NULL`` for an ``AuditRecord`` field (int, float, else text)."""
+    sql_type = _SQL_TYPES.get(_FIELD_TYPES[name], "TEXT")
+    return f"{name} {sql_type} NOT NULL"
+
+
+def add_record_column(name: str) -> tuple[str, ...]:
+    """The statement adding a new ``AuditRecord`` field to the audit table."""
+    default = {"BIGINT": "0", "DOUBLE PRECISION": "0"}.get(
+        _SQL_TYPES.get(_FIELD_TYPES[name], "TEXT"), "''"
+    )
+    return (f"ALTER TABLE audit_records ADD COLUMN {record_column_ddl(name)} DEFAULT {default}",)
+
+
+_V1_RECORD_COLUMNS = (
+    "seq",
+    "time_unix_ms",
+    "request_id",
+    "task_id",
+    "step_id",
+    "peer_id",
+    "capability",
+    "version_constraint",
+    "served_version",
+    "decision",
+    "reason",
+    "detail",
+    "payload_size",
+    "payload_sha256",
+    "latency_ms",
+)
+
+_V1 = (
+    "CREATE TABLE audit_records (agent_id TEXT NOT NULL, "
+    + ", ".join(record_column_ddl(name) for name in _V1_RECORD_COLUMNS)
+    + ", prev_hash TEXT NOT NULL, record_hash TEXT NOT NULL, "
+    "CHECK (decision IN ('allow', 'refuse')), PRIMARY KEY (agent_id, seq))",
+    "CREATE INDEX audit_records_time ON audit_records (time_unix_ms)",
+    "CREATE TABLE audit_heads (agent_id TEXT PRIMARY KEY, count BIGINT NOT NULL, "
+    "last_hash TEXT NOT NULL)",
+    "CREATE TABLE idempotency (agent_id TEXT NOT NULL, peer TEXT NOT NULL, "
+    "capability TEXT NOT NULL, key TEXT NOT NULL, request_sha256 TEXT NOT NULL, "
+    "state TEXT NOT NULL, served_version TEXT NOT NULL DEFAULT '', payload BYTEA, "
+    "evidence_sha256 TEXT NOT NULL DEFAULT '', claim_id TEXT NOT NULL DEFAULT '', "
+    "claim_owner TEXT NOT NULL DEFAULT '', updated_unix_ms BIGINT NOT NULL, "
+    "PRIMARY KEY (agent_id, peer, capability, key))",
+    "CREATE TABLE replay_window (agent_id TEXT NOT NULL, peer TEXT NOT NULL, "
+    "request_id TEXT NOT NULL, seen_unix_ms BIGINT NOT NULL, "
+    "PRIMARY KEY (agent_id, peer, request_id))",
+    "CREATE INDEX replay_window_seen ON replay_window (seen_unix_ms)",
+    "CREATE TABLE tasks (agent_id TEXT NOT NULL, task_id TEXT NOT NULL, "
+    "plan_json TEXT NOT NULL, state TEXT NOT NULL, revision INTEGER NOT NULL, "
+    "reason TEXT NOT NULL, message TEXT NOT NULL, steps_used INTEGER NOT NULL, "
+    "peer_calls INTEGER NOT NULL, elapsed DOUBLE PRECISION NOT NULL, "
+    "created_ms BIGINT NOT NULL, updated_ms BIGINT NOT NULL, PRIMARY KEY (agent_id, task_id))",
+    "CREATE TABLE task_steps (agent_id TEXT NOT NULL, task_id TEXT NOT NULL, "
+    "step_id TEXT NOT NULL, revision INTEGER NOT NULL, status TEXT NOT NULL, "
+    "where_ TEXT NOT NULL, attempts INTEGER NOT NULL, duration_ms DOUBLE PRECISION NOT NULL, "
+    "output_json TEXT, served_version TEXT, time_ms BIGINT, sha256 TEXT, "
+    "replayed INTEGER NOT NULL, reason TEXT NOT NULL, message TEXT NOT NULL, "
+    "notes_json TEXT NOT NULL, PRIMARY KEY (agent_id, task_id, step_id))",
+    "CREATE TABLE task_revisions (agent_id TEXT NOT NULL, task_id TEXT NOT NULL, "
+    "revision INTEGER NOT NULL, reason TEXT NOT NULL, time_ms BIGINT NOT NULL, "
+    "plan_json TEXT NOT NULL, PRIMARY KEY (agent_id, task_id, revision))",
+    "CREATE TABLE task_write_pins (agent_id TEXT NOT NULL, task_id TEXT NOT NULL, "
+    "step_id TEXT NOT NULL, revision INTEGER NOT NULL, where_ TEXT NOT NULL, "
+    "idempotency_key TEXT NOT NULL, version TEXT NOT NULL, time_ms BIGINT NOT NULL, "
+    "PRIMARY KEY (agent_id, task_id, step_id, revision))",
+    "CREATE TABLE task_leases (agent_id TEXT NOT NULL, task_id TEXT NOT NULL, "
+    "owner TEXT NOT NULL, expires_ms BIGINT NOT NULL, PRIMARY KEY (agent_id, task_id))",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """One schema version: its number, what it does, and its statements."""
+
+    version: int
+    description: str
+    statements: tuple[str, ...]
+    adds_record_columns: tuple[str, ...] = ()
+
+
+_V2 = (
+    *add_record_column("trace_id"),
+    "ALTER TABLE tasks ADD COLUMN tool_calls INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE task_steps ADD COLUMN confidence TEXT NOT NULL DEFAULT 'unverified'",
+    "ALTER TABLE task_steps ADD COLUMN sources_json TEXT NOT NULL DEFAULT '[]'",
+    "ALTER TABLE task_steps ADD COLUMN candidates_json TEXT NOT NULL DEFAULT '[]'",
+    "ALTER TABLE task_steps ADD COLUMN asked_verification INTEGER NOT NULL DEFAULT 0",
+    "CREATE TABLE task_approvals (agent_id TEXT NOT NULL, task_id TEXT NOT NULL, "
+    "step_id TEXT NOT NULL, capability TEXT NOT NULL, where_ TEXT NOT NULL, "
+    "version TEXT NOT NULL, risk TEXT NOT NULL, input_sha256 TEXT NOT NULL, "
+    "fields_json TEXT NOT NULL, decision TEXT NOT NULL, decided_by TEXT NOT NULL, "
+    "time_ms BIGINT NOT NULL, PRIMARY KEY (agent_id, task_id, step_id))",
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "audit, idempotency, replay window, tasks", _V1, _V1_RECORD_COLUMNS),
+    Migration(
+        2,
+        "audit trace ids; plan tool calls, verified results and approvals",
+        _V2,
+        ("trace_id",),
+    ),
+)
+"""Every schema version in order; append, never edit a released one."""
+
+LATEST_VERSION = MIGRATIONS[-1].version
+
+
+def audit_columns_covered() -> bool:
+    """True if the migrations create every ``RECORD_COLUMNS`` field (a test checks)."""
+    created = {name for m in MIGRATIONS for name in m.adds_record_columns}
+    return set(RECORD_COLUMNS) <= created
+
+
+def schema_version(conn: psycopg.Connection[tuple[object, ...]]) -> int:
+    """The highest applied version (0 for an empty database)."""
+    exists = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()
+    if not exists or not exists[0]:
+        return 0
+    row = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()
+    return int(row[0]) if row else 0  # type: ignore[call-overload]
+
+
+def migrate(conn: psycopg.Connection[tuple[object, ...]], where: str) -> list[int]:
+    """Apply every pending migration in one transaction; returns the versions applied.
+
+    Args:
+        conn: A connection not inside a transaction.
+        where: The database as shown in messages (a redacted DSN).
+
+    Raises:
+        ConfigError: The database has a newer schema than this code knows.
+    """
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+            "description TEXT NOT NULL, applied_unix_ms BIGINT NOT NULL)"
+        )
+        current = schema_version(conn)
+        if current > LATEST_VERSION:
+            raise ConfigError(
+                f"database {where}: schema version {current} is newer than this gateway "
+                f"knows ({LATEST_VERSION}); upgrade the gateway before starting it"
+            )
+        applied = []
+        for migration in MIGRATIONS:
+            if migration.version <= current:
+                continue
+            for statement in migration.statements:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_migrations VALUES (%s, %s, %s)",
+                (migration.version, migration.description, int(time.time() * 1000)),
+            )
+            applied.append(migration.version)
+    return applied
