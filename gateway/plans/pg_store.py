@@ -93,8 +93,11 @@ class PostgresTaskStore(TaskStore):
 
     def _write_usage(self, conn: Connection, task_id: str, usage: Usage, now_ms: int) -> None:
         conn.execute(
-            "UPDATE tasks SET steps_used = %s, peer_calls = %s, elapsed = %s, updated_ms = %s, "
-            "tool_calls = %s WHERE agent_id = %s AND task_id = %s",
+            # Usage only grows: see gateway.plans.sqlite_rows.write_usage.
+            "UPDATE tasks SET steps_used = GREATEST(steps_used, %s), "
+            "peer_calls = GREATEST(peer_calls, %s), elapsed = GREATEST(elapsed, %s), "
+            "updated_ms = GREATEST(updated_ms, %s), tool_calls = GREATEST(tool_calls, %s) "
+            "WHERE agent_id = %s AND task_id = %s",
             (
                 usage.steps,
                 usage.peer_calls,

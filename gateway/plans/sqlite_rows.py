@@ -103,9 +103,12 @@ def write_lease(db: sqlite3.Connection, task_id: str, owner: str, expires_ms: in
 
 
 def write_usage(db: sqlite3.Connection, task_id: str, usage: Usage, now_ms: int) -> None:
+    # Usage only grows: a snapshot taken before a later one may commit after it
+    # (checkpoints run in worker threads), and must not undo what it recorded.
     db.execute(
-        "UPDATE tasks SET steps_used = ?, peer_calls = ?, elapsed = ?, updated_ms = ?, "
-        "tool_calls = ? WHERE task_id = ?",
+        "UPDATE tasks SET steps_used = MAX(steps_used, ?), peer_calls = MAX(peer_calls, ?), "
+        "elapsed = MAX(elapsed, ?), updated_ms = MAX(updated_ms, ?), "
+        "tool_calls = MAX(tool_calls, ?) WHERE task_id = ?",
         (usage.steps, usage.peer_calls, usage.elapsed_seconds, now_ms, usage.tool_calls, task_id),
     )
 
