@@ -11,6 +11,8 @@ hop and a write per call).
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 import sqlite3
 import threading
 import time
@@ -62,6 +64,11 @@ class SqliteReplayWindow(ReplayWindow):
             # source for a machine crash, reloaded by preload at start.
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(_SCHEMA)
+            # Workers take turns on this lock, which wakes a waiter at once;
+            # SQLite's own busy handler would sleep 1-100 ms per retry.
+            self._turn = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as err:
+            raise StateUnavailable(f"replay window {path}: {err}") from err
         except sqlite3.Error as err:
             raise StateUnavailable(f"replay window {path}: {err}") from err
 
@@ -85,9 +92,15 @@ class SqliteReplayWindow(ReplayWindow):
         cutoff_ms = now_ms - int(self._window * 1000)
         with self._lock:
             self._sightings += 1
-            row = self._db.execute(_SIGHT, (peer_id, request_id, now_ms, cutoff_ms)).fetchone()
-            if self._sightings % _EXPIRE_EVERY == 0:
-                self._db.execute("DELETE FROM replay_window WHERE seen_unix_ms <= ?", (cutoff_ms,))
+            fcntl.flock(self._turn, fcntl.LOCK_EX)
+            try:
+                row = self._db.execute(_SIGHT, (peer_id, request_id, now_ms, cutoff_ms)).fetchone()
+                if self._sightings % _EXPIRE_EVERY == 0:
+                    self._db.execute(
+                        "DELETE FROM replay_window WHERE seen_unix_ms <= ?", (cutoff_ms,)
+                    )
+            finally:
+                fcntl.flock(self._turn, fcntl.LOCK_UN)
         return row is not None
 
     def preload(self, entries: Iterable[tuple[str, str, float]]) -> None:
@@ -115,3 +128,4 @@ class SqliteReplayWindow(ReplayWindow):
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            os.close(self._turn)
