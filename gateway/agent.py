@@ -27,6 +27,7 @@ from gateway.inbound.limits import CallLimits, LimitStats, limit_refusal_counts
 from gateway.inbound.pg_idempotency import PostgresIdempotencyStore
 from gateway.inbound.pg_replay import PostgresReplayWindow
 from gateway.inbound.replay import ReplayGuard, ReplayWindow
+from gateway.inbound.sqlite_replay import SqliteReplayWindow
 from gateway.outbound.router import Router
 from gateway.outbound.upstream_capabilities import register_upstreams
 from gateway.plans.checks import PlanLimits
@@ -67,10 +68,20 @@ class Agent:
         planner: Planner | None = None,
         plan_limits: PlanLimits | None = None,
         span_exporter: SpanExporter | None = None,
+        worker: int = 0,
     ) -> None:
+        """Compose the agent; ``worker`` is this process's index when ``config.workers > 1``.
+
+        Worker 0 alone serves the metrics endpoint and writes audit checkpoints
+        (see :mod:`gateway.supervisor`).
+        """
         self.config = config
+        self.worker = worker
         self.telemetry = Telemetry(
-            config.id, config.metrics, config.tracing, span_exporter=span_exporter
+            config.id,
+            config.metrics if worker == 0 else None,
+            config.tracing,
+            span_exporter=span_exporter,
         )
         """Metrics, spans and the /metrics endpoint (``span_exporter``: tests' spans)."""
         self.live_tls = LiveTls(config.id, config.tls)
@@ -104,6 +115,9 @@ class Agent:
             # Shared by every replica of this agent id (see README "Beyond one machine").
             self.idempotency = PostgresIdempotencyStore(config.state_db, config.id)
             self.replay = PostgresReplayWindow(config.state_db, config.id)
+        elif config.workers > 1:  # sibling processes share the files
+            self.idempotency = IdempotencyStore(config.idempotency_store, shared=True)
+            self.replay = SqliteReplayWindow(config.state_dir / "replay.sqlite")
         else:
             self.idempotency = IdempotencyStore(config.idempotency_store)
             self.replay = ReplayGuard()
@@ -138,6 +152,7 @@ class Agent:
                 self.telemetry,
             ),
             self.telemetry,
+            reuse_port=config.workers > 1,
         )
         self.health = HealthMonitor(
             {"audit log": lambda: self.audit.healthy, "policy": self.policies.has_live_grant},
@@ -202,7 +217,7 @@ class Agent:
 
     def _checkpointer(self) -> Checkpointer | None:
         settings = self.config.audit_checkpoints
-        if not settings.enabled:
+        if not settings.enabled or self.worker != 0:  # one checkpoint writer per chain
             return None
         return Checkpointer(
             CheckpointSigner(self.config.id, self.tls.key_pem, self.tls.cert_pem),

@@ -49,7 +49,8 @@ Example::
 
 Top-level ``idempotency_retention = "7d"`` (default) sets how long completed
 idempotency keys are kept; ``max_concurrent_calls = 256`` (default) caps the
-calls the agent runs at once, all peers together.
+calls the agent runs at once, all peers together (per worker process);
+``workers = 2`` runs two serving processes on the one port.
 
 Relative paths are resolved against the config file's folder.
 """
@@ -387,6 +388,10 @@ class AgentConfig(_Frozen):
             stay failed until restarted.
         metrics: Prometheus endpoint (None: no metrics, near-zero cost).
         tracing: Spans and OTLP export (None: no spans; traceparent still carried).
+        workers: Serving processes on the one ``listen`` port (default 1);
+            more than one share it with ``SO_REUSEPORT`` and share the policy
+            file, the audit chain, the idempotency keys and the replay window
+            (see :mod:`gateway.supervisor`).
     """
 
     id: SpiffeId
@@ -407,6 +412,7 @@ class AgentConfig(_Frozen):
     audit_retry_seconds: float | None = Field(default=2.0, gt=0)
     metrics: MetricsSettings | None = None
     tracing: TracingSettings | None = None
+    workers: int = Field(default=1, ge=1, le=256)
 
     @property
     def idempotency_store(self) -> Path:

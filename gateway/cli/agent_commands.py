@@ -6,16 +6,18 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from gateway.agent import Agent
-from gateway.config import load_agent_config
+from gateway.config import AgentConfig, load_agent_config
 from gateway.display import printable
 from gateway.errors import ConfigError
 from gateway.postgres.dsn import is_dsn
+from gateway.supervisor import READY_MARK, Supervisor, check_workers
 from gateway.telemetry.json_logs import name_agent
 from gateway.transport.client import PeerClient
 from gateway.transport.tls import TlsMaterial
@@ -25,6 +27,9 @@ def add_commands(commands: Any) -> None:
     """Register serve, describe, call, card and demo."""
     serve = commands.add_parser("serve", help="run an agent until interrupted")
     serve.add_argument("--config", type=Path, required=True, help="agent config (TOML)")
+    # Set by the supervisor of ``workers > 1`` (gateway.supervisor), not by people.
+    serve.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
+    serve.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
     serve.set_defaults(run=_serve)
 
     describe = commands.add_parser("describe", help="what a peer lets this agent call")
@@ -60,20 +65,46 @@ def add_commands(commands: Any) -> None:
     demo.set_defaults(run=_demo)
 
 
-async def _serve(args: argparse.Namespace) -> int:
+def _serve(args: argparse.Namespace) -> int:
     config = load_agent_config(args.config)
     name_agent(config.id)
-    agent = Agent(config)
+    check_workers(config)
+    if config.workers > 1 and args.worker is None:
+        return Supervisor(args.config, config).run()  # signals need the main thread
+    return asyncio.run(_serve_agent(args, config))
+
+
+async def _serve_agent(args: argparse.Namespace, config: AgentConfig) -> int:
+    if args.port is not None:
+        host = config.listen.rsplit(":", 1)[0]
+        config = config.model_copy(update={"listen": f"{host}:{args.port}"})
+    agent = Agent(config, worker=args.worker or 0)
     await agent.start()
     agent.install_reload_signal()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    print(f"{agent.config.id} serving on {agent.address}", flush=True)
+    if args.worker is None:
+        print(f"{agent.config.id} serving on {agent.address}", flush=True)
+    else:
+        print(f"worker {args.worker}{READY_MARK}{agent.address}", flush=True)
+        orphan_watch = asyncio.create_task(_stop_when_orphaned(stop))
     await stop.wait()
     await agent.stop()
+    if args.worker is not None:
+        orphan_watch.cancel()
     return 0
+
+
+async def _stop_when_orphaned(stop: asyncio.Event) -> None:
+    """A worker whose supervisor is gone (SIGKILL) stops instead of serving unwatched."""
+    parent = os.getppid()
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 1.0)
+        if os.getppid() != parent:
+            stop.set()
 
 
 def _client(config_path: Path, peer_id: str) -> PeerClient:

@@ -6,9 +6,12 @@ the write may or may not have happened: a retry is refused with
 ``IDEMPOTENCY_IN_DOUBT`` instead of running the write a second time. Storage
 failures refuse the call before the side effect (``STATE_UNAVAILABLE``).
 
-Row states: ``claimed`` (an attempt of this process is running), ``in_doubt``
-(an attempt was cut off: marked when it ends without an answer, and at open
-for every claim a previous process left behind), ``done`` (answer stored).
+Row states: ``claimed`` (an attempt is running), ``in_doubt`` (an attempt was
+cut off: marked when it ends without an answer, and at open for every claim a
+previous process left behind), ``done`` (answer stored). Each claim names its
+owner process (``host:pid:nonce``): worker processes sharing the file
+(``workers > 1``) open it ``shared``, and then only the claims of owners that
+are gone are marked in doubt, never a sibling's attempt in flight.
 Only ``in_doubt`` rows may be changed by an operator
 (:mod:`gateway.inbound.idempotency_admin`); ``done`` rows are purged after the
 configured retention, ``in_doubt`` rows never are.
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from gateway.errors import IdempotencyConflict, IdempotencyInDoubt, StateUnavailable
+from gateway.plans.lease import holder_gone, new_owner_id
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -40,7 +44,7 @@ _SCHEMA = (
     "key TEXT NOT NULL, request_sha256 TEXT NOT NULL, state TEXT NOT NULL, "
     "served_version TEXT NOT NULL DEFAULT '', payload BLOB, evidence_sha256 TEXT NOT NULL "
     "DEFAULT '', claim_id TEXT NOT NULL DEFAULT '', updated_unix_ms INTEGER NOT NULL DEFAULT 0, "
-    "PRIMARY KEY (peer, capability, key))"
+    "claim_owner TEXT NOT NULL DEFAULT '', PRIMARY KEY (peer, capability, key))"
 )
 # Columns added after the first release, with the ALTER that adds each to an old file.
 _ADDED_COLUMNS = {
@@ -48,6 +52,7 @@ _ADDED_COLUMNS = {
     "updated_unix_ms": (
         "ALTER TABLE idempotency ADD COLUMN updated_unix_ms INTEGER NOT NULL DEFAULT 0"
     ),
+    "claim_owner": "ALTER TABLE idempotency ADD COLUMN claim_owner TEXT NOT NULL DEFAULT ''",
 }
 
 
@@ -106,20 +111,19 @@ class StoredAnswer:
 class IdempotencyStore:
     """SQLite table keyed by (peer, capability, key); concurrent duplicates wait for the first.
 
-    One agent process owns the file: opening it marks every ``claimed`` row
-    ``in_doubt``, since no attempt of an earlier process can still be running.
+    By default one agent process owns the file: opening it marks every
+    ``claimed`` row ``in_doubt``, since no attempt of an earlier process can
+    still be running. ``shared=True`` (worker processes of one agent) marks
+    only the claims whose owner process is gone.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, shared: bool = False) -> None:
         self._path = path
         self._lock = threading.Lock()
+        self._owner = new_owner_id()
         try:
             self._db = open_store_db(path)
-            cut_off = self._db.execute(
-                "UPDATE idempotency SET state = 'in_doubt', updated_unix_ms = ? "
-                "WHERE state = 'claimed'",
-                (_now_ms(),),
-            ).rowcount
+            cut_off = self._mark_cut_off(shared=shared)
         except sqlite3.Error as err:
             raise StateUnavailable(f"idempotency store {path}: {err}") from err
         if cut_off:
@@ -231,6 +235,32 @@ class IdempotencyStore:
         with self._lock:
             self._db.close()
 
+    def _mark_cut_off(self, *, shared: bool) -> int:
+        now = _now_ms()
+        if not shared:
+            return int(
+                self._db.execute(
+                    "UPDATE idempotency SET state = 'in_doubt', updated_unix_ms = ? "
+                    "WHERE state = 'claimed'",
+                    (now,),
+                ).rowcount
+            )
+        owners = {
+            str(row[0])
+            for row in self._db.execute(
+                "SELECT DISTINCT claim_owner FROM idempotency WHERE state = 'claimed'"
+            )
+        }
+        gone = [owner for owner in owners if not owner or holder_gone(owner)]
+        return sum(
+            self._db.execute(
+                "UPDATE idempotency SET state = 'in_doubt', updated_unix_ms = ? "
+                "WHERE state = 'claimed' AND claim_owner = ?",
+                (now, owner),
+            ).rowcount
+            for owner in gone
+        )
+
     def _mark_in_doubt(self, ident: Ident, claim_id: str) -> None:
         try:
             with self._lock:
@@ -264,21 +294,25 @@ class IdempotencyStore:
         self, ident: Ident, request_sha256: str, served_version: str
     ) -> StoredAnswer | None:
         with self._lock:
+            # Insert first: of two processes claiming one key at once exactly
+            # one inserts; the other reads the row as a retry would.
+            claim_id = secrets.token_hex(8)
+            inserted = self._db.execute(
+                "INSERT OR IGNORE INTO idempotency (peer, capability, key, request_sha256, "
+                "state, served_version, claim_id, claim_owner, updated_unix_ms) "
+                "VALUES (?, ?, ?, ?, 'claimed', ?, ?, ?, ?)",
+                (*ident, request_sha256, served_version, claim_id, self._owner, _now_ms()),
+            ).rowcount
+            if inserted:
+                self._claims[ident] = claim_id
+                return None
             row = self._db.execute(
                 "SELECT request_sha256, state, served_version, payload, evidence_sha256 "
                 "FROM idempotency WHERE peer = ? AND capability = ? AND key = ?",
                 ident,
             ).fetchone()
-            if row is None:
-                claim_id = secrets.token_hex(8)
-                self._db.execute(
-                    "INSERT INTO idempotency (peer, capability, key, request_sha256, state, "
-                    "served_version, claim_id, updated_unix_ms) "
-                    "VALUES (?, ?, ?, ?, 'claimed', ?, ?, ?)",
-                    (*ident, request_sha256, served_version, claim_id, _now_ms()),
-                )
-                self._claims[ident] = claim_id
-                return None
+        if row is None:  # deleted between the two statements (a released claim): retry
+            return self._claim_row(ident, request_sha256, served_version)
         if row[1] != "done":
             if row[0] != request_sha256:
                 raise IdempotencyConflict("idempotency key already used with a different payload")

@@ -155,8 +155,12 @@ class GatewayServer:
         tls: ServerCredentialSource,
         a2a: A2AServicer | None = None,
         telemetry: Telemetry | None = None,
+        *,
+        reuse_port: bool = False,
     ) -> None:
-        self._server = aio.server(options=server_options())
+        # Sibling worker processes share the port (see gateway.supervisor).
+        options = [*server_options(), *([("grpc.so_reuseport", 1)] if reuse_port else [])]
+        self._server = aio.server(options=options)
         add_gateway_servicer(GatewayServicer(agent_id, handler, telemetry), self._server)
         self._services = [SERVICE_NAME]
         if a2a is not None:  # same port, same mTLS, same handler

@@ -1,0 +1,198 @@
+"""``workers = N``: N serving processes of one agent on one port.
+
+``a2a-gateway serve`` with ``workers > 1`` runs this supervisor instead of an
+agent. It starts worker 0 (``serve --worker 0``) on the configured address,
+learns the port it bound (so ``listen = "host:0"`` works too), then starts
+workers 1..N-1 on that port. Every worker binds with ``SO_REUSEPORT`` and the
+kernel spreads new connections over them.
+
+What the workers share: the policy file (each watches it; SIGHUP is forwarded
+to all), the audit chain (one SQLite file, each append re-reads the head
+inside its write transaction), the idempotency keys (claims carry their owner
+process; only claims of dead owners become ``in_doubt``), the replay window
+(``replay.sqlite`` in ``state_dir``), the A2A and plan task stores. Per worker:
+rate limits and ``max_concurrent_calls`` (N workers admit up to N times the
+configured rate), metrics and audit checkpoints (worker 0 only).
+
+Lifecycle: SIGTERM/SIGINT stop every worker gracefully, SIGHUP reloads them
+all. A worker that dies is restarted on the same port, at most
+``MAX_RESTARTS`` times within ``RESTART_WINDOW_SECONDS``; beyond that the
+supervisor stops the others and exits 1. Before the first worker starts, every
+claim an earlier run left behind is marked ``in_doubt`` (no worker runs yet).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from types import FrameType
+
+from gateway.config import AgentConfig
+from gateway.errors import AgentConfigError
+from gateway.inbound.idempotency import IdempotencyStore
+from gateway.postgres.dsn import PostgresDsn
+
+MAX_RESTARTS = 5
+RESTART_WINDOW_SECONDS = 60.0
+READY_TIMEOUT_SECONDS = 120.0
+STOP_TIMEOUT_SECONDS = 30.0
+READY_MARK = " ready on "
+"""A worker's first stdout line: ``worker I ready on HOST:PORT``."""
+
+
+class Supervisor:
+    """Starts, watches and stops the worker processes of one agent."""
+
+    def __init__(self, config_path: Path, config: AgentConfig) -> None:
+        self._config_path = config_path
+        self._config = config
+        self._host = config.listen.rsplit(":", 1)[0]
+        self._port = int(config.listen.rsplit(":", 1)[1])
+        self._workers: list[subprocess.Popen[str] | None] = [None] * config.workers
+        self._restarts: deque[float] = deque()
+        self._signals: deque[int] = deque()
+        self._wake = threading.Event()
+
+    def run(self) -> int:
+        """Serve until SIGTERM/SIGINT (0) or until workers keep dying (1)."""
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+        self._cut_off_earlier_claims()
+        try:
+            for index in range(len(self._workers)):
+                self._start(index)
+        except AgentConfigError as err:
+            print(f"error: {err.message}", file=sys.stderr, flush=True)
+            self._stop_all()
+            return 1
+        print(
+            f"{self._config.id} ({len(self._workers)} workers) serving on "
+            f"{self._host}:{self._port}",
+            flush=True,
+        )
+        return self._watch()
+
+    def _cut_off_earlier_claims(self) -> None:
+        if not isinstance(self._config.state_db, PostgresDsn):  # PostgreSQL does it per owner
+            self._config.state_dir.mkdir(parents=True, exist_ok=True)
+            IdempotencyStore(self._config.idempotency_store).close()
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self._signals.append(signum)
+        self._wake.set()
+
+    def _start(self, index: int) -> None:
+        command = [sys.executable, "-m", "gateway.cli.main", "serve"]
+        command += ["--config", str(self._config_path), "--worker", str(index)]
+        if self._port:
+            command += ["--port", str(self._port)]
+        proc = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True
+        )
+        self._workers[index] = proc
+        port = _read_ready_port(proc)
+        if port is None:
+            proc.kill()
+            proc.wait()
+            raise AgentConfigError(f"worker {index} did not start (exit {proc.returncode})")
+        self._port = port
+        print(f"worker {index} pid {proc.pid}", flush=True)
+        threading.Thread(target=self._watch_exit, args=(proc,), daemon=True).start()
+
+    def _watch_exit(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # a worker prints nothing more; keep its pipe drained
+            sys.stdout.write(line)
+        proc.wait()
+        self._wake.set()
+
+    def _watch(self) -> int:
+        while True:
+            self._wake.wait(1.0)
+            self._wake.clear()
+            while self._signals:
+                signum = self._signals.popleft()
+                if signum == signal.SIGHUP:
+                    self._send_all(signal.SIGHUP)
+                else:
+                    return self._stop_all()
+            for index, proc in enumerate(self._workers):
+                if proc is not None and proc.poll() is not None:
+                    if not self._may_restart():
+                        print(
+                            f"error: worker {index} exited {proc.returncode}; "
+                            "too many restarts, stopping",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                        self._stop_all()
+                        return 1
+                    print(f"worker {index} exited {proc.returncode}; restarting", file=sys.stderr)
+                    try:
+                        self._start(index)
+                    except AgentConfigError as err:
+                        print(f"error: {err.message}", file=sys.stderr, flush=True)
+                        self._stop_all()
+                        return 1
+
+    def _may_restart(self) -> bool:
+        now = time.monotonic()
+        while self._restarts and now - self._restarts[0] > RESTART_WINDOW_SECONDS:
+            self._restarts.popleft()
+        self._restarts.append(now)
+        return len(self._restarts) <= MAX_RESTARTS
+
+    def _send_all(self, signum: int) -> None:
+        for proc in self._workers:
+            if proc is not None and proc.poll() is None:
+                os.kill(proc.pid, signum)
+
+    def _stop_all(self) -> int:
+        """SIGTERM every worker, wait (SIGKILL after the timeout); 0 if all ended cleanly."""
+        self._send_all(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+        clean = True
+        for proc in self._workers:
+            if proc is None:
+                continue
+            try:
+                code = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                code = proc.wait()
+            clean = clean and code == 0
+        return 0 if clean else 1
+
+
+def _read_ready_port(proc: subprocess.Popen[str]) -> int | None:
+    """The port from the worker's ready line; None if it exited or stayed silent."""
+    assert proc.stdout is not None
+    found: list[int] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if READY_MARK in line:
+            found.append(int(line.rsplit(":", 1)[1]))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(READY_TIMEOUT_SECONDS)
+    return found[0] if found else None
+
+
+def check_workers(config: AgentConfig) -> None:
+    """Refuse a worker setup that cannot share one port.
+
+    Raises:
+        AgentConfigError: ``workers > 1`` on a platform without ``SO_REUSEPORT``.
+    """
+    if config.workers > 1 and not hasattr(socket, "SO_REUSEPORT"):
+        raise AgentConfigError("workers > 1 needs SO_REUSEPORT (Linux, BSD, macOS)")

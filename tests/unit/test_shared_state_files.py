@@ -1,0 +1,87 @@
+"""State files shared by worker processes: the SQLite replay window and idempotency claims.
+
+Two store objects on one file stand in for two workers (each has its own
+connection, as each worker process does); the process tests are in
+tests/faults/test_workers.py.
+"""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from gateway.errors import IdempotencyInDoubt
+from gateway.inbound.idempotency import IdempotencyStore, StoredAnswer
+from gateway.inbound.sqlite_replay import SqliteReplayWindow
+
+IDENT = ("spiffe://example.org/agent/bob", "notes.append", "k1")
+
+
+async def test_request_id_seen_by_one_window_is_refused_by_the_other(tmp_path: Path) -> None:
+    first, second = (SqliteReplayWindow(tmp_path / "replay.sqlite") for _ in range(2))
+    try:
+        assert await first.first_seen("bob", "r1") is True
+        assert await second.first_seen("bob", "r1") is False
+        assert await second.first_seen("carol", "r1") is True  # ids never cross peers
+    finally:
+        first.close()
+        second.close()
+
+
+async def test_preloaded_ids_stay_refused_and_expired_ones_are_free(tmp_path: Path) -> None:
+    window = SqliteReplayWindow(tmp_path / "replay.sqlite", window_seconds=600.0)
+    try:
+        window.preload([("bob", "old", 30.0), ("bob", "gone", 900.0), ("bob", "", 1.0)])
+        assert await window.first_seen("bob", "old") is False
+        assert await window.first_seen("bob", "gone") is True
+    finally:
+        window.close()
+    zero = SqliteReplayWindow(tmp_path / "replay.sqlite", window_seconds=0.0)
+    try:  # a zero window remembers nothing: the id is taken over at once
+        assert await zero.first_seen("bob", "old") is True
+    finally:
+        zero.close()
+
+
+async def test_one_key_claimed_once_across_stores_and_answer_shared(tmp_path: Path) -> None:
+    path = tmp_path / "idempotency.sqlite"
+    first = IdempotencyStore(path, shared=True)
+    second = IdempotencyStore(path, shared=True)
+    try:
+        assert await first.claim(IDENT, "sha") is None  # first holds the claim
+        with pytest.raises(IdempotencyInDoubt):  # the sibling never runs it a second time
+            await second.claim(IDENT, "sha")
+        answer = StoredAnswer("sha", "1.0.0", b'{"appended":1}', "e" * 64)
+        await first.complete(IDENT, answer)
+        assert await second.claim(IDENT, "sha") == answer
+    finally:
+        first.close()
+        second.close()
+
+
+def test_shared_open_marks_only_claims_of_dead_owners(tmp_path: Path) -> None:
+    path = tmp_path / "idempotency.sqlite"
+    IdempotencyStore(path).close()  # creates the schema
+    host = socket.gethostname()
+    db = sqlite3.connect(path)
+    with db:
+        for key, owner in (("dead", f"{host}:999999999:n"), ("live", f"{host}:1:n")):
+            db.execute(
+                "INSERT INTO idempotency (peer, capability, key, request_sha256, state, "
+                "claim_owner, updated_unix_ms) VALUES ('p', 'c', ?, 's', 'claimed', ?, 1)",
+                (key, owner),
+            )
+    db.close()
+    IdempotencyStore(path, shared=True).close()
+    db = sqlite3.connect(path)
+    states = dict(db.execute("SELECT key, state FROM idempotency").fetchall())
+    db.close()
+    assert states == {"dead": "in_doubt", "live": "claimed"}  # pid 1 is alive
+    IdempotencyStore(path).close()  # exclusive open: every claim is from an earlier run
+    db = sqlite3.connect(path)
+    states = dict(db.execute("SELECT key, state FROM idempotency").fetchall())
+    db.close()
+    assert states == {"dead": "in_doubt", "live": "in_doubt"}
