@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -21,7 +20,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from capabilities.context import CallContext
 from capabilities.registry import capability
 from gateway.agent import Agent
-from gateway.audit import AuditRecord
 from gateway.transport.a2a import CONTRACTS_EXTENSION_URI
 from tests.a2a_support import (
     A2APeer,
@@ -30,6 +28,7 @@ from tests.a2a_support import (
     output_of,
     raw_request,
 )
+from tests.integration.a2a.conftest import last_record
 from tests.support import (
     NoteInput,
     NoteOutput,
@@ -43,24 +42,6 @@ from tests.support import (
     started,
     write_policy,
 )
-
-
-async def last_record(agent: Agent) -> AuditRecord:
-    await agent.audit.flush()
-    return audit_rows(agent.config.audit_db)[-1]
-
-
-@pytest.fixture
-async def bob(pki: Pki, alice: Agent) -> AsyncIterator[A2APeer]:
-    async with A2APeer(pki, alice, "bob") as peer:
-        yield peer
-
-
-@pytest.fixture
-async def carol(pki: Pki, alice: Agent) -> AsyncIterator[A2APeer]:
-    async with A2APeer(pki, alice, "carol") as peer:
-        yield peer
-
 
 # --- the card ---------------------------------------------------------------
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -11,35 +10,17 @@ from a2a.types import a2a_pb2
 from a2a.utils import errors as a2a_errors
 
 from gateway.agent import Agent
-from gateway.audit import AuditRecord
 from tests.a2a_support import V1, A2APeer, data_request, error_infos, gateway_reason, output_of
+from tests.integration.a2a.conftest import last_record
 from tests.support import (
     Pki,
     WriteCounter,
     agent_config,
-    audit_rows,
     grant,
     standard_registry,
     started,
     write_policy,
 )
-
-
-async def last_record(agent: Agent) -> AuditRecord:
-    await agent.audit.flush()
-    return audit_rows(agent.config.audit_db)[-1]
-
-
-@pytest.fixture
-async def bob(pki: Pki, alice: Agent) -> AsyncIterator[A2APeer]:
-    async with A2APeer(pki, alice, "bob") as peer:
-        yield peer
-
-
-@pytest.fixture
-async def carol(pki: Pki, alice: Agent) -> AsyncIterator[A2APeer]:
-    async with A2APeer(pki, alice, "carol") as peer:
-        yield peer
 
 
 async def test_another_peers_task_is_indistinguishable_from_none(
