@@ -13,7 +13,13 @@ Run ``python benchmarks/bench_invoke.py --help``. One run:
    round; medians of rounds are reported;
 4. measures refusals: ``caller`` invoking ``text.search``, which it is not
    granted (``CAPABILITY_NOT_GRANTED``, durably audited before the answer);
-5. checks that the audit log holds one record per gateway call.
+5. times ``os.fsync`` of a small file in the audit log's folder before and
+   after the phases (the price of one durable commit on that disk, now);
+6. checks that the audit log holds one record per gateway call.
+
+It does all that once per payload size of ``--sizes`` (default 256 B, 16 KB
+and 256 KB; a quarter of the calls above 64 KB), each size with its own
+server process and report.
 
 With ``--metrics`` the child also runs a second agent, identical but with
 metrics (a /metrics endpoint) and tracing (spans recorded and handed to a
