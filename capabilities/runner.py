@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from capabilities.canonical import canonical_json
 from capabilities.context import CallContext
 from capabilities.registry import Capability
 from gateway.errors import (
@@ -27,11 +27,6 @@ _log = logging.getLogger(__name__)
 
 NOT_STARTED = "capability not started"
 """Audit detail of a DeadlineExceeded raised before the capability ran."""
-
-
-def canonical_json(value: Any) -> bytes:
-    """Deterministic JSON bytes (sorted keys, no spaces, UTF-8)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 @dataclass(frozen=True, slots=True)

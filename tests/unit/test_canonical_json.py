@@ -1,0 +1,72 @@
+"""Canonical JSON: the fast path writes exactly the bytes json.dumps always wrote.
+
+Evidence digests recorded by earlier versions cover ``json.dumps`` bytes, so
+every value must canonicalise to those bytes (or fail the same way).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+
+from capabilities.canonical import canonical_json
+
+
+def reference(value: Any) -> bytes:
+    """The canonical form as the gateway has always defined it."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+_CHARS = [
+    chr(code)
+    for code in (*range(0x00, 0x250), 0x2028, 0x2029, 0x202E, 0xFEFF, 0xFFFD, 0xE000, 0x1F600)
+]
+
+
+def test_every_escape_and_non_ascii_character_matches() -> None:
+    for char in _CHARS:
+        value = {f"k{char}": char, char: [char * 3, 0, -1, True, False, None, 2**63 - 1]}
+        assert canonical_json(value) == reference(value), repr(char)
+
+
+def test_random_nested_values_match() -> None:
+    rng = random.Random(11)
+    for _ in range(2000):
+        text = "".join(rng.choice(_CHARS) for _ in range(rng.randint(0, 12)))
+        value = {text: {"z": [text, {}, []], "a": rng.randint(-(2**64) + 1, 2**64 - 1), "é": ""}}
+        assert canonical_json(value) == reference(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"x": 1e-07},  # orjson would write 1e-7
+        {"x": 1e16},
+        {"x": 0.1},
+        {"x": float("nan")},  # orjson would write null
+        {"x": float("inf")},
+        {"x": 2**64},  # beyond orjson's integers
+        {"x": -(2**63) - 1},
+        {1: "int key"},  # orjson refuses non-string keys
+        {"x": (1, "tuple")},
+        [{"b": 1, "a": [2.5, None]}],
+    ],
+)
+def test_values_outside_the_fast_path_get_the_same_bytes(value: Any) -> None:
+    assert canonical_json(value) == reference(value)
+
+
+def test_a_lone_surrogate_fails_as_before() -> None:
+    with pytest.raises(UnicodeEncodeError):
+        reference({"x": "\ud800"})
+    with pytest.raises(UnicodeEncodeError):
+        canonical_json({"x": "\ud800"})
+
+
+def test_keys_sort_by_code_point_at_every_depth() -> None:
+    value = {"b": {"é": 1, "z": 2, "a": 3}, "a": [{"y": 1, "x": 2}], "\U0001f600": 0, "\uffff": 1}
+    assert canonical_json(value) == reference(value)
+    assert canonical_json(value).startswith(b'{"a":[{"x":2,"y":1}],"b":{"a":3,"z":2,')
