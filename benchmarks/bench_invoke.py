@@ -54,7 +54,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from bench_audit import make_record
+from bench_audit import fsync_ms, make_record
 from grpc import aio
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -309,23 +309,6 @@ def make_workspace(base: Path, payload_bytes: int, audit_sync: str = "full") -> 
     )
     caller_tls = TlsMaterial.from_files(pki / "ca.pem", caller.cert_path, caller.key_path)
     return Workspace(config=config, caller_tls=caller_tls)
-
-
-def fsync_ms(folder: Path, rounds: int = FSYNC_ROUNDS) -> float:
-    """Median milliseconds of one small write + ``os.fsync`` of a file in ``folder``."""
-    path = folder / "fsync-probe"
-    times: list[float] = []
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for number in range(rounds):
-            os.pwrite(fd, b"x" * 128, (number % 8) * 4096)
-            started = time.perf_counter()
-            os.fsync(fd)
-            times.append((time.perf_counter() - started) * 1000.0)
-    finally:
-        os.close(fd)
-        path.unlink()
-    return statistics.median(times)
 
 
 def echo_payload(size: int) -> bytes:

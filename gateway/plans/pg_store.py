@@ -183,16 +183,7 @@ class PostgresTaskStore(TaskStore):
                 "ON CONFLICT (agent_id, task_id, step_id, revision) DO UPDATE SET "
                 "where_ = excluded.where_, idempotency_key = excluded.idempotency_key, "
                 "version = excluded.version, time_ms = excluded.time_ms",
-                (
-                    self._agent,
-                    task_id,
-                    pin.step_id,
-                    pin.revision,
-                    pin.where,
-                    pin.idempotency_key,
-                    pin.version,
-                    pin.time_unix_ms,
-                ),
+                (self._agent, task_id, *rows.pin_row(pin)),
             )
             self._write_usage(conn, task_id, usage, pin.time_unix_ms)
 

@@ -283,6 +283,18 @@ def approval(row: tuple[Any, ...]) -> ApprovalRequest:
     )
 
 
+def pin_row(pin: WritePin) -> tuple[Any, ...]:
+    """``pin`` as the values of a ``write_pins`` row after its task id, in order."""
+    return (
+        pin.step_id,
+        pin.revision,
+        pin.where,
+        pin.idempotency_key,
+        pin.version,
+        pin.time_unix_ms,
+    )
+
+
 def write_pin(row: tuple[Any, ...]) -> WritePin:
     """A ``write_pins`` row (without its task id) as a WritePin."""
     step_id, revision, where, key, version, time_ms = row

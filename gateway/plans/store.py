@@ -241,15 +241,7 @@ class SqliteTaskStore(TaskStore):
                 "ON CONFLICT(task_id, step_id, revision) DO UPDATE SET where_ = excluded.where_, "
                 "idempotency_key = excluded.idempotency_key, version = excluded.version, "
                 "time_ms = excluded.time_ms",
-                (
-                    task_id,
-                    pin.step_id,
-                    pin.revision,
-                    pin.where,
-                    pin.idempotency_key,
-                    pin.version,
-                    pin.time_unix_ms,
-                ),
+                (task_id, *rows.pin_row(pin)),
             )
             rows.write_usage(db, task_id, usage, pin.time_unix_ms)
 
