@@ -31,11 +31,12 @@ from gateway.inbound.sqlite_replay import SqliteReplayWindow
 from gateway.outbound.router import Router
 from gateway.outbound.upstream_capabilities import register_upstreams
 from gateway.plans.checks import PlanLimits
-from gateway.plans.executor import EventSink, ExecutorParts
+from gateway.plans.executor import ExecutorParts
 from gateway.plans.model import Plan
 from gateway.plans.pg_store import PostgresTaskStore
 from gateway.plans.planner import Planner, RerouteOrStop
 from gateway.plans.runner import TaskRunner
+from gateway.plans.step_events import EventSink
 from gateway.plans.store import SqliteTaskStore, TaskStore
 from gateway.plans.task import TaskResult
 from gateway.postgres.dsn import PostgresDsn

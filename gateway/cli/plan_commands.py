@@ -19,8 +19,8 @@ from gateway.agent import Agent
 from gateway.config import load_agent_config
 from gateway.display import printable
 from gateway.errors import PlanInvalid
-from gateway.plans.executor import StepEvent
 from gateway.plans.model import parse_plan, resolve_input
+from gateway.plans.step_events import StepEvent
 from gateway.plans.task import TaskResult, TaskState
 
 EXIT_TASK_FAILED = 1

@@ -17,8 +17,8 @@ from capabilities.context import CallContext
 from capabilities.contract import ContractModel
 from capabilities.registry import Capability, CapabilityRegistry, capability
 from gateway.agent import Agent
-from gateway.plans.executor import StepEvent
 from gateway.plans.model import Plan
+from gateway.plans.step_events import StepEvent
 
 
 class SummarizeInput(ContractModel):

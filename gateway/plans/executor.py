@@ -39,12 +39,14 @@ from gateway.errors import (
 )
 from gateway.outbound.router import Router
 from gateway.plans.approval import ApprovalRequest, AwaitingApproval, Decision, threshold
+from gateway.plans.attempt_rules import StepProgress, abandoned_result
 from gateway.plans.budget import BudgetMeter
 from gateway.plans.checkpoints import RunCheckpoints
 from gateway.plans.checks import PlanLimits, check_routes, check_structure
 from gateway.plans.model import Plan, Step, resolve_input
 from gateway.plans.planner import Failure, Planner
-from gateway.plans.step_runner import WRITE_IN_DOUBT, StepProgress, StepRunner
+from gateway.plans.step_events import EventSink, StepEvent
+from gateway.plans.step_runner import StepRunner
 from gateway.plans.store import StoredTask, TaskStore
 from gateway.plans.task import (
     RevisionRecord,
@@ -56,29 +58,6 @@ from gateway.plans.task import (
 )
 from gateway.plans.verification import Confidence, comparison_digest
 from gateway.telemetry import Telemetry
-
-
-@dataclass(frozen=True, slots=True)
-class StepEvent:
-    """Live progress of one step (for the CLI and observers).
-
-    Attributes:
-        step_id: The step.
-        status: ``started``, ``completed``, ``failed``, ``waiting-approval`` or
-            ``skipped`` (late result ignored).
-        where: Where it ran (empty when it starts).
-        duration_ms: Time taken (0 when it starts).
-        reason: Reason code (``OK`` unless it failed).
-    """
-
-    step_id: str
-    status: str
-    where: str = ""
-    duration_ms: float = 0.0
-    reason: str = "OK"
-
-
-EventSink = Callable[[StepEvent], None]
 
 
 @dataclass
@@ -429,28 +408,11 @@ class TaskExecutor:
     def _abandoned(self, task: asyncio.Task[StepResult], ending: _Ending) -> StepResult:
         if not task.cancelled() and task.exception() is None:  # it finished as it was cancelled
             return task.result()
-        step, progress = self._in_flight[task], self._progress[task]
         reason, message = ending.reason, ending.message
         if reason != BudgetExhausted.reason:
             reason = Cancelled.reason
             message = f"abandoned: the task ended ({ending.reason})"
-        notes = list(progress.notes)
-        if progress.written_at:
-            notes.append(f"{progress.written_at}: {WRITE_IN_DOUBT}")
-        elif progress.where:
-            notes.append(f"{progress.where}: abandoned while running there")
-        return StepResult(
-            step_id=step.id,
-            status=StepStatus.FAILED,
-            revision=step.revision,
-            where=progress.where,
-            attempts=progress.attempts,
-            duration_ms=progress.elapsed_ms(),
-            reason=reason,
-            message=message,
-            notes=tuple(notes),
-            may_have_written=bool(progress.written_at),
-        )
+        return abandoned_result(self._in_flight[task], self._progress[task], reason, message)
 
     async def _set_live_state(self) -> None:
         router = self._parts.router

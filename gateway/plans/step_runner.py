@@ -31,12 +31,9 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.trace import Status, StatusCode
@@ -47,27 +44,16 @@ from capabilities.runner import run_capability
 from capabilities.versions import VersionConstraint
 from gateway.errors import (
     ApprovalDenied,
-    AuditUnavailable,
     BudgetExhausted,
     CapabilityNotGranted,
     DeadlineExceeded,
-    ExpectationFailed,
     GatewayError,
-    IdempotencyConflict,
     IdempotencyInDoubt,
     InvalidInput,
-    InvalidOutput,
-    InvalidRequest,
     NoRoute,
-    PayloadTooLarge,
-    PeerIdentityMismatch,
     PeerUnavailable,
     PlanInvalid,
-    PolicyRefusal,
-    ReplayedRequest,
-    StateUnavailable,
     TaskLeased,
-    Unauthenticated,
     VersionNotAvailable,
 )
 from gateway.outbound.router import LOCAL, Offer, Router, encode_payload
@@ -78,6 +64,14 @@ from gateway.plans.approval import (
     needs_approval,
     request_for,
 )
+from gateway.plans.attempt_rules import (
+    NOTHING_RAN,
+    TRANSIENT,
+    WRITE_IN_DOUBT,
+    StepProgress,
+    attempt_timeout,
+    may_fail_over,
+)
 from gateway.plans.budget import BudgetMeter
 from gateway.plans.checkpoints import RunCheckpoints
 from gateway.plans.crash_points import (
@@ -87,65 +81,25 @@ from gateway.plans.crash_points import (
     crash_point,
 )
 from gateway.plans.model import Plan, Step
-from gateway.plans.schema import SchemaMismatch, check_schema
+from gateway.plans.step_answer import (
+    StepAnswer,
+    check_expect,
+    deterministic,
+    now_ms,
+    peer_answer,
+)
 from gateway.plans.store import WritePin
 from gateway.plans.task import Evidence, StepResult, StepStatus
 from gateway.plans.verification import (
     Confidence,
-    check_deterministic,
     comparison_digest,
     judge,
 )
 from gateway.telemetry import Telemetry
 
-TRANSIENT: tuple[type[GatewayError], ...] = (
-    PeerUnavailable,
-    DeadlineExceeded,
-    AuditUnavailable,
-    StateUnavailable,
-)
-"""Failures worth retrying (the peer may answer next time)."""
-
-NOTHING_RAN: tuple[type[GatewayError], ...] = (
-    PolicyRefusal,
-    VersionNotAvailable,
-    PayloadTooLarge,
-    InvalidRequest,
-    InvalidInput,
-    ReplayedRequest,
-    IdempotencyConflict,
-    NoRoute,
-    BudgetExhausted,
-    Unauthenticated,
-    PeerIdentityMismatch,
-    ApprovalDenied,
-)
-"""Answers from (or on the way to) a peer that prove the capability did not run.
-
-Refused before the capability starts: by this agent's checks before sending, or
-by the peer's admission. Everything else, ``PEER_UNAVAILABLE`` included (gRPC
-cannot tell a connection that failed before the request from one lost mid-call),
-``AUDIT_UNAVAILABLE`` and ``STATE_UNAVAILABLE`` (they can follow the run), may
-come after the capability ran.
-"""
-
-ATTEMPT_MARGIN_SECONDS = 1.0
-"""Time past a peer's advertised contract timeout for its answer (or its
-``CAPABILITY_TIMEOUT``) to arrive before an attempt there is given up."""
-
 _STALE_DISCOVERY = (VersionNotAvailable, CapabilityNotGranted)
 _BACKOFF_SECONDS = 0.05
 _MAX_BACKOFF_SECONDS = 0.5
-
-
-@dataclass(frozen=True, slots=True)
-class _Answer:
-    output: Any
-    evidence: Evidence
-    replayed: bool
-    confidence: Confidence = Confidence.UNVERIFIED
-    sources: tuple[Evidence, ...] = ()
-    candidates: tuple[Any, ...] = ()
 
 
 def minimal_payload(resolved: dict[str, Any], offer: Offer) -> dict[str, Any]:
@@ -264,7 +218,7 @@ class StepRunner:
 
     async def _run_routes(
         self, step: Step, resolved: dict[str, Any], tally: StepProgress
-    ) -> tuple[_Answer, str]:
+    ) -> tuple[StepAnswer, str]:
         allowed = await self._routes(step, tally)
         last: GatewayError | None = None
         for offer in allowed:
@@ -274,7 +228,7 @@ class StepRunner:
                 raise
             except GatewayError as err:
                 last = err
-                if not _may_fail_over(err, offer, tally):
+                if not may_fail_over(err, offer, tally):
                     raise
                 tally.notes.append(f"{offer.where}: {err.reason}, trying the next route")
         assert last is not None
@@ -282,7 +236,7 @@ class StepRunner:
 
     async def _run_verified(
         self, step: Step, resolved: dict[str, Any], tally: StepProgress
-    ) -> tuple[_Answer, str]:
+    ) -> tuple[StepAnswer, str]:
         """Run ``step`` on ``verify.quorum`` routes at once and judge their outputs."""
         assert step.verify is not None
         sources = [o for o in await self._routes(step, tally) if o.retryable]
@@ -303,7 +257,7 @@ class StepRunner:
             *(self._run_offer(step, resolved, offer, tally) for offer in sources),
             return_exceptions=True,
         )
-        answers: list[_Answer] = []
+        answers: list[StepAnswer] = []
         failures: list[GatewayError] = []
         for offer, outcome in zip(sources, outcomes, strict=True):
             if isinstance(outcome, TaskLeased | AwaitingApproval | BudgetExhausted):
@@ -320,11 +274,11 @@ class StepRunner:
         compare = step.verify.compare
         verdict = judge(step.verify, [comparison_digest(a.output, compare) for a in answers])
         confidence = verdict.confidence
-        if confidence is Confidence.PARTIAL and _deterministic(step):
+        if confidence is Confidence.PARTIAL and deterministic(step):
             confidence = Confidence.VERIFIED  # a passing deterministic check
         chosen = answers[verdict.chosen]
         tally.where = chosen.evidence.where
-        answer = _Answer(
+        answer = StepAnswer(
             chosen.output,
             chosen.evidence,
             chosen.replayed,
@@ -359,7 +313,7 @@ class StepRunner:
 
     async def _run_pinned(
         self, step: Step, resolved: dict[str, Any], pin: WritePin, tally: StepProgress
-    ) -> tuple[_Answer, str]:
+    ) -> tuple[StepAnswer, str]:
         """Resume a write an earlier run pinned to ``pin.where``: there, or nowhere."""
         tally.written_at = tally.where = pin.where
         tally.notes.append(f"{pin.where}: an earlier run sent this write there; resumed there only")
@@ -385,7 +339,7 @@ class StepRunner:
 
     async def _run_offer(
         self, step: Step, resolved: dict[str, Any], offer: Offer, tally: StepProgress
-    ) -> _Answer:
+    ) -> StepAnswer:
         tries = 1 + (self._retries(step) if offer.retryable else 0)
         for attempt in range(tries):
             try:
@@ -405,7 +359,7 @@ class StepRunner:
 
     async def _attempt(
         self, step: Step, resolved: dict[str, Any], offer: Offer, tally: StepProgress
-    ) -> _Answer:
+    ) -> StepAnswer:
         self._check_approval(step, resolved, offer)
         tally.attempts += 1
         tally.where = offer.where
@@ -418,9 +372,9 @@ class StepRunner:
             if not earlier and offer.where != LOCAL and isinstance(err, NOTHING_RAN):
                 tally.written_at = ""
             raise
-        _check_expect(step, answer.output)
-        if step.verify is None and _deterministic(step):
-            return _Answer(answer.output, answer.evidence, answer.replayed, Confidence.VERIFIED)
+        check_expect(step, answer.output)
+        if step.verify is None and deterministic(step):
+            return StepAnswer(answer.output, answer.evidence, answer.replayed, Confidence.VERIFIED)
         return answer
 
     def _check_approval(self, step: Step, resolved: dict[str, Any], offer: Offer) -> None:
@@ -454,7 +408,7 @@ class StepRunner:
     def _retries(self, step: Step) -> int:
         return self._default_retries if step.max_retries is None else step.max_retries
 
-    async def _once(self, step: Step, resolved: dict[str, Any], offer: Offer, n: int) -> _Answer:
+    async def _once(self, step: Step, resolved: dict[str, Any], offer: Offer, n: int) -> StepAnswer:
         payload = minimal_payload(resolved, offer)
         key = f"{self._task_id}:{step.id}:{step.revision}"
         if offer.local is not None:
@@ -478,18 +432,7 @@ class StepRunner:
             idempotency_key=key,
         )
         crash_point(AFTER_ANSWER)
-        digest = hashlib.sha256(result.payload).hexdigest()
-        if digest != result.evidence_sha256:
-            raise InvalidOutput("the peer's evidence digest does not match its output")
-        if result.served_version != str(offer.version):
-            raise InvalidOutput(f"asked for {offer.version}, served {result.served_version}")
-        try:
-            output = json.loads(result.payload)
-            check_schema(output, offer.output_schema)
-        except (ValueError, SchemaMismatch) as err:
-            raise InvalidOutput(f"peer output violates the contract: {err}") from err
-        evidence = Evidence(step.id, offer.where, result.served_version, _now_ms(), digest)
-        return _Answer(output, evidence, result.replayed)
+        return peer_answer(step, offer, result)
 
     async def _pin(self, step: Step, offer: Offer, key: str) -> None:
         await self._checkpoints.pin_write(
@@ -498,7 +441,7 @@ class StepRunner:
 
     async def _run_local(
         self, step: Step, payload: dict[str, Any], offer: Offer, key: str, n: int
-    ) -> _Answer:
+    ) -> StepAnswer:
         assert offer.local is not None
         self._meter.take_tool_call()
         contract = offer.local.contract
@@ -518,80 +461,10 @@ class StepRunner:
         )
         result = await run_capability(offer.local, model, ctx)
         digest = result.evidence_sha256
-        evidence = Evidence(step.id, LOCAL, str(contract.version), _now_ms(), digest)
-        return _Answer(json.loads(result.payload), evidence, False)
-
-
-WRITE_IN_DOUBT = (
-    "the write may have run there and its outcome is unknown, so it is not sent to another peer"
-)
-
-
-@dataclass
-class StepProgress:
-    """How far one step has got (the executor reads it when it abandons the step).
-
-    Attributes:
-        attempts: Calls made so far (retries and failovers included).
-        where: Where the latest attempt went.
-        notes: Routing notes, e.g. peers skipped by policy and why.
-        written_at: Where a write (risk above ``read``) may have run: set when an
-            attempt starts, cleared only by an answer that proves nothing ran. The
-            step never moves away from it.
-        started: When the step started (``time.perf_counter()``).
-    """
-
-    attempts: int = 0
-    where: str = ""
-    notes: list[str] = field(default_factory=list)
-    written_at: str = ""
-    started: float = field(default_factory=time.perf_counter)
-
-    def elapsed_ms(self) -> float:
-        """Milliseconds since the step started."""
-        return (time.perf_counter() - self.started) * 1000.0
-
-
-def attempt_timeout(offer: Offer, remaining: float) -> float:
-    """Seconds one attempt at ``offer`` may take when the task has ``remaining`` left."""
-    if offer.timeout_seconds is None:
-        return remaining
-    return min(remaining, offer.timeout_seconds + ATTEMPT_MARGIN_SECONDS)
-
-
-def _may_fail_over(err: GatewayError, offer: Offer, tally: StepProgress) -> bool:
-    if tally.written_at:  # a write may have run there: only that peer's key protects it
-        return False
-    # Nothing was sent when the size check refused; an unreachable or silent
-    # peer may be replaced only for steps that are safe to repeat.
-    if isinstance(err, PayloadTooLarge) and offer.where != LOCAL:
-        return True
-    return isinstance(err, PeerUnavailable | AuditUnavailable | DeadlineExceeded) and (
-        offer.retryable
-    )
-
-
-def _check_expect(step: Step, output: Any) -> None:
-    if step.expect is None:
-        return
-    if step.expect.json_schema is not None:
-        try:
-            check_schema(output, step.expect.json_schema)
-        except SchemaMismatch as err:
-            raise ExpectationFailed(
-                f"step {step.id!r} output does not satisfy expect: {err}"
-            ) from err
-    check_deterministic(step.id, step.expect, output)
-
-
-def _deterministic(step: Step) -> bool:
-    return step.expect is not None and step.expect.deterministic
+        evidence = Evidence(step.id, LOCAL, str(contract.version), now_ms(), digest)
+        return StepAnswer(json.loads(result.payload), evidence, False)
 
 
 def _request_id(task_id: str, step: Step, attempt: int) -> str:
     # Unique per attempt, also across restarts (peers refuse a repeated request id).
     return f"{task_id}.{step.id}.{step.revision}.{attempt}.{uuid.uuid4().hex[:8]}"
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

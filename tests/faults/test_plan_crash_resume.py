@@ -39,9 +39,9 @@ from typing import Any
 
 import pytest
 
+from gateway.plans.attempt_rules import WRITE_IN_DOUBT
 from gateway.plans.crash_points import CRASH_AT_ENV
 from gateway.plans.pg_store import PostgresTaskStore
-from gateway.plans.step_runner import WRITE_IN_DOUBT
 from gateway.plans.store import SqliteTaskStore, StoredTask, TaskStore
 from gateway.postgres.dsn import PostgresDsn
 from tests.agent_process import REPO, AgentProcess, write_agent_toml

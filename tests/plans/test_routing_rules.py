@@ -23,11 +23,11 @@ from gateway.errors import (
 )
 from gateway.outbound.router import Router, Skipped
 from gateway.plans import Plan, PlanLimits, check_routes, parse_plan
+from gateway.plans.attempt_rules import ATTEMPT_MARGIN_SECONDS, WRITE_IN_DOUBT, attempt_timeout
 from gateway.plans.executor import ExecutorParts
 from gateway.plans.model import Step
 from gateway.plans.planner import Failure, RerouteOrStop
 from gateway.plans.runner import TaskRunner
-from gateway.plans.step_runner import ATTEMPT_MARGIN_SECONDS, WRITE_IN_DOUBT, attempt_timeout
 from gateway.plans.store import SqliteTaskStore
 from gateway.plans.task import StepStatus, TaskState
 from gateway.transport.client import PeerDescription, RemoteCapability

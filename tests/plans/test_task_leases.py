@@ -21,12 +21,12 @@ from capabilities.registry import CapabilityRegistry
 from gateway.errors import TaskLeased
 from gateway.outbound.router import Router
 from gateway.plans import Plan, PlanLimits
+from gateway.plans.attempt_rules import WRITE_IN_DOUBT
 from gateway.plans.executor import ExecutorParts
 from gateway.plans.lease import Lease, holder_gone, may_take
 from gateway.plans.pg_store import PostgresTaskStore
 from gateway.plans.planner import RerouteOrStop
 from gateway.plans.runner import TaskRunner
-from gateway.plans.step_runner import WRITE_IN_DOUBT
 from gateway.plans.store import SqliteTaskStore, TaskStore, Usage, WritePin
 from gateway.plans.task import StepResult, StepStatus, TaskState
 from gateway.postgres.dsn import PostgresDsn
