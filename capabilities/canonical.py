@@ -25,14 +25,39 @@ _PLAIN_LEAVES = frozenset({str, int, bool, type(None)})
 _SORTED = orjson.OPT_SORT_KEYS
 
 
-def canonical_json(value: Any) -> bytes:
-    """Deterministic JSON bytes (sorted keys, no spaces, UTF-8)."""
+def canonical_json(value: Any, *, allow_nan: bool = True) -> bytes:
+    """Deterministic JSON bytes (sorted keys, no spaces, UTF-8).
+
+    ``allow_nan=False`` refuses NaN and infinities with ``ValueError``, as
+    ``json.dumps`` does (the fast path never sees a float).
+    """
     if _orjson_agrees(value):
         try:
             return orjson.dumps(value, option=_SORTED)
         except orjson.JSONEncodeError:
             pass  # e.g. an int beyond 64 bits, a lone surrogate: json decides
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan
+    ).encode()
+
+
+def ascii_json(value: Any, *, sort_keys: bool) -> bytes:
+    """Exactly ``json.dumps(value, separators=(",", ":"), sort_keys=sort_keys).encode()``.
+
+    The compact ASCII form (non-ASCII characters escaped) that request payloads
+    have always been sent in; same bytes, same errors (``TypeError``/``ValueError``).
+    Where the fast encoder's output is printable ASCII it equals that form: the
+    two differ only in how they write non-ASCII text and DEL (``\\u007f`` there).
+    """
+    if _orjson_agrees(value):
+        try:
+            fast = orjson.dumps(value, option=_SORTED if sort_keys else 0)
+        except orjson.JSONEncodeError:
+            pass
+        else:
+            if fast.isascii() and b"\x7f" not in fast:
+                return fast
+    return json.dumps(value, separators=(",", ":"), sort_keys=sort_keys).encode()
 
 
 def _orjson_agrees(value: Any) -> bool:

@@ -24,13 +24,13 @@ call, so a policy reload takes effect at once.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from capabilities.canonical import ascii_json
 from capabilities.context import PeerCall
 from capabilities.contract import Risk
 from capabilities.registry import Capability, CapabilityRegistry
@@ -424,7 +424,7 @@ class Router:
 def encode_payload(payload: dict[str, Any]) -> bytes:
     """Compact JSON bytes of ``payload``; InvalidInput if it is not JSON."""
     try:
-        return json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+        return ascii_json(payload, sort_keys=True)
     except (TypeError, ValueError) as err:
         raise InvalidInput(f"payload is not JSON-serialisable: {type(err).__name__}") from err
 

@@ -13,6 +13,7 @@ import grpc
 from grpc import aio
 from opentelemetry.trace import SpanKind
 
+from capabilities.canonical import ascii_json
 from gateway.errors import GatewayError, InvalidInput
 from gateway.telemetry.tracing import AgentTracing, mark_refused, outgoing_metadata
 from gateway.transport.status import from_rpc_error
@@ -135,7 +136,7 @@ class PeerClient:
         """Call ``capability`` on the peer; raises the GatewayError it answered with."""
         if isinstance(payload, dict):
             try:
-                payload = json.dumps(payload, separators=(",", ":")).encode()
+                payload = ascii_json(payload, sort_keys=False)
             except (TypeError, ValueError) as err:
                 raise InvalidInput(f"payload is not JSON-serialisable: {err}") from err
         request = gateway_pb2.InvokeRequest(

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from capabilities.canonical import canonical_json
+from capabilities.canonical import ascii_json, canonical_json
 
 
 def reference(value: Any) -> bytes:
@@ -70,3 +70,43 @@ def test_keys_sort_by_code_point_at_every_depth() -> None:
     value = {"b": {"é": 1, "z": 2, "a": 3}, "a": [{"y": 1, "x": 2}], "\U0001f600": 0, "\uffff": 1}
     assert canonical_json(value) == reference(value)
     assert canonical_json(value).startswith(b'{"a":[{"x":2,"y":1}],"b":{"a":3,"z":2,')
+
+
+def ascii_reference(value: Any, sort_keys: bool) -> bytes:
+    """The compact ASCII form request payloads have always been sent in."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=sort_keys).encode()
+
+
+@pytest.mark.parametrize("sort_keys", [True, False])
+def test_ascii_json_is_the_compact_ascii_form_for_every_character(sort_keys: bool) -> None:
+    for char in _CHARS:
+        value = {f"k{char}": char, "b": [char * 3, 0, -1, True, None, 2**63 - 1], char: {}}
+        assert ascii_json(value, sort_keys=sort_keys) == ascii_reference(value, sort_keys)
+
+
+@pytest.mark.parametrize("sort_keys", [True, False])
+def test_ascii_json_random_and_odd_values_match(sort_keys: bool) -> None:
+    rng = random.Random(7)
+    odd: list[Any] = [{"x": 1e-07}, {"x": float("nan")}, {"x": 2**64}, {1: "k"}, {"x": "\ud800"}]
+    for value in odd:
+        assert ascii_json(value, sort_keys=sort_keys) == ascii_reference(value, sort_keys)
+    for _ in range(1000):
+        text = "".join(rng.choice(_CHARS) for _ in range(rng.randint(0, 12)))
+        value = {"z": text, text: [text, {"b": 1, "a": 2}], "a": rng.randint(-(2**70), 2**70)}
+        assert ascii_json(value, sort_keys=sort_keys) == ascii_reference(value, sort_keys)
+
+
+def test_ascii_json_fails_as_json_dumps_does() -> None:
+    with pytest.raises(TypeError):
+        ascii_json({"x": object()}, sort_keys=True)
+    with pytest.raises(TypeError):
+        ascii_json({"b": 1, 2: "mixed keys"}, sort_keys=True)
+
+
+def test_allow_nan_false_refuses_nan_and_keeps_the_fast_path() -> None:
+    with pytest.raises(ValueError):
+        canonical_json({"x": float("nan")}, allow_nan=False)
+    with pytest.raises(ValueError):
+        canonical_json({"x": [float("-inf")]}, allow_nan=False)
+    value = {"b": "é", "a": [1, None]}
+    assert canonical_json(value, allow_nan=False) == reference(value)

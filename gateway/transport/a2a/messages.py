@@ -24,6 +24,7 @@ from a2a.types import a2a_pb2
 from google.protobuf import json_format, struct_pb2
 from pydantic import BaseModel
 
+from capabilities.canonical import canonical_json
 from gateway.inbound.call import InvokeCall
 from gateway.transport.a2a.json_numbers import restore_integers
 from gateway.transport.a2a.task_store import A2ATask, TaskOutcome
@@ -124,9 +125,7 @@ def _payload(message: a2a_pb2.Message, models: Sequence[type[BaseModel]]) -> byt
         try:
             value = json_format.MessageToDict(part.data)
             restored = restore_integers(value, models)
-            return json.dumps(
-                restored, separators=(",", ":"), sort_keys=True, ensure_ascii=False, allow_nan=False
-            ).encode()
+            return canonical_json(restored, allow_nan=False)
         except (ValueError, json_format.Error) as err:
             raise _Problem("the data part holds a number JSON cannot carry") from err
     raise _Problem(f"a {kind or 'empty'} part cannot carry a payload; send data or raw JSON")
