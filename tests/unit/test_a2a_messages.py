@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import grpc
 import pytest
 from a2a.types import a2a_pb2
 from a2a.utils.errors import A2A_ERROR_MAPPING, A2A_REASON_TO_ERROR
-from google.protobuf import json_format
+from google.protobuf import json_format, struct_pb2
 from google.rpc import error_details_pb2, status_pb2
 from pydantic import BaseModel
 
@@ -14,10 +16,11 @@ from capabilities.builtin.search import SearchInput
 from capabilities.contract import ContractModel
 from gateway import errors
 from gateway.transport.a2a.json_numbers import restore_integers
-from gateway.transport.a2a.messages import invoke_call
+from gateway.transport.a2a.messages import invoke_call, task_message
 from gateway.transport.a2a.registration import a2a_method_names
 from gateway.transport.a2a.request_checks import speaks_1x
 from gateway.transport.a2a.servicer import A2AServicer
+from gateway.transport.a2a.task_store import A2ATask, TaskOutcome
 from gateway.transport.a2a.wire_errors import SPEC_DOMAIN, SPEC_REASONS, to_a2a_status
 from gateway.transport.status import status_code_for
 from tests.a2a_support import data_request, raw_request
@@ -215,3 +218,34 @@ def test_outputs_travel_as_data_parts() -> None:
     answer = task_message(task)
     assert json_format.MessageToDict(answer.artifacts[0].parts[0].data) == {"n": 1.0, "s": "a"}
     assert answer.artifacts[0].parts[0].media_type == "application/json"
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        b'{"n":123456789012345678901234567890,"m":-9223372036854775809}',
+        b'{"x":NaN,"y":[1,2.5,-0.0,null,true,"\\u00e9"]}',
+        b'{"nested":{"b":[{"c":9007199254740993}]},"s":"' + b"x" * 70000 + b'"}',
+        b'[1,"not an object"]',
+    ],
+)
+def test_a_task_output_becomes_the_value_json_would_make(output: bytes) -> None:
+    task = A2ATask(
+        task_id="t1",
+        owner="spiffe://example.org/agent/a",
+        context_id="c1",
+        state=TaskOutcome.COMPLETED,
+        capability="text.echo",
+        served_version="1.0.0",
+        output=output,
+        evidence_sha256="0" * 64,
+        replayed=False,
+        reason="OK",
+        message="",
+        created_ms=1,
+        updated_ms=2,
+    )
+    expected = struct_pb2.Value()
+    json_format.ParseDict(json.loads(output), expected)
+    part = task_message(task).artifacts[0].parts[0]
+    assert part.data == expected

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from typing import Any
 
+import orjson
 from a2a.types import a2a_pb2
 from google.protobuf import json_format, struct_pb2
 from pydantic import BaseModel
@@ -169,9 +171,18 @@ def task_message(task: A2ATask, *, include_artifacts: bool = True) -> a2a_pb2.Ta
 
 def _json_value(payload: bytes) -> struct_pb2.Value:
     value = struct_pb2.Value()
-    decoded = json.loads(payload)
+    decoded = _decoded(payload)
     if isinstance(decoded, dict):
         value.struct_value.update(decoded)
     else:  # outputs are objects by contract; anything else still travels faithfully
         json_format.ParseDict(decoded, value)
     return value
+
+
+def _decoded(payload: bytes) -> Any:
+    # orjson reads an integer beyond 64 bits as a float where json keeps an int;
+    # a Value holds every number as a double, so the Value comes out the same.
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return json.loads(payload)  # what only json reads, e.g. NaN
