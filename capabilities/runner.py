@@ -96,7 +96,7 @@ async def run_capability(cap: Capability, payload: BaseModel, ctx: CallContext) 
 
 
 async def _within(work: Awaitable[Any], when: float) -> Any:
-    """``await coro`` with a timeout at ``when`` (loop time), raising TimeoutError.
+    """``await work`` with a timeout at ``when`` (loop time), raising TimeoutError.
 
     The first step runs at once, outside any timer: most capabilities finish
     without ever suspending, and for them arming and cancelling an
