@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections.abc import Awaitable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,10 +66,9 @@ async def run_capability(cap: Capability, payload: BaseModel, ctx: CallContext) 
         raise DeadlineExceeded(
             "the call's deadline passed before the capability started", detail=NOT_STARTED
         )
+    when = asyncio.get_running_loop().time() + budget
     try:
-        # asyncio.timeout, not wait_for: no extra Task and loop turn per call.
-        async with asyncio.timeout(budget):
-            output = await cap.handler(payload, ctx)
+        output = await _within(cap.handler(payload, ctx), when)
     except TimeoutError as err:
         if contract.timeout_seconds <= remaining:
             raise CapabilityTimeout(
@@ -93,6 +93,53 @@ async def run_capability(cap: Capability, payload: BaseModel, ctx: CallContext) 
         )
         raise CapabilityFailed(f"{contract.key} failed") from err
     return CapabilityResult.from_output(_validated_output(cap, output))
+
+
+async def _within(work: Awaitable[Any], when: float) -> Any:
+    """``await work`` with a timeout at ``when`` (loop time), raising TimeoutError.
+
+    The first step runs at once, outside any timer: most capabilities finish
+    without ever suspending, and for them arming and cancelling an
+    ``asyncio.timeout`` (a timer handle on the loop's heap) was a tenth of
+    the allowed call's Python work. Nothing can interrupt a step that does
+    not suspend anyway; a capability that does suspend continues under a
+    timeout at the same ``when``, so it fires at the same moment as before
+    (at once if the first step already used the budget up).
+    """
+    if not isinstance(work, Coroutine):  # some other awaitable: no first step to take
+        async with asyncio.timeout_at(when):
+            return await work
+    try:
+        suspended_on = work.send(None)
+    except StopIteration as done:
+        return done.value
+    async with asyncio.timeout_at(when):
+        return await _Resumed(work, suspended_on)
+
+
+class _Resumed:
+    """Awaits a coroutine that already ran its first step and is suspended on ``first``."""
+
+    __slots__ = ("_coro", "_first")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], first: Any) -> None:
+        self._coro, self._first = coro, first
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        try:
+            # Hand what the coroutine waits on to the Task, as its own await would.
+            yield self._first
+        except GeneratorExit:
+            self._coro.close()
+            raise
+        except BaseException as exc:  # cancellation (the timeout): into the coroutine
+            try:
+                suspended_on = self._coro.throw(exc)
+            except StopIteration as done:
+                return done.value
+            return (yield from _Resumed(self._coro, suspended_on).__await__())
+        # A Task resumes a coroutine with send(None); ``yield from`` does the same.
+        return (yield from self._coro.__await__())
 
 
 def _reports_own_upstream(cap: Capability, err: GatewayError) -> bool:

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+import operator
+from collections.abc import Callable, Iterator, Mapping
+from json.encoder import encode_basestring
 
 from gateway.audit._schema import RECORD_COLUMNS
 from gateway.audit.record import AuditRecord
@@ -61,10 +63,46 @@ def fields_hash(prev_hash: str, fields: Mapping[str, object]) -> str:
 
 
 def _canonical(fields: Mapping[str, object]) -> bytes:
-    values = [fields[name] for name in RECORD_COLUMNS]
+    values: tuple[object, ...] = _IN_COLUMN_ORDER(fields)
     if values[-1] == "":  # trace_id: absent from version-1 hashes
-        values.pop()
-    return _ENCODER.encode(values).encode("utf-8")
+        values = values[:-1]
+    return _encode(values).encode("utf-8")
 
+
+_IN_COLUMN_ORDER = operator.itemgetter(*RECORD_COLUMNS)
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+"""The canonical encoder: its output for a flat array is the chain's format, for good."""
+
+
+def _one_shot_encoder() -> Callable[[tuple[object, ...]], str]:
+    """``_ENCODER.encode`` for a flat array, without building the C encoder per call.
+
+    ``JSONEncoder.encode`` makes a new C encoder from ``_ENCODER``'s settings
+    on every call; this makes the very same one once (the same bytes, the
+    same errors for a value JSON cannot hold), minus the circular-reference
+    bookkeeping a flat array of scalars never needs.
+    """
+    try:
+        from _json import make_encoder
+    except ImportError:  # a Python without the C accelerator
+        return _ENCODER.encode
+    iterencode: Callable[[object, int], Iterator[str]] = make_encoder(
+        None,  # markers: no circular-reference check
+        _ENCODER.default,
+        encode_basestring,  # ensure_ascii=False
+        None,  # indent
+        _ENCODER.key_separator,
+        _ENCODER.item_separator,
+        _ENCODER.sort_keys,
+        _ENCODER.skipkeys,
+        _ENCODER.allow_nan,
+    )
+
+    def encode(values: tuple[object, ...]) -> str:
+        return "".join(iterencode(values, 0))
+
+    return encode
+
+
+_encode = _one_shot_encoder()

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from opentelemetry.sdk.trace.export import SpanExporter
-from opentelemetry.trace import Span
+from opentelemetry.trace import INVALID_SPAN, Span
 from opentelemetry.util.types import AttributeValue
 
 from gateway.config import MetricsSettings, TracingSettings
 from gateway.telemetry.metrics import AgentMetrics
 from gateway.telemetry.metrics_server import MetricsServer
-from gateway.telemetry.tracing import AgentTracing, CurrentSpan, Metadata
+from gateway.telemetry.tracing import AgentTracing, CurrentSpan, Metadata, carries_trace_context
 
 
 class Telemetry:
@@ -35,6 +35,7 @@ class Telemetry:
         self._server = (
             None if metrics is None else MetricsServer(metrics.listen, self.metrics.prometheus_text)
         )
+        self._quiet = not (self.metrics.enabled or self.tracing.enabled)
 
     @classmethod
     def off(cls, agent_id: str = "") -> Telemetry:
@@ -48,8 +49,15 @@ class Telemetry:
 
     def inbound(
         self, operation: str, metadata: Metadata | None, attributes: Mapping[str, AttributeValue]
-    ) -> InboundCall:
-        """One inbound RPC: counted in flight, a server span under the caller's trace."""
+    ) -> InboundCall | _UnobservedCall:
+        """One inbound RPC: counted in flight, a server span under the caller's trace.
+
+        With metrics and spans off and no trace context in ``metadata`` there
+        is nothing to count, record or carry: the call gets a shared no-op
+        (the audit record still reads the current trace id, as before).
+        """
+        if self._quiet and not carries_trace_context(metadata):
+            return _UNOBSERVED
         return InboundCall(
             self.metrics, self.tracing.inbound(operation, metadata, attributes), operation
         )
@@ -70,6 +78,21 @@ class Telemetry:
             await self._server.stop()
         self.tracing.shutdown()
         self.metrics.shutdown()
+
+
+class _UnobservedCall:
+    """``with``: nothing; the span it yields is the API's invalid (non-recording) span."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> Span:
+        return INVALID_SPAN
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_UNOBSERVED = _UnobservedCall()
 
 
 class InboundCall:

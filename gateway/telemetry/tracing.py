@@ -142,6 +142,14 @@ class CurrentSpan:
         self._span.end()
 
 
+def carries_trace_context(metadata: Metadata | None) -> bool:
+    """Whether ``metadata`` holds a ``traceparent`` or ``tracestate`` entry."""
+    for key, _ in metadata or ():
+        if key in _CARRIED:
+            return True
+    return False
+
+
 def outgoing_metadata() -> tuple[tuple[str, str], ...]:
     """``traceparent`` (and ``tracestate``) of the current span, for a call to a peer."""
     carrier: dict[str, str] = {}

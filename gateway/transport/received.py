@@ -1,4 +1,5 @@
-"""What every servicer needs from a received call: the peer's certificate, parsed requests.
+"""What every servicer needs from a received call: the peer's certificate, parsed requests,
+and a registration that does not cost the other services' calls.
 
 Both services (``a2agw.v1`` and ``lf.a2a.v1``) register their RPCs with
 deserializers that never raise: the generated registration lets a corrupt
@@ -8,9 +9,10 @@ reaches the servicer as :class:`MalformedRequest`, to be refused and audited.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
 
@@ -39,3 +41,30 @@ def peer_cert(context: aio.ServicerContext[Any, Any]) -> bytes | None:
     auth: Mapping[str, Iterable[bytes]] = context.auth_context()
     certs = list(auth.get("x509_pem_cert", ()))
     return certs[0] if len(certs) == 1 else None
+
+
+class GenericOnly:
+    """A server as a service's ``add_..._to_server`` sees it: generic handlers only.
+
+    ``grpc.aio`` keeps one pending request per registered method and waits on
+    all of them (``asyncio.wait``) again for every call that arrives, so each
+    registered method costs every call, Invoke included: with the A2A and
+    health services registered too that was 17 futures instead of 3. Their
+    calls are just as well found through their generic handlers (a dict
+    lookup by method name), as before registered methods existed.
+    """
+
+    def __init__(self, server: aio.Server) -> None:
+        self._server = server
+
+    def add_generic_rpc_handlers(
+        self, generic_rpc_handlers: Sequence[grpc.GenericRpcHandler]
+    ) -> None:
+        """Passed on to the server."""
+        self._server.add_generic_rpc_handlers(generic_rpc_handlers)
+
+    def add_registered_method_handlers(
+        self, service_name: str, method_handlers: dict[str, grpc.RpcMethodHandler]
+    ) -> None:
+        """Ignored: the service's generic handler serves these methods."""
+        del service_name, method_handlers

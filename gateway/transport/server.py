@@ -19,7 +19,7 @@ from gateway.telemetry import Telemetry
 from gateway.telemetry.tracing import mark_refused
 from gateway.transport.a2a import SERVICE_NAME as A2A_SERVICE_NAME
 from gateway.transport.a2a import A2AServicer, add_a2a_servicer
-from gateway.transport.received import MalformedRequest, peer_cert, tolerant
+from gateway.transport.received import GenericOnly, MalformedRequest, peer_cert, tolerant
 from gateway.transport.status import to_grpc_status
 from gateway.transport.tls import server_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
@@ -35,6 +35,9 @@ def add_gateway_servicer(servicer: GatewayServicer, server: aio.Server) -> None:
 
     The generated registration lets a corrupt message escape as an UNKNOWN
     status that no audit record sees; here it reaches the servicer instead.
+
+    Its RPCs are the server's only *registered* methods (see
+    :class:`GenericOnly` for why every other service is not).
     """
     service = gateway_pb2.DESCRIPTOR.services_by_name["PeerGateway"]
     handlers = {
@@ -164,10 +167,10 @@ class GatewayServer:
         add_gateway_servicer(GatewayServicer(agent_id, handler, telemetry), self._server)
         self._services = [SERVICE_NAME]
         if a2a is not None:  # same port, same mTLS, same handler
-            add_a2a_servicer(a2a, self._server)
+            add_a2a_servicer(a2a, GenericOnly(self._server))
             self._services.append(A2A_SERVICE_NAME)
         self._health = HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, GenericOnly(self._server))
         self._tls = tls
         self.port = 0
 

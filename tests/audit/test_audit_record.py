@@ -41,6 +41,37 @@ def test_canonical_bytes_are_a_compact_json_array_in_column_order(
     assert raw == json.dumps(values, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+@pytest.mark.parametrize(
+    ("detail", "latency"),
+    [
+        ("", 0.25),
+        ('quote " backslash \\ nul \x00 del \x7f', 1e-07),
+        ("bidi \u202e and \u00e4\u00f6 and \U0001f600", 5e-05),
+        ("\n\t\r\x1f", 123456.789),
+    ],
+)
+def test_canonical_bytes_are_the_encoders_bytes_for_any_text_and_latency(
+    make_record: RecordFactory, detail: str, latency: float
+) -> None:
+    # The chain's format is JSONEncoder(separators, ensure_ascii=False,
+    # allow_nan=False).encode(array) encoded as UTF-8, whatever builds it.
+    rec = make_record(seq=9, detail=detail, latency_ms=latency, trace_id="cd" * 16)
+    values = [checked_fields(rec)[name] for name in RECORD_COLUMNS]
+    encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    assert canonical_bytes(rec) == encoder.encode(values).encode("utf-8")
+
+
+def test_values_json_cannot_hold_are_refused_as_the_encoder_refuses_them(
+    make_record: RecordFactory,
+) -> None:
+    with pytest.raises(ValueError, match="Out of range float"):
+        canonical_bytes(make_record(latency_ms=math.nan))
+    with pytest.raises(TypeError, match="bytes is not JSON serializable"):
+        canonical_bytes(make_record(detail=b"raw"))
+    with pytest.raises(UnicodeEncodeError):  # a lone surrogate is not UTF-8
+        canonical_bytes(make_record(detail="\ud800"))
+
+
 def test_an_empty_trace_id_hashes_as_records_before_it_existed(
     make_record: RecordFactory,
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
@@ -171,3 +172,33 @@ async def test_an_unsampled_call_still_gets_a_trace_id_in_its_audit_record(
     assert exporter.get_finished_spans() == ()  # nothing recorded...
     (row,) = audit_rows(config.audit_db)
     assert row.reason == "OK" and len(row.trace_id) == 32 and int(row.trace_id, 16) != 0
+
+
+async def test_without_tracing_or_trace_context_calls_and_refusals_audit_no_trace_id(
+    pki: Pki, tmp_path: Path
+) -> None:
+    from gateway.errors import CapabilityNotGranted
+    from gateway.telemetry.tracing import carries_trace_context
+
+    assert carries_trace_context((("user-agent", "x"), ("tracestate", "a=b")))
+    assert not carries_trace_context((("user-agent", "x"),)) and not carries_trace_context(None)
+    carol = await start_peer(
+        pki,
+        tmp_path,
+        "carol",
+        mesh_registry(WriteCounter(), tmp_path / "carol-state"),
+        [grant("bob", ["text.echo"])],
+    )
+    try:
+        async with PeerClient(carol.config.id, carol.address, pki.material("bob")) as bob:
+            await bob.invoke("text.echo", {"text": "x"})
+            with pytest.raises(CapabilityNotGranted):
+                await bob.invoke("text.search", {"query": "x"})
+        await carol.audit.flush()
+    finally:
+        await carol.stop(grace=0)
+    assert carol.telemetry.tracing.enabled is False and carol.telemetry.metrics.enabled is False
+    assert [(r.reason, r.trace_id) for r in audit_rows(carol.config.audit_db)] == [
+        ("OK", ""),
+        ("CAPABILITY_NOT_GRANTED", ""),
+    ]

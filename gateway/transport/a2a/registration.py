@@ -11,7 +11,7 @@ from grpc import aio
 
 from gateway.transport.a2a.request_checks import SERVICE_NAME
 from gateway.transport.a2a.servicer import A2AServicer
-from gateway.transport.received import tolerant
+from gateway.transport.received import GenericOnly, tolerant
 
 
 def a2a_method_names() -> list[str]:
@@ -19,7 +19,7 @@ def a2a_method_names() -> list[str]:
     return [method.name for method in a2a_pb2.DESCRIPTOR.services_by_name["A2AService"].methods]
 
 
-def add_a2a_servicer(servicer: A2AServicer, server: aio.Server) -> None:
+def add_a2a_servicer(servicer: A2AServicer, server: aio.Server | GenericOnly) -> None:
     """Register every RPC of ``A2AService`` with deserializers that never raise.
 
     Like ``add_gateway_servicer``: a corrupt request reaches the servicer as
