@@ -10,7 +10,7 @@ What the workers share: the policy file (each watches it; SIGHUP is forwarded
 to all), the audit chain (one SQLite file, each append re-reads the head
 inside its write transaction), the idempotency keys (claims carry their owner
 process; only claims of dead owners become ``in_doubt``), the replay window
-(``replay.sqlite`` in ``state_dir``), the A2A and plan task stores. Per worker:
+(``replay.window`` in ``state_dir``, memory-mapped), the A2A and plan task stores. Per worker:
 rate limits and ``max_concurrent_calls`` (N workers admit up to N times the
 configured rate), metrics and audit checkpoints (worker 0 only).
 
