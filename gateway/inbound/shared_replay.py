@@ -58,10 +58,6 @@ _RUN_BYTES = PROBE_LIMIT * _SLOT.size
 _DIGEST_BYTES = 16
 
 
-class ReplayWindowFull(StateUnavailable):
-    """No free slot near a new id's home slot: refused rather than admitted unrecorded."""
-
-
 class SharedReplayWindow(ReplayWindow):
     """``ReplayWindow`` in a shared memory-mapped file (see the module docstring)."""
 
@@ -118,8 +114,8 @@ class SharedReplayWindow(ReplayWindow):
         """Record the pair now; False if it was seen within the window.
 
         Raises:
-            ReplayWindowFull: no free slot for a new pair (the call must not run).
-            StateUnavailable: the file could not be locked.
+            StateUnavailable: no free slot for a new pair (the table is full:
+                the call must not run), or the file could not be locked.
         """
         now_ms = self._clock_ns() // 1_000_000
         return self._remember(self._digest(peer_id, request_id), now_ms, now_ms + self._window_ms)
@@ -163,7 +159,7 @@ class SharedReplayWindow(ReplayWindow):
                 else:
                     at = _first_free(run, now_ms)
                     if at < 0:
-                        raise ReplayWindowFull(
+                        raise StateUnavailable(
                             f"replay window {self._path} is full near this id "
                             f"(capacity {self._slots // 2}); refusing rather than forgetting ids"
                         )

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import StateUnavailable
-from gateway.inbound.shared_replay import ReplayWindowFull, SharedReplayWindow
+from gateway.inbound.shared_replay import SharedReplayWindow
 from tests.agent_process import REPO
 
 SECOND_NS = 1_000_000_000
@@ -99,14 +99,16 @@ async def test_a_full_table_refuses_new_ids_and_forgets_none(tmp_path: Path) -> 
     )
     try:
         accepted: list[str] = []
-        with pytest.raises(ReplayWindowFull) as refused:
+        with pytest.raises(StateUnavailable, match="is full") as refused:
             for n in range(10_000):
                 assert window.sight("bob", f"r{n}") is True
                 accepted.append(f"r{n}")
         assert refused.value.reason == "STATE_UNAVAILABLE"
         assert len(accepted) >= 8  # at least the capacity asked for
         assert [window.sight("bob", rid) for rid in accepted] == [False] * len(accepted)
-        with pytest.raises(ReplayWindowFull):  # still full: the new id is not admitted
+        with pytest.raises(
+            StateUnavailable, match="is full"
+        ):  # still full: the new id is not admitted
             window.sight("bob", f"r{len(accepted)}")
         clock.now_ns += 600 * SECOND_NS  # all expired: their slots take new ids
         assert window.sight("bob", f"r{len(accepted)}") is True
