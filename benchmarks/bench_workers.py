@@ -7,7 +7,10 @@ supervisor and worker processes; full audit). This process is the client: it
 opens ``--channels`` connections (the kernel spreads connections, not calls,
 over the workers) and keeps 32 calls in flight across them for ``--seconds``,
 alternating the two agents round by round; medians of rounds are reported
-with the ratio calls/s(N workers) / calls/s(1 worker).
+with the ratio calls/s(N workers) / calls/s(1 worker), the CPU per call of
+the serving processes (supervisor and workers, from /proc) and of the client,
+each worker's share of the server CPU (how evenly the kernel spread the
+connections), and the calls/s that the CPU per call allows on idle CPUs.
 
 The exit status is 0 whatever the ratio (a measurement, not a test) and 1
 when a call failed or an audit log does not hold one record per call.
@@ -117,6 +120,7 @@ def start(config: Path) -> tuple[subprocess.Popen[str], int]:
 class Round:
     """One agent's share of one round."""
 
+    calls: int
     calls_per_s: float
     server_us_per_call: float
     """CPU of the supervisor and all workers (every thread) per call."""
@@ -173,6 +177,7 @@ async def drive(
         raise SystemExit(f"call failed: {errors[0]}")
     total = sum(served) or 1e-9
     return Round(
+        calls=done,
         calls_per_s=done / elapsed,
         server_us_per_call=total / done * 1e6,
         client_us_per_call=client_cpu / done * 1e6,
@@ -242,8 +247,17 @@ def main(argv: list[str] | None = None) -> int:
         )
     verdict = "met" if ratio >= TARGET_RATIO else "MISSED"
     print(f"ratio {ratio:.2f}x (target >= {TARGET_RATIO}x: {verdict})")
-    print(f"audit records: {audited}")
-    return 0
+    cpu_per_call = statistics.median(
+        r.server_us_per_call + r.client_us_per_call for r in rounds[args.workers]
+    )
+    print(
+        f"(info) workers = {args.workers}: server + client CPU {cpu_per_call:.0f} us/call, "
+        f"so at most {(os.cpu_count() or 1) * 1e6 / cpu_per_call:.0f} calls/s "
+        f"on {os.cpu_count()} idle CPUs"
+    )
+    made = {n: sum(r.calls for r in rounds[n]) for n in rounds}
+    print(f"audit records: {audited} (calls made: {made})")
+    return 0 if audited == made else 1
 
 
 if __name__ == "__main__":
