@@ -2,7 +2,8 @@
 
 Run ``python benchmarks/bench_workers.py --help``. One run mints a PKI, writes
 a policy granting ``caller`` ``text.echo`` and two agent configs that differ
-only in ``workers``, and starts each agent as ``a2a-gateway serve`` (the real
+only in ``workers`` (the N-worker one with ``pin_workers = true`` unless
+``--no-pin``), and starts each agent as ``a2a-gateway serve`` (the real
 supervisor and worker processes; full audit). This process is the client: it
 opens ``--channels`` connections (the kernel spreads connections, not calls,
 over the workers) and keeps 32 calls in flight across them for ``--seconds``,
@@ -73,12 +74,15 @@ def serving_pids(root: int) -> list[int]:
     return [root, *sorted(children)]
 
 
-def write_agent(base: Path, name: str, workers: int, server: IssuedIdentity, ca: Path) -> Path:
+def write_agent(
+    base: Path, name: str, workers: int, server: IssuedIdentity, ca: Path, *, pin: bool
+) -> Path:
     """An agent config (TOML) serving ``text.echo`` with ``workers`` processes."""
     state = base / f"{name}-state"
     text = "\n".join(
         [
             f"workers = {workers}",
+            f"pin_workers = {'true' if pin and workers > 1 else 'false'}",
             f'id = "{server.spiffe_id}"',
             'listen = "127.0.0.1:0"',
             f'policy = "{base / "policy.toml"}"',
@@ -192,6 +196,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=6.0, help="per round and agent")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--channels", type=int, default=8, help="client connections")
+    parser.add_argument(
+        "--pin",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="pin_workers = true for the N-worker agent (default; --no-pin to compare)",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-workers-") as tmp:
         base = Path(tmp)
@@ -213,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         (base / "policy.toml").write_text(render_policy(policy))
         tls = TlsMaterial.from_files(pki / "ca.pem", caller.cert_path, caller.key_path)
         agents = {
-            n: start(write_agent(base, f"w{n}", n, server, pki / "ca.pem"))
+            n: start(write_agent(base, f"w{n}", n, server, pki / "ca.pem", pin=args.pin))
             for n in (1, args.workers)
         }
         rounds: dict[int, list[Round]] = {n: [] for n in agents}

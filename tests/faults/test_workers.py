@@ -27,7 +27,7 @@ MAX_CHANNELS = 32  # connections opened to find both workers (a bound, never ass
 POLL_ROUNDS = 400  # x 0.05 s: a bound for a slow runner, never asserted
 
 
-def _agent(pki: Pki, tmp_path: Path) -> AgentProcess:
+def _agent(pki: Pki, tmp_path: Path, *, pin: bool = False) -> AgentProcess:
     policy = write_policy(
         tmp_path / "policy.toml", [grant("bob", ["worker.pid", "notes.append", "text.echo"])]
     )
@@ -41,7 +41,8 @@ def _agent(pki: Pki, tmp_path: Path) -> AgentProcess:
         state_dir=tmp_path / "state",
         modules=("capabilities.builtin", "tests.faults.crash_window", "tests.faults.worker_pid"),
     )
-    config.write_text("workers = 2\n" + config.read_text())
+    pinning = "pin_workers = true\n" if pin else ""
+    config.write_text("workers = 2\n" + pinning + config.read_text())
     return AgentProcess(config)
 
 
@@ -235,3 +236,25 @@ async def test_ids_used_before_a_worker_is_sigkilled_stay_refused_on_every_worke
     assert sorted(r.request_id for r in replayed) == ["on-survivor"] * 2 + ["on-victim"] * 2
     verify = _audit_verify(tmp_path / "audit.sqlite")
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux-only")
+async def test_pinned_workers_run_their_loops_on_a_cpu_each(pki: Pki, tmp_path: Path) -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    agent = _agent(pki, tmp_path, pin=True)
+    try:
+        address = agent.start()
+        workers = _worker_pids(agent)
+        assert [os.sched_getaffinity(pid) for pid in workers] == [
+            {cpus[0]},
+            {cpus[1 % len(cpus)]},
+        ]
+        by_pid, opened = await _one_client_per_worker(pki, address)
+        try:  # pinned workers still serve
+            assert sorted(by_pid) == sorted(workers)
+        finally:
+            for client in opened:
+                await client.close()
+        assert agent.terminate() == 0
+    finally:
+        agent.ensure_stopped()
