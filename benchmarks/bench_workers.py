@@ -82,7 +82,7 @@ def write_agent(
     text = "\n".join(
         [
             f"workers = {workers}",
-            f"pin_workers = {'true' if pin and workers > 1 else 'false'}",
+            *(["pin_workers = true"] if pin and workers > 1 else []),
             f'id = "{server.spiffe_id}"',
             'listen = "127.0.0.1:0"',
             f'policy = "{base / "policy.toml"}"',
