@@ -27,7 +27,7 @@ from gateway.inbound.limits import CallLimits, LimitStats, limit_refusal_counts
 from gateway.inbound.pg_idempotency import PostgresIdempotencyStore
 from gateway.inbound.pg_replay import PostgresReplayWindow
 from gateway.inbound.replay import ReplayGuard, ReplayWindow
-from gateway.inbound.sqlite_replay import SqliteReplayWindow
+from gateway.inbound.shared_replay import SharedReplayWindow
 from gateway.outbound.router import Router
 from gateway.outbound.upstream_capabilities import register_upstreams
 from gateway.plans.checks import PlanLimits
@@ -118,7 +118,7 @@ class Agent:
             self.replay = PostgresReplayWindow(config.state_db, config.id)
         elif config.workers > 1:  # sibling processes share the files
             self.idempotency = IdempotencyStore(config.idempotency_store, shared=True)
-            self.replay = SqliteReplayWindow(config.state_dir / "replay.sqlite")
+            self.replay = SharedReplayWindow(config.state_dir / "replay.window")
         else:
             self.idempotency = IdempotencyStore(config.idempotency_store)
             self.replay = ReplayGuard()

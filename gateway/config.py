@@ -50,7 +50,8 @@ Example::
 Top-level ``idempotency_retention = "7d"`` (default) sets how long completed
 idempotency keys are kept; ``max_concurrent_calls = 256`` (default) caps the
 calls the agent runs at once, all peers together (per worker process);
-``workers = 2`` runs two serving processes on the one port.
+``workers = 2`` runs two serving processes on the one port; ``pin_workers = true`` (Linux)
+keeps each worker's event loop on a CPU of its own.
 
 Relative paths are resolved against the config file's folder.
 """
@@ -392,6 +393,12 @@ class AgentConfig(_Frozen):
             more than one share it with ``SO_REUSEPORT`` and share the policy
             file, the audit chain, the idempotency keys and the replay window
             (see :mod:`gateway.supervisor`).
+        pin_workers: With ``workers > 1``, pin worker i's event-loop thread
+            to the i-th CPU this process may use (modulo their count), so
+            workers stop migrating between cores (less CPU per call; Linux
+            only). For a machine or cpuset given to this agent: a pinned
+            worker cannot move away from a core that something else keeps
+            busy. Default false.
     """
 
     id: SpiffeId
@@ -413,6 +420,7 @@ class AgentConfig(_Frozen):
     metrics: MetricsSettings | None = None
     tracing: TracingSettings | None = None
     workers: int = Field(default=1, ge=1, le=256)
+    pin_workers: bool = False
 
     @property
     def idempotency_store(self) -> Path:

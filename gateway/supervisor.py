@@ -10,9 +10,15 @@ What the workers share: the policy file (each watches it; SIGHUP is forwarded
 to all), the audit chain (one SQLite file, each append re-reads the head
 inside its write transaction), the idempotency keys (claims carry their owner
 process; only claims of dead owners become ``in_doubt``), the replay window
-(``replay.sqlite`` in ``state_dir``), the A2A and plan task stores. Per worker:
+(``replay.window`` in ``state_dir``, memory-mapped), the A2A and plan task stores. Per worker:
 rate limits and ``max_concurrent_calls`` (N workers admit up to N times the
 configured rate), metrics and audit checkpoints (worker 0 only).
+
+With ``pin_workers`` the supervisor pins each worker's event-loop thread (its
+main thread, once it is ready; threads it starts later inherit the CPU) to
+one CPU of those the supervisor may use, worker i to the i-th modulo their
+count, a restarted worker to the same one. Its gRPC and audit threads,
+started before, may still run anywhere.
 
 Lifecycle: SIGTERM/SIGINT stop every worker gracefully, SIGHUP reloads them
 all. A worker that dies is restarted on the same port, at most
@@ -59,6 +65,7 @@ class Supervisor:
         self._restarts: deque[float] = deque()
         self._signals: deque[int] = deque()
         self._wake = threading.Event()
+        self._cpus = sorted(os.sched_getaffinity(0)) if config.pin_workers else []
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT (0) or until workers keep dying (1)."""
@@ -103,6 +110,10 @@ class Supervisor:
             proc.wait()
             raise AgentConfigError(f"worker {index} did not start (exit {proc.returncode})")
         self._port = port
+        if self._cpus:
+            # After the ready line: pinning only the loop thread leaves gRPC's
+            # and the audit writer's threads free to use another core.
+            os.sched_setaffinity(proc.pid, {self._cpus[index % len(self._cpus)]})
         print(f"worker {index} pid {proc.pid}", flush=True)
         threading.Thread(target=self._watch_exit, args=(proc,), daemon=True).start()
 
@@ -192,7 +203,10 @@ def check_workers(config: AgentConfig) -> None:
     """Refuse a worker setup that cannot share one port.
 
     Raises:
-        AgentConfigError: ``workers > 1`` on a platform without ``SO_REUSEPORT``.
+        AgentConfigError: ``workers > 1`` on a platform without ``SO_REUSEPORT``,
+            or ``pin_workers`` where CPU affinity cannot be set.
     """
     if config.workers > 1 and not hasattr(socket, "SO_REUSEPORT"):
         raise AgentConfigError("workers > 1 needs SO_REUSEPORT (Linux, BSD, macOS)")
+    if config.pin_workers and not hasattr(os, "sched_setaffinity"):
+        raise AgentConfigError("pin_workers needs CPU affinity (Linux)")

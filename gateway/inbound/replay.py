@@ -1,7 +1,9 @@
 """Replay protection: a (peer, request id) pair is accepted once within a window.
 
 ``ReplayWindow`` is the interface; ``ReplayGuard`` keeps the window in memory
-(one process, reloaded from the audit log at start), ``PostgresReplayWindow``
+(one process, reloaded from the audit log at start), ``SharedReplayWindow``
+(:mod:`gateway.inbound.shared_replay`) in a memory-mapped file the worker
+processes of one agent share, ``PostgresReplayWindow``
 (:mod:`gateway.inbound.pg_replay`) in a table every replica of the agent shares.
 """
 

@@ -27,7 +27,7 @@ MAX_CHANNELS = 32  # connections opened to find both workers (a bound, never ass
 POLL_ROUNDS = 400  # x 0.05 s: a bound for a slow runner, never asserted
 
 
-def _agent(pki: Pki, tmp_path: Path) -> AgentProcess:
+def _agent(pki: Pki, tmp_path: Path, *, pin: bool = False) -> AgentProcess:
     policy = write_policy(
         tmp_path / "policy.toml", [grant("bob", ["worker.pid", "notes.append", "text.echo"])]
     )
@@ -41,7 +41,8 @@ def _agent(pki: Pki, tmp_path: Path) -> AgentProcess:
         state_dir=tmp_path / "state",
         modules=("capabilities.builtin", "tests.faults.crash_window", "tests.faults.worker_pid"),
     )
-    config.write_text("workers = 2\n" + config.read_text())
+    pinning = "pin_workers = true\n" if pin else ""
+    config.write_text("workers = 2\n" + pinning + config.read_text())
     return AgentProcess(config)
 
 
@@ -190,6 +191,70 @@ async def test_sigkilled_worker_claims_in_doubt_sibling_claims_stay(
         while len(_worker_pids(agent)) < 3 and agent.stdout.next_line(60.0) is not None:
             pass  # the supervisor's line for the restarted worker
         assert len(_worker_pids(agent)) == 3  # two started, one restarted
+        assert agent.terminate() == 0
+    finally:
+        agent.ensure_stopped()
+
+
+async def test_ids_used_before_a_worker_is_sigkilled_stay_refused_on_every_worker(
+    pki: Pki, tmp_path: Path
+) -> None:
+    agent = _agent(pki, tmp_path)
+    try:
+        address = agent.start()
+        by_pid, opened = await _one_client_per_worker(pki, address)
+        try:
+            assert len(by_pid) == 2
+            victim, survivor = by_pid
+            await by_pid[victim].invoke("text.echo", {"text": "a"}, request_id="on-victim")
+            await by_pid[survivor].invoke("text.echo", {"text": "b"}, request_id="on-survivor")
+            os.kill(victim, signal.SIGKILL)
+        finally:
+            for client in opened:
+                await client.close()
+        assert agent.stdout is not None
+        while len(_worker_pids(agent)) < 3 and agent.stdout.next_line(60.0) is not None:
+            pass  # the supervisor's line for the restarted worker
+        assert len(_worker_pids(agent)) == 3
+        by_pid, opened = await _one_client_per_worker(pki, address)
+        try:
+            assert sorted(by_pid) == sorted(set(_worker_pids(agent)) - {victim})
+            for client in by_pid.values():  # the restarted worker and the survivor
+                for request_id in ("on-victim", "on-survivor"):
+                    with pytest.raises(ReplayedRequest):
+                        await client.invoke("text.echo", {"text": "c"}, request_id=request_id)
+        finally:
+            for client in opened:
+                await client.close()
+        assert agent.terminate() == 0
+    finally:
+        agent.ensure_stopped()
+
+    rows = audit_rows(tmp_path / "audit.sqlite")
+    replayed = [r for r in rows if r.reason == "REPLAYED_REQUEST"]
+    assert len(replayed) == 4 and {r.decision for r in replayed} == {"refuse"}
+    assert sorted(r.request_id for r in replayed) == ["on-survivor"] * 2 + ["on-victim"] * 2
+    verify = _audit_verify(tmp_path / "audit.sqlite")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux-only")
+async def test_pinned_workers_run_their_loops_on_a_cpu_each(pki: Pki, tmp_path: Path) -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    agent = _agent(pki, tmp_path, pin=True)
+    try:
+        address = agent.start()
+        workers = _worker_pids(agent)
+        assert [os.sched_getaffinity(pid) for pid in workers] == [
+            {cpus[0]},
+            {cpus[1 % len(cpus)]},
+        ]
+        by_pid, opened = await _one_client_per_worker(pki, address)
+        try:  # pinned workers still serve
+            assert sorted(by_pid) == sorted(workers)
+        finally:
+            for client in opened:
+                await client.close()
         assert agent.terminate() == 0
     finally:
         agent.ensure_stopped()

@@ -1,8 +1,9 @@
-"""State files shared by worker processes: the SQLite replay window and idempotency claims.
+"""Idempotency claims in the SQLite file shared by worker processes.
 
 Two store objects on one file stand in for two workers (each has its own
 connection, as each worker process does); the process tests are in
-tests/faults/test_workers.py.
+tests/faults/test_workers.py, the replay window's in
+tests/unit/test_shared_replay.py.
 """
 
 from __future__ import annotations
@@ -15,35 +16,8 @@ import pytest
 
 from gateway.errors import IdempotencyInDoubt
 from gateway.inbound.idempotency import IdempotencyStore, StoredAnswer
-from gateway.inbound.sqlite_replay import SqliteReplayWindow
 
 IDENT = ("spiffe://example.org/agent/bob", "notes.append", "k1")
-
-
-async def test_request_id_seen_by_one_window_is_refused_by_the_other(tmp_path: Path) -> None:
-    first, second = (SqliteReplayWindow(tmp_path / "replay.sqlite") for _ in range(2))
-    try:
-        assert await first.first_seen("bob", "r1") is True
-        assert await second.first_seen("bob", "r1") is False
-        assert await second.first_seen("carol", "r1") is True  # ids never cross peers
-    finally:
-        first.close()
-        second.close()
-
-
-async def test_preloaded_ids_stay_refused_and_expired_ones_are_free(tmp_path: Path) -> None:
-    window = SqliteReplayWindow(tmp_path / "replay.sqlite", window_seconds=600.0)
-    try:
-        window.preload([("bob", "old", 30.0), ("bob", "gone", 900.0), ("bob", "", 1.0)])
-        assert await window.first_seen("bob", "old") is False
-        assert await window.first_seen("bob", "gone") is True
-    finally:
-        window.close()
-    zero = SqliteReplayWindow(tmp_path / "replay.sqlite", window_seconds=0.0)
-    try:  # a zero window remembers nothing: the id is taken over at once
-        assert await zero.first_seen("bob", "old") is True
-    finally:
-        zero.close()
 
 
 async def test_one_key_claimed_once_across_stores_and_answer_shared(tmp_path: Path) -> None:
