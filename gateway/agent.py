@@ -26,8 +26,8 @@ from gateway.inbound.limit_audit import DEFAULT_INTERVAL_SECONDS, LimitRefusalLo
 from gateway.inbound.limits import CallLimits, LimitStats, limit_refusal_counts
 from gateway.inbound.pg_idempotency import PostgresIdempotencyStore
 from gateway.inbound.pg_replay import PostgresReplayWindow
-from gateway.inbound.replay import ReplayGuard, ReplayWindow
-from gateway.inbound.shared_replay import SharedReplayWindow
+from gateway.inbound.replay import ReplayWindow
+from gateway.inbound.replay_table import ReplayTable
 from gateway.outbound.router import Router
 from gateway.outbound.upstream_capabilities import register_upstreams
 from gateway.plans.checks import PlanLimits
@@ -118,10 +118,10 @@ class Agent:
             self.replay = PostgresReplayWindow(config.state_db, config.id)
         elif config.workers > 1:  # sibling processes share the files
             self.idempotency = IdempotencyStore(config.idempotency_store, shared=True)
-            self.replay = SharedReplayWindow(config.state_dir / "replay.window")
+            self.replay = ReplayTable(config.state_dir / "replay.window")
         else:
             self.idempotency = IdempotencyStore(config.idempotency_store)
-            self.replay = ReplayGuard()
+            self.replay = ReplayTable(None)
         self._clients: dict[str, PeerClient] = {}
         self.router = Router(
             registry=self.registry,
@@ -325,7 +325,7 @@ class Agent:
 
     def _remember_recent_request_ids(self) -> None:
         # A restart must not reopen the replay window: reload the ids of calls
-        # that got past the policy (the ones ReplayGuard records) from the log.
+        # that got past the policy (the ones the window records) from the log.
         if self.replay.shared:
             return  # the window outlives the process in the shared table
         window = self.replay.window_seconds

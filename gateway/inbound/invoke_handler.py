@@ -34,7 +34,8 @@ from gateway.inbound.idempotency import IdempotencyStore, StoredAnswer
 from gateway.inbound.limit_audit import LimitRefusalLog
 from gateway.inbound.limits import CallLimits, CallSlot
 from gateway.inbound.pipeline import DecisionPipeline, Inbound, peer_id_from_cert
-from gateway.inbound.replay import ReplayGuard, ReplayWindow
+from gateway.inbound.replay import ReplayWindow
+from gateway.inbound.replay_table import ReplayTable
 from gateway.telemetry.tracing import current_trace_id
 from policies.decisions import Admission, visible_capabilities
 from policies.grants import PeerGrant
@@ -116,7 +117,7 @@ class InvokeHandler:
             registry=registry,
             policies=policies,
             audit=audit,
-            replay=replay if replay is not None else ReplayGuard(),
+            replay=replay if replay is not None else ReplayTable(None),
             limits=self.limits,
         )
         """The one decision path (every protocol's servicer goes through this handler)."""

@@ -3,7 +3,7 @@
 Two store objects on one file stand in for two workers (each has its own
 connection, as each worker process does); the process tests are in
 tests/faults/test_workers.py, the replay window's in
-tests/unit/test_shared_replay.py.
+tests/unit/test_replay_table.py.
 """
 
 from __future__ import annotations

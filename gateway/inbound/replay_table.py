@@ -1,12 +1,13 @@
-"""The replay window in a memory-mapped file, shared by the worker processes of one agent.
+"""The replay window as a fixed-size table: in this process's memory, or in a
+memory-mapped file the worker processes of one agent share.
 
-``state_dir/replay.window`` is a fixed-size open-addressing table. A slot holds
-a 128-bit keyed BLAKE2b digest of (peer, request id) and the Unix time in ms
+The table is a fixed-size open-addressing table. A slot holds
+a 128-bit keyed BLAKE2b digest of (peer, request id) and the time in ms
 until which that pair is refused. A sighting hashes the pair, takes the
-file's ``flock`` (held for a few microseconds, inline on the event loop: no
-thread hop, no transaction) and walks at most ``PROBE_LIMIT`` slots from the
-pair's home slot (one read of the run of slots; no wrap-around: the
-table has ``PROBE_LIMIT`` spare slots at its end):
+table's lock (with a file, also its ``flock``: held for a few microseconds,
+inline on the event loop: no thread hop, no transaction) and walks at most
+``PROBE_LIMIT`` slots from the pair's home slot (one read of the run of
+slots; no wrap-around: the table has ``PROBE_LIMIT`` spare slots at its end):
 
 * the digest in a live slot: the id was used within the window, by whichever
   worker -> refused;
@@ -17,13 +18,18 @@ table has ``PROBE_LIMIT`` spare slots at its end):
   without being recorded, and a recorded id is never pushed out early.
 
 A pair is only ever stored within ``PROBE_LIMIT`` slots of its home, and at
-most once (an expired copy is reused in place). The file is ``MAP_SHARED``:
-what one worker wrote is seen by the others at once and survives a crash of
-any worker (SIGKILL included; the kernel releases its lock). A crash of the
-machine may lose the file's unwritten pages; each worker seeds the window
-from the audit log at start (``preload``), as the in-memory window does. The
-digest key is random per file (mode 0600), so a peer cannot choose request
-ids that crowd one part of the table.
+most once (an expired copy is reused in place).
+
+One process (``path=None``): the table is anonymous memory (pages are only
+taken as slots are used; 24 bytes a slot, two slots per id of capacity) and
+times come from the monotonic clock. Workers (``state_dir/replay.window``):
+the file is ``MAP_SHARED``, so what one worker wrote is seen by the others at
+once and survives a crash of any worker (SIGKILL included; the kernel
+releases its lock); times are Unix ms, the clock the workers share. A crash of
+the machine may lose the file's unwritten pages. Either way every process
+seeds the window from the audit log at start (``preload``). The digest key is
+random per table (a file's is in its header, mode 0600), so a peer cannot
+choose request ids that crowd one part of the table.
 """
 
 from __future__ import annotations
@@ -51,42 +57,54 @@ _MAGIC = b"A2AGW-RW"
 _VERSION = 1
 _HEADER = struct.Struct("<8sIIQ16s")  # magic, version, slot size, slot count, digest key
 _HEADER_BYTES = 64
-_SLOT = struct.Struct("<16sq")  # digest, refused until (Unix ms; 0 = never used)
+_SLOT = struct.Struct("<16sq")  # digest, refused until (ms on the clock; 0 = never used)
 _UNTIL = struct.Struct("<q")
-_RUN_UNTILS = struct.Struct("<" + "16xq" * PROBE_LIMIT)
 _RUN_BYTES = PROBE_LIMIT * _SLOT.size
 _DIGEST_BYTES = 16
 
 
-class SharedReplayWindow(ReplayWindow):
-    """``ReplayWindow`` in a shared memory-mapped file (see the module docstring)."""
+class ReplayTable(ReplayWindow):
+    """``ReplayWindow`` in a fixed-size table, in memory or in a file workers share.
 
-    # Not ``shared``: the file is new the first time workers are configured
-    # (and may miss pages after a machine crash), so each worker still seeds
-    # it from the audit log at start; seeding twice changes nothing.
+    See the module docstring.
+    """
+
+    # Not ``shared``: memory starts empty, and a file is new the first time
+    # workers are configured (and may miss pages after a machine crash), so
+    # each process seeds it from the audit log at start; seeding twice
+    # changes nothing.
     shared = False
 
     def __init__(
         self,
-        path: Path,
+        path: Path | None,
         window_seconds: float = DEFAULT_WINDOW_SECONDS,
         capacity: int = DEFAULT_CAPACITY,
-        clock_ns: Callable[[], int] = time.time_ns,
+        clock_ns: Callable[[], int] | None = None,
     ) -> None:
-        """Open ``path``, creating the table (2 x ``capacity`` slots) if the file is new.
+        """Open the table at ``path`` (creating it, 2 x ``capacity`` slots, if the
+        file is new), or make one in memory when ``path`` is None.
 
-        An existing table keeps its own size. ``clock_ns`` is Unix time in ns
-        (the workers compare each other's stamps, so a wall clock).
+        An existing file keeps its own size. ``clock_ns`` is the time in ns
+        (default: Unix time with a file, whose workers compare each other's
+        stamps; the monotonic clock in memory).
 
         Raises:
             StateUnavailable: the file cannot be opened, created or mapped, or is
                 not a replay window.
         """
         self._path = path
-        self._clock_ns = clock_ns
         self._window = window_seconds
         self._window_ms = int(window_seconds * 1000)
         self._lock = threading.Lock()  # flock is per open file: threads take turns here
+        self._fd = -1
+        if path is None:
+            self._clock_ns = clock_ns or time.monotonic_ns
+            self._key, self._slots = secrets.token_bytes(16), _slots_for(capacity)
+            self._map = mmap.mmap(-1, _file_bytes(self._slots))  # anonymous, zero-filled
+            self._mask = self._slots - 1
+            return
+        self._clock_ns = clock_ns or time.time_ns
         try:
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as err:
@@ -135,7 +153,8 @@ class SharedReplayWindow(ReplayWindow):
     def close(self) -> None:
         with self._lock:
             self._map.close()
-            os.close(self._fd)
+            if self._fd >= 0:
+                os.close(self._fd)
 
     def _digest(self, peer_id: str, request_id: str) -> bytes:
         peer = peer_id.encode()
@@ -146,27 +165,34 @@ class SharedReplayWindow(ReplayWindow):
         """Store ``digest`` until ``until_ms``; False if it is live already (then unchanged)."""
         start = _HEADER_BYTES + (int.from_bytes(digest[:8], "little") & self._mask) * _SLOT.size
         with self._lock:
+            if self._fd < 0:
+                return self._store(start, digest, now_ms, until_ms)
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_EX)
             except OSError as err:
                 raise StateUnavailable(f"replay window {self._path}: {err}") from err
             try:
-                run = self._map[start : start + _RUN_BYTES]
-                at = _slot_of(run, digest)
-                if at >= 0:
-                    if _UNTIL.unpack_from(run, at + _DIGEST_BYTES)[0] > now_ms:
-                        return False
-                else:
-                    at = _first_free(run, now_ms)
-                    if at < 0:
-                        raise StateUnavailable(
-                            f"replay window {self._path} is full near this id "
-                            f"(capacity {self._slots // 2}); refusing rather than forgetting ids"
-                        )
-                _SLOT.pack_into(self._map, start + at, digest, until_ms)
-                return True
+                return self._store(start, digest, now_ms, until_ms)
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _store(self, start: int, digest: bytes, now_ms: int, until_ms: int) -> bool:
+        """The locked part of :meth:`_remember`."""
+        run = self._map[start : start + _RUN_BYTES]
+        at = _slot_of(run, digest)
+        if at >= 0:
+            if _UNTIL.unpack_from(run, at + _DIGEST_BYTES)[0] > now_ms:
+                return False
+        else:
+            at = _first_free(run, now_ms)
+            if at < 0:
+                where = "in memory" if self._path is None else str(self._path)
+                raise StateUnavailable(
+                    f"replay window {where} is full near this id "
+                    f"(capacity {self._slots // 2}); refusing rather than forgetting ids"
+                )
+        _SLOT.pack_into(self._map, start + at, digest, until_ms)
+        return True
 
 
 def _slot_of(run: bytes, digest: bytes) -> int:
@@ -179,9 +205,10 @@ def _slot_of(run: bytes, digest: bytes) -> int:
 
 def _first_free(run: bytes, now_ms: int) -> int:
     """Byte offset of the first never-used or expired slot in ``run``; -1 if all are live."""
-    for index, until in enumerate(_RUN_UNTILS.unpack(run)):
-        if until <= now_ms:
-            return index * _SLOT.size
+    # Slot by slot: with at most half the table live, the home slot usually is free.
+    for until_at in range(_DIGEST_BYTES, _RUN_BYTES, _SLOT.size):
+        if _UNTIL.unpack_from(run, until_at)[0] <= now_ms:
+            return until_at - _DIGEST_BYTES
     return -1
 
 

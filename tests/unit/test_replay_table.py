@@ -1,7 +1,8 @@
-"""The replay window in a shared memory-mapped file (``workers > 1``).
+"""The replay window as a fixed-size table: in memory (one process) and in a
+shared memory-mapped file (``workers > 1``).
 
 Two window objects on one file stand in for two workers in the first tests;
-the others run real child processes on one file: concurrent sightings, a
+later ones run real child processes on one file: concurrent sightings, a
 SIGKILL while holding the lock, a SIGKILL after recording.
 """
 
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import StateUnavailable
-from gateway.inbound.shared_replay import SharedReplayWindow
+from gateway.inbound.replay_table import ReplayTable
 from tests.agent_process import REPO
 
 SECOND_NS = 1_000_000_000
@@ -44,7 +45,7 @@ def _child(script: str, *args: str) -> subprocess.Popen[str]:
 
 
 async def test_request_id_seen_by_one_window_is_refused_by_the_other(tmp_path: Path) -> None:
-    first, second = (SharedReplayWindow(tmp_path / "replay.window") for _ in range(2))
+    first, second = (ReplayTable(tmp_path / "replay.window") for _ in range(2))
     try:
         assert await first.first_seen("bob", "r1") is True
         assert await second.first_seen("bob", "r1") is False
@@ -59,7 +60,7 @@ async def test_request_id_seen_by_one_window_is_refused_by_the_other(tmp_path: P
 
 async def test_an_id_is_refused_until_its_window_ends_then_taken_once(tmp_path: Path) -> None:
     clock = FakeClock()
-    window = SharedReplayWindow(tmp_path / "replay.window", window_seconds=600.0, clock_ns=clock)
+    window = ReplayTable(tmp_path / "replay.window", window_seconds=600.0, clock_ns=clock)
     try:
         assert window.sight("bob", "r1") is True
         clock.now_ns += 599 * SECOND_NS
@@ -73,7 +74,7 @@ async def test_an_id_is_refused_until_its_window_ends_then_taken_once(tmp_path: 
 
 async def test_preloaded_ids_stay_refused_and_expired_ones_are_free(tmp_path: Path) -> None:
     clock = FakeClock()
-    window = SharedReplayWindow(tmp_path / "replay.window", window_seconds=600.0, clock_ns=clock)
+    window = ReplayTable(tmp_path / "replay.window", window_seconds=600.0, clock_ns=clock)
     try:
         window.preload([("bob", "old", 30.0), ("bob", "gone", 900.0), ("bob", "", 1.0)])
         window.preload([("bob", "old", 30.0)])  # every worker seeds: twice changes nothing
@@ -84,7 +85,7 @@ async def test_preloaded_ids_stay_refused_and_expired_ones_are_free(tmp_path: Pa
         assert await window.first_seen("bob", "old") is True
     finally:
         window.close()
-    zero = SharedReplayWindow(tmp_path / "replay.window", window_seconds=0.0)
+    zero = ReplayTable(tmp_path / "replay.window", window_seconds=0.0)
     try:  # a zero window remembers nothing: the id is taken over at once
         assert await zero.first_seen("bob", "old") is True
         assert await zero.first_seen("bob", "old") is True
@@ -94,7 +95,7 @@ async def test_preloaded_ids_stay_refused_and_expired_ones_are_free(tmp_path: Pa
 
 async def test_a_full_table_refuses_new_ids_and_forgets_none(tmp_path: Path) -> None:
     clock = FakeClock()
-    window = SharedReplayWindow(
+    window = ReplayTable(
         tmp_path / "replay.window", window_seconds=600.0, capacity=8, clock_ns=clock
     )
     try:
@@ -120,10 +121,10 @@ def test_a_file_that_is_not_a_window_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "replay.window"
     path.write_bytes(b"SQLite format 3\x00" + bytes(200))
     with pytest.raises(StateUnavailable, match="not a replay window"):
-        SharedReplayWindow(path)
+        ReplayTable(path)
     torn = tmp_path / "torn.window"
     torn.write_bytes(bytes(64))  # its creator died before writing the header: set up anew
-    window = SharedReplayWindow(torn)
+    window = ReplayTable(torn)
     try:
         assert window.sight("bob", "r1") is True
         assert window.sight("bob", "r1") is False
@@ -134,8 +135,8 @@ def test_a_file_that_is_not_a_window_is_refused(tmp_path: Path) -> None:
 _SIGHT_ALL = """
 import sys
 from pathlib import Path
-from gateway.inbound.shared_replay import SharedReplayWindow
-window = SharedReplayWindow(Path(sys.argv[1]))
+from gateway.inbound.replay_table import ReplayTable
+window = ReplayTable(Path(sys.argv[1]))
 ids = [f"r{n}" for n in range(int(sys.argv[2]))]
 if sys.argv[3] == "backwards":
     ids.reverse()
@@ -145,7 +146,7 @@ print("\\n".join(rid for rid in ids if window.sight("spiffe://example.org/agent/
 
 def test_concurrent_processes_accept_each_id_exactly_once(tmp_path: Path) -> None:
     path = tmp_path / "replay.window"
-    SharedReplayWindow(path).close()  # created once, as worker 0 does before the others
+    ReplayTable(path).close()  # created once, as worker 0 does before the others
     ids = 3000
     children = [
         _child(_SIGHT_ALL, str(path), str(ids), order)
@@ -162,8 +163,8 @@ def test_concurrent_processes_accept_each_id_exactly_once(tmp_path: Path) -> Non
 _RECORD_THEN_HOLD = """
 import fcntl, os, sys, time
 from pathlib import Path
-from gateway.inbound.shared_replay import SharedReplayWindow
-window = SharedReplayWindow(Path(sys.argv[1]))
+from gateway.inbound.replay_table import ReplayTable
+window = ReplayTable(Path(sys.argv[1]))
 assert window.sight("spiffe://example.org/agent/bob", "before-kill")
 fd = os.open(sys.argv[1], os.O_RDWR)
 fcntl.flock(fd, fcntl.LOCK_EX)  # killed while holding the table's lock
@@ -184,9 +185,56 @@ def test_a_worker_killed_holding_the_lock_leaves_its_ids_refused(tmp_path: Path)
         if child.poll() is None:
             child.kill()
             child.wait()
-    survivor = SharedReplayWindow(path)  # the kernel released the dead worker's lock
+    survivor = ReplayTable(path)  # the kernel released the dead worker's lock
     try:
         assert survivor.sight("spiffe://example.org/agent/bob", "before-kill") is False
         assert survivor.sight("spiffe://example.org/agent/bob", "after-kill") is True
     finally:
         survivor.close()
+
+
+async def test_in_memory_tables_are_separate_and_expire_on_their_clock() -> None:
+    clock = FakeClock()
+    first = ReplayTable(None, window_seconds=600.0, clock_ns=clock)
+    second = ReplayTable(None, window_seconds=600.0, clock_ns=clock)
+    try:
+        assert await first.first_seen("bob", "r1") is True
+        assert await first.first_seen("bob", "r1") is False
+        assert await second.first_seen("bob", "r1") is True  # nothing shared without a file
+        first.preload([("bob", "old", 30.0)])
+        assert await first.first_seen("bob", "old") is False
+        clock.now_ns += 600 * SECOND_NS
+        assert await first.first_seen("bob", "r1") is True
+        assert await first.first_seen("bob", "old") is True
+    finally:
+        first.close()
+        second.close()
+
+
+async def test_a_full_in_memory_table_refuses_and_never_forgets_a_live_id() -> None:
+    # The window this table replaced dropped its oldest ids beyond max_entries,
+    # so an early id could be replayed within the window after a flood.
+    clock = FakeClock()
+    window = ReplayTable(None, window_seconds=600.0, capacity=8, clock_ns=clock)
+    try:
+        accepted: list[str] = []
+        with pytest.raises(StateUnavailable, match="in memory is full"):
+            for n in range(10_000):
+                assert window.sight("bob", f"r{n}") is True
+                accepted.append(f"r{n}")
+        assert len(accepted) >= 8
+        assert [window.sight("bob", rid) for rid in accepted] == [False] * len(accepted)
+        clock.now_ns += 600 * SECOND_NS
+        assert window.sight("bob", accepted[0]) is True
+    finally:
+        window.close()
+
+
+def test_the_in_memory_default_holds_two_million_ids() -> None:
+    window = ReplayTable(None, window_seconds=600.0)
+    try:
+        assert window.sight("bob", "r1") is True
+        assert window.sight("bob", "r1") is False
+        assert window.max_entries >= 2_000_000
+    finally:
+        window.close()
