@@ -69,6 +69,11 @@ CREATE TABLE IF NOT EXISTS chain_head (
 ) STRICT;
 """
 
+INSERT_RECORD = (
+    f"INSERT INTO audit_records ({', '.join(RECORD_COLUMNS + CHAIN_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * (len(RECORD_COLUMNS) + len(CHAIN_COLUMNS)))})"
+)
+
 SELECT_RECORDS = f"SELECT {', '.join(RECORD_COLUMNS)} FROM audit_records"
 
 SELECT_CHAINED = f"SELECT {', '.join(RECORD_COLUMNS + CHAIN_COLUMNS)} FROM audit_records"

@@ -8,61 +8,20 @@ owns the connection for its whole life. The PostgreSQL side is
 
 from __future__ import annotations
 
-import functools
 import sqlite3
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 
 from gateway.audit._schema import (
-    CHAIN_COLUMNS,
     DDL,
+    INSERT_RECORD,
     MIGRATE_1_TO_2,
     RECORD_COLUMNS,
     SCHEMA_VERSION,
 )
-from gateway.audit._wal_backfill import BACKSTOP_PAGES, WalBackfill
 from gateway.audit.chain import GENESIS_HASH, fields_hash
 from gateway.errors import AuditUnavailable
-
-_ROWS_PER_INSERT = 32
-"""Most rows in one INSERT (so at most 32 statement texts are cached per connection)."""
-
-_CHAIN_TRIGGER = """
-CREATE TEMP TRIGGER IF NOT EXISTS audit_chain_append AFTER INSERT ON main.audit_records
-BEGIN
-    SELECT RAISE(ABORT, 'audit chain head moved')
-    WHERE NOT EXISTS (
-        SELECT 1 FROM main.chain_head
-        WHERE id = 1 AND count = NEW.seq - 1 AND last_hash = NEW.prev_hash
-    );
-    UPDATE chain_head SET count = NEW.seq, last_hash = NEW.record_hash WHERE id = 1;
-END
-"""
-"""Keeps ``chain_head`` at the last record, and refuses a row that does not extend it.
-
-TEMP: it lives in this connection only, never in the file, so other writers
-and readers of the log see exactly the schema of :mod:`gateway.audit._schema`.
-"""
-
-_SQLITE_BUSY_SNAPSHOT = 517
-"""A write lock refused because another connection committed since this one's snapshot."""
-
-
-@functools.cache
-def _insert_rows(count: int) -> str:
-    columns = RECORD_COLUMNS + CHAIN_COLUMNS
-    row = f"({', '.join('?' * len(columns))})"
-    return f"INSERT INTO main.audit_records ({', '.join(columns)}) VALUES " + ", ".join(
-        [row] * count
-    )
-
-
-def _head_changed(err: sqlite3.Error) -> bool:
-    """Whether a one-statement append failed because another writer appended first."""
-    if isinstance(err, sqlite3.IntegrityError):  # the trigger, or a seq already taken
-        return True
-    return getattr(err, "sqlite_errorcode", None) == _SQLITE_BUSY_SNAPSHOT
 
 
 class ChainWriter(ABC):
@@ -115,7 +74,6 @@ class SqliteChainWriter(ChainWriter):
         self._busy_timeout_ms = busy_timeout_ms
         self._synchronous = synchronous
         self._conn: sqlite3.Connection | None = None
-        self._backfill = WalBackfill(path, synchronous=synchronous)
 
     @property
     def where(self) -> str:
@@ -137,9 +95,7 @@ class SqliteChainWriter(ChainWriter):
             )
             self._configure(self._conn)
             self._create_schema(self._conn)
-            self._conn.execute(_CHAIN_TRIGGER)
             self.count, self.last_hash = self._load_head(self._conn)
-            self._backfill.start()
         except sqlite3.Error as err:
             self.close()
             raise AuditUnavailable(f"audit log {self._path}: cannot open: {err}") from err
@@ -154,19 +110,9 @@ class SqliteChainWriter(ChainWriter):
             records: Records as ``record.checked_fields`` returns them; their
                 ``seq`` is overwritten here.
 
-        The batch is chained onto the head this connection last wrote and
-        stored by ONE statement (one transaction of its own): the temporary
-        trigger of :data:`_CHAIN_TRIGGER` checks, row by row inside that
-        statement, that the stored head is still the one chained onto, and
-        moves it. Each statement the audit thread runs hands the GIL back to
-        the event loop and must wait to get it again, which under load costs
-        far more than the statement: one statement instead of five is what
-        keeps a refusal's commit short when the loop is busy.
-
-        Another process may append to the same log (the operator CLI records
-        its idempotency resolutions this way while the agent runs): the
-        trigger then refuses the batch, and it is chained again onto the
-        head read inside a write transaction.
+        The head is read again inside the write transaction, so another
+        process may append to the same log in between (the operator CLI
+        records its idempotency resolutions this way while the agent runs).
 
         Raises:
             AuditUnavailable: The transaction did not commit; nothing of the
@@ -174,62 +120,39 @@ class SqliteChainWriter(ChainWriter):
         """
         conn = self._require_conn()
         try:
-            if len(records) <= _ROWS_PER_INSERT:
-                try:
-                    head = self._store(conn, self.count, self.last_hash, records)
-                except sqlite3.Error as err:
-                    if not _head_changed(err):
-                        raise
-                    self._rollback(conn)
-                    head = self._append_locked(conn, records)
-            else:
-                head = self._append_locked(conn, records)
+            conn.execute("BEGIN IMMEDIATE")
+            head = conn.execute("SELECT count, last_hash FROM chain_head WHERE id = 1").fetchone()
+            if head is None:
+                raise sqlite3.IntegrityError("chain_head row is missing")
+            seq, prev = int(head[0]), str(head[1])
+            if seq < self.count or (seq == self.count and prev != self.last_hash):
+                # Another writer only ever adds records: a head that went back
+                # (or changed in place) means the log was cut or rewritten.
+                raise sqlite3.IntegrityError(
+                    f"chain head moved back from seq {self.count} to {seq} while open; "
+                    "run the audit verify command"
+                )
+            rows: list[tuple[object, ...]] = []
+            for fields in records:
+                seq += 1
+                fields["seq"] = seq
+                digest = fields_hash(prev, fields)
+                rows.append((*(fields[name] for name in RECORD_COLUMNS), prev, digest))
+                prev = digest
+            conn.executemany(INSERT_RECORD, rows)
+            updated = conn.execute(
+                "UPDATE chain_head SET count = ?, last_hash = ? WHERE id = 1", (seq, prev)
+            ).rowcount
+            if updated != 1:
+                raise sqlite3.IntegrityError("chain_head row is missing")
+            conn.execute("COMMIT")
         except sqlite3.Error as err:
             self._rollback(conn)
             raise AuditUnavailable(f"audit log {self._path}: commit failed: {err}") from err
-        self.count, self.last_hash = head
-        self._backfill.committed()
-
-    def _append_locked(
-        self, conn: sqlite3.Connection, records: Sequence[dict[str, object]]
-    ) -> tuple[int, str]:
-        """Append under a write lock taken first, chained onto the head as stored."""
-        conn.execute("BEGIN IMMEDIATE")
-        head = conn.execute("SELECT count, last_hash FROM chain_head WHERE id = 1").fetchone()
-        if head is None:
-            raise sqlite3.IntegrityError("chain_head row is missing")
-        seq, prev = int(head[0]), str(head[1])
-        if seq < self.count or (seq == self.count and prev != self.last_hash):
-            # Another writer only ever adds records: a head that went back
-            # (or changed in place) means the log was cut or rewritten.
-            raise sqlite3.IntegrityError(
-                f"chain head moved back from seq {self.count} to {seq} while open; "
-                "run the audit verify command"
-            )
-        for start in range(0, len(records), _ROWS_PER_INSERT):
-            seq, prev = self._store(conn, seq, prev, records[start : start + _ROWS_PER_INSERT])
-        conn.execute("COMMIT")
-        return seq, prev
-
-    @staticmethod
-    def _store(
-        conn: sqlite3.Connection, seq: int, prev: str, records: Sequence[dict[str, object]]
-    ) -> tuple[int, str]:
-        """INSERT ``records`` chained onto (seq, prev) in one statement; returns the new head."""
-        values: list[object] = []
-        for fields in records:
-            seq += 1
-            fields["seq"] = seq
-            digest = fields_hash(prev, fields)
-            values.extend(fields[name] for name in RECORD_COLUMNS)
-            values.extend((prev, digest))
-            prev = digest
-        conn.execute(_insert_rows(len(records)), values)
-        return seq, prev
+        self.count, self.last_hash = seq, prev
 
     def close(self) -> None:
-        """Stop the WAL backfill and close the connection (idempotent)."""
-        self._backfill.stop()
+        """Close the connection (idempotent)."""
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -242,8 +165,6 @@ class SqliteChainWriter(ChainWriter):
             )
         conn.execute(f"PRAGMA synchronous = {self._synchronous}")
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-        # Checkpoints run on their own thread (see _wal_backfill), never inside a commit.
-        conn.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version not in (0, 1, SCHEMA_VERSION):
             raise AuditUnavailable(
