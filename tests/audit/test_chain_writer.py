@@ -1,0 +1,60 @@
+"""SqliteChainWriter against real SQLite files: big batches, another writer on the same log."""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+from gateway.audit import query_records, verify_chain
+from gateway.audit._writer import SqliteChainWriter
+from gateway.audit.record import checked_fields
+from tests.audit.conftest import RecordFactory
+
+
+def _writer(path: Path) -> SqliteChainWriter:
+    writer = SqliteChainWriter(path, busy_timeout_ms=5000)
+    writer.open()
+    return writer
+
+
+def test_a_big_batch_is_one_contiguous_chain(tmp_path: Path, make_record: RecordFactory) -> None:
+    path = tmp_path / "audit.sqlite"
+    writer = _writer(path)
+    try:
+        writer.append([checked_fields(make_record(request_id=f"a-{n}")) for n in range(70)])
+        writer.append([checked_fields(make_record(request_id="b-0"))])
+    finally:
+        writer.close()
+
+    stored = query_records(path)
+    assert [rec.seq for rec in stored] == list(range(1, 72))
+    assert [rec.request_id for rec in stored][-2:] == ["a-69", "b-0"]
+    assert verify_chain(path).ok
+    with closing(sqlite3.connect(path)) as conn:
+        head = conn.execute("SELECT count, last_hash FROM chain_head").fetchone()
+        last = conn.execute("SELECT seq, record_hash FROM audit_records WHERE seq = 71")
+        assert head == last.fetchone()
+
+
+def test_a_writer_chains_onto_records_another_writer_added(
+    tmp_path: Path, make_record: RecordFactory
+) -> None:
+    path = tmp_path / "audit.sqlite"
+    agent, operator = _writer(path), _writer(path)
+    try:
+        agent.append([checked_fields(make_record(request_id="agent-1"))])
+        operator.append([checked_fields(make_record(request_id=f"op-{n}")) for n in range(2)])
+        agent.append([checked_fields(make_record(request_id="agent-2"))])
+    finally:
+        agent.close()
+        operator.close()
+
+    stored = query_records(path)
+    assert [(rec.seq, rec.request_id) for rec in stored] == [
+        (1, "agent-1"),
+        (2, "op-0"),
+        (3, "op-1"),
+        (4, "agent-2"),
+    ]
+    assert verify_chain(path).ok
