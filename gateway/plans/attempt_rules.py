@@ -126,6 +126,13 @@ def abandoned_result(step: Step, progress: StepProgress, reason: str, message: s
         notes.append(f"{progress.written_at}: {WRITE_IN_DOUBT}")
     elif progress.where:
         notes.append(f"{progress.where}: abandoned while running there")
+    return failed_result(step, progress, reason, message, notes)
+
+
+def failed_result(
+    step: Step, progress: StepProgress, reason: str, message: str, notes: list[str]
+) -> StepResult:
+    """The failed result of ``step`` as far as ``progress`` got, with ``notes``."""
     return StepResult(
         step_id=step.id,
         status=StepStatus.FAILED,

@@ -70,6 +70,7 @@ from gateway.plans.attempt_rules import (
     WRITE_IN_DOUBT,
     StepProgress,
     attempt_timeout,
+    failed_result,
     may_fail_over,
 )
 from gateway.plans.budget import BudgetMeter
@@ -187,18 +188,7 @@ class StepRunner:
                 tally.notes.append(f"{tally.written_at}: {WRITE_IN_DOUBT}")
                 if not isinstance(err, BudgetExhausted | IdempotencyInDoubt):  # they say so
                     message = f"{message}; {WRITE_IN_DOUBT}"
-            return StepResult(
-                step_id=step.id,
-                status=StepStatus.FAILED,
-                revision=step.revision,
-                where=tally.where,
-                attempts=tally.attempts,
-                duration_ms=tally.elapsed_ms(),
-                reason=err.reason,
-                message=message,
-                notes=tuple(tally.notes),
-                may_have_written=bool(tally.written_at),
-            )
+            return failed_result(step, tally, err.reason, message, tally.notes)
         return StepResult(
             step_id=step.id,
             status=StepStatus.COMPLETED,
