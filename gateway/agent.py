@@ -27,7 +27,7 @@ from gateway.inbound.limits import CallLimits, LimitStats, limit_refusal_counts
 from gateway.inbound.pg_idempotency import PostgresIdempotencyStore
 from gateway.inbound.pg_replay import PostgresReplayWindow
 from gateway.inbound.replay import ReplayWindow
-from gateway.inbound.replay_table import ReplayTable
+from gateway.inbound.replay_table import REPLAY_FILE, ReplayTable
 from gateway.outbound.router import Router
 from gateway.outbound.upstream_capabilities import register_upstreams
 from gateway.plans.checks import PlanLimits
@@ -118,10 +118,12 @@ class Agent:
             self.replay = PostgresReplayWindow(config.state_db, config.id)
         elif config.workers > 1:  # sibling processes share the files
             self.idempotency = IdempotencyStore(config.idempotency_store, shared=True)
-            self.replay = ReplayTable(config.state_dir / "replay.window")
+            self.replay = ReplayTable(
+                config.state_dir / REPLAY_FILE, capacity=config.replay_window_ids
+            )
         else:
             self.idempotency = IdempotencyStore(config.idempotency_store)
-            self.replay = ReplayTable(None)
+            self.replay = ReplayTable(None, capacity=config.replay_window_ids)
         self._clients: dict[str, PeerClient] = {}
         self.router = Router(
             registry=self.registry,

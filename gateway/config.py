@@ -51,7 +51,8 @@ Top-level ``idempotency_retention = "7d"`` (default) sets how long completed
 idempotency keys are kept; ``max_concurrent_calls = 256`` (default) caps the
 calls the agent runs at once, all peers together (per worker process);
 ``workers = 2`` runs two serving processes on the one port; ``pin_workers = true`` (Linux)
-keeps each worker's event loop on a CPU of its own.
+keeps each worker's event loop on a CPU of its own; ``replay_window_ids = 2097152``
+(default) is how many request ids the replay window holds at once.
 
 Relative paths are resolved against the config file's folder.
 """
@@ -399,6 +400,14 @@ class AgentConfig(_Frozen):
             only). For a machine or cpuset given to this agent: a pinned
             worker cannot move away from a core that something else keeps
             busy. Default false.
+        replay_window_ids: Request ids the replay window (a fixed table,
+            48 bytes of memory an id, taken as it fills) holds at once
+            (default 2,097,152: ~3,500 new ids/s sustained over its 600 s).
+            A full window refuses new calls ``STATE_UNAVAILABLE`` rather than
+            forget an id within its window. With ``workers > 1`` the shared
+            file is made anew at this size when the supervisor starts if it
+            was another size (ids are reloaded from the audit log). Not used
+            with a PostgreSQL ``state_db``.
     """
 
     id: SpiffeId
@@ -421,6 +430,7 @@ class AgentConfig(_Frozen):
     tracing: TracingSettings | None = None
     workers: int = Field(default=1, ge=1, le=256)
     pin_workers: bool = False
+    replay_window_ids: int = Field(default=1 << 21, ge=1024, le=1 << 26)
 
     @property
     def idempotency_store(self) -> Path:

@@ -43,6 +43,7 @@ from types import FrameType
 from gateway.config import AgentConfig
 from gateway.errors import AgentConfigError
 from gateway.inbound.idempotency import IdempotencyStore
+from gateway.inbound.replay_table import REPLAY_FILE, size_replay_file
 from gateway.postgres.dsn import PostgresDsn
 
 MAX_RESTARTS = 5
@@ -90,6 +91,7 @@ class Supervisor:
         if not isinstance(self._config.state_db, PostgresDsn):  # PostgreSQL does it per owner
             self._config.state_dir.mkdir(parents=True, exist_ok=True)
             IdempotencyStore(self._config.idempotency_store).close()
+            size_replay_file(self._config.state_dir / REPLAY_FILE, self._config.replay_window_ids)
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self._signals.append(signum)

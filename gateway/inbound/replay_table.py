@@ -48,6 +48,8 @@ from pathlib import Path
 from gateway.errors import StateUnavailable
 from gateway.inbound.replay import DEFAULT_WINDOW_SECONDS, ReplayWindow
 
+REPLAY_FILE = "replay.window"
+"""The workers' table, in ``state_dir``."""
 DEFAULT_CAPACITY = 1 << 21
 """Ids remembered at once by default (2 097 152: about 3 500 calls/s over a 600 s window)."""
 PROBE_LIMIT = 64
@@ -193,6 +195,32 @@ class ReplayTable(ReplayWindow):
                 )
         _SLOT.pack_into(self._map, start + at, digest, until_ms)
         return True
+
+
+def size_replay_file(path: Path, capacity: int) -> bool:
+    """Remove the table at ``path`` if it is not sized for ``capacity``; True if removed.
+
+    Only while no process has it open (the supervisor, before any worker
+    starts): workers then make it anew at this size and reload the ids of the
+    window from the audit log, as after any start.
+
+    Raises:
+        StateUnavailable: the file exists but cannot be read or removed.
+    """
+    try:
+        with path.open("rb") as table:
+            header = table.read(_HEADER.size)
+    except FileNotFoundError:
+        return False
+    except OSError as err:
+        raise StateUnavailable(f"replay window {path}: {err}") from err
+    if len(header) == _HEADER.size and _HEADER.unpack(header)[3] == _slots_for(capacity):
+        return False
+    try:
+        path.unlink()
+    except OSError as err:
+        raise StateUnavailable(f"replay window {path}: {err}") from err
+    return True
 
 
 def _slot_of(run: bytes, digest: bytes) -> int:

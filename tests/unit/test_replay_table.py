@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import StateUnavailable
-from gateway.inbound.replay_table import ReplayTable
+from gateway.inbound.replay_table import REPLAY_FILE, ReplayTable, size_replay_file
 from tests.agent_process import REPO
 
 SECOND_NS = 1_000_000_000
@@ -135,7 +135,7 @@ def test_a_file_that_is_not_a_window_is_refused(tmp_path: Path) -> None:
 _SIGHT_ALL = """
 import sys
 from pathlib import Path
-from gateway.inbound.replay_table import ReplayTable
+from gateway.inbound.replay_table import REPLAY_FILE, ReplayTable, size_replay_file
 window = ReplayTable(Path(sys.argv[1]))
 ids = [f"r{n}" for n in range(int(sys.argv[2]))]
 if sys.argv[3] == "backwards":
@@ -163,7 +163,7 @@ def test_concurrent_processes_accept_each_id_exactly_once(tmp_path: Path) -> Non
 _RECORD_THEN_HOLD = """
 import fcntl, os, sys, time
 from pathlib import Path
-from gateway.inbound.replay_table import ReplayTable
+from gateway.inbound.replay_table import REPLAY_FILE, ReplayTable, size_replay_file
 window = ReplayTable(Path(sys.argv[1]))
 assert window.sight("spiffe://example.org/agent/bob", "before-kill")
 fd = os.open(sys.argv[1], os.O_RDWR)
@@ -238,3 +238,20 @@ def test_the_in_memory_default_holds_two_million_ids() -> None:
         assert window.max_entries >= 2_000_000
     finally:
         window.close()
+
+
+def test_the_supervisor_makes_a_differently_sized_file_anew(tmp_path: Path) -> None:
+    path = tmp_path / REPLAY_FILE
+    assert size_replay_file(path, 1024) is False  # no file: nothing to do
+    ReplayTable(path, capacity=1024).close()
+    assert size_replay_file(path, 1024) is False  # its size: kept
+    assert path.exists()
+    assert size_replay_file(path, 4096) is True  # another size: removed
+    assert not path.exists()
+    table = ReplayTable(path, capacity=4096)
+    try:
+        assert table.max_entries >= 4096
+    finally:
+        table.close()
+    path.write_bytes(b"not a table")
+    assert size_replay_file(path, 4096) is True  # torn or foreign: removed too
