@@ -42,6 +42,7 @@ from gateway.plans.task import TaskResult
 from gateway.postgres.dsn import PostgresDsn
 from gateway.telemetry import Telemetry
 from gateway.transport.a2a import A2AServicer, A2ATaskStore
+from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
 from gateway.transport.a2a.upstream_client import UpstreamClient
 from gateway.transport.client import PeerClient
 from gateway.transport.health import HealthMonitor
@@ -141,7 +142,11 @@ class Agent:
             limits=CallLimits(config.max_concurrent_calls),
             limit_refusals=LimitRefusalLog(self.audit),
         )
-        self.a2a_tasks = A2ATaskStore(config.state_dir / "a2a-tasks.sqlite")
+        self.a2a_tasks = (
+            PostgresA2ATaskStore(config.state_db, config.id)
+            if isinstance(config.state_db, PostgresDsn)
+            else A2ATaskStore(config.state_dir / "a2a-tasks.sqlite")
+        )
         self._server = GatewayServer(
             config.id,
             self.handler,

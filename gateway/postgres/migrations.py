@@ -122,6 +122,17 @@ _V2 = (
     "time_ms BIGINT NOT NULL, PRIMARY KEY (agent_id, task_id, step_id))",
 )
 
+_V3 = (
+    "CREATE TABLE a2a_tasks (agent_id TEXT NOT NULL, task_id TEXT NOT NULL, "
+    "seq BIGINT GENERATED ALWAYS AS IDENTITY, owner TEXT NOT NULL, context_id TEXT NOT NULL, "
+    "state TEXT NOT NULL, capability TEXT NOT NULL, served_version TEXT NOT NULL, "
+    "output BYTEA NOT NULL, evidence_sha256 TEXT NOT NULL, replayed BOOLEAN NOT NULL, "
+    "reason TEXT NOT NULL, message TEXT NOT NULL, created_ms BIGINT NOT NULL, "
+    "updated_ms BIGINT NOT NULL, CHECK (state IN ('completed', 'failed')), "
+    "PRIMARY KEY (agent_id, task_id))",
+    "CREATE INDEX a2a_tasks_owner ON a2a_tasks (agent_id, owner, seq)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "audit, idempotency, replay window, tasks", _V1, _V1_RECORD_COLUMNS),
     Migration(
@@ -130,6 +141,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         _V2,
         ("trace_id",),
     ),
+    Migration(3, "A2A tasks shared by the replicas of an agent id", _V3),
 )
 """Every schema version in order; append, never edit a released one."""
 

@@ -29,6 +29,7 @@ _log = logging.getLogger(__name__)
 
 MAX_PAGE_SIZE = 100
 DEFAULT_PAGE_SIZE = 50
+_SEQ_LIMIT = 2**63  # sequence numbers are signed 64-bit in SQLite and PostgreSQL
 
 _COLUMNS = (
     "task_id, owner, context_id, state, capability, served_version, output, "
@@ -195,7 +196,7 @@ class A2ATaskStore:
         rows = await self._query(
             f"SELECT {_COLUMNS} FROM a2a_tasks WHERE task_id = ? AND owner = ?", (task_id, owner)
         )
-        return _task(rows[0]) if rows else None
+        return task_from_row(rows[0]) if rows else None
 
     async def list(self, owner: str, wanted: TaskFilter) -> TaskPage:
         """A page of ``owner``'s tasks, newest first.
@@ -219,11 +220,9 @@ class A2ATaskStore:
         total = await self._query(f"SELECT COUNT(*) FROM a2a_tasks WHERE {condition}", (*params,))
         page_where, page_params = condition, list(params)
         if wanted.page_token:
-            if not wanted.page_token.isdigit() or len(wanted.page_token) > 19:
-                raise InvalidRequest("page_token is not a token this agent handed out")
             page_where += " AND seq < ?"
-            page_params.append(int(wanted.page_token))
-        size = min(max(wanted.page_size, 1), MAX_PAGE_SIZE)
+            page_params.append(page_token_seq(wanted.page_token))
+        size = page_size(wanted)
         rows = await self._query(
             f"SELECT {_COLUMNS}, seq FROM a2a_tasks WHERE {page_where} ORDER BY seq DESC LIMIT ?",
             (*page_params, size + 1),
@@ -231,7 +230,7 @@ class A2ATaskStore:
         more = len(rows) > size
         rows = rows[:size]
         token = str(rows[-1][-1]) if more and rows else ""
-        return TaskPage([_task(row[:-1]) for row in rows], token, int(total[0][0]))
+        return TaskPage([task_from_row(row[:-1]) for row in rows], token, int(total[0][0]))
 
     def close(self) -> None:
         """Release the store (``flush`` first: queued tasks are not written here)."""
@@ -239,7 +238,24 @@ class A2ATaskStore:
             self._db.close()
 
 
-def _task(row: tuple[Any, ...]) -> A2ATask:
+def page_token_seq(token: str) -> int:
+    """The sequence number a page token stands for (tasks older than it follow).
+
+    Raises:
+        InvalidRequest: the token is not one this store handed out.
+    """
+    if not token.isdigit() or len(token) > 19 or int(token) >= _SEQ_LIMIT:
+        raise InvalidRequest("page_token is not a token this agent handed out")
+    return int(token)
+
+
+def page_size(wanted: TaskFilter) -> int:
+    """The asked page size, clamped to 1..``MAX_PAGE_SIZE``."""
+    return min(max(wanted.page_size, 1), MAX_PAGE_SIZE)
+
+
+def task_from_row(row: tuple[Any, ...]) -> A2ATask:
+    """An ``A2ATask`` from a row holding the task's columns in ``A2ATask`` field order."""
     return A2ATask(
         task_id=row[0],
         owner=row[1],

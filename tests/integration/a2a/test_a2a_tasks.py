@@ -89,12 +89,14 @@ async def test_a_finished_task_is_not_cancelable(alice: Agent, bob: A2APeer) -> 
     assert (record.reason, record.task_id) == ("TASK_NOT_CANCELABLE", task.id)
 
 
-async def test_tasks_survive_a_restart_and_stay_scoped(pki: Pki, tmp_path: Path) -> None:
+async def test_tasks_survive_a_restart_and_stay_scoped(
+    pki: Pki, tmp_path: Path, stores: dict[str, str]
+) -> None:
     policy = write_policy(
         tmp_path / "alice-policy.toml",
         [grant("bob", ["text.echo"]), grant("carol", ["text.echo"])],
     )
-    config = agent_config(pki, tmp_path, "alice", policy)
+    config = agent_config(pki, tmp_path, "alice", policy, stores=stores)
     state = tmp_path / "alice-state"
     agent = await started(config, standard_registry(WriteCounter(), state))
     try:
