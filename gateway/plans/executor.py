@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from capabilities.context import PeerCall
 from capabilities.contract import Risk
@@ -99,13 +99,15 @@ class TaskExecutor:
             sid: r for sid, r in stored.steps.items() if r.status is StepStatus.COMPLETED
         }
         down = (time.time() * 1000 - stored.updated_unix_ms) / 1000
+        used = stored.usage
         if stored.state is TaskState.WAITING_APPROVAL:
             down = 0.0  # a person's time to decide is not the task's running time
+            used = replace(used, steps=max(0, used.steps - len(_parked_steps(stored))))
         self._approvals = dict(stored.approvals)
         self._waiting: dict[str, ApprovalRequest] = {}
         self._failed_attempts: set[tuple[str, str, str]] = set()
         self._inputs: dict[asyncio.Task[StepResult], dict[str, object]] = {}
-        self._meter = BudgetMeter(stored.plan.budget, stored.usage, down_seconds=down)
+        self._meter = BudgetMeter(stored.plan.budget, used, down_seconds=down)
         self._checkpoints = RunCheckpoints(
             parts.store, stored.task_id, owner, self._meter, parts.limits.lease_seconds
         )
@@ -452,6 +454,16 @@ def _uncancel() -> None:
     task = asyncio.current_task()
     if task is not None:
         task.uncancel()
+
+
+def _parked_steps(stored: StoredTask) -> list[str]:
+    """Steps of a task parked in ``waiting-approval`` that asked and never ran.
+
+    The run that parked the task counted each of them when it started them,
+    then stopped them before anything was sent (no result is recorded for a
+    step that waits); the next run counts them again when it starts them.
+    """
+    return [step_id for step_id in stored.approvals if step_id not in stored.steps]
 
 
 def stored_result(stored: StoredTask) -> TaskResult:

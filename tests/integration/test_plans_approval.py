@@ -219,3 +219,19 @@ async def test_a_replan_repeating_a_failed_attempt_stagnates(scene: Scene) -> No
     assert f"step 'r': the revised plan would run it on {BOB}" in result.message
     assert scene.faults["bob"].total("fault.read") == 1  # the repeat was never sent
     assert result.revisions == ()
+
+
+async def test_resumes_while_waiting_do_not_spend_the_step_budget(scene: Scene) -> None:
+    # Two steps, max_steps 2: a step that waits for a person sent nothing, so
+    # resuming before the decision must not count it again each time.
+    waiting = await scene.alice.run(guarded(budget={"max_elapsed_seconds": 20, "max_steps": 2}))
+    assert waiting.state is TaskState.WAITING_APPROVAL
+    for _ in range(3):
+        again = await scene.alice.plans.resume(waiting.task_id)
+        assert (again.state, again.reason) == (TaskState.WAITING_APPROVAL, "OK")
+    alice = await scene.restart_alice()
+    await alice.plans.decide(waiting.task_id, "put", approve=True)
+    result = await alice.plans.resume(waiting.task_id)
+    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
+    assert scene.runs("fault.write") == 1 and scene.runs("fault.read") == 1
+    assert (await alice.task_store.load(waiting.task_id)).usage.steps == 2
