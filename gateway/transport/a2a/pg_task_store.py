@@ -26,11 +26,7 @@ from gateway.postgres.pool import Connection, StatePool
 from gateway.transport.a2a.task_store import (
     A2ATask,
     A2ATaskStore,
-    TaskFilter,
-    TaskPage,
-    page_size,
-    page_token_seq,
-    task_from_row,
+    Scope,
 )
 
 _log = logging.getLogger(__name__)
@@ -53,9 +49,11 @@ class PostgresA2ATaskStore(A2ATaskStore):
         agent_id: The agent id whose tasks these are (replicas share it).
     """
 
+    _mark = "%s"
+
     def __init__(self, dsn: PostgresDsn, agent_id: str) -> None:
-        # Not super().__init__: that opens the SQLite file. Inherited are put and
-        # flush (the in-process queue and its writer); the rows are below.
+        # Not super().__init__: that opens the SQLite file. Inherited are put,
+        # flush, get and list; the writes, reads and scope of the rows are below.
         self._agent = agent_id
         self._pool = StatePool(dsn, "A2A task store")
         self._pending: list[A2ATask] = []
@@ -92,59 +90,14 @@ class PostgresA2ATaskStore(A2ATaskStore):
         with conn.cursor() as cursor:
             cursor.executemany(_INSERT, rows)
 
-    async def _rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         def work(conn: Connection) -> list[tuple[Any, ...]]:
             return conn.execute(sql, params).fetchall()
 
         return await asyncio.to_thread(self._pool.run, work)
 
-    async def get(self, owner: str, task_id: str) -> A2ATask | None:
-        """``owner``'s task ``task_id``; None if it has none by that id (whoever else might).
-
-        Raises:
-            StateUnavailable: the database could not be read.
-        """
-        await self.flush()
-        rows = await self._rows(
-            f"SELECT {_COLUMNS} FROM a2a_tasks WHERE agent_id = %s AND task_id = %s AND owner = %s",
-            (self._agent, task_id, owner),
-        )
-        return task_from_row(rows[0]) if rows else None
-
-    async def list(self, owner: str, wanted: TaskFilter) -> TaskPage:
-        """A page of ``owner``'s tasks, newest first.
-
-        Raises:
-            InvalidRequest: the page token is not one this store handed out.
-            StateUnavailable: the database could not be read.
-        """
-        await self.flush()
-        where: list[str] = ["agent_id = %s", "owner = %s"]
-        params: list[Any] = [self._agent, owner]
-        if wanted.context_id:
-            where.append("context_id = %s")
-            params.append(wanted.context_id)
-        if wanted.state is not None:
-            where.append("state = %s")
-            params.append(wanted.state.value)
-        if wanted.updated_after_ms:
-            where.append("updated_ms >= %s")
-            params.append(wanted.updated_after_ms)
-        condition = " AND ".join(where)
-        page_where, page_params = condition, list(params)
-        if wanted.page_token:
-            page_where += " AND seq < %s"
-            page_params.append(page_token_seq(wanted.page_token))
-        size = page_size(wanted)
-        total = await self._rows(f"SELECT COUNT(*) FROM a2a_tasks WHERE {condition}", (*params,))
-        rows = await self._rows(
-            f"SELECT {_COLUMNS}, seq FROM a2a_tasks WHERE {page_where} ORDER BY seq DESC LIMIT %s",
-            (*page_params, size + 1),
-        )
-        more = len(rows) > size
-        rows = rows[:size]
-        token = str(rows[-1][-1]) if more and rows else ""
-        return TaskPage([task_from_row(row[:-1]) for row in rows], token, int(total[0][0]))
+    def _scope(self, owner: str) -> Scope:
+        return ["agent_id = %s", "owner = %s"], [self._agent, owner]
 
     def close(self) -> None:
         """Close the pool (``flush`` first: queued tasks are not written here)."""

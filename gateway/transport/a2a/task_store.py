@@ -46,6 +46,10 @@ _SCHEMA = (
 )
 
 
+Scope = tuple[list[str], list[Any]]
+"""SQL conditions and their parameter values (a method named ``list`` shadows the type)."""
+
+
 class TaskOutcome(StrEnum):
     """How a task ended (every stored task has ended)."""
 
@@ -110,6 +114,9 @@ class TaskPage:
 
 class A2ATaskStore:
     """SQLite table of finished A2A tasks; safe to share between threads."""
+
+    _mark = "?"
+    """The SQL parameter placeholder of the store's driver."""
 
     def __init__(self, path: Path) -> None:
         self._lock = threading.Lock()
@@ -191,10 +198,17 @@ class A2ATaskStore:
                 raise
 
     async def get(self, owner: str, task_id: str) -> A2ATask | None:
-        """``owner``'s task ``task_id``; None if it has none by that id (whoever else might)."""
+        """``owner``'s task ``task_id``; None if it has none by that id (whoever else might).
+
+        Raises:
+            StateUnavailable: the store could not be read (a shared database).
+        """
         await self.flush()
+        where, params = self._scope(owner)
         rows = await self._query(
-            f"SELECT {_COLUMNS} FROM a2a_tasks WHERE task_id = ? AND owner = ?", (task_id, owner)
+            f"SELECT {_COLUMNS} FROM a2a_tasks WHERE {' AND '.join(where)} "
+            f"AND task_id = {self._mark}",
+            (*params, task_id),
         )
         return task_from_row(rows[0]) if rows else None
 
@@ -203,34 +217,40 @@ class A2ATaskStore:
 
         Raises:
             InvalidRequest: the page token is not one this store handed out.
+            StateUnavailable: the store could not be read (a shared database).
         """
         await self.flush()
-        where: list[str] = ["owner = ?"]
-        params: list[Any] = [owner]
+        mark = self._mark
+        where, params = self._scope(owner)
         if wanted.context_id:
-            where.append("context_id = ?")
+            where.append(f"context_id = {mark}")
             params.append(wanted.context_id)
         if wanted.state is not None:
-            where.append("state = ?")
+            where.append(f"state = {mark}")
             params.append(wanted.state.value)
         if wanted.updated_after_ms:
-            where.append("updated_ms >= ?")
+            where.append(f"updated_ms >= {mark}")
             params.append(wanted.updated_after_ms)
         condition = " AND ".join(where)
         total = await self._query(f"SELECT COUNT(*) FROM a2a_tasks WHERE {condition}", (*params,))
         page_where, page_params = condition, list(params)
         if wanted.page_token:
-            page_where += " AND seq < ?"
+            page_where += f" AND seq < {mark}"
             page_params.append(page_token_seq(wanted.page_token))
         size = page_size(wanted)
         rows = await self._query(
-            f"SELECT {_COLUMNS}, seq FROM a2a_tasks WHERE {page_where} ORDER BY seq DESC LIMIT ?",
+            f"SELECT {_COLUMNS}, seq FROM a2a_tasks WHERE {page_where} "
+            f"ORDER BY seq DESC LIMIT {mark}",
             (*page_params, size + 1),
         )
         more = len(rows) > size
         rows = rows[:size]
         token = str(rows[-1][-1]) if more and rows else ""
         return TaskPage([task_from_row(row[:-1]) for row in rows], token, int(total[0][0]))
+
+    def _scope(self, owner: str) -> Scope:
+        """The conditions (and their values) every read of ``owner``'s tasks starts with."""
+        return [f"owner = {self._mark}"], [owner]
 
     def close(self) -> None:
         """Release the store (``flush`` first: queued tasks are not written here)."""
