@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
 from capabilities.registry import CapabilityRegistry
-from gateway.audit import AuditLog, query_records
+from gateway.audit import AuditLog, recent_request_ids
 from gateway.audit.checkpoint import Checkpointer, CheckpointSigner
 from gateway.config import AgentConfig
 from gateway.errors import AgentConfigError, AuditUnavailable, StateUnavailable
@@ -337,16 +337,16 @@ class Agent:
             return  # the window outlives the process in the shared table
         window = self.replay.window_seconds
         now_ms = time.time() * 1000
-        records = query_records(
+        recent = recent_request_ids(
             self.config.audit_db,
             agent=self.config.id,
             since=timedelta(seconds=window),
             limit=self.replay.max_entries,
+            refusals=_REMEMBERED_REFUSALS,
         )
         self.replay.preload(
-            (r.peer_id, r.request_id, (now_ms - r.time_unix_ms) / 1000)
-            for r in records
-            if r.decision == "allow" or r.reason in _REMEMBERED_REFUSALS
+            (peer_id, request_id, (now_ms - time_unix_ms) / 1000)
+            for peer_id, request_id, time_unix_ms in recent
         )
 
     async def run(self, plan: Plan, *, on_event: EventSink | None = None) -> TaskResult:

@@ -7,6 +7,7 @@ so rows and heads come from one snapshot while agents keep appending.
 from __future__ import annotations
 
 import time
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -19,6 +20,7 @@ from gateway.errors import ConfigError
 from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.migrations import LATEST_VERSION, schema_version
 
+_PAGE_ROWS = 10_000
 _SELECT = f"SELECT agent_id, {', '.join(RECORD_COLUMNS)} FROM audit_records"
 _SELECT_CHAINED = f"SELECT {', '.join(RECORD_COLUMNS + CHAIN_COLUMNS)} FROM audit_records"
 
@@ -97,6 +99,40 @@ def query_agent_records(
     finally:
         conn.close()
     return [AgentRecord(str(row[0]), record_from_row(row[1:])) for row in reversed(rows)]
+
+
+def recent_agent_request_ids(
+    dsn: PostgresDsn,
+    *,
+    agent: str,
+    since: timedelta,
+    limit: int,
+    refusals: Collection[str],
+) -> Iterator[tuple[str, str, int]]:
+    """:func:`gateway.audit.query.recent_request_ids` for one agent's chain in
+    PostgreSQL, through a server-side cursor (rows arrive in pages).
+
+    Raises:
+        ConfigError: The database cannot be read or holds no audit schema.
+    """
+    sql = (
+        "SELECT peer_id, request_id, time_unix_ms FROM audit_records "
+        "WHERE agent_id = %s AND time_unix_ms >= %s "
+        "AND (decision = 'allow' OR reason = ANY(%s)) "
+        "ORDER BY seq DESC LIMIT %s"
+    )
+    oldest_ms = int((time.time() - since.total_seconds()) * 1000)
+    conn = _connect(dsn)
+    try:
+        with conn.transaction(), conn.cursor(name="recent_request_ids") as cursor:
+            cursor.itersize = _PAGE_ROWS
+            cursor.execute(sql, (agent, oldest_ms, list(refusals), limit))
+            for peer_id, request_id, time_unix_ms in cursor:
+                yield str(peer_id), str(request_id), int(str(time_unix_ms))
+    except psycopg.Error as err:
+        raise ConfigError(f"audit database {dsn}: cannot read: {err}") from err
+    finally:
+        conn.close()
 
 
 def verify_agent_chains(dsn: PostgresDsn, agent: str | None = None) -> dict[str, VerifyReport]:

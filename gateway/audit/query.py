@@ -6,7 +6,7 @@ import json
 import re
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from gateway.postgres.dsn import PostgresDsn
 
 _SINCE = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+_PAGE_ROWS = 10_000
 
 _COLUMNS: tuple[tuple[str, str], ...] = (
     ("TIME (UTC)", "<"),
@@ -122,6 +123,50 @@ def query_records(
     finally:
         conn.close()
     return [record_from_row(row) for row in reversed(rows)]
+
+
+def recent_request_ids(
+    path: Path | PostgresDsn,
+    *,
+    agent: str,
+    since: timedelta,
+    limit: int,
+    refusals: Collection[str],
+) -> Iterator[tuple[str, str, int]]:
+    """(peer, request id, time_unix_ms) of the most recent calls that were allowed
+    or refused for one of ``refusals``, newest first, at most ``limit``.
+
+    Streamed in pages rather than read as one list: after a restart an agent
+    reloads up to its whole replay window (millions of ids) this way, and only
+    these three columns ever leave the database.
+
+    Raises:
+        ConfigError: The log cannot be read.
+    """
+    if isinstance(path, PostgresDsn):
+        from gateway.audit.pg_read import recent_agent_request_ids
+
+        yield from recent_agent_request_ids(
+            path, agent=agent, since=since, limit=limit, refusals=refusals
+        )
+        return
+    marks = ", ".join("?" for _ in refusals) or "NULL"
+    sql = (
+        "SELECT peer_id, request_id, time_unix_ms FROM audit_records "
+        f"WHERE time_unix_ms >= ? AND (decision = 'allow' OR reason IN ({marks})) "
+        "ORDER BY seq DESC LIMIT ?"
+    )
+    oldest_ms = int((time.time() - since.total_seconds()) * 1000)
+    conn = connect_read_only(path)
+    try:
+        cursor = conn.execute(sql, (oldest_ms, *refusals, limit))
+        while rows := cursor.fetchmany(_PAGE_ROWS):
+            for peer_id, request_id, time_unix_ms in rows:
+                yield str(peer_id), str(request_id), int(time_unix_ms)
+    except sqlite3.Error as err:
+        raise ConfigError(f"audit log {path}: cannot read: {err}") from err
+    finally:
+        conn.close()
 
 
 def format_table(records: Sequence[AuditRecord]) -> str:

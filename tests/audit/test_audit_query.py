@@ -18,9 +18,11 @@ from gateway.audit import (
     format_table,
     parse_since,
     query_records,
+    recent_request_ids,
 )
 from gateway.errors import ConfigError
 from gateway.postgres.dsn import PostgresDsn
+from tests.audit.conftest import AGENT
 
 RecordFactory = Callable[..., AuditRecord]
 ALICE = "spiffe://example.org/agent/alice"
@@ -119,6 +121,43 @@ async def test_filter_by_trace_id(stored: list[AuditRecord], db_path: Path) -> N
     assert [json.loads(line)["trace_id"] for line in format_json_lines(stored).splitlines()] == [
         "", "", "", "", "", TRACE,
     ]  # fmt: skip
+
+
+async def test_recent_request_ids_newest_first_allowed_and_named_refusals(
+    db_path: Path, stored: list[AuditRecord]
+) -> None:
+    def recent(limit: int, refusals: frozenset[str]) -> list[tuple[str, str, int]]:
+        return list(
+            recent_request_ids(
+                db_path, agent=AGENT, since=timedelta(hours=1), limit=limit, refusals=refusals
+            )
+        )
+
+    def row(rec: AuditRecord) -> tuple[str, str, int]:
+        return (rec.peer_id, rec.request_id, rec.time_unix_ms)
+
+    named = frozenset({"RISK_NOT_GRANTED"})
+    assert recent(10, named) == [row(stored[5]), row(stored[3]), row(stored[2])]
+    assert recent(2, named) == [row(stored[5]), row(stored[3])]
+    assert recent(10, frozenset()) == [row(stored[5]), row(stored[2])]
+    assert recent(0, named) == []
+
+
+async def test_recent_request_ids_stream_past_one_page(
+    db_path: Path, audit_log: AuditLog, make_record: RecordFactory
+) -> None:
+    written = [make_record(request_id=f"id-{n}") for n in range(10_005)]
+    for rec in written:
+        audit_log.record(rec)
+    await audit_log.flush()
+
+    found = recent_request_ids(
+        db_path, agent=AGENT, since=timedelta(hours=1), limit=20_000, refusals=()
+    )
+
+    assert [request_id for _, request_id, _ in found] == [
+        f"id-{n}" for n in reversed(range(10_005))
+    ]
 
 
 def test_negative_limit_is_a_config_error(db_path: Path) -> None:
