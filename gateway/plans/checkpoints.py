@@ -22,7 +22,7 @@ from gateway.plans.approval import ApprovalRequest
 from gateway.plans.budget import BudgetMeter
 from gateway.plans.lease import RENEW_FRACTION
 from gateway.plans.model import Plan
-from gateway.plans.store import TaskStore, WritePin
+from gateway.plans.store import FailedAttempt, TaskStore, WritePin
 from gateway.plans.task import RevisionRecord, StepResult, TaskState
 
 _log = logging.getLogger(__name__)
@@ -52,9 +52,12 @@ class RunCheckpoints:
             self.task_id, state, self._meter.usage(), _now_ms(), reason, message, owner=self.owner
         )
 
-    async def step_result(self, result: StepResult) -> bool:
-        """Checkpoint a step result and the usage; True if the result was stored."""
-        stored = await self._store.record_step(self.task_id, result, owner=self.owner)
+    async def step_result(self, result: StepResult, failed: FailedAttempt | None = None) -> bool:
+        """Checkpoint a step result (with ``failed``, the attempt it failed, in the same
+        transaction) and the usage; True if the result was stored."""
+        stored = await self._store.record_step(
+            self.task_id, result, owner=self.owner, failed=failed
+        )
         await self.usage()
         return stored
 

@@ -13,7 +13,8 @@ checkpointed and waits; once nothing else can run, the run ends in
 the budget). A step that depends on a result whose sources disagree does not
 run unless it says ``on_unverified: continue``. A revision that would run a
 step again on the same place with the same input as a failed attempt stops the
-task (``STAGNATED``).
+task (``STAGNATED``); each failed attempt is checkpointed with the step result
+that reports it, so a resumed run remembers the attempts of earlier runs.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from gateway.plans.model import Plan, Step, resolve_input
 from gateway.plans.planner import Failure, Planner
 from gateway.plans.step_events import EventSink, StepEvent
 from gateway.plans.step_runner import StepRunner
-from gateway.plans.store import StoredTask, TaskStore
+from gateway.plans.store import FailedAttempt, StoredTask, TaskStore
 from gateway.plans.task import (
     RevisionRecord,
     StepResult,
@@ -105,7 +106,7 @@ class TaskExecutor:
             used = replace(used, steps=max(0, used.steps - len(_parked_steps(stored))))
         self._approvals = dict(stored.approvals)
         self._waiting: dict[str, ApprovalRequest] = {}
-        self._failed_attempts: set[tuple[str, str, str]] = set()
+        self._failed_attempts = set(stored.failed_attempts)
         self._inputs: dict[asyncio.Task[StepResult], dict[str, object]] = {}
         self._meter = BudgetMeter(stored.plan.budget, used, down_seconds=down)
         self._checkpoints = RunCheckpoints(
@@ -311,13 +312,14 @@ class TaskExecutor:
             self._approvals[step.id] = self._waiting[step.id] = waiting.request
             self._on_event(StepEvent(step.id, "waiting-approval", waiting.request.where))
             return None
-        if not await self._record(step, result):
+        attempt = _failed_attempt(result, resolved)
+        if not await self._record(step, result, attempt):
             return None
         if result.status is StepStatus.COMPLETED:
             return None
-        if result.reason == BudgetExhausted.reason:
+        if attempt is None:  # the budget stopped it, not the place or the input
             return self._failed(result.reason, result.message)
-        self._failed_attempts.add((step.id, result.where, comparison_digest(resolved)))
+        self._failed_attempts.add(attempt)
         try:
             if await self._replan(step, result):
                 return None
@@ -359,7 +361,7 @@ class TaskExecutor:
             deadline=self._meter.deadline,
             max_risk=self._plan.max_risk,
         )
-        if offers and (step.id, offers[0].where, digest) in self._failed_attempts:
+        if offers and FailedAttempt(step.id, offers[0].where, digest) in self._failed_attempts:
             raise Stagnated(
                 f"step {step.id!r}: the revised plan would run it on {offers[0].where} with "
                 "the same input as an attempt that already failed"
@@ -377,12 +379,15 @@ class TaskExecutor:
         summary = ", ".join(completed) if completed else "none"
         return _Ending(TaskState.FAILED, reason, f"{message}; completed steps: {summary}")
 
-    async def _record(self, step: Step, result: StepResult) -> bool:
-        """Checkpoint ``result`` unless it is of an older revision of the step."""
+    async def _record(
+        self, step: Step, result: StepResult, failed: FailedAttempt | None = None
+    ) -> bool:
+        """Checkpoint ``result`` (and the attempt it ``failed``) unless it is of an older
+        revision of the step."""
         if result.revision != self._plan.step(step.id).revision:
             self._on_event(StepEvent(step.id, "skipped", result.where, result.duration_ms))
             return False
-        await self._checkpoints.step_result(result)
+        await self._checkpoints.step_result(result, failed)
         self._results[step.id] = result
         self._on_event(
             StepEvent(step.id, result.status.value, result.where, result.duration_ms, result.reason)
@@ -454,6 +459,14 @@ def _uncancel() -> None:
     task = asyncio.current_task()
     if task is not None:
         task.uncancel()
+
+
+def _failed_attempt(result: StepResult, resolved: dict[str, object]) -> FailedAttempt | None:
+    """The attempt ``result`` reports as failed, remembered against stagnation; None if
+    it completed or the budget ended it (the place and input did not fail)."""
+    if result.status is StepStatus.COMPLETED or result.reason == BudgetExhausted.reason:
+        return None
+    return FailedAttempt(result.step_id, result.where, comparison_digest(resolved))
 
 
 def _parked_steps(stored: StoredTask) -> list[str]:

@@ -20,7 +20,7 @@ from gateway.plans import sqlite_rows as rows
 from gateway.plans.approval import ApprovalRequest, Decision
 from gateway.plans.lease import Lease, may_take
 from gateway.plans.model import Plan
-from gateway.plans.records import StoredTask, Usage, WritePin
+from gateway.plans.records import FailedAttempt, StoredTask, Usage, WritePin
 from gateway.plans.store import TaskStore
 from gateway.plans.task import RevisionRecord, StepResult, TaskState
 from gateway.postgres.dsn import PostgresDsn
@@ -168,13 +168,26 @@ class PostgresTaskStore(TaskStore):
         await self._fenced(task_id, owner, work)
 
     async def record_step(
-        self, task_id: str, result: StepResult, *, owner: str | None = None
+        self,
+        task_id: str,
+        result: StepResult,
+        *,
+        owner: str | None = None,
+        failed: FailedAttempt | None = None,
     ) -> bool:
         row = (self._agent, *rows.step_row(task_id, result))
-        changed = await self._fenced(
-            task_id, owner, lambda conn: conn.execute(_UPSERT_STEP, row).rowcount
-        )
-        return changed > 0
+
+        def work(conn: Connection) -> bool:
+            stored = conn.execute(_UPSERT_STEP, row).rowcount > 0
+            if stored and failed is not None:
+                conn.execute(
+                    "INSERT INTO task_failed_attempts VALUES (%s, %s, %s, %s, %s) "
+                    "ON CONFLICT DO NOTHING",
+                    (self._agent, task_id, *rows.failed_row(failed)),
+                )
+            return stored
+
+        return await self._fenced(task_id, owner, work)
 
     async def pin_write(self, task_id: str, pin: WritePin, usage: Usage, *, owner: str) -> None:
         def work(conn: Connection) -> None:
@@ -294,10 +307,21 @@ class PostgresTaskStore(TaskStore):
                 "WHERE agent_id = %s AND task_id = %s",
                 key,
             ).fetchall()
+            failed = conn.execute(
+                "SELECT step_id, where_, input_sha256 FROM task_failed_attempts "
+                "WHERE agent_id = %s AND task_id = %s",
+                key,
+            ).fetchall()
             stored = rows.stored_task(_any(row), _all(steps), _all(revisions))
             latest = {str(r[0]): rows.write_pin(_any(r)) for r in pins}
             asked = {str(r[0]): rows.approval(_any(r)) for r in approvals}
-            return replace(stored, pins=latest, lease=self._lease(conn, task_id), approvals=asked)
+            return replace(
+                stored,
+                pins=latest,
+                lease=self._lease(conn, task_id),
+                approvals=asked,
+                failed_attempts=frozenset(rows.failed_attempt(_any(r)) for r in failed),
+            )
 
         return await self._in_transaction(work)
 

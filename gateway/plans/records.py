@@ -1,4 +1,5 @@
-"""What a task's checkpoint holds: usage, write pins, approvals, and the whole stored task."""
+"""What a task's checkpoint holds: usage, write pins, approvals, failed attempts, and the
+whole stored task."""
 
 from __future__ import annotations
 
@@ -47,6 +48,24 @@ class WritePin:
 
 
 @dataclass(frozen=True, slots=True)
+class FailedAttempt:
+    """An attempt at a step that failed: where it ran and the digest of its input.
+
+    The executor's memory against stagnation (a revision that would repeat it stops
+    the task ``STAGNATED``). It holds a digest, never the input itself.
+
+    Attributes:
+        step_id: The step.
+        where: ``"local"``, the peer's SPIFFE ID, or ``""`` (no route was tried).
+        input_sha256: ``comparison_digest`` of the step's resolved input.
+    """
+
+    step_id: str
+    where: str
+    input_sha256: str
+
+
+@dataclass(frozen=True, slots=True)
 class StoredTask:
     """Everything checkpointed about one task."""
 
@@ -65,3 +84,5 @@ class StoredTask:
     lease: Lease | None = None
     approvals: dict[str, ApprovalRequest] = field(default_factory=dict)
     """The latest approval request of each step (pending or decided)."""
+    failed_attempts: frozenset[FailedAttempt] = frozenset()
+    """Every failed attempt of the task, so a resumed run still recognizes a repeat."""

@@ -11,7 +11,7 @@ from gateway.errors import TaskLeased
 from gateway.plans.approval import ApprovalRequest, Decision
 from gateway.plans.lease import Lease
 from gateway.plans.model import parse_plan
-from gateway.plans.records import StoredTask, Usage, WritePin
+from gateway.plans.records import FailedAttempt, StoredTask, Usage, WritePin
 from gateway.plans.task import Evidence, RevisionRecord, StepResult, StepStatus, TaskState
 from gateway.plans.verification import Confidence
 
@@ -41,6 +41,10 @@ SCHEMA = (
     "capability TEXT NOT NULL, where_ TEXT NOT NULL, version TEXT NOT NULL, risk TEXT NOT NULL, "
     "input_sha256 TEXT NOT NULL, fields_json TEXT NOT NULL, decision TEXT NOT NULL, "
     "decided_by TEXT NOT NULL, time_ms INTEGER NOT NULL, PRIMARY KEY (task_id, step_id))",
+    # Added after release; IF NOT EXISTS creates it (empty) in a file made before.
+    "CREATE TABLE IF NOT EXISTS failed_attempts (task_id TEXT NOT NULL, step_id TEXT NOT NULL, "
+    "where_ TEXT NOT NULL, input_sha256 TEXT NOT NULL, "
+    "PRIMARY KEY (task_id, step_id, where_, input_sha256))",
 )
 
 ADDED_COLUMNS = {
@@ -281,6 +285,20 @@ def approval(row: tuple[Any, ...]) -> ApprovalRequest:
         decided_by=who,
         time_unix_ms=int(time_ms),
     )
+
+
+INSERT_FAILED_ATTEMPT = "INSERT OR IGNORE INTO failed_attempts VALUES (?, ?, ?, ?)"
+
+
+def failed_row(attempt: FailedAttempt) -> tuple[str, str, str]:
+    """``attempt`` as the values of a ``failed_attempts`` row after its task id, in order."""
+    return (attempt.step_id, attempt.where, attempt.input_sha256)
+
+
+def failed_attempt(row: tuple[Any, ...]) -> FailedAttempt:
+    """A ``failed_attempts`` row (without its task id) as a FailedAttempt."""
+    step_id, where, digest = row
+    return FailedAttempt(str(step_id), str(where), str(digest))
 
 
 def pin_row(pin: WritePin) -> tuple[Any, ...]:

@@ -1,5 +1,5 @@
 """Checkpoints of tasks: plan, revisions, step results, evidence, usage, write pins, leases,
-approval requests and decisions.
+approval requests and decisions, and failed attempts (digests only).
 
 ``TaskStore`` is the interface; ``SqliteTaskStore`` keeps it in one SQLite file
 (WAL, synchronous=NORMAL; layout in ``gateway.plans.sqlite_rows``, the records in
@@ -28,10 +28,10 @@ from gateway.plans import sqlite_rows as rows
 from gateway.plans.approval import ApprovalRequest, Decision
 from gateway.plans.lease import may_take
 from gateway.plans.model import Plan
-from gateway.plans.records import StoredTask, Usage, WritePin
+from gateway.plans.records import FailedAttempt, StoredTask, Usage, WritePin
 from gateway.plans.task import RevisionRecord, StepResult, TaskState
 
-__all__ = ["SqliteTaskStore", "StoredTask", "TaskStore", "Usage", "WritePin"]
+__all__ = ["FailedAttempt", "SqliteTaskStore", "StoredTask", "TaskStore", "Usage", "WritePin"]
 
 
 class TaskStore(ABC):
@@ -67,9 +67,18 @@ class TaskStore(ABC):
 
     @abstractmethod
     async def record_step(
-        self, task_id: str, result: StepResult, *, owner: str | None = None
+        self,
+        task_id: str,
+        result: StepResult,
+        *,
+        owner: str | None = None,
+        failed: FailedAttempt | None = None,
     ) -> bool:
         """Store a step result unless a newer revision or a completion is already stored.
+
+        ``failed`` (the attempt ``result`` reports as failed) is remembered in the
+        same transaction when the result is stored, so a crash cannot keep one
+        without the other.
 
         Returns True if it was stored.
         """
@@ -226,13 +235,22 @@ class SqliteTaskStore(TaskStore):
         await self._fenced(task_id, owner, work)
 
     async def record_step(
-        self, task_id: str, result: StepResult, *, owner: str | None = None
+        self,
+        task_id: str,
+        result: StepResult,
+        *,
+        owner: str | None = None,
+        failed: FailedAttempt | None = None,
     ) -> bool:
         row = rows.step_row(task_id, result)
-        changed = await self._fenced(
-            task_id, owner, lambda db: db.execute(rows.UPSERT_STEP, row).rowcount
-        )
-        return changed > 0
+
+        def work(db: sqlite3.Connection) -> bool:
+            stored = db.execute(rows.UPSERT_STEP, row).rowcount > 0
+            if stored and failed is not None:
+                db.execute(rows.INSERT_FAILED_ATTEMPT, (task_id, *rows.failed_row(failed)))
+            return stored
+
+        return await self._fenced(task_id, owner, work)
 
     async def pin_write(self, task_id: str, pin: WritePin, usage: Usage, *, owner: str) -> None:
         def work(db: sqlite3.Connection) -> None:
@@ -326,10 +344,20 @@ class SqliteTaskStore(TaskStore):
                     f"SELECT {rows.APPROVAL_COLUMNS} FROM approvals WHERE task_id = ?",
                     (task_id,),
                 ).fetchall()
+                failed = self._db.execute(
+                    "SELECT step_id, where_, input_sha256 FROM failed_attempts WHERE task_id = ?",
+                    (task_id,),
+                ).fetchall()
             stored = rows.stored_task(row, steps, revisions)
             latest = {r[0]: rows.write_pin(r) for r in pins}
             asked = {r[0]: rows.approval(r) for r in approvals}
-            return replace(stored, pins=latest, lease=lease, approvals=asked)
+            return replace(
+                stored,
+                pins=latest,
+                lease=lease,
+                approvals=asked,
+                failed_attempts=frozenset(rows.failed_attempt(r) for r in failed),
+            )
 
         return await asyncio.to_thread(work)
 

@@ -133,6 +133,12 @@ _V3 = (
     "CREATE INDEX a2a_tasks_owner ON a2a_tasks (agent_id, owner, seq)",
 )
 
+_V4 = (
+    "CREATE TABLE task_failed_attempts (agent_id TEXT NOT NULL, task_id TEXT NOT NULL, "
+    "step_id TEXT NOT NULL, where_ TEXT NOT NULL, input_sha256 TEXT NOT NULL, "
+    "PRIMARY KEY (agent_id, task_id, step_id, where_, input_sha256))",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "audit, idempotency, replay window, tasks", _V1, _V1_RECORD_COLUMNS),
     Migration(
@@ -142,6 +148,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         ("trace_id",),
     ),
     Migration(3, "A2A tasks shared by the replicas of an agent id", _V3),
+    Migration(4, "failed plan attempts (digests), remembered across restarts", _V4),
 )
 """Every schema version in order; append, never edit a released one."""
 

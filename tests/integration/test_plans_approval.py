@@ -3,15 +3,20 @@
 bob and carol serve the counting ``fault.*`` capabilities; alice may send them all to
 both (bob first). A ``fault.write`` step above the approval risk waits: nothing is sent
 until a decision, which is audited in alice's log, survives a restart of alice, and
-binds to the exact step, peer, version and input digest.
+binds to the exact step, peer, version and input digest. A revision that would repeat
+a failed attempt stops the task ``STAGNATED``, also after alice restarted or waited
+for a decision in between (the failed attempts are checkpointed with the task).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
+import sqlite3
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +54,20 @@ class Scene:
     faults: dict[str, FaultyPeer]
     peers: list[Agent]
     alice: Agent
+    stores: dict[str, str] = field(default_factory=dict)
+    """alice's audit_db/state_db from the next restart on ({}: SQLite in her state dir)."""
 
     def runs(self, capability: str) -> int:
         return sum(peer.total(capability) for peer in self.faults.values())
 
+    def writes(self) -> dict[str, int]:
+        """Runs of ``fault.write`` on each peer."""
+        return {name: peer.total("fault.write") for name, peer in self.faults.items()}
+
     async def restart_alice(self, **kw: Any) -> Agent:
         """A new alice process-equivalent on the same state dir and audit log."""
         await self.alice.stop(grace=0)
-        self.alice = await start_alice(self.pki, self.base, self.peers, **kw)
+        self.alice = await start_alice(self.pki, self.base, self.peers, stores=self.stores, **kw)
         return self.alice
 
 
@@ -67,10 +78,12 @@ async def start_alice(
     *,
     planner: Planner | None = None,
     approval_min_risk: Risk | None = None,
+    stores: dict[str, str] | None = None,
 ) -> Agent:
     outbound = [outbound_rule(name, FAULT_CAPS) for name in ("bob", "carol")]
     policy = write_policy(base / "alice-policy.toml", [], outbound)
-    config = agent_config(pki, base, "alice", policy, [(p.config.id, p.address) for p in peers])
+    addresses = [(p.config.id, p.address) for p in peers]
+    config = agent_config(pki, base, "alice", policy, addresses, stores=stores)
     config = config.model_copy(update={"plans": PlanSettings(approval_min_risk=approval_min_risk)})
     agent = Agent(config, CapabilityRegistry(), planner=planner)
     await agent.start(watch_policy=False)
@@ -235,3 +248,82 @@ async def test_resumes_while_waiting_do_not_spend_the_step_budget(scene: Scene) 
     assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
     assert scene.runs("fault.write") == 1 and scene.runs("fault.read") == 1
     assert (await alice.task_store.load(waiting.task_id)).usage.steps == 2
+
+
+class BackAndForth(Planner):
+    """Moves a failed step away from bob; once it failed elsewhere too, back to bob
+    with the same input: a repeat of the attempt that failed on bob."""
+
+    async def revise(
+        self, plan: Plan, failure: Failure, completed: frozenset[str], revision: int
+    ) -> Revision | None:
+        avoid = (BOB,) if failure.where == BOB else ()
+        moved = failure.step.model_copy(update={"avoid": avoid, "revision": revision})
+        return Revision(plan.replace_step(moved), f"step {failure.step.id!r}: avoid {avoid}")
+
+
+PUT = {"id": "put", "capability": "fault.write", "input": {"key": "k"}}
+REPEAT = (
+    f"step 'put': the revised plan would run it on {BOB} with the same input as an "
+    "attempt that already failed"
+)
+
+
+async def test_a_restarted_agent_does_not_repeat_a_failed_write(
+    scene: Scene, stores: dict[str, str]
+) -> None:
+    scene.stores = stores
+    alice = await scene.restart_alice(planner=BackAndForth())
+    scene.faults["bob"].modes["fault.write"] = "invalid"  # it ran, its answer is unusable
+    scene.faults["carol"].modes["fault.write"] = "hang"
+    handle = alice.plans.start(plan(PUT))
+    await asyncio.wait_for(scene.faults["carol"].started.wait(), 30)  # a hang detector only
+    assert scene.writes() == {"bob": 1, "carol": 1}  # revision 1 moved it to carol
+
+    alice = await scene.restart_alice(planner=BackAndForth())  # the task stays resumable
+    result = await alice.plans.resume(handle.task_id)
+    # carol answers the pinned retry IDEMPOTENCY_IN_DOUBT (her run was cut off), and the
+    # planner sends the step back to bob with the input that already failed there.
+    assert (result.state, result.reason) == (TaskState.FAILED, "STAGNATED")
+    assert result.message == f"{REPEAT}; completed steps: none"
+    assert scene.writes() == {"bob": 1, "carol": 1}  # nothing ran again, anywhere
+    assert [r.revision for r in result.revisions] == [1]
+    put = result.steps["put"]
+    assert (put.where, put.reason) == (spiffe("carol"), "IDEMPOTENCY_IN_DOUBT")
+
+
+async def test_a_task_that_waited_for_approval_does_not_repeat_a_failed_write(
+    scene: Scene,
+) -> None:
+    alice = await scene.restart_alice(planner=BackAndForth())
+    scene.faults["bob"].modes["fault.write"] = "invalid"
+    scene.faults["carol"].modes["fault.write"] = "invalid"
+    task_id = (await alice.run(plan(PUT, approval={"min_risk": "write"}))).task_id
+    await alice.plans.decide(task_id, "put", approve=True)
+    moved = await alice.plans.resume(task_id)  # fails on bob; revision 1 asks for carol
+    assert moved.state is TaskState.WAITING_APPROVAL
+    assert [a.where for a in moved.approvals] == [spiffe("carol")]
+    assert scene.writes() == {"bob": 1, "carol": 0}
+
+    alice = await scene.restart_alice(planner=BackAndForth())
+    await alice.plans.decide(task_id, "put", approve=True)
+    result = await alice.plans.resume(task_id)  # fails on carol; revision 2 would be bob
+    assert (result.state, result.reason) == (TaskState.FAILED, "STAGNATED")
+    assert result.message == f"{REPEAT}; completed steps: none"
+    assert scene.writes() == {"bob": 1, "carol": 1}
+    assert result.approvals == ()  # nobody is asked to approve the repeat
+
+
+async def test_a_task_store_from_before_failed_attempts_resumes(scene: Scene) -> None:
+    waiting = await scene.alice.run(guarded())
+    assert waiting.state is TaskState.WAITING_APPROVAL
+    await scene.alice.stop(grace=0)
+    path = scene.alice.config.state_dir / "tasks.sqlite"
+    with contextlib.closing(sqlite3.connect(path)) as db:  # as the release before left it
+        db.execute("DROP TABLE failed_attempts")
+    alice = await scene.restart_alice()
+    assert (await alice.task_store.load(waiting.task_id)).failed_attempts == frozenset()
+    await alice.plans.decide(waiting.task_id, "put", approve=True)
+    result = await alice.plans.resume(waiting.task_id)
+    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
+    assert scene.runs("fault.write") == 1 and scene.runs("fault.read") == 1
