@@ -1,0 +1,133 @@
+"""``workers = 2`` served by ``a2a-gateway serve``: a grant's burst holds across both workers.
+
+The peer opens several channels (separate connections, which the kernel
+spreads over the workers); ``worker.pid`` (tests.faults.worker_pid) says which
+worker served an admitted call. Counts only, never timings: the rate is so
+low that no token refills during the test.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from gateway.errors import GatewayError
+from gateway.transport.client import PeerClient
+from tests.agent_process import REPO, AgentProcess, write_agent_toml
+from tests.support import Pki, grant, spiffe, write_policy
+
+BURST = 20
+NO_REFILL = 0.0001  # one token per ~3 hours
+MAX_CHANNELS = 12  # channels opened to find both workers (each call takes a token)
+CALLS_AFTER = 30  # then alternately on the two workers' channels
+
+
+def _agent(pki: Pki, tmp_path: Path) -> AgentProcess:
+    limited = {
+        **grant("bob", ["worker.pid"]),
+        "max_calls_per_second": NO_REFILL,
+        "burst": BURST,
+    }
+    policy = write_policy(tmp_path / "policy.toml", [limited])
+    config = write_agent_toml(
+        tmp_path / "alice.toml",
+        pki,
+        "alice",
+        listen="127.0.0.1:0",
+        policy=policy,
+        audit_db=tmp_path / "audit.sqlite",
+        state_dir=tmp_path / "state",
+        modules=("capabilities.builtin", "tests.faults.worker_pid"),
+    )
+    config.write_text("workers = 2\n" + config.read_text())
+    return AgentProcess(config)
+
+
+async def _pid_or_reason(client: PeerClient) -> int | str:
+    try:
+        result = await client.invoke("worker.pid", {})
+    except GatewayError as err:
+        return err.reason
+    return int(result.output()["pid"])
+
+
+def _audit_summary(db: Path) -> set[tuple[str, str, str, int]]:
+    summary = subprocess.run(
+        [sys.executable, "-m", "gateway.cli.main", "audit", "--db", str(db), "--summary", "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    rows = [json.loads(line) for line in summary.stdout.splitlines()]
+    return {(r["peer_id"], r["decision"], r["reason"], r["calls"]) for r in rows}
+
+
+async def test_a_burst_is_shared_by_both_workers_and_audited_exactly(
+    pki: Pki, tmp_path: Path
+) -> None:
+    agent = _agent(pki, tmp_path)
+    opened: list[PeerClient] = []
+    try:
+        address = agent.start()
+        assert agent.stdout is not None
+        workers = [
+            int(line.split()[-1]) for line in agent.stdout.seen if line.startswith("worker ")
+        ]
+        by_pid: dict[int, PeerClient] = {}
+        found: list[int | str] = []
+        for _ in range(MAX_CHANNELS):  # admitted calls, each on a new connection
+            client = PeerClient(spiffe("alice"), address, pki.material("bob"))
+            opened.append(client)
+            found.append(await _pid_or_reason(client))
+            if isinstance(found[-1], int):
+                by_pid.setdefault(found[-1], client)
+            if len(by_pid) == 2:
+                break
+        assert all(isinstance(outcome, int) for outcome in found), found
+        assert sorted(by_pid) == sorted(workers), "both workers must have served bob"
+
+        per_worker: dict[int, list[int | str]] = {pid: [] for pid in by_pid}
+        for n in range(CALLS_AFTER):
+            pid = workers[n % 2]
+            per_worker[pid].append(await _pid_or_reason(by_pid[pid]))
+        after = [outcome for outcomes in per_worker.values() for outcome in outcomes]
+        admitted_after = [outcome for outcome in after if isinstance(outcome, int)]
+        assert len(found) + len(admitted_after) == BURST  # exactly the burst, both workers together
+        assert sorted(set(after) - set(workers)) == ["RATE_LIMITED"]
+        for pid, outcomes in per_worker.items():  # each worker served only on its channel ...
+            assert {o for o in outcomes if isinstance(o, int)} <= {pid}
+            assert "RATE_LIMITED" in outcomes  # ... and both refused: one bucket ran dry
+    finally:
+        for client in opened:
+            await client.close()
+        stopped = agent.terminate()  # flushes the aggregated refusal counts
+        agent.ensure_stopped()
+    assert stopped == 0
+
+    refused = len(found) + CALLS_AFTER - BURST
+    bob = spiffe("bob")
+    assert _audit_summary(tmp_path / "audit.sqlite") == {
+        (bob, "allow", "OK", BURST),
+        (bob, "refuse", "RATE_LIMITED", refused),
+    }
+
+
+async def test_the_supervisor_makes_the_limits_table_for_its_workers(
+    pki: Pki, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "limits.table").write_bytes(b"left by something else")
+    agent = _agent(pki, tmp_path)
+    try:
+        address = agent.start()  # made anew: both workers started on it
+        async with PeerClient(spiffe("alice"), address, pki.material("bob")) as client:
+            assert isinstance(await _pid_or_reason(client), int)
+        assert agent.terminate() == 0
+    finally:
+        agent.ensure_stopped()
+    assert (state / "limits.table").read_bytes()[:8] == b"A2AGW-LT"
