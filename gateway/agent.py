@@ -23,7 +23,8 @@ from gateway.errors import AgentConfigError, AuditUnavailable, StateUnavailable
 from gateway.inbound.idempotency import IdempotencyStore
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.limit_audit import DEFAULT_INTERVAL_SECONDS, LimitRefusalLog
-from gateway.inbound.limits import CallLimits, LimitStats, limit_refusal_counts
+from gateway.inbound.limit_table import LIMITS_FILE, LimitTable
+from gateway.inbound.limits import CallLimiter, CallLimits, LimitStats, limit_refusal_counts
 from gateway.inbound.pg_idempotency import PostgresIdempotencyStore
 from gateway.inbound.pg_replay import PostgresReplayWindow
 from gateway.inbound.replay import ReplayWindow
@@ -125,6 +126,13 @@ class Agent:
         else:
             self.idempotency = IdempotencyStore(config.idempotency_store)
             self.replay = ReplayTable(None, capacity=config.replay_window_ids)
+        self._limit_table: LimitTable | None = None
+        limits: CallLimiter = CallLimits(config.max_concurrent_calls)
+        if config.workers > 1:  # a grant's limits hold across all workers
+            self._limit_table = LimitTable(
+                config.state_dir / LIMITS_FILE, worker, config.workers, config.max_concurrent_calls
+            )
+            limits = self._limit_table
         self._clients: dict[str, PeerClient] = {}
         self.router = Router(
             registry=self.registry,
@@ -139,7 +147,7 @@ class Agent:
             idempotency=self.idempotency,
             bind_peer_call=self.router.bind,
             replay=self.replay,
-            limits=CallLimits(config.max_concurrent_calls),
+            limits=limits,
             limit_refusals=LimitRefusalLog(self.audit),
         )
         self.a2a_tasks = (
@@ -387,6 +395,8 @@ class Agent:
         await self.audit.close()
         self.idempotency.close()
         self.replay.close()
+        if self._limit_table is not None:
+            self._limit_table.close()
         self.task_store.close()
         self.a2a_tasks.close()
         await self.telemetry.stop()

@@ -10,9 +10,13 @@ What the workers share: the policy file (each watches it; SIGHUP is forwarded
 to all), the audit chain (one SQLite file, each append re-reads the head
 inside its write transaction), the idempotency keys (claims carry their owner
 process; only claims of dead owners become ``in_doubt``), the replay window
-(``replay.window`` in ``state_dir``, memory-mapped), the A2A and plan task stores. Per worker:
-rate limits and ``max_concurrent_calls`` (N workers admit up to N times the
-configured rate), metrics and audit checkpoints (worker 0 only).
+(``replay.window`` in ``state_dir``, memory-mapped), the A2A and plan task
+stores, and the per-peer limits and ``max_concurrent_calls`` (``limits.table``
+in ``state_dir``, memory-mapped, made anew here before the first worker starts:
+a grant's rate and in-flight cap and the server's cap hold across all workers;
+a restarted worker frees the places its dead predecessor held). Per worker:
+limit refusal counts and their aggregated audit records, metrics and audit
+checkpoints (worker 0 only).
 
 With ``pin_workers`` the supervisor pins each worker's event-loop thread (its
 main thread, once it is ready; threads it starts later inherit the CPU) to
@@ -41,8 +45,9 @@ from pathlib import Path
 from types import FrameType
 
 from gateway.config import AgentConfig
-from gateway.errors import AgentConfigError
+from gateway.errors import AgentConfigError, StateUnavailable
 from gateway.inbound.idempotency import IdempotencyStore
+from gateway.inbound.limit_table import LIMITS_FILE, create_limit_file
 from gateway.inbound.replay_table import REPLAY_FILE, size_replay_file
 from gateway.postgres.dsn import PostgresDsn
 
@@ -72,7 +77,11 @@ class Supervisor:
         """Serve until SIGTERM/SIGINT (0) or until workers keep dying (1)."""
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
-        self._cut_off_earlier_claims()
+        try:
+            self._prepare_shared_state()
+        except StateUnavailable as err:
+            print(f"error: {err.message}", file=sys.stderr, flush=True)
+            return 1
         try:
             for index in range(len(self._workers)):
                 self._start(index)
@@ -87,11 +96,14 @@ class Supervisor:
         )
         return self._watch()
 
-    def _cut_off_earlier_claims(self) -> None:
+    def _prepare_shared_state(self) -> None:
+        """Before any worker runs: earlier claims cut off, the replay window sized, limits anew."""
+        state_dir = self._config.state_dir
+        state_dir.mkdir(parents=True, exist_ok=True)
         if not isinstance(self._config.state_db, PostgresDsn):  # PostgreSQL does it per owner
-            self._config.state_dir.mkdir(parents=True, exist_ok=True)
             IdempotencyStore(self._config.idempotency_store).close()
-            size_replay_file(self._config.state_dir / REPLAY_FILE, self._config.replay_window_ids)
+            size_replay_file(state_dir / REPLAY_FILE, self._config.replay_window_ids)
+        create_limit_file(state_dir / LIMITS_FILE, self._config.workers)
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self._signals.append(signum)

@@ -32,7 +32,7 @@ from gateway.errors import (
 from gateway.inbound.call import REQUEST_ID, InvokeCall, deadline_from
 from gateway.inbound.idempotency import IdempotencyStore, StoredAnswer
 from gateway.inbound.limit_audit import LimitRefusalLog
-from gateway.inbound.limits import CallLimits, CallSlot
+from gateway.inbound.limits import CallLimiter, CallLimits, CallSlot
 from gateway.inbound.pipeline import DecisionPipeline, Inbound, peer_id_from_cert
 from gateway.inbound.replay import ReplayWindow
 from gateway.inbound.replay_table import ReplayTable
@@ -100,14 +100,14 @@ class InvokeHandler:
         idempotency: IdempotencyStore,
         bind_peer_call: PeerCallBinder | None = None,
         replay: ReplayWindow | None = None,
-        limits: CallLimits | None = None,
+        limits: CallLimiter | None = None,
         limit_refusals: LimitRefusalLog | None = None,
     ) -> None:
         self._registry = registry
         self._audit = audit
         self._idempotency = idempotency
         self._bind_peer_call = bind_peer_call
-        self.limits = limits if limits is not None else CallLimits(256)
+        self.limits: CallLimiter = limits if limits is not None else CallLimits(256)
         """Per-peer rate/in-flight limits and the server-wide cap (``stats()``)."""
         self.limit_refusals = (
             limit_refusals if limit_refusals is not None else LimitRefusalLog(audit)

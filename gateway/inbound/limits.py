@@ -5,6 +5,11 @@ before anything of the payload is parsed (see ``gateway.inbound.pipeline``).
 A call that passes holds one in-flight slot for its peer and one of the
 server's; :class:`CallSlot` gives both back when the call ends, however it ends.
 
+:class:`CallLimiter` is what the pipeline asks. :class:`CallLimits` keeps
+everything in this process (one process: ``workers = 1``); with workers,
+``gateway.inbound.limit_table.LimitTable`` keeps buckets and in-flight counts in
+a file the workers share, so a grant holds across all of them.
+
 Everything here runs on the event loop thread: no locks, no awaits.
 """
 
@@ -14,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Protocol
 
 from gateway.errors import ConcurrencyLimited, RateLimited, ServerBusy
 from policies.grants import PeerGrant
@@ -97,11 +103,65 @@ def limit_refusal_counts(stats: LimitStats, *, by_peer: bool) -> list[tuple[dict
     return readings
 
 
+class CallLimiter(Protocol):
+    """Admits calls under per-peer limits and the server-wide cap (what the pipeline asks)."""
+
+    max_concurrent_calls: int
+
+    def acquire(self, peer_id: str, grant: PeerGrant) -> CallSlot:
+        """Admit one call of ``peer_id`` under ``grant``, or raise the limit it hit.
+
+        Raises:
+            RateLimited: the peer's bucket is empty.
+            ConcurrencyLimited: the peer has ``max_in_flight`` calls running.
+            ServerBusy: the agent runs ``max_concurrent_calls`` calls.
+            StateUnavailable: shared limits cannot be read or written (nothing admitted).
+        """
+        ...
+
+    def release(self, peer_id: str) -> None:
+        """One call of ``peer_id`` ended (use :meth:`CallSlot.release`)."""
+        ...
+
+    def stats(self) -> LimitStats:
+        """A snapshot of refusals per peer and reason, and calls in flight."""
+        ...
+
+
+class RefusalCounts:
+    """Limit refusals per reason and peer, counted in this process."""
+
+    def __init__(self) -> None:
+        self._tables: dict[str, dict[str, int]] = {
+            RateLimited.reason: {},
+            ConcurrencyLimited.reason: {},
+            ServerBusy.reason: {},
+        }
+
+    def count(self, reason: str, peer_id: str) -> None:
+        """One more refusal of ``peer_id`` for ``reason``."""
+        table = self._tables[reason]
+        table[peer_id] = table.get(peer_id, 0) + 1
+
+    def stats(
+        self, in_flight: Mapping[str, int], in_flight_total: int, max_concurrent_calls: int
+    ) -> LimitStats:
+        """A snapshot of the counts, with the in-flight figures given."""
+        return LimitStats(
+            rate_limited=MappingProxyType(dict(self._tables[RateLimited.reason])),
+            concurrency_limited=MappingProxyType(dict(self._tables[ConcurrencyLimited.reason])),
+            server_busy=MappingProxyType(dict(self._tables[ServerBusy.reason])),
+            in_flight=MappingProxyType(dict(in_flight)),
+            in_flight_total=in_flight_total,
+            max_concurrent_calls=max_concurrent_calls,
+        )
+
+
 @dataclass(slots=True)
 class CallSlot:
     """One admitted call's place in its peer's and the server's in-flight counts."""
 
-    limits: CallLimits
+    limits: CallLimiter
     peer_id: str
     released: bool = field(default=False)
 
@@ -126,11 +186,7 @@ class CallLimits:
         self._buckets: dict[str, TokenBucket] = {}
         self._in_flight: dict[str, int] = {}
         self._total = 0
-        self._refused: dict[str, dict[str, int]] = {
-            RateLimited.reason: {},
-            ConcurrencyLimited.reason: {},
-            ServerBusy.reason: {},
-        }
+        self._refused = RefusalCounts()
 
     def acquire(self, peer_id: str, grant: PeerGrant) -> CallSlot:
         """Admit one call of ``peer_id`` under ``grant``, or raise the limit it hit.
@@ -144,16 +200,16 @@ class CallLimits:
             ServerBusy: the agent runs ``max_concurrent_calls`` calls.
         """
         if grant.max_calls_per_second is not None and not self._bucket(peer_id, grant).take():
-            self._count(RateLimited.reason, peer_id)
+            self._refused.count(RateLimited.reason, peer_id)
             raise RateLimited(f"over {grant.max_calls_per_second:g} calls per second")
         running = self._in_flight.get(peer_id, 0)
         if grant.max_in_flight is not None and running >= grant.max_in_flight:
-            self._count(ConcurrencyLimited.reason, peer_id)
+            self._refused.count(ConcurrencyLimited.reason, peer_id)
             raise ConcurrencyLimited(
                 f"{running} calls already running; limit {grant.max_in_flight}"
             )
         if self._total >= self.max_concurrent_calls:
-            self._count(ServerBusy.reason, peer_id)
+            self._refused.count(ServerBusy.reason, peer_id)
             raise ServerBusy("the agent is running as many calls as it accepts; retry later")
         self._in_flight[peer_id] = running + 1
         self._total += 1
@@ -170,14 +226,7 @@ class CallLimits:
 
     def stats(self) -> LimitStats:
         """A snapshot of refusals per peer and reason, and calls in flight."""
-        return LimitStats(
-            rate_limited=MappingProxyType(dict(self._refused[RateLimited.reason])),
-            concurrency_limited=MappingProxyType(dict(self._refused[ConcurrencyLimited.reason])),
-            server_busy=MappingProxyType(dict(self._refused[ServerBusy.reason])),
-            in_flight=MappingProxyType(dict(self._in_flight)),
-            in_flight_total=self._total,
-            max_concurrent_calls=self.max_concurrent_calls,
-        )
+        return self._refused.stats(self._in_flight, self._total, self.max_concurrent_calls)
 
     def _bucket(self, peer_id: str, grant: PeerGrant) -> TokenBucket:
         rate, size = grant.max_calls_per_second or 0.0, grant.bucket_size
@@ -186,7 +235,3 @@ class CallLimits:
             bucket = TokenBucket(rate, size, self._clock)
             self._buckets[peer_id] = bucket
         return bucket
-
-    def _count(self, reason: str, peer_id: str) -> None:
-        table = self._refused[reason]
-        table[peer_id] = table.get(peer_id, 0) + 1

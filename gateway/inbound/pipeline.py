@@ -49,7 +49,7 @@ from gateway.errors import (
     Unauthenticated,
 )
 from gateway.inbound.call import REQUEST_ID, InvokeCall
-from gateway.inbound.limits import CallLimits, CallSlot
+from gateway.inbound.limits import CallLimiter, CallSlot
 from gateway.inbound.replay import ReplayWindow
 from policies.decisions import (
     POLICY_STEPS,
@@ -140,7 +140,7 @@ class DecisionPipeline:
         policies: PolicyStore,
         audit: AuditLog,
         replay: ReplayWindow,
-        limits: CallLimits,
+        limits: CallLimiter,
     ) -> None:
         self._registry = registry
         self._policies = policies
