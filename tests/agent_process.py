@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from tests.support import Pki, spiffe
+from tests.support import Pki, spiffe, write_policy
 
 REPO = Path(__file__).resolve().parents[1]
 SERVE_START_TIMEOUT = 60.0  # python start-up on a busy 2-core runner is slow, never this slow
@@ -56,6 +56,33 @@ def write_agent_toml(
         lines += ["[[peers]]", f'id = "{spiffe(peer)}"', f'address = "{address}"', ""]
     path.write_text("\n".join(lines))
     return path
+
+
+WORKER_TEST_MODULES = (
+    "capabilities.builtin",
+    "tests.faults.crash_window",
+    "tests.faults.worker_pid",
+)
+"""Capabilities of the workers tests: built-ins, the counting write, ``worker.pid``."""
+
+
+def two_worker_agent(
+    pki: Pki, tmp_path: Path, grants: Sequence[dict[str, object]], *, pin: bool = False
+) -> AgentProcess:
+    """alice as ``workers = 2`` (``pin_workers`` if ``pin``) under ``grants``, not started."""
+    config = write_agent_toml(
+        tmp_path / "alice.toml",
+        pki,
+        "alice",
+        listen="127.0.0.1:0",
+        policy=write_policy(tmp_path / "policy.toml", list(grants)),
+        audit_db=tmp_path / "audit.sqlite",
+        state_dir=tmp_path / "state",
+        modules=WORKER_TEST_MODULES,
+    )
+    pinning = "pin_workers = true\n" if pin else ""
+    config.write_text("workers = 2\n" + pinning + config.read_text())
+    return AgentProcess(config)
 
 
 class LineReader:

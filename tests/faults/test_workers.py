@@ -19,31 +19,17 @@ import pytest
 
 from gateway.errors import GatewayError, IdempotencyInDoubt, ReplayedRequest
 from gateway.transport.client import PeerClient
-from tests.agent_process import REPO, AgentProcess, write_agent_toml
+from tests.agent_process import REPO, AgentProcess, two_worker_agent
 from tests.faults.crash_window import appended_lines
-from tests.support import Pki, audit_rows, grant, spiffe, write_policy
+from tests.support import Pki, audit_rows, grant, spiffe
 
 MAX_CHANNELS = 32  # connections opened to find both workers (a bound, never asserted)
 POLL_ROUNDS = 400  # x 0.05 s: a bound for a slow runner, never asserted
 
 
 def _agent(pki: Pki, tmp_path: Path, *, pin: bool = False) -> AgentProcess:
-    policy = write_policy(
-        tmp_path / "policy.toml", [grant("bob", ["worker.pid", "notes.append", "text.echo"])]
-    )
-    config = write_agent_toml(
-        tmp_path / "alice.toml",
-        pki,
-        "alice",
-        listen="127.0.0.1:0",
-        policy=policy,
-        audit_db=tmp_path / "audit.sqlite",
-        state_dir=tmp_path / "state",
-        modules=("capabilities.builtin", "tests.faults.crash_window", "tests.faults.worker_pid"),
-    )
-    pinning = "pin_workers = true\n" if pin else ""
-    config.write_text("workers = 2\n" + pinning + config.read_text())
-    return AgentProcess(config)
+    grants = [grant("bob", ["worker.pid", "notes.append", "text.echo"])]
+    return two_worker_agent(pki, tmp_path, grants, pin=pin)
 
 
 def _worker_pids(agent: AgentProcess) -> list[int]:

@@ -17,9 +17,9 @@ from typing import Any
 
 from gateway.errors import GatewayError
 from gateway.transport.client import PeerClient
-from tests.agent_process import REPO, AgentProcess, write_agent_toml
+from tests.agent_process import REPO, AgentProcess, two_worker_agent
 from tests.faults.crash_window import appended_lines
-from tests.support import Pki, grant, spiffe, write_policy
+from tests.support import Pki, grant, spiffe
 
 BURST = 24
 NO_REFILL = 0.0001  # one token per ~3 hours
@@ -30,20 +30,9 @@ POLL_ROUNDS = 400  # x 0.05 s: a bound for a slow runner, never asserted
 
 
 def _agent(pki: Pki, tmp_path: Path, **limits: Any) -> AgentProcess:
-    limited = {**grant("bob", ["worker.pid", "notes.append"]), **limits}
-    policy = write_policy(tmp_path / "policy.toml", [limited])
-    config = write_agent_toml(
-        tmp_path / "alice.toml",
-        pki,
-        "alice",
-        listen="127.0.0.1:0",
-        policy=policy,
-        audit_db=tmp_path / "audit.sqlite",
-        state_dir=tmp_path / "state",
-        modules=("capabilities.builtin", "tests.faults.crash_window", "tests.faults.worker_pid"),
+    return two_worker_agent(
+        pki, tmp_path, [{**grant("bob", ["worker.pid", "notes.append"]), **limits}]
     )
-    config.write_text("workers = 2\n" + config.read_text())
-    return AgentProcess(config)
 
 
 def _worker_pids(agent: AgentProcess) -> list[int]:
