@@ -16,8 +16,9 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
 from capabilities.registry import CapabilityRegistry
-from gateway.audit import AuditLog, recent_request_ids
+from gateway.audit import AuditLog
 from gateway.audit.checkpoint import Checkpointer, CheckpointSigner
+from gateway.audit.query import recent_request_ids
 from gateway.config import AgentConfig
 from gateway.errors import AgentConfigError, AuditUnavailable, StateUnavailable
 from gateway.inbound.idempotency import IdempotencyStore

@@ -9,13 +9,7 @@ tail cut off together with a rewritten head (:func:`verify_checkpoints`).
 
 from gateway.audit.checkpoint_verify import CheckpointReport, verify_checkpoints
 from gateway.audit.log import AuditLog
-from gateway.audit.query import (
-    format_json_lines,
-    format_table,
-    parse_since,
-    query_records,
-    recent_request_ids,
-)
+from gateway.audit.query import format_json_lines, format_table, parse_since, query_records
 from gateway.audit.record import AuditRecord, Decision
 from gateway.audit.verify import ChainProblem, VerifyReport, verify_chain
 
@@ -30,7 +24,6 @@ __all__ = [
     "format_table",
     "parse_since",
     "query_records",
-    "recent_request_ids",
     "verify_chain",
     "verify_checkpoints",
 ]

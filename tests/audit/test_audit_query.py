@@ -18,8 +18,8 @@ from gateway.audit import (
     format_table,
     parse_since,
     query_records,
-    recent_request_ids,
 )
+from gateway.audit.query import recent_request_ids
 from gateway.errors import ConfigError
 from gateway.postgres.dsn import PostgresDsn
 from tests.audit.conftest import AGENT
