@@ -6,7 +6,10 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
+import pytest
+
 from gateway.audit import query_records, verify_chain
+from gateway.audit._schema import ROWS_PER_INSERT
 from gateway.audit._writer import SqliteChainWriter
 from gateway.audit.record import checked_fields
 from tests.audit.conftest import RecordFactory
@@ -18,22 +21,28 @@ def _writer(path: Path) -> SqliteChainWriter:
     return writer
 
 
-def test_a_big_batch_is_one_contiguous_chain(tmp_path: Path, make_record: RecordFactory) -> None:
+@pytest.mark.parametrize(
+    "size", [1, ROWS_PER_INSERT - 1, ROWS_PER_INSERT, ROWS_PER_INSERT + 1, 2 * ROWS_PER_INSERT + 6]
+)
+def test_a_big_batch_is_one_contiguous_chain(
+    tmp_path: Path, make_record: RecordFactory, size: int
+) -> None:
+    # One INSERT stores up to ROWS_PER_INSERT rows: a batch spans several.
     path = tmp_path / "audit.sqlite"
     writer = _writer(path)
     try:
-        writer.append([checked_fields(make_record(request_id=f"a-{n}")) for n in range(70)])
+        writer.append([checked_fields(make_record(request_id=f"a-{n}")) for n in range(size)])
         writer.append([checked_fields(make_record(request_id="b-0"))])
     finally:
         writer.close()
 
     stored = query_records(path)
-    assert [rec.seq for rec in stored] == list(range(1, 72))
-    assert [rec.request_id for rec in stored][-2:] == ["a-69", "b-0"]
+    assert [rec.seq for rec in stored] == list(range(1, size + 2))
+    assert [rec.request_id for rec in stored] == [f"a-{n}" for n in range(size)] + ["b-0"]
     assert verify_chain(path).ok
     with closing(sqlite3.connect(path)) as conn:
         head = conn.execute("SELECT count, last_hash FROM chain_head").fetchone()
-        last = conn.execute("SELECT seq, record_hash FROM audit_records WHERE seq = 71")
+        last = conn.execute("SELECT seq, record_hash FROM audit_records WHERE seq = ?", (size + 1,))
         assert head == last.fetchone()
 
 
