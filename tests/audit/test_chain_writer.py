@@ -12,6 +12,7 @@ from gateway.audit import query_records, verify_chain
 from gateway.audit._schema import ROWS_PER_INSERT
 from gateway.audit._writer import SqliteChainWriter
 from gateway.audit.record import checked_fields
+from gateway.errors import AuditUnavailable
 from tests.audit.conftest import RecordFactory
 
 
@@ -67,3 +68,23 @@ def test_a_writer_chains_onto_records_another_writer_added(
         (4, "agent-2"),
     ]
     assert verify_chain(path).ok
+
+
+def test_a_missing_chain_head_fails_the_append_and_stores_nothing(
+    tmp_path: Path, make_record: RecordFactory
+) -> None:
+    path = tmp_path / "audit.sqlite"
+    writer = _writer(path)
+    try:
+        writer.append([checked_fields(make_record(request_id="before"))])
+        with closing(sqlite3.connect(path)) as conn, conn:
+            conn.execute("DELETE FROM chain_head")
+        with pytest.raises(AuditUnavailable, match="chain_head row is missing"):
+            writer.append([checked_fields(make_record(request_id="after"))])
+        with closing(sqlite3.connect(path)) as conn:
+            stored = conn.execute("SELECT seq, record_hash FROM audit_records").fetchall()
+        assert [(writer.count, writer.last_hash)] == stored
+    finally:
+        writer.close()
+
+    assert [rec.request_id for rec in query_records(path)] == ["before"]
