@@ -69,10 +69,18 @@ CREATE TABLE IF NOT EXISTS chain_head (
 ) STRICT;
 """
 
-INSERT_RECORD = (
+ROWS_PER_INSERT = 32
+"""Most records one INSERT statement stores (32 x 18 values: within any SQLite's 999)."""
+
+_ROW_VALUES = f"({', '.join('?' * (len(RECORD_COLUMNS) + len(CHAIN_COLUMNS)))})"
+
+INSERT_RECORDS: tuple[str, ...] = tuple(
     f"INSERT INTO audit_records ({', '.join(RECORD_COLUMNS + CHAIN_COLUMNS)}) "
-    f"VALUES ({', '.join('?' * (len(RECORD_COLUMNS) + len(CHAIN_COLUMNS)))})"
+    f"VALUES {', '.join([_ROW_VALUES] * rows)}"
+    for rows in range(ROWS_PER_INSERT + 1)
 )
+"""``INSERT_RECORDS[n]`` stores ``n`` rows (1 to ``ROWS_PER_INSERT``) given as one flat
+sequence of values, row after row (``[0]`` is unused)."""
 
 SELECT_RECORDS = f"SELECT {', '.join(RECORD_COLUMNS)} FROM audit_records"
 

@@ -6,9 +6,13 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
+import pytest
+
 from gateway.audit import query_records, verify_chain
+from gateway.audit._schema import ROWS_PER_INSERT
 from gateway.audit._writer import SqliteChainWriter
 from gateway.audit.record import checked_fields
+from gateway.errors import AuditUnavailable
 from tests.audit.conftest import RecordFactory
 
 
@@ -18,22 +22,28 @@ def _writer(path: Path) -> SqliteChainWriter:
     return writer
 
 
-def test_a_big_batch_is_one_contiguous_chain(tmp_path: Path, make_record: RecordFactory) -> None:
+@pytest.mark.parametrize(
+    "size", [1, ROWS_PER_INSERT - 1, ROWS_PER_INSERT, ROWS_PER_INSERT + 1, 2 * ROWS_PER_INSERT + 6]
+)
+def test_a_big_batch_is_one_contiguous_chain(
+    tmp_path: Path, make_record: RecordFactory, size: int
+) -> None:
+    # One INSERT stores up to ROWS_PER_INSERT rows: a batch spans several.
     path = tmp_path / "audit.sqlite"
     writer = _writer(path)
     try:
-        writer.append([checked_fields(make_record(request_id=f"a-{n}")) for n in range(70)])
+        writer.append([checked_fields(make_record(request_id=f"a-{n}")) for n in range(size)])
         writer.append([checked_fields(make_record(request_id="b-0"))])
     finally:
         writer.close()
 
     stored = query_records(path)
-    assert [rec.seq for rec in stored] == list(range(1, 72))
-    assert [rec.request_id for rec in stored][-2:] == ["a-69", "b-0"]
+    assert [rec.seq for rec in stored] == list(range(1, size + 2))
+    assert [rec.request_id for rec in stored] == [f"a-{n}" for n in range(size)] + ["b-0"]
     assert verify_chain(path).ok
     with closing(sqlite3.connect(path)) as conn:
         head = conn.execute("SELECT count, last_hash FROM chain_head").fetchone()
-        last = conn.execute("SELECT seq, record_hash FROM audit_records WHERE seq = 71")
+        last = conn.execute("SELECT seq, record_hash FROM audit_records WHERE seq = ?", (size + 1,))
         assert head == last.fetchone()
 
 
@@ -58,3 +68,23 @@ def test_a_writer_chains_onto_records_another_writer_added(
         (4, "agent-2"),
     ]
     assert verify_chain(path).ok
+
+
+def test_a_missing_chain_head_fails_the_append_and_stores_nothing(
+    tmp_path: Path, make_record: RecordFactory
+) -> None:
+    path = tmp_path / "audit.sqlite"
+    writer = _writer(path)
+    try:
+        writer.append([checked_fields(make_record(request_id="before"))])
+        with closing(sqlite3.connect(path)) as conn, conn:
+            conn.execute("DELETE FROM chain_head")
+        with pytest.raises(AuditUnavailable, match="chain_head row is missing"):
+            writer.append([checked_fields(make_record(request_id="after"))])
+        with closing(sqlite3.connect(path)) as conn:
+            stored = conn.execute("SELECT seq, record_hash FROM audit_records").fetchall()
+        assert [(writer.count, writer.last_hash)] == stored
+    finally:
+        writer.close()
+
+    assert [rec.request_id for rec in query_records(path)] == ["before"]
