@@ -5,7 +5,8 @@ both (bob first). A ``fault.write`` step above the approval risk waits: nothing 
 until a decision, which is audited in alice's log, survives a restart of alice, and
 binds to the exact step, peer, version and input digest. A revision that would repeat
 a failed attempt stops the task ``STAGNATED``, also after alice restarted or waited
-for a decision in between (the failed attempts are checkpointed with the task).
+for a decision in between (the failed attempts are checkpointed with the task), and a
+failure recorded just before alice stopped is answered by the resumed run, not run again.
 """
 
 from __future__ import annotations
@@ -327,3 +328,45 @@ async def test_a_task_store_from_before_failed_attempts_resumes(scene: Scene) ->
     result = await alice.plans.resume(waiting.task_id)
     assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
     assert scene.runs("fault.write") == 1 and scene.runs("fault.read") == 1
+
+
+class StopsWhileRevising(Planner):
+    """A planner asked to revise that never answers: the agent is stopped meanwhile, with
+    the step's failure checkpointed and no revision or ending that answers it."""
+
+    def __init__(self) -> None:
+        self.asked = asyncio.Event()
+
+    async def revise(
+        self, plan: Plan, failure: Failure, completed: frozenset[str], revision: int
+    ) -> Revision | None:
+        self.asked.set()
+        await asyncio.Event().wait()
+        return None
+
+
+async def test_a_failure_recorded_before_a_restart_is_answered_not_run_again(
+    scene: Scene, stores: dict[str, str]
+) -> None:
+    scene.stores = stores
+    stopping = StopsWhileRevising()
+    alice = await scene.restart_alice(planner=stopping)
+    scene.faults["bob"].modes["fault.read"] = "invalid"
+    handle = alice.plans.start(plan({"id": "r", "capability": "fault.read", "input": {"key": "k"}}))
+    await asyncio.wait_for(stopping.asked.wait(), 30)  # a hang detector only
+    assert scene.faults["bob"].total("fault.read") == 1
+
+    alice = await scene.restart_alice(planner=SameAgain())
+    result = await alice.plans.resume(handle.task_id)
+    # As test_a_replan_repeating_a_failed_attempt_stagnates, run without the restart:
+    # the planner's repeat stops the task, and bob is not asked again.
+    assert (result.state, result.reason) == (TaskState.FAILED, "STAGNATED")
+    assert result.message == (
+        f"step 'r': the revised plan would run it on {BOB} with the same input as an "
+        "attempt that already failed; completed steps: none"
+    )
+    assert scene.faults["bob"].total("fault.read") == 1
+    assert scene.faults["carol"].total("fault.read") == 0
+    assert result.revisions == () and result.peer_calls == 1
+    r = result.steps["r"]
+    assert (r.where, r.reason, r.attempts) == (BOB, "INVALID_OUTPUT", 1)
