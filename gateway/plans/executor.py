@@ -173,9 +173,6 @@ class TaskExecutor:
             self._meter.check_time()  # a resumed task may have spent it all already
         except BudgetExhausted as err:
             return self._failed(err.reason, err.message)
-        ending = await self._answer_recorded_failures()
-        if ending is not None:
-            return ending
         try:
             check_structure(self._plan, self._parts.limits)
             names = [s.capability for s in self._plan.steps if s.id not in self._results]
@@ -185,6 +182,11 @@ class TaskExecutor:
             check_routes(self._plan, catalog, skip=frozenset(self._results), skipped=skipped)
         except (PlanInvalid, PeerUnavailable) as err:
             return _Ending(TaskState.FAILED, err.reason, err.message)
+        # After the route check, as in the run that recorded them: a step revised here
+        # is not checked again (it fails when it runs, as it would have there).
+        ending = await self._answer_recorded_failures()
+        if ending is not None:
+            return ending
         await self._set_state(TaskState.RUNNING)
         return await self._loop(cancel)
 
