@@ -74,6 +74,21 @@ WRITE_IN_DOUBT = (
 )
 
 
+def written_note(where: str) -> str:
+    """The note a failed result carries when its write may have run at ``where``."""
+    return f"{where}: {WRITE_IN_DOUBT}"
+
+
+def notes_say_written(notes: tuple[str, ...]) -> bool:
+    """True if a failed result's ``notes`` say its write may have run (``written_note``).
+
+    A failed result carries that note exactly when ``may_have_written`` is set, and
+    the notes are checkpointed with it: a resumed run reads the flag back from them.
+    """
+    suffix = f": {WRITE_IN_DOUBT}"
+    return any(note.endswith(suffix) for note in notes)
+
+
 @dataclass
 class StepProgress:
     """How far one step has got (the executor reads it when it abandons the step).
@@ -123,7 +138,7 @@ def abandoned_result(step: Step, progress: StepProgress, reason: str, message: s
     """The failed result of a step cut off while in flight, saying where it may have written."""
     notes = list(progress.notes)
     if progress.written_at:
-        notes.append(f"{progress.written_at}: {WRITE_IN_DOUBT}")
+        notes.append(written_note(progress.written_at))
     elif progress.where:
         notes.append(f"{progress.where}: abandoned while running there")
     return failed_result(step, progress, reason, message, notes)

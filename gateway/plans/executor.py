@@ -14,7 +14,10 @@ the budget). A step that depends on a result whose sources disagree does not
 run unless it says ``on_unverified: continue``. A revision that would run a
 step again on the same place with the same input as a failed attempt stops the
 task (``STAGNATED``); each failed attempt is checkpointed with the step result
-that reports it, so a resumed run remembers the attempts of earlier runs.
+that reports it, so a resumed run remembers the attempts of earlier runs. A
+step whose failure a run recorded but was cut off before answering (revising
+the plan, or failing the task) is not run again on resume: the resumed run
+answers that recorded failure as the cut-off run would have.
 """
 
 from __future__ import annotations
@@ -40,10 +43,11 @@ from gateway.errors import (
 )
 from gateway.outbound.router import Router
 from gateway.plans.approval import ApprovalRequest, AwaitingApproval, Decision, threshold
-from gateway.plans.attempt_rules import StepProgress, abandoned_result
+from gateway.plans.attempt_rules import StepProgress, abandoned_result, notes_say_written
 from gateway.plans.budget import BudgetMeter
 from gateway.plans.checkpoints import RunCheckpoints
 from gateway.plans.checks import PlanLimits, check_routes, check_structure
+from gateway.plans.crash_points import AFTER_FAILURE_RECORDED, crash_point
 from gateway.plans.model import Plan, Step, resolve_input
 from gateway.plans.planner import Failure, Planner
 from gateway.plans.step_events import EventSink, StepEvent
@@ -96,9 +100,11 @@ class TaskExecutor:
         self._state = stored.state
         self._revision = stored.revision
         self._revisions = list(stored.revisions)
+        self._unanswered = _unanswered_failures(stored)
         self._results = {
             sid: r for sid, r in stored.steps.items() if r.status is StepStatus.COMPLETED
         }
+        self._results.update(self._unanswered)
         down = (time.time() * 1000 - stored.updated_unix_ms) / 1000
         used = stored.usage
         if stored.state is TaskState.WAITING_APPROVAL:
@@ -176,6 +182,11 @@ class TaskExecutor:
             check_routes(self._plan, catalog, skip=frozenset(self._results), skipped=skipped)
         except (PlanInvalid, PeerUnavailable) as err:
             return _Ending(TaskState.FAILED, err.reason, err.message)
+        # After the route check, as in the run that recorded them: a step revised here
+        # is not checked again (it fails when it runs, as it would have there).
+        ending = await self._answer_recorded_failures()
+        if ending is not None:
+            return ending
         await self._set_state(TaskState.RUNNING)
         return await self._loop(cancel)
 
@@ -317,9 +328,29 @@ class TaskExecutor:
             return None
         if result.status is StepStatus.COMPLETED:
             return None
-        if attempt is None:  # the budget stopped it, not the place or the input
+        crash_point(AFTER_FAILURE_RECORDED)
+        if attempt is not None:
+            self._failed_attempts.add(attempt)
+        return await self._answer_failure(step, result)
+
+    async def _answer_recorded_failures(self) -> _Ending | None:
+        """Answer the failures an earlier run recorded but was cut off before answering.
+
+        Such a step is not run again (the run that recorded the failure would not
+        have: it revises the plan or ends the task); this run does what that one
+        would have done next, with the failed attempt it checkpointed too.
+        """
+        for step_id, result in list(self._unanswered.items()):
+            del self._unanswered[step_id]
+            ending = await self._answer_failure(self._plan.step(step_id), result)
+            if ending is not None:
+                return ending
+        return None
+
+    async def _answer_failure(self, step: Step, result: StepResult) -> _Ending | None:
+        """Revise the plan after ``step`` failed with the recorded ``result``, or end the task."""
+        if result.reason == BudgetExhausted.reason:  # the budget stopped it, not the place
             return self._failed(result.reason, result.message)
-        self._failed_attempts.add(attempt)
         try:
             if await self._replan(step, result):
                 return None
@@ -467,6 +498,26 @@ def _failed_attempt(result: StepResult, resolved: dict[str, object]) -> FailedAt
     if result.status is StepStatus.COMPLETED or result.reason == BudgetExhausted.reason:
         return None
     return FailedAttempt(result.step_id, result.where, comparison_digest(resolved))
+
+
+def _unanswered_failures(stored: StoredTask) -> dict[str, StepResult]:
+    """Failed results at their step's current revision: failures an earlier run
+    recorded and was cut off before answering (a revision gives the step a new
+    revision; a failure that ended the task left it terminal).
+
+    In plan order, except that steps abandoned (``CANCELLED``) because the task was
+    ending come last: the failure that ended it is answered first, as it was.
+    """
+    failed: list[StepResult] = []
+    for step in stored.plan.steps:
+        result = stored.steps.get(step.id)
+        if result is None or result.status is StepStatus.COMPLETED:
+            continue
+        if result.revision == step.revision:
+            written = notes_say_written(result.notes)  # not a column of its own
+            failed.append(replace(result, may_have_written=written))
+    failed.sort(key=lambda result: result.reason == Cancelled.reason)
+    return {result.step_id: result for result in failed}
 
 
 def _parked_steps(stored: StoredTask) -> list[str]:

@@ -72,6 +72,7 @@ from gateway.plans.attempt_rules import (
     attempt_timeout,
     failed_result,
     may_fail_over,
+    written_note,
 )
 from gateway.plans.budget import BudgetMeter
 from gateway.plans.checkpoints import RunCheckpoints
@@ -185,7 +186,7 @@ class StepRunner:
         except GatewayError as err:
             message = err.message
             if tally.written_at:
-                tally.notes.append(f"{tally.written_at}: {WRITE_IN_DOUBT}")
+                tally.notes.append(written_note(tally.written_at))
                 if not isinstance(err, BudgetExhausted | IdempotencyInDoubt):  # they say so
                     message = f"{message}; {WRITE_IN_DOUBT}"
             return failed_result(step, tally, err.reason, message, tally.notes)

@@ -115,8 +115,8 @@ class StepResult:
         message: Explanation of the failure (never payload content).
         notes: Routing notes, e.g. peers skipped by policy and why.
         may_have_written: A failed write (risk above ``read``) may have run at ``where``,
-            so it must not run anywhere else. Not checkpointed: a failed step is never
-            resumed from its result.
+            so it must not run anywhere else. Checkpointed as the note that says so
+            (``attempt_rules.written_note``), from which a resumed run reads it back.
         confidence: verified, partial or unverified (see ``gateway.plans.verification``).
         sources: Evidence of every source that answered (one for an unverified step).
         candidates: Every distinct output when the sources disagree (else empty).

@@ -18,6 +18,12 @@ the write ran at most once in total, exactly once on bob wherever it reached
 him, never on carol once it may have reached bob; the resumed task ends with the
 exact state and reason below, naming bob when the outcome is unknown.
 
+A step that failed on bob (``ledger.peek`` or ``ledger.write`` raising there while
+``ledger-fail`` exists) with alice killed at ``after-failure-recorded`` (the
+failure is checkpointed, the revision or the task's failure that answers it is
+not) resumes exactly as the run that was not interrupted ends, and sends bob
+nothing more for that step.
+
 Every test runs twice: alice's tasks in SQLite (the same process config resumes),
 and in PostgreSQL shared by two replicas of alice (the replica that did not run
 the plan resumes it after the other was killed).
@@ -40,13 +46,20 @@ from typing import Any
 import pytest
 
 from gateway.plans.attempt_rules import WRITE_IN_DOUBT
-from gateway.plans.crash_points import CRASH_AT_ENV
+from gateway.plans.crash_points import AFTER_FAILURE_RECORDED, CRASH_AT_ENV
 from gateway.plans.pg_store import PostgresTaskStore
-from gateway.plans.store import SqliteTaskStore, StoredTask, TaskStore
+from gateway.plans.store import FailedAttempt, SqliteTaskStore, StoredTask, TaskStore
+from gateway.plans.verification import comparison_digest
 from gateway.postgres.dsn import PostgresDsn
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
-from tests.faults.ledger_write import HOLD_FILE, RELEASE_FILE, ledger_entries
-from tests.support import Pki, grant, outbound_rule, spiffe, write_policy
+from tests.faults.ledger_write import (
+    FAIL_FILE,
+    HOLD_FILE,
+    RELEASE_FILE,
+    ledger_entries,
+    peek_runs,
+)
+from tests.support import Pki, audit_rows, grant, outbound_rule, spiffe, write_policy
 
 BOB, CAROL = spiffe("bob"), spiffe("carol")
 CLI_TIMEOUT = 60.0  # python start-up on a busy runner; a hang detector, never asserted
@@ -55,6 +68,7 @@ DURING_RUN = "during-run"
 CTRL_C = "ctrl-c-during-run"  # SIGINT instead of SIGKILL while bob holds the call
 POINTS = ["before-checkpoint", "after-checkpoint-before-send", DURING_RUN, "after-answer", CTRL_C]
 HELD = (DURING_RUN, CTRL_C)
+LEDGER_CAPS = ["ledger.write", "ledger.peek"]
 
 
 @dataclass
@@ -68,6 +82,7 @@ class Scene:
     resume_config: Path
     """Who resumes: alice again, or (PostgreSQL) another replica of alice."""
     open_store: Callable[[], TaskStore]
+    bob_audit: Path
 
     def runs(self) -> dict[str, int]:
         """Real runs of ledger.write on each peer."""
@@ -85,7 +100,7 @@ def scene(request: pytest.FixtureRequest, pki: Pki, tmp_path: Path) -> Iterator[
     servers = {}
     for name in ("bob", "carol"):
         policy = write_policy(
-            tmp_path / f"{name}-policy.toml", [grant("alice", ["ledger.write"], max_risk="write")]
+            tmp_path / f"{name}-policy.toml", [grant("alice", LEDGER_CAPS, max_risk="write")]
         )
         config = write_agent_toml(
             tmp_path / f"{name}.toml",
@@ -105,7 +120,7 @@ def scene(request: pytest.FixtureRequest, pki: Pki, tmp_path: Path) -> Iterator[
         alice_policy = write_policy(
             tmp_path / "alice-policy.toml",
             [],
-            [outbound_rule("bob", ["ledger.write"]), outbound_rule("carol", ["ledger.write"])],
+            [outbound_rule("bob", LEDGER_CAPS), outbound_rule("carol", LEDGER_CAPS)],
         )
         alice_configs = [
             write_agent_toml(
@@ -147,6 +162,7 @@ def scene(request: pytest.FixtureRequest, pki: Pki, tmp_path: Path) -> Iterator[
             plan,
             resume_config,
             open_store,
+            tmp_path / "bob-audit.sqlite",
         )
     finally:
         for server in servers.values():
@@ -155,6 +171,18 @@ def scene(request: pytest.FixtureRequest, pki: Pki, tmp_path: Path) -> Iterator[
 
 def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "gateway.cli.main", *args]
+
+
+def run_to_the_end(scene: Scene) -> tuple[int, dict[str, Any], str]:
+    """``a2a-gateway run`` the plan, uninterrupted: exit code, result, stderr."""
+    done = subprocess.run(
+        cli("run", "--config", str(scene.alice_config), str(scene.plan), "--json"),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=CLI_TIMEOUT,
+    )
+    return done.returncode, json.loads(done.stdout), done.stderr
 
 
 def run_until_killed(scene: Scene, point: str) -> None:
@@ -338,3 +366,107 @@ def test_resume_while_another_process_runs_the_task_is_refused(scene: Scene) -> 
     assert (result["state"], result["steps"]["w"]["where"]) == ("completed", BOB)
     assert scene.runs() == {"bob": 1, "carol": 0}
     assert stored(scene).lease is None
+
+
+FAILING_STEPS = {
+    # A read that failed on bob: the planner moves it away from bob, to carol.
+    "read": {"id": "w", "capability": "ledger.peek", "input": {"entry": "look"}},
+    # A write that ran on bob and failed: it may have written there, so the task fails.
+    "write": {"id": "w", "capability": "ledger.write", "input": {"entry": "once"}},
+}
+ENDINGS = {
+    "read": (
+        0,
+        "completed",
+        "OK",
+        [f"step 'w': {BOB} answered CAPABILITY_FAILED; rerouting away from it"],
+    ),
+    "write": (1, "failed", "CAPABILITY_FAILED", []),
+}
+
+
+def invocations(scene: Scene, kind: str) -> dict[str, int]:
+    """Real runs of the step's capability on each peer."""
+    if kind == "write":
+        return scene.runs()
+    return {name: peek_runs(state) for name, state in scene.states.items()}
+
+
+def outcome(result: dict[str, Any]) -> dict[str, Any]:
+    """What must not depend on whether the run was interrupted (ids and times left out)."""
+    keep = ("status", "where", "attempts", "reason", "message", "notes", "may_have_written")
+    return {
+        **{key: result[key] for key in ("state", "reason", "message", "revision", "peer_calls")},
+        "revisions": [r["reason"] for r in result["revisions"]],
+        "steps": {sid: {key: step[key] for key in keep} for sid, step in result["steps"].items()},
+    }
+
+
+def unfinished(scene: Scene) -> StoredTask:
+    """alice's only task that has not ended, as checkpointed."""
+    return next(task for task in all_tasks(scene) if not task.state.terminal)
+
+
+def all_tasks(scene: Scene) -> list[StoredTask]:
+    async def load() -> list[StoredTask]:
+        store = scene.open_store()
+        try:
+            return [await store.load(task.task_id) for task in await store.list()]
+        finally:
+            store.close()
+
+    return asyncio.run(load())
+
+
+def calls_at_bob(scene: Scene, task_id: str) -> list[str]:
+    """Request ids of the calls for step ``w`` of ``task_id`` that reached bob (audited;
+    a write's call has its admission and its outcome audited under the same id)."""
+    rows = audit_rows(scene.bob_audit)
+    return sorted({r.request_id for r in rows if (r.task_id, r.step_id) == (task_id, "w")})
+
+
+@pytest.mark.parametrize("kind", ["read", "write"])
+def test_failure_recorded_then_killed_resumes_as_the_run_that_was_not_killed(
+    scene: Scene, kind: str
+) -> None:
+    step = FAILING_STEPS[kind]
+    document = {"goal": "one step", "max_risk": "write", "steps": [step]}
+    scene.plan.write_text(json.dumps({**document, "budget": {"max_elapsed_seconds": 60}}))
+    (scene.states["bob"] / FAIL_FILE).touch()
+    code, result, err = run_to_the_end(scene)  # the run nothing interrupts, for comparison
+    want_code, want_state, want_reason, want_revisions = ENDINGS[kind]
+    assert (code, result["state"], result["reason"]) == (want_code, want_state, want_reason), err
+    assert [r["reason"] for r in result["revisions"]] == want_revisions
+    expected = outcome(result)
+    per_run = invocations(scene, kind)
+    assert per_run == {"bob": 1, "carol": 1 if kind == "read" else 0}
+
+    run_until_killed(scene, AFTER_FAILURE_RECORDED)
+    task = unfinished(scene)
+    assert task.lease is not None and task.revisions == ()  # killed before the revision
+    w = task.steps["w"]
+    assert (w.status.value, w.revision, w.where, w.reason) == (
+        "failed",
+        0,
+        BOB,
+        "CAPABILITY_FAILED",
+    )
+    digest = comparison_digest(step["input"])
+    assert FailedAttempt("w", BOB, digest) in task.failed_attempts
+    assert invocations(scene, kind) == {"bob": 2, "carol": per_run["carol"]}
+
+    code, resumed, err = resume(scene, task.task_id)
+
+    assert code == want_code, err
+    assert outcome(resumed) == expected
+    assert invocations(scene, kind) == {name: 2 * n for name, n in per_run.items()}
+    after = stored_task(scene, task.task_id)
+    assert (after.state.value, after.reason, after.lease) == (want_state, want_reason, None)
+    assert scene.bob.terminate() == 0  # a graceful stop: bob's audit log holds every call
+    assert len(calls_at_bob(scene, result["task_id"])) == 1
+    [before_the_kill] = calls_at_bob(scene, task.task_id)  # none after the restart
+    assert before_the_kill.startswith(f"{task.task_id}.w.0.1.")
+
+
+def stored_task(scene: Scene, task_id: str) -> StoredTask:
+    return next(task for task in all_tasks(scene) if task.task_id == task_id)

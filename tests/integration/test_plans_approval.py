@@ -5,7 +5,8 @@ both (bob first). A ``fault.write`` step above the approval risk waits: nothing 
 until a decision, which is audited in alice's log, survives a restart of alice, and
 binds to the exact step, peer, version and input digest. A revision that would repeat
 a failed attempt stops the task ``STAGNATED``, also after alice restarted or waited
-for a decision in between (the failed attempts are checkpointed with the task).
+for a decision in between (the failed attempts are checkpointed with the task), and a
+failure recorded just before alice stopped is answered by the resumed run, not run again.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from gateway.errors import TaskNotFound
 from gateway.plans import Plan
 from gateway.plans.approval import Decision
 from gateway.plans.planner import Failure, Planner, Revision
-from gateway.plans.task import RevisionRecord, TaskState
+from gateway.plans.task import RevisionRecord, TaskResult, TaskState
 from tests.faults.plan_support import FaultyPeer, faulty_registry
 from tests.support import (
     Pki,
@@ -44,7 +45,7 @@ from tests.support import (
 )
 
 FAULT_CAPS = ["fault.read", "fault.glance", "fault.write", "fault.brief", "fault.append"]
-BOB = spiffe("bob")
+BOB, CAROL = spiffe("bob"), spiffe("carol")
 
 
 @dataclass
@@ -327,3 +328,80 @@ async def test_a_task_store_from_before_failed_attempts_resumes(scene: Scene) ->
     result = await alice.plans.resume(waiting.task_id)
     assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
     assert scene.runs("fault.write") == 1 and scene.runs("fault.read") == 1
+
+
+class StopsWhileRevising(Planner):
+    """A planner asked to revise that never answers: the agent is stopped meanwhile, with
+    the step's failure checkpointed and no revision or ending that answers it."""
+
+    def __init__(self) -> None:
+        self.asked = asyncio.Event()
+
+    async def revise(
+        self, plan: Plan, failure: Failure, completed: frozenset[str], revision: int
+    ) -> Revision | None:
+        self.asked.set()
+        await asyncio.Event().wait()
+        return None
+
+
+async def test_a_failure_recorded_before_a_restart_is_answered_not_run_again(
+    scene: Scene, stores: dict[str, str]
+) -> None:
+    scene.stores = stores
+    stopping = StopsWhileRevising()
+    alice = await scene.restart_alice(planner=stopping)
+    scene.faults["bob"].modes["fault.read"] = "invalid"
+    handle = alice.plans.start(plan({"id": "r", "capability": "fault.read", "input": {"key": "k"}}))
+    await asyncio.wait_for(stopping.asked.wait(), 30)  # a hang detector only
+    assert scene.faults["bob"].total("fault.read") == 1
+
+    alice = await scene.restart_alice(planner=SameAgain())
+    result = await alice.plans.resume(handle.task_id)
+    # As test_a_replan_repeating_a_failed_attempt_stagnates, run without the restart:
+    # the planner's repeat stops the task, and bob is not asked again.
+    assert (result.state, result.reason) == (TaskState.FAILED, "STAGNATED")
+    assert result.message == (
+        f"step 'r': the revised plan would run it on {BOB} with the same input as an "
+        "attempt that already failed; completed steps: none"
+    )
+    assert scene.faults["bob"].total("fault.read") == 1
+    assert scene.faults["carol"].total("fault.read") == 0
+    assert result.revisions == () and result.peer_calls == 1
+    r = result.steps["r"]
+    assert (r.where, r.reason, r.attempts) == (BOB, "INVALID_OUTPUT", 1)
+
+
+def summary(result: TaskResult) -> tuple[object, ...]:
+    """What must not depend on a restart in between (ids and times left out)."""
+    steps = {
+        sid: (r.status, r.revision, r.where, r.attempts, r.reason, r.message, r.notes)
+        for sid, r in result.steps.items()
+    }
+    revisions = [r.reason for r in result.revisions]
+    return (result.state, result.reason, result.message, revisions, result.peer_calls, steps)
+
+
+async def test_a_recorded_failure_whose_revision_has_no_route_ends_as_without_a_restart(
+    scene: Scene, stores: dict[str, str]
+) -> None:
+    # Only bob may run it; his answer is unusable, so the planner moves it away from
+    # bob, to nowhere: the revised step fails NO_ROUTE when it runs.
+    scene.stores = stores
+    alice = await scene.restart_alice()
+    scene.faults["bob"].modes["fault.read"] = "invalid"
+    step = {"id": "r", "capability": "fault.read", "input": {"key": "k"}, "avoid": [CAROL]}
+    uninterrupted = await alice.run(plan(step))
+    assert (uninterrupted.state, uninterrupted.reason) == (TaskState.FAILED, "NO_ROUTE")
+    assert uninterrupted.message.startswith("step 'r' failed: no local capability or ")
+
+    stopping = StopsWhileRevising()
+    alice = await scene.restart_alice(planner=stopping)
+    handle = alice.plans.start(plan(step))
+    await asyncio.wait_for(stopping.asked.wait(), 30)  # a hang detector only
+    alice = await scene.restart_alice()
+    resumed = await alice.plans.resume(handle.task_id)
+
+    assert summary(resumed) == summary(uninterrupted)
+    assert scene.faults["bob"].total("fault.read") == 2  # once for each task
+    assert scene.faults["carol"].total("fault.read") == 0
