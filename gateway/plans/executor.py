@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from capabilities.context import PeerCall
 from capabilities.contract import Risk
@@ -42,14 +42,15 @@ from gateway.errors import (
     Unverified,
 )
 from gateway.outbound.router import Router
-from gateway.plans.approval import ApprovalRequest, AwaitingApproval, Decision, threshold
-from gateway.plans.attempt_rules import StepProgress, abandoned_result, notes_say_written
+from gateway.plans.approval import ApprovalRequest, AwaitingApproval, threshold
+from gateway.plans.attempt_rules import StepProgress, abandoned_result
 from gateway.plans.budget import BudgetMeter
 from gateway.plans.checkpoints import RunCheckpoints
 from gateway.plans.checks import PlanLimits, check_routes, check_structure
 from gateway.plans.crash_points import AFTER_FAILURE_RECORDED, crash_point
 from gateway.plans.model import Plan, Step, resolve_input
 from gateway.plans.planner import Failure, Planner
+from gateway.plans.resume_point import resume_point
 from gateway.plans.step_events import EventSink, StepEvent
 from gateway.plans.step_runner import StepRunner
 from gateway.plans.store import FailedAttempt, StoredTask, TaskStore
@@ -100,21 +101,14 @@ class TaskExecutor:
         self._state = stored.state
         self._revision = stored.revision
         self._revisions = list(stored.revisions)
-        self._unanswered = _unanswered_failures(stored)
-        self._results = {
-            sid: r for sid, r in stored.steps.items() if r.status is StepStatus.COMPLETED
-        }
-        self._results.update(self._unanswered)
-        down = (time.time() * 1000 - stored.updated_unix_ms) / 1000
-        used = stored.usage
-        if stored.state is TaskState.WAITING_APPROVAL:
-            down = 0.0  # a person's time to decide is not the task's running time
-            used = replace(used, steps=max(0, used.steps - len(_parked_steps(stored))))
+        start = resume_point(stored)
+        self._unanswered = start.unanswered
+        self._results = dict(start.results)
         self._approvals = dict(stored.approvals)
         self._waiting: dict[str, ApprovalRequest] = {}
         self._failed_attempts = set(stored.failed_attempts)
         self._inputs: dict[asyncio.Task[StepResult], dict[str, object]] = {}
-        self._meter = BudgetMeter(stored.plan.budget, used, down_seconds=down)
+        self._meter = BudgetMeter(stored.plan.budget, start.usage, down_seconds=start.down_seconds)
         self._checkpoints = RunCheckpoints(
             parts.store, stored.task_id, owner, self._meter, parts.limits.lease_seconds
         )
@@ -498,50 +492,3 @@ def _failed_attempt(result: StepResult, resolved: dict[str, object]) -> FailedAt
     if result.status is StepStatus.COMPLETED or result.reason == BudgetExhausted.reason:
         return None
     return FailedAttempt(result.step_id, result.where, comparison_digest(resolved))
-
-
-def _unanswered_failures(stored: StoredTask) -> dict[str, StepResult]:
-    """Failed results at their step's current revision: failures an earlier run
-    recorded and was cut off before answering (a revision gives the step a new
-    revision; a failure that ended the task left it terminal).
-
-    In plan order, except that steps abandoned (``CANCELLED``) because the task was
-    ending come last: the failure that ended it is answered first, as it was.
-    """
-    failed: list[StepResult] = []
-    for step in stored.plan.steps:
-        result = stored.steps.get(step.id)
-        if result is None or result.status is StepStatus.COMPLETED:
-            continue
-        if result.revision == step.revision:
-            written = notes_say_written(result.notes)  # not a column of its own
-            failed.append(replace(result, may_have_written=written))
-    failed.sort(key=lambda result: result.reason == Cancelled.reason)
-    return {result.step_id: result for result in failed}
-
-
-def _parked_steps(stored: StoredTask) -> list[str]:
-    """Steps of a task parked in ``waiting-approval`` that asked and never ran.
-
-    The run that parked the task counted each of them when it started them,
-    then stopped them before anything was sent (no result is recorded for a
-    step that waits); the next run counts them again when it starts them.
-    """
-    return [step_id for step_id in stored.approvals if step_id not in stored.steps]
-
-
-def stored_result(stored: StoredTask) -> TaskResult:
-    """The result of a task as checkpointed (for finished tasks and listings)."""
-    return TaskResult(
-        task_id=stored.task_id,
-        state=stored.state,
-        revision=stored.revision,
-        steps=dict(stored.steps),
-        reason=stored.reason,
-        message=stored.message,
-        revisions=stored.revisions,
-        peer_calls=stored.usage.peer_calls,
-        elapsed_seconds=stored.usage.elapsed_seconds,
-        tool_calls=stored.usage.tool_calls,
-        approvals=tuple(a for a in stored.approvals.values() if a.decision is Decision.PENDING),
-    )
