@@ -24,19 +24,17 @@ from gateway.errors import StateUnavailable
 from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.pool import Connection, StatePool
 from gateway.transport.a2a.task_store import (
+    TASK_COLUMNS,
     A2ATask,
     A2ATaskStore,
     Scope,
+    task_row,
 )
 
 _log = logging.getLogger(__name__)
 
-_COLUMNS = (
-    "task_id, owner, context_id, state, capability, served_version, output, "
-    "evidence_sha256, replayed, reason, message, created_ms, updated_ms"
-)
 _INSERT = (
-    f"INSERT INTO a2a_tasks (agent_id, {_COLUMNS}) VALUES "
+    f"INSERT INTO a2a_tasks (agent_id, {TASK_COLUMNS}) VALUES "
     "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
 
@@ -68,25 +66,7 @@ class PostgresA2ATaskStore(A2ATaskStore):
                 _log.error("A2A task store: %d tasks not stored: %s", len(batch), err.message)
 
     def _insert_rows(self, conn: Connection, *, batch: list[A2ATask]) -> None:
-        rows = [
-            (
-                self._agent,
-                task.task_id,
-                task.owner,
-                task.context_id,
-                task.state.value,
-                task.capability,
-                task.served_version,
-                task.output,
-                task.evidence_sha256,
-                task.replayed,
-                task.reason,
-                task.message,
-                task.created_ms,
-                task.updated_ms,
-            )
-            for task in batch
-        ]
+        rows = [(self._agent, *task_row(task)) for task in batch]
         with conn.cursor() as cursor:
             cursor.executemany(_INSERT, rows)
 

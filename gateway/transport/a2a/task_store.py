@@ -31,10 +31,11 @@ MAX_PAGE_SIZE = 100
 DEFAULT_PAGE_SIZE = 50
 _SEQ_LIMIT = 2**63  # sequence numbers are signed 64-bit in SQLite and PostgreSQL
 
-_COLUMNS = (
+TASK_COLUMNS = (
     "task_id, owner, context_id, state, capability, served_version, output, "
     "evidence_sha256, replayed, reason, message, created_ms, updated_ms"
 )
+"""The task columns of ``a2a_tasks`` in ``A2ATask`` field order (both stores)."""
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS a2a_tasks (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
     "task_id TEXT NOT NULL UNIQUE, owner TEXT NOT NULL, context_id TEXT NOT NULL, "
@@ -166,29 +167,12 @@ class A2ATaskStore:
                 _log.error("A2A task store: %d tasks not stored: %s", len(batch), err)
 
     def _insert(self, batch: list[A2ATask]) -> None:
-        rows = [
-            (
-                task.task_id,
-                task.owner,
-                task.context_id,
-                task.state.value,
-                task.capability,
-                task.served_version,
-                task.output,
-                task.evidence_sha256,
-                int(task.replayed),
-                task.reason,
-                task.message,
-                task.created_ms,
-                task.updated_ms,
-            )
-            for task in batch
-        ]
+        rows = [task_row(task) for task in batch]
         with self._lock:
             self._db.execute("BEGIN")
             try:
                 self._db.executemany(
-                    f"INSERT INTO a2a_tasks ({_COLUMNS}) VALUES "
+                    f"INSERT INTO a2a_tasks ({TASK_COLUMNS}) VALUES "
                     "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     rows,
                 )
@@ -206,7 +190,7 @@ class A2ATaskStore:
         await self.flush()
         where, params = self._scope(owner)
         rows = await self._query(
-            f"SELECT {_COLUMNS} FROM a2a_tasks WHERE {' AND '.join(where)} "
+            f"SELECT {TASK_COLUMNS} FROM a2a_tasks WHERE {' AND '.join(where)} "
             f"AND task_id = {self._mark}",
             (*params, task_id),
         )
@@ -239,7 +223,7 @@ class A2ATaskStore:
             page_params.append(page_token_seq(wanted.page_token))
         size = page_size(wanted)
         rows = await self._query(
-            f"SELECT {_COLUMNS}, seq FROM a2a_tasks WHERE {page_where} "
+            f"SELECT {TASK_COLUMNS}, seq FROM a2a_tasks WHERE {page_where} "
             f"ORDER BY seq DESC LIMIT {mark}",
             (*page_params, size + 1),
         )
@@ -272,6 +256,25 @@ def page_token_seq(token: str) -> int:
 def page_size(wanted: TaskFilter) -> int:
     """The asked page size, clamped to 1..``MAX_PAGE_SIZE``."""
     return min(max(wanted.page_size, 1), MAX_PAGE_SIZE)
+
+
+def task_row(task: A2ATask) -> tuple[object, ...]:
+    """``task``'s columns in ``A2ATask`` field order (the inverse of :func:`task_from_row`)."""
+    return (
+        task.task_id,
+        task.owner,
+        task.context_id,
+        task.state.value,
+        task.capability,
+        task.served_version,
+        task.output,
+        task.evidence_sha256,
+        task.replayed,
+        task.reason,
+        task.message,
+        task.created_ms,
+        task.updated_ms,
+    )
 
 
 def task_from_row(row: tuple[Any, ...]) -> A2ATask:
