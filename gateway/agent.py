@@ -116,7 +116,7 @@ class Agent:
         self.idempotency: IdempotencyStore
         self.replay: ReplayWindow
         if isinstance(config.state_db, PostgresDsn):
-            # Shared by every replica of this agent id (see README "Beyond one machine").
+            # Shared by every replica of this agent id (see docs/fleet.md).
             self.idempotency = PostgresIdempotencyStore(config.state_db, config.id)
             self.replay = PostgresReplayWindow(config.state_db, config.id)
         elif config.workers > 1:  # sibling processes share the files

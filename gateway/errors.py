@@ -1,6 +1,6 @@
 """The one error tree of the gateway (its gRPC mapping: ``gateway.transport.status``).
 
-Tree (every class carries a stable ``reason`` code, listed in the README; the
+Tree (every class carries a stable ``reason`` code, listed in docs/policy.md; the
 gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
 
     GatewayError                      INTERNAL

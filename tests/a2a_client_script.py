@@ -2,7 +2,7 @@
 
 Usage: python a2a_client_script.py ADDRESS SERVER_SPIFFE_ID CA CERT KEY
 Prints one JSON object: the caller's card skills, a SendMessage answer, GetTask
-and a refusal. Mirrors the README's "A2A 1.0" snippet.
+and a refusal. Mirrors the client in docs/a2a.md.
 """
 
 from __future__ import annotations

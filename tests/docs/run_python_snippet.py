@@ -19,7 +19,7 @@ def main(path: str) -> None:
     module = types.ModuleType("__main__")
     module.__file__ = path
     sys.modules["__main__"] = module
-    result = eval(code, module.__dict__)  # noqa: S307 - the docs' own snippet
+    result = eval(code, module.__dict__)  # the docs' own snippet, nothing else
     if asyncio.iscoroutine(result):
         asyncio.run(result)
 

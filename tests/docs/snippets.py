@@ -23,7 +23,9 @@ from pathlib import Path
 
 RUNNABLE_LANGUAGES = frozenset({"sh", "bash", "shell", "python"})
 _FENCE = re.compile(r"^```([A-Za-z0-9_+-]*)\s*$")
-_MARKER = re.compile(r"^<!-- snippet: (?P<kind>not-runnable|file|hidden)(?P<rest>.*?)\s*(?:-->)?\s*$")
+_MARKER = re.compile(
+    r"^<!-- snippet: (?P<kind>not-runnable|file|hidden)(?P<rest>.*?)\s*(?:-->)?\s*$"
+)
 
 
 class Use(StrEnum):

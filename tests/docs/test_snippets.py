@@ -28,8 +28,11 @@ BLOCK_TIMEOUT_S = 180.0
 
 
 def _runnable_pages() -> list[Path]:
-    return [page for page in PAGES if page.exists() and any(
-        s.use is not Use.SHOW for s in snippets(page))]
+    return [
+        page
+        for page in PAGES
+        if page.exists() and any(s.use is not Use.SHOW for s in snippets(page))
+    ]
 
 
 def _environment() -> dict[str, str]:
@@ -60,8 +63,13 @@ class _Page:
         else:
             argv = ["bash", "-euo", "pipefail", "-c", snippet.text]
         process = subprocess.Popen(
-            argv, cwd=self.folder, env=_environment(), stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, start_new_session=True, text=True,
+            argv,
+            cwd=self.folder,
+            env=_environment(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            text=True,
         )
         self.groups.append(process.pid)
         try:

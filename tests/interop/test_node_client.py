@@ -1,6 +1,6 @@
 """A client that is not ours: Node's @grpc/grpc-js calls a real agent over mTLS.
 
-It follows README "Calling from other languages" to the letter: the derived DNS
+It follows docs/other-languages.md to the letter: the derived DNS
 name as target name override, a ``checkServerIdentity`` that checks the server's
 URI SAN, rich errors read from ``grpc-status-details-bin``. Both services are
 called: a2agw.v1 (Describe, Invoke allowed and refused) and lf.a2a.v1

@@ -1,5 +1,5 @@
 // A client that is not ours: Node's gRPC stack (@grpc/grpc-js) calling an agent over mTLS,
-// the way README "Calling from other languages" tells a non-Python client to. Reads one JSON
+// the way docs/other-languages.md tells a non-Python client to. Reads one JSON
 // config file (argv[2]), prints one JSON object with what each call answered.
 'use strict';
 
