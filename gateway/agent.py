@@ -20,7 +20,7 @@ from gateway.audit import AuditLog
 from gateway.audit.checkpoint import Checkpointer, CheckpointSigner
 from gateway.audit.query import recent_request_ids
 from gateway.config import AgentConfig
-from gateway.errors import AgentConfigError, AuditUnavailable, StateUnavailable
+from gateway.errors import AgentConfigError, AuditUnavailable, StateUnavailable, reasons_where
 from gateway.inbound.idempotency import IdempotencyStore
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.limit_audit import DEFAULT_INTERVAL_SECONDS, LimitRefusalLog
@@ -55,8 +55,6 @@ from policies.store import PolicyStore
 
 _log = logging.getLogger(__name__)
 
-# Refusals that happen after the replay check, so their request ids count as used.
-_REMEMBERED_REFUSALS = frozenset({"INVALID_INPUT", "DEADLINE_EXCEEDED"})
 _PURGE_EVERY_SECONDS = 3600.0
 _RETIRE_GRACE_SECONDS = 60.0  # calls on a channel retired by a rotation get this long
 
@@ -351,7 +349,7 @@ class Agent:
             agent=self.config.id,
             since=timedelta(seconds=window),
             limit=self.replay.max_entries,
-            refusals=_REMEMBERED_REFUSALS,
+            refusals=reasons_where("spends_request_id"),
         )
         self.replay.preload(
             (peer_id, request_id, (now_ms - time_unix_ms) / 1000)

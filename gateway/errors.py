@@ -51,6 +51,10 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
         ├── PlanInvalid               PLAN_INVALID                             (plans)
         └── TaskNotFound              NOT_FOUND          TASK_NOT_FOUND        (plans, A2A)
 
+What an error means for retries and plans is a fact of its class, asked in one
+place (``GatewayError.transient``, ``nothing_ran``, ``peer_specific``,
+``spends_request_id``), never a table kept beside the tree.
+
 Lower-level exceptions are translated into this tree only at boundaries (the
 gRPC servicer, the peer client, the CLI), always with ``raise ... from err``.
 """
@@ -73,6 +77,19 @@ class GatewayError(Exception):
 
     reason: ClassVar[str] = "INTERNAL"
 
+    transient: ClassVar[bool] = False
+    """Worth trying again: the same peer may answer next time (plans retry safe steps)."""
+
+    nothing_ran: ClassVar[bool] = False
+    """Proves the capability did not run (refused before it started), so a write that
+    got this answer may still go elsewhere; anything else may follow a run."""
+
+    peer_specific: ClassVar[bool] = False
+    """Another peer might answer differently, so a plan may reroute the step."""
+
+    spends_request_id: ClassVar[bool] = False
+    """Given after the replay check: the call's request id counts as used."""
+
     def __init__(self, message: str = "", *, detail: str = "") -> None:
         super().__init__(message or self.reason)
         self.message = message or self.reason
@@ -88,12 +105,15 @@ class Unauthenticated(GatewayError):
     """The caller presented no certificate yielding exactly one SPIFFE ID."""
 
     reason = "UNAUTHENTICATED"
+    nothing_ran = True
 
 
 class PolicyRefusal(GatewayError):
     """The caller is known (or not) but the policy does not allow the call."""
 
     reason = "POLICY_REFUSED"
+    nothing_ran = True
+    peer_specific = True
 
 
 class UnknownPeer(PolicyRefusal):
@@ -130,18 +150,23 @@ class VersionNotAvailable(GatewayError):
     """No version the caller may call satisfies the requested constraint."""
 
     reason = "VERSION_NOT_AVAILABLE"
+    nothing_ran = True
+    peer_specific = True
 
 
 class PayloadTooLarge(GatewayError):
     """The raw payload is larger than the caller's cap."""
 
     reason = "PAYLOAD_TOO_LARGE"
+    nothing_ran = True
+    peer_specific = True
 
 
 class OutputTooLarge(GatewayError):
     """The capability's output is larger than the caller's cap."""
 
     reason = "OUTPUT_TOO_LARGE"
+    peer_specific = True
 
 
 class LimitRefusal(GatewayError):
@@ -154,6 +179,7 @@ class LimitRefusal(GatewayError):
     """
 
     reason = "LIMIT_REFUSED"
+    nothing_ran = True
 
 
 class RateLimited(LimitRefusal):
@@ -178,18 +204,23 @@ class InvalidInput(GatewayError):
     """The payload is not valid JSON or does not match the input schema."""
 
     reason = "INVALID_INPUT"
+    nothing_ran = True
+    spends_request_id = True
 
 
 class InvalidRequest(GatewayError):
     """The request envelope itself is malformed (ids, constraint syntax)."""
 
     reason = "INVALID_REQUEST"
+    nothing_ran = True
 
 
 class DeadlineExceeded(GatewayError):
     """The call's deadline has passed (or had passed on arrival)."""
 
     reason = "DEADLINE_EXCEEDED"
+    transient = True
+    spends_request_id = True
 
 
 class CapabilityTimeout(DeadlineExceeded):
@@ -202,12 +233,14 @@ class ReplayedRequest(GatewayError):
     """A request id this agent has already seen from this peer."""
 
     reason = "REPLAYED_REQUEST"
+    nothing_ran = True
 
 
 class IdempotencyConflict(GatewayError):
     """An idempotency key reused with a different payload."""
 
     reason = "IDEMPOTENCY_CONFLICT"
+    nothing_ran = True
 
 
 class IdempotencyInDoubt(GatewayError):
@@ -230,30 +263,35 @@ class InvalidOutput(GatewayError):
     """The capability returned output that violates its contract."""
 
     reason = "INVALID_OUTPUT"
+    peer_specific = True
 
 
 class CapabilityFailed(GatewayError):
     """The capability raised; details stay in the server log, not on the wire."""
 
     reason = "CAPABILITY_FAILED"
+    peer_specific = True
 
 
 class AuditUnavailable(GatewayError):
     """The audit log cannot record, so the agent refuses work (fails closed)."""
 
     reason = "AUDIT_UNAVAILABLE"
+    transient = True
 
 
 class StateUnavailable(GatewayError):
     """Durable state (idempotency records) cannot be read or written; nothing ran."""
 
     reason = "STATE_UNAVAILABLE"
+    transient = True
 
 
 class PeerUnavailable(GatewayError):
     """The peer could not be reached."""
 
     reason = "PEER_UNAVAILABLE"
+    transient = True
 
 
 class UpstreamUnavailable(PeerUnavailable):
@@ -278,6 +316,7 @@ class PeerIdentityMismatch(GatewayError):
     """The server's certificate does not carry the expected peer's SPIFFE ID."""
 
     reason = "PEER_IDENTITY_MISMATCH"
+    nothing_ran = True
 
 
 class Cancelled(GatewayError):
@@ -320,24 +359,28 @@ class BudgetExhausted(GatewayError):
     """A task ran out of steps, peer calls or time before it finished."""
 
     reason = "BUDGET_EXHAUSTED"
+    nothing_ran = True
 
 
 class NoRoute(GatewayError):
     """No local capability and no authorized peer can run a step."""
 
     reason = "NO_ROUTE"
+    nothing_ran = True
 
 
 class ExpectationFailed(GatewayError):
     """A step's output does not satisfy the step's ``expect`` condition."""
 
     reason = "EXPECTATION_FAILED"
+    peer_specific = True
 
 
 class ApprovalDenied(GatewayError):
     """A person denied a plan step that needed approval; it sent nothing."""
 
     reason = "APPROVAL_DENIED"
+    nothing_ran = True
 
 
 class Stagnated(GatewayError):
@@ -392,6 +435,11 @@ def all_error_classes() -> list[type[GatewayError]]:
         found.extend(found[index].__subclasses__())
         index += 1
     return found
+
+
+def reasons_where(fact: str) -> frozenset[str]:
+    """The reason codes of every class for which the boolean ``fact`` holds."""
+    return frozenset(cls.reason for cls in all_error_classes() if getattr(cls, fact))
 
 
 def error_for_reason(reason: str) -> type[GatewayError]:

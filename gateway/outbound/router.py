@@ -36,7 +36,6 @@ from capabilities.contract import Risk
 from capabilities.registry import Capability, CapabilityRegistry
 from capabilities.versions import Version, VersionConstraint, VersionSyntaxError
 from gateway.errors import (
-    AuditUnavailable,
     DeadlineExceeded,
     GatewayError,
     InvalidInput,
@@ -100,10 +99,6 @@ class Skipped:
     def unreachable(self) -> bool:
         """The peer could not be asked what it offers (it may be back soon)."""
         return self.reason == PeerUnavailable.reason
-
-
-_UNREACHABLE = (PeerUnavailable, DeadlineExceeded, AuditUnavailable)
-"""Describe failures that say nothing about what the peer offers: transient."""
 
 
 OfferFilter = Callable[[Offer], bool]
@@ -327,8 +322,8 @@ class Router:
                 err.reason,
                 extra={"peer": peer_id, "reason": err.reason},
             )
-            if not isinstance(err, _UNREACHABLE):
-                return Skipped(peer_id, err.reason)  # an answer (a refusal): quick to ask again
+            if not err.transient:  # an answer (a refusal): quick to ask again
+                return Skipped(peer_id, err.reason)
             skipped = Skipped(peer_id, PeerUnavailable.reason)
             # A Describe cut short by the caller's deadline says little about the peer.
             if timeout >= self._describe_timeout or not isinstance(err, DeadlineExceeded):

@@ -3,7 +3,8 @@
 A read (or idempotent) step may be retried on transient failures and moved to
 the next route when its peer stays unreachable or silent. A write never moves
 once it may have reached a peer: :class:`StepProgress` ``written_at`` records
-where, and only an answer in :data:`NOTHING_RAN` clears it.
+where, and only an answer whose class says ``nothing_ran`` clears it (the error
+tree, ``gateway.errors``, holds what each failure means).
 """
 
 from __future__ import annotations
@@ -11,59 +12,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from gateway.errors import (
-    ApprovalDenied,
-    AuditUnavailable,
-    BudgetExhausted,
-    DeadlineExceeded,
-    GatewayError,
-    IdempotencyConflict,
-    InvalidInput,
-    InvalidRequest,
-    NoRoute,
-    PayloadTooLarge,
-    PeerIdentityMismatch,
-    PeerUnavailable,
-    PolicyRefusal,
-    ReplayedRequest,
-    StateUnavailable,
-    Unauthenticated,
-    VersionNotAvailable,
-)
+from gateway.errors import GatewayError, PayloadTooLarge
 from gateway.outbound.router import LOCAL, Offer
 from gateway.plans.model import Step
 from gateway.plans.task import StepResult, StepStatus
-
-TRANSIENT: tuple[type[GatewayError], ...] = (
-    PeerUnavailable,
-    DeadlineExceeded,
-    AuditUnavailable,
-    StateUnavailable,
-)
-"""Failures worth retrying (the peer may answer next time)."""
-
-NOTHING_RAN: tuple[type[GatewayError], ...] = (
-    PolicyRefusal,
-    VersionNotAvailable,
-    PayloadTooLarge,
-    InvalidRequest,
-    InvalidInput,
-    ReplayedRequest,
-    IdempotencyConflict,
-    NoRoute,
-    BudgetExhausted,
-    Unauthenticated,
-    PeerIdentityMismatch,
-    ApprovalDenied,
-)
-"""Answers from (or on the way to) a peer that prove the capability did not run.
-
-Refused before the capability starts: by this agent's checks before sending, or
-by the peer's admission. Everything else, ``PEER_UNAVAILABLE`` included (gRPC
-cannot tell a connection that failed before the request from one lost mid-call),
-``AUDIT_UNAVAILABLE`` and ``STATE_UNAVAILABLE`` (they can follow the run), may
-come after the capability ran.
-"""
 
 ATTEMPT_MARGIN_SECONDS = 1.0
 """Time past a peer's advertised contract timeout for its answer (or its
@@ -129,9 +81,7 @@ def may_fail_over(err: GatewayError, offer: Offer, tally: StepProgress) -> bool:
     # peer may be replaced only for steps that are safe to repeat.
     if isinstance(err, PayloadTooLarge) and offer.where != LOCAL:
         return True
-    return isinstance(err, PeerUnavailable | AuditUnavailable | DeadlineExceeded) and (
-        offer.retryable
-    )
+    return err.transient and offer.retryable
 
 
 def abandoned_result(step: Step, progress: StepProgress, reason: str, message: str) -> StepResult:

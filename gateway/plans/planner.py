@@ -14,38 +14,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from gateway.errors import (
-    CapabilityFailed,
-    CapabilityNotGranted,
-    ExpectationFailed,
-    InvalidOutput,
-    NoRoute,
-    OutputTooLarge,
-    PayloadTooLarge,
-    PolicyRefusal,
-    VersionNotAvailable,
-)
+from gateway.errors import NoRoute, VersionNotAvailable, error_for_reason
 from gateway.outbound.router import LOCAL
 from gateway.plans.model import Plan, Step
-
-REFUSED = frozenset(
-    cls.reason
-    for cls in (PolicyRefusal, CapabilityNotGranted, VersionNotAvailable, PayloadTooLarge)
-) | {"UNKNOWN_PEER", "GRANT_EXPIRED", "RISK_NOT_GRANTED", "OUTBOUND_NOT_ALLOWED"}
-"""Refusals another peer might not give; nothing ran, so any step may be rerouted."""
-
-UNUSABLE = frozenset(
-    cls.reason for cls in (OutputTooLarge, InvalidOutput, CapabilityFailed, ExpectationFailed)
-)
-"""Answers after the capability ran: another peer may do better, but only a read
-may run again (a write's runner reports ``may_have_written``)."""
-
-REROUTABLE = REFUSED | UNUSABLE
-"""Failures another peer might not have.
-
-An unreachable peer is not here: the executor already failed over for reads,
-and for writes the write may have happened.
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +64,7 @@ class RerouteOrStop(Planner):
         step = failure.step
         if failure.may_have_written:
             return None
-        if failure.reason in REROUTABLE and failure.where and failure.where != LOCAL:
+        if error_for_reason(failure.reason).peer_specific and failure.where not in ("", LOCAL):
             changed = step.model_copy(
                 update={"avoid": (*step.avoid, failure.where), "revision": revision}
             )

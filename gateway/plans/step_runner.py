@@ -65,8 +65,6 @@ from gateway.plans.approval import (
     request_for,
 )
 from gateway.plans.attempt_rules import (
-    NOTHING_RAN,
-    TRANSIENT,
     WRITE_IN_DOUBT,
     StepProgress,
     attempt_timeout,
@@ -340,7 +338,7 @@ class StepRunner:
                     self._router.forget(offer.where)
                 if isinstance(err, DeadlineExceeded) and self._meter.remaining() <= 0:
                     self._meter.check_time()
-                if not isinstance(err, TRANSIENT) or attempt + 1 >= tries:
+                if not err.transient or attempt + 1 >= tries:
                     raise
                 await asyncio.sleep(min(_BACKOFF_SECONDS * 2**attempt, _MAX_BACKOFF_SECONDS))
                 self._meter.check_time()
@@ -360,7 +358,7 @@ class StepRunner:
         try:
             answer = await self._once(step, resolved, offer, tally.attempts)
         except GatewayError as err:
-            if not earlier and offer.where != LOCAL and isinstance(err, NOTHING_RAN):
+            if not earlier and offer.where != LOCAL and err.nothing_ran:
                 tally.written_at = ""
             raise
         check_expect(step, answer.output)

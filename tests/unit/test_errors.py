@@ -111,3 +111,75 @@ def test_public_api_is_what_all_says() -> None:
         assert sorted(package.__all__) == sorted(set(package.__all__))
         for name in package.__all__:
             assert hasattr(package, name), f"{package.__name__}.{name}"
+
+
+# What each failure means for retries and plans: facts of the classes, asked in one place.
+_FACTS = ("transient", "nothing_ran", "peer_specific", "spends_request_id")
+
+
+def test_what_a_failure_means_is_declared_on_the_tree_and_read_nowhere_else() -> None:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    tables = []
+    for path in [*root.glob("gateway/**/*.py"), *root.glob("policies/*.py")]:
+        text = path.read_text(encoding="utf-8")
+        for name in ("TRANSIENT", "NOTHING_RAN", "REROUTABLE", "_UNREACHABLE", "_REMEMBERED"):
+            if f"{name} =" in text or f"{name}:" in text:
+                tables.append(f"{path.relative_to(root)}: {name}")
+    assert tables == []
+
+
+def test_reason_sets_of_each_fact() -> None:
+    from gateway.errors import reasons_where
+
+    assert reasons_where("transient") == {
+        "PEER_UNAVAILABLE",
+        "DEADLINE_EXCEEDED",
+        "CAPABILITY_TIMEOUT",
+        "AUDIT_UNAVAILABLE",
+        "STATE_UNAVAILABLE",
+    }
+    assert reasons_where("spends_request_id") == {
+        "INVALID_INPUT",
+        "DEADLINE_EXCEEDED",
+        "CAPABILITY_TIMEOUT",
+    }
+    assert reasons_where("peer_specific") == {
+        "POLICY_REFUSED",
+        "UNKNOWN_PEER",
+        "GRANT_EXPIRED",
+        "CAPABILITY_NOT_GRANTED",
+        "RISK_NOT_GRANTED",
+        "OUTBOUND_NOT_ALLOWED",
+        "VERSION_NOT_AVAILABLE",
+        "PAYLOAD_TOO_LARGE",
+        "OUTPUT_TOO_LARGE",
+        "INVALID_OUTPUT",
+        "CAPABILITY_FAILED",
+        "EXPECTATION_FAILED",
+    }
+    ran = reasons_where("nothing_ran")
+    # A failure that may follow a run never claims that nothing ran.
+    assert not ran & {
+        "PEER_UNAVAILABLE",
+        "DEADLINE_EXCEEDED",
+        "CAPABILITY_TIMEOUT",
+        "AUDIT_UNAVAILABLE",
+        "STATE_UNAVAILABLE",
+        "CAPABILITY_FAILED",
+        "INVALID_OUTPUT",
+        "OUTPUT_TOO_LARGE",
+        "IDEMPOTENCY_IN_DOUBT",
+        "CANCELLED",
+        "INTERNAL",
+    }
+    assert {"UNKNOWN_PEER", "RATE_LIMITED", "INVALID_REQUEST", "REPLAYED_REQUEST"} <= ran
+
+
+@pytest.mark.parametrize("fact", _FACTS)
+def test_every_fact_is_a_documented_boolean_of_the_root(fact: str) -> None:
+    from gateway.errors import GatewayError, all_error_classes
+
+    assert getattr(GatewayError, fact) is False
+    assert all(isinstance(getattr(cls, fact), bool) for cls in all_error_classes())
