@@ -31,16 +31,6 @@ def written_note(where: str) -> str:
     return f"{where}: {WRITE_IN_DOUBT}"
 
 
-def notes_say_written(notes: tuple[str, ...]) -> bool:
-    """True if a failed result's ``notes`` say its write may have run (``written_note``).
-
-    A failed result carries that note exactly when ``may_have_written`` is set, and
-    the notes are checkpointed with it: a resumed run reads the flag back from them.
-    """
-    suffix = f": {WRITE_IN_DOUBT}"
-    return any(note.endswith(suffix) for note in notes)
-
-
 @dataclass
 class StepProgress:
     """How far one step has got (the executor reads it when it abandons the step).

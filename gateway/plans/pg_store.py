@@ -34,10 +34,10 @@ _TASK_COLUMNS = (
 _STEP_COLUMNS = (
     "task_id, step_id, revision, status, where_, attempts, duration_ms, output_json, "
     "served_version, time_ms, sha256, replayed, reason, message, notes_json, confidence, "
-    "sources_json, candidates_json, asked_verification"
+    "sources_json, candidates_json, asked_verification, may_have_written"
 )
 _UPSERT_STEP = (
-    f"INSERT INTO task_steps (agent_id, {_STEP_COLUMNS}) VALUES ({', '.join(['%s'] * 20)}) "
+    f"INSERT INTO task_steps (agent_id, {_STEP_COLUMNS}) VALUES ({', '.join(['%s'] * 21)}) "
     "ON CONFLICT (agent_id, task_id, step_id) DO UPDATE SET revision = excluded.revision, "
     "status = excluded.status, where_ = excluded.where_, attempts = excluded.attempts, "
     "duration_ms = excluded.duration_ms, output_json = excluded.output_json, "
@@ -46,7 +46,8 @@ _UPSERT_STEP = (
     "message = excluded.message, notes_json = excluded.notes_json, "
     "confidence = excluded.confidence, sources_json = excluded.sources_json, "
     "candidates_json = excluded.candidates_json, "
-    "asked_verification = excluded.asked_verification "
+    "asked_verification = excluded.asked_verification, "
+    "may_have_written = excluded.may_have_written "
     "WHERE excluded.revision >= task_steps.revision AND task_steps.status != 'completed'"
 )
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 
 from gateway.errors import Cancelled
 from gateway.plans.approval import Decision
-from gateway.plans.attempt_rules import notes_say_written
 from gateway.plans.records import StoredTask, Usage
 from gateway.plans.task import StepResult, StepStatus, TaskResult, TaskState
 
@@ -65,8 +64,7 @@ def _unanswered_failures(stored: StoredTask) -> dict[str, StepResult]:
         if result is None or result.status is StepStatus.COMPLETED:
             continue
         if result.revision == step.revision:
-            written = notes_say_written(result.notes)  # not a column of its own
-            failed.append(replace(result, may_have_written=written))
+            failed.append(result)
     failed.sort(key=lambda result: result.reason == Cancelled.reason)
     return {result.step_id: result for result in failed}
 

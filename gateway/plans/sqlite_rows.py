@@ -28,7 +28,7 @@ SCHEMA = (
     "reason TEXT NOT NULL, message TEXT NOT NULL, notes_json TEXT NOT NULL, "
     "confidence TEXT NOT NULL DEFAULT 'unverified', sources_json TEXT NOT NULL DEFAULT '[]', "
     "candidates_json TEXT NOT NULL DEFAULT '[]', asked_verification INTEGER NOT NULL DEFAULT 0, "
-    "PRIMARY KEY (task_id, step_id))",
+    "may_have_written INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (task_id, step_id))",
     "CREATE TABLE IF NOT EXISTS revisions (task_id TEXT NOT NULL, revision INTEGER NOT NULL, "
     "reason TEXT NOT NULL, time_ms INTEGER NOT NULL, plan_json TEXT NOT NULL, "
     "PRIMARY KEY (task_id, revision))",
@@ -54,9 +54,22 @@ ADDED_COLUMNS = {
         "sources_json TEXT NOT NULL DEFAULT '[]'",
         "candidates_json TEXT NOT NULL DEFAULT '[]'",
         "asked_verification INTEGER NOT NULL DEFAULT 0",
+        "may_have_written INTEGER NOT NULL DEFAULT 0",
     ),
 }
 """Columns added after a table was first released, appended to files made before."""
+
+LEGACY_WRITTEN_NOTE_SQL = (
+    "notes_json LIKE '%: the write may have run there and its outcome is unknown, "
+    "so it is not sent to another peer\"%'"
+)
+"""Step rows whose notes hold the 'may have written' note: how rows written before the
+flag was a column of their own are filled (the note's wording of those releases)."""
+
+BACKFILLS = {
+    "may_have_written": f"UPDATE steps SET may_have_written = 1 WHERE {LEGACY_WRITTEN_NOTE_SQL}"
+}
+"""Rows of an older release that a new column must describe too, filled when it is added."""
 
 
 def add_missing_columns(db: sqlite3.Connection) -> None:
@@ -64,13 +77,16 @@ def add_missing_columns(db: sqlite3.Connection) -> None:
     for table, columns in ADDED_COLUMNS.items():
         present = {str(row[1]) for row in db.execute(f"PRAGMA table_info({table})")}
         for column in columns:
-            if column.split()[0] not in present:
+            name = column.split()[0]
+            if name not in present:
                 db.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+                if name in BACKFILLS:
+                    db.execute(BACKFILLS[name])
 
 
 # A late result of an older step revision, or anything after a completion, is dropped.
 UPSERT_STEP = (
-    "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT(task_id, step_id) DO UPDATE SET revision = excluded.revision, "
     "status = excluded.status, where_ = excluded.where_, attempts = excluded.attempts, "
     "duration_ms = excluded.duration_ms, output_json = excluded.output_json, "
@@ -79,7 +95,8 @@ UPSERT_STEP = (
     "message = excluded.message, notes_json = excluded.notes_json, "
     "confidence = excluded.confidence, sources_json = excluded.sources_json, "
     "candidates_json = excluded.candidates_json, "
-    "asked_verification = excluded.asked_verification "
+    "asked_verification = excluded.asked_verification, "
+    "may_have_written = excluded.may_have_written "
     "WHERE excluded.revision >= steps.revision AND steps.status != 'completed'"
 )
 
@@ -139,6 +156,7 @@ def step_row(task_id: str, result: StepResult) -> tuple[Any, ...]:
         json.dumps([_evidence_json(e) for e in result.sources]),
         json.dumps(list(result.candidates), sort_keys=True),
         int(result.asked_verification),
+        int(result.may_have_written),
     )
 
 
@@ -215,6 +233,7 @@ def step_result(row: tuple[Any, ...]) -> StepResult:
         sources_json,
         candidates_json,
         asked_verification,
+        may_have_written,
     ) = row
     evidence = (
         Evidence(step_id, where, served, int(time_ms), sha256) if sha256 is not None else None
@@ -236,6 +255,7 @@ def step_result(row: tuple[Any, ...]) -> StepResult:
         sources=tuple(_evidence_of(e) for e in json.loads(sources_json)),
         candidates=tuple(json.loads(candidates_json)),
         asked_verification=bool(asked_verification),
+        may_have_written=bool(may_have_written),
     )
 
 

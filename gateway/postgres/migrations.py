@@ -139,6 +139,14 @@ _V4 = (
     "PRIMARY KEY (agent_id, task_id, step_id, where_, input_sha256))",
 )
 
+_V5 = (
+    "ALTER TABLE task_steps ADD COLUMN may_have_written INTEGER NOT NULL DEFAULT 0",
+    # Before this, the flag was read back from the note a failed write carried.
+    "UPDATE task_steps SET may_have_written = 1 WHERE notes_json LIKE "
+    "'%: the write may have run there and its outcome is unknown, "
+    "so it is not sent to another peer\"%'",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "audit, idempotency, replay window, tasks", _V1, _V1_RECORD_COLUMNS),
     Migration(
@@ -149,6 +157,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(3, "A2A tasks shared by the replicas of an agent id", _V3),
     Migration(4, "failed plan attempts (digests), remembered across restarts", _V4),
+    Migration(5, "a failed plan step's 'may have written' as a column of its own", _V5),
 )
 """Every schema version in order; append, never edit a released one."""
 
