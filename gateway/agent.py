@@ -191,6 +191,7 @@ class Agent:
                 bind_peer_call=self.router.bind,
                 approval_min_risk=config.plans.approval_min_risk,
                 telemetry=self.telemetry,
+                audit=self.audit,
             ),
             decisions=self.audit,
         )

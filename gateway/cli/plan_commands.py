@@ -88,6 +88,7 @@ async def _run(args: argparse.Namespace) -> int:
         progress = None if args.json else _print_event
         if progress is not None:
             print(f"{'STEP':<16} {'WHERE':<40} {'STATUS':<10} {'TIME':>9}", flush=True)
+        await agent.audit.start()  # local steps are audited like calls
         result = await agent.run(plan, on_event=progress)
         return await _report(agent, result, args)
 
@@ -96,9 +97,11 @@ async def _run(args: argparse.Namespace) -> int:
 
 async def _tasks(args: argparse.Namespace) -> int:
     async def work(agent: Agent) -> int:
+        if args.approve or args.deny or args.resume:
+            # A decision is audited before it is taken, and local steps like calls.
+            await agent.audit.start()
         if args.approve or args.deny:
             task_id, step_id = args.approve or args.deny
-            await agent.audit.start()  # the decision is audited before it is taken
             decided = await agent.plans.decide(task_id, step_id, approve=bool(args.approve))
             print(
                 f"step {printable(step_id)} of task {printable(task_id)}: "

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from capabilities.context import PeerCall
 from capabilities.contract import Risk
+from gateway.audit import AuditLog
 from gateway.errors import (
     BudgetExhausted,
     Cancelled,
@@ -86,6 +87,8 @@ class ExecutorParts:
     approval_min_risk: Risk | None = None
     """The agent's ``[plans] approval_min_risk``: applies to every plan it runs."""
     telemetry: Telemetry | None = None
+    audit: AuditLog | None = None
+    """Where steps run locally are recorded (``gateway.plans.local_step_audit``)."""
 
 
 class TaskExecutor:
@@ -239,6 +242,7 @@ class TaskExecutor:
             approvals=self._approvals,
             approval_min=self._approval_min(),
             telemetry=self._parts.telemetry,
+            audit=self._parts.audit,
         )
 
     def _approval_min(self) -> Risk | None:

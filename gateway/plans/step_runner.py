@@ -42,6 +42,7 @@ from capabilities.context import CallContext, PeerCall
 from capabilities.contract import Risk
 from capabilities.runner import run_capability
 from capabilities.versions import VersionConstraint
+from gateway.audit import AuditLog
 from gateway.errors import (
     ApprovalDenied,
     BudgetExhausted,
@@ -80,6 +81,7 @@ from gateway.plans.crash_points import (
     BEFORE_CHECKPOINT,
     crash_point,
 )
+from gateway.plans.local_step_audit import LocalStepAudit
 from gateway.plans.model import Plan, Step
 from gateway.plans.step_answer import (
     StepAnswer,
@@ -125,7 +127,9 @@ class StepRunner:
         approvals: Mapping[str, ApprovalRequest] | None = None,
         approval_min: Risk | None = None,
         telemetry: Telemetry | None = None,
+        audit: AuditLog | None = None,
     ) -> None:
+        self._audit = audit
         self._approvals = approvals or {}
         self._approval_min = approval_min
         self._telemetry = telemetry if telemetry is not None else Telemetry.off(agent_id)
@@ -434,21 +438,40 @@ class StepRunner:
         assert offer.local is not None
         self._meter.take_tool_call()
         contract = offer.local.contract
+        encoded = encode_payload(payload)
         try:
-            model = contract.input_model.model_validate_json(encode_payload(payload))
+            model = contract.input_model.model_validate_json(encoded)
         except ValueError as err:
             raise InvalidInput(f"step input does not match {contract.key}") from err
         deadline = self._meter.deadline
+        request_id = _request_id(self._task_id, step, n)
         ctx = CallContext(
             peer_id=self._agent_id,
-            request_id=_request_id(self._task_id, step, n),
+            request_id=request_id,
             deadline=deadline,
             task_id=self._task_id,
             step_id=step.id,
             idempotency_key=key,
             call_peer=None if self._bind is None else self._bind(deadline, self._task_id, step.id),
         )
-        result = await run_capability(offer.local, model, ctx)
+        capability = offer.local
+        if self._audit is None:
+            result = await run_capability(capability, model, ctx)
+        else:
+            record = LocalStepAudit(
+                self._audit,
+                agent_id=self._agent_id,
+                request_id=request_id,
+                task_id=self._task_id,
+                step_id=step.id,
+                capability=step.capability,
+                constraint=step.version,
+                served=str(contract.version),
+                payload=encoded,
+            )
+            result = await record.around(
+                contract.risk, lambda: run_capability(capability, model, ctx)
+            )
         digest = result.evidence_sha256
         evidence = Evidence(step.id, LOCAL, str(contract.version), now_ms(), digest)
         return StepAnswer(json.loads(result.payload), evidence, False)
