@@ -77,8 +77,9 @@ class UpstreamClient:
         """Send one message to ``skill``; the answer's parts (None: no readable answer).
 
         Raises:
-            UpstreamUnavailable: the upstream could not be reached (as the identity
-                it must have).
+            UpstreamUnavailable: the upstream could not be reached as the identity
+                it must have (nothing was sent), or answered UNAVAILABLE or was
+                lost once the call may have been sent; the detail says which.
             UpstreamFailed: it answered with an error or an unfinished/failed task.
         """
         if self._link is None:
