@@ -10,10 +10,11 @@ JSON-RPC binding over https: an httpx client with this agent's certificate and
 CA whose every connection asks for (SNI) and verifies that same derived name,
 so the same proof happens in the handshake.
 
-Both check every answer before the SDK reads it (``upstream_answers``,
-``upstream_http``). Plaintext (no ``id``) is only ever configured for loopback IPs (the config
-refuses anything else). The card is never fetched: the configured address or
-URL is the only place requests go, whatever an upstream's card might claim.
+Both bindings check every answer before the SDK reads it (``upstream_answers``,
+``upstream_http``). Plaintext (no ``id``) is only ever configured for loopback
+IPs (the config refuses anything else). The card is never fetched: the
+configured address or URL is the only place requests go, whatever an
+upstream's card might claim.
 """
 
 from __future__ import annotations
