@@ -102,6 +102,7 @@ class Agent:
         self.upstreams = [UpstreamClient(entry, self.tls, config.tls) for entry in config.upstreams]
         """One reused a2a-sdk client per ``[[upstreams]]`` entry (closed by stop())."""
         register_upstreams(self.registry, self.upstreams)
+        self.telemetry.metrics.label_capabilities(cap.name for cap in self.registry)
         self._checkpoints = self._checkpointer()
         self.audit = AuditLog(
             config.audit_db,

@@ -21,7 +21,12 @@ _COUNT = re.compile(r"(?:^|\s)count=([0-9]+)(?:\s|$)")
 
 def calls_in(record: AuditRecord) -> int:
     """How many calls ``record`` stands for: ``count=N`` in its detail, else 1."""
-    match = _COUNT.search(record.detail)
+    return calls_in_detail(record.detail)
+
+
+def calls_in_detail(detail: str) -> int:
+    """How many calls a record with ``detail`` stands for: ``count=N`` in it, else 1."""
+    match = _COUNT.search(detail)
     return int(match.group(1)) if match else 1
 
 

@@ -10,6 +10,10 @@ instruments. Adding one is one line::
 
     metrics.observe_counter("a2agw_policy_reloads", "Policy reloads by result",
                             lambda: [({"result": "ok"}, store.reloads_ok)])
+
+Label values come from bounded sets only: callers choose the capability name
+they send, so a name that is not registered here is counted under
+``OTHER_CAPABILITY`` (one series, however many names a caller invents).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
 
+from gateway.audit.summary import calls_in_detail
 from gateway.config import MetricsSettings
 from gateway.telemetry.prometheus_text import render
 
@@ -29,6 +34,8 @@ Reading = Callable[[], float | Iterable[tuple[Labels, float]]]
 """What an observable instrument reads: one value, or (labels, value) pairs."""
 
 ADMITTED = "ADMITTED"
+OTHER_CAPABILITY = "_other"
+"""The ``capability`` label of calls naming a capability not registered here."""
 _DECISION_LABELS = ("capability", "decision", "reason", "peer")
 # Seconds; from sub-millisecond local calls to the longest capability timeouts.
 _DURATION_BUCKETS = (
@@ -78,6 +85,8 @@ class AgentMetrics:
         # Hot-path counts are plain ints, pulled at scrape time: an SDK
         # instrument call costs ~10 us, a dict increment well under one.
         self._decision_counts: dict[tuple[str, ...], int] = {}
+        # "": records of calls that name no capability (Describe, aggregated limit refusals).
+        self._capabilities: frozenset[str] = frozenset({""})
         self._in_flight: dict[str, int] = {}
         self.observe_counter(
             "a2agw_decisions",
@@ -121,28 +130,38 @@ class AgentMetrics:
                 name, [_callback(read)], unit=unit, description=description
             )
 
+    def label_capabilities(self, names: Iterable[str]) -> None:
+        """Take ``names`` (the registered capabilities) as the ``capability`` label values.
+
+        Every other name a record carries is labelled ``OTHER_CAPABILITY``.
+        """
+        self._capabilities = frozenset(names) | {""}
+
     # --- push: events the gateway sees as they happen -----------------------
 
     def audit_committed(self, records: Sequence[Mapping[str, object]], seconds: float) -> None:
         """Count a committed audit batch (called by the audit writer thread).
 
         Counting committed records, not attempted ones, keeps
-        ``a2agw_decisions_total`` equal to the audit log's counts.
+        ``a2agw_decisions_total`` equal to the audit log's counts; an aggregated
+        limit record (``count=N`` in its detail) counts its N calls.
         """
         if not self.enabled:
             return
         self._commit.record(seconds)
-        counts = self._decision_counts
+        counts, known = self._decision_counts, self._capabilities
         for rec in records:
             capability, decision, reason = (
                 str(rec["capability"]),
                 str(rec["decision"]),
                 str(rec["reason"]),
             )
+            if capability not in known:
+                capability = OTHER_CAPABILITY
             key: tuple[str, ...] = (capability, decision, reason)
             if self.peer_labels:
                 key += (str(rec["peer_id"]),)
-            counts[key] = counts.get(key, 0) + 1
+            counts[key] = counts.get(key, 0) + calls_in_detail(str(rec.get("detail", "")))
             if reason != ADMITTED:  # the write-ahead record is not an outcome
                 labels = {"capability": capability, "decision": decision}
                 if self.peer_labels:

@@ -4,11 +4,17 @@ Rendered here rather than by ``opentelemetry-exporter-prometheus``: that
 exporter registers with ``prometheus_client``'s process-wide registry, and
 several agents (each with its own MeterProvider) run in one process in tests
 and in the demo.
+
+The output is always valid exposition text, whatever the attributes: a label
+name outside ``[a-zA-Z_][a-zA-Z0-9_]*`` (the SDK's own overflow series is
+labelled ``otel.metric.overflow``) has every other character replaced by
+``_``, because Prometheus rejects a whole scrape over one bad line.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 
 from opentelemetry.sdk.metrics.export import (
@@ -23,6 +29,8 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.util.types import AttributeValue
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_NOT_IN_LABEL_NAME = re.compile(r"[^a-zA-Z0-9_]")
 
 
 def render(data: MetricsData | None) -> str:
@@ -83,11 +91,17 @@ def _sample(
     value: float | int,
     le: str | None = None,
 ) -> str:
-    labels = [f'{key}="{_escape(str(val))}"' for key, val in (attributes or {}).items()]
+    labels = [f'{label_name(key)}="{_escape(str(val))}"' for key, val in (attributes or {}).items()]
     if le is not None:
         labels.append(f'le="{le}"')
     body = "{" + ",".join(labels) + "}" if labels else ""
     return f"{name}{body} {_value(value)}"
+
+
+def label_name(key: str) -> str:
+    """``key`` as a legal Prometheus label name (illegal characters become ``_``)."""
+    name = _NOT_IN_LABEL_NAME.sub("_", key)
+    return name if name and not name[0].isdigit() else f"_{name}"
 
 
 def _value(value: float | int) -> str:

@@ -146,3 +146,44 @@ async def test_prometheus_counts_equal_the_calls_and_the_audit_log(
         (s["metric"]["capability"], s["metric"]["decision"]): int(float(s["value"][1]))
         for s in durations
     } == {("text.echo", "allow"): 5, ("kv.get", "refuse"): 3, ("text.echo", "refuse"): 2}
+
+
+async def test_thousands_of_invented_capability_names_keep_the_scrape_valid(
+    pki: Pki, tmp_path: Path
+) -> None:
+    names = 2_100  # above the metrics SDK's default cardinality limit (2,000)
+    policy = write_policy(tmp_path / "alice-policy.toml", [grant("bob", ["text.echo@^1"])])
+    config = agent_config(pki, tmp_path, "alice", policy).model_copy(
+        update={"metrics": MetricsSettings(listen="127.0.0.1:0")}
+    )
+    agent = Agent(config, standard_registry(WriteCounter(), tmp_path / "alice-state"))
+    await agent.start(watch_policy=False)
+    try:
+        assert agent.telemetry.metrics_address is not None
+        gate = asyncio.Semaphore(16)
+
+        async def invent(dave: PeerClient, n: int) -> str:
+            async with gate:
+                try:
+                    await dave.invoke(f"invented.{n}", {"text": "hi"})
+                except UnknownPeer as err:  # dave holds no grant
+                    return err.reason
+            return "OK"
+
+        async with PeerClient(agent.config.id, agent.address, pki.material("dave")) as dave:
+            reasons = await asyncio.gather(*(invent(dave, n) for n in range(names)))
+        assert set(reasons) == {"UNKNOWN_PEER"}
+        await agent.audit.flush()
+        done = time.time()
+
+        with _prometheus(tmp_path, agent.telemetry.metrics_address) as prometheus:
+            up = await _scraped_after(prometheus, 'up{job="agent"}', done)
+            result = await _scraped_after(prometheus, "a2agw_decisions_total", done)
+    finally:
+        await agent.stop()
+
+    assert float(up[0]["value"][1]) == 1  # the scrape was accepted
+    assert {
+        (s["metric"]["capability"], s["metric"]["reason"]): int(float(s["value"][1]))
+        for s in result
+    } == {("_other", "UNKNOWN_PEER"): names}

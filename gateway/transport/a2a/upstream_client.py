@@ -2,14 +2,18 @@
 
 This is the boundary where a2a-sdk, gRPC and httpx failures are translated:
 
-* not reachable (connection refused or lost, TLS handshake failed, the server
-  not holding a certificate for the upstream's SPIFFE ID) -> ``UpstreamUnavailable``
-  (PEER_UNAVAILABLE; the audit detail names the cause);
-* an answer that is not A2A (undecodable, an unknown payload) -> ``None``,
-  which the capability's output check reports as INVALID_OUTPUT;
-* anything else the upstream answered (an A2A error, a task that failed, was
-  rejected or wants more input) -> ``UpstreamFailed``, a plain exception the
-  capability runner reports as CAPABILITY_FAILED.
+* not reachable (connection refused, TLS handshake failed, the server not
+  holding a certificate for the upstream's SPIFFE ID: nothing was sent), or
+  ``UNAVAILABLE``/the connection lost once the call may have been sent ->
+  ``UpstreamUnavailable`` (PEER_UNAVAILABLE; the audit detail says which,
+  decided from the connection, never from the upstream's words: see
+  ``upstream_reach``);
+* an answer that is not A2A (undecodable bytes, over the size ceiling, not a
+  JSON-RPC response, an unknown payload) -> ``None``, which the capability's
+  output check reports as INVALID_OUTPUT;
+* anything else the upstream answered (an A2A error, any other status, a task
+  that failed, was rejected or wants more input) -> ``UpstreamFailed``, a
+  plain exception the capability runner reports as CAPABILITY_FAILED.
 
 Timeouts are the capability runner's (CAPABILITY_TIMEOUT): the SDK's own
 deadline is set a little later, so the cancellation comes from the runner.
@@ -19,21 +23,28 @@ from __future__ import annotations
 
 import json
 import logging
-import ssl
 import uuid
 from collections.abc import Sequence
 
-import grpc
 import httpx
 from a2a.client import ClientCallContext
 from a2a.types import Message, Part, Role, SendMessageRequest, StreamResponse, TaskState
 from google.protobuf import json_format
 
 from gateway.config import TlsFiles, UpstreamEntry
-from gateway.errors import PeerIdentityMismatch, PeerUnavailable, UpstreamUnavailable
-from gateway.transport.a2a.upstream_links import UpstreamLink, open_link
-from gateway.transport.status import from_rpc_error
+from gateway.errors import UpstreamUnavailable
+from gateway.transport.a2a.upstream_answers import UnreadableAnswer
+from gateway.transport.a2a.upstream_links import UpstreamLink, client_tls_context, open_link
+from gateway.transport.a2a.upstream_reach import (
+    NOT_SENT,
+    channel_connected,
+    exception_chain,
+    grpc_cause,
+    handshake_cause,
+    http_cause,
+)
 from gateway.transport.tls import TlsMaterial
+from policies.identity import svid_dns_name
 
 _log = logging.getLogger(__name__)
 
@@ -66,12 +77,16 @@ class UpstreamClient:
         """Send one message to ``skill``; the answer's parts (None: no readable answer).
 
         Raises:
-            UpstreamUnavailable: the upstream could not be reached (as the identity
-                it must have).
+            UpstreamUnavailable: the upstream could not be reached as the identity
+                it must have (nothing was sent), or answered UNAVAILABLE or was
+                lost once the call may have been sent; the detail says which.
             UpstreamFailed: it answered with an error or an unfinished/failed task.
         """
         if self._link is None:
             self._link = open_link(self.entry, self._tls, self._files)
+        link = self._link
+        if link.channel is not None and not await channel_connected(link.channel):
+            raise self._unreachable(await self._why_not_connected(timeout))  # nothing was sent
         request = SendMessageRequest(
             message=Message(
                 message_id=uuid.uuid4().hex,
@@ -82,7 +97,7 @@ class UpstreamClient:
         )
         context = ClientCallContext(timeout=timeout + SDK_DEADLINE_MARGIN_SECONDS)
         try:
-            async for event in self._link.client.send_message(request, context=context):
+            async for event in link.client.send_message(request, context=context):
                 return answer_parts(event)
         except UpstreamFailed:
             raise
@@ -94,16 +109,27 @@ class UpstreamClient:
         return None
 
     def _translated(self, err: Exception) -> Exception:
-        unreachable = unreachable_cause(err)
-        if unreachable is None:
+        cause = grpc_cause(err) if self.entry.binding == "grpc" else http_cause(err)
+        if cause is None:
             _log.warning("upstream %s answered %s", self.name, type(err).__name__)
             return UpstreamFailed(f"the upstream answered {type(err).__name__}")
-        _log.warning("upstream %s unreachable: %s", self.name, unreachable)
+        return self._unreachable(cause)
+
+    def _unreachable(self, cause: str) -> UpstreamUnavailable:
+        _log.warning("upstream %s unreachable: %s", self.name, cause)
         return UpstreamUnavailable(
             "the A2A agent behind this capability could not be reached",
             upstream=self.name,
-            detail=unreachable,
+            detail=cause,
         )
+
+    async def _why_not_connected(self, timeout: float) -> str:
+        if self.entry.id is None or self.entry.address is None:  # plaintext: no identity
+            return NOT_SENT
+        context = client_tls_context(self._tls, self._files)
+        context.set_alpn_protocols(["h2"])
+        name = svid_dns_name(self.entry.id)
+        return await handshake_cause(self.entry.address, context, name, timeout)
 
     def use_tls(self, tls: TlsMaterial) -> UpstreamLink | None:
         """Open later connections with ``tls`` (a rotated certificate).
@@ -143,36 +169,8 @@ def answer_parts(event: StreamResponse) -> list[Part] | None:
     return None
 
 
-def unreachable_cause(err: BaseException) -> str | None:
-    """Why ``err`` means the upstream was not reached (a reason code), or None."""
-    chain = _chain(err)
-    for cause in chain:
-        if isinstance(cause, grpc.RpcError):
-            mapped = from_rpc_error(cause)
-            if isinstance(mapped, PeerIdentityMismatch):
-                return PeerIdentityMismatch.reason
-            return PeerUnavailable.reason if isinstance(mapped, PeerUnavailable) else None
-        if isinstance(cause, ssl.SSLCertVerificationError):
-            wrong_name = "hostname" in (cause.verify_message or "").lower()
-            return PeerIdentityMismatch.reason if wrong_name else PeerUnavailable.reason
-    # Connection refused, reset or closed without an answer; not a slow answer
-    # (that is the runner's CAPABILITY_TIMEOUT).
-    if any(
-        isinstance(c, httpx.TransportError) and not isinstance(c, httpx.ReadTimeout) for c in chain
-    ):
-        return PeerUnavailable.reason
-    return None
-
-
 def _undecodable(err: BaseException) -> bool:
-    undecodable = json.JSONDecodeError | httpx.DecodingError | json_format.ParseError
-    return any(isinstance(c, undecodable) for c in _chain(err))
-
-
-def _chain(err: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    current: BaseException | None = err
-    while current is not None and current not in seen and len(seen) < 16:
-        seen.append(current)
-        current = current.__cause__ or current.__context__
-    return seen
+    undecodable = (
+        UnreadableAnswer | json.JSONDecodeError | httpx.DecodingError | json_format.ParseError
+    )
+    return any(isinstance(c, undecodable) for c in exception_chain(err))

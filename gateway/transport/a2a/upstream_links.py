@@ -10,16 +10,17 @@ JSON-RPC binding over https: an httpx client with this agent's certificate and
 CA whose every connection asks for (SNI) and verifies that same derived name,
 so the same proof happens in the handshake.
 
-Plaintext (no ``id``) is only ever configured for loopback IPs (the config
-refuses anything else). The card is never fetched: the configured address or
-URL is the only place requests go, whatever an upstream's card might claim.
+Both bindings check every answer before the SDK reads it (``upstream_answers``,
+``upstream_http``). Plaintext (no ``id``) is only ever configured for loopback
+IPs (the config refuses anything else). The card is never fetched: the
+configured address or URL is the only place requests go, whatever an
+upstream's card might claim.
 """
 
 from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 from a2a.client import Client, ClientConfig, ClientFactory, minimal_agent_card
@@ -27,6 +28,8 @@ from a2a.utils.constants import TransportProtocol
 from grpc import aio
 
 from gateway.config import TlsFiles, UpstreamEntry
+from gateway.transport.a2a.upstream_answers import AnswerCheck
+from gateway.transport.a2a.upstream_http import BoundedTransport
 from gateway.transport.tls import MESSAGE_CEILING, TlsMaterial, channel_options
 from policies.identity import svid_dns_name
 
@@ -39,10 +42,12 @@ class UpstreamLink:
         client: The SDK client (non-streaming, one binding).
         http: The httpx client of a JSON-RPC link (the SDK does not close a
             client it was given); None for gRPC, whose channel the SDK closes.
+        channel: The gRPC channel (calls wait for it to be READY); None for JSON-RPC.
     """
 
     client: Client
     http: httpx.AsyncClient | None = None
+    channel: aio.Channel | None = None
 
     async def aclose(self) -> None:
         """Close the SDK client and its channel or HTTP connections."""
@@ -62,7 +67,7 @@ def open_link(entry: UpstreamEntry, tls: TlsMaterial, files: TlsFiles) -> Upstre
             grpc_channel_factory=lambda _url: channel,  # never the card's URL
         )
         card = minimal_agent_card(entry.address, [TransportProtocol.GRPC])
-        return UpstreamLink(ClientFactory(config).create(card))
+        return UpstreamLink(ClientFactory(config).create(card), channel=channel)
     assert entry.url is not None
     http = _http_client(entry, tls, files)
     config = ClientConfig(
@@ -79,64 +84,31 @@ def _grpc_channel(entry: UpstreamEntry, tls: TlsMaterial) -> aio.Channel:
             ("grpc.max_receive_message_length", MESSAGE_CEILING),
             ("grpc.max_send_message_length", MESSAGE_CEILING),
         ]
-        return aio.insecure_channel(entry.address, options=limits)
+        return aio.insecure_channel(entry.address, options=limits, interceptors=[AnswerCheck()])
     return aio.secure_channel(
-        entry.address, tls.channel_credentials(), options=channel_options(entry.id)
+        entry.address,
+        tls.channel_credentials(),
+        options=channel_options(entry.id),
+        interceptors=[AnswerCheck()],
     )
 
 
 def _http_client(entry: UpstreamEntry, tls: TlsMaterial, files: TlsFiles) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=32, max_keepalive_connections=8)
     if entry.id is None:  # http:// to a loopback IP (checked when the config was loaded)
-        transport = _BoundedTransport(httpx.AsyncHTTPTransport(limits=limits, retries=0))
+        transport = BoundedTransport(httpx.AsyncHTTPTransport(limits=limits, retries=0))
     else:
-        context = _client_tls_context(tls, files.cert, files.key)
+        context = client_tls_context(tls, files)
         inner = httpx.AsyncHTTPTransport(verify=context, limits=limits, retries=0)
-        transport = _BoundedTransport(inner, server_name=svid_dns_name(entry.id))
+        transport = BoundedTransport(inner, server_name=svid_dns_name(entry.id))
     return httpx.AsyncClient(transport=transport, timeout=None, follow_redirects=False)
 
 
-def _client_tls_context(tls: TlsMaterial, cert: Path, key: Path) -> ssl.SSLContext:
+def client_tls_context(tls: TlsMaterial, files: TlsFiles) -> ssl.SSLContext:
+    """A client context presenting this agent's certificate and trusting only its CA."""
     context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=tls.ca_pem.decode())
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     # Python's ssl loads a client certificate only from files: the agent's
     # configured files, the ones its TlsMaterial was read from.
-    context.load_cert_chain(cert, key)
+    context.load_cert_chain(files.cert, files.key)
     return context
-
-
-class _BoundedTransport(httpx.AsyncBaseTransport):
-    """Answers of at most ``MESSAGE_CEILING`` bytes (as the gRPC channel); optionally,
-    every TLS handshake asks for, and verifies, ``server_name`` instead of the URL's host.
-    """
-
-    def __init__(self, inner: httpx.AsyncHTTPTransport, *, server_name: str = "") -> None:
-        self._inner = inner
-        self._server_name = server_name
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if self._server_name:
-            # httpcore checks the certificate against sni_hostname (check_hostname
-            # stays on), so the handshake proves the upstream's identity.
-            request.extensions["sni_hostname"] = self._server_name
-        # Uncompressed, so the limit below bounds what the SDK will decode.
-        request.headers["Accept-Encoding"] = "identity"
-        response = await self._inner.handle_async_request(request)
-        body = bytearray()
-        try:
-            async for chunk in response.stream:  # type: ignore[union-attr]
-                body += chunk
-                if len(body) > MESSAGE_CEILING:
-                    # Not an A2A answer we accept: reported as INVALID_OUTPUT.
-                    raise httpx.DecodingError("the upstream's answer exceeds the size limit")
-        finally:
-            await response.aclose()
-        return httpx.Response(
-            response.status_code,
-            headers=response.headers,
-            content=bytes(body),
-            extensions=response.extensions,
-        )
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()

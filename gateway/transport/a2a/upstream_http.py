@@ -1,0 +1,131 @@
+"""The HTTP answers of a JSON-RPC upstream: bounded, decoded within the bound, checked.
+
+Every answer is read here, below the SDK, and handed on only if it is at most
+``MESSAGE_CEILING`` bytes *as the SDK will read it*: requests ask for
+``Accept-Encoding: identity``, and an upstream that compresses anyway has its
+``gzip``/``deflate`` layers inflated here with the output capped while
+inflating (a 40 KB gzip body inflating to 40 MiB stops at the ceiling, never
+allocating more). Any other content coding (``br``, ``zstd``, unknown) is
+refused rather than handed to httpx, whose decoders have no such cap. A
+successful (2xx) answer must also be shaped like a JSON-RPC response (see
+``upstream_answers``). Every refusal is ``UnreadableAnswer``: INVALID_OUTPUT.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import httpx
+
+from gateway.transport.a2a.upstream_answers import UnreadableAnswer, check_jsonrpc_answer
+from gateway.transport.tls import MESSAGE_CEILING
+
+_GZIP_WBITS = 16 + zlib.MAX_WBITS  # gzip header and trailer
+_ZLIB_WBITS = zlib.MAX_WBITS  # RFC 9110 "deflate": zlib-wrapped
+_RAW_DEFLATE_WBITS = -zlib.MAX_WBITS  # what some servers send as "deflate"
+_MAX_CODINGS = 2  # stacked layers accepted ("gzip, gzip"); each is capped anyway
+
+
+class BoundedTransport(httpx.AsyncBaseTransport):
+    """Answers of at most ``limit`` decoded bytes, checked (see the module doc).
+
+    Optionally, every TLS handshake asks for, and verifies, ``server_name``
+    instead of the URL's host.
+    """
+
+    def __init__(
+        self,
+        inner: httpx.AsyncHTTPTransport,
+        *,
+        server_name: str = "",
+        limit: int = MESSAGE_CEILING,
+    ) -> None:
+        self._inner = inner
+        self._server_name = server_name
+        self._limit = limit
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request``; the whole answer, decoded and checked.
+
+        Raises:
+            UnreadableAnswer: the answer is too large, in an unsupported
+                encoding, or (2xx) not a JSON-RPC response.
+        """
+        if self._server_name:
+            # httpcore checks the certificate against sni_hostname (check_hostname
+            # stays on), so the handshake proves the upstream's identity.
+            request.extensions["sni_hostname"] = self._server_name
+        request.headers["Accept-Encoding"] = "identity"
+        response = await self._inner.handle_async_request(request)
+        try:
+            raw = await self._read(response)
+        finally:
+            await response.aclose()
+        codings = response.headers.get_list("content-encoding", split_commas=True)
+        body = decoded(raw, codings, self._limit)
+        if 200 <= response.status_code < 300:
+            check_jsonrpc_answer(body)
+        headers = [
+            (name, value)
+            for name, value in response.headers.multi_items()
+            if name.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+        ]
+        return httpx.Response(
+            response.status_code, headers=headers, content=body, extensions=response.extensions
+        )
+
+    async def _read(self, response: httpx.Response) -> bytes:
+        body = bytearray()
+        async for chunk in response.stream:  # type: ignore[union-attr]
+            body += chunk
+            if len(body) > self._limit:
+                raise UnreadableAnswer("the upstream's answer exceeds the size limit")
+        return bytes(body)
+
+    async def aclose(self) -> None:
+        """Close the inner transport's connections."""
+        await self._inner.aclose()
+
+
+def decoded(raw: bytes, codings: list[str], limit: int) -> bytes:
+    """``raw`` with its content codings undone, never more than ``limit`` bytes.
+
+    Raises:
+        UnreadableAnswer: a coding other than identity/gzip/deflate, too many
+            layers, a corrupt or truncated layer, or more than ``limit`` bytes.
+    """
+    layers = [c.strip().lower() for c in codings if c.strip().lower() not in ("", "identity")]
+    if len(layers) > _MAX_CODINGS:
+        raise UnreadableAnswer("the upstream's answer has too many content codings")
+    if len(raw) > limit:
+        raise UnreadableAnswer("the upstream's answer exceeds the size limit")
+    body = raw
+    for coding in reversed(layers):  # the last coding applied is the first undone
+        try:
+            if coding in ("gzip", "x-gzip"):
+                body = _inflate(body, _GZIP_WBITS, limit)
+            elif coding == "deflate":
+                body = _inflate_deflate(body, limit)
+            else:
+                raise UnreadableAnswer("the upstream's answer has an unsupported content coding")
+        except zlib.error as err:
+            raise UnreadableAnswer("the upstream's answer is a corrupt encoding") from err
+    return body
+
+
+def _inflate_deflate(data: bytes, limit: int) -> bytes:
+    try:
+        return _inflate(data, _ZLIB_WBITS, limit)
+    except zlib.error:
+        return _inflate(data, _RAW_DEFLATE_WBITS, limit)
+
+
+def _inflate(data: bytes, wbits: int, limit: int) -> bytes:
+    """Inflate one layer, producing at most ``limit + 1`` bytes before refusing."""
+    inflater = zlib.decompressobj(wbits)
+    out = inflater.decompress(data, limit + 1)  # raises zlib.error if corrupt
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise UnreadableAnswer("the upstream's answer exceeds the size limit once decoded")
+    if not inflater.eof or inflater.unused_data:
+        raise UnreadableAnswer("the upstream's answer is a truncated or corrupt encoding")
+    return out
