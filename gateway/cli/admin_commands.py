@@ -37,6 +37,13 @@ def add_commands(commands: Any) -> None:
     init.add_argument("--dir", type=Path, required=True)
     init.add_argument("--trust-domain", required=True)
     init.add_argument("--force", action="store_true", help="replace an existing CA")
+    init.add_argument(
+        "--permit-dns",
+        action="append",
+        default=[],
+        metavar="SUFFIX",
+        help="also let its SVIDs carry DNS names under SUFFIX (repeatable; fixed for the CA)",
+    )
     init.set_defaults(run=_pki_init)
     issue = pki_sub.add_parser("issue", help="issue spiffe://DOMAIN/agent/NAME")
     issue.add_argument("name")
@@ -47,6 +54,17 @@ def add_commands(commands: Any) -> None:
         action="store_true",
         help="also DNS:localhost and IP:127.0.0.1/::1, for tools that dial loopback without "
         "the name override (such clients cannot tell this agent from another)",
+    )
+    issue.add_argument(
+        "--dns",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="extra DNS name, e.g. for an https:// URL (repeatable; inside the CA's "
+        "--permit-dns suffixes or localhost)",
+    )
+    issue.add_argument(
+        "--ip", action="append", default=[], metavar="ADDR", help="extra IP address (repeatable)"
     )
     issue.add_argument(
         "--force",
@@ -104,7 +122,9 @@ def add_commands(commands: Any) -> None:
 
 
 def _pki_init(args: argparse.Namespace) -> int:
-    path = pki.init_ca(args.dir, args.trust_domain, overwrite=args.force)
+    path = pki.init_ca(
+        args.dir, args.trust_domain, overwrite=args.force, permit_dns=args.permit_dns
+    )
     print(f"CA for spiffe://{args.trust_domain} written to {path}")
     return 0
 
@@ -118,6 +138,8 @@ def _pki_issue(args: argparse.Namespace) -> int:
         valid_for=timedelta(days=args.days),
         loopback_sans=args.loopback_sans,
         overwrite=args.force,
+        dns_names=args.dns,
+        ip_addresses=args.ip,
     )
     print(f"{issued.spiffe_id}: {issued.cert_path} {issued.key_path}")
     return 0
