@@ -114,9 +114,15 @@ def add_commands(commands: Any) -> None:
         "certificates used before a rotation",
     )
     audit.add_argument(
+        "--ca",
+        type=Path,
+        help="verify: CA (PEM) the certificate each checkpoint line carries must chain to; "
+        "then lines signed before rotations verify without their --cert",
+    )
+    audit.add_argument(
         "--config",
         type=Path,
-        help="verify: take --cert (and --checkpoints, if absent) from this agent config",
+        help="verify: take --cert, --ca (and --checkpoints) from this agent config",
     )
     audit.set_defaults(run=_audit)
 
@@ -150,7 +156,7 @@ def _store_location(text: str) -> Path | PostgresDsn:
 
 
 def _audit_verify_agents(args: argparse.Namespace) -> int:
-    checkpoints, certs = _checkpoint_sources(args)
+    checkpoints, certs, ca_pem = _checkpoint_sources(args)
     reports = verify_agent_chains(args.db, args.agent)
     broken = 0
     for agent, report in reports.items():
@@ -167,7 +173,7 @@ def _audit_verify_agents(args: argparse.Namespace) -> int:
         return 1 if broken else 0
     # The certificates name the agent whose chain the checkpoints sign.
     pems = [load_pem_file(cert, "certificate") for cert in certs]
-    checked = verify_checkpoints(args.db, checkpoints, pems)
+    checked = verify_checkpoints(args.db, checkpoints, pems, ca_pem=ca_pem)
     for problem in checked.problems:
         print(f"{checkpoints}: seq {problem.seq}: {problem.kind}: {problem.message}")
     print(f"{checkpoints}: {checked.valid} of {checked.checkpoints} checkpoints valid")
@@ -205,13 +211,13 @@ def _audit_agents(args: argparse.Namespace) -> int:
 def _audit_verify(args: argparse.Namespace) -> int:
     if isinstance(args.db, PostgresDsn):
         return _audit_verify_agents(args)
-    checkpoints, certs = _checkpoint_sources(args)
+    checkpoints, certs, ca_pem = _checkpoint_sources(args)
     report = verify_chain(args.db)
     problems = list(report.problems)
     summary = f"{report.records} records"
     if checkpoints is not None and certs:
         cert_pems = [load_pem_file(cert, "certificate") for cert in certs]
-        checked = verify_checkpoints(args.db, checkpoints, cert_pems)
+        checked = verify_checkpoints(args.db, checkpoints, cert_pems, ca_pem=ca_pem)
         problems.extend(checked.problems)
         summary += f"; {checked.valid} of {checked.checkpoints} checkpoints valid"
     if not problems:
@@ -223,21 +229,24 @@ def _audit_verify(args: argparse.Namespace) -> int:
     return 1
 
 
-def _checkpoint_sources(args: argparse.Namespace) -> tuple[Path | None, list[Path]]:
-    """The checkpoint file and signer certificate(s) for ``audit verify``, if any.
+def _checkpoint_sources(
+    args: argparse.Namespace,
+) -> tuple[Path | None, list[Path], bytes | None]:
+    """The checkpoint file, signer certificate(s) and CA (PEM) for ``audit verify``, if any.
 
     ``--config`` adds the agent's current certificate to any ``--cert`` given
-    (older ones, from before a rotation).
+    (older ones, from before a rotation) and its ``[tls] ca`` unless ``--ca``.
     """
-    checkpoints, certs = args.checkpoints, list(args.cert or [])
+    checkpoints, certs, ca = args.checkpoints, list(args.cert or []), args.ca
     if args.config is not None:
         config = load_agent_config(args.config)
         checkpoints = checkpoints or config.checkpoint_file
+        ca = ca or config.tls.ca
         if config.tls.cert not in certs:
             certs.append(config.tls.cert)
     if (checkpoints is None) != (not certs):
         raise ConfigError("audit verify: --checkpoints and --cert go together (or give --config)")
-    return checkpoints, certs
+    return checkpoints, certs, None if ca is None else load_pem_file(ca, "CA certificate")
 
 
 def _policy_check(args: argparse.Namespace) -> int:
