@@ -292,3 +292,16 @@ async def test_node_tls_verifies_the_same_certificate(
         timeout=60,
     )
     assert (done.returncode, done.stdout.strip()) == (0, "authorized"), done.stderr
+
+
+def test_the_dev_pki_doc_commands_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "dev-pki.md").read_text()
+    block = text.split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = [line.split() for line in block.splitlines() if line.strip()]
+    assert commands and all(words[0] == "a2a-gateway" for words in commands)
+    monkeypatch.chdir(tmp_path)
+    for words in commands:
+        assert main(words[1:]) == 0, words
+    carol = x509.load_pem_x509_certificate((tmp_path / "pki" / "carol.pem").read_bytes())
+    san = carol.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName)[1:] == ["api.example.test", "localhost"]
