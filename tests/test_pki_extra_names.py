@@ -78,7 +78,7 @@ async def served(ca_dir: Path) -> AsyncIterator[tuple[int, pki.IssuedIdentity]]:
         ca_dir,
         "alpha",
         loopback_sans=True,
-        dns_names=["api.example.test", "example.test"],
+        dns_names=["API.Example.test", "example.test", "localhost"],  # written lowercase, once
         ip_addresses=["127.0.0.1", "10.0.0.5"],
     )
     server, port = await _serve(ca_dir, identity)

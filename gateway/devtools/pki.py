@@ -36,7 +36,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gateway.devtools.pki_names import LOOPBACK_DNS, check_extra_names, name_constraints
+from gateway.devtools.pki_names import (
+    LOOPBACK_DNS,
+    check_extra_names,
+    dns_name,
+    name_constraints,
+)
 from gateway.errors import ConfigError
 from gateway.transport.tls import load_pem_file
 from policies.identity import is_spiffe_id, svid_dns_name, trust_domain_of
@@ -243,7 +248,7 @@ class CertificateAuthority:
         now = now or datetime.now(UTC)
         return self.mint(
             uris=[spiffe_id],
-            dns_names=_unique([svid_dns_name(spiffe_id), *(n.lower() for n in extra_dns)]),
+            dns_names=_unique([svid_dns_name(spiffe_id), *(dns_name(n) for n in extra_dns)]),
             ip_addresses=_unique([str(ipaddress.ip_address(ip)) for ip in extra_ips]),
             not_before=now - CLOCK_SKEW,
             not_after=now + valid_for,
