@@ -9,6 +9,8 @@ someone else listens on is refused too; only an agent's own workers share it.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 from gateway.cli.main import EXIT_USAGE
@@ -39,6 +41,19 @@ async def _echo(pki: Pki, address: str) -> str:
     finally:
         await client.close()
     return str(result.output()["text"])
+
+
+def _worker_pids(agent: AgentProcess) -> list[int]:
+    assert agent.stdout is not None
+    return [int(line.split()[-1]) for line in agent.stdout.seen if line.startswith("worker ")]
+
+
+def _open_files(pid: int) -> set[str]:
+    found = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a socket closed meanwhile
+            found.add(os.readlink(fd))
+    return found
 
 
 def _refused(config: Path) -> tuple[int, str]:
@@ -107,6 +122,11 @@ async def test_a_second_instance_of_a_worker_agent_is_refused(pki: Pki, tmp_path
         code, errors = _refused(agent.config)
         assert code == EXIT_USAGE
         assert f"another a2a-gateway serve (pid {agent.proc.pid}) already serves" in errors
+        # Each worker holds the lock too: an orphaned worker still serving keeps it.
+        lock = str(tmp_path / "state" / LOCK_FILE)
+        workers = _worker_pids(agent)
+        assert len(workers) == 2
+        assert all(lock in _open_files(pid) for pid in workers)
         # Another agent with workers may not join the port through SO_REUSEPORT.
         other = _alice(pki, tmp_path, listen=address, state="other")
         other.write_text("workers = 2\n" + other.read_text())
