@@ -79,6 +79,7 @@ from capabilities.contract import CapabilityName, Risk
 from capabilities.schema_models import SchemaNotSupported, contract_model
 from capabilities.versions import Version, VersionSyntaxError
 from gateway.errors import AgentConfigError
+from gateway.host_port import DialAddress, ListenAddress, split_host_port
 from gateway.postgres.dsn import PostgresDsn, StoreLocation
 from policies.identity import SpiffeId
 from policies.policy_file import parse_toml_model, read_text
@@ -164,7 +165,7 @@ class PeerEntry(_Frozen):
     """
 
     id: SpiffeId
-    address: str = Field(min_length=3)
+    address: DialAddress
 
 
 _SKILL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
@@ -244,7 +245,7 @@ class UpstreamEntry(_Frozen):
 
     id: SpiffeId | None = None
     binding: Literal["grpc", "jsonrpc"] = "grpc"
-    address: str | None = Field(default=None, min_length=3)
+    address: DialAddress | None = None
     url: str | None = Field(default=None, min_length=8, max_length=2000)
     skills: tuple[UpstreamSkill, ...] = Field(min_length=1)
 
@@ -303,15 +304,13 @@ class MetricsSettings(_Frozen):
             capabilities are used and how often; keep them off open networks).
     """
 
-    listen: str = "127.0.0.1:9464"
+    listen: ListenAddress = "127.0.0.1:9464"
     peer_labels: bool = False
     allow_remote: bool = False
 
     @model_validator(mode="after")
     def _loopback_unless_allowed(self) -> MetricsSettings:
-        host, sep, port = self.listen.rpartition(":")
-        if not sep or not port.isdigit() or not host:
-            raise ValueError(f"metrics.listen {self.listen!r}: expected host:port")
+        host = self.listen.rpartition(":")[0]
         if not self.allow_remote and not _is_loopback(host.strip("[]")):
             raise ValueError(
                 f"metrics.listen {self.listen!r} is not a loopback address; "
@@ -344,6 +343,13 @@ class TracingSettings(_Frozen):
     otlp_endpoint: str | None = None
     otlp_insecure: bool = True
 
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None:  # the exporter also takes http://host:port
+            split_host_port(re.sub(r"^https?://", "", value).rstrip("/"), lowest_port=1)
+        return value
+
 
 def _is_loopback(host: str) -> bool:
     # IP literals only: a name such as "localhost" is whatever the resolver says.
@@ -358,7 +364,8 @@ class AgentConfig(_Frozen):
 
     Attributes:
         id: The agent's SPIFFE ID (must match its certificate).
-        listen: Address to serve on, e.g. ``127.0.0.1:7001`` (port 0 picks one).
+        listen: Address to serve on, e.g. ``127.0.0.1:7001``: port 0..65535
+            (0 picks one); an IPv6 host in brackets (``[::1]:7001``).
         tls: Certificate files.
         policy: Policy file (grants and outbound rules).
         audit_db: SQLite file of the audit log, or a PostgreSQL DSN
@@ -411,7 +418,7 @@ class AgentConfig(_Frozen):
     """
 
     id: SpiffeId
-    listen: str = "127.0.0.1:0"
+    listen: ListenAddress = "127.0.0.1:0"
     tls: TlsFiles
     policy: Path
     audit_db: StoreLocation

@@ -24,6 +24,10 @@ one CPU of those the supervisor may use, worker i to the i-th modulo their
 count, a restarted worker to the same one. Its gRPC and audit threads,
 started before, may still run anywhere.
 
+Only this agent's own workers share the port: the caller holds the state
+directory's lock (:mod:`gateway.instance_lock`) and every worker inherits it,
+and before worker 0 starts a port another process listens on is refused.
+
 Lifecycle: SIGTERM/SIGINT stop every worker gracefully, SIGHUP reloads them
 all. A worker that dies is restarted on the same port, at most
 ``MAX_RESTARTS`` times within ``RESTART_WINDOW_SECONDS``; beyond that the
@@ -49,6 +53,7 @@ from gateway.errors import AgentConfigError, StateUnavailable
 from gateway.inbound.idempotency import IdempotencyStore
 from gateway.inbound.limit_table import LIMITS_FILE, create_limit_file
 from gateway.inbound.replay_table import REPLAY_FILE, size_replay_file
+from gateway.instance_lock import InstanceLock
 from gateway.postgres.dsn import PostgresDsn
 
 MAX_RESTARTS = 5
@@ -62,9 +67,11 @@ READY_MARK = " ready on "
 class Supervisor:
     """Starts, watches and stops the worker processes of one agent."""
 
-    def __init__(self, config_path: Path, config: AgentConfig) -> None:
+    def __init__(self, config_path: Path, config: AgentConfig, lock: InstanceLock) -> None:
+        """Prepare; ``lock`` (of ``config.state_dir``, held by the caller) goes to every worker."""
         self._config_path = config_path
         self._config = config
+        self._lock = lock
         self._host = config.listen.rsplit(":", 1)[0]
         self._port = int(config.listen.rsplit(":", 1)[1])
         self._workers: list[subprocess.Popen[str] | None] = [None] * config.workers
@@ -74,7 +81,12 @@ class Supervisor:
         self._cpus = sorted(os.sched_getaffinity(0)) if config.pin_workers else []
 
     def run(self) -> int:
-        """Serve until SIGTERM/SIGINT (0) or until workers keep dying (1)."""
+        """Serve until SIGTERM/SIGINT (0) or until workers keep dying (1).
+
+        Raises:
+            AgentConfigError: another process listens on the configured port.
+        """
+        _check_port_free(self._host, self._port)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
         try:
@@ -115,7 +127,11 @@ class Supervisor:
         if self._port:
             command += ["--port", str(self._port)]
         proc = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+            pass_fds=(self._lock.fileno(),),  # held until the last worker is gone
         )
         self._workers[index] = proc
         port = _read_ready_port(proc)
@@ -211,6 +227,35 @@ def _read_ready_port(proc: subprocess.Popen[str]) -> int | None:
     reader.start()
     reader.join(READY_TIMEOUT_SECONDS)
     return found[0] if found else None
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Refuse a port another process listens on before worker 0 joins it.
+
+    Workers bind with ``SO_REUSEPORT``, so the kernel would let them share a
+    port with a foreign process that also set it. This probe binds without it
+    (``SO_REUSEADDR`` only: a connection in TIME_WAIT is no listener).
+
+    Raises:
+        AgentConfigError: something listens on ``host:port`` already.
+    """
+    if port == 0:
+        return
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as err:
+        raise AgentConfigError(f"listen {host}:{port}: {err.strerror}") from err
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as err:
+            raise AgentConfigError(
+                f"listen {host}:{port}: {err.strerror} (another process listens there; "
+                "only this agent's own workers may share its port)"
+            ) from err
 
 
 def check_workers(config: AgentConfig) -> None:

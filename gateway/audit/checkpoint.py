@@ -13,10 +13,17 @@ One line::
 
     {"agent": "spiffe://…", "seq": 1000, "head": "<record_hash of seq 1000>",
      "time_unix_ms": 1764500000000, "sig_alg": "ecdsa-sha256",
-     "cert_sha256": "<SHA-256 of the signer's certificate, DER>", "sig": "<base64>"}
+     "cert_sha256": "<SHA-256 of the signer's certificate, DER>", "sig": "<base64>",
+     "cert": "<base64 of the signer's certificate, DER>"}
 
 The signature covers the canonical JSON (keys sorted, no whitespace, ASCII) of
-the first five fields.
+the first five fields. ``cert`` makes each line verifiable on its own after
+any number of rotations (``pki issue --force`` throws the old certificate
+away): the verifier checks that it is the one ``cert_sha256`` names, chains
+to the trusted CA and names the agent. It needs no signature of its own: a
+certificate whose key did not make ``sig`` fails the signature check. Lines
+written before it existed have no ``cert`` and verify with certificates the
+operator gives.
 """
 
 from __future__ import annotations
@@ -66,6 +73,8 @@ class Checkpoint:
     """Hex SHA-256 of the signer's certificate (DER)."""
     sig: str
     """Base64 signature over :meth:`signed_bytes`."""
+    cert: str = ""
+    """Base64 DER of the signer's certificate ("" in lines written before it was added)."""
 
     def signed_bytes(self) -> bytes:
         """The canonical JSON the signature covers."""
@@ -83,6 +92,7 @@ class Checkpoint:
                     "sig_alg": self.sig_alg,
                     "cert_sha256": self.cert_sha256,
                     "sig": self.sig,
+                    **({"cert": self.cert} if self.cert else {}),
                 },
                 separators=(",", ":"),
             )
@@ -108,18 +118,22 @@ def certificate_sha256(cert_pem: bytes) -> str:
     Raises:
         ConfigError: ``cert_pem`` holds no readable certificate.
     """
+    return hashlib.sha256(_first_der(cert_pem)).hexdigest()
+
+
+def _first_der(cert_pem: bytes) -> bytes:
     try:
         certificate = x509.load_pem_x509_certificate(cert_pem)
     except ValueError as err:
         raise ConfigError("checkpoint certificate: cannot be parsed") from err
-    return hashlib.sha256(certificate.public_bytes(serialization.Encoding.DER)).hexdigest()
+    return certificate.public_bytes(serialization.Encoding.DER)
 
 
 class CheckpointSigner:
     """Signs checkpoints with an agent's TLS key (EC, Ed25519 or RSA)."""
 
     def __init__(self, agent: str, key_pem: bytes, cert_pem: bytes) -> None:
-        """Load the key; the certificate's fingerprint goes into every line.
+        """Load the key; the certificate and its fingerprint go into every line.
 
         Raises:
             ConfigError: the key cannot be loaded or is of another type.
@@ -136,7 +150,9 @@ class CheckpointSigner:
             )
         self._key: _SigningKey = key
         self._agent = agent
-        self._cert_sha256 = certificate_sha256(cert_pem)
+        der = _first_der(cert_pem)
+        self._cert_sha256 = hashlib.sha256(der).hexdigest()
+        self._cert = base64.b64encode(der).decode("ascii")
         self.sig_alg = _algorithm_of(key)
 
     def sign(self, seq: int, head: str, time_unix_ms: int) -> Checkpoint:
@@ -157,6 +173,7 @@ class CheckpointSigner:
             sig_alg=self.sig_alg,
             cert_sha256=self._cert_sha256,
             sig=base64.b64encode(signature).decode("ascii"),
+            cert=self._cert,
         )
 
 

@@ -9,8 +9,10 @@ What each problem means::
                               head that was signed: it, or the chain up to it,
                               was rewritten (or it is missing)
     checkpoint_bad_signature  a line that does not verify with the given
-                              certificate: forged, edited, or signed by
-                              another key or for another agent
+                              certificates or the one it carries: forged,
+                              edited, signed by another key or for another
+                              agent, or carrying a certificate of another
+                              agent or CA (see checkpoint_cert)
     checkpoint_unreadable     a line that is not a checkpoint at all
 
 What it proves: every record up to the highest valid checkpoint is the one the
@@ -30,8 +32,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cryptography import x509
+
 from gateway.audit._schema import connect_read_only
 from gateway.audit.checkpoint import Checkpoint, certificate_sha256, signature_valid
+from gateway.audit.checkpoint_cert import carried_certificate, load_trust_bundle
 from gateway.audit.verify import ChainProblem
 from gateway.errors import ConfigError, Unauthenticated
 from gateway.postgres.dsn import PostgresDsn
@@ -46,6 +51,7 @@ _FIELDS: dict[str, type] = {
     "cert_sha256": str,
     "sig": str,
 }
+_OPTIONAL_FIELDS: dict[str, type] = {"cert": str}
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,11 @@ class CheckpointReport:
 
 
 def verify_checkpoints(
-    db: Path | PostgresDsn, checkpoints: Path, cert_pem: bytes | Sequence[bytes]
+    db: Path | PostgresDsn,
+    checkpoints: Path,
+    cert_pem: bytes | Sequence[bytes],
+    *,
+    ca_pem: bytes | None = None,
 ) -> CheckpointReport:
     """Check the log at ``db`` against every line of ``checkpoints``.
 
@@ -77,11 +87,17 @@ def verify_checkpoints(
         cert_pem: The certificate of the agent that signed them, or several:
             after a certificate rotation, lines name the certificate that
             signed them (by fingerprint) and each is checked with that one.
+        ca_pem: The agent's trust bundle (``[tls] ca``). With it, a line
+            signed by none of ``cert_pem`` is checked with the certificate
+            it carries, if that one chains to the bundle and names the agent
+            (:mod:`gateway.audit.checkpoint_cert`): so checkpoints verify
+            after any number of rotations with the current certificate alone.
 
     Raises:
         ConfigError: A file is missing or unreadable, or a certificate is not
             one with one SPIFFE ID.
     """
+    bundle = None if ca_pem is None else load_trust_bundle(ca_pem, "checkpoint CA")
     signers: dict[str, tuple[bytes, str]] = {}
     for pem in [cert_pem] if isinstance(cert_pem, bytes) else cert_pem:
         try:
@@ -105,7 +121,7 @@ def verify_checkpoints(
                 ChainProblem(0, "checkpoint_unreadable", f"checkpoint line {number} is unreadable")
             )
             continue
-        why = _signature_problem(checkpoint, signers)
+        why = _signature_problem(checkpoint, agent, signers, bundle)
         if why:
             problems.append(
                 ChainProblem(
@@ -125,20 +141,31 @@ def _parse(line: str) -> Checkpoint | None:
         data = json.loads(line)
     except ValueError:
         return None
-    if not isinstance(data, dict) or set(data) != set(_FIELDS):
+    if not isinstance(data, dict) or not set(_FIELDS) <= set(data) <= {*_FIELDS, *_OPTIONAL_FIELDS}:
         return None
-    for name, kind in _FIELDS.items():
-        value = data[name]
+    for name, kind in {**_FIELDS, **_OPTIONAL_FIELDS}.items():
+        value = data.get(name, "")
         if not isinstance(value, kind) or isinstance(value, bool):
             return None
     return Checkpoint(**data)
 
 
-def _signature_problem(checkpoint: Checkpoint, signers: dict[str, tuple[bytes, str]]) -> str:
+def _signature_problem(
+    checkpoint: Checkpoint,
+    agent: str,
+    signers: dict[str, tuple[bytes, str]],
+    bundle: list[x509.Certificate] | None,
+) -> str:
     signer = signers.get(checkpoint.cert_sha256)
-    if signer is None:
+    if signer is not None:
+        cert_pem = signer[0]
+    elif checkpoint.cert and bundle is not None:
+        carried, why = carried_certificate(checkpoint, agent, bundle)
+        if carried is None:
+            return why
+        cert_pem = carried
+    else:
         return "signed by another certificate"
-    cert_pem, agent = signer
     if checkpoint.agent != agent:
         return "names another agent"
     if not signature_valid(checkpoint, cert_pem):

@@ -37,6 +37,13 @@ def add_commands(commands: Any) -> None:
     init.add_argument("--dir", type=Path, required=True)
     init.add_argument("--trust-domain", required=True)
     init.add_argument("--force", action="store_true", help="replace an existing CA")
+    init.add_argument(
+        "--permit-dns",
+        action="append",
+        default=[],
+        metavar="SUFFIX",
+        help="also let its SVIDs carry DNS names under SUFFIX (repeatable; fixed for the CA)",
+    )
     init.set_defaults(run=_pki_init)
     issue = pki_sub.add_parser("issue", help="issue spiffe://DOMAIN/agent/NAME")
     issue.add_argument("name")
@@ -47,6 +54,17 @@ def add_commands(commands: Any) -> None:
         action="store_true",
         help="also DNS:localhost and IP:127.0.0.1/::1, for tools that dial loopback without "
         "the name override (such clients cannot tell this agent from another)",
+    )
+    issue.add_argument(
+        "--dns",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="extra DNS name, e.g. for an https:// URL (repeatable; inside the CA's "
+        "--permit-dns suffixes or localhost)",
+    )
+    issue.add_argument(
+        "--ip", action="append", default=[], metavar="ADDR", help="extra IP address (repeatable)"
     )
     issue.add_argument(
         "--force",
@@ -96,15 +114,23 @@ def add_commands(commands: Any) -> None:
         "certificates used before a rotation",
     )
     audit.add_argument(
+        "--ca",
+        type=Path,
+        help="verify: CA (PEM) the certificate each checkpoint line carries must chain to; "
+        "then lines signed before rotations verify without their --cert",
+    )
+    audit.add_argument(
         "--config",
         type=Path,
-        help="verify: take --cert (and --checkpoints, if absent) from this agent config",
+        help="verify: take --cert, --ca (and --checkpoints) from this agent config",
     )
     audit.set_defaults(run=_audit)
 
 
 def _pki_init(args: argparse.Namespace) -> int:
-    path = pki.init_ca(args.dir, args.trust_domain, overwrite=args.force)
+    path = pki.init_ca(
+        args.dir, args.trust_domain, overwrite=args.force, permit_dns=args.permit_dns
+    )
     print(f"CA for spiffe://{args.trust_domain} written to {path}")
     return 0
 
@@ -118,6 +144,8 @@ def _pki_issue(args: argparse.Namespace) -> int:
         valid_for=timedelta(days=args.days),
         loopback_sans=args.loopback_sans,
         overwrite=args.force,
+        dns_names=args.dns,
+        ip_addresses=args.ip,
     )
     print(f"{issued.spiffe_id}: {issued.cert_path} {issued.key_path}")
     return 0
@@ -128,7 +156,7 @@ def _store_location(text: str) -> Path | PostgresDsn:
 
 
 def _audit_verify_agents(args: argparse.Namespace) -> int:
-    checkpoints, certs = _checkpoint_sources(args)
+    checkpoints, certs, ca_pem = _checkpoint_sources(args)
     reports = verify_agent_chains(args.db, args.agent)
     broken = 0
     for agent, report in reports.items():
@@ -145,7 +173,7 @@ def _audit_verify_agents(args: argparse.Namespace) -> int:
         return 1 if broken else 0
     # The certificates name the agent whose chain the checkpoints sign.
     pems = [load_pem_file(cert, "certificate") for cert in certs]
-    checked = verify_checkpoints(args.db, checkpoints, pems)
+    checked = verify_checkpoints(args.db, checkpoints, pems, ca_pem=ca_pem)
     for problem in checked.problems:
         print(f"{checkpoints}: seq {problem.seq}: {problem.kind}: {problem.message}")
     print(f"{checkpoints}: {checked.valid} of {checked.checkpoints} checkpoints valid")
@@ -183,13 +211,13 @@ def _audit_agents(args: argparse.Namespace) -> int:
 def _audit_verify(args: argparse.Namespace) -> int:
     if isinstance(args.db, PostgresDsn):
         return _audit_verify_agents(args)
-    checkpoints, certs = _checkpoint_sources(args)
+    checkpoints, certs, ca_pem = _checkpoint_sources(args)
     report = verify_chain(args.db)
     problems = list(report.problems)
     summary = f"{report.records} records"
     if checkpoints is not None and certs:
         cert_pems = [load_pem_file(cert, "certificate") for cert in certs]
-        checked = verify_checkpoints(args.db, checkpoints, cert_pems)
+        checked = verify_checkpoints(args.db, checkpoints, cert_pems, ca_pem=ca_pem)
         problems.extend(checked.problems)
         summary += f"; {checked.valid} of {checked.checkpoints} checkpoints valid"
     if not problems:
@@ -201,21 +229,24 @@ def _audit_verify(args: argparse.Namespace) -> int:
     return 1
 
 
-def _checkpoint_sources(args: argparse.Namespace) -> tuple[Path | None, list[Path]]:
-    """The checkpoint file and signer certificate(s) for ``audit verify``, if any.
+def _checkpoint_sources(
+    args: argparse.Namespace,
+) -> tuple[Path | None, list[Path], bytes | None]:
+    """The checkpoint file, signer certificate(s) and CA (PEM) for ``audit verify``, if any.
 
     ``--config`` adds the agent's current certificate to any ``--cert`` given
-    (older ones, from before a rotation).
+    (older ones, from before a rotation) and its ``[tls] ca`` unless ``--ca``.
     """
-    checkpoints, certs = args.checkpoints, list(args.cert or [])
+    checkpoints, certs, ca = args.checkpoints, list(args.cert or []), args.ca
     if args.config is not None:
         config = load_agent_config(args.config)
         checkpoints = checkpoints or config.checkpoint_file
+        ca = ca or config.tls.ca
         if config.tls.cert not in certs:
             certs.append(config.tls.cert)
     if (checkpoints is None) != (not certs):
         raise ConfigError("audit verify: --checkpoints and --cert go together (or give --config)")
-    return checkpoints, certs
+    return checkpoints, certs, None if ca is None else load_pem_file(ca, "CA certificate")
 
 
 def _policy_check(args: argparse.Namespace) -> int:

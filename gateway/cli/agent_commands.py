@@ -16,6 +16,7 @@ from gateway.agent import Agent
 from gateway.config import AgentConfig, load_agent_config
 from gateway.display import printable
 from gateway.errors import ConfigError
+from gateway.instance_lock import InstanceLock
 from gateway.postgres.dsn import is_dsn
 from gateway.supervisor import READY_MARK, Supervisor, check_workers
 from gateway.telemetry.json_logs import name_agent
@@ -69,9 +70,15 @@ def _serve(args: argparse.Namespace) -> int:
     config = load_agent_config(args.config)
     name_agent(config.id)
     check_workers(config)
-    if config.workers > 1 and args.worker is None:
-        return Supervisor(args.config, config).run()  # signals need the main thread
-    return asyncio.run(_serve_agent(args, config))
+    if args.worker is not None:  # the supervisor holds the lock and passed it on
+        return asyncio.run(_serve_agent(args, config))
+    lock = InstanceLock.acquire(config.state_dir)  # before any state is opened
+    try:
+        if config.workers > 1:
+            return Supervisor(args.config, config, lock).run()  # signals need the main thread
+        return asyncio.run(_serve_agent(args, config))
+    finally:
+        lock.release()
 
 
 async def _serve_agent(args: argparse.Namespace, config: AgentConfig) -> int:

@@ -9,12 +9,15 @@ That binding holds only while no certificate of the CA can answer for another
 agent's name, so:
 
 - SVIDs carry no ``localhost`` / loopback IP SAN unless asked for
-  (``loopback_sans``): with them, any client dialling 127.0.0.1 without the
-  name override would accept *every* agent of the CA as the one it wanted;
+  (``loopback_sans``), nor other extra names (``dns_names``, ``ip_addresses``):
+  with them, any client dialling 127.0.0.1 without the name override would
+  accept *every* agent of the CA as the one it wanted;
 - this CA never signs a wildcard DNS name (``*.svid.a2agw.invalid`` would
-  answer for every agent), and its certificate carries critical name
-  constraints: DNS names only under ``svid.a2agw.invalid`` (and ``localhost``),
-  IP addresses only on loopback.
+  answer for every agent) nor an extra name under ``svid.a2agw.invalid``, and
+  its certificate carries critical name constraints: DNS names only under
+  ``svid.a2agw.invalid``, ``localhost`` and the suffixes given at ``init``
+  (see :mod:`gateway.devtools.pki_names`, also for why IP addresses are not
+  constrained there).
 """
 
 from __future__ import annotations
@@ -33,9 +36,15 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from gateway.devtools.pki_names import (
+    LOOPBACK_DNS,
+    check_extra_names,
+    dns_name,
+    name_constraints,
+)
 from gateway.errors import ConfigError
 from gateway.transport.tls import load_pem_file
-from policies.identity import SVID_DNS_SUFFIX, is_spiffe_id, svid_dns_name, trust_domain_of
+from policies.identity import is_spiffe_id, svid_dns_name, trust_domain_of
 
 CA_CERT_FILE = "ca.pem"
 CA_KEY_FILE = "ca.key"
@@ -49,18 +58,7 @@ _LEAF_SUBJECT = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "A2A Pe
 _LEAF_EKU = x509.ExtendedKeyUsage(
     [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
 )
-LOOPBACK_DNS = "localhost"
 LOOPBACK_IPS = ("127.0.0.1", "::1")
-_NAME_CONSTRAINTS = x509.NameConstraints(
-    permitted_subtrees=[
-        x509.DNSName(SVID_DNS_SUFFIX),
-        x509.DNSName(LOOPBACK_DNS),
-        x509.IPAddress(ipaddress.ip_network("127.0.0.0/8")),
-        x509.IPAddress(ipaddress.ip_network("::1/128")),
-    ],
-    excluded_subtrees=None,
-)
-"""What a dev CA may sign: verifiers refuse a leaf with any other DNS or IP SAN."""
 
 
 @dataclass(frozen=True)
@@ -97,13 +95,19 @@ class CertificateAuthority:
         *,
         valid_for: timedelta = timedelta(days=365),
         now: datetime | None = None,
+        permit_dns: Sequence[str] = (),
     ) -> CertificateAuthority:
         """A new CA with a fresh P-256 key for ``trust_domain``.
 
+        ``permit_dns``: DNS suffixes its SVIDs may carry as extra names,
+        besides ``svid.a2agw.invalid`` and ``localhost`` (fixed for the CA's life).
+
         Raises:
-            ConfigError: ``trust_domain`` is not a valid trust domain name.
+            ConfigError: ``trust_domain`` is not a valid trust domain name, or
+                an entry of ``permit_dns`` is not a DNS name.
         """
         _check_trust_domain(trust_domain)
+        constraints = name_constraints(permit_dns)
         now = now or datetime.now(UTC)
         key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name(
@@ -118,7 +122,7 @@ class CertificateAuthority:
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(_key_usage(digital_signature=False, cert_sign=True), critical=True)
             .add_extension(x509.SubjectAlternativeName([uri]), critical=False)
-            .add_extension(_NAME_CONSTRAINTS, critical=True)
+            .add_extension(constraints, critical=True)
             .sign(key, hashes.SHA256())
         )
         return cls(key=key, certificate=certificate, trust_domain=trust_domain)
@@ -206,6 +210,8 @@ class CertificateAuthority:
         valid_for: timedelta = timedelta(days=30),
         now: datetime | None = None,
         loopback_sans: bool = False,
+        dns_names: Sequence[str] = (),
+        ip_addresses: Sequence[str] = (),
     ) -> tuple[bytes, bytes]:
         """An X.509-SVID for ``spiffe_id``, usable as both TLS server and client.
 
@@ -217,13 +223,18 @@ class CertificateAuthority:
                 ``IP:::1``, for tools that dial loopback without the name
                 override. Such a certificate lets those tools mistake one agent
                 for another; the gateway's own clients never need it.
+            dns_names: Extra DNS names (e.g. for an ``https://`` URL), inside
+                the CA's permitted DNS subtrees.
+            ip_addresses: Extra IP addresses (any; not from an older CA that
+                constrains IPs).
 
         Returns:
             ``(cert_pem, key_pem)``.
 
         Raises:
             ConfigError: ``spiffe_id`` is malformed or outside this CA's trust domain,
-                or ``valid_for`` is not positive.
+                ``valid_for`` is not positive, or an extra name is refused
+                (:func:`gateway.devtools.pki_names.check_extra_names`).
         """
         if not is_spiffe_id(spiffe_id):
             raise ConfigError(f"not a well-formed SPIFFE ID: {spiffe_id!r}")
@@ -231,23 +242,36 @@ class CertificateAuthority:
             raise ConfigError(f"{spiffe_id} is outside trust domain {self.trust_domain}")
         if valid_for <= timedelta(0):
             raise ConfigError(f"certificate lifetime must be positive, got {valid_for}")
+        extra_dns = [*([LOOPBACK_DNS] if loopback_sans else []), *dns_names]
+        extra_ips = [*(LOOPBACK_IPS if loopback_sans else ()), *ip_addresses]
+        check_extra_names(self.certificate, extra_dns, extra_ips)
         now = now or datetime.now(UTC)
         return self.mint(
             uris=[spiffe_id],
-            dns_names=[svid_dns_name(spiffe_id), *([LOOPBACK_DNS] if loopback_sans else [])],
-            ip_addresses=LOOPBACK_IPS if loopback_sans else (),
+            dns_names=_unique([svid_dns_name(spiffe_id), *(dns_name(n) for n in extra_dns)]),
+            ip_addresses=_unique([str(ipaddress.ip_address(ip)) for ip in extra_ips]),
             not_before=now - CLOCK_SKEW,
             not_after=now + valid_for,
         )
 
 
-def init_ca(directory: Path, trust_domain: str, *, overwrite: bool = False) -> Path:
+def init_ca(
+    directory: Path,
+    trust_domain: str,
+    *,
+    overwrite: bool = False,
+    permit_dns: Sequence[str] = (),
+) -> Path:
     """Create a CA for ``trust_domain`` in ``directory`` and return the ``ca.pem`` path.
 
+    ``permit_dns``: see :meth:`CertificateAuthority.create`.
+
     Raises:
-        ConfigError: the trust domain is invalid, or a CA exists and not ``overwrite``.
+        ConfigError: the trust domain or a ``permit_dns`` entry is invalid, or
+            a CA exists and not ``overwrite``.
     """
     _check_trust_domain(trust_domain)
+    name_constraints(permit_dns)  # refuse a bad name before touching the directory
     cert_path = directory / CA_CERT_FILE
     if cert_path.exists() and not overwrite:
         raise ConfigError(f"CA already exists at {cert_path} (pass overwrite to replace it)")
@@ -255,7 +279,7 @@ def init_ca(directory: Path, trust_domain: str, *, overwrite: bool = False) -> P
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as err:
         raise ConfigError(f"cannot create directory {directory}: {err.strerror}") from err
-    CertificateAuthority.create(trust_domain).save(directory)
+    CertificateAuthority.create(trust_domain, permit_dns=permit_dns).save(directory)
     return cert_path
 
 
@@ -266,6 +290,8 @@ def issue(
     valid_for: timedelta = timedelta(days=30),
     loopback_sans: bool = False,
     overwrite: bool = False,
+    dns_names: Sequence[str] = (),
+    ip_addresses: Sequence[str] = (),
 ) -> IssuedIdentity:
     """Issue ``spiffe://<trust domain>/agent/<name>`` from the CA in ``directory``.
 
@@ -274,12 +300,13 @@ def issue(
     file is replaced atomically (temp file, then rename), key first, so an
     agent watching them sees old or new files, never half of one; in between
     it sees a new key with the old certificate, rejects the mismatch, and takes
-    the pair once the certificate follows. ``loopback_sans``: see
-    :meth:`CertificateAuthority.issue_svid`.
+    the pair once the certificate follows. ``loopback_sans``, ``dns_names``,
+    ``ip_addresses``: see :meth:`CertificateAuthority.issue_svid`.
 
     Raises:
         ConfigError: ``name`` is invalid or reserved, the CA cannot be loaded,
-            or an SVID of that name exists and not ``overwrite``.
+            an extra name is refused, or an SVID of that name exists and not
+            ``overwrite``.
     """
     if not _AGENT_NAME.fullmatch(name):
         raise ConfigError(f"agent name {name!r} must match [A-Za-z0-9._-]+")
@@ -288,7 +315,13 @@ def issue(
         raise ConfigError(f"agent name {name!r} is reserved for the CA")
     ca = CertificateAuthority.load(directory)
     spiffe_id = f"spiffe://{ca.trust_domain}/agent/{name}"
-    cert_pem, key_pem = ca.issue_svid(spiffe_id, valid_for=valid_for, loopback_sans=loopback_sans)
+    cert_pem, key_pem = ca.issue_svid(
+        spiffe_id,
+        valid_for=valid_for,
+        loopback_sans=loopback_sans,
+        dns_names=dns_names,
+        ip_addresses=ip_addresses,
+    )
     cert_path, key_path = directory / f"{name}.pem", directory / f"{name}.key"
     existing = [path for path in (cert_path, key_path) if path.exists()]
     if existing and not overwrite:
@@ -366,6 +399,10 @@ def _general_names(
         except ValueError as err:
             raise ConfigError(f"not an IP address: {address!r}") from err
     return names
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
 
 
 def _private_key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:

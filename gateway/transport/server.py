@@ -12,7 +12,7 @@ from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from gateway.errors import GatewayError
+from gateway.errors import AgentConfigError, GatewayError
 from gateway.inbound.call import InvokeCall, deadline_from
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.telemetry import Telemetry
@@ -162,7 +162,9 @@ class GatewayServer:
         reuse_port: bool = False,
     ) -> None:
         # Sibling worker processes share the port (see gateway.supervisor).
-        options = [*server_options(), *([("grpc.so_reuseport", 1)] if reuse_port else [])]
+        # gRPC sets SO_REUSEPORT unless told not to: a second instance would
+        # then bind the same port silently and take half the connections.
+        options = [*server_options(), ("grpc.so_reuseport", 1 if reuse_port else 0)]
         self._server = aio.server(options=options)
         add_gateway_servicer(GatewayServicer(agent_id, handler, telemetry), self._server)
         self._services = [SERVICE_NAME]
@@ -175,10 +177,20 @@ class GatewayServer:
         self.port = 0
 
     async def start(self, address: str) -> int:
-        """Bind ``address`` (port 0 picks one) and start serving; returns the port."""
-        port: int = self._server.add_secure_port(address, self._tls.server_credentials())
-        if port == 0:
-            raise GatewayError(f"could not listen on {address}")
+        """Bind ``address`` (port 0 picks one) and start serving; returns the port.
+
+        Raises:
+            AgentConfigError: the address cannot be bound (in use, or not on this host).
+        """
+        try:
+            port: int = self._server.add_secure_port(address, self._tls.server_credentials())
+            if port == 0:
+                raise RuntimeError("no port bound")
+        except RuntimeError as err:  # grpc's whole report of a failed bind
+            raise AgentConfigError(
+                f"listen {address}: cannot bind (another process listens there, "
+                "or the address is not on this host)"
+            ) from err
         await self._server.start()
         for service in ("", *self._services):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)

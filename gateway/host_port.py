@@ -1,0 +1,56 @@
+"""``host:port`` config values, checked when the config loads.
+
+Without this, ``listen = "127.0.0.1:70001"`` reached gRPC, which takes the
+port modulo 65536 and served on 4465; ``"127.0.0.1:abc"`` failed only when
+the server bound. Every address-valued config field uses one of the two types
+here, so the config error names the file, the key and the problem.
+
+Rules: a host (a name, an IPv4 literal or a bracketed IPv6 literal such as
+``[::1]``), one ``:``, and a decimal port. A listen address may use port 0
+(the kernel picks one); an address to dial needs 1..65535.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator
+
+MAX_PORT = 65535
+
+
+def split_host_port(value: str, *, lowest_port: int) -> tuple[str, int]:
+    """``(host, port)`` of ``value``; the host keeps IPv6 brackets.
+
+    Raises:
+        ValueError: no host, no port, a port that is not decimal or outside
+            ``lowest_port..65535``, or an IPv6 literal without brackets.
+    """
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"{value!r}: expected host:port")
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise ValueError(f"{value!r}: an IPv6 host goes in brackets, e.g. [::1]:7001")
+    if not port_text.isascii() or not port_text.isdigit():
+        raise ValueError(f"{value!r}: port {port_text!r} is not a number")
+    port = int(port_text)
+    if not lowest_port <= port <= MAX_PORT:
+        raise ValueError(f"{value!r}: port {port} is outside {lowest_port}..{MAX_PORT}")
+    return host, port
+
+
+def _listen(value: str) -> str:
+    split_host_port(value, lowest_port=0)
+    return value
+
+
+def _dial(value: str) -> str:
+    split_host_port(value, lowest_port=1)
+    return value
+
+
+ListenAddress = Annotated[str, AfterValidator(_listen)]
+"""``host:port`` to bind; port 0..65535 (0: the kernel picks one)."""
+
+DialAddress = Annotated[str, AfterValidator(_dial)]
+"""``host:port`` to connect to; port 1..65535."""
