@@ -204,6 +204,43 @@ async def test_locked_database_fails_closed_and_says_why(
     await _restart_serves(pki, tmp_path, db)
 
 
+async def test_calls_answered_while_locked_keep_their_records(
+    pki: Pki, tmp_path: Path, counter: WriteCounter
+) -> None:
+    """Allowed reads answered before the failed commit are written once the lock is gone."""
+    db = tmp_path / "alice-audit.sqlite"
+    agent = await _agent(pki, tmp_path, db, counter)
+    locker = sqlite3.connect(db, isolation_level=None, timeout=5.0)
+    answered = [f"locked-{n}" for n in range(3)]
+    try:
+        locker.execute("BEGIN EXCLUSIVE")
+        async with _client(pki, agent, "bob") as bob:
+            for request_id in answered:
+                result = await bob.invoke(
+                    "text.echo", {"text": "x"}, request_id=request_id, timeout=10.0
+                )
+                assert result.output() == {"text": "x"}
+        for _ in range(200):  # bounded: the commit fails after busy_timeout_ms (5 s)
+            if not agent.audit.healthy:
+                break
+            await asyncio.sleep(0.1)
+        assert not agent.audit.healthy
+        locker.execute("ROLLBACK")
+        for _ in range(200):  # bounded: reopened every audit_retry_seconds
+            if agent.audit.healthy:
+                break
+            await asyncio.sleep(0.1)
+        assert agent.audit.healthy
+        await agent.audit.flush()
+    finally:
+        locker.close()
+        await agent.stop()
+    ids = [r.request_id for r in query_records(db)]
+    assert sorted(i for i in ids if i in answered) == answered, ids
+    report = verify_chain(db)
+    assert report.ok, report.problems
+
+
 async def test_full_disk_fails_closed_and_says_why(
     pki: Pki, tmp_path: Path, tiny_fs: Path, counter: WriteCounter
 ) -> None:
