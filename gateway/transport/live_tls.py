@@ -104,9 +104,7 @@ def check_material(material: TlsMaterial, agent_id: str, now: datetime) -> Certi
     return CertificateFacts(serial=leaf.serial_number, not_after=leaf.not_valid_after_utc)
 
 
-def _chains_to(
-    chain: list[x509.Certificate], roots: list[x509.Certificate], now: datetime
-) -> bool:
+def _chains_to(chain: list[x509.Certificate], roots: list[x509.Certificate], now: datetime) -> bool:
     """Whether the leaf (``chain[0]``) leads to a root through the file's own order.
 
     Each certificate must be issued by a root or by the next one in the file,
