@@ -91,8 +91,7 @@ class StatePool:
             self._down_until = time.monotonic() + FAIL_FAST_SECONDS
         except psycopg.Error as failed:
             err = failed
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise StateUnavailable(f"{self._what} {self._dsn}: {first}") from err
+        raise StateUnavailable(f"{self._what} {self._dsn}: {self._dsn.why(err)}") from err
 
     def _once(self, work: Callable[[Connection], _T]) -> _T:
         with self._pool.connection(timeout=WAIT_SECONDS) as conn:
