@@ -52,6 +52,7 @@ from pathlib import Path
 
 from gateway.errors import ConcurrencyLimited, RateLimited, ServerBusy, StateUnavailable
 from gateway.inbound.limits import CallSlot, Clock, LimitStats, RefusalCounts
+from gateway.private_files import PRIVATE_FILE
 from policies.grants import PeerGrant
 
 LIMITS_FILE = "limits.table"
@@ -368,8 +369,9 @@ def create_limit_file(path: Path, workers: int, capacity: int = DEFAULT_PEER_CAP
     entry_bytes = _entry_bytes(workers)
     fresh = path.with_name(path.name + ".new")
     try:
-        fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
         try:
+            os.fchmod(fd, PRIVATE_FILE)  # a leftover .new keeps its mode through O_CREAT
             os.ftruncate(fd, _file_bytes(slots, workers, entry_bytes))  # sparse until used
             header = _HEADER.pack(
                 _MAGIC, _VERSION, entry_bytes, slots, workers, secrets.token_bytes(16)
