@@ -19,6 +19,7 @@ import pytest
 from capabilities.registry import CapabilityRegistry
 from gateway.errors import AuditUnavailable, GatewayError, StateUnavailable
 from gateway.postgres.dsn import PostgresDsn, redact_credentials
+from gateway.postgres.pool import StatePool
 from gateway.transport.client import PeerClient
 from tests.agent_process import REPO, write_agent_toml
 from tests.postgres import PostgresCluster
@@ -147,3 +148,20 @@ async def test_remote_callers_get_a_fixed_message_when_the_database_is_down(
             assert not [word for word in internals if word in err.message], err.message
     finally:
         await asyncio.wait_for(agent.stop(), 60)
+
+
+def test_the_pool_log_never_repeats_the_password(caplog: pytest.LogCaptureFixture) -> None:
+    """psycopg_pool logs each failed connect with libpq's message, which quotes a bad token."""
+    pool = StatePool(PostgresDsn("postgresql://gw:pw%zz@127.0.0.1:1/state"), "idempotency store")
+    try:
+        with (
+            caplog.at_level("WARNING", logger="psycopg.pool"),
+            pytest.raises(StateUnavailable) as info,
+        ):
+            pool.run(lambda conn: conn.execute("SELECT 1"))
+    finally:
+        pool.close()
+    assert "pw%zz" not in info.value.message, info.value.message
+    pool_lines = [r.getMessage() for r in caplog.records if r.name == "psycopg.pool"]
+    assert pool_lines, "the pool logged no failed connect (nothing was checked)"
+    assert not [line for line in pool_lines if "pw%zz" in line], pool_lines
