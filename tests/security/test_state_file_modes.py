@@ -72,8 +72,10 @@ async def test_every_state_file_of_an_agent_is_private(pki: Pki, tmp_path: Path)
             state / "idempotency.sqlite",
             state / "a2a-tasks.sqlite",
             state / "tasks.sqlite",
+            state / "kv.sqlite",  # the built-in kv capability's own file
         ]
         files = _with_side_files(databases)
+        assert set(databases) <= set(files), files
         assert {f"{db.name}-wal" for db in databases[:3]} <= {f.name for f in files}, files
         assert set(_modes(files).values()) == {"0o600"}, _modes(files)
     finally:
