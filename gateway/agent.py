@@ -42,6 +42,7 @@ from gateway.plans.step_events import EventSink
 from gateway.plans.store import SqliteTaskStore, TaskStore
 from gateway.plans.task import TaskResult
 from gateway.postgres.dsn import PostgresDsn
+from gateway.private_files import private_dir
 from gateway.telemetry import Telemetry
 from gateway.transport.a2a import A2AServicer, A2ATaskStore
 from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
@@ -90,7 +91,7 @@ class Agent:
         """Certificate, key and CA in force; re-read on SIGHUP and when the files change."""
         self.live_tls.on_change(self._use_new_certificate)
         self.policies = PolicyStore(config.policy)
-        config.state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(config.state_dir)
         self.registry = registry if registry is not None else CapabilityRegistry()
         if registry is None:
             try:

@@ -97,6 +97,14 @@ class GatewayError(Exception):
         # whether an ungranted capability exists).
         self.detail = detail
 
+    REMOTE_MESSAGE: ClassVar[str | None] = None
+    """A fixed message sent to remote callers instead of ``message`` (None: send it)."""
+
+    @property
+    def remote_message(self) -> str:
+        """What a remote caller is told: the fixed message of the class, if it has one."""
+        return self.REMOTE_MESSAGE if self.REMOTE_MESSAGE is not None else self.message
+
     def __str__(self) -> str:
         return f"{self.reason}: {self.message}"
 
@@ -274,17 +282,27 @@ class CapabilityFailed(GatewayError):
 
 
 class AuditUnavailable(GatewayError):
-    """The audit log cannot record, so the agent refuses work (fails closed)."""
+    """The audit log cannot record, so the agent refuses work (fails closed).
+
+    The message names the store and the cause (a path, a redacted DSN, the
+    database's error) for the agent's own log and CLI; remote callers get
+    only ``REMOTE_MESSAGE``.
+    """
 
     reason = "AUDIT_UNAVAILABLE"
     transient = True
+    REMOTE_MESSAGE = "the agent's audit log cannot record, so nothing runs; retry later"
 
 
 class StateUnavailable(GatewayError):
-    """Durable state (idempotency records) cannot be read or written; nothing ran."""
+    """Durable state (idempotency records) cannot be read or written; nothing ran.
+
+    As for AuditUnavailable, remote callers get only ``REMOTE_MESSAGE``.
+    """
 
     reason = "STATE_UNAVAILABLE"
     transient = True
+    REMOTE_MESSAGE = "the agent's state store is unavailable, so nothing ran; retry later"
 
 
 class PeerUnavailable(GatewayError):

@@ -8,6 +8,7 @@ Each key carries a revision that counts the writes that really happened.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -53,6 +54,9 @@ class KeyValueStore:
 
     def __init__(self, path: Path) -> None:
         self._lock = threading.Lock()
+        # Private like the agent's own state (0600 whatever the umask; SQLite
+        # gives -wal/-shm the file's mode): values are callers' data.
+        os.close(os.open(path, os.O_RDONLY | os.O_CREAT, 0o600))
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")

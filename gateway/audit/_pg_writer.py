@@ -61,7 +61,7 @@ class PostgresChainWriter(ChainWriter):
             self.count, self.last_hash = self._load_head(self._conn)
         except psycopg.Error as err:
             self.close()
-            raise AuditUnavailable(f"{self.where}: cannot open: {_why(err)}") from err
+            raise AuditUnavailable(f"{self.where}: cannot open: {self._dsn.why(err)}") from err
         except BaseException:
             self.close()
             raise
@@ -106,7 +106,7 @@ class PostgresChainWriter(ChainWriter):
                     (seq, prev, self._agent_id),
                 )
         except psycopg.Error as err:
-            raise AuditUnavailable(f"{self.where}: commit failed: {_why(err)}") from err
+            raise AuditUnavailable(f"{self.where}: commit failed: {self._dsn.why(err)}") from err
         self.count, self.last_hash = seq, prev
 
     def probe(self) -> None:
@@ -121,7 +121,7 @@ class PostgresChainWriter(ChainWriter):
         try:
             conn.execute("SELECT 1")
         except psycopg.Error as err:
-            raise AuditUnavailable(f"{self.where}: unreachable: {_why(err)}") from err
+            raise AuditUnavailable(f"{self.where}: unreachable: {self._dsn.why(err)}") from err
 
     def close(self) -> None:
         """Close the connection (idempotent)."""
@@ -149,8 +149,3 @@ class PostgresChainWriter(ChainWriter):
                 f"its last record (seq {found[0]}); run the audit verify command"
             )
         return count, last_hash
-
-
-def _why(err: psycopg.Error) -> str:
-    """The first line of the driver's message (it never holds the password)."""
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]

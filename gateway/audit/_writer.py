@@ -22,6 +22,7 @@ from gateway.audit._schema import (
 )
 from gateway.audit.chain import GENESIS_HASH, chained_row
 from gateway.errors import AuditUnavailable
+from gateway.private_files import connect_private
 
 
 class ChainWriter(ABC):
@@ -88,7 +89,7 @@ class SqliteChainWriter(ChainWriter):
                 its last record.
         """
         try:
-            self._conn = sqlite3.connect(
+            self._conn = connect_private(
                 self._path,
                 timeout=self._busy_timeout_ms / 1000,
                 isolation_level=None,

@@ -12,8 +12,11 @@ PostgreSQL database that went away is reconnected to with backoff (and probed
 while idle, so health turns before the next call); a SQLite file is reopened
 every ``retry_seconds`` when that is set. Either way, once a write succeeds
 (and the chain head is where it was) the log accepts records again and
-``healthy`` turns True. Health listeners hear of both transitions; an observer
-hears of every committed batch.
+``healthy`` turns True. Records nobody waited on belong to calls that were
+already answered: when their commit fails they are kept, and committed first
+when the store can write again (or tried once more at close); a refusal whose
+caller was told AUDIT_UNAVAILABLE is not written later. Health listeners hear
+of both transitions; an observer hears of every committed batch.
 
 With a :class:`~gateway.audit.checkpoint.Checkpointer` the same thread also
 writes signed checkpoints of the chain head, only ever after the records they
@@ -291,6 +294,7 @@ class AuditLog:
                 try:
                     items = [self._queue.get_nowait()]
                 except queue.Empty:
+                    self._write_unwritten_at_stop()
                     self._checkpoint(final=True)
                     return
             else:
@@ -347,14 +351,8 @@ class AuditLog:
             _log.debug("audit log still unavailable: %s", err)
             return
         self._retry_in = _FIRST_RETRY_SECONDS
-        if self._unwritten:
-            try:
-                self._writer.append(self._unwritten)
-            except AuditUnavailable as err:
-                _log.debug("audit log still unavailable: %s", err)
-                return
-            self._unwritten = []
-            self.batches_committed += 1
+        if not self._write_unwritten():
+            return
         if self._state is _State.FAILED:
             _log.warning("audit log recovered: %s is reachable again", self._writer.where)
             self._state, self._cause = _State.OPEN, None
@@ -366,26 +364,62 @@ class AuditLog:
 
         Opening runs a write transaction, so a disk that is still full or a
         file that is still read-only keeps the log failed. A chain head that
-        moved back meanwhile keeps it failed too (someone cut the log).
+        moved back meanwhile keeps it failed too (someone cut the log). The
+        kept records of answered calls are committed before anything new.
         """
         if self._state is not _State.FAILED or not self._recoverable:
             return
+        if not self._reopen_where_it_was() or not self._write_unwritten():
+            return
+        _log.warning("audit log %s: writable again, accepting records", self._path)
+        self._state, self._accepting, self._recoverable = _State.OPEN, True, False
+        self._tell(True)
+
+    def _reopen_where_it_was(self) -> bool:
+        """Reopen the store; True if it opened with the chain head where it was."""
         count, last_hash = self._writer.count, self._writer.last_hash
         self._writer.close()
         try:
             self._writer.open()
-        except AuditUnavailable:
+        except (AuditUnavailable, ConfigError):
             self._writer.count, self._writer.last_hash = count, last_hash
-            return
+            return False
         if self._writer.count < count or (
             self._writer.count == count and self._writer.last_hash != last_hash
         ):
             self._recoverable = False
             self._fail(f"audit log {self._path}: chain head moved back while failed", None)
+            return False
+        return True
+
+    def _write_unwritten(self) -> bool:
+        """Commit the kept records of answered calls; False (still kept) if that fails."""
+        if not self._unwritten:
+            return True
+        try:
+            self._writer.append(self._unwritten)
+        except AuditUnavailable as err:
+            _log.debug("audit log still unavailable: %s", err)
+            return False
+        self._unwritten = []
+        self.batches_committed += 1
+        return True
+
+    def _write_unwritten_at_stop(self) -> None:
+        """A last try to keep the records of answered calls before the writer ends."""
+        if not self._unwritten:
             return
-        _log.warning("audit log %s: writable again, accepting records", self._path)
-        self._state, self._accepting, self._recoverable = _State.OPEN, True, False
-        self._tell(True)
+        if self._state is _State.FAILED and not self._reopen_where_it_was():
+            written = False
+        else:
+            written = self._write_unwritten()
+        if not written:
+            _log.error(
+                "audit log %s: %d records of answered calls could not be written",
+                self._writer.where,
+                len(self._unwritten),
+                extra={"reason": "AUDIT_UNAVAILABLE"},
+            )
 
     def _checkpoint(self, *, final: bool = False) -> None:
         """Checkpoint the committed head if one is due; a failure fails the log closed."""
@@ -435,18 +469,20 @@ class AuditLog:
                     continue
             if waiter is not None:
                 waiters.append(waiter)
-        if records and self._state is not _State.FAILED:
+        if records and self._state is _State.FAILED:
+            # Queued before the failure: these calls were answered, so keep them.
+            self._unwritten.extend(plain)
+        elif records:
             started = time.perf_counter()
             try:
                 self._writer.append(records)
                 self.batches_committed += 1
             except AuditUnavailable as err:
                 self._fail(err.message, err.__cause__)
-                if self._writer.recoverable:
-                    # Outcomes of calls that already ran: written first after recovery.
-                    # (Refused callers were told; their records are not written later.)
-                    self._unwritten.extend(plain)
-                else:
+                # Outcomes of calls that already ran: written first after recovery.
+                # (Refused callers were told; their records are not written later.)
+                self._unwritten.extend(plain)
+                if not self._writer.recoverable:
                     self._recoverable = self._retry is not None
             else:
                 if self._observer is not None:

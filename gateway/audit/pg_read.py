@@ -37,7 +37,7 @@ def _connect(dsn: PostgresDsn) -> psycopg.Connection[tuple[object, ...]]:
     try:
         conn = psycopg.connect(dsn.url, connect_timeout=10)
     except psycopg.Error as err:
-        raise ConfigError(f"audit database {dsn}: cannot connect: {err}") from err
+        raise ConfigError(f"audit database {dsn}: cannot connect: {dsn.why(err)}") from err
     version = schema_version(conn)
     if version == 0:
         conn.close()
@@ -95,7 +95,7 @@ def query_agent_records(
     try:
         rows = conn.execute(sql, params).fetchall()
     except psycopg.Error as err:
-        raise ConfigError(f"audit database {dsn}: cannot read: {err}") from err
+        raise ConfigError(f"audit database {dsn}: cannot read: {dsn.why(err)}") from err
     finally:
         conn.close()
     return [AgentRecord(str(row[0]), record_from_row(row[1:])) for row in reversed(rows)]
@@ -130,7 +130,7 @@ def recent_agent_request_ids(
             for peer_id, request_id, time_unix_ms in cursor:
                 yield str(peer_id), str(request_id), int(str(time_unix_ms))
     except psycopg.Error as err:
-        raise ConfigError(f"audit database {dsn}: cannot read: {err}") from err
+        raise ConfigError(f"audit database {dsn}: cannot read: {dsn.why(err)}") from err
     finally:
         conn.close()
 
@@ -171,7 +171,7 @@ def verify_agent_chains(dsn: PostgresDsn, agent: str | None = None) -> dict[str,
                 ).fetchall()
                 reports[agent_id] = verify_rows(raw, head)
     except psycopg.Error as err:
-        raise ConfigError(f"audit database {dsn}: cannot read: {err}") from err
+        raise ConfigError(f"audit database {dsn}: cannot read: {dsn.why(err)}") from err
     finally:
         conn.close()
     return reports
@@ -194,7 +194,7 @@ def chain_hashes_at(dsn: PostgresDsn, agent: str, seqs: list[int]) -> tuple[int,
                 (agent, seqs),
             ).fetchall()
     except psycopg.Error as err:
-        raise ConfigError(f"audit database {dsn}: cannot read: {err}") from err
+        raise ConfigError(f"audit database {dsn}: cannot read: {dsn.why(err)}") from err
     finally:
         conn.close()
     last = int(str(row[0])) if row else 0

@@ -3,6 +3,13 @@
 Limit refusals (``RATE_LIMITED``, ``CONCURRENCY_LIMITED``, ``SERVER_BUSY``) are
 stored one record per peer and interval with ``count=N`` in the detail (see
 ``gateway.inbound.limit_audit``); every other record stands for one call.
+
+The count is read only from a refused record of a limit reason whose whole
+detail is the aggregator's grammar (:func:`limit_count_detail`). Only the
+limit aggregator writes refusals with those reasons, and it writes nothing else
+into their detail, so text that reaches other details (an idempotency key, an
+operator's reason) cannot pose as a count. A new column was not needed, and
+old logs keep their bytes and hashes.
 """
 
 from __future__ import annotations
@@ -15,18 +22,32 @@ from datetime import UTC, datetime
 
 from gateway.audit.record import AuditRecord
 from gateway.display import json_for_terminals, printable
+from gateway.errors import ConcurrencyLimited, RateLimited, ServerBusy
 
-_COUNT = re.compile(r"(?:^|\s)count=([0-9]+)(?:\s|$)")
+LIMIT_REASONS: frozenset[str] = frozenset(
+    {RateLimited.reason, ConcurrencyLimited.reason, ServerBusy.reason}
+)
+"""Reasons whose refusals are aggregated (one record stands for ``count`` calls)."""
+
+_COUNT = re.compile(r"count=([1-9][0-9]{0,17})(?: window_ms=[0-9]{1,18})?")
+
+
+def limit_count_detail(count: int, window_ms: int | None = None) -> str:
+    """The detail of an aggregated limit record: ``count=N`` [`` window_ms=W``]."""
+    return f"count={count}" if window_ms is None else f"count={count} window_ms={window_ms}"
 
 
 def calls_in(record: AuditRecord) -> int:
-    """How many calls ``record`` stands for: ``count=N`` in its detail, else 1."""
-    return calls_in_detail(record.detail)
+    """How many calls ``record`` stands for: the count of an aggregated limit
+    refusal (see the module doc), else 1."""
+    return calls_counted(record.decision, record.reason, record.detail)
 
 
-def calls_in_detail(detail: str) -> int:
-    """How many calls a record with ``detail`` stands for: ``count=N`` in it, else 1."""
-    match = _COUNT.search(detail)
+def calls_counted(decision: str, reason: str, detail: str) -> int:
+    """``calls_in`` for a record given by its three fields (e.g. a row being committed)."""
+    if decision != "refuse" or reason not in LIMIT_REASONS:
+        return 1
+    match = _COUNT.fullmatch(detail)
     return int(match.group(1)) if match else 1
 
 

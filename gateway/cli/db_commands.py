@@ -42,7 +42,7 @@ def _run(args: argparse.Namespace) -> int:
                 return 0
             applied = migrate(conn, str(dsn))
     except psycopg.Error as err:
-        raise ConfigError(f"database {dsn}: {err}") from err
+        raise ConfigError(f"database {dsn}: {dsn.why(err)}") from err
     if applied:
         print(f"{dsn}: applied migration(s) {', '.join(map(str, applied))}; now {LATEST_VERSION}")
     else:

@@ -20,6 +20,7 @@ from gateway.cli import (
 )
 from gateway.display import EscapingFormatter, printable
 from gateway.errors import ConfigError, GatewayError
+from gateway.postgres.dsn import redact_credentials
 from gateway.telemetry.json_logs import JsonFormatter
 
 EXIT_REFUSED = 1
@@ -73,19 +74,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         # (a path, a peer's text) is escaped into a single line.
         local_problems = isinstance(err.__cause__, ValidationError)
         lines = err.message.split("\n") if local_problems else [err.message]
-        first, *more = (printable(line) for line in lines)
+        first, *more = (printable(redact_credentials(line)) for line in lines)
         print("\n  ".join([f"error: {first}", *more]), file=sys.stderr)
         return EXIT_USAGE
     except GatewayError as err:
         # The message may come from a remote peer: escaped into one line.
-        print(f"refused: {printable(err.reason)}: {printable(err.message)}", file=sys.stderr)
+        message = printable(redact_credentials(err.message))
+        print(f"refused: {printable(err.reason)}: {message}", file=sys.stderr)
         return EXIT_REFUSED
     except KeyboardInterrupt:
         return 130
     except Exception as err:  # the CLI boundary: never a traceback for the user
         if os.environ.get("A2A_GATEWAY_DEBUG"):
             raise
-        print(f"internal error: {type(err).__name__}: {printable(str(err))}", file=sys.stderr)
+        why = printable(redact_credentials(str(err)))
+        print(f"internal error: {type(err).__name__}: {why}", file=sys.stderr)
         return EXIT_INTERNAL
 
 

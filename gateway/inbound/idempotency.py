@@ -33,6 +33,7 @@ from typing import TypeVar
 
 from gateway.errors import IdempotencyConflict, IdempotencyInDoubt, StateUnavailable
 from gateway.plans.lease import holder_gone, new_owner_id
+from gateway.private_files import connect_private
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -65,7 +66,7 @@ def open_store_db(path: Path, *, timeout: float = 5.0) -> sqlite3.Connection:
     Raises:
         sqlite3.Error: the file cannot be opened or upgraded.
     """
-    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=timeout)
+    db = connect_private(path, check_same_thread=False, isolation_level=None, timeout=timeout)
     try:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")

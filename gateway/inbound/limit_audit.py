@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, replace
 
 from gateway.audit import AuditLog, AuditRecord
+from gateway.audit.summary import limit_count_detail
 from gateway.inbound.limits import Clock
 
 DEFAULT_INTERVAL_SECONDS = 1.0
@@ -68,7 +69,7 @@ class LimitRefusalLog:
             self._write_count(key, window, now)
         # Opened before the await: refusals arriving during the commit are counted.
         self._windows[key] = _Window(opened=now)
-        await self._audit.record_durable(replace(refusal, detail="count=1"))
+        await self._audit.record_durable(replace(refusal, detail=limit_count_detail(1)))
 
     def flush_expired(self) -> None:
         """Write the count of every window whose interval is over (called periodically)."""
@@ -107,7 +108,7 @@ class LimitRefusalLog:
                 payload_size=0,
                 payload_sha256="",
                 latency_ms=0.0,
-                detail=f"count={window.counted} window_ms={window_ms}",
+                detail=limit_count_detail(window.counted, window_ms),
             )
         )
         window.counted = 0

@@ -25,7 +25,9 @@ by the policy. A peer's entry lives within ``PROBE_LIMIT`` slots of its home;
 an entry that holds nothing (no call in flight, its bucket refilled to full)
 is indistinguishable from a new one and is reused for another peer. No free or
 reusable slot: the call is refused with ``StateUnavailable`` (fail closed),
-never admitted without being counted.
+never admitted without being counted. The same for values no worker writes
+(a negative or out-of-range count, a bucket outside ``[0, size]`` or not a
+number): whoever wrote them, admitting on them could exceed a cap.
 
 The supervisor makes the file anew before the first worker starts
 (:func:`create_limit_file`: a restart of the agent starts with full buckets,
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import math
 import mmap
 import os
 import secrets
@@ -49,6 +52,7 @@ from pathlib import Path
 
 from gateway.errors import ConcurrencyLimited, RateLimited, ServerBusy, StateUnavailable
 from gateway.inbound.limits import CallSlot, Clock, LimitStats, RefusalCounts
+from gateway.private_files import PRIVATE_FILE
 from policies.grants import PeerGrant
 
 LIMITS_FILE = "limits.table"
@@ -208,12 +212,17 @@ class LimitTable:
     def _admit(self, entry: int, grant: PeerGrant) -> tuple[_Refusal | None, int]:
         """The locked part of :meth:`acquire`: (refusal or None, the peer's calls running)."""
         table = self._map
+        columns = self._columns.unpack_from(table, entry + _COLUMNS_AT)
+        totals = self._columns.unpack_from(table, _HEADER_BYTES)
+        self._check_counts(columns, totals)
         if grant.max_calls_per_second is not None:
             rate, size = grant.max_calls_per_second, grant.bucket_size
             now = self._clock()  # read under the lock: takes are ordered like their times
             tokens, last, built_rate, built_size = _BUCKET.unpack_from(table, entry + _DIGEST_BYTES)
             if built_rate != rate or built_size != size:  # new peer or a new policy
                 tokens, last = float(size), now
+            elif not (0.0 <= tokens <= size and math.isfinite(last)):  # NaN fails both
+                raise self._implausible("bucket", tokens)
             tokens = min(size, tokens + max(0.0, now - last) * rate)
             taken = tokens >= 1.0
             _BUCKET.pack_into(
@@ -221,16 +230,38 @@ class LimitTable:
             )
             if not taken:
                 return _Refusal.RATE, 0
-        columns = self._columns.unpack_from(table, entry + _COLUMNS_AT)
         running = sum(columns)
         if grant.max_in_flight is not None and running >= grant.max_in_flight:
             return _Refusal.CONCURRENCY, running
-        totals = self._columns.unpack_from(table, _HEADER_BYTES)
         if sum(totals) >= self.max_concurrent_calls:
             return _Refusal.SERVER, running
         _COUNT.pack_into(table, entry + self._column_at, columns[self._worker] + 1)
         _COUNT.pack_into(table, self._total_at, totals[self._worker] + 1)
         return None, running
+
+    def _check_counts(self, columns: tuple[int, ...], totals: tuple[int, ...]) -> None:
+        """Refuse counts no worker could have written (locked).
+
+        A worker's total is at most the server cap, and a peer's calls in one
+        worker are part of that worker's total. Anything else (negative, huge,
+        a peer above its worker's total) means the file was written by someone
+        else: admitting on it could exceed a cap, so the call is refused.
+
+        Raises:
+            StateUnavailable: a count is out of range.
+        """
+        for column, total in zip(columns, totals, strict=True):
+            if not 0 <= total <= self.max_concurrent_calls:
+                raise self._implausible("in-flight total", total)
+            if not 0 <= column <= total:
+                raise self._implausible("peer in-flight count", column)
+
+    def _implausible(self, what: str, value: float) -> StateUnavailable:
+        return StateUnavailable(
+            "limits table holds values no worker writes; refusing rather than "
+            "admitting a call it cannot count",
+            detail=f"{self._path}: implausible {what} {value!r}",
+        )
 
     def _home(self, peer_id: str) -> tuple[bytes, int]:
         """(digest, home slot offset) of ``peer_id``, remembered per peer."""
@@ -338,8 +369,9 @@ def create_limit_file(path: Path, workers: int, capacity: int = DEFAULT_PEER_CAP
     entry_bytes = _entry_bytes(workers)
     fresh = path.with_name(path.name + ".new")
     try:
-        fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
         try:
+            os.fchmod(fd, PRIVATE_FILE)  # a leftover .new keeps its mode through O_CREAT
             os.ftruncate(fd, _file_bytes(slots, workers, entry_bytes))  # sparse until used
             header = _HEADER.pack(
                 _MAGIC, _VERSION, entry_bytes, slots, workers, secrets.token_bytes(16)

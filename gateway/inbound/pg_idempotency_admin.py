@@ -47,7 +47,7 @@ def _connect(dsn: PostgresDsn) -> Connection:
     try:
         return psycopg.connect(dsn.url, connect_timeout=10)
     except psycopg.Error as err:
-        raise StateUnavailable(f"idempotency store {dsn}: {err}") from err
+        raise StateUnavailable(f"idempotency store {dsn}: {dsn.why(err)}") from err
 
 
 def _as_seen(row: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -67,7 +67,7 @@ def list_keys_pg(dsn: PostgresDsn, agent_id: str, *, in_doubt_only: bool) -> lis
                 (agent_id,),
             ).fetchall()
         except psycopg.Error as err:
-            raise StateUnavailable(f"idempotency store {dsn}: {err}") from err
+            raise StateUnavailable(f"idempotency store {dsn}: {dsn.why(err)}") from err
     entries = [key_entry(_as_seen(row)) for row in rows]
     return [e for e in entries if e.state == "in_doubt"] if in_doubt_only else entries
 
@@ -147,5 +147,5 @@ def _change(
                 seq = audit_action(audit_db, entry, reason, audit_reason, body, agent_id)
                 apply(conn)
         except psycopg.Error as err:
-            raise StateUnavailable(f"idempotency store {dsn}: {err}") from err
+            raise StateUnavailable(f"idempotency store {dsn}: {dsn.why(err)}") from err
     return entry, seq

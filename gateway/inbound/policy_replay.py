@@ -6,8 +6,10 @@ caller's SPIFFE ID, capability, version constraint, payload size and the
 record's time (so a grant's ``expires_at`` is judged at the time of the call).
 What is not a policy decision is left alone: refusals before the policy
 (``UNAUTHENTICATED``, ``INVALID_REQUEST``, ``AUDIT_UNAVAILABLE``), limit
-refusals, and what happened after it (``REPLAYED_REQUEST``, ``INVALID_INPUT``,
-``DEADLINE_EXCEEDED``, failures of the capability), as well as Describe.
+refusals, what happened after it (``REPLAYED_REQUEST``, ``INVALID_INPUT``,
+``DEADLINE_EXCEEDED``, ``IDEMPOTENCY_IN_DOUBT``, failures of the capability),
+records no peer's call made (operator resolutions, approvals), and Describe.
+An allowed call is judged by its served (``OK``) record only.
 
 ``version_available`` and ``risk_within_grant`` need the agent's capabilities
 (versions and risks). Without a registry they are skipped, and a call whose
@@ -32,7 +34,6 @@ from gateway.errors import (
     UnknownPeer,
     VersionNotAvailable,
 )
-from gateway.inbound.invoke_handler import ADMITTED
 from policies.decisions import POLICY_STEPS, PolicyQuery, risk_within_grant, version_available
 from policies.policy_file import Policy
 
@@ -48,6 +49,9 @@ POLICY_REASONS: frozenset[str] = frozenset(
     )
 )
 """Refusals the policy steps make; the only refusals that are re-decided."""
+
+SERVED = "OK"
+"""The reason of an allowed call's outcome record when the capability answered."""
 
 REGISTRY_STEPS: frozenset[str] = frozenset({version_available.__name__, risk_within_grant.__name__})
 """Steps that need the agent's capabilities (skipped without ``--config``)."""
@@ -167,13 +171,17 @@ class ReplayReport:
 def recorded_policy_decision(record: AuditRecord) -> str | None:
     """``allow``/``refuse`` if the policy decided ``record``'s call, else None.
 
-    An allowed call counts once: by its outcome record, never by the
-    write-ahead ``ADMITTED`` record.
+    An allowed call counts once: by its ``OK`` outcome record, never by the
+    write-ahead ``ADMITTED`` record. Other ``allow`` records are left alone,
+    as the module doc says: failures after the policy (``INVALID_INPUT``,
+    ``IDEMPOTENCY_IN_DOUBT``, a capability's error, ``CANCELLED``) and records
+    no peer's call made (an operator's idempotency resolution, a person's
+    approval).
     """
     if not record.capability or not record.peer_id:
         return None
     if record.decision == "allow":
-        return None if record.reason == ADMITTED else "allow"
+        return "allow" if record.reason == SERVED else None
     return "refuse" if record.reason in POLICY_REASONS else None
 
 

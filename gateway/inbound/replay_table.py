@@ -47,6 +47,7 @@ from pathlib import Path
 
 from gateway.errors import StateUnavailable
 from gateway.inbound.replay import DEFAULT_WINDOW_SECONDS, ReplayWindow
+from gateway.private_files import PRIVATE_FILE, private_file
 
 REPLAY_FILE = "replay.window"
 """The workers' table, in ``state_dir``."""
@@ -108,7 +109,8 @@ class ReplayTable(ReplayWindow):
             return
         self._clock_ns = clock_ns or time.time_ns
         try:
-            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            private_file(path)
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
         except OSError as err:
             raise StateUnavailable(f"replay window {path}: {err}") from err
         try:

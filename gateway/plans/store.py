@@ -30,6 +30,7 @@ from gateway.plans.lease import may_take
 from gateway.plans.model import Plan
 from gateway.plans.records import FailedAttempt, StoredTask, Usage, WritePin
 from gateway.plans.task import RevisionRecord, StepResult, TaskState
+from gateway.private_files import connect_private
 
 __all__ = ["FailedAttempt", "SqliteTaskStore", "StoredTask", "TaskStore", "Usage", "WritePin"]
 
@@ -150,7 +151,7 @@ class SqliteTaskStore(TaskStore):
     def __init__(self, path: Path) -> None:
         self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            self._db = connect_private(path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             # WAL + NORMAL survives a process crash (the restart case); after a
             # power loss the last results may be re-run, which the peers'

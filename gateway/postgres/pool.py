@@ -7,6 +7,7 @@ and works again once the server is back, without a restart.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -19,6 +20,7 @@ from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.migrations import migrate
 
 _T = TypeVar("_T")
+_POOL_LOG = logging.getLogger("psycopg.pool")
 Connection = psycopg.Connection[tuple[object, ...]]
 WAIT_SECONDS = 2.0
 """How long an operation waits for a connection before failing closed."""
@@ -35,6 +37,19 @@ class _StaleConnection(Exception):
         self.cause = cause
 
 
+class _ScrubDsn(logging.Filter):
+    """Takes the DSN's secrets out of what the pool logs (it logs the driver's
+    message of each failed connect, and libpq quotes a malformed token verbatim)."""
+
+    def __init__(self, dsn: PostgresDsn) -> None:
+        super().__init__()
+        self._dsn = dsn
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = self._dsn.scrub(record.getMessage()), None
+        return True
+
+
 class StatePool:
     """A psycopg pool for one store; every operation runs in one transaction.
 
@@ -46,6 +61,8 @@ class StatePool:
     def __init__(self, dsn: PostgresDsn, what: str, *, max_size: int = 8) -> None:
         self._dsn = dsn
         self._what = what
+        self._scrub = _ScrubDsn(dsn)
+        _POOL_LOG.addFilter(self._scrub)
         self._pool: ConnectionPool[Connection] = ConnectionPool(
             dsn.url,
             min_size=1,
@@ -91,8 +108,7 @@ class StatePool:
             self._down_until = time.monotonic() + FAIL_FAST_SECONDS
         except psycopg.Error as failed:
             err = failed
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise StateUnavailable(f"{self._what} {self._dsn}: {first}") from err
+        raise StateUnavailable(f"{self._what} {self._dsn}: {self._dsn.why(err)}") from err
 
     def _once(self, work: Callable[[Connection], _T]) -> _T:
         with self._pool.connection(timeout=WAIT_SECONDS) as conn:
@@ -111,4 +127,7 @@ class StatePool:
 
     def close(self) -> None:
         """Close every connection."""
-        self._pool.close()
+        try:
+            self._pool.close()
+        finally:
+            _POOL_LOG.removeFilter(self._scrub)

@@ -25,7 +25,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
 
-from gateway.audit.summary import calls_in_detail
+from gateway.audit.summary import calls_counted
 from gateway.config import MetricsSettings
 from gateway.telemetry.prometheus_text import render
 
@@ -161,7 +161,9 @@ class AgentMetrics:
             key: tuple[str, ...] = (capability, decision, reason)
             if self.peer_labels:
                 key += (str(rec["peer_id"]),)
-            counts[key] = counts.get(key, 0) + calls_in_detail(str(rec.get("detail", "")))
+            counts[key] = counts.get(key, 0) + calls_counted(
+                decision, reason, str(rec.get("detail", ""))
+            )
             if reason != ADMITTED:  # the write-ahead record is not an outcome
                 labels = {"capability": capability, "decision": decision}
                 if self.peer_labels:

@@ -2,8 +2,9 @@
 
 The files are re-read on SIGHUP and when they change (polled like the policy
 file). A new set is checked before it is used: the certificate parses, carries
-exactly the agent's SPIFFE ID and no wildcard DNS name, is valid now, was
-issued by the configured CA, and the key is the certificate's. A set that fails
+exactly the agent's SPIFFE ID and no wildcard DNS name, is valid now, chains
+to the configured CA (the leaf itself, through the file's intermediates), and
+the key is the certificate's. A set that fails
 is rejected (logged, counted) and the old one stays in force.
 
 New TLS handshakes of the server present the new certificate at once (gRPC's
@@ -95,9 +96,40 @@ def check_material(material: TlsMaterial, agent_id: str, now: datetime) -> Certi
         raise ConfigError(
             f"the certificate is not valid before {leaf.not_valid_before_utc.isoformat()}"
         )
-    if not any(_issued_by(chain[-1], root) or _issued_by(leaf, root) for root in roots):
-        raise ConfigError("the certificate was not issued by the configured CA")
+    if not _chains_to(chain, roots, now):
+        raise ConfigError(
+            "the certificate was not issued by the configured CA "
+            "(its own chain in the certificate file does not lead to it)"
+        )
     return CertificateFacts(serial=leaf.serial_number, not_after=leaf.not_valid_after_utc)
+
+
+def _chains_to(chain: list[x509.Certificate], roots: list[x509.Certificate], now: datetime) -> bool:
+    """Whether the leaf (``chain[0]``) leads to a root through the file's own order.
+
+    Each certificate must be issued by a root or by the next one in the file,
+    which must then be a CA valid now: the path a peer builds from what the
+    agent presents. Some other certificate in the file that a root issued (the
+    CA itself, appended after a foreign leaf) proves nothing about the leaf.
+    """
+    for position, certificate in enumerate(chain):
+        if any(_issued_by(certificate, root) for root in roots):
+            return True
+        if position + 1 == len(chain):
+            return False
+        issuer = chain[position + 1]
+        if not (_is_ca(issuer, now) and _issued_by(certificate, issuer)):
+            return False
+    return False
+
+
+def _is_ca(certificate: x509.Certificate, now: datetime) -> bool:
+    try:
+        constraints = certificate.extensions.get_extension_for_class(x509.BasicConstraints)
+    except x509.ExtensionNotFound:
+        return False
+    valid = certificate.not_valid_before_utc <= now < certificate.not_valid_after_utc
+    return constraints.value.ca and valid
 
 
 def _issued_by(certificate: x509.Certificate, issuer: x509.Certificate) -> bool:

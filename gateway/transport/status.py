@@ -105,7 +105,7 @@ def to_grpc_status(error: GatewayError) -> grpc.Status:
     """The rich status the server aborts with for ``error``."""
     code = status_code_for(error)
     info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN)
-    detail = status_pb2.Status(code=code.value[0], message=error.message)
+    detail = status_pb2.Status(code=code.value[0], message=error.remote_message)
     detail.details.add().Pack(info)
     return rpc_status.to_status(detail)
 

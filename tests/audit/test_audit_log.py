@@ -153,6 +153,35 @@ async def test_commit_failure_fails_closed(db_path: Path, make_record: RecordFac
     assert _stored_seqs(db_path) == [1]
 
 
+@pytest.mark.parametrize("retry_seconds", [None, 0.05])
+async def test_records_of_answered_calls_survive_a_failed_commit(
+    db_path: Path, make_record: RecordFactory, retry_seconds: float | None
+) -> None:
+    """Plain records (their calls went ahead) are kept and written once the file is
+    writable: on recovery, or at the latest when the log closes; never twice. A
+    refusal whose caller was told AUDIT_UNAVAILABLE is not written later."""
+    log = AuditLog(db_path, busy_timeout_ms=500, retry_seconds=retry_seconds)
+    await log.start()
+    plain = [make_record() for _ in range(3)]
+    with closing(sqlite3.connect(db_path, isolation_level=None)) as blocker:
+        blocker.execute("BEGIN EXCLUSIVE")
+        for rec in plain:  # queued at once, long before the lock wait ends
+            log.record(rec)
+        with pytest.raises(AuditUnavailable, match="locked"):
+            await log.record_durable(make_record(decision="refuse", request_id="told"))
+        assert not log.healthy
+        blocker.execute("ROLLBACK")
+    if retry_seconds is not None:
+        for _ in range(100):  # bounded: 10 s
+            if log.healthy:
+                break
+            await asyncio.sleep(0.1)
+        assert log.healthy
+    await log.close()
+    assert [r.request_id for r in query_records(db_path)] == [r.request_id for r in plain]
+    assert verify_chain(db_path).ok
+
+
 async def test_malformed_record_is_refused_without_failing_the_log(
     audit_log: AuditLog, make_record: RecordFactory
 ) -> None:

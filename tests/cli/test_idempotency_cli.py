@@ -385,3 +385,32 @@ def test_retention_must_be_a_positive_span(pki: Pki, tmp_path: Path, value: str)
     toml.write_text(f"idempotency_retention = {value}\n" + toml.read_text())
     with pytest.raises(ConfigError, match="idempotency_retention"):
         load_agent_config(toml)
+
+
+@pytest.mark.parametrize("forged", ["k count=999999 x", "count=999999", "count=7 window_ms=1"])
+async def test_a_key_that_looks_like_a_count_is_one_call_in_the_summary(
+    running: tuple[Agent, Path], forged: str
+) -> None:
+    """The summary's counts come from limit refusals only, never from text in a detail."""
+    agent, toml = running
+    try:
+        await _in_doubt(agent, forged)
+        done = await asyncio.to_thread(
+            _resolve, toml, "kv.put", forged, "--done",
+            "--output-json", '{"key": "k", "revision": 1}', "--reason", "count=5",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    finally:
+        await agent.stop()
+    [record] = _operator_records(agent.config.audit_db)
+    assert "count=999999" in record.detail or "count=7" in record.detail
+    summary = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "gateway.cli.main", "audit", "--db", str(agent.config.audit_db),
+         "--summary", "--json"],
+        capture_output=True, text=True, timeout=60, cwd=REPO, check=True,
+    )  # fmt: skip
+    rows = [json.loads(line) for line in summary.stdout.splitlines()]
+    assert [(r["reason"], r["calls"], r["records"]) for r in rows] == [
+        ("IDEMPOTENCY_RESOLVED", 1, 1)
+    ]

@@ -3,9 +3,9 @@
 Root ignores file permission bits, so storage faults are made for real: a
 second SQLite connection holding the write lock, a tiny tmpfs filled to the
 last page while the agent runs, and that tmpfs remounted read-only. In every
-case a caller gets AUDIT_UNAVAILABLE with the cause in the message, the
-counting write capability never runs, the agent keeps refusing, and after the
-trouble is gone a restarted agent finds an intact chain and serves again. The
+case a caller gets AUDIT_UNAVAILABLE (a fixed message; the agent itself names
+the file and the cause), the counting write capability never runs, the agent
+keeps refusing, and after the trouble is gone a restarted agent finds an intact chain and serves again. The
 same full disk under the idempotency store (the agent's ``state_dir``) is
 covered too: an exactly-once write whose record cannot be kept must not run.
 """
@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from gateway.agent import Agent
-from gateway.audit import query_records, verify_chain
+from gateway.audit import AuditRecord, query_records, verify_chain
 from gateway.errors import AuditUnavailable, GatewayError, StateUnavailable
 from gateway.transport.client import PeerClient
 from tests.agent_process import REPO, write_agent_toml
@@ -140,21 +140,35 @@ async def _refused(
     return info.value
 
 
+def _probe_record() -> AuditRecord:
+    return AuditRecord(
+        time_unix_ms=0, request_id="probe", peer_id="", capability="", version_constraint="",
+        served_version="", decision="refuse", reason="INVALID_REQUEST", payload_size=0,
+        payload_sha256="", latency_ms=0.0,
+    )  # fmt: skip
+
+
 async def _assert_refuses_all_work(
     pki: Pki, agent: Agent, counter: WriteCounter, cause: str, first_timeout: float = 10.0
 ) -> None:
-    """A refusal can't be recorded: AUDIT_UNAVAILABLE naming ``cause``; then no work runs."""
+    """A refusal can't be recorded: AUDIT_UNAVAILABLE with the fixed message (the agent
+    itself names the file and ``cause``); then no work runs."""
     async with _client(pki, agent, "mallory") as mallory, _client(pki, agent, "bob") as bob:
         err = await _refused(mallory, "text.echo", {"text": "x"}, timeout=first_timeout)
         assert type(err) is AuditUnavailable, err
-        assert str(agent.config.audit_db) in err.message and cause in err.message, err.message
+        assert err.message == AuditUnavailable.REMOTE_MESSAGE, err.message
+        with pytest.raises(AuditUnavailable) as local:
+            agent.audit.record(_probe_record())
+        assert str(agent.config.audit_db) in local.value.message, local.value.message
+        assert cause in local.value.message, local.value.message
         for _ in range(3):
             for capability, payload in (
                 ("notes.write", {"note": "x"}),
                 ("text.echo", {"text": "x"}),
             ):
                 err = await _refused(bob, capability, payload)
-                assert type(err) is AuditUnavailable and cause in err.message, err
+                assert type(err) is AuditUnavailable, err
+                assert err.message == AuditUnavailable.REMOTE_MESSAGE, err
     assert counter.calls == 0
     assert not agent.audit.healthy
 
@@ -202,6 +216,43 @@ async def test_locked_database_fails_closed_and_says_why(
         locker.close()
         await agent.stop()
     await _restart_serves(pki, tmp_path, db)
+
+
+async def test_calls_answered_while_locked_keep_their_records(
+    pki: Pki, tmp_path: Path, counter: WriteCounter
+) -> None:
+    """Allowed reads answered before the failed commit are written once the lock is gone."""
+    db = tmp_path / "alice-audit.sqlite"
+    agent = await _agent(pki, tmp_path, db, counter)
+    locker = sqlite3.connect(db, isolation_level=None, timeout=5.0)
+    answered = [f"locked-{n}" for n in range(3)]
+    try:
+        locker.execute("BEGIN EXCLUSIVE")
+        async with _client(pki, agent, "bob") as bob:
+            for request_id in answered:
+                result = await bob.invoke(
+                    "text.echo", {"text": "x"}, request_id=request_id, timeout=10.0
+                )
+                assert result.output() == {"text": "x"}
+        for _ in range(200):  # bounded: the commit fails after busy_timeout_ms (5 s)
+            if not agent.audit.healthy:
+                break
+            await asyncio.sleep(0.1)
+        assert not agent.audit.healthy
+        locker.execute("ROLLBACK")
+        for _ in range(200):  # bounded: reopened every audit_retry_seconds
+            if agent.audit.healthy:
+                break
+            await asyncio.sleep(0.1)
+        assert agent.audit.healthy
+        await agent.audit.flush()
+    finally:
+        locker.close()
+        await agent.stop()
+    ids = [r.request_id for r in query_records(db)]
+    assert sorted(i for i in ids if i in answered) == answered, ids
+    report = verify_chain(db)
+    assert report.ok, report.problems
 
 
 async def test_full_disk_fails_closed_and_says_why(

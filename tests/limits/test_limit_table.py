@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -295,3 +296,66 @@ def test_places_of_a_sigkilled_worker_are_freed_when_it_is_restarted(tmp_path: P
             child.kill()
             child.wait()
         survivor.close()
+
+
+_TOTALS_AT = 64  # after the header: one in-flight total per worker
+_BUCKET_AT = 16  # in an entry: after the peer's digest; tokens, last take, rate, size
+_COLUMNS_IN_ENTRY = 16 + 32
+
+
+_WHAT = {
+    "total": "in-flight total",
+    "column": "peer in-flight count",
+    "tokens": "bucket",
+    "last": "bucket",
+}
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        ("total", -100),  # summed with worker 0's, the server cap would never be reached
+        ("total", 2**63 - 1),  # one more would not even fit
+        ("total", 5),  # above the cap of 4: no worker admits past it
+        ("column", -3),  # the peer's in-flight sum would stay under max_in_flight
+        ("column", 1),  # a peer's call in worker 1, which runs none
+        ("tokens", float("nan")),  # min(size, nan) is size: a full bucket
+        ("tokens", 1e300),
+        ("tokens", -1.0),
+        ("last", float("inf")),
+        ("last", float("nan")),
+    ],
+)
+def test_hostile_values_in_the_file_refuse_and_admit_nothing(
+    tmp_path: Path, where: str, value: float
+) -> None:
+    path = tmp_path / LIMITS_FILE
+    first, second = _tables(path, cap=4)
+    grant = peer_grant(max_calls_per_second=NO_REFILL, burst=5, max_in_flight=2)
+    try:
+        first.acquire(BOB, grant).release()  # bob's entry exists, his bucket is built
+        entry = first._find(*first._home(BOB))
+        assert entry > 0
+        if where == "total":
+            offset, packed = _TOTALS_AT + 8, struct.pack("<q", int(value))
+        elif where == "column":
+            offset, packed = entry + _COLUMNS_IN_ENTRY + 8, struct.pack("<q", int(value))
+        else:
+            offset = entry + _BUCKET_AT + (0 if where == "tokens" else 8)
+            packed = struct.pack("<d", value)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.pwrite(fd, packed, offset)
+        finally:
+            os.close(fd)
+        before = path.read_bytes()
+        for table in (first, second):
+            with pytest.raises(StateUnavailable) as refused:
+                table.acquire(BOB, grant)
+            assert refused.value.reason == "STATE_UNAVAILABLE"
+            assert str(tmp_path) not in refused.value.message  # the path is for the audit only
+            assert f"implausible {_WHAT[where]} " in refused.value.detail
+        assert path.read_bytes() == before, "a refused call changed the table"
+    finally:
+        first.close()
+        second.close()

@@ -113,9 +113,15 @@ def _another_ca(pki: Pki, tmp_path: Path) -> tuple[bytes, bytes]:
     return (other / "alice.pem").read_bytes(), (other / "alice.key").read_bytes()
 
 
+def _foreign_leaf_then_the_real_ca(pki: Pki, tmp_path: Path) -> tuple[bytes, bytes]:
+    cert, key = _another_ca(pki, tmp_path)
+    return cert + (pki.dir / "ca.pem").read_bytes(), key
+
+
 @pytest.mark.parametrize(
     ("make", "why"),
     [
+        (_foreign_leaf_then_the_real_ca, "not issued by the configured CA"),
         (_wrong_spiffe_id, "does not match its certificate"),
         (_key_of_another_certificate, "private key does not belong"),
         (_unparsable, "cannot be parsed|SPIFFE|certificate"),
@@ -143,6 +149,28 @@ async def test_a_bad_new_certificate_is_rejected_and_the_old_one_stays(
         assert (stats.reloads_ok, stats.reloads_rejected, stats.serial) == (0, 1, old)
         async with PeerClient(alice.config.id, alice.address, pki.material("bob")) as bob:
             assert (await bob.invoke("text.echo", {"text": "x"})).output() == {"text": "x"}
+    finally:
+        await alice.stop()
+
+
+async def test_a_foreign_leaf_before_the_real_ca_is_refused_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The CA appended to the file is issued by itself; the leaf in front of it is not."""
+    pki = own_pki(tmp_path)
+    alice = await serve_alice(pki, tmp_path)
+    try:
+        old = file_serial(pki.dir / "alice.pem")
+        cert, key = _foreign_leaf_then_the_real_ca(pki, tmp_path)
+        (pki.dir / "alice.key").write_bytes(key)
+        (pki.dir / "alice.pem").write_bytes(cert)
+        with caplog.at_level("ERROR", logger="gateway.transport.live_tls"):
+            assert alice.live_tls.reload_if_changed() is not None
+        [line] = [r.getMessage() for r in caplog.records if r.name == "gateway.transport.live_tls"]
+        assert line.startswith(f"certificate reload rejected, keeping serial {old:x}: ")
+        assert "not issued by the configured CA" in line
+        assert await asyncio.to_thread(seen, pki, alice) == old
+        assert alice.tls_stats().reloads_rejected == 1
     finally:
         await alice.stop()
 

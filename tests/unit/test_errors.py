@@ -8,6 +8,7 @@ import pytest
 import gateway
 from gateway import errors
 from gateway.errors import GatewayError, all_error_classes, error_for_reason
+from gateway.transport.a2a.wire_errors import to_a2a_status
 from gateway.transport.server import GatewayServicer
 from gateway.transport.status import from_rpc_error, status_code_for, to_grpc_status
 from gateway.wire.v1 import gateway_pb2
@@ -81,7 +82,17 @@ class _FakeCall(grpc.RpcError):
 def test_every_error_round_trips_through_the_wire_form(cls: type[GatewayError]) -> None:
     back = from_rpc_error(_FakeCall(to_grpc_status(cls("why it failed"))))
     assert type(back) is _ALIASES.get(cls, cls)
-    assert back.message == "why it failed"
+    assert back.message == (cls.REMOTE_MESSAGE or "why it failed")
+
+
+@pytest.mark.parametrize("cls", [errors.AuditUnavailable, errors.StateUnavailable])
+def test_store_failures_cross_the_wire_with_a_fixed_message_only(
+    cls: type[GatewayError],
+) -> None:
+    local = cls("audit database postgresql://u:***@db.internal:5433/prod: password auth failed")
+    for status in (to_grpc_status(local), to_a2a_status(local)):
+        assert cls.REMOTE_MESSAGE and status.details == cls.REMOTE_MESSAGE
+        assert all(b"db.internal" not in value for _, value in status.trailing_metadata)
 
 
 def test_detail_never_crosses_the_wire() -> None:

@@ -187,7 +187,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             evidence_sha256="" if outcome is None else outcome.evidence_sha256,
             replayed=outcome is not None and outcome.replayed,
             reason="OK" if failure is None else failure.reason,
-            message="" if failure is None else failure.message,
+            message="" if failure is None else failure.remote_message,
             created_ms=created_ms,
             updated_ms=int(time.time() * 1000),
         )

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.errors import InvalidRequest, StateUnavailable
+from gateway.private_files import connect_private
 
 _log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class A2ATaskStore:
     def __init__(self, path: Path) -> None:
         self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            self._db = connect_private(path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA busy_timeout=5000")

@@ -56,7 +56,7 @@ def spec_reason_for(error: GatewayError) -> str | None:
 def to_a2a_status(error: GatewayError) -> grpc.Status:
     """The rich status an A2A method aborts with for ``error``."""
     code = status_code_for(error)
-    detail = status_pb2.Status(code=code.value[0], message=error.message)
+    detail = status_pb2.Status(code=code.value[0], message=error.remote_message)
     detail.details.add().Pack(error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN))
     spec_reason = spec_reason_for(error)
     if spec_reason is not None:
