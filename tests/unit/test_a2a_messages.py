@@ -10,11 +10,11 @@ from a2a.types import a2a_pb2
 from a2a.utils.errors import A2A_ERROR_MAPPING, A2A_REASON_TO_ERROR
 from google.protobuf import json_format, struct_pb2
 from google.rpc import error_details_pb2, status_pb2
-from pydantic import BaseModel
 
 from capabilities.builtin.search import SearchInput
 from capabilities.contract import ContractModel
 from gateway import errors
+from gateway.inbound.call import InvokeCall
 from gateway.transport.a2a.json_numbers import restore_integers
 from gateway.transport.a2a.messages import invoke_call, task_message
 from gateway.transport.a2a.registration import a2a_method_names
@@ -84,28 +84,24 @@ def test_any_version_saying_integer_is_enough() -> None:
     assert restore_integers({"limit": 3.0}, []) == {"limit": 3.0}
 
 
-def _call(request: a2a_pb2.SendMessageRequest, models: list[type[BaseModel]] | None = None):  # type: ignore[no-untyped-def]
-    return invoke_call(
-        request,
-        peer_cert_pem=None,
-        deadline=0.0,
-        task_id="t-1",
-        input_models=lambda name: models or [],
-    )
+def _call(request: a2a_pb2.SendMessageRequest) -> InvokeCall:
+    return invoke_call(request, peer_cert_pem=None, deadline=0.0, task_id="t-1")
 
 
-def test_a_data_part_becomes_compact_json_with_integers() -> None:
-    call = _call(
-        data_request("text.search@^1", {"query": "q", "limit": 2}, idempotency_key="k"),
-        [SearchInput],
-    )
+def test_a_data_part_is_measured_then_becomes_compact_json_with_integers() -> None:
+    request = data_request("text.search@^1", {"query": "q", "limit": 2}, idempotency_key="k")
+    call = _call(request)
     assert (call.capability, call.version_constraint, call.idempotency_key) == (
         "text.search",
         "^1",
         "k",
     )
-    assert call.payload == b'{"limit":2,"query":"q"}' and call.problem == ""
+    assert call.payload == b"" and call.payload_sha256 == "" and call.problem == ""
     assert call.task_id == "t-1"
+    pending = call.pending_payload
+    assert pending is not None
+    assert pending.size == call.payload_size == request.message.parts[0].data.ByteSize()
+    assert pending.decode(SearchInput) == b'{"limit":2,"query":"q"}'
 
 
 def test_raw_bytes_are_the_payload_unchanged() -> None:

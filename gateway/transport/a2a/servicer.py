@@ -163,7 +163,6 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             peer_cert_pem=peer_cert(context),
             deadline=deadline_from(context.time_remaining(), 0),
             task_id=task_id,
-            input_models=self._input_models,
         )
         if malformed:
             call = _with_problem(call, f"the request is not a valid {SERVICE_NAME} SendMessage")
@@ -193,9 +192,6 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         )
         self._tasks.put(task)
         return a2a_pb2.SendMessageResponse(task=task_message(task))
-
-    def _input_models(self, capability: str) -> list[Any]:
-        return [cap.contract.input_model for cap in self._registry if cap.name == capability]
 
     # --- the card -------------------------------------------------------------
 
@@ -251,8 +247,8 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
 
         async def work() -> a2a_pb2.ListTasksResponse:
             peer_id = await self._admit(request, context, "ListTasks")
-            wanted = task_filter(request)
             try:
+                wanted = task_filter(request)
                 page = (
                     TaskPage([], "", 0)
                     if wanted is None
