@@ -40,7 +40,8 @@ from gateway.display import printable
 from gateway.errors import InvalidRequest
 from gateway.inbound.call import REQUEST_ID, InvokeCall
 from gateway.transport.a2a.json_numbers import restore_integers
-from gateway.transport.a2a.task_store import A2ATask, TaskOutcome
+from gateway.transport.a2a.task_store import A2ATask, TaskOutcome, TaskPage, page_token
+from policies.grants import MAX_PAYLOAD_CEILING
 
 CAPABILITY_KEY = "a2agw.capability"
 """Message metadata key naming the capability: ``NAME`` or ``NAME@CONSTRAINT``."""
@@ -53,6 +54,9 @@ EVIDENCE_KEY = "a2agw.evidence_sha256"
 REPLAYED_KEY = "a2agw.replayed"
 JSON_MEDIA_TYPE = "application/json"
 _GATEWAY_PREFIX = "a2agw."
+MAX_LIST_BYTES = MAX_PAYLOAD_CEILING
+"""Most bytes of tasks in one ListTasks answer (the gRPC message ceiling less the envelope's)."""
+_FIELD_OVERHEAD = 16  # a repeated field's tag and length, generously
 
 
 class _Problem(Exception):
@@ -214,6 +218,29 @@ def task_message(task: A2ATask, *, include_artifacts: bool = True) -> a2a_pb2.Ta
             }
         )
     return answer
+
+
+def list_answer(page: TaskPage, *, include_artifacts: bool) -> a2a_pb2.ListTasksResponse:
+    """The ListTasks answer for ``page``, cut short to fit one gRPC message.
+
+    A page of large outputs can exceed what gRPC sends; the page then ends at
+    the last task that fits and its token continues right after that task.
+    """
+    answers: list[a2a_pb2.Task] = []
+    used, token = 0, page.next_page_token
+    for task in page.tasks:
+        answer = task_message(task, include_artifacts=include_artifacts)
+        used += answer.ByteSize() + _FIELD_OVERHEAD
+        if answers and used > MAX_LIST_BYTES:
+            token = page_token(answers[-1].id)
+            break
+        answers.append(answer)
+    return a2a_pb2.ListTasksResponse(
+        tasks=answers,
+        next_page_token=token,
+        page_size=len(answers),
+        total_size=page.total_size,
+    )
 
 
 def _json_value(payload: bytes) -> struct_pb2.Value:

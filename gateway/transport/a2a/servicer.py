@@ -38,7 +38,7 @@ from gateway.inbound.invoke_handler import InvokeHandler, InvokeOutcome
 from gateway.telemetry import Telemetry
 from gateway.telemetry.tracing import mark_refused
 from gateway.transport.a2a.card import extended_card
-from gateway.transport.a2a.messages import invoke_call, task_message
+from gateway.transport.a2a.messages import invoke_call, list_answer, task_message
 from gateway.transport.a2a.request_checks import (
     SERVICE_NAME,
     protocol_version,
@@ -257,12 +257,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             except GatewayError as err:
                 raise await self._handler.refuse(peer_id, err, "A2A ListTasks") from err
             include = request.include_artifacts if request.HasField("include_artifacts") else False
-            return a2a_pb2.ListTasksResponse(
-                tasks=[task_message(task, include_artifacts=include) for task in page.tasks],
-                next_page_token=page.next_page_token,
-                page_size=len(page.tasks),
-                total_size=page.total_size,
-            )
+            return list_answer(page, include_artifacts=include)
 
         return await self._answer(context, "ListTasks", work())
 
