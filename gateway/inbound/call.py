@@ -33,7 +33,8 @@ class PendingPayload(Protocol):
         """The payload's JSON bytes for the chosen version's input contract.
 
         Raises:
-            InvalidRequest: the payload cannot become JSON (never quoting it).
+            GatewayError: the payload cannot become JSON (INVALID_REQUEST), or
+                not for this contract (INVALID_INPUT); never quoting it.
         """
         ...
 

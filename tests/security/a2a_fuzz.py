@@ -12,8 +12,9 @@ random bytes), and must:
   else exactly one outcome record whose reason is what the caller got (for a
   SendMessage answered with a failed task, the task's ``a2agw.reason``),
   preceded by one ``ADMITTED`` record only for an admitted write;
-* audit a ``raw`` part with its exact size and digest, and a ``data`` part
-  refused before it was decoded with its serialized size and no digest;
+* audit a ``raw`` part with its exact size and digest, and a ``data`` or
+  ``text`` part refused before it was decoded with its measured size and no
+  digest (and only for refusals decided before decoding);
 * leave none of the strings planted in the payload in any record;
 * run ``notes.write`` once for a fresh completed task of it, never otherwise.
 """
@@ -231,15 +232,19 @@ def _payload_problems(case: A2ACase, size: int, digest: str, reason: str) -> lis
         if (size, digest) not in (nothing, (len(part.raw), hashlib.sha256(part.raw).hexdigest())):
             return ["audit size/digest are neither those of the raw part nor of nothing"]
         return []
-    if part.WhichOneof("content") != "data" or (size, digest) == nothing:
+    kind = part.WhichOneof("content")
+    if kind not in ("data", "text") or (size, digest) == nothing:
         return []
-    if digest == "":  # refused before decoding
-        if size != part.data.ByteSize():
-            return [f"undecoded data part audited as {size} bytes, not {part.data.ByteSize()}"]
-        if reason in AFTER_DECODING:
-            return [f"{reason} for a data part that was never decoded"]
+    measured = part.data.ByteSize() if kind == "data" else len(part.text.encode())
+    # A text part for a contract that is not text-only fails its decoding INVALID_INPUT.
+    never_undecoded = AFTER_DECODING - ({"INVALID_INPUT"} if kind == "text" else set())
+    if digest == "":  # refused before (or at) decoding
+        if size != measured:
+            return [f"undecoded {kind} part audited as {size} bytes, not {measured}"]
+        if reason in never_undecoded:
+            return [f"{reason} for a {kind} part that was never decoded"]
     elif reason in BEFORE_DECODING:
-        return [f"a data part was decoded before the {reason} refusal"]
+        return [f"a {kind} part was decoded before the {reason} refusal"]
     return []
 
 
@@ -291,7 +296,7 @@ def parts(draw: st.DrawFn) -> tuple[str | None, list[a2a_pb2.Part], tuple[str, .
         return "text.echo", [part], (token,)
     if kind == "text":
         token = draw(tokens)
-        return None, [a2a_pb2.Part(text=token)], (token,)
+        return draw(st.sampled_from(CAPABILITIES)), [a2a_pb2.Part(text=token)], (token,)
     if kind == "none":
         return None, [], ()
     made_for, raw, marks = draw(payloads())

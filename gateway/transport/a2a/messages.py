@@ -4,19 +4,21 @@ A SendMessage becomes one :class:`~gateway.inbound.call.InvokeCall`:
 
 * capability: message metadata ``a2agw.capability`` = ``NAME[@CONSTRAINT]``,
   passed on exactly as sent (never stripped: the pipeline refuses what Invoke
-  refuses);
+  refuses); without it, the agent's ``[a2a] default_capability`` if set;
 * request id: ``message_id`` (replay protection, as ``request_id`` for Invoke);
 * idempotency key: message metadata ``a2agw.idempotency_key`` (optional);
-* payload: exactly one part, either ``data`` holding a JSON object or ``raw``
+* payload: exactly one part, either ``data`` holding a JSON object, ``raw``
   bytes with media type ``application/json`` (used unchanged: the payload cap
-  and the digest apply to those bytes).
+  and the digest apply to those bytes), or ``text``: the input ``{"text": ...}``
+  of a version whose input is exactly one string field ``text`` (else
+  INVALID_INPUT, once that version is chosen).
 
-A ``data`` part is not converted here: it becomes a pending payload whose size
-is the serialized size of its ``Value``, which the payload cap counts before
-anything is decoded. Only a call admitted up to the cap has it decoded (JSON,
-compact with sorted keys, as a Struct keeps no key order; whole numbers made
-integers where the chosen version's input schema says integer), and that JSON
-must be within the cap too.
+A ``data`` (or ``text``) part is not converted here: it becomes a pending
+payload whose size is the serialized size of its ``Value`` (the text's UTF-8
+bytes), which the payload cap counts before anything is decoded. Only a call
+admitted up to the cap has it decoded (JSON, compact with sorted keys, as a
+Struct keeps no key order; whole numbers made integers where the chosen
+version's input schema says integer), and that JSON must be within the cap too.
 
 Every other ``a2agw.*`` metadata value must be a string, and ``context_id`` an
 id (empty, or 1-128 of ``[A-Za-z0-9._:-]``). Anything else becomes
@@ -27,19 +29,15 @@ knows who is asking. Problems never quote payload content.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from a2a.types import a2a_pb2
 from google.protobuf import json_format, struct_pb2
-from pydantic import BaseModel
 
-from capabilities.canonical import canonical_json
 from gateway.display import printable
-from gateway.errors import InvalidRequest
 from gateway.inbound.call import REQUEST_ID, InvokeCall
-from gateway.transport.a2a.json_numbers import restore_integers
+from gateway.transport.a2a.part_payloads import DataPart, TextPart
 from gateway.transport.a2a.task_store import A2ATask, TaskOutcome, TaskPage, page_token
 from policies.grants import MAX_PAYLOAD_CEILING
 
@@ -69,20 +67,22 @@ def invoke_call(
     peer_cert_pem: bytes | None,
     deadline: float,
     task_id: str,
+    default_capability: str = "",
 ) -> InvokeCall:
     """The call a SendMessage asks for; ``problem`` says why it is not one.
 
     Nothing here grows with the size of a ``data`` part: it is measured, not
-    converted (see the module doc).
+    converted (see the module doc). ``default_capability`` (``NAME[@CONSTRAINT]``,
+    "" for none) is called when the message names no capability.
     """
     message = request.message
     capability = constraint = idempotency_key = problem = ""
     payload = b""
-    pending: DataPart | None = None
+    pending: DataPart | TextPart | None = None
     try:
         _check_envelope(request)
         _check_gateway_metadata(message)
-        capability, constraint = _capability(message)
+        capability, constraint = _capability(message, default_capability)
         idempotency_key = _text_metadata(message, IDEMPOTENCY_KEY)
         payload, pending = _payload(message)
     except _Problem as err:
@@ -124,9 +124,10 @@ def _check_gateway_metadata(message: a2a_pb2.Message) -> None:
             raise _Problem(f"message metadata {printable(key[:64])!r} must be a string")
 
 
-def _capability(message: a2a_pb2.Message) -> tuple[str, str]:
+def _capability(message: a2a_pb2.Message, default: str) -> tuple[str, str]:
     # Never stripped: "kv.put\n" must meet the same refusal as over Invoke.
-    text = _text_metadata(message, CAPABILITY_KEY)
+    named = CAPABILITY_KEY in message.metadata.fields
+    text = _text_metadata(message, CAPABILITY_KEY) if named else default
     if not text:
         raise _Problem(f"message metadata {CAPABILITY_KEY!r} (NAME[@CONSTRAINT]) is missing")
     name, _, constraint = text.partition("@")
@@ -140,7 +141,7 @@ def _text_metadata(message: a2a_pb2.Message, key: str) -> str:
     return "" if value is None else str(value.string_value)  # a string: checked before
 
 
-def _payload(message: a2a_pb2.Message) -> tuple[bytes, DataPart | None]:
+def _payload(message: a2a_pb2.Message) -> tuple[bytes, DataPart | TextPart | None]:
     if len(message.parts) != 1:
         raise _Problem(f"the message must have exactly one part, it has {len(message.parts)}")
     part = message.parts[0]
@@ -153,35 +154,9 @@ def _payload(message: a2a_pb2.Message) -> tuple[bytes, DataPart | None]:
         if part.data.WhichOneof("kind") != "struct_value":
             raise _Problem("a data part must hold a JSON object")
         return b"", DataPart(part.data)
-    raise _Problem(f"a {kind or 'empty'} part cannot carry a payload; send data or raw JSON")
-
-
-@dataclass(frozen=True, slots=True)
-class DataPart:
-    """A ``data`` part as a pending payload: measured now, converted to JSON only if admitted.
-
-    Attributes:
-        value: The part's ``Value`` (a Struct; checked by the caller).
-    """
-
-    value: struct_pb2.Value
-
-    @property
-    def size(self) -> int:
-        """The serialized size of the part's ``Value``: what the payload cap counts first."""
-        return int(self.value.ByteSize())
-
-    def decode(self, input_model: type[BaseModel]) -> bytes:
-        """Compact JSON with sorted keys; whole numbers made integers where the schema says.
-
-        Raises:
-            InvalidRequest: a number JSON cannot carry (NaN, infinity).
-        """
-        try:
-            restored = restore_integers(json_format.MessageToDict(self.value), [input_model])
-            return canonical_json(restored, allow_nan=False)
-        except (ValueError, json_format.Error) as err:
-            raise InvalidRequest("the data part holds a number JSON cannot carry") from err
+    if kind == "text":
+        return b"", TextPart(part.text)
+    raise _Problem(f"a {kind or 'empty'} part cannot carry a payload; send data, text or raw JSON")
 
 
 def task_message(task: A2ATask, *, include_artifacts: bool = True) -> a2a_pb2.Task:

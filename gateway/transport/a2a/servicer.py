@@ -78,7 +78,9 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         registry: CapabilityRegistry,
         address: Callable[[], str],
         telemetry: Telemetry | None = None,
+        default_capability: str = "",
     ) -> None:
+        self._default_capability = default_capability  # [a2a] default_capability
         self._telemetry = telemetry if telemetry is not None else Telemetry.off(agent_id)
         self._agent_id = agent_id
         self._handler = handler
@@ -163,6 +165,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             peer_cert_pem=peer_cert(context),
             deadline=deadline_from(context.time_remaining(), 0),
             task_id=task_id,
+            default_capability=self._default_capability,
         )
         if malformed:
             call = _with_problem(call, f"the request is not a valid {SERVICE_NAME} SendMessage")
