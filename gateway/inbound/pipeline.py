@@ -18,8 +18,8 @@ call and nothing after it runs::
     risk_within_grant      RISK_NOT_GRANTED    policy step 5
     payload_within_cap     PAYLOAD_TOO_LARGE   policy step 6
     payload_decoded        INVALID_REQUEST     a payload the transport measured but did not
-                           PAYLOAD_TOO_LARGE   decode yet (A2A ``data``) becomes JSON, which
-                                               must be within the cap too
+                           INVALID_INPUT       decode yet (an A2A ``data`` or ``text`` part)
+                           PAYLOAD_TOO_LARGE   becomes JSON, which must be within the cap too
     first_sighting         REPLAYED_REQUEST    request id not seen from this peer
     valid_input            INVALID_INPUT       payload matches the input contract
     deadline_ahead         DEADLINE_EXCEEDED   the deadline has not already passed
@@ -78,7 +78,8 @@ class Inbound:
     """What the checks learn about one call as it passes them.
 
     Attributes:
-        call: The call as the transport delivered it.
+        call: The call as the transport delivered it (with its pending payload
+            decoded, once ``payload_decoded`` has run).
         peer_id: Set by ``identity``.
         query: The policy steps' view of the call (set by ``well_formed_request``
             or, for Describe, by ``identity``).
@@ -288,7 +289,7 @@ DESCRIBE_CHECKS: tuple[NamedCheck, ...] = tuple(
     if check.name
     in {"audit_available", "identity", known_peer.__name__, grant_live.__name__, "within_limits"}
 )
-"""The same checks, filtered (never reordered), for Describe and the agent card."""
+"""The same checks, filtered (never reordered), for Describe, the agent card and task reads."""
 
 
 def _describe_input_error(err: ValidationError, model: type[BaseModel]) -> str:
