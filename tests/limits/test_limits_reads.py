@@ -18,7 +18,7 @@ from gateway.inbound.limit_audit import LimitRefusalLog
 from gateway.transport.client import PeerClient
 from gateway.transport.status import from_rpc_error
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
-from tests.a2a_support import V1, A2APeer, data_request
+from tests.a2a_support import V1, A2APeer, data_request, poisoned
 from tests.limits.test_limits_served import (
     NO_REFILL,
     limited,
@@ -129,3 +129,34 @@ async def test_a_read_needs_room_under_the_peers_in_flight_cap(
         probe.release.set()
         await agent.stop()
     assert refused_by_reason(agent, "bob") == {"CONCURRENCY_LIMITED": 1}
+
+
+async def test_a_rate_limited_message_is_refused_before_its_data_part_is_decoded(
+    pki: Pki, tmp_path: Path
+) -> None:
+    agent = await serve(
+        pki,
+        tmp_path,
+        [limited("bob", ["text.echo"], max_calls_per_second=NO_REFILL, burst=1)],
+        WriteCounter(),
+    )
+    try:
+        async with A2APeer(pki, agent, "bob") as bob:
+            assert await reason_of(methods_of_send(poisoned("text.echo", 0)), bob) == (
+                "INVALID_REQUEST"  # decoded: the NaN is found
+            )
+            request = poisoned("text.echo", 100_000)
+            assert await reason_of(methods_of_send(request), bob) == "RATE_LIMITED"
+        await agent.audit.flush()
+        record = audit_rows(agent.config.audit_db)[-1]
+        assert (record.reason, record.payload_size, record.payload_sha256) == (
+            "RATE_LIMITED",
+            request.message.parts[0].data.ByteSize(),
+            "",
+        )
+    finally:
+        await agent.stop()
+
+
+def methods_of_send(request: a2a_pb2.SendMessageRequest) -> Read:
+    return lambda peer: peer.stub.SendMessage(request, metadata=V1, timeout=10)

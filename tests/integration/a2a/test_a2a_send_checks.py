@@ -8,7 +8,6 @@ proves the part was never decoded.
 from __future__ import annotations
 
 import hashlib
-import math
 
 import grpc
 import pytest
@@ -19,20 +18,11 @@ from gateway.agent import Agent
 from gateway.audit import AuditRecord
 from gateway.transport.status import from_rpc_error
 from gateway.wire.v1 import gateway_pb2
-from tests.a2a_support import V1, A2APeer, data_request, output_of
+from tests.a2a_support import V1, A2APeer, data_request, output_of, poisoned
 from tests.integration.a2a.conftest import last_record
 from tests.support import Pki, WriteCounter, audit_rows, raw_invoke, spiffe
 
 UNDECODABLE = "the data part holds a number JSON cannot carry"
-
-
-def poisoned(capability: str, blob_bytes: int) -> a2a_pb2.SendMessageRequest:
-    """A data part of about ``blob_bytes`` whose last field is NaN (decoding it fails)."""
-    request = data_request(capability, {"note": "n"})
-    data = request.message.parts[0].data.struct_value
-    data.update({"blob": ["x" * 1000] * (blob_bytes // 1000)})
-    data.fields["zz"].number_value = math.nan
-    return request
 
 
 async def refusal(peer: A2APeer, request: a2a_pb2.SendMessageRequest) -> grpc.aio.AioRpcError:
