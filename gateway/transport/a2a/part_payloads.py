@@ -56,14 +56,14 @@ class TextPart:
 
     Attributes:
         text: The part's text.
+        size: The text's UTF-8 bytes: what the payload cap counts first.
     """
 
     text: str
+    size: int = field(init=False)
 
-    @property
-    def size(self) -> int:
-        """The text's UTF-8 bytes: what the payload cap counts first."""
-        return len(self.text.encode())
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", len(self.text.encode()))
 
     def decode(self, input_model: type[BaseModel]) -> bytes:
         """``{"text": ...}`` as compact JSON, if the input is exactly one string field ``text``.
