@@ -199,6 +199,8 @@ class A2ATaskStore:
             StateUnavailable: the store could not be read (a shared database).
         """
         await self.flush()
+        if not REQUEST_ID.fullmatch(task_id):  # never an id this store made (nor a query's text)
+            return None
         where, params = self._scope(owner)
         rows = await self._query(
             f"SELECT {TASK_COLUMNS} FROM a2a_tasks WHERE {' AND '.join(where)} "

@@ -125,6 +125,19 @@ async def test_a_token_it_did_not_hand_out_is_an_invalid_request(
         store.close()
 
 
+@pytest.mark.parametrize("task_id", ["\x00bad", "x" * 1_000_000, "id with space", "é", ""])
+async def test_an_id_of_no_form_this_store_makes_is_simply_absent(
+    open_store: Callable[[], A2ATaskStore], task_id: str
+) -> None:
+    store = open_store()
+    try:
+        store.put(task(1))
+        assert await store.get(BOB, task_id) is None  # PostgreSQL cannot even hold NUL
+        assert await store.get(BOB, "task-1") == task(1)
+    finally:
+        store.close()
+
+
 async def test_a_token_names_its_owners_task_and_is_refused_for_another_owner(
     open_store: Callable[[], A2ATaskStore],
 ) -> None:
