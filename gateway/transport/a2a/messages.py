@@ -52,6 +52,8 @@ EVIDENCE_KEY = "a2agw.evidence_sha256"
 REPLAYED_KEY = "a2agw.replayed"
 JSON_MEDIA_TYPE = "application/json"
 _GATEWAY_PREFIX = "a2agw."
+CONTEXT_ID_RULE = "context_id must be empty or 1-128 characters of [A-Za-z0-9._:-]"
+"""The problem a malformed ``context_id`` is refused with (SendMessage and ListTasks)."""
 MAX_LIST_BYTES = MAX_PAYLOAD_CEILING
 """Most bytes of tasks in one ListTasks answer (the gRPC message ceiling less the envelope's)."""
 _FIELD_OVERHEAD = 16  # a repeated field's tag and length, generously
@@ -114,14 +116,10 @@ def _check_envelope(request: a2a_pb2.SendMessageRequest) -> None:
         raise _Problem("push notifications are not supported by this agent")
 
 
-CONTEXT_ID_RULE = "context_id must be empty or 1-128 characters of [A-Za-z0-9._:-]"
-"""The problem a malformed ``context_id`` is refused with (SendMessage and ListTasks)."""
-
-
 def _check_gateway_metadata(message: a2a_pb2.Message) -> None:
     for key, value in message.metadata.fields.items():
         if key.startswith(_GATEWAY_PREFIX) and value.WhichOneof("kind") != "string_value":
-            raise _Problem(f"message metadata {printable(key[:64])!r} must be a string")
+            raise _Problem(f"message metadata '{printable(key[:64])}' must be a string")
 
 
 def _capability(message: a2a_pb2.Message, default: str) -> tuple[str, str]:
