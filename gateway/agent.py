@@ -167,6 +167,7 @@ class Agent:
                 self.registry,
                 lambda: self.address,
                 self.telemetry,
+                default_capability=config.a2a.default_capability or "",
             ),
             self.telemetry,
             reuse_port=config.workers > 1,

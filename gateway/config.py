@@ -33,6 +33,9 @@ Example::
     [plans]                      # optional
     approval_min_risk = "write"  # every plan's steps at this risk or above wait for approval
 
+    [a2a]                        # optional
+    default_capability = "text.echo@^1"  # for A2A messages without a2agw.capability
+
     [audit_checkpoints]          # optional; these are the defaults
     enabled = true
     every_records = 1000
@@ -75,9 +78,10 @@ from pydantic import (
     model_validator,
 )
 
-from capabilities.contract import CapabilityName, Risk
+from capabilities.contract import CapabilityName, Risk, is_capability_name
 from capabilities.schema_models import SchemaNotSupported, contract_model
-from capabilities.versions import Version, VersionSyntaxError
+from capabilities.versions import Version, VersionConstraint, VersionSyntaxError
+from gateway.display import has_unsafe_characters
 from gateway.errors import AgentConfigError
 from gateway.host_port import DialAddress, ListenAddress, split_host_port
 from gateway.postgres.dsn import PostgresDsn, StoreLocation
@@ -154,6 +158,36 @@ class PlanSettings(_Frozen):
     """
 
     approval_min_risk: Risk | None = None
+
+
+class A2ASettings(_Frozen):
+    """How this agent serves A2A (``[a2a]``).
+
+    Attributes:
+        default_capability: ``NAME`` or ``NAME@CONSTRAINT`` called for a
+            SendMessage whose metadata names no capability (``a2agw.capability``),
+            so a client that knows nothing of this gateway can still call the
+            agent; the caller's grant decides as for any call. None: such a
+            message is refused ``INVALID_REQUEST``.
+    """
+
+    default_capability: str | None = None
+
+    @field_validator("default_capability")
+    @classmethod
+    def _capability_and_constraint(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if has_unsafe_characters(value) or value != value.strip():
+            raise ValueError("default_capability holds whitespace or a control character")
+        name, _, constraint = value.partition("@")
+        if not is_capability_name(name):
+            raise ValueError(f"default_capability: {name!r} is not a dotted lowercase name")
+        try:
+            VersionConstraint.parse(constraint)
+        except VersionSyntaxError as err:
+            raise ValueError(f"default_capability: version constraint: {err}") from err
+        return value
 
 
 class PeerEntry(_Frozen):
@@ -384,6 +418,7 @@ class AgentConfig(_Frozen):
         upstreams: Existing A2A agents whose skills this agent serves.
         audit_checkpoints: Signed checkpoints of the audit log's head.
         plans: How this agent runs plans (``[plans]``).
+        a2a: How this agent serves A2A (``[a2a]``).
         max_concurrent_calls: Calls the agent runs at once, all peers
             together (default 256); a call above it is refused ``SERVER_BUSY``
             before any parsing.
@@ -430,6 +465,7 @@ class AgentConfig(_Frozen):
     upstreams: tuple[UpstreamEntry, ...] = ()
     audit_checkpoints: AuditCheckpoints = AuditCheckpoints()
     plans: PlanSettings = PlanSettings()
+    a2a: A2ASettings = A2ASettings()
     idempotency_retention: Duration = timedelta(days=7)
     max_concurrent_calls: int = Field(default=256, ge=1, le=100_000)
     audit_retry_seconds: float | None = Field(default=2.0, gt=0)

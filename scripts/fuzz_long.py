@@ -1,9 +1,15 @@
-"""Long Invoke fuzz run against one real agent on loopback (by hand, not in CI).
+"""Long Invoke or A2A fuzz run against one real agent on loopback (by hand, not in CI).
 
 Run from the repository root::
 
     python scripts/fuzz_long.py                      # 10,000 cases, at most 30 minutes
     python scripts/fuzz_long.py --cases 50000 --max-seconds 3600 --seed 7
+    python scripts/fuzz_long.py --binding a2a --cases 2000 --max-seconds 300
+
+``--binding a2a`` sends the cases of ``tests/security/a2a_fuzz.py`` instead
+(every ``lf.a2a.v1.A2AService`` method, one call at a time, nine in ten
+well-formed requests, half of them SendMessage, one in ten raw bytes) and
+checks each as that module says; the end checks are the same.
 
 It makes a temporary PKI, starts one agent on 127.0.0.1:0 (the harness of
 ``tests/security/conftest.py``), and sends it, one call at a time, the cases of
@@ -37,6 +43,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 from hypothesis import strategies as st
 
 from gateway.audit import verify_chain
+from tests.security.a2a_fuzz import a2a_cases, check_a2a, describe_case
 from tests.security.conftest import (
     FUZZ_CALLERS,
     CaseResult,
@@ -71,6 +78,7 @@ class Tally:
     crash: str = ""
 
     def add(self, kind: str, result: CaseResult, case: object) -> None:
+        """Count one case's result (and keep it if it broke an invariant)."""
         self.cases += 1
         self.calls += 1
         self.records += result.records
@@ -91,11 +99,15 @@ def run(
     cases: int,
     max_seconds: float,
     seed_value: int | None,
+    binding: str = "invoke",
 ) -> None:
     """Drive ``cases`` generated cases through ``target``, stopping at ``max_seconds``."""
     stop_at = time.monotonic() + max_seconds
     raw_case = st.tuples(st.just("raw"), st.tuples(st.sampled_from(FUZZ_CALLERS), raw_requests()))
     invoke_case = st.tuples(st.just("invoke"), invoke_cases())
+    any_case = st.integers(0, 9).flatmap(lambda n: raw_case if n == 9 else invoke_case)
+    if binding == "a2a":
+        any_case = st.tuples(st.just("a2a"), a2a_cases())
 
     @settings(
         max_examples=cases,
@@ -105,12 +117,15 @@ def run(
         suppress_health_check=list(HealthCheck),
         verbosity=Verbosity.quiet,
     )
-    @given(item=st.integers(0, 9).flatmap(lambda n: raw_case if n == 9 else invoke_case))
+    @given(item=any_case)
     def one_case(item: tuple[str, Any]) -> None:
         if time.monotonic() > stop_at:
             raise _OutOfTime
         kind, case = item
-        if kind == "raw":
+        if kind == "a2a":
+            shown = case.method if case.request is not None else f"{case.method} (raw bytes)"
+            tally.add(shown, check_a2a(target, case), describe_case(case))
+        elif kind == "raw":
             caller, (raw, token) = case
             tally.add(kind, check_raw(target, caller, raw, token), raw)
         else:
@@ -122,7 +137,9 @@ def run(
         pass
 
 
-def summary(tally: Tally, target: FuzzTarget, seconds: float) -> tuple[str, bool]:
+def summary(
+    tally: Tally, target: FuzzTarget, seconds: float, binding: str = "invoke"
+) -> tuple[str, bool]:
     """The report, and whether every check held."""
     serving = target.echo_still_works()
     target.flush_audit()
@@ -137,16 +154,21 @@ def summary(tally: Tally, target: FuzzTarget, seconds: float) -> tuple[str, bool
         and chain.ok
     )
     lines = [
-        f"fuzz_long: Invoke fuzzing over mTLS against one agent on {target.agent.address}",
+        f"fuzz_long: {'A2A' if binding == 'a2a' else 'Invoke'} fuzzing over mTLS"
+        f" against one agent on {target.agent.address}",
         "",
         f"{'cases':<42}{tally.cases:>10}",
         f"{'duration (s)':<42}{seconds:>10.1f}",
         f"{'cases per second':<42}{tally.cases / max(seconds, 1e-9):>10.1f}",
         f"{'failed cases':<42}{tally.failed_cases:>10}",
         f"{'calls':<42}{tally.calls:>10}",
-        f"{'  of which write-ahead (ADMITTED) too':<42}{tally.records - tally.calls:>10}",
+        *(
+            [f"{'audit records the calls added':<42}{tally.records:>10}"]
+            if binding == "a2a"  # answered reads add none
+            else [f"{'  of which write-ahead (ADMITTED) too':<42}{tally.records - tally.calls:>10}"]
+        ),
         f"{'audit records in the log':<42}{records:>10}  expected {expected_records}"
-        " (an outcome per call, write-ahead records, the final echo)",
+        " (what the calls added, the final echo)",
         f"{'audit chain verifies':<42}{'yes' if chain.ok else 'NO':>10}",
         f"{'server still serving':<42}{'yes' if serving else 'NO':>10}",
         f"{'harness crash':<42}{'yes' if tally.crash else 'no':>10}",
@@ -174,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         "--max-seconds", type=float, default=1800.0, help="stop after this long (1800)"
     )
     parser.add_argument("--seed", type=int, default=None, help="hypothesis seed (random)")
+    parser.add_argument(
+        "--binding", choices=("invoke", "a2a"), default="invoke", help="what to fuzz (invoke)"
+    )
     args = parser.parse_args(argv)
     if args.cases < 1 or args.max_seconds <= 0:
         parser.error("--cases and --max-seconds must be positive")
@@ -191,12 +216,13 @@ def main(argv: list[str] | None = None) -> int:
                 cases=args.cases,
                 max_seconds=args.max_seconds,
                 seed_value=args.seed,
+                binding=args.binding,
             )
         except Exception:
             tally.crash = traceback.format_exc()
         seconds = time.monotonic() - started
         try:
-            report, ok = summary(tally, target, seconds)
+            report, ok = summary(tally, target, seconds, args.binding)
         finally:
             target.close()
     print(report)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import uuid
 from typing import Any
 
@@ -67,6 +68,19 @@ def data_request(
     for _ in range(1 + extra_parts):
         json_format.ParseDict(payload, message.parts.add().data)
     return a2a_pb2.SendMessageRequest(message=message)
+
+
+def poisoned(capability: str, blob_bytes: int) -> a2a_pb2.SendMessageRequest:
+    """A data part of about ``blob_bytes`` whose last field is NaN: decoding it fails.
+
+    Any answer but INVALID_REQUEST ("the data part holds a number JSON cannot
+    carry") proves the part was never decoded.
+    """
+    request = data_request(capability, {"note": "n"})
+    data = request.message.parts[0].data.struct_value
+    data.update({"blob": ["x" * 1000] * (blob_bytes // 1000)})
+    data.fields["zz"].number_value = math.nan
+    return request
 
 
 def raw_request(

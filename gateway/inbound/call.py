@@ -6,11 +6,37 @@ import hashlib
 import re
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
+
+from pydantic import BaseModel
 
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 """What a request id may be (a2agw.v1 ``request_id``, A2A ``message_id``)."""
 
 _DEFAULT_DEADLINE_SECONDS = 30.0
+
+
+class PendingPayload(Protocol):
+    """A payload a transport measured but has not decoded to JSON yet (A2A ``data``).
+
+    Decoding costs CPU that grows with the payload, so the pipeline measures
+    ``size`` against the cap first and decodes only a call every check up to
+    the payload cap has admitted (see ``DecisionPipeline.payload_decoded``).
+    """
+
+    @property
+    def size(self) -> int:
+        """The bytes the payload cap counts before decoding (an upper bound's stand-in)."""
+        ...
+
+    def decode(self, input_model: type[BaseModel]) -> bytes:
+        """The payload's JSON bytes for the chosen version's input contract.
+
+        Raises:
+            GatewayError: the payload cannot become JSON (INVALID_REQUEST), or
+                not for this contract (INVALID_INPUT); never quoting it.
+        """
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +60,10 @@ class InvokeCall:
         deadline_unix_ms: The absolute deadline the request itself carried, in
             Unix milliseconds (0: none). Already folded into ``deadline``; kept
             so a negative one is refused rather than read as "no deadline".
-        payload_sha256: Hex SHA-256 of ``payload`` (computed once, on construction).
+        pending_payload: A payload still to be decoded (``payload`` is then
+            empty); the pipeline replaces the call with the decoded one.
+        payload_sha256: Hex SHA-256 of ``payload`` (computed once, on
+            construction); "" while the payload is pending.
     """
 
     peer_cert_pem: bytes | None
@@ -49,12 +78,21 @@ class InvokeCall:
     malformed: bool = False
     problem: str = ""
     deadline_unix_ms: int = 0
+    pending_payload: PendingPayload | None = None
     payload_sha256: str = field(init=False)
 
     def __post_init__(self) -> None:
         # Needed by every audit record of the call and by the idempotency
-        # claim: hash the payload once.
-        object.__setattr__(self, "payload_sha256", hashlib.sha256(self.payload).hexdigest())
+        # claim: hash the payload once (a pending one once it is decoded).
+        pending = self.pending_payload is not None
+        digest = "" if pending else hashlib.sha256(self.payload).hexdigest()
+        object.__setattr__(self, "payload_sha256", digest)
+
+    @property
+    def payload_size(self) -> int:
+        """Bytes the payload cap counts: the payload's, or the pending payload's measure."""
+        pending = self.pending_payload
+        return len(self.payload) if pending is None else pending.size
 
 
 def deadline_from(transport_remaining: float | None, deadline_unix_ms: int) -> float:

@@ -142,19 +142,27 @@ class InvokeHandler:
         """The Describe prefix of the pipeline for a call that names no capability.
 
         Returns the caller's SPIFFE ID and live grant. A refusal is audited
-        (detail ``operation``) and raised.
+        (detail ``operation``; limit refusals aggregated as for calls) and raised.
+        The request takes a token of the peer's rate and must find room under
+        its in-flight and the server's caps, like a call; it gives its slot back
+        at once, as what follows is a short read of the agent's own state.
         """
         started = time.perf_counter()
         inbound = Inbound(InvokeCall(peer_cert_pem, "", "", "", b"", 0.0, task_id=task_id))
         try:
             self.pipeline.admit_describe(inbound)
         except GatewayError as err:
-            await self._audit.record_durable(
-                self._record(
-                    inbound.call, inbound.peer_id, "", "refuse", err.reason, started, operation
-                )
+            refusal = self._record(
+                inbound.call, inbound.peer_id, "", "refuse", err.reason, started, operation
             )
+            if isinstance(err, LimitRefusal):
+                await self.limit_refusals.record(refusal)
+            else:
+                await self._audit.record_durable(refusal)
             raise
+        finally:
+            if inbound.slot is not None:
+                inbound.slot.release()
         assert inbound.query is not None and inbound.query.grant is not None
         return inbound.peer_id, inbound.query.grant
 
@@ -191,8 +199,8 @@ class InvokeHandler:
         except GatewayError as err:
             if inbound.slot is not None:  # refused by a check after within_limits
                 inbound.slot.release()
-            refusal = self._record(
-                call, inbound.peer_id, "", "refuse", err.reason, started, err.detail
+            refusal = self._record(  # the decoded call, if the refusal came after decoding
+                inbound.call, inbound.peer_id, "", "refuse", err.reason, started, err.detail
             )
             if isinstance(err, LimitRefusal):  # floods: aggregated, see limit_audit
                 await self.limit_refusals.record(refusal)
@@ -204,7 +212,7 @@ class InvokeHandler:
                 inbound.slot.release()
             raise
         assert inbound.payload is not None
-        return AdmittedCall(call, inbound.admission, inbound.payload, started, inbound.slot)
+        return AdmittedCall(inbound.call, inbound.admission, inbound.payload, started, inbound.slot)
 
     async def run(self, admitted: AdmittedCall) -> InvokeOutcome:
         """Run an admitted call; a failure is audited (decision ``allow``) and raised.
@@ -353,7 +361,7 @@ class InvokeHandler:
             served_version=served,
             decision=decision,  # type: ignore[arg-type]
             reason=reason,
-            payload_size=len(call.payload),
+            payload_size=call.payload_size,
             payload_sha256=call.payload_sha256,
             latency_ms=(time.perf_counter() - started) * 1000.0,
             task_id=printable(call.task_id[:128]),

@@ -17,12 +17,19 @@ call and nothing after it runs::
     version_available      VERSION_NOT_AVAILABLE   policy step 4
     risk_within_grant      RISK_NOT_GRANTED    policy step 5
     payload_within_cap     PAYLOAD_TOO_LARGE   policy step 6
+    payload_decoded        INVALID_REQUEST     a payload the transport measured but did not
+                           INVALID_INPUT       decode yet (an A2A ``data`` or ``text`` part)
+                           PAYLOAD_TOO_LARGE   becomes JSON, which must be within the cap too
     first_sighting         REPLAYED_REQUEST    request id not seen from this peer
     valid_input            INVALID_INPUT       payload matches the input contract
     deadline_ahead         DEADLINE_EXCEEDED   the deadline has not already passed
 
-``Describe`` (and the A2A agent card) runs the prefix that makes sense without a
-capability: ``audit_available``, ``identity``, ``known_peer``, ``grant_live``.
+``Describe`` (and every A2A method that names no capability: the agent card,
+the task reads) runs the prefix that makes sense without a capability:
+``audit_available``, ``identity``, ``known_peer``, ``grant_live``,
+``within_limits``. Nothing of a payload is decoded before ``payload_decoded``,
+so a caller without a grant, over its limits or over its cap costs no CPU that
+grows with what it sent.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import lru_cache
 
@@ -57,6 +64,7 @@ from policies.decisions import (
     PolicyQuery,
     grant_live,
     known_peer,
+    payload_within_cap,
 )
 from policies.identity import spiffe_id_from_pem
 from policies.store import PolicyStore
@@ -70,7 +78,8 @@ class Inbound:
     """What the checks learn about one call as it passes them.
 
     Attributes:
-        call: The call as the transport delivered it.
+        call: The call as the transport delivered it (with its pending payload
+            decoded, once ``payload_decoded`` has run).
         peer_id: Set by ``identity``.
         query: The policy steps' view of the call (set by ``well_formed_request``
             or, for Describe, by ``identity``).
@@ -180,7 +189,7 @@ class DecisionPipeline:
             inbound.peer_id,
             inbound.call.capability,
             _ANY_VERSION,
-            len(inbound.call.payload),
+            inbound.call.payload_size,
             datetime.now(UTC),
         )
 
@@ -218,6 +227,21 @@ class DecisionPipeline:
         assert inbound.query is not None and inbound.query.grant is not None
         inbound.slot = self._limits.acquire(inbound.peer_id, inbound.query.grant)
 
+    def payload_decoded(self, inbound: Inbound) -> None:
+        """A pending payload becomes JSON for the chosen version, and that JSON is within the cap.
+
+        Runs only for a call every check up to the cap has admitted, so the
+        decoding work is bounded by a cap the policy granted.
+        """
+        pending = inbound.call.pending_payload
+        if pending is None:
+            return
+        model = inbound.admission.capability.contract.input_model
+        inbound.call = replace(inbound.call, payload=pending.decode(model), pending_payload=None)
+        assert inbound.query is not None
+        inbound.query.payload_size = len(inbound.call.payload)
+        payload_within_cap(inbound.query)
+
     async def first_sighting(self, inbound: Inbound) -> None:
         """The request id is new from this peer (replay window, shared by replicas if so set)."""
         if not await self._replay.first_seen(inbound.peer_id, inbound.call.request_id):
@@ -252,6 +276,7 @@ CALL_CHECKS: tuple[NamedCheck, ...] = (
     *(_policy_step(step) for step in POLICY_STEPS[:2]),  # known_peer, grant_live
     NamedCheck("within_limits", DecisionPipeline.within_limits),
     *(_policy_step(step) for step in POLICY_STEPS[2:]),
+    NamedCheck("payload_decoded", DecisionPipeline.payload_decoded),
     NamedCheck("first_sighting", DecisionPipeline.first_sighting),
     NamedCheck("valid_input", DecisionPipeline.valid_input),
     NamedCheck("deadline_ahead", DecisionPipeline.deadline_ahead),
@@ -261,9 +286,10 @@ CALL_CHECKS: tuple[NamedCheck, ...] = (
 DESCRIBE_CHECKS: tuple[NamedCheck, ...] = tuple(
     check
     for check in CALL_CHECKS
-    if check.name in {"audit_available", "identity", known_peer.__name__, grant_live.__name__}
+    if check.name
+    in {"audit_available", "identity", known_peer.__name__, grant_live.__name__, "within_limits"}
 )
-"""The same checks, filtered (never reordered), for Describe and the agent card."""
+"""The same checks, filtered (never reordered), for Describe, the agent card and task reads."""
 
 
 def _describe_input_error(err: ValidationError, model: type[BaseModel]) -> str:

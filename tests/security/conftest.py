@@ -172,6 +172,10 @@ class FuzzTarget:
             options=channel_options(self.agent.config.id),
         )
 
+    def channel(self, caller: str) -> grpc.Channel:
+        """``caller``'s blocking channel to the agent (any service on its port)."""
+        return self._channels[caller]
+
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
         """Run ``coro`` on the agent's event loop and wait for its result."""
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)

@@ -18,12 +18,15 @@ import grpc
 import pytest
 from a2a.types import a2a_pb2
 from google.protobuf import message_factory
+from hypothesis import HealthCheck, event, given, settings
 
 from gateway.agent import Agent
 from gateway.errors import error_for_reason
 from gateway.transport.a2a.registration import a2a_method_names
 from gateway.transport.status import from_rpc_error, status_code_for
 from tests.a2a_support import data_request, raw_request
+from tests.security.a2a_fuzz import A2ACase, a2a_cases, check_a2a, describe_case
+from tests.security.conftest import FuzzTarget
 from tests.support import Pki, WriteCounter, audit_rows, raw_channel
 
 CASES = 160
@@ -135,3 +138,18 @@ async def test_fuzzed_a2a_calls_are_precise_audited_once_and_never_crash(
     seen = {key.split()[1] for key in outcomes}
     assert {"OK", "INVALID_REQUEST", "VERSION_NOT_SUPPORTED", "UNKNOWN_PEER"} <= seen, outcomes
     assert "TASK_NOT_FOUND" in seen and "UNSUPPORTED_OPERATION" in seen, outcomes
+
+
+@settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(case=a2a_cases())
+def test_generated_a2a_calls_hold_every_invariant_of_the_long_fuzz(
+    fuzz_target: FuzzTarget, case: A2ACase
+) -> None:
+    # The generators and checks of ``scripts/fuzz_long.py --binding a2a``, briefly.
+    result = check_a2a(fuzz_target, case)
+    event(f"{case.method} {result.code.name} {result.reason}")
+    assert not result.problems, (describe_case(case), result.reason, result.problems)

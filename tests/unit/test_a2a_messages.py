@@ -10,13 +10,15 @@ from a2a.types import a2a_pb2
 from a2a.utils.errors import A2A_ERROR_MAPPING, A2A_REASON_TO_ERROR
 from google.protobuf import json_format, struct_pb2
 from google.rpc import error_details_pb2, status_pb2
-from pydantic import BaseModel
 
+from capabilities.builtin.echo import EchoInput
 from capabilities.builtin.search import SearchInput
 from capabilities.contract import ContractModel
 from gateway import errors
+from gateway.inbound.call import InvokeCall
 from gateway.transport.a2a.json_numbers import restore_integers
 from gateway.transport.a2a.messages import invoke_call, task_message
+from gateway.transport.a2a.part_payloads import TextPart
 from gateway.transport.a2a.registration import a2a_method_names
 from gateway.transport.a2a.request_checks import speaks_1x
 from gateway.transport.a2a.servicer import A2AServicer
@@ -84,28 +86,55 @@ def test_any_version_saying_integer_is_enough() -> None:
     assert restore_integers({"limit": 3.0}, []) == {"limit": 3.0}
 
 
-def _call(request: a2a_pb2.SendMessageRequest, models: list[type[BaseModel]] | None = None):  # type: ignore[no-untyped-def]
-    return invoke_call(
-        request,
-        peer_cert_pem=None,
-        deadline=0.0,
-        task_id="t-1",
-        input_models=lambda name: models or [],
-    )
+def _call(request: a2a_pb2.SendMessageRequest) -> InvokeCall:
+    return invoke_call(request, peer_cert_pem=None, deadline=0.0, task_id="t-1")
 
 
-def test_a_data_part_becomes_compact_json_with_integers() -> None:
-    call = _call(
-        data_request("text.search@^1", {"query": "q", "limit": 2}, idempotency_key="k"),
-        [SearchInput],
-    )
+def test_a_data_part_is_measured_then_becomes_compact_json_with_integers() -> None:
+    request = data_request("text.search@^1", {"query": "q", "limit": 2}, idempotency_key="k")
+    call = _call(request)
     assert (call.capability, call.version_constraint, call.idempotency_key) == (
         "text.search",
         "^1",
         "k",
     )
-    assert call.payload == b'{"limit":2,"query":"q"}' and call.problem == ""
+    assert call.payload == b"" and call.payload_sha256 == "" and call.problem == ""
     assert call.task_id == "t-1"
+    pending = call.pending_payload
+    assert pending is not None
+    assert pending.size == call.payload_size == request.message.parts[0].data.ByteSize()
+    assert pending.decode(SearchInput) == b'{"limit":2,"query":"q"}'
+
+
+def test_a_text_part_is_pending_until_a_text_only_contract_decodes_it() -> None:
+    call = _call(_with_part(a2a_pb2.Part(text="héllo")))
+    pending = call.pending_payload
+    assert call.problem == "" and pending is not None and pending.size == len("héllo".encode())
+    assert pending.decode(EchoInput) == '{"text":"héllo"}'.encode()
+    with pytest.raises(errors.InvalidInput) as info:
+        pending.decode(SearchInput)
+    assert info.value.message == (
+        'a text part is the input {"text": ...} only of a capability whose input is exactly '
+        "one string field 'text'; this one's fields are: limit, query; send a data part"
+    )
+
+
+def test_the_default_capability_is_used_only_without_metadata() -> None:
+    request = _with_part(a2a_pb2.Part(text="t"))
+    del request.message.metadata.fields["a2agw.capability"]
+    call = invoke_call(
+        request, peer_cert_pem=None, deadline=0.0, task_id="t", default_capability="kv.get@^1"
+    )
+    assert (call.capability, call.version_constraint, call.problem) == ("kv.get", "^1", "")
+    named = invoke_call(
+        _with_part(a2a_pb2.Part(text="t")),
+        peer_cert_pem=None,
+        deadline=0.0,
+        task_id="t",
+        default_capability="kv.get@^1",
+    )
+    assert (named.capability, named.version_constraint) == ("text.echo", "")
+    assert "is missing" in _call(request).problem
 
 
 def test_raw_bytes_are_the_payload_unchanged() -> None:
@@ -126,7 +155,6 @@ PROBLEMS = [
     (data_request("text.echo", {"text": "x"}, extra_parts=1), "exactly one part, it has 2"),
     (data_request("text.echo", [1, 2]), "JSON object"),
     (raw_request("text.echo", b"{}", media_type="text/plain"), "media_type"),
-    (_with_part(a2a_pb2.Part(text="hello")), "a text part cannot carry"),
     (_with_part(a2a_pb2.Part(url="https://x")), "a url part cannot carry"),
     (a2a_pb2.SendMessageRequest(), "message is missing"),
 ]
@@ -249,3 +277,18 @@ def test_a_task_output_becomes_the_value_json_would_make(output: bytes) -> None:
     json_format.ParseDict(json.loads(output), expected)
     part = task_message(task).artifacts[0].parts[0]
     assert part.data == expected
+
+
+def test_a_text_part_fits_fronted_skills_without_a_schema_and_schemas_of_one_text() -> None:
+    from capabilities.schema_models import contract_model
+    from gateway.outbound.upstream_capabilities import TextInput
+
+    part = TextPart("t")
+    one_text = {"type": "object", "properties": {"text": {"type": "string"}}}
+    two = {"type": "object", "properties": {"text": {"type": "string"}, "n": {"type": "integer"}}}
+    not_string = {"type": "object", "properties": {"text": {"type": "integer"}}}
+    assert part.decode(TextInput) == b'{"text":"t"}'
+    assert part.decode(contract_model("OneText", one_text)) == b'{"text":"t"}'
+    for schema in (two, not_string):
+        with pytest.raises(errors.InvalidInput):
+            part.decode(contract_model("NotText", schema))

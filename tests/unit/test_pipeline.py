@@ -17,6 +17,7 @@ def test_the_call_checks_run_in_the_documented_order() -> None:
         "version_available",
         "risk_within_grant",
         "payload_within_cap",
+        "payload_decoded",
         "first_sighting",
         "valid_input",
         "deadline_ahead",
@@ -29,6 +30,7 @@ def test_describe_runs_the_capability_free_prefix_in_the_same_order() -> None:
         "identity",
         "known_peer",
         "grant_live",
+        "within_limits",
     ]
     positions = [CALL_CHECKS.index(check) for check in DESCRIBE_CHECKS]
     assert positions == sorted(positions)

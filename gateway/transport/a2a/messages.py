@@ -2,34 +2,44 @@
 
 A SendMessage becomes one :class:`~gateway.inbound.call.InvokeCall`:
 
-* capability: message metadata ``a2agw.capability`` = ``NAME[@CONSTRAINT]``;
+* capability: message metadata ``a2agw.capability`` = ``NAME[@CONSTRAINT]``,
+  passed on exactly as sent (never stripped: the pipeline refuses what Invoke
+  refuses); without it, the agent's ``[a2a] default_capability`` if set;
 * request id: ``message_id`` (replay protection, as ``request_id`` for Invoke);
 * idempotency key: message metadata ``a2agw.idempotency_key`` (optional);
-* payload: exactly one part, either ``data`` holding a JSON object (serialized
-  compactly with sorted keys, as a Struct keeps no key order; whole numbers made
-  integers where the input schema says integer)
-  or ``raw`` bytes with media type ``application/json`` (used unchanged: the
-  payload cap and the digest apply to those bytes).
+* payload: exactly one part, either ``data`` holding a JSON object, ``raw``
+  bytes with media type ``application/json`` (used unchanged: the payload cap
+  and the digest apply to those bytes), or ``text``: the input ``{"text": ...}``
+  of a version whose input is exactly one string field ``text`` (else
+  INVALID_INPUT, once that version is chosen).
 
-Anything else becomes ``InvokeCall.problem``, which the pipeline answers with
-INVALID_REQUEST once it knows who is asking. Problems never quote payload content.
+A ``data`` (or ``text``) part is not converted here: it becomes a pending
+payload whose size is the serialized size of its ``Value`` (the text's UTF-8
+bytes), which the payload cap counts before anything is decoded. Only a call
+admitted up to the cap has it decoded (JSON, compact with sorted keys, as a
+Struct keeps no key order; whole numbers made integers where the chosen
+version's input schema says integer), and that JSON must be within the cap too.
+
+Every other ``a2agw.*`` metadata value must be a string, and ``context_id`` an
+id (empty, or 1-128 of ``[A-Za-z0-9._:-]``). Anything else becomes
+``InvokeCall.problem``, which the pipeline answers with INVALID_REQUEST once it
+knows who is asking. Problems never quote payload content.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 from a2a.types import a2a_pb2
 from google.protobuf import json_format, struct_pb2
-from pydantic import BaseModel
 
-from capabilities.canonical import canonical_json
-from gateway.inbound.call import InvokeCall
-from gateway.transport.a2a.json_numbers import restore_integers
-from gateway.transport.a2a.task_store import A2ATask, TaskOutcome
+from gateway.display import printable
+from gateway.inbound.call import REQUEST_ID, InvokeCall
+from gateway.transport.a2a.part_payloads import DataPart, TextPart
+from gateway.transport.a2a.task_store import A2ATask, TaskOutcome, TaskPage, page_token
+from policies.grants import MAX_PAYLOAD_CEILING
 
 CAPABILITY_KEY = "a2agw.capability"
 """Message metadata key naming the capability: ``NAME`` or ``NAME@CONSTRAINT``."""
@@ -41,9 +51,12 @@ SERVED_VERSION_KEY = "a2agw.served_version"
 EVIDENCE_KEY = "a2agw.evidence_sha256"
 REPLAYED_KEY = "a2agw.replayed"
 JSON_MEDIA_TYPE = "application/json"
-
-InputModels = Callable[[str], Sequence[type[BaseModel]]]
-"""Capability name → the input models of its registered versions (for integers)."""
+_GATEWAY_PREFIX = "a2agw."
+CONTEXT_ID_RULE = "context_id must be empty or 1-128 characters of [A-Za-z0-9._:-]"
+"""The problem a malformed ``context_id`` is refused with (SendMessage and ListTasks)."""
+MAX_LIST_BYTES = MAX_PAYLOAD_CEILING
+"""Most bytes of tasks in one ListTasks answer (the gRPC message ceiling less the envelope's)."""
+_FIELD_OVERHEAD = 16  # a repeated field's tag and length, generously
 
 
 class _Problem(Exception):
@@ -56,17 +69,24 @@ def invoke_call(
     peer_cert_pem: bytes | None,
     deadline: float,
     task_id: str,
-    input_models: InputModels,
+    default_capability: str = "",
 ) -> InvokeCall:
-    """The call a SendMessage asks for; ``problem`` says why it is not one."""
+    """The call a SendMessage asks for; ``problem`` says why it is not one.
+
+    Nothing here grows with the size of a ``data`` part: it is measured, not
+    converted (see the module doc). ``default_capability`` (``NAME[@CONSTRAINT]``,
+    "" for none) is called when the message names no capability.
+    """
     message = request.message
     capability = constraint = idempotency_key = problem = ""
     payload = b""
+    pending: DataPart | TextPart | None = None
     try:
         _check_envelope(request)
-        capability, constraint = _capability(message)
+        _check_gateway_metadata(message)
+        capability, constraint = _capability(message, default_capability)
         idempotency_key = _text_metadata(message, IDEMPOTENCY_KEY)
-        payload = _payload(message, input_models(capability))
+        payload, pending = _payload(message)
     except _Problem as err:
         problem = str(err)
     return InvokeCall(
@@ -79,6 +99,7 @@ def invoke_call(
         task_id=task_id,
         idempotency_key=idempotency_key,
         problem=problem,
+        pending_payload=pending,
     )
 
 
@@ -89,30 +110,36 @@ def _check_envelope(request: a2a_pb2.SendMessageRequest) -> None:
         raise _Problem("SendMessageRequest.message is missing")
     if request.message.task_id:
         raise _Problem("every message starts a new task here; send it without task_id")
+    if request.message.context_id and not REQUEST_ID.fullmatch(request.message.context_id):
+        raise _Problem(CONTEXT_ID_RULE)
     if request.configuration.HasField("task_push_notification_config"):
         raise _Problem("push notifications are not supported by this agent")
 
 
-def _capability(message: a2a_pb2.Message) -> tuple[str, str]:
-    text = _text_metadata(message, CAPABILITY_KEY)
+def _check_gateway_metadata(message: a2a_pb2.Message) -> None:
+    for key, value in message.metadata.fields.items():
+        if key.startswith(_GATEWAY_PREFIX) and value.WhichOneof("kind") != "string_value":
+            raise _Problem(f"message metadata '{printable(key[:64])}' must be a string")
+
+
+def _capability(message: a2a_pb2.Message, default: str) -> tuple[str, str]:
+    # Never stripped: "kv.put\n" must meet the same refusal as over Invoke.
+    named = CAPABILITY_KEY in message.metadata.fields
+    text = _text_metadata(message, CAPABILITY_KEY) if named else default
     if not text:
         raise _Problem(f"message metadata {CAPABILITY_KEY!r} (NAME[@CONSTRAINT]) is missing")
     name, _, constraint = text.partition("@")
-    if not name.strip():
+    if not name:
         raise _Problem(f"message metadata {CAPABILITY_KEY!r} names no capability")
-    return name.strip(), constraint.strip()
+    return name, constraint
 
 
 def _text_metadata(message: a2a_pb2.Message, key: str) -> str:
     value = message.metadata.fields.get(key)
-    if value is None:
-        return ""
-    if value.WhichOneof("kind") != "string_value":
-        raise _Problem(f"message metadata {key!r} must be a string")
-    return str(value.string_value)
+    return "" if value is None else str(value.string_value)  # a string: checked before
 
 
-def _payload(message: a2a_pb2.Message, models: Sequence[type[BaseModel]]) -> bytes:
+def _payload(message: a2a_pb2.Message) -> tuple[bytes, DataPart | TextPart | None]:
     if len(message.parts) != 1:
         raise _Problem(f"the message must have exactly one part, it has {len(message.parts)}")
     part = message.parts[0]
@@ -120,17 +147,14 @@ def _payload(message: a2a_pb2.Message, models: Sequence[type[BaseModel]]) -> byt
     if kind == "raw":
         if part.media_type != JSON_MEDIA_TYPE:
             raise _Problem(f"a raw part must have media_type {JSON_MEDIA_TYPE!r}")
-        return bytes(part.raw)
+        return bytes(part.raw), None
     if kind == "data":
         if part.data.WhichOneof("kind") != "struct_value":
             raise _Problem("a data part must hold a JSON object")
-        try:
-            value = json_format.MessageToDict(part.data)
-            restored = restore_integers(value, models)
-            return canonical_json(restored, allow_nan=False)
-        except (ValueError, json_format.Error) as err:
-            raise _Problem("the data part holds a number JSON cannot carry") from err
-    raise _Problem(f"a {kind or 'empty'} part cannot carry a payload; send data or raw JSON")
+        return b"", DataPart(part.data)
+    if kind == "text":
+        return b"", TextPart(part.text)
+    raise _Problem(f"a {kind or 'empty'} part cannot carry a payload; send data, text or raw JSON")
 
 
 def task_message(task: A2ATask, *, include_artifacts: bool = True) -> a2a_pb2.Task:
@@ -167,6 +191,29 @@ def task_message(task: A2ATask, *, include_artifacts: bool = True) -> a2a_pb2.Ta
             }
         )
     return answer
+
+
+def list_answer(page: TaskPage, *, include_artifacts: bool) -> a2a_pb2.ListTasksResponse:
+    """The ListTasks answer for ``page``, cut short to fit one gRPC message.
+
+    A page of large outputs can exceed what gRPC sends; the page then ends at
+    the last task that fits and its token continues right after that task.
+    """
+    answers: list[a2a_pb2.Task] = []
+    used, token = 0, page.next_page_token
+    for task in page.tasks:
+        answer = task_message(task, include_artifacts=include_artifacts)
+        used += answer.ByteSize() + _FIELD_OVERHEAD
+        if answers and used > MAX_LIST_BYTES:
+            token = page_token(answers[-1].id)
+            break
+        answers.append(answer)
+    return a2a_pb2.ListTasksResponse(
+        tasks=answers,
+        next_page_token=token,
+        page_size=len(answers),
+        total_size=page.total_size,
+    )
 
 
 def _json_value(payload: bytes) -> struct_pb2.Value:

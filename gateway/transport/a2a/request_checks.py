@@ -11,10 +11,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from a2a.types import a2a_pb2
+from google.protobuf import timestamp_pb2
 from grpc import aio
 
 from gateway.errors import GatewayError, InvalidRequest, ProtocolVersionNotSupported
 from gateway.inbound.call import REQUEST_ID
+from gateway.transport.a2a.messages import CONTEXT_ID_RULE
 from gateway.transport.a2a.task_store import DEFAULT_PAGE_SIZE, TaskFilter, TaskOutcome
 from gateway.transport.received import MalformedRequest
 
@@ -22,6 +24,8 @@ SERVICE_NAME = "lf.a2a.v1.A2AService"
 VERSION_METADATA = "a2a-version"
 """gRPC metadata key of the A2A protocol version; missing means 0.3."""
 
+_MIN_SECONDS = -62_135_596_800  # 0001-01-01T00:00:00Z
+_MAX_SECONDS = 253_402_300_799  # 9999-12-31T23:59:59Z
 _STATES = {
     a2a_pb2.TASK_STATE_COMPLETED: TaskOutcome.COMPLETED,
     a2a_pb2.TASK_STATE_FAILED: TaskOutcome.FAILED,
@@ -57,7 +61,18 @@ def request_problem(request: object, version: str, operation: str) -> GatewayErr
 
 
 def task_filter(request: a2a_pb2.ListTasksRequest) -> TaskFilter | None:
-    """What ListTasks asks for; None when it asks for a state no task here is ever in."""
+    """What ListTasks asks for; None when it asks for a state no task here is ever in.
+
+    Raises:
+        InvalidRequest: a ``context_id`` that is not an id, or a
+            ``status_timestamp_after`` that is not a valid Timestamp (the page
+            token is the store's to judge).
+    """
+    if request.context_id and not REQUEST_ID.fullmatch(request.context_id):
+        raise InvalidRequest(CONTEXT_ID_RULE)
+    updated_after_ms = 0
+    if request.HasField("status_timestamp_after"):
+        updated_after_ms = _timestamp_ms(request.status_timestamp_after)
     state: TaskOutcome | None = None
     if request.status != a2a_pb2.TASK_STATE_UNSPECIFIED:
         state = _STATES.get(request.status)
@@ -66,14 +81,20 @@ def task_filter(request: a2a_pb2.ListTasksRequest) -> TaskFilter | None:
     return TaskFilter(
         context_id=request.context_id,
         state=state,
-        updated_after_ms=(
-            request.status_timestamp_after.ToMilliseconds()
-            if request.HasField("status_timestamp_after")
-            else 0
-        ),
+        updated_after_ms=updated_after_ms,
         page_size=request.page_size if request.HasField("page_size") else DEFAULT_PAGE_SIZE,
         page_token=request.page_token,
     )
+
+
+def _timestamp_ms(timestamp: timestamp_pb2.Timestamp) -> int:
+    # The Timestamp rule (years 1-9999, nanos 0..999999999): outside it the
+    # milliseconds overflow the stores' 64-bit integers.
+    if not (_MIN_SECONDS <= timestamp.seconds <= _MAX_SECONDS and 0 <= timestamp.nanos < 10**9):
+        raise InvalidRequest(
+            "status_timestamp_after must be a valid Timestamp (years 1-9999, nanos < 1e9)"
+        )
+    return int(timestamp.ToMilliseconds())
 
 
 def task_id_of(request: object) -> str:

@@ -38,7 +38,7 @@ from gateway.inbound.invoke_handler import InvokeHandler, InvokeOutcome
 from gateway.telemetry import Telemetry
 from gateway.telemetry.tracing import mark_refused
 from gateway.transport.a2a.card import extended_card
-from gateway.transport.a2a.messages import invoke_call, task_message
+from gateway.transport.a2a.messages import invoke_call, list_answer, task_message
 from gateway.transport.a2a.request_checks import (
     SERVICE_NAME,
     protocol_version,
@@ -78,7 +78,9 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         registry: CapabilityRegistry,
         address: Callable[[], str],
         telemetry: Telemetry | None = None,
+        default_capability: str = "",
     ) -> None:
+        self._default_capability = default_capability  # [a2a] default_capability
         self._telemetry = telemetry if telemetry is not None else Telemetry.off(agent_id)
         self._agent_id = agent_id
         self._handler = handler
@@ -163,7 +165,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             peer_cert_pem=peer_cert(context),
             deadline=deadline_from(context.time_remaining(), 0),
             task_id=task_id,
-            input_models=self._input_models,
+            default_capability=self._default_capability,
         )
         if malformed:
             call = _with_problem(call, f"the request is not a valid {SERVICE_NAME} SendMessage")
@@ -193,9 +195,6 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         )
         self._tasks.put(task)
         return a2a_pb2.SendMessageResponse(task=task_message(task))
-
-    def _input_models(self, capability: str) -> list[Any]:
-        return [cap.contract.input_model for cap in self._registry if cap.name == capability]
 
     # --- the card -------------------------------------------------------------
 
@@ -251,8 +250,8 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
 
         async def work() -> a2a_pb2.ListTasksResponse:
             peer_id = await self._admit(request, context, "ListTasks")
-            wanted = task_filter(request)
             try:
+                wanted = task_filter(request)
                 page = (
                     TaskPage([], "", 0)
                     if wanted is None
@@ -261,12 +260,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             except GatewayError as err:
                 raise await self._handler.refuse(peer_id, err, "A2A ListTasks") from err
             include = request.include_artifacts if request.HasField("include_artifacts") else False
-            return a2a_pb2.ListTasksResponse(
-                tasks=[task_message(task, include_artifacts=include) for task in page.tasks],
-                next_page_token=page.next_page_token,
-                page_size=len(page.tasks),
-                total_size=page.total_size,
-            )
+            return list_answer(page, include_artifacts=include)
 
         return await self._answer(context, "ListTasks", work())
 

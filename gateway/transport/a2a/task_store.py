@@ -10,11 +10,20 @@ query for it is the same query as for an id that never existed. WAL with
 may lose the tasks of the last few milliseconds, as it may their allowed audit
 records. The output is the caller's own answer, kept for
 GetTask; nothing here is logged.
+
+A page token names the last task of its page, one of the caller's own, in
+base64url; the next page is the owner's tasks stored before that one. It holds
+no row number or count, so paging reveals nothing of other peers' tasks, and
+it is resolved only among the caller's own tasks: another owner's token (or a
+forged one) is refused exactly as garbage is. Tokens need no key, so they hold
+across restarts and replicas.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import logging
 import sqlite3
 import threading
@@ -24,13 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from gateway.errors import InvalidRequest, StateUnavailable
+from gateway.inbound.call import REQUEST_ID
 from gateway.private_files import connect_private
 
 _log = logging.getLogger(__name__)
 
 MAX_PAGE_SIZE = 100
 DEFAULT_PAGE_SIZE = 50
-_SEQ_LIMIT = 2**63  # sequence numbers are signed 64-bit in SQLite and PostgreSQL
+_MAX_TOKEN_CHARS = 256
+_BAD_TOKEN = "page_token is not a token this agent handed out to this caller"
 
 TASK_COLUMNS = (
     "task_id, owner, context_id, state, capability, served_version, output, "
@@ -189,6 +200,8 @@ class A2ATaskStore:
             StateUnavailable: the store could not be read (a shared database).
         """
         await self.flush()
+        if not REQUEST_ID.fullmatch(task_id):  # never an id this store made (nor a query's text)
+            return None
         where, params = self._scope(owner)
         rows = await self._query(
             f"SELECT {TASK_COLUMNS} FROM a2a_tasks WHERE {' AND '.join(where)} "
@@ -221,7 +234,7 @@ class A2ATaskStore:
         page_where, page_params = condition, list(params)
         if wanted.page_token:
             page_where += f" AND seq < {mark}"
-            page_params.append(page_token_seq(wanted.page_token))
+            page_params.append(await self._cursor(owner, wanted.page_token))
         size = page_size(wanted)
         rows = await self._query(
             f"SELECT {TASK_COLUMNS}, seq FROM a2a_tasks WHERE {page_where} "
@@ -230,8 +243,20 @@ class A2ATaskStore:
         )
         more = len(rows) > size
         rows = rows[:size]
-        token = str(rows[-1][-1]) if more and rows else ""
-        return TaskPage([task_from_row(row[:-1]) for row in rows], token, int(total[0][0]))
+        tasks = [task_from_row(row[:-1]) for row in rows]
+        token = page_token(tasks[-1].task_id) if more and tasks else ""
+        return TaskPage(tasks, token, int(total[0][0]))
+
+    async def _cursor(self, owner: str, token: str) -> int:
+        """Where the page after ``token`` starts: the row order of the owner's task it names."""
+        where, params = self._scope(owner)
+        rows = await self._query(
+            f"SELECT seq FROM a2a_tasks WHERE {' AND '.join(where)} AND task_id = {self._mark}",
+            (*params, token_task_id(token)),
+        )
+        if not rows:
+            raise InvalidRequest(_BAD_TOKEN)
+        return int(rows[0][0])
 
     def _scope(self, owner: str) -> Scope:
         """The conditions (and their values) every read of ``owner``'s tasks starts with."""
@@ -243,15 +268,27 @@ class A2ATaskStore:
             self._db.close()
 
 
-def page_token_seq(token: str) -> int:
-    """The sequence number a page token stands for (tasks older than it follow).
+def page_token(task_id: str) -> str:
+    """The opaque token of the page that follows the task ``task_id`` (base64url, no padding)."""
+    return base64.urlsafe_b64encode(task_id.encode()).rstrip(b"=").decode()
+
+
+def token_task_id(token: str) -> str:
+    """The task id a page token names (whose it is, the store decides).
 
     Raises:
-        InvalidRequest: the token is not one this store handed out.
+        InvalidRequest: the token cannot be one :func:`page_token` made.
     """
-    if not token.isdigit() or len(token) > 19 or int(token) >= _SEQ_LIMIT:
-        raise InvalidRequest("page_token is not a token this agent handed out")
-    return int(token)
+    if len(token) > _MAX_TOKEN_CHARS or not token.isascii():
+        raise InvalidRequest(_BAD_TOKEN)
+    try:
+        raw = base64.b64decode(token + "=" * (-len(token) % 4), altchars=b"-_", validate=True)
+        task_id = raw.decode()
+    except (binascii.Error, UnicodeDecodeError) as err:
+        raise InvalidRequest(_BAD_TOKEN) from err
+    if not REQUEST_ID.fullmatch(task_id) or page_token(task_id) != token:  # one spelling only
+        raise InvalidRequest(_BAD_TOKEN)
+    return task_id
 
 
 def page_size(wanted: TaskFilter) -> int:

@@ -11,7 +11,13 @@ import pytest
 from gateway.errors import InvalidRequest, StateUnavailable
 from gateway.postgres.dsn import PostgresDsn
 from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
-from gateway.transport.a2a.task_store import A2ATask, A2ATaskStore, TaskFilter, TaskOutcome
+from gateway.transport.a2a.task_store import (
+    A2ATask,
+    A2ATaskStore,
+    TaskFilter,
+    TaskOutcome,
+    token_task_id,
+)
 
 ALICE = "spiffe://example.org/agent/alice"
 BOB = "spiffe://example.org/agent/bob"
@@ -106,7 +112,7 @@ async def test_list_pages_newest_first_and_filters(
         store.close()
 
 
-@pytest.mark.parametrize("token", ["abc", "-1", "1" * 20, str(2**63)])
+@pytest.mark.parametrize("token", ["abc", "-1", "1", "²", "1" * 20, str(2**63), "dGFzay0x="])
 async def test_a_token_it_did_not_hand_out_is_an_invalid_request(
     open_store: Callable[[], A2ATaskStore], token: str
 ) -> None:
@@ -115,6 +121,40 @@ async def test_a_token_it_did_not_hand_out_is_an_invalid_request(
         with pytest.raises(InvalidRequest) as info:
             await store.list(BOB, TaskFilter(page_token=token))
         assert info.value.reason == "INVALID_REQUEST"
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("task_id", ["\x00bad", "x" * 1_000_000, "id with space", "é", ""])
+async def test_an_id_of_no_form_this_store_makes_is_simply_absent(
+    open_store: Callable[[], A2ATaskStore], task_id: str
+) -> None:
+    store = open_store()
+    try:
+        store.put(task(1))
+        assert await store.get(BOB, task_id) is None  # PostgreSQL cannot even hold NUL
+        assert await store.get(BOB, "task-1") == task(1)
+    finally:
+        store.close()
+
+
+async def test_a_token_names_its_owners_task_and_is_refused_for_another_owner(
+    open_store: Callable[[], A2ATaskStore],
+) -> None:
+    store = open_store()
+    try:
+        for n in range(3):
+            store.put(task(n))
+            store.put(task(10 + n, CAROL))
+        first = await store.list(BOB, TaskFilter(page_size=1))
+        assert token_task_id(first.next_page_token) == "task-2"  # bob's own, no row number
+        with pytest.raises(InvalidRequest) as info:
+            await store.list(CAROL, TaskFilter(page_token=first.next_page_token))
+        assert (
+            info.value.message == "page_token is not a token this agent handed out to this caller"
+        )
+        second = await store.list(BOB, TaskFilter(page_size=1, page_token=first.next_page_token))
+        assert [t.task_id for t in second.tasks] == ["task-1"]
     finally:
         store.close()
 
