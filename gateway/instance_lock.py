@@ -44,7 +44,7 @@ class InstanceLock:
         path = state_dir / LOCK_FILE
         try:
             state_dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as err:
             raise AgentConfigError(f"state_dir lock {path}: {err.strerror or err}") from err
         try:

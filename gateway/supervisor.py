@@ -55,6 +55,7 @@ from gateway.inbound.limit_table import LIMITS_FILE, create_limit_file
 from gateway.inbound.replay_table import REPLAY_FILE, size_replay_file
 from gateway.instance_lock import InstanceLock
 from gateway.postgres.dsn import PostgresDsn
+from gateway.private_files import private_dir
 
 MAX_RESTARTS = 5
 RESTART_WINDOW_SECONDS = 60.0
@@ -111,7 +112,7 @@ class Supervisor:
     def _prepare_shared_state(self) -> None:
         """Before any worker runs: earlier claims cut off, the replay window sized, limits anew."""
         state_dir = self._config.state_dir
-        state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(state_dir)
         if not isinstance(self._config.state_db, PostgresDsn):  # PostgreSQL does it per owner
             IdempotencyStore(self._config.idempotency_store).close()
             size_replay_file(state_dir / REPLAY_FILE, self._config.replay_window_ids)

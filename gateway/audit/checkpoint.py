@@ -262,7 +262,7 @@ class Checkpointer:
         """
         try:
             created = not self._path.exists()
-            self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             if created:  # the new name must survive a crash as well as the lines
                 directory = os.open(self._path.parent, os.O_RDONLY)
                 try:

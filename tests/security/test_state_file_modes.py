@@ -80,6 +80,9 @@ async def test_every_state_file_of_an_agent_is_private(pki: Pki, tmp_path: Path)
         assert set(_modes(files).values()) == {"0o600"}, _modes(files)
     finally:
         await agent.stop()
+    # Written at the graceful stop: the signed checkpoints, beside the audit log.
+    checkpoints = Path(f"{config.audit_db}.checkpoints.jsonl")
+    assert _modes([checkpoints]) == {checkpoints.name: "0o600"}
 
 
 @pytest.mark.usefixtures("open_umask")
@@ -101,6 +104,17 @@ async def test_new_state_folders_are_0700_and_existing_ones_are_left_alone(
     assert _modes([tmp_path / "new", fresh.state_dir]) == {"new": "0o700", "state": "0o700"}
     assert _mode(shared) == 0o755  # not ours to change (e.g. /var/lib)
     assert set(_modes(list(shared.iterdir())).values()) == {"0o600"}
+
+
+@pytest.mark.usefixtures("open_umask")
+def test_the_instance_lock_is_private(tmp_path: Path) -> None:
+    from gateway.instance_lock import InstanceLock
+
+    lock = InstanceLock.acquire(tmp_path)
+    try:
+        assert _mode(lock.path) == 0o600
+    finally:
+        lock.release()
 
 
 @pytest.mark.usefixtures("open_umask")
