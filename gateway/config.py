@@ -39,6 +39,9 @@ Example::
     every_seconds = 60
     # file = "state/alice-audit.sqlite.checkpoints.jsonl"
 
+    [a2a]                        # optional; these are the defaults
+    task_retention = "7d"        # finished A2A tasks older than this are deleted
+
     [metrics]                    # optional; off unless configured
     listen = "127.0.0.1:9464"    # Prometheus text format at /metrics
     peer_labels = false          # peer ids as labels (cardinality: off by default)
@@ -153,6 +156,25 @@ class PlanSettings(_Frozen):
     """
 
     approval_min_risk: Risk | None = None
+
+
+class A2ASettings(_Frozen):
+    """How this agent keeps A2A tasks (``[a2a]``).
+
+    Attributes:
+        task_retention: Finished tasks (completed, failed, canceled) that last
+            changed longer ago than this are deleted, at start and hourly
+            (default ``"7d"``); ``GetTask`` then answers ``TASK_NOT_FOUND``.
+            Unfinished tasks are never deleted.
+    """
+
+    task_retention: Duration = timedelta(days=7)
+
+    @model_validator(mode="after")
+    def _positive_retention(self) -> A2ASettings:
+        if self.task_retention <= timedelta(0):
+            raise ValueError("task_retention must be positive")
+        return self
 
 
 class PeerEntry(_Frozen):
@@ -377,6 +399,7 @@ class AgentConfig(_Frozen):
         upstreams: Existing A2A agents whose skills this agent serves.
         audit_checkpoints: Signed checkpoints of the audit log's head.
         plans: How this agent runs plans (``[plans]``).
+        a2a: How this agent keeps A2A tasks (``[a2a]``).
         max_concurrent_calls: Calls the agent runs at once, all peers
             together (default 256); a call above it is refused ``SERVER_BUSY``
             before any parsing.
@@ -423,6 +446,7 @@ class AgentConfig(_Frozen):
     upstreams: tuple[UpstreamEntry, ...] = ()
     audit_checkpoints: AuditCheckpoints = AuditCheckpoints()
     plans: PlanSettings = PlanSettings()
+    a2a: A2ASettings = A2ASettings()
     idempotency_retention: Duration = timedelta(days=7)
     max_concurrent_calls: int = Field(default=256, ge=1, le=100_000)
     audit_retry_seconds: float | None = Field(default=2.0, gt=0)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from capabilities.context import CallContext, PeerCall
+from capabilities.context import CallContext, CallEvents, PeerCall
 from capabilities.contract import Risk
 from capabilities.registry import CapabilityRegistry
 from capabilities.runner import NOT_STARTED, CapabilityResult, run_capability
@@ -173,6 +173,34 @@ class InvokeHandler:
         )
         return error
 
+    async def hold(
+        self, peer_id: str, grant: PeerGrant, operation: str, task_id: str = "", *, in_flight: bool
+    ) -> CallSlot:
+        """The limits of step 2a for a task operation that names no capability.
+
+        Takes a token of the peer's rate (and the server's cap) as a call does;
+        with ``in_flight`` (a subscription) the returned slot also counts
+        against the peer's ``max_in_flight`` until released, without it (a
+        poll) the slot is given back at once. A refusal is audited as a call's
+        (aggregated) and raised.
+        """
+        limited = grant if in_flight else grant.model_copy(update={"max_in_flight": None})
+        try:
+            slot = self.limits.acquire(peer_id, limited)
+        except GatewayError as err:
+            call = InvokeCall(None, "", "", "", b"", 0.0, task_id=task_id)
+            refusal = self._record(
+                call, peer_id, "", "refuse", err.reason, time.perf_counter(), operation
+            )
+            if isinstance(err, LimitRefusal):
+                await self.limit_refusals.record(refusal)
+            else:
+                await self._audit.record_durable(refusal)
+            raise
+        if not in_flight:
+            slot.release()
+        return slot
+
     async def invoke(self, call: InvokeCall) -> InvokeOutcome:
         """Run one call end to end; raises a GatewayError on refusal or failure."""
         return await self.run(await self.admit(call))
@@ -206,21 +234,25 @@ class InvokeHandler:
         assert inbound.payload is not None
         return AdmittedCall(call, inbound.admission, inbound.payload, started, inbound.slot)
 
-    async def run(self, admitted: AdmittedCall) -> InvokeOutcome:
+    async def run(self, admitted: AdmittedCall, events: CallEvents | None = None) -> InvokeOutcome:
         """Run an admitted call; a failure is audited (decision ``allow``) and raised.
 
         The call's in-flight slot is given back when this returns or raises.
+        ``events`` receives the capability's ``ctx.report_progress`` and
+        ``ctx.emit_chunk`` (a streamed or background A2A task). A cancellation
+        is audited ``CANCELLED`` with the text given to ``Task.cancel(msg)`` as
+        its detail (who cancelled), then raised.
         """
         try:
-            return await self._run(admitted)
+            return await self._run(admitted, events)
         finally:
             if admitted.slot is not None:
                 admitted.slot.release()
 
-    async def _run(self, admitted: AdmittedCall) -> InvokeOutcome:
+    async def _run(self, admitted: AdmittedCall, events: CallEvents | None) -> InvokeOutcome:
         call, admission, started = admitted.call, admitted.admission, admitted.started
         peer_id = admission.peer_id
-        ctx = self._context(call, admission)
+        ctx = self._context(call, admission, events)
         served = str(admission.capability.version)
         if admission.capability.contract.risk is not Risk.READ:
             # Write-ahead: a side effect never happens without a committed record.
@@ -234,9 +266,10 @@ class InvokeHandler:
                 self._record(call, peer_id, served, "allow", err.reason, started, err.detail)
             )
             raise
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as err:
+            detail = str(err.args[0]) if err.args and isinstance(err.args[0], str) else ""
             self._audit.record(
-                self._record(call, peer_id, served, "allow", Cancelled.reason, started)
+                self._record(call, peer_id, served, "allow", Cancelled.reason, started, detail)
             )
             raise
         self._audit.record(
@@ -252,7 +285,9 @@ class InvokeHandler:
         )
         return outcome
 
-    def _context(self, call: InvokeCall, admission: Admission) -> CallContext:
+    def _context(
+        self, call: InvokeCall, admission: Admission, events: CallEvents | None = None
+    ) -> CallContext:
         return CallContext(
             peer_id=admission.peer_id,
             request_id=call.request_id,
@@ -265,6 +300,7 @@ class InvokeHandler:
                 if self._bind_peer_call is None
                 else self._bind_peer_call(call.deadline, call.task_id, call.step_id)
             ),
+            events=events,
         )
 
     async def _execute(

@@ -139,6 +139,14 @@ _V4 = (
     "PRIMARY KEY (agent_id, task_id, step_id, where_, input_sha256))",
 )
 
+_V5 = (
+    "ALTER TABLE a2a_tasks DROP CONSTRAINT IF EXISTS a2a_tasks_state_check",
+    "ALTER TABLE a2a_tasks ADD CONSTRAINT a2a_tasks_state_check CHECK "
+    "(state IN ('completed', 'failed', 'canceled', 'submitted', 'working'))",
+    "ALTER TABLE a2a_tasks ADD COLUMN runner TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE a2a_tasks ADD COLUMN lease_ms BIGINT NOT NULL DEFAULT 0",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "audit, idempotency, replay window, tasks", _V1, _V1_RECORD_COLUMNS),
     Migration(
@@ -149,6 +157,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(3, "A2A tasks shared by the replicas of an agent id", _V3),
     Migration(4, "failed plan attempts (digests), remembered across restarts", _V4),
+    Migration(5, "A2A background tasks: unfinished states, runner and lease", _V5),
 )
 """Every schema version in order; append, never edit a released one."""
 

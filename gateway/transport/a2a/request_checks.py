@@ -25,6 +25,9 @@ VERSION_METADATA = "a2a-version"
 _STATES = {
     a2a_pb2.TASK_STATE_COMPLETED: TaskOutcome.COMPLETED,
     a2a_pb2.TASK_STATE_FAILED: TaskOutcome.FAILED,
+    a2a_pb2.TASK_STATE_CANCELED: TaskOutcome.CANCELED,
+    a2a_pb2.TASK_STATE_SUBMITTED: TaskOutcome.SUBMITTED,
+    a2a_pb2.TASK_STATE_WORKING: TaskOutcome.WORKING,
 }
 
 

@@ -1,0 +1,427 @@
+"""Background and streamed A2A tasks: one asyncio task per run, its events fanned out.
+
+A ``SendMessage`` with ``return_immediately`` and every ``SendStreamingMessage``
+become a :class:`TaskRun` once the call has passed every check of the
+pipeline. Invariants:
+
+* The task row is written (``SUBMITTED``) before its id is answered, and again
+  at each change of state (``WORKING``, then how it ended); a finished row
+  never changes again (see ``A2ATaskStore.save``).
+* The run holds the call's in-flight slot until it ends, so a peer's running
+  tasks count against its ``max_in_flight`` however long they take, and the
+  handler audits the outcome once, as for any call.
+* A listener (a stream or a subscription) gets the task as it is when it
+  starts listening, then every event of the run in order; the last one is
+  terminal (``COMPLETED`` after the output artifact, ``FAILED`` or
+  ``CANCELED``), and then its stream ends. One that falls ``MAX_BEHIND``
+  events behind gets the task as it is at that moment, and its stream ends.
+* ``CancelTask`` cancels the capability (asyncio cancellation): the task ends
+  ``CANCELED``, audited ``CANCELLED`` with who cancelled it. Shutdown cancels
+  every run the same way, and they end ``FAILED`` with ``TASK_INTERRUPTED``.
+* A run is owned by this process (``runner``): it renews the lease of its
+  unfinished rows every ``LEASE_RENEW_SECONDS``. An unfinished row whose
+  process is gone is ended ``FAILED`` / ``TASK_INTERRUPTED``, never resumed:
+  the input is not kept, and running a write again could write twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any
+
+from a2a.types import a2a_pb2
+from google.protobuf import json_format
+
+from capabilities.canonical import canonical_json
+from capabilities.contract import Risk
+from gateway.errors import (
+    Cancelled,
+    GatewayError,
+    OutputTooLarge,
+    StateUnavailable,
+    TaskInterrupted,
+    TaskNotCancelable,
+)
+from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler, InvokeOutcome
+from gateway.transport.a2a.messages import JSON_MEDIA_TYPE, output_artifact, task_message
+from gateway.transport.a2a.task_store import A2ATask, A2ATaskStore, TaskOutcome
+
+_log = logging.getLogger(__name__)
+
+MAX_BEHIND = 1024
+"""Events a listener may have waiting before it is let go."""
+MAX_PROGRESS_CHARS = 4096
+"""A progress text longer than this is cut (it travels in every listener's queue)."""
+LEASE_RENEW_SECONDS = 10.0
+LEASE_SECONDS = 3 * LEASE_RENEW_SECONDS
+"""How long a running process vouches for its unfinished tasks."""
+PRUNE_EVERY_SECONDS = 3600.0
+INTERRUPTED_MESSAGE = (
+    "the agent stopped while the task ran; it was not resumed, and a write capability "
+    "may have run partly or fully"
+)
+
+
+class Listener:
+    """One stream's queue of a run's events, in order."""
+
+    def __init__(self, run: TaskRun) -> None:
+        self.run = run
+        self._events: deque[a2a_pb2.StreamResponse] = deque()
+        self._wake = asyncio.Event()
+        self._closed = False
+
+    def push(self, event: a2a_pb2.StreamResponse, *, last: bool = False) -> None:
+        """Queue ``event``; after ``last`` (or falling behind) the stream ends."""
+        if self._closed:
+            return
+        if len(self._events) >= MAX_BEHIND:  # let go: the task as it is now, then the end
+            self._events.append(a2a_pb2.StreamResponse(task=task_message(self.run.task)))
+            last = True
+        else:
+            self._events.append(event)
+        self._closed = last
+        self._wake.set()
+
+    async def events(self) -> AsyncIterator[a2a_pb2.StreamResponse]:
+        """The queued events as they come; ends after the last one."""
+        try:
+            while True:
+                while self._events:
+                    yield self._events.popleft()
+                if self._closed:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+        finally:
+            self.run.listeners.discard(self)
+
+
+@dataclass(eq=False)
+class TaskRun:
+    """One background task: its latest state, the job running it, who listens.
+
+    Attributes:
+        task: The task as it is now (progress text in ``message`` while running).
+        admitted: The call the pipeline admitted (it holds the in-flight slot).
+        listeners: Streams following the run.
+        ended: Set once the task has ended and its end was published.
+        stop: Why the job was cancelled (None: it was not).
+        job: The asyncio task running the call.
+        started: The job has taken its first step (a cancel now reaches the call).
+        chunk_bytes: Bytes of output chunks sent so far (capped like the output).
+    """
+
+    task: A2ATask
+    admitted: AdmittedCall
+    listeners: set[Listener] = field(default_factory=set)
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    stop: GatewayError | None = None
+    job: asyncio.Task[None] | None = None
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    chunk_bytes: int = 0
+
+    @property
+    def writes(self) -> bool:
+        """The capability may have side effects (risk above ``read``)."""
+        return self.admitted.admission.capability.contract.risk is not Risk.READ
+
+    def publish(self, event: a2a_pb2.StreamResponse, *, last: bool = False) -> None:
+        """Hand ``event`` to every listener."""
+        for listener in list(self.listeners):
+            listener.push(event, last=last)
+
+    def listen(self) -> Listener:
+        """A new listener, whose first event is the task as it is now."""
+        listener = Listener(self)
+        ended = self.ended.is_set()
+        listener.push(a2a_pb2.StreamResponse(task=task_message(self.task)), last=ended)
+        if not ended:
+            self.listeners.add(listener)
+        return listener
+
+
+class _RunEvents:
+    """What ``ctx.report_progress`` and ``ctx.emit_chunk`` reach for one run."""
+
+    def __init__(self, run: TaskRun) -> None:
+        self._run = run
+
+    async def progress(self, text: str) -> None:
+        run = self._run
+        run.task = replace(run.task, message=str(text)[:MAX_PROGRESS_CHARS])
+        run.publish(status_event(run.task))
+
+    async def chunk(self, data: dict[str, Any]) -> None:
+        run = self._run
+        if not isinstance(data, dict):
+            raise TypeError("an output chunk is a JSON object")
+        size = len(canonical_json(data, allow_nan=False))
+        cap = run.admitted.admission.grant.max_payload_bytes
+        if run.chunk_bytes + size > cap:
+            raise OutputTooLarge(f"output chunks exceed this peer's cap of {cap} bytes")
+        first = run.chunk_bytes == 0
+        run.chunk_bytes += size
+        artifact = a2a_pb2.Artifact(artifact_id=f"{run.task.task_id}-chunks", name="chunks")
+        part = artifact.parts.add(media_type=JSON_MEDIA_TYPE)
+        json_format.ParseDict(data, part.data)
+        run.publish(
+            a2a_pb2.StreamResponse(
+                artifact_update=a2a_pb2.TaskArtifactUpdateEvent(
+                    task_id=run.task.task_id,
+                    context_id=run.task.context_id,
+                    artifact=artifact,
+                    append=not first,
+                    last_chunk=False,
+                )
+            )
+        )
+
+
+def status_event(task: A2ATask) -> a2a_pb2.StreamResponse:
+    """The status update announcing ``task``'s state (and its message)."""
+    status = task_message(task, include_artifacts=False).status
+    return a2a_pb2.StreamResponse(
+        status_update=a2a_pb2.TaskStatusUpdateEvent(
+            task_id=task.task_id, context_id=task.context_id, status=status
+        )
+    )
+
+
+class TaskRuns:
+    """The background tasks this process runs, and the upkeep of their rows.
+
+    Args:
+        handler: Runs and audits each admitted call.
+        store: Where the tasks are kept.
+        shared: Other processes use ``store`` as well (workers, or replicas on
+            PostgreSQL): at start only tasks whose lease has passed are orphans.
+        retention: Finished tasks older than this are deleted (at start, then hourly).
+    """
+
+    def __init__(
+        self,
+        handler: InvokeHandler,
+        store: A2ATaskStore,
+        *,
+        shared: bool = False,
+        retention: timedelta = timedelta(days=7),
+    ) -> None:
+        self._handler = handler
+        self._store = store
+        self._shared = shared
+        self._retention = retention
+        self.runner = uuid.uuid4().hex
+        """This process's name on the rows of the tasks it runs."""
+        self._runs: dict[str, TaskRun] = {}
+        self._unsaved: list[A2ATask] = []
+        self._saves: set[asyncio.Task[None]] = set()
+        self._upkeep: asyncio.Task[None] | None = None
+
+    def running(self, task_id: str) -> TaskRun | None:
+        """The run of ``task_id`` if this process runs it (None otherwise)."""
+        return self._runs.get(task_id)
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    async def start(self, task: A2ATask, admitted: AdmittedCall) -> TaskRun:
+        """Save ``task`` (SUBMITTED), then run ``admitted`` in the background.
+
+        The job starts at the loop's next turn: a ``run.listen()`` right after
+        this returns (no await between) sees every event. Whatever happens,
+        the call's slot is given back.
+
+        Raises:
+            StateUnavailable: the task could not be saved (nothing ran).
+        """
+        try:
+            await self._store.save(task, self.runner, _lease_ms())
+        except BaseException:
+            if admitted.slot is not None:
+                admitted.slot.release()
+            raise
+        run = TaskRun(task, admitted)
+        self._runs[task.task_id] = run
+        run.job = asyncio.get_running_loop().create_task(self._drive(run))
+        return run
+
+    async def _drive(self, run: TaskRun) -> None:
+        run.started.set()
+        try:
+            self._change(run, replace(run.task, state=TaskOutcome.WORKING))
+            outcome = await self._handler.run(run.admitted, _RunEvents(run))
+            ended = _completed(run.task, outcome)
+        except GatewayError as err:
+            ended = _failed(run.task, TaskOutcome.FAILED, err)
+        except asyncio.CancelledError:
+            stop = run.stop if run.stop is not None else TaskInterrupted(INTERRUPTED_MESSAGE)
+            state = TaskOutcome.CANCELED if isinstance(stop, Cancelled) else TaskOutcome.FAILED
+            ended = _failed(run.task, state, stop)
+        finally:
+            if run.admitted.slot is not None:
+                run.admitted.slot.release()
+        await self._end(run, ended)
+
+    def _change(self, run: TaskRun, task: A2ATask) -> None:
+        """A running task's new state: published now, saved in the background."""
+        run.task = task
+        run.publish(status_event(task))
+        saving = asyncio.get_running_loop().create_task(self._save_quietly(task))
+        self._saves.add(saving)
+        saving.add_done_callback(self._saves.discard)
+
+    async def _save_quietly(self, task: A2ATask) -> None:
+        try:
+            await self._store.save(task, self.runner, _lease_ms())
+        except StateUnavailable as err:  # the end is saved (or retried) all the same
+            _log.warning("A2A task %s: state %s not saved: %s", task.task_id, task.state, err)
+
+    async def _end(self, run: TaskRun, ended: A2ATask) -> None:
+        run.task = ended
+        try:
+            await self._store.save(ended)
+        except StateUnavailable as err:
+            _log.error("A2A task %s: end not saved yet (retried): %s", ended.task_id, err)
+            self._unsaved.append(ended)
+        if ended.state is TaskOutcome.COMPLETED:
+            run.publish(
+                a2a_pb2.StreamResponse(
+                    artifact_update=a2a_pb2.TaskArtifactUpdateEvent(
+                        task_id=ended.task_id,
+                        context_id=ended.context_id,
+                        artifact=output_artifact(ended),
+                        last_chunk=True,
+                    )
+                )
+            )
+        run.publish(status_event(ended), last=True)
+        run.ended.set()
+        self._runs.pop(ended.task_id, None)
+
+    async def cancel(self, run: TaskRun, canceller: str) -> A2ATask:
+        """Cancel ``run`` for ``canceller`` (its owner) and wait until it has ended.
+
+        Raises:
+            TaskNotCancelable: it ended before it could be cancelled.
+        """
+        if run.task.state.finished or run.job is None or run.stop is not None:
+            raise TaskNotCancelable("the task has already finished")
+        await _started(run)
+        if run.task.state.finished or run.stop is not None:
+            raise TaskNotCancelable("the task has already finished")
+        may_have_run = "; a write capability may have run" if run.writes else ""
+        run.stop = Cancelled(f"canceled by {canceller}{may_have_run}")
+        run.job.cancel(f"A2A CancelTask by {canceller}{may_have_run}")
+        await asyncio.shield(run.ended.wait())
+        return run.task
+
+    # --- upkeep: orphans, leases, retention -----------------------------------
+
+    async def recover(self) -> None:
+        """At start: end the orphaned tasks as FAILED, delete those past retention."""
+        await self._fail_orphans(any_lease=not self._shared)
+        await self._prune()
+
+    def start_upkeep(self) -> None:
+        """Renew leases, end orphans, retry unsaved ends and prune, in the background."""
+        self._upkeep = asyncio.get_running_loop().create_task(self._keep_up())
+
+    async def _keep_up(self) -> None:
+        last_prune = time.monotonic()
+        while True:
+            await asyncio.sleep(LEASE_RENEW_SECONDS)
+            try:
+                await self._store.renew_leases(self.runner, _lease_ms())
+                for task in list(self._unsaved):
+                    await self._store.save(task)
+                    self._unsaved.remove(task)
+                await self._fail_orphans(any_lease=False)
+                if time.monotonic() - last_prune >= PRUNE_EVERY_SECONDS:
+                    await self._prune()
+                    last_prune = time.monotonic()
+            except StateUnavailable as err:  # the next round tries again
+                _log.warning("A2A task upkeep failed: %s", err.message)
+
+    async def _fail_orphans(self, *, any_lease: bool) -> None:
+        orphans = await self._store.fail_orphans(
+            self.runner,
+            int(time.time() * 1000),
+            TaskInterrupted.reason,
+            INTERRUPTED_MESSAGE,
+            any_lease=any_lease,
+        )
+        if orphans:
+            _log.warning(
+                "A2A: %d task(s) were running when their agent stopped; ended %s",
+                len(orphans),
+                TaskInterrupted.reason,
+            )
+
+    async def _prune(self) -> None:
+        cutoff = int((time.time() - self._retention.total_seconds()) * 1000)
+        pruned = await self._store.prune(cutoff)
+        if pruned:
+            _log.info("A2A: deleted %d finished task(s) older than %s", pruned, self._retention)
+
+    async def shutdown(self) -> None:
+        """End every run (``FAILED``, ``TASK_INTERRUPTED``) and its streams; stop upkeep."""
+        if self._upkeep is not None:
+            self._upkeep.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._upkeep
+        runs = list(self._runs.values())
+        for run in runs:
+            await _started(run)
+            if run.job is not None and run.stop is None and not run.task.state.finished:
+                run.stop = TaskInterrupted(INTERRUPTED_MESSAGE)
+                run.job.cancel("agent stopping")
+        for run in runs:
+            await run.ended.wait()
+        for task in list(self._unsaved):
+            with contextlib.suppress(StateUnavailable):
+                await self._store.save(task)
+        if self._saves:
+            await asyncio.gather(*self._saves, return_exceptions=True)
+
+
+async def _started(run: TaskRun) -> None:
+    # A job cancelled before its first step would never run its own ending;
+    # only this module cancels jobs, and always after this.
+    if run.job is not None and not run.job.done():
+        await run.started.wait()
+
+
+def _lease_ms() -> int:
+    return int((time.time() + LEASE_SECONDS) * 1000)
+
+
+def _completed(task: A2ATask, outcome: InvokeOutcome) -> A2ATask:
+    return replace(
+        task,
+        state=TaskOutcome.COMPLETED,
+        output=outcome.payload,
+        evidence_sha256=outcome.evidence_sha256,
+        replayed=outcome.replayed,
+        reason="OK",
+        message="",
+        updated_ms=int(time.time() * 1000),
+    )
+
+
+def _failed(task: A2ATask, state: TaskOutcome, err: GatewayError) -> A2ATask:
+    return replace(
+        task,
+        state=state,
+        reason=err.reason,
+        message=err.message,
+        updated_ms=int(time.time() * 1000),
+    )
