@@ -145,6 +145,8 @@ _V5 = (
     "(state IN ('completed', 'failed', 'canceled', 'submitted', 'working'))",
     "ALTER TABLE a2a_tasks ADD COLUMN runner TEXT NOT NULL DEFAULT ''",
     "ALTER TABLE a2a_tasks ADD COLUMN lease_ms BIGINT NOT NULL DEFAULT 0",
+    "CREATE INDEX a2a_tasks_unfinished ON a2a_tasks (agent_id, lease_ms) "
+    "WHERE state IN ('submitted', 'working')",
 )
 
 MIGRATIONS: tuple[Migration, ...] = (

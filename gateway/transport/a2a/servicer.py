@@ -54,7 +54,7 @@ from gateway.transport.a2a.request_checks import (
     task_filter,
     task_id_of,
 )
-from gateway.transport.a2a.task_runs import Listener, TaskRuns
+from gateway.transport.a2a.task_runs import Listener, TaskRun, TaskRuns
 from gateway.transport.a2a.task_store import (
     A2ATask,
     A2ATaskStore,
@@ -193,7 +193,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
     ) -> a2a_pb2.SendMessageResponse:
         admitted, submitted = await self._admit_message(request, context, "SendMessage")
         if not isinstance(request, MalformedRequest) and request.configuration.return_immediately:
-            run = await self.runs.start(submitted, _unhurried(admitted))
+            run = await self._start(submitted, admitted, "SendMessage")
             return a2a_pb2.SendMessageResponse(task=task_message(run.task))
         outcome: InvokeOutcome | None = None
         failure: GatewayError | None = None
@@ -255,6 +255,15 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         )
         return admitted, task
 
+    async def _start(self, task: A2ATask, admitted: AdmittedCall, operation: str) -> TaskRun:
+        """Start ``admitted`` in the background; a failure to start is audited and raised."""
+        try:
+            return await self.runs.start(task, _unhurried(admitted))
+        except GatewayError as err:  # nothing ran: one refusal record, as before dispatch
+            raise await self._handler.refuse(
+                task.owner, err, f"A2A {operation}", task.task_id
+            ) from err
+
     # --- streams --------------------------------------------------------------
 
     async def SendStreamingMessage(
@@ -266,7 +275,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             admitted, submitted = await self._admit_message(
                 request, context, "SendStreamingMessage"
             )
-            run = await self.runs.start(submitted, _unhurried(admitted))
+            run = await self._start(submitted, admitted, "SendStreamingMessage")
             return run.listen()  # no await since start: every event is seen
 
         listener = await self._answer(context, "SendStreamingMessage", work())

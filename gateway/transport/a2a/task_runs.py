@@ -225,6 +225,7 @@ class TaskRuns:
         self._unsaved: list[A2ATask] = []
         self._saves: set[asyncio.Task[None]] = set()
         self._upkeep: asyncio.Task[None] | None = None
+        self._closing = False
 
     def running(self, task_id: str) -> TaskRun | None:
         """The run of ``task_id`` if this process runs it (None otherwise)."""
@@ -241,9 +242,14 @@ class TaskRuns:
         the call's slot is given back.
 
         Raises:
-            StateUnavailable: the task could not be saved (nothing ran).
+            StateUnavailable: the task could not be saved, or the agent is
+                stopping (nothing ran).
         """
         try:
+            if self._closing:
+                raise StateUnavailable(
+                    "the agent is stopping; send the message again later, with a new message_id"
+                )
             await self._store.save(task, self.runner, _lease_ms())
         except BaseException:
             if admitted.slot is not None:
@@ -344,7 +350,8 @@ class TaskRuns:
                 for task in list(self._unsaved):
                     await self._store.save(task)
                     self._unsaved.remove(task)
-                await self._fail_orphans(any_lease=False)
+                if self._shared:  # alone, only this process has run tasks since start
+                    await self._fail_orphans(any_lease=False)
                 if time.monotonic() - last_prune >= PRUNE_EVERY_SECONDS:
                     await self._prune()
                     last_prune = time.monotonic()
@@ -373,7 +380,11 @@ class TaskRuns:
             _log.info("A2A: deleted %d finished task(s) older than %s", pruned, self._retention)
 
     async def shutdown(self) -> None:
-        """End every run (``FAILED``, ``TASK_INTERRUPTED``) and its streams; stop upkeep."""
+        """End every run (``FAILED``, ``TASK_INTERRUPTED``) and its streams; stop upkeep.
+
+        From here on ``start`` refuses new runs.
+        """
+        self._closing = True
         if self._upkeep is not None:
             self._upkeep.cancel()
             with contextlib.suppress(asyncio.CancelledError):

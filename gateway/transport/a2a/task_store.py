@@ -52,6 +52,11 @@ _SCHEMA = (
     "lease_ms INTEGER NOT NULL DEFAULT 0)",
     "CREATE INDEX IF NOT EXISTS a2a_tasks_owner ON a2a_tasks (owner, seq)",
 )
+_UNFINISHED_INDEX = (
+    "CREATE INDEX IF NOT EXISTS a2a_tasks_unfinished ON a2a_tasks (lease_ms) "
+    "WHERE state IN ('submitted', 'working')"
+)
+"""Finds orphans without a scan; finished rows (nearly all) are not in it."""
 _RUN_COLUMNS = (("runner", "TEXT NOT NULL DEFAULT ''"), ("lease_ms", "INTEGER NOT NULL DEFAULT 0"))
 """Columns added for background tasks (older files get them when opened)."""
 UNFINISHED = ("submitted", "working")
@@ -151,6 +156,7 @@ class A2ATaskStore:
             for name, ddl in _RUN_COLUMNS:
                 if name not in present:
                     self._db.execute(f"ALTER TABLE a2a_tasks ADD COLUMN {name} {ddl}")
+            self._db.execute(_UNFINISHED_INDEX)
         except sqlite3.Error as err:
             raise StateUnavailable(f"A2A task store {path}: {err}") from err
         self._pending: list[A2ATask] = []

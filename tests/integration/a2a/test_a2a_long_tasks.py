@@ -19,6 +19,7 @@ from google.protobuf import json_format
 
 from gateway.agent import Agent
 from gateway.audit import AuditRecord
+from gateway.config import A2ASettings
 from tests.a2a_support import V1, A2APeer, data_request, gateway_reason, output_of, sdk_client
 from tests.support import (
     Pki,
@@ -438,3 +439,47 @@ async def test_shutdown_ends_streams_cleanly_and_the_task_stays_failed_after_res
             assert again.metadata["a2agw.reason"] == "TASK_INTERRUPTED"
     finally:
         await alice.stop()
+
+
+async def test_a_stream_asked_for_while_the_agent_stops_is_refused_once(
+    alice: Agent, bob: A2APeer, gate: TaskGate
+) -> None:
+    await alice.a2a_runs.shutdown()  # what Agent.stop does first
+    before = len(await records(alice))
+    call = bob.stub.SendStreamingMessage(data_request("job.run", {}), metadata=V1, timeout=10)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        async for _ in call:
+            pass
+    assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert gateway_reason(info.value) == "STATE_UNAVAILABLE"
+    new = (await records(alice))[before:]
+    assert [(r.decision, r.reason, r.detail) for r in new] == [
+        ("refuse", "STATE_UNAVAILABLE", "A2A SendStreamingMessage")
+    ]
+    assert gate.runs == 0 and alice.limit_stats().in_flight_total == 0
+
+
+async def test_finished_tasks_past_the_retention_are_deleted_at_start(
+    pki: Pki, tmp_path: Path, gate: TaskGate, stores: dict[str, str]
+) -> None:
+    alice = await start_alice(pki, tmp_path, gate, stores=stores)
+    try:
+        async with A2APeer(pki, alice, "bob") as bob:
+            old = await bob.send(data_request("text.echo", {"text": "old"}))
+            interrupted = await bob.send(background("job.run", {"tag": "still running"}))
+            await asyncio.wait_for(gate.started.wait(), 10)
+    finally:
+        await alice.stop()  # the running one ends FAILED (TASK_INTERRUPTED) now
+    await asyncio.sleep(1.1)
+    config = alice.config.model_copy(update={"a2a": A2ASettings(task_retention="1s")})
+    registry = standard_registry(WriteCounter(), tmp_path / "alice-state")
+    again = await started(config, registry)
+    try:
+        async with A2APeer(pki, again, "bob") as bob:
+            for task_id in (old.id, interrupted.id):
+                with pytest.raises(a2a_errors.TaskNotFoundError):
+                    await bob.client.get_task(a2a_pb2.GetTaskRequest(id=task_id))
+            fresh = await bob.send(data_request("text.echo", {"text": "new"}))
+            assert (await bob.client.get_task(a2a_pb2.GetTaskRequest(id=fresh.id))).id == fresh.id
+    finally:
+        await again.stop()
