@@ -63,7 +63,8 @@ class SdkAgent:
 
     ``mode``: ``echo`` (a completed task; text -> text artifact ``echo: TEXT``,
     data -> data artifact ``{"hits": [...], "seen": DATA}``), ``message`` (a
-    direct Message reply), ``slow`` (waits for ``release``), ``garbage`` (a
+    direct Message reply), ``slow`` (waits for ``release``), ``progress`` (says
+    "waiting for release" in its WORKING status, then waits), ``garbage`` (a
     completed task whose only part is ``data`` ``{"hits": "not a list"}``),
     ``fail`` (the task fails).
     """
@@ -71,6 +72,8 @@ class SdkAgent:
     mode: str = "echo"
     received: list[Received] = field(default_factory=list)
     release: asyncio.Event = field(default_factory=asyncio.Event)
+    cancelled: int = 0
+    """How many CancelTask requests reached the executor."""
 
     def executor(self) -> AgentExecutor:
         return _Executor(self)
@@ -104,7 +107,10 @@ class _Executor(AgentExecutor):
         )
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
         await updater.start_work()
-        if mode == "slow":
+        if mode == "progress":
+            text = [Part(text="waiting for release")]
+            await updater.start_work(updater.new_agent_message(text))
+        if mode in ("slow", "progress"):
             await self._agent.release.wait()
         if mode == "fail":
             await updater.failed()
@@ -124,6 +130,7 @@ class _Executor(AgentExecutor):
         return [Part(text="echo: "), Part(text=text)]
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        self._agent.cancelled += 1
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 

@@ -32,6 +32,7 @@ from google.protobuf import json_format
 from gateway.config import TlsFiles, UpstreamEntry
 from gateway.errors import PeerIdentityMismatch, PeerUnavailable, UpstreamUnavailable
 from gateway.transport.a2a.upstream_links import UpstreamLink, open_link
+from gateway.transport.a2a.upstream_tasks import Progress, followed
 from gateway.transport.status import from_rpc_error
 from gateway.transport.tls import TlsMaterial
 
@@ -62,8 +63,19 @@ class UpstreamClient:
         """The upstream's name (SPIFFE ID, else address or URL)."""
         return self.entry.name
 
-    async def send(self, skill: str, parts: Sequence[Part], *, timeout: float) -> list[Part] | None:
+    async def send(
+        self,
+        skill: str,
+        parts: Sequence[Part],
+        *,
+        timeout: float,
+        progress: Progress | None = None,
+    ) -> list[Part] | None:
         """Send one message to ``skill``; the answer's parts (None: no readable answer).
+
+        Sent with ``return_immediately``: a task the upstream is still running is
+        followed to its end (polled, its status texts passed to ``progress``,
+        cancelled upstream if this call is; see ``upstream_tasks``).
 
         Raises:
             UpstreamUnavailable: the upstream could not be reached (as the identity
@@ -80,10 +92,13 @@ class UpstreamClient:
                 metadata={SKILL_METADATA_KEY: skill},
             )
         )
+        request.configuration.return_immediately = True
         context = ClientCallContext(timeout=timeout + SDK_DEADLINE_MARGIN_SECONDS)
+        client = self._link.client
         try:
-            async for event in self._link.client.send_message(request, context=context):
-                return answer_parts(event)
+            async for event in client.send_message(request, context=context):
+                followed_event = await followed(client, event, progress, timeout)
+                return answer_parts(followed_event)
         except UpstreamFailed:
             raise
         except Exception as err:
