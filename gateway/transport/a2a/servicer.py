@@ -54,7 +54,8 @@ from gateway.transport.a2a.request_checks import (
     task_filter,
     task_id_of,
 )
-from gateway.transport.a2a.task_runs import Listener, TaskRun, TaskRuns
+from gateway.transport.a2a.task_events import Listener, TaskRun
+from gateway.transport.a2a.task_runs import TaskRuns
 from gateway.transport.a2a.task_store import (
     A2ATask,
     A2ATaskStore,
