@@ -135,6 +135,9 @@ class TaskRuns:
             stop = run.stop if run.stop is not None else TaskInterrupted(INTERRUPTED_MESSAGE)
             state = TaskOutcome.CANCELED if isinstance(stop, Cancelled) else TaskOutcome.FAILED
             ended = _failed(run.task, state, stop)
+        except Exception:  # a bug must still end the task and its streams; the log keeps it
+            _log.exception("A2A task %s failed unexpectedly", run.task.task_id)
+            ended = _failed(run.task, TaskOutcome.FAILED, GatewayError("internal error"))
         finally:
             if run.admitted.slot is not None:
                 run.admitted.slot.release()
@@ -218,8 +221,10 @@ class TaskRuns:
                 if time.monotonic() - last_prune >= PRUNE_EVERY_SECONDS:
                     await self._prune()
                     last_prune = time.monotonic()
-            except StateUnavailable as err:  # the next round tries again
+            except GatewayError as err:  # the next round tries again
                 _log.warning("A2A task upkeep failed: %s", err.message)
+            except Exception:  # never let one bad round end the upkeep for good
+                _log.exception("A2A task upkeep failed")
 
     async def _fail_orphans(self, *, any_lease: bool) -> None:
         orphans = await self._store.fail_orphans(
