@@ -145,6 +145,7 @@ _V5 = (
     "(state IN ('completed', 'failed', 'canceled', 'submitted', 'working'))",
     "ALTER TABLE a2a_tasks ADD COLUMN runner TEXT NOT NULL DEFAULT ''",
     "ALTER TABLE a2a_tasks ADD COLUMN lease_ms BIGINT NOT NULL DEFAULT 0",
+    "ALTER TABLE a2a_tasks ADD COLUMN cancel_by TEXT NOT NULL DEFAULT ''",
     "CREATE INDEX a2a_tasks_unfinished ON a2a_tasks (agent_id, lease_ms) "
     "WHERE state IN ('submitted', 'working')",
 )
@@ -159,7 +160,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(3, "A2A tasks shared by the replicas of an agent id", _V3),
     Migration(4, "failed plan attempts (digests), remembered across restarts", _V4),
-    Migration(5, "A2A background tasks: unfinished states, runner and lease", _V5),
+    Migration(5, "A2A background tasks: unfinished states, runner, lease, cancel requests", _V5),
 )
 """Every schema version in order; append, never edit a released one."""
 

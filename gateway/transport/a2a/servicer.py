@@ -365,11 +365,11 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             stored = await self._owned(peer_id, request.id, "CancelTask")
             run = self.runs.running(stored.task_id)
             try:
-                if run is None:
-                    raise TaskNotCancelable(
-                        _FINISHED_CANCEL if stored.state.finished else _NOT_HERE
-                    )
-                return task_message(await self.runs.cancel(run, peer_id))
+                if run is not None:
+                    return task_message(await self.runs.cancel(run, peer_id))
+                if stored.state.finished:
+                    raise TaskNotCancelable(_FINISHED_CANCEL)
+                return task_message(await self.runs.cancel_elsewhere(stored, peer_id))
             except TaskNotCancelable as err:
                 raise await self._handler.refuse(
                     peer_id, err, "A2A CancelTask", stored.task_id

@@ -30,8 +30,10 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Coroutine
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 from a2a.types import a2a_pb2
 
@@ -53,6 +55,10 @@ LEASE_RENEW_SECONDS = 10.0
 LEASE_SECONDS = 3 * LEASE_RENEW_SECONDS
 """How long a running process vouches for its unfinished tasks."""
 PRUNE_EVERY_SECONDS = 3600.0
+CANCEL_POLL_SECONDS = 1.0
+"""How often a process with a shared store looks for cancel requests of its tasks."""
+CANCEL_WAIT_SECONDS = 10.0
+"""How long CancelTask of a task run elsewhere waits for its end before answering."""
 INTERRUPTED_MESSAGE = (
     "the agent stopped while the task ran; it was not resumed, and a write capability "
     "may have run partly or fully"
@@ -87,7 +93,7 @@ class TaskRuns:
         self._runs: dict[str, TaskRun] = {}
         self._unsaved: list[A2ATask] = []
         self._saves: set[asyncio.Task[None]] = set()
-        self._upkeep: asyncio.Task[None] | None = None
+        self._upkeep: list[asyncio.Task[None]] = []
         self._closing = False
 
     def running(self, task_id: str) -> TaskRun | None:
@@ -147,9 +153,7 @@ class TaskRuns:
         """A running task's new state: published now, saved in the background."""
         run.task = task
         run.publish(status_event(task))
-        saving = asyncio.get_running_loop().create_task(self._save_quietly(task))
-        self._saves.add(saving)
-        saving.add_done_callback(self._saves.discard)
+        self._spawn(self._save_quietly(task))
 
     async def _save_quietly(self, task: A2ATask) -> None:
         try:
@@ -204,8 +208,60 @@ class TaskRuns:
         await self._prune()
 
     def start_upkeep(self) -> None:
-        """Renew leases, end orphans, retry unsaved ends and prune, in the background."""
-        self._upkeep = asyncio.get_running_loop().create_task(self._keep_up())
+        """Renew leases, end orphans, retry unsaved ends and prune, in the background.
+
+        With a shared store, also carry out the cancel requests other processes
+        of this agent recorded for the tasks running here (every second).
+        """
+        loop = asyncio.get_running_loop()
+        self._upkeep = [loop.create_task(self._keep_up())]
+        if self._shared:
+            self._upkeep.append(loop.create_task(self._watch_cancel_requests()))
+
+    async def cancel_elsewhere(self, task: A2ATask, canceller: str) -> A2ATask:
+        """Cancel ``task``, run by another process of this agent (a shared store).
+
+        Records the request, which that process carries out within about a
+        second, and waits up to ``CANCEL_WAIT_SECONDS`` for the task's end;
+        returns the task as it then is (still running if that process is slow).
+
+        Raises:
+            TaskNotCancelable: it has ended, or no other process can be running it.
+        """
+        if not self._shared or not await self._store.request_cancel(
+            task.owner, task.task_id, canceller
+        ):
+            raise TaskNotCancelable("the task has already finished")
+        latest, waited = task, 0.0
+        while waited < CANCEL_WAIT_SECONDS and not latest.state.finished:
+            await asyncio.sleep(CANCEL_POLL_SECONDS / 4)
+            waited += CANCEL_POLL_SECONDS / 4
+            latest = await self._store.get(task.owner, task.task_id) or latest
+        return latest
+
+    async def _watch_cancel_requests(self) -> None:
+        while True:
+            await asyncio.sleep(CANCEL_POLL_SECONDS)
+            if not self._runs:
+                continue  # nothing runs here: no query at all
+            try:
+                requests = await self._store.cancel_requests(self.runner)
+            except GatewayError as err:
+                _log.warning("A2A cancel requests not read: %s", err.message)
+                continue
+            for task_id, canceller in requests:
+                run = self._runs.get(task_id)
+                if run is not None and run.stop is None and not run.task.state.finished:
+                    self._spawn(self._cancel_quietly(run, canceller))
+
+    async def _cancel_quietly(self, run: TaskRun, canceller: str) -> None:
+        with contextlib.suppress(TaskNotCancelable):
+            await self.cancel(run, canceller)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        job = asyncio.get_running_loop().create_task(work)
+        self._saves.add(job)
+        job.add_done_callback(self._saves.discard)
 
     async def _keep_up(self) -> None:
         last_prune = time.monotonic()
@@ -253,10 +309,10 @@ class TaskRuns:
         From here on ``start`` refuses new runs.
         """
         self._closing = True
-        if self._upkeep is not None:
-            self._upkeep.cancel()
+        for upkeep in self._upkeep:
+            upkeep.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._upkeep
+                await upkeep
         runs = list(self._runs.values())
         for run in runs:
             await _started(run)

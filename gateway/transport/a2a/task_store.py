@@ -49,7 +49,7 @@ _SCHEMA = (
     "output BLOB, evidence_sha256 TEXT NOT NULL, replayed INTEGER NOT NULL, "
     "reason TEXT NOT NULL, message TEXT NOT NULL, created_ms INTEGER NOT NULL, "
     "updated_ms INTEGER NOT NULL, runner TEXT NOT NULL DEFAULT '', "
-    "lease_ms INTEGER NOT NULL DEFAULT 0)",
+    "lease_ms INTEGER NOT NULL DEFAULT 0, cancel_by TEXT NOT NULL DEFAULT '')",
     "CREATE INDEX IF NOT EXISTS a2a_tasks_owner ON a2a_tasks (owner, seq)",
 )
 _UNFINISHED_INDEX = (
@@ -57,7 +57,11 @@ _UNFINISHED_INDEX = (
     "WHERE state IN ('submitted', 'working')"
 )
 """Finds orphans without a scan; finished rows (nearly all) are not in it."""
-_RUN_COLUMNS = (("runner", "TEXT NOT NULL DEFAULT ''"), ("lease_ms", "INTEGER NOT NULL DEFAULT 0"))
+_RUN_COLUMNS = (
+    ("runner", "TEXT NOT NULL DEFAULT ''"),
+    ("lease_ms", "INTEGER NOT NULL DEFAULT 0"),
+    ("cancel_by", "TEXT NOT NULL DEFAULT ''"),
+)
 """Columns added for background tasks (older files get them when opened)."""
 UNFINISHED = ("submitted", "working")
 """The states of a task that has not ended (``TaskOutcome`` values)."""
@@ -322,6 +326,31 @@ class A2ATaskStore:
             (reason, message, now_ms, *self._key(), runner, *(() if any_lease else (now_ms,))),
         )
         return tuple(task_from_row(row) for row in rows)
+
+    async def request_cancel(self, owner: str, task_id: str, canceller: str) -> bool:
+        """Ask the process running ``owner``'s unfinished task to cancel it for ``canceller``.
+
+        Returns:
+            False if it has no such unfinished task (nothing changed).
+        """
+        mark = self._mark
+        where, params = self._scope(owner)
+        rows = await self._query(
+            f"UPDATE a2a_tasks SET cancel_by = {mark} WHERE {' AND '.join(where)} "
+            f"AND task_id = {mark} AND state IN {UNFINISHED!r} RETURNING task_id",
+            (canceller, *params, task_id),
+        )
+        return bool(rows)
+
+    async def cancel_requests(self, runner: str) -> tuple[tuple[str, str], ...]:
+        """(task id, canceller) of ``runner``'s unfinished tasks another process asked to cancel."""
+        mark = self._mark
+        rows = await self._query(
+            f"SELECT task_id, cancel_by FROM a2a_tasks WHERE {self._key_where()}"
+            f"runner = {mark} AND state IN {UNFINISHED!r} AND cancel_by <> ''",
+            (*self._key(), runner),
+        )
+        return tuple((str(row[0]), str(row[1])) for row in rows)
 
     async def prune(self, before_ms: int) -> int:
         """Delete the finished tasks that last changed before ``before_ms``; returns how many."""

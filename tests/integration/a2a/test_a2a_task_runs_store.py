@@ -83,6 +83,25 @@ async def test_orphans_end_failed_with_the_reason_and_live_leases_are_kept(
         store.close()
 
 
+async def test_a_cancel_request_reaches_the_runner_of_an_unfinished_task_only(
+    open_store: Callable[[], A2ATaskStore],
+) -> None:
+    store = open_store()
+    try:
+        await store.save(running(1), ME, 10**13)
+        store.put(task(2))
+        assert not await store.request_cancel(BOB, "task-2", BOB)  # finished
+        assert not await store.request_cancel("spiffe://example.org/agent/carol", "task-1", BOB)
+        assert await store.cancel_requests(ME) == ()
+        assert await store.request_cancel(BOB, "task-1", BOB)
+        assert await store.cancel_requests(ME) == (("task-1", BOB),)
+        assert await store.cancel_requests(GONE) == ()
+        await store.save(replace(task(1), state=TaskOutcome.CANCELED))
+        assert await store.cancel_requests(ME) == ()  # it ended: nothing left to do
+    finally:
+        store.close()
+
+
 async def test_retention_deletes_finished_tasks_only(
     open_store: Callable[[], A2ATaskStore],
 ) -> None:
