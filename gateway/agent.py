@@ -260,6 +260,11 @@ class Agent:
             "Audit records queued, not yet committed",
             lambda: audit.queue_depth,
         )
+        metrics.observe_gauge(
+            "a2agw_a2a_tasks_running",
+            "A2A tasks running in the background in this process (return_immediately, streams)",
+            lambda: len(self.a2a_runs),
+        )
         metrics.observe_counter(
             "a2agw_policy_reloads",
             "Policy reloads by result",
