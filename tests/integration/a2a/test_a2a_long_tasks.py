@@ -226,6 +226,7 @@ async def test_return_immediately_answers_at_once_then_get_task_sees_it_finish(
             working = await bob.client.get_task(a2a_pb2.GetTaskRequest(id=task.id))
             assert working.status.state == a2a_pb2.TASK_STATE_WORKING
             assert working.status.message.parts[0].text == "halfway"
+            assert len(alice.a2a_runs) == 1  # what a2agw_a2a_tasks_running shows
             listed = await bob.client.list_tasks(
                 a2a_pb2.ListTasksRequest(status=a2a_pb2.TASK_STATE_WORKING)
             )
@@ -234,6 +235,11 @@ async def test_return_immediately_answers_at_once_then_get_task_sees_it_finish(
             done = await poll_until(bob, task.id, a2a_pb2.TASK_STATE_COMPLETED)
             assert output_of(done) == {"done": "p"}
             assert done.metadata["a2agw.served_version"] == "1.0.0"
+            for _ in range(200):  # bounded: the run is let go once its end is saved
+                if len(alice.a2a_runs) == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert len(alice.a2a_runs) == 0
         ran = [r for r in await records(alice) if r.capability == "job.run"]
         assert [(r.decision, r.reason) for r in ran] == [("allow", "OK")]
     finally:
