@@ -64,7 +64,8 @@ class SdkAgent:
     ``mode``: ``echo`` (a completed task; text -> text artifact ``echo: TEXT``,
     data -> data artifact ``{"hits": [...], "seen": DATA}``), ``message`` (a
     direct Message reply), ``slow`` (waits for ``release``), ``progress`` (says
-    "waiting for release" in its WORKING status, then waits), ``garbage`` (a
+    "waiting for release" in its WORKING status, then waits), ``stream`` (says
+    "streaming", sends two text chunks, then the echo answer), ``garbage`` (a
     completed task whose only part is ``data`` ``{"hits": "not a list"}``),
     ``fail`` (the task fails).
     """
@@ -112,6 +113,12 @@ class _Executor(AgentExecutor):
             await updater.start_work(updater.new_agent_message(text))
         if mode in ("slow", "progress"):
             await self._agent.release.wait()
+        if mode == "stream":
+            await updater.start_work(updater.new_agent_message([Part(text="streaming")]))
+            for n in (1, 2):
+                await updater.add_artifact(
+                    [Part(text=f"chunk {n}")], artifact_id="chunks", append=n > 1, last_chunk=False
+                )
         if mode == "fail":
             await updater.failed()
             return
@@ -142,7 +149,7 @@ def card(url: str, binding: str) -> AgentCard:
         supported_interfaces=[
             AgentInterface(url=url, protocol_binding=binding, protocol_version="1.0")
         ],
-        capabilities=AgentCapabilities(streaming=False, push_notifications=False),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
         default_input_modes=["text/plain", "application/json"],
         default_output_modes=["text/plain", "application/json"],
         skills=[

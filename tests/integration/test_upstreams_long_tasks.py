@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 from a2a.types import a2a_pb2
+from google.protobuf import json_format
 
 from gateway.agent import Agent
-from tests.a2a_support import A2APeer, data_request, output_of
+from tests.a2a_support import V1, A2APeer, data_request, output_of
 from tests.a2a_upstream import SdkAgent, grpc_upstream
 from tests.integration.test_upstreams import LEGACY, fronted, outcome, records
 from tests.support import Pki, spiffe
@@ -84,3 +85,43 @@ async def test_cancel_task_on_the_gateway_cancels_the_upstream_task(
     rows = await records(bob)
     assert [outcome(r) for r in rows] == [(spiffe("alice"), "legacy.echo", "allow", "CANCELLED")]
     assert rows[0].detail == f"A2A CancelTask by {spiffe('alice')}"
+
+
+async def test_a_streaming_upstream_passes_its_events_through_to_a_streaming_caller(
+    pki: Pki, tmp_path: Path
+) -> None:
+    legacy = SdkAgent(mode="stream")
+    async with grpc_upstream(legacy, pki, "legacy") as address:
+        up = {"id": LEGACY, "binding": "grpc", "address": address, "streaming": True}
+        async with fronted(pki, tmp_path, up, timeout=30.0) as bob:
+            async with A2APeer(pki, bob, "alice") as alice:
+                call = alice.stub.SendStreamingMessage(
+                    data_request("legacy.echo", {"text": "live"}), metadata=V1, timeout=30
+                )
+                seen = [event async for event in call]
+                # Not followed (blocking SendMessage): one message, the same answer.
+                blocking = await alice.send(data_request("legacy.echo", {"text": "once"}))
+            rows = await records(bob)
+    kinds = [event.WhichOneof("payload") for event in seen]
+    assert kinds == [
+        "task",
+        "status_update",  # WORKING (ours)
+        "status_update",  # "streaming", the upstream's status text
+        "artifact_update",
+        "artifact_update",
+        "artifact_update",  # the output, checked against the contract
+        "status_update",
+    ]
+    assert seen[2].status_update.status.message.parts[0].text == "streaming"
+    chunks = [
+        json_format.MessageToDict(e.artifact_update.artifact.parts[0].data) for e in seen[3:5]
+    ]
+    assert chunks == [{"text": "chunk 1"}, {"text": "chunk 2"}]
+    output = json_format.MessageToDict(seen[5].artifact_update.artifact.parts[0].data)
+    assert output == {"text": "chunk 1chunk 2echo: live"}
+    assert seen[-1].status_update.status.state == a2a_pb2.TASK_STATE_COMPLETED
+    assert output_of(blocking) == {"text": "chunk 1chunk 2echo: once"}
+    assert [outcome(r) for r in rows] == [
+        (spiffe("alice"), "legacy.echo", "allow", "OK"),
+        (spiffe("alice"), "legacy.echo", "allow", "OK"),
+    ]

@@ -29,10 +29,11 @@ from a2a.client import ClientCallContext
 from a2a.types import Message, Part, Role, SendMessageRequest, StreamResponse, TaskState
 from google.protobuf import json_format
 
+from capabilities.context import CallEvents
 from gateway.config import TlsFiles, UpstreamEntry
 from gateway.errors import PeerIdentityMismatch, PeerUnavailable, UpstreamUnavailable
 from gateway.transport.a2a.upstream_links import UpstreamLink, open_link
-from gateway.transport.a2a.upstream_tasks import Progress, followed
+from gateway.transport.a2a.upstream_tasks import followed, streamed
 from gateway.transport.status import from_rpc_error
 from gateway.transport.tls import TlsMaterial
 
@@ -69,13 +70,15 @@ class UpstreamClient:
         parts: Sequence[Part],
         *,
         timeout: float,
-        progress: Progress | None = None,
+        events: CallEvents | None = None,
     ) -> list[Part] | None:
         """Send one message to ``skill``; the answer's parts (None: no readable answer).
 
         Sent with ``return_immediately``: a task the upstream is still running is
-        followed to its end (polled, its status texts passed to ``progress``,
-        cancelled upstream if this call is; see ``upstream_tasks``).
+        followed to its end (polled, its status texts passed to ``events`` as
+        progress, cancelled upstream if this call is). With ``streaming = true``
+        and ``events`` (the caller follows its task) it is streamed instead,
+        events passed on as they come; see ``upstream_tasks``.
 
         Raises:
             UpstreamUnavailable: the upstream could not be reached (as the identity
@@ -94,8 +97,11 @@ class UpstreamClient:
         )
         request.configuration.return_immediately = True
         context = ClientCallContext(timeout=timeout + SDK_DEADLINE_MARGIN_SECONDS)
-        client = self._link.client
+        client, streaming = self._link.client, self._link.streaming
+        progress = None if events is None else events.progress
         try:
+            if streaming is not None and events is not None:
+                return answer_parts(await streamed(streaming, request, events, context))
             async for event in client.send_message(request, context=context):
                 followed_event = await followed(client, event, progress, timeout)
                 return answer_parts(followed_event)

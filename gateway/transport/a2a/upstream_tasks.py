@@ -9,6 +9,15 @@ the caller's sink). When the capability is cancelled (the caller's
 ``CancelTask``, its timeout, shutdown) the upstream task is cancelled too
 (``CancelTask``, at most ``CANCEL_SECONDS``, best effort: the cancellation
 goes on whatever it answers).
+
+With ``[[upstreams]] streaming = true`` and a caller that follows its task,
+the skill is sent with ``SendStreamingMessage`` instead (:func:`streamed`):
+status texts become progress, intermediate artifact updates (``last_chunk``
+false) become output chunks (each a JSON object: a ``data`` object as it is,
+a text part as ``{"text": ...}``, capped by the caller's sink), and the
+artifacts collected by the end (``append`` honoured) are the answer, checked
+against the output contract like any other. More than ``MESSAGE_CEILING``
+bytes of collected parts is no readable answer (INVALID_OUTPUT).
 """
 
 from __future__ import annotations
@@ -19,7 +28,19 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from a2a.client import Client, ClientCallContext
-from a2a.types import CancelTaskRequest, GetTaskRequest, StreamResponse, Task, TaskState
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    Part,
+    SendMessageRequest,
+    StreamResponse,
+    Task,
+    TaskState,
+)
+from google.protobuf import json_format
+
+from capabilities.context import CallEvents
+from gateway.transport.tls import MESSAGE_CEILING
 
 _log = logging.getLogger(__name__)
 
@@ -27,6 +48,14 @@ FIRST_POLL_SECONDS = 0.01
 MAX_POLL_SECONDS = 1.0
 CANCEL_SECONDS = 2.0
 _RUNNING = frozenset({TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING})
+_ENDED = frozenset(
+    {
+        TaskState.TASK_STATE_COMPLETED,
+        TaskState.TASK_STATE_FAILED,
+        TaskState.TASK_STATE_CANCELED,
+        TaskState.TASK_STATE_REJECTED,
+    }
+)
 
 Progress = Callable[[str], Awaitable[None]]
 """Where an upstream task's status texts go (``ctx.report_progress``)."""
@@ -75,3 +104,56 @@ async def _cancel_upstream(client: Client, task_id: str) -> None:
         )
         return
     _log.warning("upstream task could not be cancelled (it may run to its end)")
+
+
+async def streamed(
+    client: Client, request: SendMessageRequest, events: CallEvents, context: ClientCallContext
+) -> StreamResponse:
+    """Stream ``request`` from the upstream, passing events on; the answer as a task event.
+
+    Returns the upstream's message, or a task holding the collected artifacts
+    and the last state (a task that did not complete is for the caller to
+    refuse), or an empty event when the parts exceed ``MESSAGE_CEILING``.
+    """
+    task = Task()
+    artifacts: dict[str, list[Part]] = {}
+    size = 0
+    try:
+        async for event in client.send_message(request, context=context):
+            kind = event.WhichOneof("payload")
+            if kind == "message":
+                return event
+            if kind == "task":
+                task.CopyFrom(event.task)
+                for artifact in event.task.artifacts:
+                    artifacts[artifact.artifact_id] = list(artifact.parts)
+            elif kind == "status_update":
+                task.status.CopyFrom(event.status_update.status)
+                await _passed_on(task, "", events.progress)
+            elif kind == "artifact_update":
+                update = event.artifact_update
+                parts = list(update.artifact.parts)
+                size += sum(part.ByteSize() for part in parts)
+                if size > MESSAGE_CEILING:
+                    return StreamResponse()
+                kept = artifacts.setdefault(update.artifact.artifact_id, [])
+                kept[:] = [*kept, *parts] if update.append else parts
+                if not update.last_chunk:
+                    for part in parts:
+                        await _chunk(part, events)
+            if task.status.state in _ENDED:
+                break
+    except asyncio.CancelledError:
+        if task.id and task.status.state not in _ENDED:
+            await asyncio.shield(_cancel_upstream(client, task.id))
+        raise
+    del task.artifacts[:]
+    task.artifacts.add(artifact_id="answer", parts=[p for ps in artifacts.values() for p in ps])
+    return StreamResponse(task=task)
+
+
+async def _chunk(part: Part, events: CallEvents) -> None:
+    if part.HasField("data") and part.data.WhichOneof("kind") == "struct_value":
+        await events.chunk(json_format.MessageToDict(part.data.struct_value))
+    elif part.HasField("text"):
+        await events.chunk({"text": part.text})
