@@ -30,7 +30,8 @@ class TaskGate:
 
     ``job.run`` reports progress and emits one chunk before waiting; both set
     ``started`` once running, count their runs, and set ``cancelled`` when
-    their call is cancelled. ``job.flood`` emits chunks past any cap.
+    their call is cancelled. ``job.flood`` emits chunks past any cap; ``job.brief``
+    waits under a 0.2 s timeout.
     """
 
     release: asyncio.Event = field(default_factory=asyncio.Event)
@@ -63,7 +64,13 @@ class TaskGate:
                 await ctx.emit_chunk({"n": n, "fill": "x" * 10_000})
             return JobOutput(done=inp.tag)
 
-        return [run, write, flood]
+        @capability("job.brief", "1.0.0", risk="read", timeout=0.2)
+        async def brief(inp: JobInput, ctx: CallContext) -> JobOutput:
+            """Wait until released, under a 0.2 s contract timeout."""
+            await self._wait()
+            return JobOutput(done=inp.tag)
+
+        return [run, write, flood, brief]
 
     async def _wait(self) -> None:
         self.started.set()

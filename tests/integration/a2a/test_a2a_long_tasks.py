@@ -35,7 +35,7 @@ from tests.support import (
 from tests.task_capabilities import TaskGate
 
 BOB = spiffe("bob")
-JOBS = ["job.run", "job.write", "job.flood", "text.echo", "notes.write"]
+JOBS = ["job.run", "job.write", "job.flood", "job.brief", "text.echo", "notes.write"]
 
 
 async def start_alice(
@@ -244,6 +244,27 @@ async def test_return_immediately_answers_at_once_then_get_task_sees_it_finish(
         assert [(r.decision, r.reason) for r in ran] == [("allow", "OK")]
     finally:
         await alice.stop()
+
+
+async def test_a_background_run_outlives_its_rpc_deadline_but_not_its_contract_timeout(
+    alice: Agent, bob: A2APeer, gate: TaskGate
+) -> None:
+    answer = await bob.stub.SendMessage(
+        background("job.run", {"tag": "late"}), metadata=V1, timeout=1.0
+    )
+    await asyncio.wait_for(gate.started.wait(), 10)
+    await asyncio.sleep(1.2)  # the SendMessage's own deadline has passed
+    gate.release.set()
+    done = await poll_until(bob, answer.task.id, a2a_pb2.TASK_STATE_COMPLETED)
+    assert output_of(done) == {"done": "late"}
+
+    gate.release.clear()
+    brief = await bob.send(background("job.brief", {"tag": "slow"}))
+    failed = await poll_until(bob, brief.id, a2a_pb2.TASK_STATE_FAILED)
+    assert failed.metadata["a2agw.reason"] == "CAPABILITY_TIMEOUT"
+    assert gate.cancelled.is_set()
+    ran = [r for r in await records(alice) if r.capability == "job.brief"]
+    assert [(r.decision, r.reason) for r in ran] == [("allow", "CAPABILITY_TIMEOUT")]
 
 
 async def test_an_idempotent_replay_in_the_background_does_not_write_twice(
