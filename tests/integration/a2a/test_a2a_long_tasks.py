@@ -510,3 +510,20 @@ async def test_finished_tasks_past_the_retention_are_deleted_at_start(
             assert (await bob.client.get_task(a2a_pb2.GetTaskRequest(id=fresh.id))).id == fresh.id
     finally:
         await again.stop()
+
+
+async def test_a_subscription_ends_cleanly_when_the_agent_stops(
+    alice: Agent, bob: A2APeer, gate: TaskGate
+) -> None:
+    task = await bob.send(background("job.run", {"tag": "sub"}))
+    await asyncio.wait_for(gate.started.wait(), 10)
+    stream = bob.stub.SubscribeToTask(
+        a2a_pb2.SubscribeToTaskRequest(id=task.id), metadata=V1, timeout=20
+    )
+    assert summary(await stream.read()) == "task:WORKING"
+    assert alice.limit_stats().in_flight.get(BOB) == 2  # the task and the subscription
+    await alice.a2a_runs.shutdown()  # what Agent.stop does first
+    rest = await rest_of(stream)
+    assert summary(rest[-1]).startswith("status:FAILED:the agent stopped")
+    assert await stream.code() is grpc.StatusCode.OK
+    assert alice.limit_stats().in_flight.get(BOB) is None  # both places given back
