@@ -20,6 +20,23 @@ class PeerCall(Protocol):
     ) -> Any: ...
 
 
+class CallEvents(Protocol):
+    """Where a capability's progress reports and output chunks go (a streamed A2A task).
+
+    Bound by the gateway for calls whose caller can see them (an A2A task run
+    in the background or streamed); other calls have none and the ``ctx``
+    methods below do nothing.
+    """
+
+    async def progress(self, text: str) -> None:
+        """One status message (``TASK_STATE_WORKING``) holding ``text``."""
+        ...
+
+    async def chunk(self, data: dict[str, Any]) -> None:
+        """One chunk of output (an artifact update), a JSON object."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class CallContext:
     """Facts about one call, handed to the capability function.
@@ -33,6 +50,8 @@ class CallContext:
         idempotency_key: The caller's idempotency key, if any.
         call_peer: Calls further peers within this call's deadline (None if the
             agent offers no outbound calls).
+        events: Where :meth:`report_progress` and :meth:`emit_chunk` go (None:
+            nobody watches this call, and both do nothing).
     """
 
     peer_id: str
@@ -42,6 +61,30 @@ class CallContext:
     step_id: str = ""
     idempotency_key: str = ""
     call_peer: PeerCall | None = None
+    events: CallEvents | None = None
+
+    async def report_progress(self, text: str) -> None:
+        """Tell a watching caller how the work goes (a status update of its task).
+
+        ``text`` is sent as it is, so it holds payload content only if you put
+        it there; it is never logged or audited. Without a watcher (a plain
+        Invoke or a blocking SendMessage) this does nothing.
+        """
+        if self.events is not None:
+            await self.events.progress(text)
+
+    async def emit_chunk(self, data: dict[str, Any]) -> None:
+        """Stream one piece of output (a JSON object) to a watching caller.
+
+        Chunks are sent as artifact updates before the final output, which the
+        capability still returns as usual (and which alone is validated against
+        the output contract and kept on the task). Their total size counts
+        against the caller's ``max_payload_bytes``; going over it fails the call
+        (``CAPABILITY_FAILED``, audit detail ``OUTPUT_TOO_LARGE``). Without a
+        watcher this does nothing.
+        """
+        if self.events is not None:
+            await self.events.chunk(data)
 
     def time_remaining(self) -> float:
         """Seconds left before the deadline (never negative)."""

@@ -46,6 +46,7 @@ from gateway.private_files import private_dir
 from gateway.telemetry import Telemetry
 from gateway.transport.a2a import A2AServicer, A2ATaskStore
 from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
+from gateway.transport.a2a.task_runs import TaskRuns
 from gateway.transport.a2a.upstream_client import UpstreamClient
 from gateway.transport.client import PeerClient
 from gateway.transport.health import HealthMonitor
@@ -156,6 +157,13 @@ class Agent:
             if isinstance(config.state_db, PostgresDsn)
             else A2ATaskStore(config.state_dir / "a2a-tasks.sqlite")
         )
+        self.a2a_runs = TaskRuns(
+            self.handler,
+            self.a2a_tasks,
+            shared=isinstance(config.state_db, PostgresDsn) or config.workers > 1,
+            retention=config.a2a.task_retention,
+        )
+        """A2A tasks running in the background here (return_immediately, streams)."""
         self._server = GatewayServer(
             config.id,
             self.handler,
@@ -168,6 +176,7 @@ class Agent:
                 lambda: self.address,
                 self.telemetry,
                 default_capability=config.a2a.default_capability or "",
+                runs=self.a2a_runs,
             ),
             self.telemetry,
             reuse_port=config.workers > 1,
@@ -253,6 +262,11 @@ class Agent:
             "Audit records queued, not yet committed",
             lambda: audit.queue_depth,
         )
+        metrics.observe_gauge(
+            "a2agw_a2a_tasks_running",
+            "A2A tasks running in the background in this process (return_immediately, streams)",
+            lambda: len(self.a2a_runs),
+        )
         metrics.observe_counter(
             "a2agw_policy_reloads",
             "Policy reloads by result",
@@ -305,6 +319,8 @@ class Agent:
         await self.audit.start()
         await asyncio.to_thread(self._remember_recent_request_ids)
         await self._purge_idempotency_keys()
+        await self.a2a_runs.recover()
+        self.a2a_runs.start_upkeep()
         self.port = await self._server.start(self.config.listen)
         self.health.start()
         if watch_policy:
@@ -369,12 +385,15 @@ class Agent:
     async def stop(self, grace: float = 2.0) -> None:
         """Graceful shutdown: stop serving, close clients, flush the audit log.
 
-        Running tasks are interrupted, not ended: they stay resumable. Health
+        Running tasks are interrupted, not ended: they stay resumable. Running
+        A2A tasks end ``FAILED`` (``TASK_INTERRUPTED``), and their streams with
+        them. Health
         says NOT_SERVING from the first moment of shutdown.
         """
         await self.health.stop()
         await self._server.enter_shutdown()
         await self.plans.shutdown()
+        await self.a2a_runs.shutdown()  # ends their streams and subscriptions too
         for task in (self._watcher, self._purger, self._limit_flusher, self._tls_watcher):
             if task is not None:
                 task.cancel()

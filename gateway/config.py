@@ -42,6 +42,9 @@ Example::
     every_seconds = 60
     # file = "state/alice-audit.sqlite.checkpoints.jsonl"
 
+    [a2a]                        # optional; these are the defaults
+    task_retention = "7d"        # finished A2A tasks older than this are deleted
+
     [metrics]                    # optional; off unless configured
     listen = "127.0.0.1:9464"    # Prometheus text format at /metrics
     peer_labels = false          # peer ids as labels (cardinality: off by default)
@@ -169,9 +172,14 @@ class A2ASettings(_Frozen):
             so a client that knows nothing of this gateway can still call the
             agent; the caller's grant decides as for any call. None: such a
             message is refused ``INVALID_REQUEST``.
+        task_retention: Finished tasks (completed, failed, canceled) that last
+            changed longer ago than this are deleted, at start and hourly
+            (default ``"7d"``); ``GetTask`` then answers ``TASK_NOT_FOUND``.
+            Unfinished tasks are never deleted.
     """
 
     default_capability: str | None = None
+    task_retention: Duration = timedelta(days=7)
 
     @field_validator("default_capability")
     @classmethod
@@ -188,6 +196,12 @@ class A2ASettings(_Frozen):
         except VersionSyntaxError as err:
             raise ValueError(f"default_capability: version constraint: {err}") from err
         return value
+
+    @model_validator(mode="after")
+    def _positive_retention(self) -> A2ASettings:
+        if self.task_retention <= timedelta(0):
+            raise ValueError("task_retention must be positive")
+        return self
 
 
 class PeerEntry(_Frozen):
@@ -275,6 +289,11 @@ class UpstreamEntry(_Frozen):
         url: Its JSON-RPC endpoint, ``https://...`` (needs ``id``) or
             ``http://`` to a loopback address (binding ``jsonrpc``).
         skills: The skills served here (at least one).
+        streaming: It serves ``SendStreamingMessage`` (binding ``grpc`` only):
+            a call whose caller follows its A2A task (streamed or in the
+            background) is streamed from it, its status texts and output
+            chunks passed on as they come (default false: one message, its
+            task polled to the end).
     """
 
     id: SpiffeId | None = None
@@ -282,6 +301,7 @@ class UpstreamEntry(_Frozen):
     address: DialAddress | None = None
     url: str | None = Field(default=None, min_length=8, max_length=2000)
     skills: tuple[UpstreamSkill, ...] = Field(min_length=1)
+    streaming: bool = False
 
     @property
     def name(self) -> str:
@@ -305,6 +325,8 @@ class UpstreamEntry(_Frozen):
             if self.url is None or self.address is not None:
                 raise ValueError("binding jsonrpc takes url, not address")
             self._check_url(self.url)
+            if self.streaming:
+                raise ValueError("streaming: only with binding grpc")
         skills = [entry.skill for entry in self.skills]
         if len(skills) != len(set(skills)):
             raise ValueError("skills: a skill id appears twice")
@@ -418,7 +440,7 @@ class AgentConfig(_Frozen):
         upstreams: Existing A2A agents whose skills this agent serves.
         audit_checkpoints: Signed checkpoints of the audit log's head.
         plans: How this agent runs plans (``[plans]``).
-        a2a: How this agent serves A2A (``[a2a]``).
+        a2a: How this agent serves A2A and keeps its tasks (``[a2a]``).
         max_concurrent_calls: Calls the agent runs at once, all peers
             together (default 256); a call above it is refused ``SERVER_BUSY``
             before any parsing.

@@ -45,6 +45,7 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
     ├── PushNotificationNotSupported  FAILED_PRECONDITION PUSH_NOTIFICATION_NOT_SUPPORTED (A2A)
     ├── ProtocolVersionNotSupported   FAILED_PRECONDITION VERSION_NOT_SUPPORTED (A2A)
     ├── TaskNotCancelable             FAILED_PRECONDITION TASK_NOT_CANCELABLE  (A2A)
+    ├── TaskInterrupted               ABORTED            TASK_INTERRUPTED      (A2A tasks)
     └── ConfigError                   FAILED_PRECONDITION
         ├── PolicyFileError           POLICY_INVALID
         ├── AgentConfigError          CONFIG_INVALID
@@ -443,6 +444,16 @@ class TaskNotCancelable(GatewayError):
     """The A2A task has already finished, so it cannot be cancelled."""
 
     reason = "TASK_NOT_CANCELABLE"
+
+
+class TaskInterrupted(GatewayError):
+    """An A2A task was running when its agent stopped or died; it was not resumed.
+
+    Only ever a failed task's reason (``GetTask``, a stream's last event), never
+    a refusal: the capability may have run partly, so a write may have happened.
+    """
+
+    reason = "TASK_INTERRUPTED"
 
 
 def all_error_classes() -> list[type[GatewayError]]:

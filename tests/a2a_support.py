@@ -21,10 +21,17 @@ from tests.support import Pki, raw_channel
 V1 = (("a2a-version", "1.0"),)
 
 
-def sdk_client(channel: grpc.aio.Channel, agent: Agent) -> Client:
-    """An a2a-sdk client on ``channel`` (blocking SendMessage, gRPC binding)."""
+def sdk_client(
+    channel: grpc.aio.Channel, agent: Agent, *, streaming: bool = False, polling: bool = False
+) -> Client:
+    """An a2a-sdk client on ``channel`` (gRPC binding; blocking SendMessage by default).
+
+    ``streaming``: send_message is SendStreamingMessage and ``subscribe`` works;
+    ``polling``: SendMessage asks ``return_immediately``.
+    """
     config = ClientConfig(
-        streaming=False,
+        streaming=streaming,
+        polling=polling,
         supported_protocol_bindings=["GRPC"],
         grpc_channel_factory=lambda _: channel,
     )

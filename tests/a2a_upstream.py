@@ -63,7 +63,9 @@ class SdkAgent:
 
     ``mode``: ``echo`` (a completed task; text -> text artifact ``echo: TEXT``,
     data -> data artifact ``{"hits": [...], "seen": DATA}``), ``message`` (a
-    direct Message reply), ``slow`` (waits for ``release``), ``garbage`` (a
+    direct Message reply), ``slow`` (waits for ``release``), ``progress`` (says
+    "waiting for release" in its WORKING status, then waits), ``stream`` (says
+    "streaming", sends two text chunks, then the echo answer), ``garbage`` (a
     completed task whose only part is ``data`` ``{"hits": "not a list"}``),
     ``fail`` (the task fails).
     """
@@ -71,6 +73,8 @@ class SdkAgent:
     mode: str = "echo"
     received: list[Received] = field(default_factory=list)
     release: asyncio.Event = field(default_factory=asyncio.Event)
+    cancelled: int = 0
+    """How many CancelTask requests reached the executor."""
 
     def executor(self) -> AgentExecutor:
         return _Executor(self)
@@ -104,8 +108,17 @@ class _Executor(AgentExecutor):
         )
         updater = TaskUpdater(event_queue, context.task_id, context.context_id)
         await updater.start_work()
-        if mode == "slow":
+        if mode == "progress":
+            text = [Part(text="waiting for release")]
+            await updater.start_work(updater.new_agent_message(text))
+        if mode in ("slow", "progress"):
             await self._agent.release.wait()
+        if mode == "stream":
+            await updater.start_work(updater.new_agent_message([Part(text="streaming")]))
+            for n in (1, 2):
+                await updater.add_artifact(
+                    [Part(text=f"chunk {n}")], artifact_id="chunks", append=n > 1, last_chunk=False
+                )
         if mode == "fail":
             await updater.failed()
             return
@@ -124,6 +137,7 @@ class _Executor(AgentExecutor):
         return [Part(text="echo: "), Part(text=text)]
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        self._agent.cancelled += 1
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
@@ -135,7 +149,7 @@ def card(url: str, binding: str) -> AgentCard:
         supported_interfaces=[
             AgentInterface(url=url, protocol_binding=binding, protocol_version="1.0")
         ],
-        capabilities=AgentCapabilities(streaming=False, push_notifications=False),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
         default_input_modes=["text/plain", "application/json"],
         default_output_modes=["text/plain", "application/json"],
         skills=[

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from capabilities.context import CallContext, PeerCall
+from capabilities.context import CallContext, CallEvents, PeerCall
 from capabilities.contract import Risk
 from capabilities.registry import CapabilityRegistry
 from capabilities.runner import NOT_STARTED, CapabilityResult, run_capability
@@ -33,7 +33,7 @@ from gateway.inbound.call import REQUEST_ID, InvokeCall, deadline_from
 from gateway.inbound.idempotency import IdempotencyStore, StoredAnswer
 from gateway.inbound.limit_audit import LimitRefusalLog
 from gateway.inbound.limits import CallLimiter, CallLimits, CallSlot
-from gateway.inbound.pipeline import DecisionPipeline, Inbound, peer_id_from_cert
+from gateway.inbound.pipeline import DecisionPipeline, Inbound, InFlight, peer_id_from_cert
 from gateway.inbound.replay import ReplayWindow
 from gateway.inbound.replay_table import ReplayTable
 from gateway.telemetry.tracing import current_trace_id
@@ -147,8 +147,29 @@ class InvokeHandler:
         its in-flight and the server's caps, like a call; it gives its slot back
         at once, as what follows is a short read of the agent's own state.
         """
+        inbound = await self._admit_prefix(peer_cert_pem, operation, task_id, InFlight.ROOM)
+        assert inbound.query is not None and inbound.query.grant is not None
+        return inbound.peer_id, inbound.query.grant
+
+    async def admit_task_reader(
+        self, peer_cert_pem: bytes | None, operation: str, task_id: str, kind: InFlight
+    ) -> tuple[str, CallSlot]:
+        """The Describe prefix for reading or following one's own tasks (``kind``).
+
+        Returns the caller's SPIFFE ID and its slot: already given back for a
+        poll, held for a subscription until the caller releases it.
+        """
+        inbound = await self._admit_prefix(peer_cert_pem, operation, task_id, kind)
+        assert inbound.slot is not None
+        return inbound.peer_id, inbound.slot
+
+    async def _admit_prefix(
+        self, peer_cert_pem: bytes | None, operation: str, task_id: str, kind: InFlight
+    ) -> Inbound:
         started = time.perf_counter()
-        inbound = Inbound(InvokeCall(peer_cert_pem, "", "", "", b"", 0.0, task_id=task_id))
+        inbound = Inbound(
+            InvokeCall(peer_cert_pem, "", "", "", b"", 0.0, task_id=task_id), in_flight=kind
+        )
         try:
             self.pipeline.admit_describe(inbound)
         except GatewayError as err:
@@ -159,12 +180,16 @@ class InvokeHandler:
                 await self.limit_refusals.record(refusal)
             else:
                 await self._audit.record_durable(refusal)
-            raise
-        finally:
             if inbound.slot is not None:
                 inbound.slot.release()
-        assert inbound.query is not None and inbound.query.grant is not None
-        return inbound.peer_id, inbound.query.grant
+            raise
+        except BaseException:
+            if inbound.slot is not None:
+                inbound.slot.release()
+            raise
+        if kind is not InFlight.HOLD and inbound.slot is not None:
+            inbound.slot.release()
+        return inbound
 
     async def refuse(
         self, peer_id: str, error: GatewayError, operation: str, task_id: str = ""
@@ -214,21 +239,25 @@ class InvokeHandler:
         assert inbound.payload is not None
         return AdmittedCall(inbound.call, inbound.admission, inbound.payload, started, inbound.slot)
 
-    async def run(self, admitted: AdmittedCall) -> InvokeOutcome:
+    async def run(self, admitted: AdmittedCall, events: CallEvents | None = None) -> InvokeOutcome:
         """Run an admitted call; a failure is audited (decision ``allow``) and raised.
 
         The call's in-flight slot is given back when this returns or raises.
+        ``events`` receives the capability's ``ctx.report_progress`` and
+        ``ctx.emit_chunk`` (a streamed or background A2A task). A cancellation
+        is audited ``CANCELLED`` with the text given to ``Task.cancel(msg)`` as
+        its detail (who cancelled), then raised.
         """
         try:
-            return await self._run(admitted)
+            return await self._run(admitted, events)
         finally:
             if admitted.slot is not None:
                 admitted.slot.release()
 
-    async def _run(self, admitted: AdmittedCall) -> InvokeOutcome:
+    async def _run(self, admitted: AdmittedCall, events: CallEvents | None) -> InvokeOutcome:
         call, admission, started = admitted.call, admitted.admission, admitted.started
         peer_id = admission.peer_id
-        ctx = self._context(call, admission)
+        ctx = self._context(call, admission, events)
         served = str(admission.capability.version)
         if admission.capability.contract.risk is not Risk.READ:
             # Write-ahead: a side effect never happens without a committed record.
@@ -242,9 +271,10 @@ class InvokeHandler:
                 self._record(call, peer_id, served, "allow", err.reason, started, err.detail)
             )
             raise
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as err:
+            detail = str(err.args[0]) if err.args and isinstance(err.args[0], str) else ""
             self._audit.record(
-                self._record(call, peer_id, served, "allow", Cancelled.reason, started)
+                self._record(call, peer_id, served, "allow", Cancelled.reason, started, detail)
             )
             raise
         self._audit.record(
@@ -260,7 +290,9 @@ class InvokeHandler:
         )
         return outcome
 
-    def _context(self, call: InvokeCall, admission: Admission) -> CallContext:
+    def _context(
+        self, call: InvokeCall, admission: Admission, events: CallEvents | None = None
+    ) -> CallContext:
         return CallContext(
             peer_id=admission.peer_id,
             request_id=call.request_id,
@@ -273,6 +305,7 @@ class InvokeHandler:
                 if self._bind_peer_call is None
                 else self._bind_peer_call(call.deadline, call.task_id, call.step_id)
             ),
+            events=events,
         )
 
     async def _execute(

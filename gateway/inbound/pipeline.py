@@ -39,6 +39,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from enum import Enum
 from functools import lru_cache
 
 from pydantic import BaseModel, ValidationError
@@ -73,6 +74,17 @@ _ANY_VERSION = VersionConstraint.parse("")
 _log = logging.getLogger(__name__)
 
 
+class InFlight(Enum):
+    """How a call counts against its peer's ``max_in_flight`` (step 2a)."""
+
+    ROOM = "room"
+    """Needs a free place (every call, Describe, the card); a read gives it back at once."""
+    POLL = "poll"
+    """A read of the peer's own tasks: rate-limited, needs no free place."""
+    HOLD = "hold"
+    """A subscription: needs a free place and holds it while open."""
+
+
 @dataclass(slots=True)
 class Inbound:
     """What the checks learn about one call as it passes them.
@@ -86,6 +98,7 @@ class Inbound:
         payload: The validated input model, set by ``valid_input``.
         slot: The call's in-flight places, set by ``within_limits``; whoever
             holds the Inbound after a refusal or the call's end releases it.
+        in_flight: How the call counts against the peer's ``max_in_flight``.
     """
 
     call: InvokeCall
@@ -93,6 +106,7 @@ class Inbound:
     query: PolicyQuery | None = None
     payload: BaseModel | None = None
     slot: CallSlot | None = None
+    in_flight: InFlight = InFlight.ROOM
 
     @property
     def admission(self) -> Admission:
@@ -223,9 +237,16 @@ class DecisionPipeline:
             raise InvalidRequest(f"version constraint: {err}") from err
 
     def within_limits(self, inbound: Inbound) -> None:
-        """The peer's rate and in-flight limits and the server's cap; takes a slot."""
+        """The peer's rate and in-flight limits and the server's cap; takes a slot.
+
+        A poll of the peer's own tasks needs no room under its ``max_in_flight``:
+        its running tasks may hold every place, and it must still see them end.
+        """
         assert inbound.query is not None and inbound.query.grant is not None
-        inbound.slot = self._limits.acquire(inbound.peer_id, inbound.query.grant)
+        grant = inbound.query.grant
+        if inbound.in_flight is InFlight.POLL and grant.max_in_flight is not None:
+            grant = grant.model_copy(update={"max_in_flight": None})
+        inbound.slot = self._limits.acquire(inbound.peer_id, grant)
 
     def payload_decoded(self, inbound: Inbound) -> None:
         """A pending payload becomes JSON for the chosen version, and that JSON is within the cap.

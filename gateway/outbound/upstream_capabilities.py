@@ -90,7 +90,7 @@ def _handler(skill: UpstreamSkill, client: UpstreamClient) -> Handler:
     async def call_upstream(payload: BaseModel, ctx: CallContext) -> Any:
         parts = [data_part(payload) if structured_in else text_part(payload.text)]  # type: ignore[attr-defined]
         budget = min(skill.timeout, ctx.time_remaining())
-        answer = await client.send(skill.skill, parts, timeout=budget)
+        answer = await client.send(skill.skill, parts, timeout=budget, events=ctx.events)
         if answer is None:
             return None  # not an object: the runner answers INVALID_OUTPUT
         return first_data(answer) if structured_out else joined_text(answer)

@@ -147,6 +147,17 @@ _V5 = (
     "so it is not sent to another peer\"%'",
 )
 
+_V6 = (
+    "ALTER TABLE a2a_tasks DROP CONSTRAINT IF EXISTS a2a_tasks_state_check",
+    "ALTER TABLE a2a_tasks ADD CONSTRAINT a2a_tasks_state_check CHECK "
+    "(state IN ('completed', 'failed', 'canceled', 'submitted', 'working'))",
+    "ALTER TABLE a2a_tasks ADD COLUMN runner TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE a2a_tasks ADD COLUMN lease_ms BIGINT NOT NULL DEFAULT 0",
+    "ALTER TABLE a2a_tasks ADD COLUMN cancel_by TEXT NOT NULL DEFAULT ''",
+    "CREATE INDEX a2a_tasks_unfinished ON a2a_tasks (agent_id, lease_ms) "
+    "WHERE state IN ('submitted', 'working')",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "audit, idempotency, replay window, tasks", _V1, _V1_RECORD_COLUMNS),
     Migration(
@@ -158,6 +169,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "A2A tasks shared by the replicas of an agent id", _V3),
     Migration(4, "failed plan attempts (digests), remembered across restarts", _V4),
     Migration(5, "a failed plan step's 'may have written' as a column of its own", _V5),
+    Migration(6, "A2A background tasks: unfinished states, runner, lease, cancel requests", _V6),
 )
 """Every schema version in order; append, never edit a released one."""
 

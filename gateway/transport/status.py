@@ -42,6 +42,7 @@ from gateway.errors import (
     ReplayedRequest,
     Stagnated,
     StateUnavailable,
+    TaskInterrupted,
     TaskLeased,
     TaskNotCancelable,
     TaskNotFound,
@@ -88,6 +89,7 @@ STATUS_TABLE: dict[type[GatewayError], grpc.StatusCode] = {
     PushNotificationNotSupported: grpc.StatusCode.FAILED_PRECONDITION,
     ProtocolVersionNotSupported: grpc.StatusCode.FAILED_PRECONDITION,
     TaskNotCancelable: grpc.StatusCode.FAILED_PRECONDITION,
+    TaskInterrupted: grpc.StatusCode.ABORTED,
 }
 """Error class → gRPC status. Subclasses inherit their nearest listed ancestor."""
 

@@ -25,7 +25,7 @@ def test_the_public_card_has_interfaces_and_mtls_but_no_skills(pki: Pki, tmp_pat
     ]
     assert "mtlsSecurityScheme" in card["securitySchemes"]["mtls"]
     assert card["capabilities"]["extendedAgentCard"] is True
-    assert card["capabilities"].get("streaming", False) is False
+    assert card["capabilities"]["streaming"] is True
     extension = card["capabilities"]["extensions"][0]
     assert extension["uri"] == "urn:a2agw:capability-contracts:v1" and "params" not in extension
 

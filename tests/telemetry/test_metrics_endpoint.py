@@ -101,6 +101,7 @@ async def test_peer_labels_exposition_and_other_paths(pki: Pki, tmp_path: Path) 
     assert 'a2agw_calls_in_flight{operation="Invoke"} 0' in body
     assert "a2agw_audit_commit_seconds_count" in body
     assert "a2agw_audit_queue_depth 0" in body
+    assert "a2agw_a2a_tasks_running 0" in body
     assert '"hi"' not in body  # never payload content
 
 

@@ -58,7 +58,7 @@ def public_card(agent_id: str, address: str) -> a2a_pb2.AgentCard:
             )
         ],
         capabilities=a2a_pb2.AgentCapabilities(
-            streaming=False,
+            streaming=True,
             push_notifications=False,
             extended_agent_card=True,
             extensions=[

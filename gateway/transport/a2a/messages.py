@@ -164,8 +164,26 @@ def task_message(task: A2ATask, *, include_artifacts: bool = True) -> a2a_pb2.Ta
     answer.metadata.update({"a2agw.capability": task.capability})
     if task.served_version:
         answer.metadata[SERVED_VERSION_KEY] = task.served_version
-    if task.state is TaskOutcome.FAILED:
-        answer.status.state = a2a_pb2.TASK_STATE_FAILED
+    if task.state is not TaskOutcome.COMPLETED:
+        return _unfinished_or_failed(answer, task)
+    answer.status.state = a2a_pb2.TASK_STATE_COMPLETED
+    if include_artifacts:
+        answer.artifacts.append(output_artifact(task))
+    return answer
+
+
+_WIRE_STATES = {
+    TaskOutcome.FAILED: a2a_pb2.TASK_STATE_FAILED,
+    TaskOutcome.CANCELED: a2a_pb2.TASK_STATE_CANCELED,
+    TaskOutcome.SUBMITTED: a2a_pb2.TASK_STATE_SUBMITTED,
+    TaskOutcome.WORKING: a2a_pb2.TASK_STATE_WORKING,
+}
+
+
+def _unfinished_or_failed(answer: a2a_pb2.Task, task: A2ATask) -> a2a_pb2.Task:
+    """A failed or canceled task carries its reason; a running one its latest progress text."""
+    answer.status.state = _WIRE_STATES[task.state]
+    if task.state.finished or task.message:
         answer.status.message.CopyFrom(
             a2a_pb2.Message(
                 message_id=f"{task.task_id}-status",
@@ -175,21 +193,9 @@ def task_message(task: A2ATask, *, include_artifacts: bool = True) -> a2a_pb2.Ta
                 parts=[a2a_pb2.Part(text=task.message)],
             )
         )
+    if task.state.finished:
         answer.status.message.metadata[REASON_KEY] = task.reason
         answer.metadata[REASON_KEY] = task.reason
-        return answer
-    answer.status.state = a2a_pb2.TASK_STATE_COMPLETED
-    if include_artifacts:
-        artifact = answer.artifacts.add(artifact_id=f"{task.task_id}-output", name=task.capability)
-        part = artifact.parts.add(media_type=JSON_MEDIA_TYPE)
-        part.data.CopyFrom(_json_value(task.output))
-        artifact.metadata.update(
-            {
-                SERVED_VERSION_KEY: task.served_version,
-                EVIDENCE_KEY: task.evidence_sha256,
-                REPLAYED_KEY: task.replayed,
-            }
-        )
     return answer
 
 
@@ -214,6 +220,21 @@ def list_answer(page: TaskPage, *, include_artifacts: bool) -> a2a_pb2.ListTasks
         page_size=len(answers),
         total_size=page.total_size,
     )
+
+
+def output_artifact(task: A2ATask) -> a2a_pb2.Artifact:
+    """A completed task's one artifact: the capability's output and its evidence."""
+    artifact = a2a_pb2.Artifact(artifact_id=f"{task.task_id}-output", name=task.capability)
+    part = artifact.parts.add(media_type=JSON_MEDIA_TYPE)
+    part.data.CopyFrom(_json_value(task.output))
+    artifact.metadata.update(
+        {
+            SERVED_VERSION_KEY: task.served_version,
+            EVIDENCE_KEY: task.evidence_sha256,
+            REPLAYED_KEY: task.replayed,
+        }
+    )
+    return artifact
 
 
 def _json_value(payload: bytes) -> struct_pb2.Value:

@@ -9,8 +9,9 @@ one replica is visible on the others once its batch commits (milliseconds
 after the answer). ``seq`` (an identity column) orders the tasks newest first
 and is the page token, as SQLite's row sequence is. If the database cannot be
 read, reads raise ``StateUnavailable``; a batch that cannot be written is
-logged by its size (the calls were answered already). Nothing of a task's
-output or message is logged.
+logged by its size (the calls were answered already). Background and streamed
+tasks (``save``, leases, orphans, retention) use the same statements as SQLite,
+keyed by agent id as well. Nothing of a task's output or message is logged.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ class PostgresA2ATaskStore(A2ATaskStore):
 
     def __init__(self, dsn: PostgresDsn, agent_id: str) -> None:
         # Not super().__init__: that opens the SQLite file. Inherited are put,
-        # flush, get and list; the writes, reads and scope of the rows are below.
+        # flush, get, list and the background-task statements; the writes,
+        # reads, scope and key of the rows are below.
         self._agent = agent_id
         self._pool = StatePool(dsn, "A2A task store")
         self._pending: list[A2ATask] = []
@@ -78,6 +80,12 @@ class PostgresA2ATaskStore(A2ATaskStore):
 
     def _scope(self, owner: str) -> Scope:
         return ["agent_id = %s", "owner = %s"], [self._agent, owner]
+
+    def _key(self) -> tuple[str, ...]:
+        return (self._agent,)
+
+    def _key_names(self) -> tuple[str, ...]:
+        return ("agent_id",)
 
     def close(self) -> None:
         """Close the pool (``flush`` first: queued tasks are not written here)."""

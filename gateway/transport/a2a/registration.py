@@ -25,7 +25,7 @@ def add_a2a_servicer(servicer: A2AServicer, server: aio.Server | GenericOnly) ->
     Like ``add_gateway_servicer``: a corrupt request reaches the servicer as
     ``MalformedRequest`` and is refused (INVALID_REQUEST) and audited, instead of
     escaping as an unaudited UNKNOWN. Streaming RPCs are registered as
-    server-streaming; they only ever answer with an error.
+    server-streaming: their servicer methods are async generators.
     """
     service = a2a_pb2.DESCRIPTOR.services_by_name["A2AService"]
     handlers: dict[str, Any] = {}

@@ -3,13 +3,18 @@
 Served on the same mTLS port as ``a2agw.v1``. Every method first passes the
 pipeline (SendMessage: every check, as Invoke; the others: the Describe
 prefix), so identity, policy, payload cap, replay and audit are those of
-Invoke. Then, in this order, a method refuses (audited) an ``a2a-version``
-that is not 1.x (missing means 0.3, as the spec says), a request that did
-not parse, and a non-empty tenant. What we do not offer (streaming,
-subscriptions, push notifications) is answered with the spec's error.
+Invoke; the task methods also take a token of the peer's rate, and a
+subscription a place in its ``max_in_flight`` while open. Then, in this
+order, a method refuses (audited) an ``a2a-version`` that is not 1.x
+(missing means 0.3, as the spec says), a request that did not parse, and a
+non-empty tenant. Push notifications are answered with the spec's error.
 
 SendMessage refusals before dispatch are gRPC errors; a capability that fails
 after admission is a ``TASK_STATE_FAILED`` task carrying the reason code.
+``return_immediately`` and ``SendStreamingMessage`` pass the same checks, then
+run in the background (:mod:`gateway.transport.a2a.task_runs`);
+``SendStreamingMessage`` and ``SubscribeToTask`` are async generators of
+``StreamResponse`` (the task first, its events in order, the last terminal).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any, NoReturn, TypeVar
 
@@ -34,7 +39,9 @@ from gateway.errors import (
     UnsupportedOperation,
 )
 from gateway.inbound.call import InvokeCall, deadline_from
-from gateway.inbound.invoke_handler import InvokeHandler, InvokeOutcome
+from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler, InvokeOutcome
+from gateway.inbound.limits import CallSlot
+from gateway.inbound.pipeline import InFlight
 from gateway.telemetry import Telemetry
 from gateway.telemetry.tracing import mark_refused
 from gateway.transport.a2a.card import extended_card
@@ -48,6 +55,8 @@ from gateway.transport.a2a.request_checks import (
     task_filter,
     task_id_of,
 )
+from gateway.transport.a2a.task_events import Listener, TaskRun
+from gateway.transport.a2a.task_runs import TaskRuns
 from gateway.transport.a2a.task_store import (
     A2ATask,
     A2ATaskStore,
@@ -58,6 +67,9 @@ from gateway.transport.a2a.wire_errors import to_a2a_status
 from gateway.transport.received import MalformedRequest, peer_cert
 
 _TASK_NOT_FOUND = "task not found"
+_FINISHED = "the task has already finished; use GetTask"
+_FINISHED_CANCEL = "the task has already finished"
+_NOT_HERE = "the task runs in another process of this agent; use GetTask"
 _T = TypeVar("_T")
 _log = logging.getLogger(__name__)
 
@@ -79,6 +91,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         address: Callable[[], str],
         telemetry: Telemetry | None = None,
         default_capability: str = "",
+        runs: TaskRuns | None = None,
     ) -> None:
         self._default_capability = default_capability  # [a2a] default_capability
         self._telemetry = telemetry if telemetry is not None else Telemetry.off(agent_id)
@@ -87,6 +100,8 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         self._tasks = tasks
         self._registry = registry
         self._address = address
+        self.runs = runs if runs is not None else TaskRuns(handler, tasks)
+        """The background and streamed tasks this servicer started."""
 
     # --- the common path ------------------------------------------------------
 
@@ -116,6 +131,32 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         )
         await self._a2a_checks(request, context, peer_id, operation)
         return peer_id
+
+    async def _admit_limited(
+        self,
+        request: object,
+        context: aio.ServicerContext[Any, Any],
+        operation: str,
+        *,
+        in_flight: bool = False,
+    ) -> tuple[str, CallSlot]:
+        """``_admit`` for a task operation, with the limits of its kind.
+
+        A poll (``in_flight`` false) takes a token of the peer's rate but needs no
+        room under its ``max_in_flight`` (its own running tasks may hold every
+        place); a subscription also holds the returned slot while open (release
+        it when it ends).
+        """
+        kind = InFlight.HOLD if in_flight else InFlight.POLL
+        peer_id, slot = await self._handler.admit_task_reader(
+            peer_cert(context), f"A2A {operation}", task_id_of(request), kind
+        )
+        try:
+            await self._a2a_checks(request, context, peer_id, operation)
+        except BaseException:
+            slot.release()
+            raise
+        return peer_id, slot
 
     async def _a2a_checks(
         self, request: object, context: aio.ServicerContext[Any, Any], peer_id: str, operation: str
@@ -154,8 +195,38 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         request: a2a_pb2.SendMessageRequest | MalformedRequest,
         context: aio.ServicerContext[Any, Any],
     ) -> a2a_pb2.SendMessageResponse:
+        admitted, submitted = await self._admit_message(request, context, "SendMessage")
+        if not isinstance(request, MalformedRequest) and request.configuration.return_immediately:
+            run = await self._start(submitted, admitted, "SendMessage")
+            return a2a_pb2.SendMessageResponse(task=task_message(run.task))
+        outcome: InvokeOutcome | None = None
+        failure: GatewayError | None = None
+        try:
+            outcome = await self._handler.run(admitted)
+        except GatewayError as err:  # after admission: a failed task, not a gRPC error
+            failure = err
+        task = replace(
+            submitted,
+            state=TaskOutcome.FAILED if outcome is None else TaskOutcome.COMPLETED,
+            output=b"" if outcome is None else outcome.payload,
+            evidence_sha256="" if outcome is None else outcome.evidence_sha256,
+            replayed=outcome is not None and outcome.replayed,
+            reason="OK" if failure is None else failure.reason,
+            message="" if failure is None else failure.message,
+            updated_ms=int(time.time() * 1000),
+        )
+        self._tasks.put(task)
+        return a2a_pb2.SendMessageResponse(task=task_message(task))
+
+    async def _admit_message(
+        self,
+        request: a2a_pb2.SendMessageRequest | MalformedRequest,
+        context: aio.ServicerContext[Any, Any],
+        operation: str,
+    ) -> tuple[AdmittedCall, A2ATask]:
+        """Every check of the pipeline for a message; the admitted call and its new task."""
         if not speaks_1x(protocol_version(context)):
-            await self._admit(request, context, "SendMessage")  # refuses, audited
+            await self._admit(request, context, operation)  # refuses, audited
         malformed = isinstance(request, MalformedRequest)
         parsed = a2a_pb2.SendMessageRequest() if malformed else request
         assert isinstance(parsed, a2a_pb2.SendMessageRequest)
@@ -168,33 +239,89 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             default_capability=self._default_capability,
         )
         if malformed:
-            call = _with_problem(call, f"the request is not a valid {SERVICE_NAME} SendMessage")
+            call = _with_problem(call, f"the request is not a valid {SERVICE_NAME} {operation}")
         admitted = await self._handler.admit(call)
-        created_ms = int(time.time() * 1000)
-        context_id = parsed.message.context_id or str(uuid.uuid4())
-        outcome: InvokeOutcome | None = None
-        failure: GatewayError | None = None
-        try:
-            outcome = await self._handler.run(admitted)
-        except GatewayError as err:  # after admission: a failed task, not a gRPC error
-            failure = err
+        now_ms = int(time.time() * 1000)
         task = A2ATask(
             task_id=task_id,
             owner=admitted.admission.peer_id,
-            context_id=context_id,
-            state=TaskOutcome.FAILED if outcome is None else TaskOutcome.COMPLETED,
+            context_id=parsed.message.context_id or str(uuid.uuid4()),
+            state=TaskOutcome.SUBMITTED,
             capability=call.capability,
             served_version=str(admitted.admission.capability.version),
-            output=b"" if outcome is None else outcome.payload,
-            evidence_sha256="" if outcome is None else outcome.evidence_sha256,
-            replayed=outcome is not None and outcome.replayed,
-            reason="OK" if failure is None else failure.reason,
-            message="" if failure is None else failure.remote_message,
-            created_ms=created_ms,
-            updated_ms=int(time.time() * 1000),
+            output=b"",
+            evidence_sha256="",
+            replayed=False,
+            reason="",
+            message="",
+            created_ms=now_ms,
+            updated_ms=now_ms,
         )
-        self._tasks.put(task)
-        return a2a_pb2.SendMessageResponse(task=task_message(task))
+        return admitted, task
+
+    async def _start(self, task: A2ATask, admitted: AdmittedCall, operation: str) -> TaskRun:
+        """Start ``admitted`` in the background; a failure to start is audited and raised."""
+        try:
+            return await self.runs.start(task, _unhurried(admitted))
+        except GatewayError as err:  # nothing ran: one refusal record, as before dispatch
+            raise await self._handler.refuse(
+                task.owner, err, f"A2A {operation}", task.task_id
+            ) from err
+
+    # --- streams --------------------------------------------------------------
+
+    async def SendStreamingMessage(
+        self, request: a2a_pb2.SendMessageRequest, context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[a2a_pb2.StreamResponse]:
+        """SendMessage run in the background, streamed: the task, then its events."""
+
+        async def work() -> Listener:
+            admitted, submitted = await self._admit_message(
+                request, context, "SendStreamingMessage"
+            )
+            run = await self._start(submitted, admitted, "SendStreamingMessage")
+            return run.listen()  # no await since start: every event is seen
+
+        listener = await self._answer(context, "SendStreamingMessage", work())
+        async for event in listener.events():
+            yield event
+
+    async def SubscribeToTask(
+        self, request: a2a_pb2.SubscribeToTaskRequest, context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[a2a_pb2.StreamResponse]:
+        """Follow one of the caller's running tasks: the task as it is now, then its events.
+
+        Counts as one call in flight of the caller while open. A finished task
+        (or one another process of this agent runs) is UNSUPPORTED_OPERATION.
+        """
+
+        async def work() -> tuple[Listener, CallSlot]:
+            peer_id, slot = await self._admit_limited(
+                request, context, "SubscribeToTask", in_flight=True
+            )
+            try:
+                stored = await self._owned(peer_id, request.id, "SubscribeToTask")
+                run = self.runs.running(stored.task_id)
+                if run is None or run.task.state.finished:
+                    raise await self._handler.refuse(
+                        peer_id,
+                        UnsupportedOperation(
+                            _NOT_HERE if run is None and not stored.state.finished else _FINISHED
+                        ),
+                        "A2A SubscribeToTask",
+                        stored.task_id,
+                    )
+            except BaseException:
+                slot.release()
+                raise
+            return run.listen(), slot
+
+        listener, slot = await self._answer(context, "SubscribeToTask", work())
+        try:
+            async for event in listener.events():
+                yield event
+        finally:
+            slot.release()
 
     # --- the card -------------------------------------------------------------
 
@@ -221,25 +348,32 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         """One of the caller's own tasks; another peer's is TASK_NOT_FOUND."""
 
         async def work() -> a2a_pb2.Task:
-            peer_id = await self._admit(request, context, "GetTask")
-            return task_message(await self._owned(peer_id, request.id, "GetTask"))
+            peer_id, _ = await self._admit_limited(request, context, "GetTask")
+            stored = await self._owned(peer_id, request.id, "GetTask")
+            run = self.runs.running(stored.task_id)
+            return task_message(stored if run is None else run.task)
 
         return await self._answer(context, "GetTask", work())
 
     async def CancelTask(
         self, request: a2a_pb2.CancelTaskRequest, context: aio.ServicerContext[Any, Any]
     ) -> a2a_pb2.Task:
-        """Every task here has finished by the time its id is known: TASK_NOT_CANCELABLE."""
+        """Cancel one of the caller's running tasks; a finished one is TASK_NOT_CANCELABLE."""
 
         async def work() -> a2a_pb2.Task:
-            peer_id = await self._admit(request, context, "CancelTask")
-            await self._owned(peer_id, request.id, "CancelTask")
-            raise await self._handler.refuse(
-                peer_id,
-                TaskNotCancelable("the task has already finished"),
-                "A2A CancelTask",
-                task_id_of(request),
-            )
+            peer_id, _ = await self._admit_limited(request, context, "CancelTask")
+            stored = await self._owned(peer_id, request.id, "CancelTask")
+            run = self.runs.running(stored.task_id)
+            try:
+                if run is not None:
+                    return task_message(await self.runs.cancel(run, peer_id))
+                if stored.state.finished:
+                    raise TaskNotCancelable(_FINISHED_CANCEL)
+                return task_message(await self.runs.cancel_elsewhere(stored, peer_id))
+            except TaskNotCancelable as err:
+                raise await self._handler.refuse(
+                    peer_id, err, "A2A CancelTask", stored.task_id
+                ) from err
 
         return await self._answer(context, "CancelTask", work())
 
@@ -249,7 +383,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         """The caller's own tasks, newest first."""
 
         async def work() -> a2a_pb2.ListTasksResponse:
-            peer_id = await self._admit(request, context, "ListTasks")
+            peer_id, _ = await self._admit_limited(request, context, "ListTasks")
             try:
                 wanted = task_filter(request)
                 page = (
@@ -278,26 +412,6 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         return task
 
     # --- what we do not offer -------------------------------------------------
-
-    async def SendStreamingMessage(
-        self, request: Any, context: aio.ServicerContext[Any, Any]
-    ) -> None:
-        """Streaming is not offered: UNSUPPORTED_OPERATION (use SendMessage)."""
-        await self._refuse(
-            context,
-            request,
-            "SendStreamingMessage",
-            UnsupportedOperation("streaming is not supported; use SendMessage"),
-        )
-
-    async def SubscribeToTask(self, request: Any, context: aio.ServicerContext[Any, Any]) -> None:
-        """Subscriptions are not offered: UNSUPPORTED_OPERATION (tasks finish in SendMessage)."""
-        await self._refuse(
-            context,
-            request,
-            "SubscribeToTask",
-            UnsupportedOperation("task subscriptions are not supported; use GetTask"),
-        )
 
     async def CreateTaskPushNotificationConfig(
         self, request: Any, context: aio.ServicerContext[Any, Any]
@@ -336,3 +450,11 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
 
 def _with_problem(call: InvokeCall, problem: str) -> InvokeCall:
     return replace(call, problem=problem)
+
+
+def _unhurried(admitted: AdmittedCall) -> AdmittedCall:
+    """``admitted`` with the contract timeout as its only deadline (it outlives the RPC)."""
+    timeout = admitted.admission.capability.contract.timeout_seconds
+    # A second past the timeout, so the contract timeout is what fires.
+    deadline = time.monotonic() + timeout + 1.0
+    return replace(admitted, call=replace(admitted.call, deadline=deadline))

@@ -1,9 +1,15 @@
 """The A2A tasks this agent answered, per owner, in SQLite under ``state_dir``.
 
-Every SendMessage that passes the pipeline becomes one task, written once when
-it ends (the call runs inside SendMessage, so no one can see it earlier), by a
-background writer that commits in batches, like the audit log's allowed
-records; every read waits for that queue first.
+Every SendMessage that passes the pipeline becomes one task. A blocking one is
+written once when it ends (the call runs inside SendMessage, so no one can see
+it earlier), by a background writer that commits in batches, like the audit
+log's allowed records; every read waits for that queue first. A background or
+streamed task (:mod:`gateway.transport.a2a.task_runs`) is written with
+:meth:`A2ATaskStore.save` at once, before its id is answered, and again at
+each change of state; a finished task never changes again (the update is
+conditional on the stored state), so a late write cannot undo an end.
+Unfinished rows name the process running them (``runner``) and carry a lease
+it renews; ``fail_orphans`` ends those of a process that is gone.
 Every read names the owner: a task of another peer is never returned, and the
 query for it is the same query as for an id that never existed. WAL with
 ``synchronous=NORMAL``: tasks survive a restart (``flush`` on stop); a crash
@@ -54,9 +60,23 @@ _SCHEMA = (
     "state TEXT NOT NULL, capability TEXT NOT NULL, served_version TEXT NOT NULL, "
     "output BLOB, evidence_sha256 TEXT NOT NULL, replayed INTEGER NOT NULL, "
     "reason TEXT NOT NULL, message TEXT NOT NULL, created_ms INTEGER NOT NULL, "
-    "updated_ms INTEGER NOT NULL)",
+    "updated_ms INTEGER NOT NULL, runner TEXT NOT NULL DEFAULT '', "
+    "lease_ms INTEGER NOT NULL DEFAULT 0, cancel_by TEXT NOT NULL DEFAULT '')",
     "CREATE INDEX IF NOT EXISTS a2a_tasks_owner ON a2a_tasks (owner, seq)",
 )
+_UNFINISHED_INDEX = (
+    "CREATE INDEX IF NOT EXISTS a2a_tasks_unfinished ON a2a_tasks (lease_ms) "
+    "WHERE state IN ('submitted', 'working')"
+)
+"""Finds orphans without a scan; finished rows (nearly all) are not in it."""
+_RUN_COLUMNS = (
+    ("runner", "TEXT NOT NULL DEFAULT ''"),
+    ("lease_ms", "INTEGER NOT NULL DEFAULT 0"),
+    ("cancel_by", "TEXT NOT NULL DEFAULT ''"),
+)
+"""Columns added for background tasks (older files get them when opened)."""
+UNFINISHED = ("submitted", "working")
+"""The states of a task that has not ended (``TaskOutcome`` values)."""
 
 
 Scope = tuple[list[str], list[Any]]
@@ -64,21 +84,29 @@ Scope = tuple[list[str], list[Any]]
 
 
 class TaskOutcome(StrEnum):
-    """How a task ended (every stored task has ended)."""
+    """A task's state: how it ended, or (background and streamed tasks) that it has not yet."""
 
     COMPLETED = "completed"
     FAILED = "failed"
+    CANCELED = "canceled"
+    SUBMITTED = "submitted"
+    WORKING = "working"
+
+    @property
+    def finished(self) -> bool:
+        """True once the task has ended (it never changes again)."""
+        return self.value not in UNFINISHED
 
 
 @dataclass(frozen=True, slots=True)
 class A2ATask:
-    """One finished task.
+    """One task (finished, or a background task's latest state).
 
     Attributes:
         task_id: Server-chosen id.
         owner: SPIFFE ID of the peer that sent the message.
         context_id: The message's context id (or one chosen for it).
-        state: How it ended.
+        state: How it ended (or that it has not yet).
         capability: The capability it called.
         served_version: The version that ran ("" if none was chosen).
         output: Output JSON bytes (completed tasks).
@@ -87,7 +115,7 @@ class A2ATask:
         reason: ``OK`` or the failure's reason code.
         message: The failure's message (never payload content).
         created_ms: Unix ms when the message arrived.
-        updated_ms: Unix ms when it ended.
+        updated_ms: Unix ms of its latest change (when it ended, once it has).
     """
 
     task_id: str
@@ -140,6 +168,11 @@ class A2ATaskStore:
             self._db.execute("PRAGMA busy_timeout=5000")
             for statement in _SCHEMA:
                 self._db.execute(statement)
+            present = {row[1] for row in self._db.execute("PRAGMA table_info(a2a_tasks)")}
+            for name, ddl in _RUN_COLUMNS:
+                if name not in present:
+                    self._db.execute(f"ALTER TABLE a2a_tasks ADD COLUMN {name} {ddl}")
+            self._db.execute(_UNFINISHED_INDEX)
         except sqlite3.Error as err:
             raise StateUnavailable(f"A2A task store {path}: {err}") from err
         self._pending: list[A2ATask] = []
@@ -261,6 +294,113 @@ class A2ATaskStore:
     def _scope(self, owner: str) -> Scope:
         """The conditions (and their values) every read of ``owner``'s tasks starts with."""
         return [f"owner = {self._mark}"], [owner]
+
+    # --- background and streamed tasks (see gateway.transport.a2a.task_runs) ---
+
+    async def save(self, task: A2ATask, runner: str = "", lease_ms: int = 0) -> bool:
+        """Write ``task`` now (insert, or update its row unless that row has ended).
+
+        Args:
+            task: The task's new state.
+            runner: The process running it (``TaskRuns.runner``) while unfinished.
+            lease_ms: Unix ms until which that process vouches for it.
+
+        Returns:
+            False if the stored task had already ended (nothing changed).
+
+        Raises:
+            StateUnavailable: the store could not be written.
+        """
+        marks = ", ".join([self._mark] * (len(task_row(task)) + 2 + len(self._key())))
+        finished = ", ".join(f"'{state.value}'" for state in TaskOutcome if state.finished)
+        updates = ", ".join(
+            f"{column} = excluded.{column}"
+            for column in (*TASK_COLUMNS.split(", ")[3:], "runner", "lease_ms")
+        )
+        rows = await self._query(
+            f"INSERT INTO a2a_tasks ({self._key_columns()}{TASK_COLUMNS}, runner, lease_ms) "
+            f"VALUES ({marks}) ON CONFLICT ({self._key_columns()}task_id) DO UPDATE SET "
+            f"{updates} WHERE a2a_tasks.state NOT IN ({finished}) RETURNING task_id",
+            (*self._key(), *task_row(task), runner, lease_ms),
+        )
+        return bool(rows)
+
+    async def renew_leases(self, runner: str, lease_ms: int) -> None:
+        """Extend the lease of every unfinished task ``runner`` runs to ``lease_ms``."""
+        mark = self._mark
+        await self._query(
+            f"UPDATE a2a_tasks SET lease_ms = {mark} WHERE {self._key_where()}runner = {mark} "
+            f"AND state IN {UNFINISHED!r} RETURNING task_id",
+            (lease_ms, *self._key(), runner),
+        )
+
+    async def fail_orphans(
+        self, runner: str, now_ms: int, reason: str, message: str, *, any_lease: bool
+    ) -> tuple[A2ATask, ...]:
+        """End as FAILED the unfinished tasks no live process runs; returns them.
+
+        A task is orphaned when another ``runner`` holds it and its lease has
+        passed, or (``any_lease``: no other process can be running tasks of
+        this store, e.g. at the start of a lone process) whatever its lease.
+        """
+        mark = self._mark
+        lease = "" if any_lease else f" AND lease_ms < {mark}"
+        rows = await self._query(
+            f"UPDATE a2a_tasks SET state = 'failed', reason = {mark}, message = {mark}, "
+            f"updated_ms = {mark}, runner = '' WHERE {self._key_where()}state IN {UNFINISHED!r} "
+            f"AND runner <> {mark}{lease} RETURNING {TASK_COLUMNS}",
+            (reason, message, now_ms, *self._key(), runner, *(() if any_lease else (now_ms,))),
+        )
+        return tuple(task_from_row(row) for row in rows)
+
+    async def request_cancel(self, owner: str, task_id: str, canceller: str) -> bool:
+        """Ask the process running ``owner``'s unfinished task to cancel it for ``canceller``.
+
+        Returns:
+            False if it has no such unfinished task (nothing changed).
+        """
+        mark = self._mark
+        where, params = self._scope(owner)
+        rows = await self._query(
+            f"UPDATE a2a_tasks SET cancel_by = {mark} WHERE {' AND '.join(where)} "
+            f"AND task_id = {mark} AND state IN {UNFINISHED!r} RETURNING task_id",
+            (canceller, *params, task_id),
+        )
+        return bool(rows)
+
+    async def cancel_requests(self, runner: str) -> tuple[tuple[str, str], ...]:
+        """(task id, canceller) of ``runner``'s unfinished tasks another process asked to cancel."""
+        mark = self._mark
+        rows = await self._query(
+            f"SELECT task_id, cancel_by FROM a2a_tasks WHERE {self._key_where()}"
+            f"runner = {mark} AND state IN {UNFINISHED!r} AND cancel_by <> ''",
+            (*self._key(), runner),
+        )
+        return tuple((str(row[0]), str(row[1])) for row in rows)
+
+    async def prune(self, before_ms: int) -> int:
+        """Delete the finished tasks that last changed before ``before_ms``; returns how many."""
+        await self.flush()
+        mark = self._mark
+        rows = await self._query(
+            f"DELETE FROM a2a_tasks WHERE {self._key_where()}state NOT IN {UNFINISHED!r} "
+            f"AND updated_ms < {mark} RETURNING task_id",
+            (*self._key(), before_ms),
+        )
+        return len(rows)
+
+    def _key(self) -> tuple[str, ...]:
+        """Values of the key columns besides ``task_id`` (none in a SQLite file)."""
+        return ()
+
+    def _key_columns(self) -> str:
+        return "".join(f"{column}, " for column in self._key_names())
+
+    def _key_where(self) -> str:
+        return "".join(f"{column} = {self._mark} AND " for column in self._key_names())
+
+    def _key_names(self) -> tuple[str, ...]:
+        return ()
 
     def close(self) -> None:
         """Release the store (``flush`` first: queued tasks are not written here)."""

@@ -31,6 +31,7 @@ from a2a.client import ClientCallContext
 from a2a.types import Message, Part, Role, SendMessageRequest, StreamResponse, TaskState
 from google.protobuf import json_format
 
+from capabilities.context import CallEvents
 from gateway.config import TlsFiles, UpstreamEntry
 from gateway.errors import UpstreamUnavailable
 from gateway.transport.a2a.upstream_answers import UnreadableAnswer
@@ -43,6 +44,7 @@ from gateway.transport.a2a.upstream_reach import (
     handshake_cause,
     http_cause,
 )
+from gateway.transport.a2a.upstream_tasks import followed, streamed
 from gateway.transport.tls import TlsMaterial
 from policies.identity import svid_dns_name
 
@@ -73,8 +75,21 @@ class UpstreamClient:
         """The upstream's name (SPIFFE ID, else address or URL)."""
         return self.entry.name
 
-    async def send(self, skill: str, parts: Sequence[Part], *, timeout: float) -> list[Part] | None:
+    async def send(
+        self,
+        skill: str,
+        parts: Sequence[Part],
+        *,
+        timeout: float,
+        events: CallEvents | None = None,
+    ) -> list[Part] | None:
         """Send one message to ``skill``; the answer's parts (None: no readable answer).
+
+        Sent with ``return_immediately``: a task the upstream is still running is
+        followed to its end (polled, its status texts passed to ``events`` as
+        progress, cancelled upstream if this call is). With ``streaming = true``
+        and ``events`` (the caller follows its task) it is streamed instead,
+        events passed on as they come; see ``upstream_tasks``.
 
         Raises:
             UpstreamUnavailable: the upstream could not be reached as the identity
@@ -95,10 +110,14 @@ class UpstreamClient:
                 metadata={SKILL_METADATA_KEY: skill},
             )
         )
+        request.configuration.return_immediately = True
         context = ClientCallContext(timeout=timeout + SDK_DEADLINE_MARGIN_SECONDS)
+        progress = None if events is None else events.progress
         try:
+            if link.streaming is not None and events is not None:
+                return answer_parts(await streamed(link.streaming, request, events, context))
             async for event in link.client.send_message(request, context=context):
-                return answer_parts(event)
+                return answer_parts(await followed(link.client, event, progress, timeout))
         except UpstreamFailed:
             raise
         except Exception as err:

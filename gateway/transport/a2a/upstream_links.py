@@ -48,10 +48,14 @@ class UpstreamLink:
     client: Client
     http: httpx.AsyncClient | None = None
     channel: aio.Channel | None = None
+    streaming: Client | None = None
+    """A streaming SDK client on the same channel (``[[upstreams]] streaming = true``)."""
 
     async def aclose(self) -> None:
         """Close the SDK client and its channel or HTTP connections."""
         await self.client.close()
+        if self.streaming is not None:
+            await self.streaming.close()  # the same channel: closing again is harmless
         if self.http is not None:
             await self.http.aclose()
 
@@ -67,7 +71,17 @@ def open_link(entry: UpstreamEntry, tls: TlsMaterial, files: TlsFiles) -> Upstre
             grpc_channel_factory=lambda _url: channel,  # never the card's URL
         )
         card = minimal_agent_card(entry.address, [TransportProtocol.GRPC])
-        return UpstreamLink(ClientFactory(config).create(card), channel=channel)
+        link = UpstreamLink(ClientFactory(config).create(card), channel=channel)
+        if entry.streaming:
+            streaming_card = minimal_agent_card(entry.address, [TransportProtocol.GRPC])
+            streaming_card.capabilities.streaming = True  # as configured; never fetched
+            streams = ClientConfig(
+                streaming=True,
+                supported_protocol_bindings=[TransportProtocol.GRPC],
+                grpc_channel_factory=lambda _url: channel,
+            )
+            link.streaming = ClientFactory(streams).create(streaming_card)
+        return link
     assert entry.url is not None
     http = _http_client(entry, tls, files)
     config = ClientConfig(

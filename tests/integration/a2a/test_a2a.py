@@ -73,7 +73,7 @@ async def test_each_caller_gets_a_card_of_its_own_grant(
         assert card.supported_interfaces[0].protocol_binding == "GRPC"
         assert card.supported_interfaces[0].protocol_version == "1.0"
         assert card.supported_interfaces[0].url == alice.address
-        assert card.capabilities.streaming is False
+        assert card.capabilities.streaming is True
         assert card.capabilities.push_notifications is False
         assert card.capabilities.extended_agent_card is True
         assert card.security_schemes["mtls"].HasField("mtls_security_scheme")

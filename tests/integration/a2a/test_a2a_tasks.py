@@ -131,30 +131,26 @@ async def _stream_error(call: grpc.aio.UnaryStreamCall) -> grpc.aio.AioRpcError:
     return info.value
 
 
-async def test_streaming_and_subscriptions_are_unsupported_operations(
+async def test_subscribing_to_no_task_or_a_finished_one_is_refused_and_audited(
     alice: Agent, bob: A2APeer
 ) -> None:
-    calls = {
-        "SendStreamingMessage": (
-            bob.stub.SendStreamingMessage,
-            data_request("text.echo", {"text": "x"}),
-        ),
-        "SubscribeToTask": (bob.stub.SubscribeToTask, a2a_pb2.SubscribeToTaskRequest(id="t-1")),
-    }
-    for operation, (method, request) in calls.items():
-        err = await _stream_error(method(request, metadata=V1, timeout=10))
-        assert err.code() is grpc.StatusCode.FAILED_PRECONDITION
-        assert error_infos(err) == [
-            ("a2agw.v1", "UNSUPPORTED_OPERATION"),
-            ("a2a-protocol.org", "UNSUPPORTED_OPERATION"),
-        ]
+    done = await bob.send(data_request("text.echo", {"text": "x"}))
+    for task_id, code, reason in (
+        ("t-1", grpc.StatusCode.NOT_FOUND, "TASK_NOT_FOUND"),
+        (done.id, grpc.StatusCode.FAILED_PRECONDITION, "UNSUPPORTED_OPERATION"),
+    ):
+        request = a2a_pb2.SubscribeToTaskRequest(id=task_id)
+        err = await _stream_error(bob.stub.SubscribeToTask(request, metadata=V1, timeout=10))
+        assert err.code() is code
+        assert error_infos(err) == [("a2agw.v1", reason), ("a2a-protocol.org", reason)]
         record = await last_record(alice)
         assert (record.decision, record.reason, record.detail, record.peer_id) == (
             "refuse",
-            "UNSUPPORTED_OPERATION",
-            f"A2A {operation}",
+            reason,
+            "A2A SubscribeToTask",
             "spiffe://example.org/agent/bob",
         )
+    assert alice.limit_stats().in_flight_total == 0  # the refused subscriptions left no slot
 
 
 async def test_push_notification_configs_are_not_supported(alice: Agent, bob: A2APeer) -> None:

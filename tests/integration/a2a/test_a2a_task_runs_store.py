@@ -1,0 +1,149 @@
+"""The background-task statements of the A2A task store, on SQLite and PostgreSQL.
+
+A finished row never changes; orphans of a dead process end FAILED with
+TASK_INTERRUPTED (any lease at a lone process's start, else only once the
+lease has passed); retention deletes finished tasks only.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from gateway.config import A2ASettings
+from gateway.postgres.dsn import PostgresDsn
+from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
+from gateway.transport.a2a.task_store import A2ATask, A2ATaskStore, TaskOutcome
+from tests.integration.a2a.test_a2a_task_store import ALICE, BOB, task
+
+ME, GONE = "runner-me", "runner-gone"
+
+
+def running(n: int, state: TaskOutcome = TaskOutcome.WORKING) -> A2ATask:
+    return replace(task(n), state=state, output=b"", reason="", message="")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], A2ATaskStore]:
+    if request.param == "sqlite":
+        return lambda: A2ATaskStore(tmp_path / "a2a-tasks.sqlite")
+    dsn = PostgresDsn(request.getfixturevalue("pg_dsn"))
+    return lambda: PostgresA2ATaskStore(dsn, ALICE)
+
+
+async def test_a_finished_task_never_changes_again(open_store: Callable[[], A2ATaskStore]) -> None:
+    store = open_store()
+    try:
+        assert await store.save(running(1, TaskOutcome.SUBMITTED), ME, 10**13)
+        assert await store.save(running(1), ME, 10**13)
+        assert (await store.get(BOB, "task-1")) == running(1)
+        done = task(1)
+        assert await store.save(done)
+        assert not await store.save(running(1), ME, 10**13)  # a late WORKING loses
+        assert not await store.save(replace(done, state=TaskOutcome.CANCELED))
+        assert await store.get(BOB, "task-1") == done
+    finally:
+        store.close()
+
+
+async def test_orphans_end_failed_with_the_reason_and_live_leases_are_kept(
+    open_store: Callable[[], A2ATaskStore],
+) -> None:
+    store = open_store()
+    try:
+        await store.save(running(1), GONE, lease_ms=1_000)  # lease long passed
+        await store.save(running(2), GONE, lease_ms=10**13)  # another live process
+        await store.save(running(3, TaskOutcome.SUBMITTED), ME, lease_ms=1_000)  # mine
+        await store.save(task(4))  # finished: untouched
+        ended = await store.fail_orphans(ME, 5_000, "TASK_INTERRUPTED", "gone", any_lease=False)
+        assert [t.task_id for t in ended] == ["task-1"]
+        one = await store.get(BOB, "task-1")
+        assert one is not None
+        assert (one.state, one.reason, one.message, one.updated_ms) == (
+            TaskOutcome.FAILED,
+            "TASK_INTERRUPTED",
+            "gone",
+            5_000,
+        )
+        assert (await store.get(BOB, "task-2")) == running(2)
+        # A lone process at its start: no other can be running, whatever the lease says.
+        ended = await store.fail_orphans(ME, 6_000, "TASK_INTERRUPTED", "gone", any_lease=True)
+        assert [t.task_id for t in ended] == ["task-2"]
+        assert (await store.get(BOB, "task-3")) == running(3, TaskOutcome.SUBMITTED)
+        assert (await store.get(BOB, "task-4")) == task(4)
+        await store.renew_leases(ME, 10**13)
+        ended = await store.fail_orphans("someone", 7_000, "X", "y", any_lease=False)
+        assert ended == ()  # task-3's lease was renewed
+    finally:
+        store.close()
+
+
+async def test_a_cancel_request_reaches_the_runner_of_an_unfinished_task_only(
+    open_store: Callable[[], A2ATaskStore],
+) -> None:
+    store = open_store()
+    try:
+        await store.save(running(1), ME, 10**13)
+        store.put(task(2))
+        assert not await store.request_cancel(BOB, "task-2", BOB)  # finished
+        assert not await store.request_cancel("spiffe://example.org/agent/carol", "task-1", BOB)
+        assert await store.cancel_requests(ME) == ()
+        assert await store.request_cancel(BOB, "task-1", BOB)
+        assert await store.cancel_requests(ME) == (("task-1", BOB),)
+        assert await store.cancel_requests(GONE) == ()
+        await store.save(replace(task(1), state=TaskOutcome.CANCELED))
+        assert await store.cancel_requests(ME) == ()  # it ended: nothing left to do
+    finally:
+        store.close()
+
+
+async def test_retention_deletes_finished_tasks_only(
+    open_store: Callable[[], A2ATaskStore],
+) -> None:
+    store = open_store()
+    try:
+        old, recent = task(1), task(2)  # updated_ms 2_001, 2_002
+        store.put(old)
+        store.put(recent)
+        await store.save(replace(task(3), updated_ms=100, state=TaskOutcome.CANCELED))
+        await store.save(replace(running(4), updated_ms=100), ME, 10**13)
+        assert await store.prune(before_ms=2_002) == 2
+        assert await store.get(BOB, "task-1") is None
+        assert await store.get(BOB, "task-3") is None
+        assert await store.get(BOB, "task-2") == recent
+        assert (await store.get(BOB, "task-4")) is not None  # unfinished: never pruned
+    finally:
+        store.close()
+
+
+def test_a_store_file_from_before_background_tasks_is_upgraded(tmp_path: Path) -> None:
+    path = tmp_path / "a2a-tasks.sqlite"
+    with sqlite3.connect(path) as db:  # the schema as released before runner/lease_ms
+        db.execute(
+            "CREATE TABLE a2a_tasks (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+            "task_id TEXT NOT NULL UNIQUE, owner TEXT NOT NULL, context_id TEXT NOT NULL, "
+            "state TEXT NOT NULL, capability TEXT NOT NULL, served_version TEXT NOT NULL, "
+            "output BLOB, evidence_sha256 TEXT NOT NULL, replayed INTEGER NOT NULL, "
+            "reason TEXT NOT NULL, message TEXT NOT NULL, created_ms INTEGER NOT NULL, "
+            "updated_ms INTEGER NOT NULL)"
+        )
+    store = A2ATaskStore(path)
+    store.close()
+    with sqlite3.connect(path) as db:
+        columns = {row[1] for row in db.execute("PRAGMA table_info(a2a_tasks)")}
+    assert {"runner", "lease_ms"} <= columns
+
+
+def test_task_retention_is_a_positive_duration() -> None:
+    assert A2ASettings().task_retention == timedelta(days=7)
+    assert A2ASettings.model_validate({"task_retention": "90m"}).task_retention == timedelta(
+        minutes=90
+    )
+    for bad in ("0s", "-1d", "soon"):
+        with pytest.raises(ValueError, match="task_retention"):
+            A2ASettings.model_validate({"task_retention": bad})

@@ -1,0 +1,96 @@
+"""Capabilities for long-running A2A task tests: a gate that waits, reports and streams.
+
+``TaskGate.capabilities()`` is for in-process agents; ``register`` (module
+loading) gives a served agent ``job.hang``, which waits until cancelled, for
+kill-the-process tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from capabilities.context import CallContext
+from capabilities.contract import ContractModel
+from capabilities.loading import AgentEnvironment
+from capabilities.registry import Capability, CapabilityRegistry, capability
+
+
+class JobInput(ContractModel):
+    tag: str = ""
+
+
+class JobOutput(ContractModel):
+    done: str
+
+
+@dataclass
+class TaskGate:
+    """``job.run`` (read) and ``job.write`` (write) wait for ``release``.
+
+    ``job.run`` reports progress and emits one chunk before waiting; both set
+    ``started`` once running, count their runs, and set ``cancelled`` when
+    their call is cancelled. ``job.flood`` emits chunks past any cap; ``job.brief``
+    waits under a 0.2 s timeout.
+    """
+
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    runs: int = 0
+    writes: int = 0
+
+    def capabilities(self) -> list[Capability]:
+        @capability("job.run", "1.0.0", risk="read", timeout=60.0, idempotent=True)
+        async def run(inp: JobInput, ctx: CallContext) -> JobOutput:
+            """Report progress, stream a chunk, wait until released."""
+            self.runs += 1
+            await ctx.report_progress("halfway")
+            await ctx.emit_chunk({"part": 1})
+            await self._wait()
+            return JobOutput(done=inp.tag)
+
+        @capability("job.write", "1.0.0", risk="write", timeout=60.0)
+        async def write(inp: JobInput, ctx: CallContext) -> JobOutput:
+            """A write that waits until released (counts its runs)."""
+            self.writes += 1
+            await self._wait()
+            return JobOutput(done=inp.tag)
+
+        @capability("job.flood", "1.0.0", risk="read", timeout=60.0)
+        async def flood(inp: JobInput, ctx: CallContext) -> JobOutput:
+            """Emit 10 KB chunks until the caller's cap stops it."""
+            for n in range(100):
+                await ctx.emit_chunk({"n": n, "fill": "x" * 10_000})
+            return JobOutput(done=inp.tag)
+
+        @capability("job.brief", "1.0.0", risk="read", timeout=0.2)
+        async def brief(inp: JobInput, ctx: CallContext) -> JobOutput:
+            """Wait until released, under a 0.2 s contract timeout."""
+            await self._wait()
+            return JobOutput(done=inp.tag)
+
+        return [run, write, flood, brief]
+
+    async def _wait(self) -> None:
+        self.started.set()
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
+
+@capability("job.hang", "1.0.0", risk="read", timeout=600.0)
+async def hang(inp: JobInput, ctx: CallContext) -> JobOutput:
+    """Wait until cancelled (or the process dies)."""
+    await asyncio.sleep(600.0)
+    return JobOutput(done=inp.tag)
+
+
+def register(registry: CapabilityRegistry, env: AgentEnvironment) -> None:
+    """Module loading: the built-ins and ``job.hang``."""
+    from capabilities.builtin import register as builtins
+
+    builtins(registry, env)
+    registry.register(hang)
