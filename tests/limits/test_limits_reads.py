@@ -104,7 +104,20 @@ async def test_an_empty_bucket_refuses_every_read_and_audits_them_aggregated(
     assert refused_by_reason(agent, "bob") == {"RATE_LIMITED": refused}
 
 
-@pytest.mark.parametrize("method", list(reads("t-1")))
+NEED_ROOM = ["GetExtendedAgentCard", "SendStreamingMessage", "Describe"]
+POLLS = {
+    "GetTask": "TASK_NOT_FOUND",
+    "GetTask (unknown id)": "TASK_NOT_FOUND",
+    "ListTasks": "OK",
+    "CancelTask": "TASK_NOT_FOUND",
+}
+
+
+def test_every_read_is_either_a_poll_or_needs_room() -> None:
+    assert sorted([*NEED_ROOM, *POLLS]) == sorted(reads("t-1"))
+
+
+@pytest.mark.parametrize("method", NEED_ROOM)
 async def test_a_read_needs_room_under_the_peers_in_flight_cap(
     pki: Pki, tmp_path: Path, method: str
 ) -> None:
@@ -129,6 +142,32 @@ async def test_a_read_needs_room_under_the_peers_in_flight_cap(
         probe.release.set()
         await agent.stop()
     assert refused_by_reason(agent, "bob") == {"CONCURRENCY_LIMITED": 1}
+
+
+@pytest.mark.parametrize(("method", "answer"), POLLS.items())
+async def test_a_poll_of_ones_tasks_needs_no_free_place(
+    pki: Pki, tmp_path: Path, method: str, answer: str
+) -> None:
+    # A peer whose running work holds its only place must still see that work end.
+    probe = Probe()
+    agent = await serve(
+        pki, tmp_path, [limited("bob", ["slow.wait"], max_in_flight=1)], WriteCounter(), probe
+    )
+    try:
+        async with (
+            PeerClient(agent.config.id, agent.address, pki.material("bob")) as client,
+            A2APeer(pki, agent, "bob") as bob,
+        ):
+            held = asyncio.create_task(client.invoke("slow.wait", {}))
+            await until(lambda: probe.waits == 1, "the held call")
+            assert await reason_of(reads("t-1")[method], bob) == answer
+            assert agent.limit_stats().in_flight_total == 1  # the poll held nothing
+            probe.release.set()
+            await held
+    finally:
+        probe.release.set()
+        await agent.stop()
+    assert "CONCURRENCY_LIMITED" not in refused_by_reason(agent, "bob")
 
 
 async def test_a_rate_limited_message_is_refused_before_its_data_part_is_decoded(
