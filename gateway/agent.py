@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from a2a.types import a2a_pb2
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
@@ -44,8 +45,11 @@ from gateway.plans.task import TaskResult
 from gateway.postgres.dsn import PostgresDsn
 from gateway.telemetry import Telemetry
 from gateway.transport.a2a import A2AServicer, A2ATaskStore
+from gateway.transport.a2a.card import CardIssuer, public_card
+from gateway.transport.a2a.card_signing import card_signer
 from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
 from gateway.transport.a2a.upstream_client import UpstreamClient
+from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH, A2AHttpServer, HttpEdge
 from gateway.transport.client import PeerClient
 from gateway.transport.health import HealthMonitor
 from gateway.transport.live_tls import LiveTls, TlsStats
@@ -156,21 +160,27 @@ class Agent:
             if isinstance(config.state_db, PostgresDsn)
             else A2ATaskStore(config.state_dir / "a2a-tasks.sqlite")
         )
+        self._sign_card = card_signer(config.id, lambda: self.tls)
+        self._public_card: a2a_pb2.AgentCard | None = None
+        a2a_servicer = A2AServicer(
+            config.id,
+            self.handler,
+            self.a2a_tasks,
+            self.registry,
+            self.card_issuer,
+            self.telemetry,
+        )
         self._server = GatewayServer(
             config.id,
             self.handler,
             self.live_tls,
-            A2AServicer(
-                config.id,
-                self.handler,
-                self.a2a_tasks,
-                self.registry,
-                lambda: self.address,
-                self.telemetry,
-            ),
+            a2a_servicer,
             self.telemetry,
             reuse_port=config.workers > 1,
         )
+        self._https: A2AHttpServer | None = None
+        self._edge = HttpEdge(self.handler, a2a_servicer, self.public_card)
+        """The A2A HTTP bindings: same servicer, handler and audit as gRPC (served if so set)."""
         self.health = HealthMonitor(
             {"audit log": lambda: self.audit.healthy, "policy": self.policies.has_live_grant},
             self._server.set_serving,
@@ -215,6 +225,9 @@ class Agent:
     def _use_new_certificate(self, material: TlsMaterial) -> None:
         # New peer channels are built lazily with the new client certificate;
         # the old ones close once their calls in flight have had time to end.
+        self._public_card = None  # re-signed with the new key when next asked for
+        if self._https is not None:  # new HTTPS handshakes present the new certificate
+            self._https.use_tls(material)
         if self._checkpoints is not None:  # a rotated-away key signs nothing more
             self._checkpoints.use_signer(
                 CheckpointSigner(self.config.id, material.key_pem, material.cert_pem)
@@ -292,6 +305,30 @@ class Agent:
         host = self.config.listen.rsplit(":", 1)[0]
         return f"{host}:{self.port}"
 
+    @property
+    def https_url(self) -> str:
+        """``https://HOST:PORT`` of the A2A HTTP bindings ("" when not served)."""
+        if self._https is None or not self._https.port:
+            return ""
+        host = self._https.host
+        return f"https://{f'[{host}]' if ':' in host else host}:{self._https.port}"
+
+    def card_issuer(self) -> CardIssuer:
+        """The interfaces the agent serves and its card signer, for the A2A cards."""
+        base = self.https_url
+        return CardIssuer(
+            self.address,
+            jsonrpc_url=f"{base}{JSONRPC_PATH}" if base else "",
+            rest_url=f"{base}{REST_PATH}" if base else "",
+            sign=self._sign_card,
+        )
+
+    def public_card(self) -> a2a_pb2.AgentCard:
+        """The signed public card (no skills), rebuilt after a start or a rotation."""
+        if self._public_card is None:
+            self._public_card = public_card(self.config.id, self.card_issuer())
+        return self._public_card
+
     async def start(self, *, watch_policy: bool = True, watch_tls: bool | None = None) -> int:
         """Open the audit log, start serving; returns the bound port.
 
@@ -304,6 +341,10 @@ class Agent:
         await asyncio.to_thread(self._remember_recent_request_ids)
         await self._purge_idempotency_keys()
         self.port = await self._server.start(self.config.listen)
+        if self.config.a2a.http_listen is not None:
+            self._https = A2AHttpServer(self._edge.app(), self.tls)
+            await self._https.start(self.config.a2a.http_listen)
+        self._public_card = None  # the ports are known now
         self.health.start()
         if watch_policy:
             self._watcher = asyncio.create_task(self.policies.watch())
@@ -378,6 +419,8 @@ class Agent:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        if self._https is not None:
+            await self._https.stop(grace)
         await self._server.stop(grace)
         try:  # counted refusals reach the log before it closes
             self.handler.limit_refusals.flush_all()

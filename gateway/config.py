@@ -39,6 +39,9 @@ Example::
     every_seconds = 60
     # file = "state/alice-audit.sqlite.checkpoints.jsonl"
 
+    [a2a]                        # optional
+    http_listen = "127.0.0.1:7443"   # A2A JSON-RPC and HTTP+JSON over HTTPS (off when absent)
+
     [metrics]                    # optional; off unless configured
     listen = "127.0.0.1:9464"    # Prometheus text format at /metrics
     peer_labels = false          # peer ids as labels (cardinality: off by default)
@@ -320,6 +323,25 @@ class MetricsSettings(_Frozen):
         return self
 
 
+class A2ASettings(_Frozen):
+    """The A2A 1.0 HTTP bindings (``[a2a]``; the gRPC binding is always served).
+
+    Attributes:
+        http_listen: ``HOST:PORT`` serving the JSON-RPC and HTTP+JSON bindings
+            over HTTPS (port 0 picks one). None (default): not served.
+    """
+
+    http_listen: str | None = None
+
+    @model_validator(mode="after")
+    def _host_port(self) -> A2ASettings:
+        if self.http_listen is not None:
+            _, sep, port = self.http_listen.rpartition(":")
+            if not sep or not port.isdigit() or int(port) > 65535:
+                raise ValueError(f"a2a.http_listen {self.http_listen!r}: expected HOST:PORT")
+        return self
+
+
 class TracingSettings(_Frozen):
     """Spans of an agent (``[tracing]``).
 
@@ -388,6 +410,7 @@ class AgentConfig(_Frozen):
             read-only file, lock held), try to reopen it this often; once a
             write succeeds it records (and health says SERVING) again. None:
             stay failed until restarted.
+        a2a: The A2A 1.0 HTTP bindings (``[a2a] http_listen``).
         metrics: Prometheus endpoint (None: no metrics, near-zero cost).
         tracing: Spans and OTLP export (None: no spans; traceparent still carried).
         workers: Serving processes on the one ``listen`` port (default 1);
@@ -426,6 +449,7 @@ class AgentConfig(_Frozen):
     idempotency_retention: Duration = timedelta(days=7)
     max_concurrent_calls: int = Field(default=256, ge=1, le=100_000)
     audit_retry_seconds: float | None = Field(default=2.0, gt=0)
+    a2a: A2ASettings = A2ASettings()
     metrics: MetricsSettings | None = None
     tracing: TracingSettings | None = None
     workers: int = Field(default=1, ge=1, le=256)
@@ -451,6 +475,12 @@ class AgentConfig(_Frozen):
     def _positive_retention(self) -> AgentConfig:
         if self.idempotency_retention <= timedelta(0):
             raise ValueError("idempotency_retention must be positive")
+        return self
+
+    @model_validator(mode="after")
+    def _one_https_server(self) -> AgentConfig:
+        if self.a2a.http_listen is not None and self.workers > 1:
+            raise ValueError("a2a.http_listen is served by one process: set workers = 1")
         return self
 
     @model_validator(mode="after")

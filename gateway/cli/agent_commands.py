@@ -86,6 +86,8 @@ async def _serve_agent(args: argparse.Namespace, config: AgentConfig) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     if args.worker is None:
+        if agent.https_url:
+            print(f"a2a https on {agent.https_url}", flush=True)
         print(f"{agent.config.id} serving on {agent.address}", flush=True)
     else:
         print(f"worker {args.worker}{READY_MARK}{agent.address}", flush=True)

@@ -37,7 +37,7 @@ from gateway.inbound.call import InvokeCall, deadline_from
 from gateway.inbound.invoke_handler import InvokeHandler, InvokeOutcome
 from gateway.telemetry import Telemetry
 from gateway.telemetry.tracing import mark_refused
-from gateway.transport.a2a.card import extended_card
+from gateway.transport.a2a.card import CardIssuer, extended_card
 from gateway.transport.a2a.messages import invoke_call, task_message
 from gateway.transport.a2a.request_checks import (
     SERVICE_NAME,
@@ -76,7 +76,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         handler: InvokeHandler,
         tasks: A2ATaskStore,
         registry: CapabilityRegistry,
-        address: Callable[[], str],
+        address: Callable[[], str | CardIssuer],
         telemetry: Telemetry | None = None,
     ) -> None:
         self._telemetry = telemetry if telemetry is not None else Telemetry.off(agent_id)

@@ -1,0 +1,57 @@
+"""Helpers of the A2A HTTP suites: an agent serving HTTPS, and mTLS HTTP clients of it.
+
+Standard HTTPS clients check the URL's host against the server certificate,
+so the agent here serves an SVID minted with ``IP:127.0.0.1`` besides its
+SVID DNS name (within the dev CA's name constraints); see docs/a2a-http.md
+for how an operator gets such a certificate.
+"""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gateway.config import AgentConfig
+from policies.identity import svid_dns_name
+from tests.support import Pki, spiffe
+
+
+def https_certificate(pki: Pki, name: str, folder: Path) -> tuple[Path, Path]:
+    """An SVID for ``name`` that also names 127.0.0.1 (for clients dialling the IP)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cert, key = pki.ca.mint(
+        uris=[spiffe(name)], dns_names=[svid_dns_name(spiffe(name))], ip_addresses=["127.0.0.1"]
+    )
+    cert_path, key_path = folder / f"{name}-https.pem", folder / f"{name}-https.key"
+    cert_path.write_bytes(cert)
+    key_path.write_bytes(key)
+    key_path.chmod(0o600)
+    return cert_path, key_path
+
+
+def serving_https(config: AgentConfig, pki: Pki, folder: Path) -> AgentConfig:
+    """``config`` with ``[a2a] http_listen = "127.0.0.1:0"`` and an SVID naming 127.0.0.1."""
+    name = config.id.rsplit("/", 1)[-1]
+    cert, key = https_certificate(pki, name, folder)
+    return config.model_copy(
+        update={
+            "tls": config.tls.model_copy(update={"cert": cert, "key": key}),
+            "a2a": config.a2a.model_copy(update={"http_listen": "127.0.0.1:0"}),
+        }
+    )
+
+
+def client_context(pki: Pki, caller: str | None) -> ssl.SSLContext:
+    """A TLS client context trusting the session CA, presenting ``caller``'s SVID if given."""
+    context = ssl.create_default_context(cafile=str(pki.dir / "ca.pem"))
+    if caller is not None:
+        context.load_cert_chain(pki.dir / f"{caller}.pem", pki.dir / f"{caller}.key")
+    return context
+
+
+def https_client(pki: Pki, caller: str | None, **kwargs: Any) -> httpx.AsyncClient:
+    """An httpx client presenting ``caller``'s certificate (None: no certificate)."""
+    return httpx.AsyncClient(verify=client_context(pki, caller), timeout=10.0, **kwargs)
