@@ -9,6 +9,7 @@ for how an operator gets such a certificate.
 from __future__ import annotations
 
 import ssl
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -55,3 +56,31 @@ def client_context(pki: Pki, caller: str | None) -> ssl.SSLContext:
 def https_client(pki: Pki, caller: str | None, **kwargs: Any) -> httpx.AsyncClient:
     """An httpx client presenting ``caller``'s certificate (None: no certificate)."""
     return httpx.AsyncClient(verify=client_context(pki, caller), timeout=10.0, **kwargs)
+
+
+V1_HEADERS = {"A2A-Version": "1.0"}
+
+
+def message_params(capability: str, data: Any, *, message_id: str | None = None) -> dict[str, Any]:
+    """SendMessage params (JSON form) with one ``data`` part calling ``capability``."""
+    return {
+        "message": {
+            "messageId": message_id or str(uuid.uuid4()),
+            "role": "ROLE_USER",
+            "parts": [{"data": data}],
+            "metadata": {"a2agw.capability": capability},
+        }
+    }
+
+
+def jsonrpc(method: str, params: dict[str, Any], request_id: int = 1) -> dict[str, Any]:
+    """A JSON-RPC 2.0 request object."""
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+
+
+def our_reason(details: list[dict[str, Any]]) -> str:
+    """Our reason code from a JSON-RPC ``error.data`` / REST ``error.details`` list."""
+    [ours] = [d for d in details if d.get("domain") == "a2agw.v1"]
+    reason = ours["reason"]
+    assert isinstance(reason, str)
+    return reason
