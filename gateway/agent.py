@@ -12,7 +12,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from a2a.types import a2a_pb2
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
@@ -45,7 +44,7 @@ from gateway.plans.task import TaskResult
 from gateway.postgres.dsn import PostgresDsn
 from gateway.telemetry import Telemetry
 from gateway.transport.a2a import A2AServicer, A2ATaskStore
-from gateway.transport.a2a.card import CardIssuer, public_card
+from gateway.transport.a2a.card import CardIssuer, PublicCardCache
 from gateway.transport.a2a.card_signing import card_signer
 from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
 from gateway.transport.a2a.upstream_client import UpstreamClient
@@ -161,7 +160,8 @@ class Agent:
             else A2ATaskStore(config.state_dir / "a2a-tasks.sqlite")
         )
         self._sign_card = card_signer(config.id, lambda: self.tls)
-        self._public_card: a2a_pb2.AgentCard | None = None
+        self.public_card = PublicCardCache(config.id, self.card_issuer)
+        """The signed public card (no skills) served at /.well-known/agent-card.json."""
         a2a_servicer = A2AServicer(
             config.id,
             self.handler,
@@ -179,7 +179,7 @@ class Agent:
             reuse_port=config.workers > 1,
         )
         self._https: A2AHttpServer | None = None
-        self._edge = HttpEdge(self.handler, a2a_servicer, self.public_card)
+        self._edge = HttpEdge(self.handler, a2a_servicer, self.public_card.get)
         """The A2A HTTP bindings: same servicer, handler and audit as gRPC (served if so set)."""
         self.health = HealthMonitor(
             {"audit log": lambda: self.audit.healthy, "policy": self.policies.has_live_grant},
@@ -225,7 +225,7 @@ class Agent:
     def _use_new_certificate(self, material: TlsMaterial) -> None:
         # New peer channels are built lazily with the new client certificate;
         # the old ones close once their calls in flight have had time to end.
-        self._public_card = None  # re-signed with the new key when next asked for
+        self.public_card.invalidate()  # re-signed with the new key when next asked for
         if self._https is not None:  # new HTTPS handshakes present the new certificate
             self._https.use_tls(material)
         if self._checkpoints is not None:  # a rotated-away key signs nothing more
@@ -323,12 +323,6 @@ class Agent:
             sign=self._sign_card,
         )
 
-    def public_card(self) -> a2a_pb2.AgentCard:
-        """The signed public card (no skills), rebuilt after a start or a rotation."""
-        if self._public_card is None:
-            self._public_card = public_card(self.config.id, self.card_issuer())
-        return self._public_card
-
     async def start(self, *, watch_policy: bool = True, watch_tls: bool | None = None) -> int:
         """Open the audit log, start serving; returns the bound port.
 
@@ -344,7 +338,7 @@ class Agent:
         if self.config.a2a.http_listen is not None:
             self._https = A2AHttpServer(self._edge.app(), self.tls)
             await self._https.start(self.config.a2a.http_listen)
-        self._public_card = None  # the ports are known now
+        self.public_card.invalidate()  # the ports are known now
         self.health.start()
         if watch_policy:
             self._watcher = asyncio.create_task(self.policies.watch())

@@ -86,6 +86,25 @@ class CardIssuer:
         return card if self.sign is None else self.sign(card)
 
 
+class PublicCardCache:
+    """The signed public card, built once and again after ``invalidate`` (start, rotation)."""
+
+    def __init__(self, agent_id: str, issuer: Callable[[], CardIssuer]) -> None:
+        self._agent_id = agent_id
+        self._issuer = issuer
+        self._card: a2a_pb2.AgentCard | None = None
+
+    def get(self) -> a2a_pb2.AgentCard:
+        """The card for the interfaces and key in force (built and signed when first asked)."""
+        if self._card is None:
+            self._card = public_card(self._agent_id, self._issuer())
+        return self._card
+
+    def invalidate(self) -> None:
+        """Build the card anew when next asked for (a port was bound, the key rotated)."""
+        self._card = None
+
+
 def _issuer(address: str | CardIssuer) -> CardIssuer:
     return address if isinstance(address, CardIssuer) else CardIssuer(address)
 

@@ -70,7 +70,7 @@ async def test_the_extended_card_is_the_callers_on_all_three_bindings(
 async def test_a_card_does_not_verify_for_another_id_or_after_a_change(
     pki: Pki, alice: Agent
 ) -> None:
-    card = alice.public_card()
+    card = alice.public_card.get()
     ca = (pki.dir / "ca.pem").read_bytes()
     with pytest.raises(Unauthenticated, match="another SPIFFE ID"):
         verify_card(card, ca, spiffe("bob"))
