@@ -65,6 +65,7 @@ class ServicerRequestHandler(RequestHandler):
         context: ServerCallContext,
     ) -> _Response:
         exchange = self._enter(context)
+        _carry_tenant(request, context)
         try:
             return await method(request, HttpServicerContext(exchange))
         except Aborted as aborted:
@@ -160,6 +161,7 @@ class ServicerRequestHandler(RequestHandler):
         # A servicer method that streams is an async generator of StreamResponse;
         # one that does not stream (today's "unsupported") is a coroutine that aborts.
         exchange = self._enter(context)
+        _carry_tenant(request, context)
         answer = method(request, HttpServicerContext(exchange))
         try:
             if inspect.isasyncgen(answer):
@@ -169,6 +171,12 @@ class ServicerRequestHandler(RequestHandler):
                 await answer
         except Aborted as aborted:
             raise self._refused(exchange, aborted) from None
+
+
+def _carry_tenant(request: Any, context: ServerCallContext) -> None:
+    """A tenant in the REST path (``/{tenant}/...``) is the request's, for the servicer to refuse."""
+    if context.tenant and hasattr(request, "tenant") and not request.tenant:
+        request.tenant = context.tenant
 
 
 def _event_of(response: Any) -> Event:

@@ -277,3 +277,17 @@ async def test_streaming_answers_unsupported_until_it_is_offered(pki: Pki, alice
     assert_rest_refusal(rest, "UNSUPPORTED_OPERATION", 400)
     added = await new_records(alice, before)
     assert [r.reason for r in added] == ["UNSUPPORTED_OPERATION"] * 2
+
+
+async def test_a_tenant_in_the_rest_path_is_refused_like_one_in_the_body(
+    pki: Pki, alice: Agent
+) -> None:
+    before = len(await records(alice))
+    async with https_client(pki, "bob") as client:
+        response = await client.get(
+            f"{alice.https_url}/acme{REST_PATH}/tasks/some-task", headers=V1_HEADERS
+        )
+    assert_rest_refusal(response, "INVALID_REQUEST", 400)
+    assert "tenants are not supported" in response.json()["error"]["message"]
+    [record] = await new_records(alice, before)
+    assert (record.peer_id, record.reason) == ("spiffe://example.org/agent/bob", "INVALID_REQUEST")
