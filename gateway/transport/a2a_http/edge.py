@@ -33,13 +33,14 @@ from enum import Enum
 from typing import Any
 
 from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import (
     ServerCallContextBuilder,
-    create_agent_card_routes,
     create_jsonrpc_routes,
     create_rest_routes,
 )
 from a2a.types import a2a_pb2
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -104,6 +105,7 @@ class HttpEdge:
         self._handler = handler
         self._public_card = public_card
         self._sdk_handler = ServicerRequestHandler(servicer)
+        self._card_served: tuple[a2a_pb2.AgentCard, dict[str, Any]] | None = None
 
     def app(self) -> Starlette:
         """The Starlette app: public card, JSON-RPC, REST, and a refusal for any other path."""
@@ -111,15 +113,20 @@ class HttpEdge:
         jsonrpc = create_jsonrpc_routes(self._sdk_handler, JSONRPC_PATH, context_builder=builder)
         rest = create_rest_routes(self._sdk_handler, context_builder=builder, path_prefix=REST_PATH)
         routes: list[BaseRoute] = [
-            *create_agent_card_routes(self._public_card(), card_modifier=self._card),
+            Route(AGENT_CARD_WELL_KNOWN_PATH, self._card, methods=["GET"]),
             *(self._guard(route, Binding.JSONRPC) for route in jsonrpc),
             *(self._guard(route, Binding.REST) for route in rest),
             Route("/{path:path}", self._unknown_path, methods=_METHODS),
         ]
         return Starlette(routes=routes)
 
-    async def _card(self, _card: a2a_pb2.AgentCard) -> a2a_pb2.AgentCard:
-        return self._public_card()  # built for the certificate in force
+    async def _card(self, _request: Request) -> Response:
+        # The SDK's JSON form (with its v0.3 fields), made once per card: the card
+        # changes only when a port is bound or the certificate rotates.
+        card = self._public_card()
+        if self._card_served is None or self._card_served[0] is not card:
+            self._card_served = (card, agent_card_to_dict(card))
+        return JSONResponse(self._card_served[1])
 
     def _guard(self, route: BaseRoute, binding: Binding) -> BaseRoute:
         if isinstance(route, Mount):

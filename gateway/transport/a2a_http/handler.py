@@ -174,7 +174,7 @@ class ServicerRequestHandler(RequestHandler):
 
 
 def _carry_tenant(request: Any, context: ServerCallContext) -> None:
-    """A tenant in the REST path (``/{tenant}/...``) is the request's, for the servicer to refuse."""
+    """A tenant in the REST path (``/{tenant}/...``) goes on the request (the servicer refuses)."""
     if context.tenant and hasattr(request, "tenant") and not request.tenant:
         request.tenant = context.tenant
 
