@@ -7,6 +7,7 @@ their exact wire form on each binding, their audit record, and that nothing ran.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,6 +19,7 @@ from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH
 from gateway.transport.a2a_http.edge import ENVELOPE_BYTES
 from tests.a2a_http_support import (
     V1_HEADERS,
+    client_context,
     https_client,
     jsonrpc,
     message_params,
@@ -291,3 +293,35 @@ async def test_a_tenant_in_the_rest_path_is_refused_like_one_in_the_body(
     assert "tenants are not supported" in response.json()["error"]["message"]
     [record] = await new_records(alice, before)
     assert (record.peer_id, record.reason) == ("spiffe://example.org/agent/bob", "INVALID_REQUEST")
+
+
+async def test_a_certificate_of_another_ca_fails_the_handshake(pki: Pki, alice: Agent) -> None:
+    context = client_context(pki, None)
+    context.load_cert_chain(pki.foreign_dir / "bob.pem", pki.foreign_dir / "bob.key")
+    before = len(await records(alice))
+    async with httpx.AsyncClient(verify=context) as client:
+        with pytest.raises(httpx.HTTPError):
+            await client.post(alice.https_url + JSONRPC_PATH, json={}, headers=V1_HEADERS)
+    assert len(await records(alice)) == before  # no request was ever made, as on gRPC
+
+
+@pytest.mark.parametrize(
+    "uris",
+    [[], ["spiffe://example.org/agent/bob", "spiffe://example.org/agent/carol"]],
+    ids=["no-spiffe-id", "two-spiffe-ids"],
+)
+async def test_a_verified_certificate_without_exactly_one_spiffe_id_is_unauthenticated(
+    pki: Pki, alice: Agent, tmp_path: Path, uris: list[str]
+) -> None:
+    odd = pki.odd_material(uris=uris)
+    (tmp_path / "odd.pem").write_bytes(odd.cert_pem)
+    (tmp_path / "odd.key").write_bytes(odd.key_pem)
+    context = client_context(pki, None)
+    context.load_cert_chain(tmp_path / "odd.pem", tmp_path / "odd.key")
+    before = len(await records(alice))
+    params = message_params("text.echo", {"text": "hi"})
+    async with httpx.AsyncClient(verify=context) as client:
+        response = await post_rest(client, alice, "/message:send", params)
+    assert_rest_refusal(response, "UNAUTHENTICATED", 401)
+    [record] = await new_records(alice, before)
+    assert (record.peer_id, record.reason) == ("", "UNAUTHENTICATED")
