@@ -29,6 +29,7 @@ from starlette.applications import Starlette
 
 from gateway.config import AgentConfig
 from gateway.transport.a2a_http import JSONRPC_PATH
+from gateway.transport.a2a_http.server import KEEP_ALIVE_SECONDS
 from gateway.transport.tls import TlsMaterial
 from policies.identity import svid_dns_name
 
@@ -50,6 +51,7 @@ class SdkJsonRpcServer:
             ssl_keyfile=str(config.tls.key),
             ssl_ca_certs=str(config.tls.ca),
             ssl_cert_reqs=ssl.CERT_REQUIRED,
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,  # as the gateway's (see a2a_http.server)
         )
         self._server = uvicorn.Server(self._config)
         # As uvicorn binds it itself (TCP_NODELAY on accepted sockets: see a2a_http.server).

@@ -27,6 +27,11 @@ from gateway.transport.tls import TlsMaterial
 
 _log = logging.getLogger(__name__)
 
+KEEP_ALIVE_SECONDS = 30
+"""How long an idle connection stays open. Longer than the idle timeouts of the usual
+clients' pools (httpx 5 s, undici 4 s), so a client never sends a request on a
+connection the server is closing (uvicorn's 5 s default equals httpx's: a race)."""
+
 
 def split_host_port(address: str) -> tuple[str, int]:
     """``HOST:PORT`` (IPv6 in brackets) → (host, port); ConfigError if malformed."""
@@ -67,6 +72,7 @@ class A2AHttpServer:
             log_level="warning",
             access_log=False,
             ssl_context_factory=self._context,
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,
         )
         self._server = uvicorn.Server(self._config)
         self._sock: socket.socket | None = None
