@@ -150,7 +150,9 @@ class HttpEdge:
                 return _render(binding, err)
             scope = {**request.scope, EXCHANGE_KEY: exchange}
             try:
-                response: Response = await endpoint(Request(scope, receive=_replay(body)))
+                response: Response = await endpoint(
+                    Request(scope, receive=_replay(body, request.receive))
+                )
             finally:
                 run_done_callbacks(exchange)
             if exchange.refusal is not None:
@@ -236,13 +238,18 @@ async def _body_within(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _replay(body: bytes) -> Callable[[], Awaitable[dict[str, Any]]]:
+def _replay(
+    body: bytes, then: Callable[[], Awaitable[Any]]
+) -> Callable[[], Awaitable[dict[str, Any]]]:
+    """``receive`` for the SDK: the body already read, then the connection's own events
+    (an SSE response learns that its client went away from them)."""
     sent = False
 
     async def receive() -> dict[str, Any]:
         nonlocal sent
         if sent:
-            return {"type": "http.disconnect"}
+            message: dict[str, Any] = await then()
+            return message
         sent = True
         return {"type": "http.request", "body": body, "more_body": False}
 
