@@ -42,6 +42,7 @@ from a2a.server.routes import (
 from a2a.types import a2a_pb2
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -153,13 +154,15 @@ class HttpEdge:
                 response: Response = await endpoint(
                     Request(scope, receive=_replay(body, request.receive))
                 )
-            finally:
+            except BaseException:
                 run_done_callbacks(exchange)
+                raise
             if exchange.refusal is not None:
+                run_done_callbacks(exchange)
                 return _render(binding, exchange.refusal, exchange.request_id)
             if not exchange.reached:  # the SDK refused it before our handler ran
                 return await self._sdk_refusal(exchange, binding, response)
-            return response
+            return _then(response, exchange)
 
         return guarded
 
@@ -215,6 +218,20 @@ def _operation(path: str) -> str:
         "/extendedAgentCard": "GetExtendedAgentCard",
     }
     return known.get(path.removeprefix(REST_PATH), "push notification config")
+
+
+def _then(response: Response, exchange: Exchange) -> Response:
+    """``response``, running the servicer's done callbacks once it is sent (an SSE
+    response is still streaming when the endpoint returns it)."""
+    earlier = response.background
+
+    async def done() -> None:
+        run_done_callbacks(exchange)
+        if earlier is not None:
+            await earlier()
+
+    response.background = BackgroundTask(done)
+    return response
 
 
 def _metadata(request: Request) -> tuple[tuple[str, str], ...]:
