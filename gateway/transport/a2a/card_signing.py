@@ -17,6 +17,7 @@ next card carries the new chain.
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -27,7 +28,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.verification import PolicyBuilder, Store
 
-from gateway.errors import Unauthenticated
+from gateway.errors import ConfigError, Unauthenticated
 from gateway.transport.tls import TlsMaterial
 from policies.identity import spiffe_id_from_pem
 
@@ -56,12 +57,17 @@ def card_signer(agent_id: str, material: Callable[[], TlsMaterial]) -> CardSigne
     return sign
 
 
+_EC_ALGORITHMS = {"secp256r1": "ES256", "secp384r1": "ES384", "secp521r1": "ES512"}
+
+
 def _algorithm(key: Any) -> str:
-    if isinstance(key, ec.EllipticCurvePrivateKey):
-        return "ES256"
+    if isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name in _EC_ALGORITHMS:
+        return _EC_ALGORITHMS[key.curve.name]
     if isinstance(key, rsa.RSAPrivateKey):
         return "RS256"
-    raise Unauthenticated("the agent's key is neither EC nor RSA; its cards cannot be signed")
+    raise ConfigError(
+        "the agent's key is neither P-256/384/521 nor RSA: its cards cannot be signed"
+    )
 
 
 def verify_card(card: a2a_pb2.AgentCard, ca_pem: bytes, expected_id: str) -> None:
@@ -76,8 +82,11 @@ def verify_card(card: a2a_pb2.AgentCard, ca_pem: bytes, expected_id: str) -> Non
     """
     if not card.signatures:
         raise Unauthenticated("the card is not signed")
-    header = _protected_header(card.signatures[0])
-    chain = [x509.load_der_x509_certificate(base64.b64decode(c)) for c in header.get("x5c", [])]
+    try:
+        header = _protected_header(card.signatures[0])
+        chain = [x509.load_der_x509_certificate(base64.b64decode(c)) for c in header["x5c"]]
+    except (ValueError, KeyError, TypeError) as err:  # binascii.Error is a ValueError
+        raise Unauthenticated("the card's signature header cannot be read") from err
     if not chain:
         raise Unauthenticated("the card's signature carries no certificate chain")
     _verify_chain(chain, ca_pem)
@@ -89,7 +98,9 @@ def verify_card(card: a2a_pb2.AgentCard, ca_pem: bytes, expected_id: str) -> Non
         .public_key()
         .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
-    verifier = create_signature_verifier(lambda _kid, _jku: key_pem, ["ES256", "RS256"])
+    verifier = create_signature_verifier(
+        lambda _kid, _jku: key_pem, [*_EC_ALGORITHMS.values(), "RS256"]
+    )
     try:
         verifier(card)
     except Exception as err:
@@ -97,8 +108,6 @@ def verify_card(card: a2a_pb2.AgentCard, ca_pem: bytes, expected_id: str) -> Non
 
 
 def _protected_header(signature: a2a_pb2.AgentCardSignature) -> dict[str, Any]:
-    import json
-
     padded = signature.protected + "=" * (-len(signature.protected) % 4)
     header = json.loads(base64.urlsafe_b64decode(padded))
     if not isinstance(header, dict):
