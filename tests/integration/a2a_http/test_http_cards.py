@@ -79,6 +79,11 @@ async def test_a_card_does_not_verify_for_another_id_or_after_a_change(
     tampered.supported_interfaces[1].url = "https://evil.example:443/a2a/jsonrpc"
     with pytest.raises(Unauthenticated, match="does not verify"):
         verify_card(tampered, ca, spiffe("alice"))
+    garbled = a2a_pb2.AgentCard()
+    garbled.CopyFrom(card)
+    garbled.signatures[0].protected = "not-base64-json"
+    with pytest.raises(Unauthenticated, match="cannot be read"):
+        verify_card(garbled, ca, spiffe("alice"))
     foreign_ca = (pki.foreign_dir / "ca.pem").read_bytes()
     with pytest.raises(Unauthenticated, match="chain does not verify"):
         verify_card(card, foreign_ca, spiffe("alice"))
