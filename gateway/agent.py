@@ -315,7 +315,7 @@ class Agent:
 
     def card_issuer(self) -> CardIssuer:
         """The interfaces the agent serves and its card signer, for the A2A cards."""
-        base = self.https_url
+        base = self.config.a2a.http_url or self.https_url
         return CardIssuer(
             self.address,
             jsonrpc_url=f"{base}{JSONRPC_PATH}" if base else "",

@@ -329,9 +329,13 @@ class A2ASettings(_Frozen):
     Attributes:
         http_listen: ``HOST:PORT`` serving the JSON-RPC and HTTP+JSON bindings
             over HTTPS (port 0 picks one). None (default): not served.
+        http_url: ``https://NAME[:PORT]`` clients use, as the cards list it
+            (default: ``https://HOST:PORT`` of ``http_listen`` as bound), for
+            an agent that listens on ``0.0.0.0`` or behind a name.
     """
 
     http_listen: str | None = None
+    http_url: str | None = None
 
     @model_validator(mode="after")
     def _host_port(self) -> A2ASettings:
@@ -339,6 +343,10 @@ class A2ASettings(_Frozen):
             _, sep, port = self.http_listen.rpartition(":")
             if not sep or not port.isdigit() or int(port) > 65535:
                 raise ValueError(f"a2a.http_listen {self.http_listen!r}: expected HOST:PORT")
+        if self.http_url is not None and (
+            not self.http_url.startswith("https://") or self.http_url.endswith("/")
+        ):
+            raise ValueError(f"a2a.http_url {self.http_url!r}: expected https://NAME[:PORT]")
         return self
 
 

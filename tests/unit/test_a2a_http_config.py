@@ -42,3 +42,12 @@ def test_anything_else_is_refused_at_load_time(listen: str) -> None:
 def test_more_than_one_worker_is_refused() -> None:
     with pytest.raises(ValidationError, match="workers = 1"):
         config(a2a={"http_listen": "127.0.0.1:0"}, workers=2)
+
+
+def test_the_public_url_must_be_https_without_a_path() -> None:
+    assert (
+        A2ASettings(http_url="https://agent.example:7443").http_url == "https://agent.example:7443"
+    )
+    for wrong in ("http://agent.example", "https://agent.example/"):
+        with pytest.raises(ValidationError, match="http_url"):
+            A2ASettings(http_url=wrong)

@@ -87,3 +87,14 @@ async def test_a_card_does_not_verify_for_another_id_or_after_a_change(
     foreign_ca = (pki.foreign_dir / "ca.pem").read_bytes()
     with pytest.raises(Unauthenticated, match="chain does not verify"):
         verify_card(card, foreign_ca, spiffe("alice"))
+
+
+async def test_the_cards_list_the_configured_public_url(pki: Pki, alice: Agent) -> None:
+    public = alice.config.a2a.model_copy(update={"http_url": "https://alice.example:443"})
+    alice.config = alice.config.model_copy(update={"a2a": public})
+    alice.public_card.invalidate()
+    card = alice.public_card.get()
+    assert [i.url for i in card.supported_interfaces][1:] == [
+        "https://alice.example:443" + JSONRPC_PATH,
+        "https://alice.example:443" + REST_PATH,
+    ]
