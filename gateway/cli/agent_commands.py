@@ -56,7 +56,7 @@ def add_commands(commands: Any) -> None:
     )
     card.add_argument(
         "--https-url",
-        help="https://HOST:PORT of the HTTP bindings (default: from [a2a] http_listen)",
+        help="https://HOST:PORT of the HTTP bindings (default: [a2a] http_url or http_listen)",
     )
     card.set_defaults(run=_card)
 
@@ -205,9 +205,8 @@ def _card(args: argparse.Namespace) -> int:
 
     config = load_agent_config(args.config)
     tls = TlsMaterial.from_files(config.tls.ca, config.tls.cert, config.tls.key)
-    base = args.https_url or (
-        f"https://{config.a2a.http_listen}" if config.a2a.http_listen is not None else ""
-    )
+    listen = config.a2a.http_listen
+    base = args.https_url or config.a2a.http_url or (f"https://{listen}" if listen else "")
     issuer = CardIssuer(
         args.url or config.listen,
         jsonrpc_url=f"{base}{JSONRPC_PATH}" if base else "",
