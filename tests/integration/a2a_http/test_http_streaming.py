@@ -115,3 +115,26 @@ async def test_a_refusal_before_the_first_event_is_the_bindings_error(
     await alice.audit.flush()
     added = audit_rows(alice.config.audit_db)[before:]
     assert [r.reason for r in added] == ["CAPABILITY_NOT_GRANTED"] * 2
+
+
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
+async def test_the_sdk_client_streams_when_the_card_says_so(
+    pki: Pki, alice: Agent, streaming_url: str, binding: str
+) -> None:
+    from a2a.client import ClientConfig, ClientFactory
+    from a2a.types import SendMessageRequest
+    from google.protobuf import json_format
+
+    card = a2a_pb2.AgentCard()
+    card.CopyFrom(alice.public_card.get())
+    card.capabilities.streaming = True  # what a streaming servicer's card will say
+    for interface in card.supported_interfaces:
+        interface.url = interface.url.replace(alice.https_url, streaming_url)
+    async with https_client(pki, "bob") as http:
+        config = ClientConfig(httpx_client=http, supported_protocol_bindings=[binding])
+        client = ClientFactory(config).create(card)
+        request = json_format.ParseDict(
+            message_params("text.echo", {"text": "hi"}), SendMessageRequest()
+        )
+        events = [event async for event in client.send_message(request)]
+    assert [e.status_update.status.state for e in events] == list(STATES)
