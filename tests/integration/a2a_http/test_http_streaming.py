@@ -4,8 +4,9 @@ Today's servicer answers the streaming methods UNSUPPORTED_OPERATION (see
 test_http_bindings). Here a servicer whose ``SendStreamingMessage`` is an
 async generator of ``StreamResponse`` (as a streaming servicer's is) sits
 behind the same edge and HTTPS server: its events reach the client as SSE on
-both bindings, and a refusal before the first event is the binding's error
-with our reason code, audited once.
+both bindings (raw, and to the a2a-sdk client once the card says
+``streaming: true``), and a refusal before the first event is the binding's
+error with our reason code, audited once.
 """
 
 from __future__ import annotations
