@@ -1,4 +1,4 @@
-"""A2A SendMessage benchmark: the gateway vs the a2a-sdk's own gRPC server, same run.
+"""A2A SendMessage benchmark: the gateway vs the a2a-sdk's own servers, gRPC and JSON-RPC, same run.
 
 Run ``python benchmarks/bench_a2a.py --help``. One run:
 
@@ -10,11 +10,14 @@ Run ``python benchmarks/bench_a2a.py --help``. One run:
    ``GrpcHandler``, same mTLS credentials (``require_client_auth``), same server
    options; its executor answers each message with one completed task whose
    artifact holds the message's data part (the least an A2A agent can do);
+   with the ``jsonrpc`` binding also the gateway's ``[a2a] http_listen`` and the
+   same sdk agent behind the a2a-sdk's own JSON-RPC routes under uvicorn with
+   TLS (``bench_a2a_http``);
 3. from this process, sends the same ``SendMessage`` (one ``data`` part
    ``{"text": ...}`` of 256 B, 16 KB and 256 KB; metadata
    ``a2agw.capability = text.echo``; a fresh ``message_id`` each) over one
-   channel per target, one at a time and with 32 in flight, rotating the
-   targets round by round; medians of rounds are reported;
+   channel (JSON-RPC: one keep-alive httpx client) per target, one at a time
+   and with 32 in flight, rotating the targets round by round; medians of rounds are reported;
 4. checks every answer (a completed task echoing the text) and that the
    gateway's audit log holds one record per gateway call.
 
@@ -45,21 +48,24 @@ from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler, GrpcHandler
 from a2a.server.tasks import InMemoryTaskStore
 from a2a.types import a2a_pb2, a2a_pb2_grpc
+from bench_a2a_http import JsonRpcTarget, SdkJsonRpcServer, jsonrpc_client, jsonrpc_params
 from bench_invoke import Workspace, echo_payload, make_workspace, percentile
 from google.protobuf import json_format
 from grpc import aio
 
 from gateway.agent import Agent
 from gateway.audit import query_records
-from gateway.config import AgentConfig
+from gateway.config import A2ASettings, AgentConfig
 from gateway.transport.a2a import public_card
+from gateway.transport.a2a_http import JSONRPC_PATH
 from gateway.transport.tls import TlsMaterial, channel_options, server_options
 
 SIZES = (256, 16 * 1024, 256 * 1024)
 CONCURRENCY = 32
 MODES = (1, CONCURRENCY)
-TARGET_RATIO = 2.0
-"""Gateway calls/s over sdk calls/s, at every size and mode."""
+BINDINGS = ("grpc", "jsonrpc")
+TARGET_RATIOS = {"grpc": 2.0, "jsonrpc": 1.0}
+"""Gateway calls/s over sdk calls/s, at every size and mode, per binding."""
 CALL_TIMEOUT_SECONDS = 20.0
 VERSION_METADATA = (("a2a-version", "1.0"),)
 
@@ -83,14 +89,19 @@ class EchoExecutor(AgentExecutor):
         """Nothing runs long enough to cancel."""
 
 
+def sdk_handler(agent_id: str) -> DefaultRequestHandler:
+    """The a2a-sdk's request handler of the echo agent (its own in-memory task store)."""
+    card = public_card(agent_id, "127.0.0.1:0")
+    card.skills.add(id="echo", name="echo", description="Echo the data part.", tags=["echo"])
+    return DefaultRequestHandler(
+        agent_executor=EchoExecutor(), task_store=InMemoryTaskStore(), agent_card=card
+    )
+
+
 async def start_sdk_server(tls: TlsMaterial, agent_id: str) -> tuple[aio.Server, int]:
     """The a2a-sdk echo agent on 127.0.0.1, built like ``GatewayServer`` (mTLS, options)."""
     server = aio.server(options=server_options())
-    card = public_card(agent_id, "127.0.0.1:0")
-    card.skills.add(id="echo", name="echo", description="Echo the data part.", tags=["echo"])
-    handler = DefaultRequestHandler(
-        agent_executor=EchoExecutor(), task_store=InMemoryTaskStore(), agent_card=card
-    )
+    handler = sdk_handler(agent_id)
     a2a_pb2_grpc.add_A2AServiceServicer_to_server(GrpcHandler(handler), server)  # type: ignore[no-untyped-call]
     port = server.add_secure_port("127.0.0.1:0", tls.server_credentials())
     await server.start()
@@ -107,7 +118,13 @@ async def _serve(config: AgentConfig, conn: Connection) -> None:
     agent = Agent(config)
     await agent.start(watch_policy=False)
     sdk, sdk_port = await start_sdk_server(agent.tls, config.id)
-    conn.send({"sdk_port": sdk_port, "gateway_port": agent.port, "pid": os.getpid()})
+    ports = {"sdk_port": sdk_port, "gateway_port": agent.port, "pid": os.getpid()}
+    sdk_http = None
+    if config.a2a.http_listen is not None:
+        sdk_http = SdkJsonRpcServer(sdk_handler(config.id), config)
+        ports["sdk_http_port"] = await sdk_http.start()
+        ports["gateway_http_port"] = int(agent.https_url.rsplit(":", 1)[1])
+    conn.send(ports)
     loop = asyncio.get_running_loop()
     try:
         while (command := await loop.run_in_executor(None, conn.recv)) != "stop":
@@ -115,6 +132,8 @@ async def _serve(config: AgentConfig, conn: Connection) -> None:
                 await agent.audit.flush()
                 conn.send("flushed")
     finally:
+        if sdk_http is not None:
+            await sdk_http.stop()
         await sdk.stop(1.0)
         await agent.stop(1.0)
 
@@ -175,13 +194,14 @@ class Target:
 
     name: str
     channel: aio.Channel
+    binding: str = "grpc"
     sent: int = 0
     errors: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.stub: Any = a2a_pb2_grpc.A2AServiceStub(self.channel)  # type: ignore[no-untyped-call]
 
-    async def call(self, request: a2a_pb2.SendMessageRequest, text: str) -> float:
+    async def call(self, request: Any, text: str) -> float:
         """One SendMessage with a fresh message id; returns its latency in ms."""
         self.sent += 1
         request.message.message_id = uuid.uuid4().hex
@@ -207,6 +227,7 @@ class Phase:
     """One timed run of one target at one size and concurrency."""
 
     target: str
+    binding: str
     size: int
     mode: str
     calls: int
@@ -221,7 +242,7 @@ class Phase:
 
 
 async def drive(
-    target: Target, size: int, concurrency: int, max_calls: int, budget_s: float
+    target: Target | JsonRpcTarget, size: int, concurrency: int, max_calls: int, budget_s: float
 ) -> Phase:
     """Up to ``max_calls`` calls, ``concurrency`` in flight, for at most ``budget_s``."""
     payload = echo_payload(size)
@@ -232,7 +253,8 @@ async def drive(
 
     async def worker() -> None:
         nonlocal issued
-        request = send_request(payload)  # one per worker: the message id is set per call
+        # One request per worker: the message id is set per call.
+        request = send_request(payload) if target.binding == "grpc" else jsonrpc_params(text)
         while issued < max_calls and time.perf_counter() < stop_at:
             issued += 1
             latencies.append(await target.call(request, text))
@@ -243,6 +265,7 @@ async def drive(
     mode = "sequential" if concurrency == 1 else f"conc{concurrency}"
     return Phase(
         target.name,
+        target.binding,
         size,
         mode,
         len(latencies),
@@ -261,6 +284,7 @@ class Settings:
     rounds: int
     sizes: tuple[int, ...]
     as_json: bool
+    bindings: tuple[str, ...] = BINDINGS
 
 
 def max_calls_for(settings: Settings, size: int) -> int:
@@ -268,7 +292,7 @@ def max_calls_for(settings: Settings, size: int) -> int:
     return settings.calls if size <= 64 * 1024 else max(CONCURRENCY * 2, settings.calls // 4)
 
 
-async def measure(targets: list[Target], settings: Settings) -> list[Phase]:
+async def measure(targets: list[Target | JsonRpcTarget], settings: Settings) -> list[Phase]:
     """For each size and mode: warm up, then rotate the targets round by round."""
     phases_total = len(settings.sizes) * len(MODES) * settings.rounds * len(targets)
     budget = settings.seconds_max / phases_total
@@ -287,7 +311,7 @@ async def measure(targets: list[Target], settings: Settings) -> list[Phase]:
 
 async def client_run(
     ws: Workspace, ports: dict[str, int], settings: Settings
-) -> tuple[list[Phase], list[Target]]:
+) -> tuple[list[Phase], list[Target | JsonRpcTarget]]:
     """Open the channels, run every phase, close the channels."""
 
     def channel(port: int) -> aio.Channel:
@@ -297,15 +321,30 @@ async def client_run(
             options=channel_options(ws.config.id),
         )
 
-    targets = [
-        Target("sdk", channel(ports["sdk_port"])),
-        Target("gateway", channel(ports["gateway_port"])),
-    ]
+    targets: list[Target | JsonRpcTarget] = []
+    if "grpc" in settings.bindings:
+        targets += [
+            Target("sdk", channel(ports["sdk_port"])),
+            Target("gateway", channel(ports["gateway_port"])),
+        ]
+    if "jsonrpc" in settings.bindings:
+        targets += [
+            JsonRpcTarget(
+                name,
+                f"https://127.0.0.1:{ports[port]}{JSONRPC_PATH}",
+                jsonrpc_client(ws.caller_tls),
+                ws.config.id,
+            )
+            for name, port in (("sdk", "sdk_http_port"), ("gateway", "gateway_http_port"))
+        ]
     try:
         phases = await measure(targets, settings)
     finally:
         for target in targets:
-            await target.channel.close()
+            if isinstance(target, Target):
+                await target.channel.close()
+            else:
+                await target.close()
     return phases, targets
 
 
@@ -313,6 +352,9 @@ def run(settings: Settings) -> dict[str, Any]:
     """One complete benchmark; returns the report as a dict."""
     with tempfile.TemporaryDirectory(prefix="bench-a2a-") as tmp:
         ws = make_workspace(Path(tmp), max(settings.sizes), "full")
+        if "jsonrpc" in settings.bindings:
+            https = ws.config.model_copy(update={"a2a": A2ASettings(http_listen="127.0.0.1:0")})
+            ws = Workspace(config=https, caller_tls=ws.caller_tls)
         server = ServerProcess(ws.config)
         try:
             ports = server.start()
@@ -321,10 +363,10 @@ def run(settings: Settings) -> dict[str, Any]:
         finally:
             server.stop()
         records = query_records(ws.config.audit_db)
-    gateway = next(t for t in targets if t.name == "gateway")
+    gateway_calls = sum(t.sent for t in targets if t.name == "gateway")
     allowed = sum(1 for r in records if r.decision == "allow" and r.reason == "OK")
-    audit = {"records": len(records), "allow_ok": allowed, "gateway_calls": gateway.sent}
-    audit["match"] = allowed == len(records) == gateway.sent
+    audit = {"records": len(records), "allow_ok": allowed, "gateway_calls": gateway_calls}
+    audit["match"] = allowed == len(records) == gateway_calls
     return build_report(settings, ports, phases, targets, audit)
 
 
@@ -332,12 +374,14 @@ def run(settings: Settings) -> dict[str, Any]:
 
 
 def summarize(phases: list[Phase]) -> dict[str, dict[str, dict[str, float]]]:
-    """Median of rounds per (size, mode) and target."""
+    """Median of rounds per (size, mode, binding) and target."""
     summary: dict[str, dict[str, dict[str, float]]] = {}
-    for key in dict.fromkeys((p.size, p.mode) for p in phases):
+    for key in dict.fromkeys((p.size, p.mode, p.binding) for p in phases):
         for target in ("sdk", "gateway"):
-            rounds = [p for p in phases if (p.size, p.mode) == key and p.target == target]
-            summary.setdefault(f"{key[0]} {key[1]}", {})[target] = {
+            rounds = [
+                p for p in phases if (p.size, p.mode, p.binding) == key and p.target == target
+            ]
+            summary.setdefault(f"{key[0]} {key[1]} {key[2]}", {})[target] = {
                 "calls_per_s": statistics.median(p.calls_per_s for p in rounds),
                 "p50_ms": statistics.median(p.p50_ms for p in rounds),
                 "p99_ms": statistics.median(p.p99_ms for p in rounds),
@@ -350,7 +394,7 @@ def build_report(
     settings: Settings,
     ports: dict[str, int],
     phases: list[Phase],
-    targets: list[Target],
+    targets: list[Target | JsonRpcTarget],
     audit: dict[str, Any],
 ) -> dict[str, Any]:
     """The whole report, JSON-ready."""
@@ -367,6 +411,7 @@ def build_report(
             "seconds_max": settings.seconds_max,
             "rounds": settings.rounds,
             "sizes": list(settings.sizes),
+            "bindings": list(settings.bindings),
             "concurrency": CONCURRENCY,
             "audit_sync": "full",
             "cpus": os.cpu_count(),
@@ -374,9 +419,17 @@ def build_report(
         },
         "summary": summary,
         "ratios": ratios,
-        "target_ratio": TARGET_RATIO,
-        "verdict": "PASS" if all(r >= TARGET_RATIO for r in ratios.values()) else "MISS",
-        "errors": {t.name: {"count": len(t.errors), "first": t.errors[:3]} for t in targets},
+        "target_ratios": TARGET_RATIOS,
+        "verdicts": {
+            binding: "PASS"
+            if all(r >= TARGET_RATIOS[binding] for k, r in ratios.items() if k.endswith(binding))
+            else "MISS"
+            for binding in settings.bindings
+        },
+        "errors": {
+            f"{t.name} {t.binding}": {"count": len(t.errors), "first": t.errors[:3]}
+            for t in targets
+        },
         "audit": audit,
         "ok": audit["match"] and not any(t.errors for t in targets),
     }
@@ -390,26 +443,34 @@ def format_text(report: dict[str, Any]) -> str:
         f"budget, {s['rounds']} rounds, {s['cpus']} CPUs, gateway audit_sync {s['audit_sync']}, "
         f"servers in pid {s['server_pid']}",
         "",
-        f"{'payload':>7} {'mode':<11} {'target':<8} {'calls/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
-        f"{'calls':>6}  {'gateway/sdk':>11}",
+        f"{'payload':>7} {'mode':<11} {'binding':<8} {'target':<8} {'calls/s':>8} {'p50 ms':>8} "
+        f"{'p99 ms':>8} {'calls':>6}  {'gateway/sdk':>11}",
     ]
     for key, rows in report["summary"].items():
-        size, mode = key.split()
+        size, mode, binding = key.split()
         for target in ("sdk", "gateway"):
             row = rows[target]
             ratio = f"{report['ratios'][key]:>11.2f}" if target == "gateway" else ""
             lines.append(
-                f"{_size(int(size)):>7} {mode:<11} {target:<8} {row['calls_per_s']:>8.1f} "
+                f"{_size(int(size)):>7} {mode:<11} {binding:<8} {target:<8} "
+                f"{row['calls_per_s']:>8.1f} "
                 f"{row['p50_ms']:>8.3f} {row['p99_ms']:>8.3f} {row['calls']:>6}  {ratio}"
             )
     a = report["audit"]
     lines += [
         "",
-        "medians of rounds; sdk = a2a-sdk DefaultRequestHandler + GrpcHandler echo agent (mTLS)",
+        "medians of rounds; sdk = a2a-sdk DefaultRequestHandler echo agent behind its "
+        "GrpcHandler (mTLS) / its JSON-RPC routes under uvicorn (TLS, client cert required)",
         "",
         "RESULT",
-        f"  gateway/sdk calls/s, every size and mode: min {min(report['ratios'].values()):.2f} "
-        f"(target >= {report['target_ratio']:.1f})  {report['verdict']}",
+    ]
+    for binding, verdict in report["verdicts"].items():
+        ratios = [r for k, r in report["ratios"].items() if k.endswith(binding)]
+        lines.append(
+            f"  {binding}: gateway/sdk calls/s, every size and mode: min {min(ratios):.2f} "
+            f"(target >= {report['target_ratios'][binding]:.1f})  {verdict}"
+        )
+    lines += [
         f"  audit records {a['records']} (allow OK {a['allow_ok']}) for gateway calls "
         f"{a['gateway_calls']}: {'MATCH' if a['match'] else 'MISMATCH'}",
     ]
@@ -434,6 +495,9 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     parser.add_argument(
         "--sizes", default=",".join(map(str, SIZES)), help="payload sizes in bytes, comma-separated"
     )
+    parser.add_argument(
+        "--bindings", default=",".join(BINDINGS), help="grpc and/or jsonrpc, comma-separated"
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     try:
@@ -444,7 +508,10 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         parser.error(f"--calls must be >= {CONCURRENCY}, --rounds >= 1, --seconds-max > 0")
     if not all(16 <= size <= 1024 * 1024 for size in sizes):
         parser.error("--sizes must be within 16..1048576")
-    return Settings(args.calls, args.seconds_max, args.rounds, sizes, args.json)
+    bindings = tuple(b for b in args.bindings.split(",") if b)
+    if not bindings or not set(bindings) <= set(BINDINGS):
+        parser.error("--bindings: grpc and/or jsonrpc")
+    return Settings(args.calls, args.seconds_max, args.rounds, sizes, args.json, bindings)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,9 +45,12 @@ from gateway.postgres.dsn import PostgresDsn
 from gateway.private_files import private_dir
 from gateway.telemetry import Telemetry
 from gateway.transport.a2a import A2AServicer, A2ATaskStore
+from gateway.transport.a2a.card import CardIssuer, PublicCardCache
+from gateway.transport.a2a.card_signing import card_signer
 from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
 from gateway.transport.a2a.task_runs import TaskRuns
 from gateway.transport.a2a.upstream_client import UpstreamClient
+from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH, A2AHttpServer, HttpEdge
 from gateway.transport.client import PeerClient
 from gateway.transport.health import HealthMonitor
 from gateway.transport.live_tls import LiveTls, TlsStats
@@ -164,23 +167,30 @@ class Agent:
             retention=config.a2a.task_retention,
         )
         """A2A tasks running in the background here (return_immediately, streams)."""
+        self._sign_card = card_signer(config.id, lambda: self.tls)
+        self.public_card = PublicCardCache(config.id, self.card_issuer)
+        """The signed public card (no skills) served at /.well-known/agent-card.json."""
+        a2a_servicer = A2AServicer(
+            config.id,
+            self.handler,
+            self.a2a_tasks,
+            self.registry,
+            self.card_issuer,
+            self.telemetry,
+            default_capability=config.a2a.default_capability or "",
+            runs=self.a2a_runs,
+        )
         self._server = GatewayServer(
             config.id,
             self.handler,
             self.live_tls,
-            A2AServicer(
-                config.id,
-                self.handler,
-                self.a2a_tasks,
-                self.registry,
-                lambda: self.address,
-                self.telemetry,
-                default_capability=config.a2a.default_capability or "",
-                runs=self.a2a_runs,
-            ),
+            a2a_servicer,
             self.telemetry,
             reuse_port=config.workers > 1,
         )
+        self._https: A2AHttpServer | None = None
+        self._edge = HttpEdge(self.handler, a2a_servicer, self.public_card.get)
+        """The A2A HTTP bindings: same servicer, handler and audit as gRPC (served if so set)."""
         self.health = HealthMonitor(
             {"audit log": lambda: self.audit.healthy, "policy": self.policies.has_live_grant},
             self._server.set_serving,
@@ -226,6 +236,9 @@ class Agent:
     def _use_new_certificate(self, material: TlsMaterial) -> None:
         # New peer channels are built lazily with the new client certificate;
         # the old ones close once their calls in flight have had time to end.
+        self.public_card.invalidate()  # re-signed with the new key when next asked for
+        if self._https is not None:  # new HTTPS handshakes present the new certificate
+            self._https.use_tls(material)
         if self._checkpoints is not None:  # a rotated-away key signs nothing more
             self._checkpoints.use_signer(
                 CheckpointSigner(self.config.id, material.key_pem, material.cert_pem)
@@ -308,6 +321,24 @@ class Agent:
         host = self.config.listen.rsplit(":", 1)[0]
         return f"{host}:{self.port}"
 
+    @property
+    def https_url(self) -> str:
+        """``https://HOST:PORT`` of the A2A HTTP bindings ("" when not served)."""
+        if self._https is None or not self._https.port:
+            return ""
+        host = self._https.host
+        return f"https://{f'[{host}]' if ':' in host else host}:{self._https.port}"
+
+    def card_issuer(self) -> CardIssuer:
+        """The interfaces the agent serves and its card signer, for the A2A cards."""
+        base = self.config.a2a.http_url or self.https_url
+        return CardIssuer(
+            self.address,
+            jsonrpc_url=f"{base}{JSONRPC_PATH}" if base else "",
+            rest_url=f"{base}{REST_PATH}" if base else "",
+            sign=self._sign_card,
+        )
+
     async def start(self, *, watch_policy: bool = True, watch_tls: bool | None = None) -> int:
         """Open the audit log, start serving; returns the bound port.
 
@@ -322,6 +353,10 @@ class Agent:
         await self.a2a_runs.recover()
         self.a2a_runs.start_upkeep()
         self.port = await self._server.start(self.config.listen)
+        if self.config.a2a.http_listen is not None:
+            self._https = A2AHttpServer(self._edge.app(), self.tls)
+            await self._https.start(self.config.a2a.http_listen)
+        self.public_card.invalidate()  # the ports are known now
         self.health.start()
         if watch_policy:
             self._watcher = asyncio.create_task(self.policies.watch())
@@ -399,6 +434,8 @@ class Agent:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        if self._https is not None:
+            await self._https.stop(grace)
         await self._server.stop(grace)
         try:  # counted refusals reach the log before it closes
             self.handler.limit_refusals.flush_all()

@@ -42,8 +42,9 @@ Example::
     every_seconds = 60
     # file = "state/alice-audit.sqlite.checkpoints.jsonl"
 
-    [a2a]                        # optional; these are the defaults
-    task_retention = "7d"        # finished A2A tasks older than this are deleted
+    [a2a]                        # optional
+    http_listen = "127.0.0.1:7443"   # A2A JSON-RPC and HTTP+JSON over HTTPS (off when absent)
+    task_retention = "7d"        # finished A2A tasks older than this are deleted (the default)
 
     [metrics]                    # optional; off unless configured
     listen = "127.0.0.1:9464"    # Prometheus text format at /metrics
@@ -164,9 +165,14 @@ class PlanSettings(_Frozen):
 
 
 class A2ASettings(_Frozen):
-    """How this agent serves A2A (``[a2a]``).
+    """How this agent serves A2A (``[a2a]``; the gRPC binding is always served).
 
     Attributes:
+        http_listen: ``HOST:PORT`` serving the JSON-RPC and HTTP+JSON bindings
+            over HTTPS (port 0 picks one). None (default): not served.
+        http_url: ``https://NAME[:PORT]`` clients use, as the cards list it
+            (default: ``https://HOST:PORT`` of ``http_listen`` as bound), for
+            an agent that listens on ``0.0.0.0`` or behind a name.
         default_capability: ``NAME`` or ``NAME@CONSTRAINT`` called for a
             SendMessage whose metadata names no capability (``a2agw.capability``),
             so a client that knows nothing of this gateway can still call the
@@ -178,6 +184,8 @@ class A2ASettings(_Frozen):
             Unfinished tasks are never deleted.
     """
 
+    http_listen: ListenAddress | None = None
+    http_url: str | None = None
     default_capability: str | None = None
     task_retention: Duration = timedelta(days=7)
 
@@ -202,6 +210,13 @@ class A2ASettings(_Frozen):
         if self.task_retention <= timedelta(0):
             raise ValueError("task_retention must be positive")
         return self
+
+    @field_validator("http_url")
+    @classmethod
+    def _https_url(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith("https://") or value.endswith("/")):
+            raise ValueError(f"a2a.http_url {value!r}: expected https://NAME[:PORT]")
+        return value
 
 
 class PeerEntry(_Frozen):
@@ -516,6 +531,12 @@ class AgentConfig(_Frozen):
     def _positive_retention(self) -> AgentConfig:
         if self.idempotency_retention <= timedelta(0):
             raise ValueError("idempotency_retention must be positive")
+        return self
+
+    @model_validator(mode="after")
+    def _one_https_server(self) -> AgentConfig:
+        if self.a2a.http_listen is not None and self.workers > 1:
+            raise ValueError("a2a.http_listen is served by one process: set workers = 1")
         return self
 
     @model_validator(mode="after")

@@ -137,6 +137,8 @@ class AgentProcess:
         self.stdout: LineReader | None = None
         self.stderr: LineReader | None = None
         self.address = ""
+        self.https_url = ""
+        """``https://HOST:PORT`` from the ``a2a https on`` line, when ``[a2a] http_listen`` is set."""
 
     def spawn(self) -> None:
         """Start the process without waiting for it to serve."""
@@ -164,6 +166,8 @@ class AgentProcess:
                 break
             if line is None:
                 break
+            if line.startswith("a2a https on "):
+                self.https_url = line.removeprefix("a2a https on ").strip()
             if " serving on " in line:
                 self.address = line.rsplit(" serving on ", 1)[1].strip()
                 return self.address

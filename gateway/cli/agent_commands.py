@@ -55,6 +55,10 @@ def add_commands(commands: Any) -> None:
     card.add_argument(
         "--url", default="", help="address peers dial (default: the config's listen address)"
     )
+    card.add_argument(
+        "--https-url",
+        help="https://HOST:PORT of the HTTP bindings (default: [a2a] http_url or http_listen)",
+    )
     card.set_defaults(run=_card)
 
     demo = commands.add_parser("demo", help="three agents on loopback: allowed calls and refusals")
@@ -93,6 +97,8 @@ async def _serve_agent(args: argparse.Namespace, config: AgentConfig) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     if args.worker is None:
+        if agent.https_url:
+            print(f"a2a https on {agent.https_url}", flush=True)
         print(f"{agent.config.id} serving on {agent.address}", flush=True)
     else:
         print(f"worker {args.worker}{READY_MARK}{agent.address}", flush=True)
@@ -200,10 +206,21 @@ def _card(args: argparse.Namespace) -> int:
     from google.protobuf import json_format
 
     from gateway.transport.a2a import public_card
+    from gateway.transport.a2a.card import CardIssuer
+    from gateway.transport.a2a.card_signing import card_signer
+    from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH
 
     config = load_agent_config(args.config)
-    card = public_card(config.id, args.url or config.listen)
-    print(json_format.MessageToJson(card, indent=2))
+    tls = TlsMaterial.from_files(config.tls.ca, config.tls.cert, config.tls.key)
+    listen = config.a2a.http_listen
+    base = args.https_url or config.a2a.http_url or (f"https://{listen}" if listen else "")
+    issuer = CardIssuer(
+        args.url or config.listen,
+        jsonrpc_url=f"{base}{JSONRPC_PATH}" if base else "",
+        rest_url=f"{base}{REST_PATH}" if base else "",
+        sign=card_signer(config.id, lambda: tls),  # signed as the served card is
+    )
+    print(json_format.MessageToJson(public_card(config.id, issuer), indent=2))
     return 0
 
 

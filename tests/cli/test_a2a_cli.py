@@ -62,3 +62,22 @@ def test_an_a2a_sdk_client_process_against_a_served_agent(pki: Pki, tmp_path: Pa
     assert "PERMISSION_DENIED" in answer["refusal"]
     reasons = [r.reason for r in audit_rows(tmp_path / "alice-audit.sqlite")]
     assert reasons == ["OK", "CAPABILITY_NOT_GRANTED"]
+
+
+def test_the_printed_card_lists_the_https_bindings_and_is_signed(pki: Pki, tmp_path: Path) -> None:
+    from a2a.types import a2a_pb2
+    from google.protobuf import json_format
+
+    from gateway.transport.a2a.card_signing import verify_card
+
+    config = agent_files(pki, tmp_path, "alice", grants=[grant("bob", ["text.echo"])])
+    config.write_text(config.read_text() + '\n[a2a]\nhttp_listen = "alice.example:7443"\n')
+    result = run("card", "--config", str(config), "--url", "alice.example:7001")
+    assert result.returncode == 0, result.stderr
+    card = json_format.ParseDict(json.loads(result.stdout), a2a_pb2.AgentCard())
+    assert [(i.protocol_binding, i.url) for i in card.supported_interfaces] == [
+        ("GRPC", "alice.example:7001"),
+        ("JSONRPC", "https://alice.example:7443/a2a/jsonrpc"),
+        ("HTTP+JSON", "https://alice.example:7443/a2a/rest"),
+    ]
+    verify_card(card, (pki.dir / "ca.pem").read_bytes(), spiffe("alice"))

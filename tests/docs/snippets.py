@@ -12,6 +12,11 @@ right before its fence says otherwise. The markers (HTML comments, so readers ne
 
 Blocks in other languages (``toml``, ``json``, ``text``, ``go``, ``js``) are data: they run only
 through a ``file`` marker (the JavaScript and Go clients run in tests/interop instead).
+
+A page whose snippets need a harness of their own (an agent served in the test, environment
+variables naming its URL and certificates) says so once, anywhere on the page:
+``<!-- snippets: run by tests/PATH.py -->``; this suite then checks that the file exists
+instead of running the page.
 """
 
 from __future__ import annotations
@@ -51,6 +56,15 @@ class Snippet:
     def where(self) -> str:
         """``page:line`` of the opening fence, for failure messages."""
         return f"{self.page}:{self.line}"
+
+
+_RUN_BY = re.compile(r"^<!-- snippets: run by (?P<path>tests/[A-Za-z0-9_/]+\.py) -->$", re.M)
+
+
+def external_runner(page: Path) -> str | None:
+    """The test file that runs ``page``'s snippets itself, if the page names one."""
+    found = _RUN_BY.search(page.read_text(encoding="utf-8"))
+    return found.group("path") if found else None
 
 
 class SnippetSyntaxError(ValueError):

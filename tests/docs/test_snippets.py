@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.snippets import Snippet, SnippetSyntaxError, Use, snippets
+from tests.docs.snippets import Snippet, SnippetSyntaxError, Use, external_runner, snippets
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted(
@@ -136,6 +136,12 @@ def test_every_page_parses_and_marks_what_it_does_not_run() -> None:
         except SnippetSyntaxError as err:
             problems.append(str(err))
     assert problems == []
+
+
+def test_pages_run_elsewhere_name_a_test_that_exists() -> None:
+    named = {page.name: external_runner(page) for page in PAGES if page.exists()}
+    elsewhere = {name: path for name, path in named.items() if path is not None}
+    assert all((ROOT / path).is_file() for path in elsewhere.values()), elsewhere
 
 
 def test_marker_grammar_is_strict(tmp_path: Path) -> None:

@@ -14,11 +14,16 @@ Extension params (a JSON object)::
 
 ``version`` is the highest version the caller may call (what an empty
 constraint is served); ``versions`` lists every version it may call.
+
+Both cards list every interface the agent serves (:class:`CardIssuer`:
+gRPC, and JSON-RPC and HTTP+JSON when ``[a2a] http_listen`` is set) and,
+when the issuer has a signer, are signed (``gateway.transport.a2a.card_signing``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
@@ -31,6 +36,8 @@ from policies.identity import svid_dns_name
 CONTRACTS_EXTENSION_URI = "urn:a2agw:capability-contracts:v1"
 """URI of the card extension carrying the caller's capability contracts."""
 PROTOCOL_BINDING = "GRPC"
+JSONRPC_BINDING = "JSONRPC"
+REST_BINDING = "HTTP+JSON"
 PROTOCOL_VERSION = "1.0"
 MTLS_SCHEME = "mtls"
 _MEDIA = "application/json"
@@ -43,8 +50,72 @@ def _gateway_version() -> str:
         return "0.0.0"
 
 
-def public_card(agent_id: str, address: str) -> a2a_pb2.AgentCard:
-    """The card anyone may see: interface, security scheme, no skills."""
+@dataclass(frozen=True)
+class CardIssuer:
+    """Where the agent is served and who signs its cards.
+
+    Attributes:
+        grpc_address: ``host:port`` of the gRPC binding.
+        jsonrpc_url: URL of the JSON-RPC binding ("" when not served).
+        rest_url: Base URL of the HTTP+JSON binding ("" when not served).
+        sign: Adds the agent's signature to a finished card (None: unsigned).
+    """
+
+    grpc_address: str
+    jsonrpc_url: str = ""
+    rest_url: str = ""
+    sign: Callable[[a2a_pb2.AgentCard], a2a_pb2.AgentCard] | None = None
+
+    def interfaces(self) -> list[a2a_pb2.AgentInterface]:
+        """Every interface served, gRPC first (the card's preferred one)."""
+        served = [
+            (PROTOCOL_BINDING, self.grpc_address),
+            (JSONRPC_BINDING, self.jsonrpc_url),
+            (REST_BINDING, self.rest_url),
+        ]
+        return [
+            a2a_pb2.AgentInterface(
+                url=url, protocol_binding=binding, protocol_version=PROTOCOL_VERSION
+            )
+            for binding, url in served
+            if url
+        ]
+
+    def signed(self, card: a2a_pb2.AgentCard) -> a2a_pb2.AgentCard:
+        """``card`` with the agent's signature, if this issuer signs."""
+        return card if self.sign is None else self.sign(card)
+
+
+class PublicCardCache:
+    """The signed public card, built once and again after ``invalidate`` (start, rotation)."""
+
+    def __init__(self, agent_id: str, issuer: Callable[[], CardIssuer]) -> None:
+        self._agent_id = agent_id
+        self._issuer = issuer
+        self._card: a2a_pb2.AgentCard | None = None
+
+    def get(self) -> a2a_pb2.AgentCard:
+        """The card for the interfaces and key in force (built and signed when first asked)."""
+        if self._card is None:
+            self._card = public_card(self._agent_id, self._issuer())
+        return self._card
+
+    def invalidate(self) -> None:
+        """Build the card anew when next asked for (a port was bound, the key rotated)."""
+        self._card = None
+
+
+def _issuer(address: str | CardIssuer) -> CardIssuer:
+    return address if isinstance(address, CardIssuer) else CardIssuer(address)
+
+
+def public_card(agent_id: str, address: str | CardIssuer) -> a2a_pb2.AgentCard:
+    """The card anyone may see: interfaces, security scheme, no skills (signed if so set)."""
+    issuer = _issuer(address)
+    return issuer.signed(_unsigned_public_card(agent_id, issuer))
+
+
+def _unsigned_public_card(agent_id: str, issuer: CardIssuer) -> a2a_pb2.AgentCard:
     card = a2a_pb2.AgentCard(
         name=agent_id,
         description=(
@@ -52,11 +123,7 @@ def public_card(agent_id: str, address: str) -> a2a_pb2.AgentCard:
             "certificate; the skills a caller may use are on its extended card."
         ),
         version=_gateway_version(),
-        supported_interfaces=[
-            a2a_pb2.AgentInterface(
-                url=address, protocol_binding=PROTOCOL_BINDING, protocol_version=PROTOCOL_VERSION
-            )
-        ],
+        supported_interfaces=issuer.interfaces(),
         capabilities=a2a_pb2.AgentCapabilities(
             streaming=True,
             push_notifications=False,
@@ -90,10 +157,11 @@ def public_card(agent_id: str, address: str) -> a2a_pb2.AgentCard:
 
 
 def extended_card(
-    agent_id: str, address: str, grant: PeerGrant, visible: Sequence[Capability]
+    agent_id: str, address: str | CardIssuer, grant: PeerGrant, visible: Sequence[Capability]
 ) -> a2a_pb2.AgentCard:
     """The card for one caller: its skills and their contracts, nothing it may not call."""
-    card = public_card(agent_id, address)
+    issuer = _issuer(address)
+    card = _unsigned_public_card(agent_id, issuer)
     latest: dict[str, Capability] = {}
     versions: dict[str, list[str]] = {}
     for cap in visible:  # the registry yields versions in ascending order
@@ -111,7 +179,7 @@ def extended_card(
             "capabilities": contracts,
         }
     )
-    return card
+    return issuer.signed(card)
 
 
 def _skill(cap: Capability) -> a2a_pb2.AgentSkill:

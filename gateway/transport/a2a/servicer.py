@@ -44,7 +44,7 @@ from gateway.inbound.limits import CallSlot
 from gateway.inbound.pipeline import InFlight
 from gateway.telemetry import Telemetry
 from gateway.telemetry.tracing import mark_refused
-from gateway.transport.a2a.card import extended_card
+from gateway.transport.a2a.card import CardIssuer, extended_card
 from gateway.transport.a2a.messages import invoke_call, list_answer, task_message
 from gateway.transport.a2a.request_checks import (
     SERVICE_NAME,
@@ -88,7 +88,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         handler: InvokeHandler,
         tasks: A2ATaskStore,
         registry: CapabilityRegistry,
-        address: Callable[[], str],
+        address: Callable[[], str | CardIssuer],
         telemetry: Telemetry | None = None,
         default_capability: str = "",
         runs: TaskRuns | None = None,

@@ -1,0 +1,310 @@
+"""The HTTPS edge: the a2a-sdk's JSON-RPC and REST routes behind the gateway's own door.
+
+Routes (the wire format of each is the SDK's own, so it is the spec's)::
+
+    GET  /.well-known/agent-card.json   the public card; the only answer without a certificate
+    POST /a2a/jsonrpc                   JSON-RPC binding (SSE for the streaming methods)
+    *    /a2a/rest/...                  HTTP+JSON binding (/message:send, /tasks/{id}, ...)
+
+Before the SDK sees a request, the edge (in this order, each refusal audited once):
+
+1. runs the Describe prefix of the decision path on the certificate the TLS
+   handshake verified (audit available, identity, known peer, live grant);
+2. refuses a request that names an identity in its headers
+   (``X-Forwarded-Client-Cert``, ``Authorization``, ...: ``UNAUTHENTICATED``);
+3. reads the body up to the caller's limit, twice the grant's payload cap
+   plus :data:`ENVELOPE_BYTES` (JSON escapes and base64 make a payload larger
+   on the wire than the bytes the cap counts); a longer body is refused
+   ``PAYLOAD_TOO_LARGE`` without being decoded, from its ``Content-Length``
+   when it has one.
+
+Then the SDK parses the request and calls ``ServicerRequestHandler``, i.e. the
+same servicer method, decision path and audit record as on gRPC. A request
+the SDK refuses itself (not JSON, not JSON-RPC, params that do not parse,
+unknown method) never reaches the servicer: the edge audits it as
+``INVALID_REQUEST`` and answers it with our reason added.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from enum import Enum
+from typing import Any
+
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.routes import (
+    ServerCallContextBuilder,
+    create_jsonrpc_routes,
+    create_rest_routes,
+)
+from a2a.types import a2a_pb2
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+
+from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge, Unauthenticated
+from gateway.inbound.invoke_handler import InvokeHandler
+from gateway.transport.a2a.servicer import A2AServicer
+from gateway.transport.a2a_http.context import EXCHANGE_KEY, Exchange, run_done_callbacks
+from gateway.transport.a2a_http.handler import ServicerRequestHandler
+from gateway.transport.a2a_http.protocol import client_certificate
+from gateway.transport.a2a_http.wire_errors import http_status, jsonrpc_error, rest_error
+
+JSONRPC_PATH = "/a2a/jsonrpc"
+REST_PATH = "/a2a/rest"
+ENVELOPE_BYTES = 64 * 1024
+"""What a request may hold besides its payload (ids, metadata, JSON-RPC framing)."""
+IDENTITY_HEADERS = frozenset(
+    {
+        "authorization",
+        "x-forwarded-client-cert",
+        "x-client-cert",
+        "x-ssl-client-cert",
+        "ssl-client-cert",
+        "x-client-certificate",
+        "x-spiffe-id",
+    }
+)
+"""Headers that claim an identity: refused, since only the handshake names the caller."""
+_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+_ENDPOINT = Callable[[Request], Awaitable[Response]]
+
+
+class Binding(Enum):
+    """The two HTTP bindings of A2A 1.0 (their errors differ in form)."""
+
+    JSONRPC = "JSON-RPC"
+    REST = "HTTP+JSON"
+
+
+class _ContextBuilder(ServerCallContextBuilder):
+    """Hands the edge's :class:`Exchange` to the request handler through the call context."""
+
+    def build(self, request: Request) -> ServerCallContext:
+        # The SDK checks A2A-Version itself, before any identity and unaudited;
+        # it is told "1.0" so the servicer's check (metadata a2a-version, after
+        # identity, audited, the same as on gRPC) is the one that decides.
+        return ServerCallContext(
+            state={"headers": {"a2a-version": "1.0"}, EXCHANGE_KEY: request.scope[EXCHANGE_KEY]}
+        )
+
+
+class HttpEdge:
+    """Builds the ASGI app of the HTTP bindings for one agent."""
+
+    def __init__(
+        self,
+        handler: InvokeHandler,
+        servicer: A2AServicer,
+        public_card: Callable[[], a2a_pb2.AgentCard],
+    ) -> None:
+        self._handler = handler
+        self._public_card = public_card
+        self._sdk_handler = ServicerRequestHandler(servicer)
+        self._card_served: tuple[a2a_pb2.AgentCard, dict[str, Any]] | None = None
+
+    def app(self) -> Starlette:
+        """The Starlette app: public card, JSON-RPC, REST, and a refusal for any other path."""
+        builder = _ContextBuilder()
+        jsonrpc = create_jsonrpc_routes(self._sdk_handler, JSONRPC_PATH, context_builder=builder)
+        rest = create_rest_routes(self._sdk_handler, context_builder=builder, path_prefix=REST_PATH)
+        routes: list[BaseRoute] = [
+            Route(AGENT_CARD_WELL_KNOWN_PATH, self._card, methods=["GET"]),
+            *(self._guard(route, Binding.JSONRPC) for route in jsonrpc),
+            *(self._guard(route, Binding.REST) for route in rest),
+            Route("/{path:path}", self._unknown_path, methods=_METHODS),
+        ]
+        return Starlette(routes=routes)
+
+    async def _card(self, _request: Request) -> Response:
+        # The SDK's JSON form (with its v0.3 fields), made once per card: the card
+        # changes only when a port is bound or the certificate rotates.
+        card = self._public_card()
+        if self._card_served is None or self._card_served[0] is not card:
+            self._card_served = (card, agent_card_to_dict(card))
+        return JSONResponse(self._card_served[1])
+
+    def _guard(self, route: BaseRoute, binding: Binding) -> BaseRoute:
+        if isinstance(route, Mount):
+            return Mount(route.path, routes=[self._guard(r, binding) for r in route.routes])
+        assert isinstance(route, Route)
+        operation = _operation(route.path) if binding is Binding.REST else binding.value
+        return Route(
+            route.path,
+            self._guarded(route.endpoint, binding, operation),
+            methods=list(route.methods or ()),
+        )
+
+    def _guarded(self, endpoint: Any, binding: Binding, operation: str) -> _ENDPOINT:
+        async def guarded(request: Request) -> Response:
+            exchange = Exchange(
+                client_certificate(request.scope), _metadata(request), f"A2A {operation}"
+            )
+            try:
+                body = await self._admit(request, exchange, binding)
+            except GatewayError as err:
+                return _render(binding, err)
+            scope = {**request.scope, EXCHANGE_KEY: exchange}
+            try:
+                response: Response = await endpoint(
+                    Request(scope, receive=_replay(body, request.receive))
+                )
+            except BaseException:
+                run_done_callbacks(exchange)
+                raise
+            if exchange.refusal is not None:
+                run_done_callbacks(exchange)
+                return _render(binding, exchange.refusal, exchange.request_id)
+            if not exchange.reached:  # the SDK refused it before our handler ran
+                return await self._sdk_refusal(exchange, binding, response)
+            return _then(response, exchange)
+
+        return guarded
+
+    async def _admit(self, request: Request, exchange: Exchange, binding: Binding) -> bytes:
+        """Identity, no identity headers, the body within the caller's limit; refusals audited."""
+        peer_id, grant = await self._handler.admit_peer(exchange.peer_cert_pem, exchange.operation)
+        exchange.peer_id = peer_id
+        claimed = sorted(IDENTITY_HEADERS.intersection(request.headers.keys()))
+        if claimed:
+            raise await self._handler.refuse(
+                peer_id,
+                Unauthenticated(
+                    f"the caller is identified by its TLS client certificate only; "
+                    f"remove the header {claimed[0]}"
+                ),
+                exchange.operation,
+            )
+        limit = 2 * grant.max_payload_bytes + ENVELOPE_BYTES
+        try:
+            return await _body_within(request, limit)
+        except PayloadTooLarge as err:
+            raise await self._handler.refuse(peer_id, err, exchange.operation) from err
+
+    async def _sdk_refusal(
+        self, exchange: Exchange, binding: Binding, response: Response
+    ) -> Response:
+        code, message, request_id = _sdk_error(response, binding)
+        error = InvalidRequest(message or "the request is not a valid A2A request")
+        await self._handler.refuse(exchange.peer_id, error, exchange.operation)
+        return _render(binding, error, request_id, sdk_code=code)
+
+    async def _unknown_path(self, request: Request) -> Response:
+        exchange = Exchange(client_certificate(request.scope), (), "A2A HTTP")
+        binding = Binding.JSONRPC if request.url.path == JSONRPC_PATH else Binding.REST
+        try:
+            peer_id, _ = await self._handler.admit_peer(exchange.peer_cert_pem, exchange.operation)
+            error = InvalidRequest(f"no A2A method at {request.method} {request.url.path[:64]}")
+            raise await self._handler.refuse(peer_id, error, exchange.operation)
+        except GatewayError as err:
+            not_found = isinstance(err, InvalidRequest) and binding is Binding.REST
+            return _render(binding, err, sdk_code=404 if not_found else None)
+
+
+def _operation(path: str) -> str:
+    """The A2A method a REST route serves, for the audit record of an SDK refusal."""
+    known = {
+        "/message:send": "SendMessage",
+        "/message:stream": "SendStreamingMessage",
+        "/tasks/{id}:cancel": "CancelTask",
+        "/tasks/{id}:subscribe": "SubscribeToTask",
+        "/tasks/{id}": "GetTask",
+        "/tasks": "ListTasks",
+        "/extendedAgentCard": "GetExtendedAgentCard",
+    }
+    return known.get(path.removeprefix(REST_PATH), "push notification config")
+
+
+def _then(response: Response, exchange: Exchange) -> Response:
+    """``response``, running the servicer's done callbacks once it is sent (an SSE
+    response is still streaming when the endpoint returns it)."""
+    earlier = response.background
+
+    async def done() -> None:
+        run_done_callbacks(exchange)
+        if earlier is not None:
+            await earlier()
+
+    response.background = BackgroundTask(done)
+    return response
+
+
+def _metadata(request: Request) -> tuple[tuple[str, str], ...]:
+    return tuple((name, value) for name, value in request.headers.items())
+
+
+async def _body_within(request: Request, limit: int) -> bytes:
+    """The request body, refused PAYLOAD_TOO_LARGE past ``limit`` bytes (never decoded)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(
+            f"the request body is {int(declared)} bytes; this peer's limit is {limit}"
+        )
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"the request body exceeds this peer's limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _replay(
+    body: bytes, then: Callable[[], Awaitable[Any]]
+) -> Callable[[], Awaitable[dict[str, Any]]]:
+    """``receive`` for the SDK: the body already read, then the connection's own events
+    (an SSE response learns that its client went away from them)."""
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            message: dict[str, Any] = await then()
+            return message
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
+def _sdk_error(response: Response, binding: Binding) -> tuple[int, str, str | int | None]:
+    """(code, message, request id) of an error the SDK answered (JSON-RPC code or HTTP status)."""
+    try:
+        body = json.loads(bytes(response.body))
+        error = body.get("error") or {}
+    except (ValueError, AttributeError):
+        return response.status_code, "", None
+    message = str(error.get("message", ""))[:200]
+    if binding is Binding.JSONRPC:
+        request_id = body.get("id")
+        code = error.get("code")
+        return (
+            code if isinstance(code, int) else -32600,
+            message,
+            request_id if isinstance(request_id, str | int) else None,
+        )
+    return response.status_code, message, None
+
+
+def _render(
+    binding: Binding,
+    error: GatewayError,
+    request_id: str | int | None = None,
+    *,
+    sdk_code: int | None = None,
+) -> Response:
+    if binding is Binding.JSONRPC:
+        body = jsonrpc_error(error, request_id)
+        if sdk_code is not None:
+            body["error"]["code"] = sdk_code
+        return JSONResponse(body)
+    status = sdk_code if sdk_code is not None else http_status(error)
+    content = rest_error(error)
+    content["error"]["code"] = status
+    return JSONResponse(content, status_code=status)

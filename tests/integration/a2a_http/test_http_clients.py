@@ -1,0 +1,204 @@
+"""Clients of other implementations, each its own process, against ``a2a-gateway serve``.
+
+- the a2a-sdk Python client with its default configuration (JSON-RPC,
+  streaming on: the card says ``streaming: false``, so it sends SendMessage),
+  and with HTTP+JSON preferred;
+- the official JavaScript SDK (``@a2a-js/sdk``, pinned in
+  tests/interop/node-a2a/package-lock.json) over JSON-RPC, HTTP+JSON and gRPC.
+
+Each fetches and checks the signed public card, gets bob's extended card,
+sends a data message, and is refused a text part (INVALID_REQUEST), an
+ungranted capability (CAPABILITY_NOT_GRANTED) and carol's task
+(TASK_NOT_FOUND); the JavaScript one is also refused without a certificate
+(UNAUTHENTICATED). Each refusal is exactly one audit record.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.transport.a2a_http import JSONRPC_PATH
+from tests.a2a_http_support import V1_HEADERS, client_context, https_certificate, jsonrpc
+from tests.agent_process import REPO, AgentProcess, write_agent_toml
+from tests.support import Pki, audit_rows, grant, spiffe, write_policy
+
+NODE_DIR = REPO / "tests" / "interop" / "node-a2a"
+BOB = spiffe("bob")
+
+
+class Served:
+    def __init__(self, process: AgentProcess, audit_db: Path, carol_task: str) -> None:
+        self.process = process
+        self.audit_db = audit_db
+        self.carol_task = carol_task
+
+    def refusals(self) -> Counter[tuple[str, str]]:
+        """(peer, reason) of every refusal committed so far (refusals are durable)."""
+        return Counter(
+            (r.peer_id, r.reason) for r in audit_rows(self.audit_db) if r.decision == "refuse"
+        )
+
+
+@pytest.fixture
+def served(pki: Pki, tmp_path: Path) -> Iterator[Served]:
+    policy = write_policy(
+        tmp_path / "alice-policy.toml",
+        [
+            grant("bob", ["text.echo@^1", "text.search@^1"], max_payload_bytes=1024),
+            grant("carol", ["text.echo"]),
+        ],
+    )
+    audit_db = tmp_path / "alice-audit.sqlite"
+    config = write_agent_toml(
+        tmp_path / "alice.toml",
+        pki,
+        "alice",
+        listen="127.0.0.1:0",
+        policy=policy,
+        audit_db=audit_db,
+        state_dir=tmp_path / "alice-state",
+    )
+    cert, key = https_certificate(pki, "alice", tmp_path / "https")
+    text = config.read_text()
+    text = text.replace(str(pki.dir / "alice.pem"), str(cert))
+    text = text.replace(str(pki.dir / "alice.key"), str(key))
+    config.write_text(text + '\n[a2a]\nhttp_listen = "localhost:0"\n')
+    process = AgentProcess(config)
+    try:
+        process.start()
+        assert process.https_url.startswith("https://localhost:")
+        yield Served(process, audit_db, _carol_task(pki, process.https_url))
+    finally:
+        process.ensure_stopped()
+
+
+def _carol_task(pki: Pki, url: str) -> str:
+    params = {
+        "message": {
+            "messageId": str(uuid.uuid4()),
+            "role": "ROLE_USER",
+            "parts": [{"data": {"text": "carol's"}}],
+            "metadata": {"a2agw.capability": "text.echo"},
+        }
+    }
+    with httpx.Client(verify=client_context(pki, "carol"), timeout=20.0) as client:
+        answer = client.post(
+            url + JSONRPC_PATH, json=jsonrpc("SendMessage", params), headers=V1_HEADERS
+        )
+    task_id: str = answer.json()["result"]["task"]["id"]
+    return task_id
+
+
+def _python_client(pki: Pki, served: Served, binding: str) -> dict[str, Any]:
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "tests" / "a2a_http_client_script.py"),
+            served.process.https_url,
+            spiffe("alice"),
+            str(pki.dir / "ca.pem"),
+            str(pki.dir / "bob.pem"),
+            str(pki.dir / "bob.key"),
+            binding,
+            served.carol_task,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    answer: dict[str, Any] = json.loads(result.stdout)
+    return answer
+
+
+EXPECTED_REFUSALS = Counter(
+    {(BOB, "INVALID_REQUEST"): 1, (BOB, "CAPABILITY_NOT_GRANTED"): 1, (BOB, "TASK_NOT_FOUND"): 1}
+)
+
+
+@pytest.mark.parametrize("binding", ["default", "rest"])
+def test_the_python_sdk_client_in_its_own_process(pki: Pki, served: Served, binding: str) -> None:
+    before = served.refusals()
+    answer = _python_client(pki, served, binding)
+    assert answer["skills"] == ["text.echo", "text.search"]
+    assert (answer["state"], answer["output"]) == ("TASK_STATE_COMPLETED", {"text": "hello"})
+    for key, reason in [
+        ("text_part", "INVALID_REQUEST"),
+        ("not_granted", "CAPABILITY_NOT_GRANTED"),
+        ("other_task", "TASK_NOT_FOUND"),
+    ]:
+        assert answer[key]["reason"] == reason, (key, answer[key])
+        if binding == "default":  # JSON-RPC: the message alone names it too
+            assert f"{reason}: " in answer[key]["message"], (key, answer[key])
+    # Where the spec defines the error the SDK raises its own class for it.
+    assert answer["other_task"]["type"] == "TaskNotFoundError"
+    assert answer["text_part"]["type"] == "InvalidRequestError"
+    assert served.refusals() - before == EXPECTED_REFUSALS
+
+
+def _node_ready() -> None:
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("node/npm not installed (.ci/run installs them)")
+    if not (NODE_DIR / "node_modules" / "@a2a-js" / "sdk").is_dir():
+        subprocess.run(
+            ["npm", "ci", "--no-audit", "--no-fund", "--silent"],
+            cwd=NODE_DIR,
+            check=True,
+            timeout=300,
+        )
+
+
+def test_the_javascript_sdk_client_on_three_bindings(
+    pki: Pki, served: Served, tmp_path: Path
+) -> None:
+    _node_ready()
+    config = tmp_path / "node-client.json"
+    config.write_text(
+        json.dumps(
+            {
+                "https_url": served.process.https_url,
+                "server_id": spiffe("alice"),
+                "ca": str(pki.dir / "ca.pem"),
+                "cert": str(pki.dir / "bob.pem"),
+                "key": str(pki.dir / "bob.key"),
+                "other_task": served.carol_task,
+            }
+        )
+    )
+    before = served.refusals()
+    result = subprocess.run(
+        ["node", str(NODE_DIR / "client.mjs"), str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=NODE_DIR,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("{"), (result.stdout[:2000], result.stderr[-2000:])
+    answer = json.loads(result.stdout)
+    for binding in ("JSONRPC", "HTTP+JSON", "GRPC"):
+        got = answer[binding]
+        assert "error" not in got, got
+        assert got["transport"] == binding
+        assert got["skills"] == ["text.echo", "text.search"]
+        assert got["card_signature"] == "verified"  # the JS SDK's own JWS/JCS check
+        assert (got["state"], got["output"]) == (3, {"text": "hello"})  # TASK_STATE_COMPLETED
+        assert got["text_part"]["reason"] == "INVALID_REQUEST", got
+        assert got["not_granted"]["reason"] == "CAPABILITY_NOT_GRANTED", got
+        assert got["other_task"]["reason"] == "TASK_NOT_FOUND", got
+    assert answer["no_certificate"]["reason"] == "UNAUTHENTICATED", answer
+    expected = Counter({key: 3 * n for key, n in EXPECTED_REFUSALS.items()})
+    expected[("", "UNAUTHENTICATED")] = 1
+    assert served.refusals() - before == expected

@@ -1,0 +1,184 @@
+// A client that is not ours: the official A2A JavaScript SDK (@a2a-js/sdk) calling an agent
+// over JSON-RPC, HTTP+JSON and gRPC, with mTLS. Reads one JSON config file (argv[2]):
+// {https_url, server_id, ca, cert, key, other_task}; prints one JSON object with what each
+// binding answered.
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import tls from 'node:tls';
+import * as grpc from '@grpc/grpc-js';
+import {
+  ClientFactory,
+  ClientFactoryOptions,
+  DefaultAgentCardResolver,
+  JsonRpcTransportFactory,
+  RestTransportFactory,
+} from '@a2a-js/sdk/client';
+import { GrpcTransportFactory } from '@a2a-js/sdk/client/grpc';
+import { AgentCard, verifyAgentCardSignature } from '@a2a-js/sdk';
+import { BinaryReader } from '@bufbuild/protobuf/wire';
+import { Agent, fetch as undiciFetch } from 'undici';
+
+const config = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
+const [ca, cert, key] = [config.ca, config.cert, config.key].map((p) => fs.readFileSync(p));
+
+// HTTPS with our client certificate; the server's name is checked against the URL as usual.
+function fetchWith(clientCert) {
+  const dispatcher = new Agent({ connect: clientCert ? { ca, cert, key } : { ca } });
+  return (url, init) => undiciFetch(url, { ...init, dispatcher });
+}
+
+// gRPC: the server must hold the SVID of the SPIFFE ID we want (its DNS name and URI SAN).
+function svidName(spiffeId) {
+  return 'id-' + crypto.createHash('sha256').update(spiffeId).digest('hex').slice(0, 32) + '.svid.a2agw.invalid';
+}
+const grpcCredentials = grpc.credentials.createSsl(ca, key, cert, {
+  checkServerIdentity: (_host, peer) => {
+    const err = tls.checkServerIdentity(svidName(config.server_id), peer);
+    if (err) return err;
+    const uris = (peer.subjectaltname || '').split(', ').filter((s) => s.startsWith('URI:'));
+    return uris.length === 1 && uris[0] === `URI:${config.server_id}` ? undefined : new Error('wrong server');
+  },
+});
+
+// A card signed by the holder of server_id: the JWS must verify with the key of the
+// certificate in its x5c header, and that certificate must chain to our CA and name server_id.
+// The verifier canonicalizes the card's JSON form (what was signed), not the client's objects.
+async function checkCard(received) {
+  const card = AgentCard.toJSON(received);
+  const signature = card.signatures[0];
+  const header = JSON.parse(Buffer.from(signature.protected, 'base64url').toString('utf8'));
+  const leaf = new crypto.X509Certificate(Buffer.from(header.x5c[0], 'base64'));
+  if (!leaf.verify(new crypto.X509Certificate(ca).publicKey)) throw new Error('not issued by our CA');
+  if (leaf.subjectAltName.split(', ').filter((s) => s.startsWith('URI:')).join() !== `URI:${config.server_id}`) {
+    throw new Error('signed by another SPIFFE ID');
+  }
+  await verifyAgentCardSignature(async () => leaf.publicKey)(card);
+  return 'verified';
+}
+
+function factoryFor(binding, clientCert = true) {
+  const fetchImpl = fetchWith(clientCert);
+  return new ClientFactory(
+    ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
+      transports: [
+        new JsonRpcTransportFactory({ fetchImpl }),
+        new RestTransportFactory({ fetchImpl }),
+        new GrpcTransportFactory({ grpcChannelCredentials: grpcCredentials }),
+      ],
+      preferredTransports: [binding],
+      cardResolver: new DefaultAgentCardResolver({ fetchImpl }),
+    }),
+  );
+}
+
+// Every field given: the gRPC transport encodes the object as it is (no defaults filled in).
+function message(capability, content) {
+  return {
+    tenant: '',
+    configuration: undefined,
+    metadata: undefined,
+    message: {
+      messageId: crypto.randomUUID(),
+      contextId: '',
+      taskId: '',
+      role: 1, // ROLE_USER
+      parts: [{ content, metadata: undefined, filename: '', mediaType: '' }],
+      metadata: { 'a2agw.capability': capability },
+      extensions: [],
+      referenceTaskIds: [],
+    },
+  };
+}
+
+// google.rpc.Status (grpc-status-details-bin) → [{domain, reason}] of its ErrorInfo details.
+function errorInfos(bin) {
+  const infos = [];
+  const status = new BinaryReader(bin);
+  while (status.pos < status.len) {
+    const [field, wireType] = status.tag();
+    if (field !== 3) { status.skip(wireType); continue; }
+    const any = new BinaryReader(status.bytes());
+    let typeUrl = '', value = new Uint8Array();
+    while (any.pos < any.len) {
+      const [f, w] = any.tag();
+      if (f === 1) typeUrl = any.string(); else if (f === 2) value = any.bytes(); else any.skip(w);
+    }
+    if (!typeUrl.endsWith('google.rpc.ErrorInfo')) continue;
+    const info = new BinaryReader(value);
+    const found = { reason: '', domain: '' };
+    while (info.pos < info.len) {
+      const [f, w] = info.tag();
+      if (f === 1) found.reason = info.string(); else if (f === 2) found.domain = info.string(); else info.skip(w);
+    }
+    infos.push(found);
+  }
+  return infos;
+}
+
+// Our reason code: JSON-RPC error.data, REST error details, gRPC status details (ErrorInfo
+// of domain a2agw.v1); else the message's "REASON: " (which the HTTP bindings always start with).
+function refusal(err) {
+  let infos = err.data ?? err.details ?? err.errorResponse?.error?.data;
+  if (!Array.isArray(infos) && err.statusDetailsBin) infos = errorInfos(err.statusDetailsBin);
+  const ours = Array.isArray(infos) ? infos.find((d) => d && d.domain === 'a2agw.v1') : undefined;
+  const named = /\b([A-Z][A-Z_]+): /.exec(String(err.message));
+  return {
+    name: err.name,
+    message: String(err.message),
+    reason: ours ? ours.reason : named ? named[1] : '',
+  };
+}
+
+async function refused(promise) {
+  try {
+    await promise;
+    return { name: 'none' };
+  } catch (err) {
+    return refusal(err);
+  }
+}
+
+async function run(binding) {
+  const client = await factoryFor(binding).createFromUrl(config.https_url);
+  const card = await client.getAgentCard();
+  const answer = await client.sendMessage(message('text.echo', { $case: 'data', value: { text: 'hello' } }));
+  const task = answer.task ?? answer;
+  const part = task.artifacts[0].parts[0].content;
+  return {
+    transport: client.transport?.protocolName ?? binding,
+    skills: card.skills.map((s) => s.id).sort(),
+    card_signature: await checkCard(card).catch((err) => String(err)),
+    state: task.status.state,
+    output: part.value,
+    text_part: await refused(client.sendMessage(message('text.echo', { $case: 'text', value: 'hello' }))),
+    not_granted: await refused(client.sendMessage(message('kv.get', { $case: 'data', value: { key: 'a' } }))),
+    other_task: await refused(client.getTask({ tenant: '', id: config.other_task, historyLength: undefined })),
+  };
+}
+
+async function main() {
+  const out = {};
+  for (const binding of ['JSONRPC', 'HTTP+JSON', 'GRPC']) {
+    try {
+      out[binding] = await run(binding);
+    } catch (err) {
+      out[binding] = { error: String(err && err.stack ? err.stack : err) };
+    }
+  }
+  // Without a client certificate: the public card, then UNAUTHENTICATED.
+  try {
+    const anonymous = await factoryFor('JSONRPC', false).createFromUrl(config.https_url);
+    out.no_certificate = await refused(
+      anonymous.sendMessage(message('text.echo', { $case: 'data', value: { text: 'hi' } })),
+    );
+  } catch (err) {
+    out.no_certificate = { error: String(err) };
+  }
+  // Exit only once the pipe has taken the line (process.exit can cut a pending write).
+  await new Promise((resolve) => process.stdout.write(JSON.stringify(out) + '\n', resolve));
+}
+
+main().then(() => process.exit(0), (err) => {
+  process.stderr.write(String(err && err.stack ? err.stack : err) + '\n');
+  process.exit(1);
+});

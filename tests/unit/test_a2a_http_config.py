@@ -1,0 +1,53 @@
+"""``[a2a] http_listen``: validated at load time, off when absent, one process only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from gateway.config import A2ASettings, AgentConfig
+
+
+def config(**extra: Any) -> AgentConfig:
+    return AgentConfig.model_validate(
+        {
+            "id": "spiffe://example.org/agent/alice",
+            "tls": {"ca": Path("ca.pem"), "cert": Path("a.pem"), "key": Path("a.key")},
+            "policy": Path("p.toml"),
+            "audit_db": Path("a.sqlite"),
+            "state_dir": Path("state"),
+            **extra,
+        }
+    )
+
+
+def test_off_when_absent() -> None:
+    assert config().a2a.http_listen is None
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:7443", "localhost:0", ":0", "[::1]:8443"])
+def test_host_port_forms_are_accepted(listen: str) -> None:
+    assert A2ASettings(http_listen=listen).http_listen == listen
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1", "host:port", "host:70000", ""])
+def test_anything_else_is_refused_at_load_time(listen: str) -> None:
+    with pytest.raises(ValidationError, match="http_listen"):
+        A2ASettings(http_listen=listen)
+
+
+def test_more_than_one_worker_is_refused() -> None:
+    with pytest.raises(ValidationError, match="workers = 1"):
+        config(a2a={"http_listen": "127.0.0.1:0"}, workers=2)
+
+
+def test_the_public_url_must_be_https_without_a_path() -> None:
+    assert (
+        A2ASettings(http_url="https://agent.example:7443").http_url == "https://agent.example:7443"
+    )
+    for wrong in ("http://agent.example", "https://agent.example/"):
+        with pytest.raises(ValidationError, match="http_url"):
+            A2ASettings(http_url=wrong)
