@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.agent import Agent
-from gateway.config import AgentConfig, load_agent_config
+from gateway.config import AgentConfig, WorkloadApiTls, load_agent_config
 from gateway.display import printable
 from gateway.errors import ConfigError
 from gateway.postgres.dsn import is_dsn
@@ -21,6 +21,7 @@ from gateway.supervisor import READY_MARK, Supervisor, check_workers
 from gateway.telemetry.json_logs import name_agent
 from gateway.transport.client import PeerClient
 from gateway.transport.tls import TlsMaterial
+from gateway.transport.workload_api import WorkloadApiFeed
 
 
 def add_commands(commands: Any) -> None:
@@ -109,7 +110,10 @@ async def _stop_when_orphaned(stop: asyncio.Event) -> None:
 
 def _client(config_path: Path, peer_id: str) -> PeerClient:
     config = load_agent_config(config_path)
-    tls = TlsMaterial.from_files(config.tls.ca, config.tls.cert, config.tls.key)
+    if isinstance(config.tls, WorkloadApiTls):  # the SVID this workload is given now
+        tls = WorkloadApiFeed(config.id, config.tls).first
+    else:
+        tls = TlsMaterial.from_files(config.tls.ca, config.tls.cert, config.tls.key)
     return PeerClient(peer_id, config.peer(peer_id).address, tls)
 
 

@@ -96,6 +96,12 @@ Check = Callable[["DecisionPipeline", Inbound], Awaitable[None] | None]
 """A check raises its refusal; one that asks shared state (the replay window) is async."""
 
 
+PeerIssuerCheck = Callable[[bytes, str], None]
+"""Raises Unauthenticated unless the certificate was issued within its SPIFFE ID's own
+trust domain (``LiveTls.check_peer_issuer``: matters once bundles of several domains are
+trusted at once)."""
+
+
 @dataclass(frozen=True, slots=True)
 class NamedCheck:
     """One step of the decision path: its name (logs, docs, tests) and function."""
@@ -141,12 +147,14 @@ class DecisionPipeline:
         audit: AuditLog,
         replay: ReplayWindow,
         limits: CallLimiter,
+        peer_issuer: PeerIssuerCheck | None = None,
     ) -> None:
         self._registry = registry
         self._policies = policies
         self._audit = audit
         self._replay = replay
         self._limits = limits
+        self._peer_issuer = peer_issuer
 
     async def admit_call(self, inbound: Inbound) -> None:
         """Every check, in order, filling in ``inbound``; raises the first refusal.
@@ -174,6 +182,8 @@ class DecisionPipeline:
     def identity(self, inbound: Inbound) -> None:
         """Exactly one SPIFFE ID from the certificate the TLS handshake verified."""
         inbound.peer_id = peer_id_from_cert(inbound.call.peer_cert_pem)
+        if self._peer_issuer is not None and inbound.call.peer_cert_pem:
+            self._peer_issuer(inbound.call.peer_cert_pem, inbound.peer_id)
         inbound.query = PolicyQuery(
             self._policies.current,
             self._registry,

@@ -29,7 +29,7 @@ from a2a.client import ClientCallContext
 from a2a.types import Message, Part, Role, SendMessageRequest, StreamResponse, TaskState
 from google.protobuf import json_format
 
-from gateway.config import TlsFiles, UpstreamEntry
+from gateway.config import TlsSettings, UpstreamEntry
 from gateway.errors import PeerIdentityMismatch, PeerUnavailable, UpstreamUnavailable
 from gateway.transport.a2a.upstream_links import UpstreamLink, open_link
 from gateway.transport.status import from_rpc_error
@@ -51,7 +51,7 @@ class UpstreamFailed(Exception):
 class UpstreamClient:
     """One reused a2a-sdk client to one upstream; the connection opens on first use."""
 
-    def __init__(self, entry: UpstreamEntry, tls: TlsMaterial, files: TlsFiles) -> None:
+    def __init__(self, entry: UpstreamEntry, tls: TlsMaterial, files: TlsSettings) -> None:
         self.entry = entry
         self._tls = tls
         self._files = files
