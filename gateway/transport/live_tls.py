@@ -28,28 +28,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import grpc
-from cryptography import x509
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
 
 from gateway.config import TlsFiles, TlsSettings, WorkloadApiTls
 from gateway.errors import AgentConfigError, ConfigError, Unauthenticated
+from gateway.transport.svid_checks import CertificateFacts, chains_to, check_material
 from gateway.transport.tls import TlsMaterial
-from policies.identity import svid_dns_name, trust_domain_of
+from policies.identity import trust_domain_of
 
 _log = logging.getLogger(__name__)
-_PUBLIC = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 _EXPIRY_CHECK_EVERY_SECONDS = 86400.0
 
 Stamp = tuple[int, int, int, int] | None
-
-
-@dataclass(frozen=True, slots=True)
-class CertificateFacts:
-    """What the agent may say about its own certificate (no key, no PEM)."""
-
-    serial: int
-    not_after: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,93 +60,6 @@ class TlsStats:
     not_after_unix: float
     expiring_soon: bool
     expiry_warnings: int
-
-
-def check_material(
-    material: TlsMaterial, agent_id: str, now: datetime, *, require_dns_name: bool = False
-) -> CertificateFacts:
-    """Everything an agent requires of its own TLS material before using it.
-
-    ``require_dns_name``: the certificate must carry ``svid_dns_name(agent_id)``
-    (an SVID from the Workload API, whose registration entry must list it).
-
-    Raises:
-        ConfigError: a file does not parse, the SPIFFE ID is not ``agent_id`` or
-            a DNS name is a wildcard, the certificate is expired or not yet
-            valid, it was not issued by the CA file (the agent's own trust
-            bundle), the key is not its key, or the DNS name is missing.
-    """
-    spiffe_id = material.spiffe_id()  # also refuses wildcard DNS names
-    if spiffe_id != agent_id:
-        raise ConfigError(f"agent id {agent_id} does not match its certificate ({spiffe_id})")
-    own_roots = material.roots_for(trust_domain_of(agent_id))
-    if own_roots is None:
-        raise ConfigError(f"no trust bundle for the agent's own trust domain ({agent_id})")
-    try:
-        chain = x509.load_pem_x509_certificates(material.cert_pem)
-        roots = x509.load_pem_x509_certificates(own_roots)
-        key = serialization.load_pem_private_key(material.key_pem, password=None)
-    except (ValueError, TypeError) as err:
-        # The message names the file kind only: never key or certificate content.
-        raise ConfigError("certificate, key or CA file cannot be parsed") from err
-    leaf = chain[0]
-    if key.public_key().public_bytes(*_PUBLIC) != leaf.public_key().public_bytes(*_PUBLIC):
-        raise ConfigError("the private key does not belong to the certificate")
-    if now >= leaf.not_valid_after_utc:
-        raise ConfigError(f"the certificate expired at {leaf.not_valid_after_utc.isoformat()}")
-    if now < leaf.not_valid_before_utc:
-        raise ConfigError(
-            f"the certificate is not valid before {leaf.not_valid_before_utc.isoformat()}"
-        )
-    if not issued_within(chain, roots):
-        raise ConfigError("the certificate was not issued by the configured CA")
-    if require_dns_name:
-        require_svid_dns_name(leaf, agent_id)
-    return CertificateFacts(serial=leaf.serial_number, not_after=leaf.not_valid_after_utc)
-
-
-def require_svid_dns_name(leaf: x509.Certificate, agent_id: str) -> None:
-    """Refuse an SVID without the DNS name peers verify ``agent_id`` by.
-
-    Raises:
-        ConfigError: the name is missing, with the registration flag that adds it.
-    """
-    name = svid_dns_name(agent_id)
-    try:
-        san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        names = san.get_values_for_type(x509.DNSName)
-    except x509.ExtensionNotFound:
-        names = []
-    if name not in names:
-        raise ConfigError(
-            f"the SVID for {agent_id} lacks the DNS name {name} that peers verify it by: "
-            f"add `-dns {name}` to its SPIRE registration entry "
-            f"(`a2a-gateway spiffe dns-name {agent_id}` prints it)"
-        )
-
-
-def issued_within(chain: list[x509.Certificate], roots: list[x509.Certificate]) -> bool:
-    """True if ``chain`` (leaf first, then intermediates) leads to one of ``roots``.
-
-    Each certificate must be directly issued by the next one, and the last one
-    (or any one on the way) by a root: a chain that leaves ``roots``' trust
-    domain is not accepted.
-    """
-    for index, certificate in enumerate(chain):
-        if any(_issued_by(certificate, root) for root in roots):
-            return True
-        following = chain[index + 1] if index + 1 < len(chain) else None
-        if following is None or not _issued_by(certificate, following):
-            return False
-    return False
-
-
-def _issued_by(certificate: x509.Certificate, issuer: x509.Certificate) -> bool:
-    try:
-        certificate.verify_directly_issued_by(issuer)
-    except (ValueError, TypeError, InvalidSignature):
-        return False
-    return True
 
 
 class LiveTls:
@@ -282,9 +184,7 @@ class LiveTls:
         roots_pem = material.roots_for(domain)
         if roots_pem is None:
             raise Unauthenticated(f"no trust bundle for the caller's trust domain {domain}")
-        roots = x509.load_pem_x509_certificates(roots_pem)
-        chain = x509.load_pem_x509_certificates(peer_cert_pem)
-        if not issued_within(chain, roots):
+        if not chains_to(peer_cert_pem, roots_pem):
             raise Unauthenticated(
                 f"the caller's certificate was not issued by trust domain {domain}'s bundle"
             )
