@@ -104,6 +104,7 @@ server {{
   data_dir = "{data}"
   log_level = "WARN"
   ca_ttl = "1h"
+  agent_ttl = "1h"
   default_x509_svid_ttl = "{SVID_TTL_SECONDS}s"
 }}
 plugins {{
@@ -132,8 +133,8 @@ plugins {{
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """``spire-server ARGS -socketPath ...``."""
-        command, *rest = args
-        sub = [command] if command in ("healthcheck",) else [command, rest.pop(0)]
+        flags = next((i for i, arg in enumerate(args) if arg.startswith("-")), len(args))
+        sub, rest = list(args[:flags]), list(args[flags:])  # socketPath after the subcommand
         result = subprocess.run(
             [str(self.bin / "spire-server"), *sub, "-socketPath", str(self.socket), *rest],
             capture_output=True,
