@@ -12,6 +12,8 @@ import logging
 import re
 import socket
 import ssl
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,7 +27,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from gateway.agent import Agent
 from gateway.audit.checkpoint_verify import verify_checkpoints
 from gateway.audit.signer_archive import read_signers, signers_file
-from gateway.config import AgentConfig
+from gateway.config import AgentConfig, WorkloadApiTls
 from gateway.errors import AgentConfigError, CapabilityNotGranted, PeerUnavailable
 from gateway.transport.svid_checks import issued_within
 from gateway.transport.tls import TlsMaterial, channel_options
@@ -156,6 +158,49 @@ async def test_two_agents_get_svids_from_spire_and_keep_calling_across_rotation(
     assert len(signers) >= 2
     report = verify_checkpoints(alice.config.audit_db, alice.config.checkpoint_file, signers)
     assert report.ok and report.valid == report.checkpoints >= 2
+    verified = cli(
+        "audit",
+        "verify",
+        "--db",
+        str(alice.config.audit_db),
+        "--config",
+        str(config_file(tmp_path / "alice.toml", alice.config)),
+    )
+    assert verified.returncode == 0, verified.stderr
+    assert f"{report.checkpoints} of {report.checkpoints} checkpoints valid" in verified.stdout
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def config_file(path: Path, config: AgentConfig) -> Path:
+    """``config`` as the TOML file an operator would write (the fields these tests set)."""
+    tls = config.tls
+    assert isinstance(tls, WorkloadApiTls)
+    path.write_text(
+        "\n".join(
+            [
+                f'id = "{config.id}"',
+                f'listen = "{config.listen}"',
+                f'policy = "{config.policy}"',
+                f'audit_db = "{config.audit_db}"',
+                f'state_dir = "{config.state_dir}"',
+                "[tls]",
+                'source = "workload-api"',
+                *([f'socket = "{tls.socket}"'] if tls.socket else []),
+                f"start_timeout = {tls.start_timeout}",
+                "",
+            ]
+        )
+    )
+    return path
 
 
 async def test_an_svid_without_the_dns_name_is_rejected_and_the_old_one_stays(
@@ -305,6 +350,11 @@ async def test_start_is_refused_without_the_workload_api_or_without_the_dns_name
     )
     with pytest.raises(AgentConfigError, match="no identity from the Workload API at unix://"):
         Agent(config, standard_registry(WriteCounter(), tmp_path / "s"))
+    served = cli("serve", "--config", str(config_file(tmp_path / "alice.toml", config)))
+    assert served.returncode == 2
+    assert served.stderr.startswith(
+        f"error: no identity from the Workload API at {missing} within 1s: "
+    )
     spire.server.register(spire.alice_node.node_id, CAROL, dns=False)
     carol = workload_config(tmp_path, CAROL, spire.alice_node.address, [])
     with pytest.raises(AgentConfigError) as refused:
@@ -347,6 +397,7 @@ async def test_spire_agent_stopped_keeps_serving_until_the_svid_expires_then_not
         await eventually(lambda: not alice.health.serving, "NOT_SERVING")
         assert await _health(health) == NOT_SERVING
         assert alice.health.failing == ("own certificate",)
+        assert alice.tls_stats().expiry_warnings >= 1
         messages = [r.message for r in caplog.records]
         assert any("Workload API at unix://" in m and "lost" in m for m in messages)
         assert any("expired at" in m and "NOT_SERVING until it delivers" in m for m in messages)
