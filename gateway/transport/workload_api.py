@@ -141,6 +141,7 @@ class WorkloadApiFeed:
         self._backoff = _START_RETRY_SECONDS
         self._retry_at = 0.0
         self._said_expired = False
+        self._generation = 0
 
     def _first_material(self, timeout: float) -> TlsMaterial:
         deadline = time.monotonic() + timeout
@@ -183,9 +184,10 @@ class WorkloadApiFeed:
         except PySpiffeError as err:  # the socket file is gone: try again later
             self._broken(err)
             return
+        self._generation += 1
         handler = client.stream_x509_contexts(
-            on_success=self._from_thread(self._updated),
-            on_error=self._from_thread(self._broken),
+            on_success=self._from_thread(self._updated, self._generation),
+            on_error=self._from_thread(self._broken, self._generation),
             retry_connect=False,  # reconnecting is ours, so a lost API is seen and logged
         )
         self._stream = (client, handler)
@@ -197,13 +199,18 @@ class WorkloadApiFeed:
             handler.cancel()
             client.close()
 
-    def _from_thread(self, callback: Callable[[_T], None]) -> Callable[[_T], None]:
+    def _from_thread(self, callback: Callable[[_T], None], generation: int) -> Callable[[_T], None]:
         loop = self._loop
         assert loop is not None
 
+        def current(value: _T) -> None:
+            # A closed stream's last words, queued before it closed, are not news.
+            if generation == self._generation and self._stream is not None:
+                callback(value)
+
         def hand_over(value: _T) -> None:
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(callback, value)
+                loop.call_soon_threadsafe(current, value)
 
         return hand_over
 
@@ -216,9 +223,6 @@ class WorkloadApiFeed:
         live.offer(lambda: material_from_context(context, self._agent_id))
 
     def _broken(self, err: Exception) -> None:
-        if self._stream is None and not self.connected:
-            self._schedule_retry()
-            return
         live = self._live
         assert live is not None
         if self.connected:
