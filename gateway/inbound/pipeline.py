@@ -180,10 +180,13 @@ class DecisionPipeline:
             raise AuditUnavailable("the audit log cannot record; refusing work")
 
     def identity(self, inbound: Inbound) -> None:
-        """Exactly one SPIFFE ID from the certificate the TLS handshake verified."""
-        inbound.peer_id = peer_id_from_cert(inbound.call.peer_cert_pem)
+        """Exactly one SPIFFE ID from the certificate the TLS handshake verified, issued
+        within that ID's own trust domain (when bundles of several are trusted)."""
+        peer_id = peer_id_from_cert(inbound.call.peer_cert_pem)
         if self._peer_issuer is not None and inbound.call.peer_cert_pem:
-            self._peer_issuer(inbound.call.peer_cert_pem, inbound.peer_id)
+            # Before the id is taken as the caller's: a forged one is nobody's.
+            self._peer_issuer(inbound.call.peer_cert_pem, peer_id)
+        inbound.peer_id = peer_id
         inbound.query = PolicyQuery(
             self._policies.current,
             self._registry,
