@@ -6,6 +6,7 @@ certificates (the integration tests in tests/spire/ take them from a real SPIRE)
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from gateway.cli.main import main
 from gateway.config import AgentConfig, TlsFiles, WorkloadApiTls
 from gateway.devtools.pki import CertificateAuthority
 from gateway.errors import AgentConfigError, ConfigError, PeerUnavailable, Unauthenticated
+from gateway.transport.a2a.upstream_links import _client_tls_context
 from gateway.transport.live_tls import LiveTls
 from gateway.transport.workload_api import material_from_context, workload_api_socket
 from policies.identity import svid_dns_name
@@ -152,3 +154,22 @@ def test_spiffe_dns_name_prints_the_name_for_the_registration_entry(
     assert capsys.readouterr().out == svid_dns_name(ALICE) + "\n"
     assert main(["spiffe", "dns-name", "not-an-id"]) == 2
     assert "'not-an-id' is not a SPIFFE ID" in capsys.readouterr().err
+
+
+def test_an_https_upstream_gets_the_svid_through_a_private_folder_that_is_removed(
+    cas: tuple[CertificateAuthority, CertificateAuthority],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    own, other = cas
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    material = material_from_context(
+        X509Context([_svid(own, ALICE)], X509BundleSet.of([_bundle(own), _bundle(other)])), ALICE
+    )
+    settings = WorkloadApiTls(source="workload-api", socket="unix:///unused.sock")
+    context = _client_tls_context(material, DAVE, settings)
+    assert list(tmp_path.iterdir()) == []  # the key was on disk only while ssl read it
+    (root,) = context.get_ca_certs()  # dave is verified by other.test's bundle alone
+    assert dict(item[0] for item in root["subject"])["commonName"] == "other.test"
+    with pytest.raises(PeerUnavailable, match="no trust bundle"):
+        _client_tls_context(material, "spiffe://third.test/agent/x", settings)
