@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 import socket
 import ssl
@@ -29,9 +30,11 @@ from gateway.audit.checkpoint_verify import verify_checkpoints
 from gateway.audit.signer_archive import read_signers, signers_file
 from gateway.config import AgentConfig, WorkloadApiTls
 from gateway.errors import AgentConfigError, CapabilityNotGranted, PeerUnavailable
+from gateway.transport.client import PeerClient
 from gateway.transport.svid_checks import issued_within
 from gateway.transport.tls import TlsMaterial, channel_options
 from policies.identity import svid_dns_name
+from tests.agent_process import AgentProcess
 from tests.spire.conftest import DAVE, Spire
 from tests.support import (
     WriteCounter,
@@ -375,6 +378,48 @@ async def test_start_is_refused_without_the_workload_api_or_without_the_dns_name
         f"`-dns {svid_dns_name(CAROL)}` to its SPIRE registration entry "
         f"(`a2a-gateway spiffe dns-name {CAROL}` prints it)"
     )
+
+
+async def test_a_served_agent_process_takes_its_socket_from_the_environment_and_rotates(
+    spire: Spire, tmp_path: Path
+) -> None:
+    config = workload_config(tmp_path, ALICE, None, [grant("bob", ["text.echo"])])
+    path = config_file(tmp_path / "alice.toml", config)
+
+    def launch(args: list[str], **kw: Any) -> subprocess.Popen[str]:
+        env = {**os.environ, "SPIFFE_ENDPOINT_SOCKET": spire.alice_node.address}
+        return subprocess.Popen(args, text=True, env=env, **kw)
+
+    served = AgentProcess(path, launch)
+    bob: Agent | None = None
+    try:
+        address = served.start()
+        bob = await start_agent(workload_config(tmp_path, BOB, spire.bob_node.address, []))
+        client = PeerClient(ALICE, address, bob.tls)
+        try:
+            answer = await client.invoke("text.echo", {"text": "to a process"})
+            assert json.loads(answer.payload) == {"text": "to a process"}
+        finally:
+            await client.close()
+        first = served_serial(address, ALICE, bob.tls)
+        for _ in range(120):  # bounded: the served SVID rotates within ~10 s
+            if served_serial(address, ALICE, bob.tls) != first:
+                break
+            await asyncio.sleep(0.25)
+        assert served_serial(address, ALICE, bob.tls) != first
+        client = PeerClient(ALICE, address, bob.tls)  # a new channel: a new handshake
+        try:
+            answer = await client.invoke("text.echo", {"text": "after rotation"})
+            assert json.loads(answer.payload) == {"text": "after rotation"}
+        finally:
+            await client.close()
+        assert served.terminate() == 0
+        errors = served.errors(wait=10)
+        assert "PRIVATE KEY" not in errors and "Traceback" not in errors
+    finally:
+        served.ensure_stopped()
+        if bob is not None:
+            await bob.stop()
 
 
 async def _health(channel: grpc.aio.Channel) -> int:
