@@ -19,7 +19,8 @@ from capabilities.registry import CapabilityRegistry
 from gateway.audit import AuditLog
 from gateway.audit.checkpoint import Checkpointer, CheckpointSigner
 from gateway.audit.query import recent_request_ids
-from gateway.config import AgentConfig
+from gateway.audit.signer_archive import remember_signer, signers_file
+from gateway.config import AgentConfig, WorkloadApiTls
 from gateway.errors import AgentConfigError, AuditUnavailable, StateUnavailable, reasons_where
 from gateway.inbound.idempotency import IdempotencyStore
 from gateway.inbound.invoke_handler import InvokeHandler
@@ -56,6 +57,7 @@ from gateway.transport.health import HealthMonitor
 from gateway.transport.live_tls import LiveTls, TlsStats
 from gateway.transport.server import GatewayServer
 from gateway.transport.tls import TlsMaterial
+from gateway.transport.workload_api import WorkloadApiFeed
 from policies.store import PolicyStore
 
 _log = logging.getLogger(__name__)
@@ -91,8 +93,14 @@ class Agent:
             span_exporter=span_exporter,
         )
         """Metrics, spans and the /metrics endpoint (``span_exporter``: tests' spans)."""
-        self.live_tls = LiveTls(config.id, config.tls)
-        """Certificate, key and CA in force; re-read on SIGHUP and when the files change."""
+        self._workload_api: WorkloadApiFeed | None = None
+        if isinstance(config.tls, WorkloadApiTls):  # the first SVID, or no start at all
+            self._workload_api = WorkloadApiFeed(config.id, config.tls)
+        self.live_tls = LiveTls(
+            config.id, config.tls, self._workload_api.first if self._workload_api else None
+        )
+        """Certificate, key and CA in force; re-read on SIGHUP and when the files change,
+        or updated by every push of the Workload API."""
         self.live_tls.on_change(self._use_new_certificate)
         self.policies = PolicyStore(config.policy)
         private_dir(config.state_dir)
@@ -154,6 +162,7 @@ class Agent:
             replay=self.replay,
             limits=limits,
             limit_refusals=LimitRefusalLog(self.audit),
+            peer_issuer=self.live_tls.check_peer_issuer,
         )
         self.a2a_tasks = (
             PostgresA2ATaskStore(config.state_db, config.id)
@@ -192,7 +201,11 @@ class Agent:
         self._edge = HttpEdge(self.handler, a2a_servicer, self.public_card.get)
         """The A2A HTTP bindings: same servicer, handler and audit as gRPC (served if so set)."""
         self.health = HealthMonitor(
-            {"audit log": lambda: self.audit.healthy, "policy": self.policies.has_live_grant},
+            {
+                "audit log": lambda: self.audit.healthy,
+                "policy": self.policies.has_live_grant,
+                "own certificate": self.live_tls.valid_now,
+            },
             self._server.set_serving,
         )
         """Keeps the gRPC health status true (see gateway.transport.health)."""
@@ -240,9 +253,7 @@ class Agent:
         if self._https is not None:  # new HTTPS handshakes present the new certificate
             self._https.use_tls(material)
         if self._checkpoints is not None:  # a rotated-away key signs nothing more
-            self._checkpoints.use_signer(
-                CheckpointSigner(self.config.id, material.key_pem, material.cert_pem)
-            )
+            self._checkpoints.use_signer(self._signer(material))
         retired, self._clients = list(self._clients.values()), {}
         for client in retired:
             self._retire(client.close(_RETIRE_GRACE_SECONDS))
@@ -261,11 +272,27 @@ class Agent:
         if not settings.enabled or self.worker != 0:  # one checkpoint writer per chain
             return None
         return Checkpointer(
-            CheckpointSigner(self.config.id, self.tls.key_pem, self.tls.cert_pem),
+            self._signer(self.tls),
             self.config.checkpoint_file,
             every_records=settings.every_records,
             every_seconds=settings.every_seconds,
         )
+
+    def _signer(self, material: TlsMaterial) -> CheckpointSigner:
+        if isinstance(self.config.tls, WorkloadApiTls):
+            # Nobody else keeps a short-lived SVID: audit verify finds it here.
+            path = signers_file(self.config.checkpoint_file)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                remember_signer(path, material.cert_pem)
+            except OSError as err:
+                _log.error(
+                    "cannot keep the checkpoint signer's certificate in %s (%s): "
+                    "audit verify needs it given with --cert",
+                    path,
+                    err.strerror,
+                )
+        return CheckpointSigner(self.config.id, material.key_pem, material.cert_pem)
 
     def _observe_components(self) -> None:
         """Pull gauges over the components' own counts (one line each)."""
@@ -353,6 +380,8 @@ class Agent:
         await self.a2a_runs.recover()
         self.a2a_runs.start_upkeep()
         self.port = await self._server.start(self.config.listen)
+        if self._workload_api is not None:
+            self._workload_api.start(self.live_tls)
         if self.config.a2a.http_listen is not None:
             self._https = A2AHttpServer(self._edge.app(), self.tls)
             await self._https.start(self.config.a2a.http_listen)
@@ -437,6 +466,8 @@ class Agent:
         if self._https is not None:
             await self._https.stop(grace)
         await self._server.stop(grace)
+        if self._workload_api is not None:
+            await self._workload_api.stop()
         try:  # counted refusals reach the log before it closes
             self.handler.limit_refusals.flush_all()
         except AuditUnavailable as err:

@@ -14,6 +14,9 @@ Example::
     cert = "pki/alice.pem"
     key = "pki/alice.key"
     expiry_warning = "7d"        # optional: warn when the certificate expires this soon
+    # or, from the SPIFFE Workload API (a SPIRE agent), see docs/spire.md:
+    # source = "workload-api"
+    # socket = "unix:///run/spire/agent.sock"   # default: $SPIFFE_ENDPOINT_SOCKET
 
     [[peers]]
     id = "spiffe://example.org/agent/bob"
@@ -77,7 +80,9 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     field_validator,
     model_validator,
 )
@@ -116,9 +121,10 @@ class _Frozen(BaseModel):
 
 
 class TlsFiles(_Frozen):
-    """Paths of the agent's PEM files.
+    """Paths of the agent's PEM files (``[tls]``, ``source = "files"``, the default).
 
     Attributes:
+        source: ``"files"``: certificate, key and CA come from these files.
         ca: Trust root used to verify peers.
         cert: The agent's certificate (its SPIFFE ID must equal the agent id).
         key: The agent's private key.
@@ -128,10 +134,77 @@ class TlsFiles(_Frozen):
             and when they change; see ``gateway.transport.live_tls``.
     """
 
+    source: Literal["files"] = "files"
     ca: Path
     cert: Path
     key: Path
     expiry_warning: Duration = timedelta(days=7)
+
+
+_SOCKET_SCHEME = "unix://"
+
+
+class WorkloadApiTls(_Frozen):
+    """Identity from the SPIFFE Workload API (``[tls] source = "workload-api"``).
+
+    The local SPIRE agent (or any Workload API server) pushes the agent's
+    X.509-SVID and the trust bundles (its own trust domain's and federated
+    ones); each update is checked and applied live, like a file rotation. See
+    ``gateway.transport.workload_api`` and ``docs/spire.md``.
+
+    Attributes:
+        source: ``"workload-api"``.
+        socket: The Workload API endpoint, ``unix:///path/to/agent.sock``.
+            Unset: the ``SPIFFE_ENDPOINT_SOCKET`` environment variable, as
+            the SPIFFE Workload API specification says.
+        start_timeout: How long the agent waits at start for its first SVID
+            (the SPIRE agent may still be attesting it); then it refuses to
+            start.
+        expiry_warning: Warn (log line and stat) when the SVID in force
+            expires within this span (default ``"5m"``): SPIRE rotates an SVID
+            at half its lifetime, so an SVID this close to its end means
+            rotation has stopped.
+    """
+
+    source: Literal["workload-api"]
+    socket: str | None = None
+    start_timeout: float = Field(default=10.0, gt=0, le=600)
+    expiry_warning: Duration = timedelta(minutes=5)
+
+    @field_validator("socket")
+    @classmethod
+    def _unix_socket(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_workload_api_socket(value)
+        return value
+
+
+def check_workload_api_socket(value: str) -> str:
+    """``value`` if it is a ``unix:///absolute/path`` Workload API address.
+
+    Raises:
+        ValueError: another scheme (``tcp://`` is not supported here), or a
+            relative or empty path.
+    """
+    if not value.startswith(_SOCKET_SCHEME) or not value[len(_SOCKET_SCHEME) :].startswith("/"):
+        raise ValueError(
+            f"{value!r}: expected unix:///absolute/path/to/agent.sock "
+            "(the only Workload API address supported)"
+        )
+    return value
+
+
+def _tls_source(value: object) -> str:
+    if isinstance(value, dict):
+        return str(value.get("source", "files"))
+    return str(getattr(value, "source", "files"))
+
+
+TlsSettings = Annotated[
+    Annotated[TlsFiles, Tag("files")] | Annotated[WorkloadApiTls, Tag("workload-api")],
+    Discriminator(_tls_source),
+]
+"""``[tls]``: certificate files (default) or the SPIFFE Workload API."""
 
 
 class AuditCheckpoints(_Frozen):
@@ -437,7 +510,7 @@ class AgentConfig(_Frozen):
         id: The agent's SPIFFE ID (must match its certificate).
         listen: Address to serve on, e.g. ``127.0.0.1:7001``: port 0..65535
             (0 picks one); an IPv6 host in brackets (``[::1]:7001``).
-        tls: Certificate files.
+        tls: Certificate files, or the SPIFFE Workload API (``source``).
         policy: Policy file (grants and outbound rules).
         audit_db: SQLite file of the audit log, or a PostgreSQL DSN
             (``postgresql://...``): one table shared by many agents, one hash
@@ -491,7 +564,7 @@ class AgentConfig(_Frozen):
 
     id: SpiffeId
     listen: ListenAddress = "127.0.0.1:0"
-    tls: TlsFiles
+    tls: TlsSettings
     policy: Path
     audit_db: StoreLocation
     audit_sync: Literal["full", "normal"] = "full"
@@ -572,7 +645,9 @@ class AgentConfig(_Frozen):
 
         return self.model_copy(
             update={
-                "tls": self.tls.model_copy(
+                "tls": self.tls
+                if isinstance(self.tls, WorkloadApiTls)
+                else self.tls.model_copy(
                     update={
                         "ca": fix(self.tls.ca),
                         "cert": fix(self.tls.cert),

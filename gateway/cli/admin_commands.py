@@ -18,9 +18,10 @@ from gateway.audit import (
 )
 from gateway.audit.checkpoint_verify import verify_checkpoints
 from gateway.audit.pg_read import query_agent_records, verify_agent_chains
+from gateway.audit.signer_archive import read_signers, signers_file
 from gateway.audit.summary import format_summary, format_summary_json, summarize
 from gateway.cli import policy_commands
-from gateway.config import load_agent_config
+from gateway.config import WorkloadApiTls, load_agent_config
 from gateway.devtools import pki
 from gateway.display import json_for_terminals, printable
 from gateway.errors import ConfigError
@@ -156,7 +157,7 @@ def _store_location(text: str) -> Path | PostgresDsn:
 
 
 def _audit_verify_agents(args: argparse.Namespace) -> int:
-    checkpoints, certs, ca_pem = _checkpoint_sources(args)
+    checkpoints, pems, ca_pem = _checkpoint_sources(args)
     reports = verify_agent_chains(args.db, args.agent)
     broken = 0
     for agent, report in reports.items():
@@ -169,10 +170,9 @@ def _audit_verify_agents(args: argparse.Namespace) -> int:
             print(f"{shown}: seq {problem.seq}: {problem.kind}: {problem.message}")
         print(f"{shown}: chain BROKEN ({len(report.problems)} problem(s))", file=sys.stderr)
     print(f"{args.db}: {len(reports)} chain(s), {broken} broken")
-    if checkpoints is None or not certs:
+    if checkpoints is None or not pems:
         return 1 if broken else 0
     # The certificates name the agent whose chain the checkpoints sign.
-    pems = [load_pem_file(cert, "certificate") for cert in certs]
     checked = verify_checkpoints(args.db, checkpoints, pems, ca_pem=ca_pem)
     for problem in checked.problems:
         print(f"{checkpoints}: seq {problem.seq}: {problem.kind}: {problem.message}")
@@ -211,12 +211,11 @@ def _audit_agents(args: argparse.Namespace) -> int:
 def _audit_verify(args: argparse.Namespace) -> int:
     if isinstance(args.db, PostgresDsn):
         return _audit_verify_agents(args)
-    checkpoints, certs, ca_pem = _checkpoint_sources(args)
+    checkpoints, cert_pems, ca_pem = _checkpoint_sources(args)
     report = verify_chain(args.db)
     problems = list(report.problems)
     summary = f"{report.records} records"
-    if checkpoints is not None and certs:
-        cert_pems = [load_pem_file(cert, "certificate") for cert in certs]
+    if checkpoints is not None and cert_pems:
         checked = verify_checkpoints(args.db, checkpoints, cert_pems, ca_pem=ca_pem)
         problems.extend(checked.problems)
         summary += f"; {checked.valid} of {checked.checkpoints} checkpoints valid"
@@ -231,22 +230,29 @@ def _audit_verify(args: argparse.Namespace) -> int:
 
 def _checkpoint_sources(
     args: argparse.Namespace,
-) -> tuple[Path | None, list[Path], bytes | None]:
-    """The checkpoint file, signer certificate(s) and CA (PEM) for ``audit verify``, if any.
+) -> tuple[Path | None, list[bytes], bytes | None]:
+    """The checkpoint file, signer certificates and CA (PEM) for ``audit verify``, if any.
 
     ``--config`` adds the agent's current certificate to any ``--cert`` given
-    (older ones, from before a rotation) and its ``[tls] ca`` unless ``--ca``.
+    (older ones, from before a rotation) and its ``[tls] ca`` unless ``--ca``;
+    for an agent whose identity comes from the Workload API, every SVID that
+    signed (the signers file beside the checkpoints).
     """
     checkpoints, certs, ca = args.checkpoints, list(args.cert or []), args.ca
+    extra: list[bytes] = []
     if args.config is not None:
         config = load_agent_config(args.config)
         checkpoints = checkpoints or config.checkpoint_file
-        ca = ca or config.tls.ca
-        if config.tls.cert not in certs:
-            certs.append(config.tls.cert)
-    if (checkpoints is None) != (not certs):
+        if isinstance(config.tls, WorkloadApiTls):
+            extra = read_signers(signers_file(config.checkpoint_file))
+        else:
+            ca = ca or config.tls.ca
+            if config.tls.cert not in certs:
+                certs.append(config.tls.cert)
+    pems = [load_pem_file(cert, "certificate") for cert in certs] + extra
+    if (checkpoints is None) != (not pems):
         raise ConfigError("audit verify: --checkpoints and --cert go together (or give --config)")
-    return checkpoints, certs, None if ca is None else load_pem_file(ca, "CA certificate")
+    return checkpoints, pems, None if ca is None else load_pem_file(ca, "CA certificate")
 
 
 def _policy_check(args: argparse.Namespace) -> int:

@@ -13,15 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from gateway.agent import Agent
-from gateway.config import AgentConfig, load_agent_config
+from gateway.config import AgentConfig, TlsFiles, WorkloadApiTls, load_agent_config
 from gateway.display import printable
-from gateway.errors import ConfigError
+from gateway.errors import AgentConfigError, ConfigError
 from gateway.instance_lock import InstanceLock
 from gateway.postgres.dsn import is_dsn
 from gateway.supervisor import READY_MARK, Supervisor, check_workers
 from gateway.telemetry.json_logs import name_agent
 from gateway.transport.client import PeerClient
 from gateway.transport.tls import TlsMaterial
+from gateway.transport.workload_api import WorkloadApiFeed
 
 
 def add_commands(commands: Any) -> None:
@@ -122,7 +123,10 @@ async def _stop_when_orphaned(stop: asyncio.Event) -> None:
 
 def _client(config_path: Path, peer_id: str) -> PeerClient:
     config = load_agent_config(config_path)
-    tls = TlsMaterial.from_files(config.tls.ca, config.tls.cert, config.tls.key)
+    if isinstance(config.tls, WorkloadApiTls):  # the SVID this workload is given now
+        tls = WorkloadApiFeed(config.id, config.tls).first
+    else:
+        tls = TlsMaterial.from_files(config.tls.ca, config.tls.cert, config.tls.key)
     return PeerClient(peer_id, config.peer(peer_id).address, tls)
 
 
@@ -211,6 +215,11 @@ def _card(args: argparse.Namespace) -> int:
     from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH
 
     config = load_agent_config(args.config)
+    if not isinstance(config.tls, TlsFiles):
+        raise AgentConfigError(
+            f"{args.config}: card signs with the agent's key, which a Workload API identity "
+            "holds only while it serves: fetch /.well-known/agent-card.json from the agent"
+        )
     tls = TlsMaterial.from_files(config.tls.ca, config.tls.cert, config.tls.key)
     listen = config.a2a.http_listen
     base = args.https_url or config.a2a.http_url or (f"https://{listen}" if listen else "")

@@ -17,6 +17,7 @@ from gateway.cli import (
     db_commands,
     idempotency_commands,
     plan_commands,
+    spiffe_commands,
 )
 from gateway.display import EscapingFormatter, printable
 from gateway.errors import ConfigError, GatewayError
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan_commands.add_commands(commands)
     idempotency_commands.add_commands(commands)
     db_commands.add_commands(commands)
+    spiffe_commands.add_commands(commands)
     return parser
 
 

@@ -33,7 +33,13 @@ from gateway.inbound.call import REQUEST_ID, InvokeCall, deadline_from
 from gateway.inbound.idempotency import IdempotencyStore, StoredAnswer
 from gateway.inbound.limit_audit import LimitRefusalLog
 from gateway.inbound.limits import CallLimiter, CallLimits, CallSlot
-from gateway.inbound.pipeline import DecisionPipeline, Inbound, InFlight, peer_id_from_cert
+from gateway.inbound.pipeline import (
+    DecisionPipeline,
+    Inbound,
+    InFlight,
+    PeerIssuerCheck,
+    peer_id_from_cert,
+)
 from gateway.inbound.replay import ReplayWindow
 from gateway.inbound.replay_table import ReplayTable
 from gateway.telemetry.tracing import current_trace_id
@@ -102,6 +108,7 @@ class InvokeHandler:
         replay: ReplayWindow | None = None,
         limits: CallLimiter | None = None,
         limit_refusals: LimitRefusalLog | None = None,
+        peer_issuer: PeerIssuerCheck | None = None,
     ) -> None:
         self._registry = registry
         self._audit = audit
@@ -119,6 +126,7 @@ class InvokeHandler:
             audit=audit,
             replay=replay if replay is not None else ReplayTable(None),
             limits=self.limits,
+            peer_issuer=peer_issuer,
         )
         """The one decision path (every protocol's servicer goes through this handler)."""
 

@@ -119,6 +119,12 @@ Check = Callable[["DecisionPipeline", Inbound], Awaitable[None] | None]
 """A check raises its refusal; one that asks shared state (the replay window) is async."""
 
 
+PeerIssuerCheck = Callable[[bytes, str], None]
+"""Raises Unauthenticated unless the certificate was issued within its SPIFFE ID's own
+trust domain (``LiveTls.check_peer_issuer``: matters once bundles of several domains are
+trusted at once)."""
+
+
 @dataclass(frozen=True, slots=True)
 class NamedCheck:
     """One step of the decision path: its name (logs, docs, tests) and function."""
@@ -164,12 +170,14 @@ class DecisionPipeline:
         audit: AuditLog,
         replay: ReplayWindow,
         limits: CallLimiter,
+        peer_issuer: PeerIssuerCheck | None = None,
     ) -> None:
         self._registry = registry
         self._policies = policies
         self._audit = audit
         self._replay = replay
         self._limits = limits
+        self._peer_issuer = peer_issuer
 
     async def admit_call(self, inbound: Inbound) -> None:
         """Every check, in order, filling in ``inbound``; raises the first refusal.
@@ -195,8 +203,13 @@ class DecisionPipeline:
             raise AuditUnavailable("the audit log cannot record; refusing work")
 
     def identity(self, inbound: Inbound) -> None:
-        """Exactly one SPIFFE ID from the certificate the TLS handshake verified."""
-        inbound.peer_id = peer_id_from_cert(inbound.call.peer_cert_pem)
+        """Exactly one SPIFFE ID from the certificate the TLS handshake verified, issued
+        within that ID's own trust domain (when bundles of several are trusted)."""
+        peer_id = peer_id_from_cert(inbound.call.peer_cert_pem)
+        if self._peer_issuer is not None and inbound.call.peer_cert_pem:
+            # Before the id is taken as the caller's: a forged one is nobody's.
+            self._peer_issuer(inbound.call.peer_cert_pem, peer_id)
+        inbound.peer_id = peer_id
         inbound.query = PolicyQuery(
             self._policies.current,
             self._registry,

@@ -100,7 +100,7 @@ class PeerClient:
         self.address = address
         self._tracing = tracing if tracing is not None else AgentTracing(peer_id, None)
         self._channel = aio.secure_channel(
-            address, tls.channel_credentials(), options=channel_options(peer_id)
+            address, tls.channel_credentials(peer_id), options=channel_options(peer_id)
         )
         self._stub = gateway_pb2_grpc.PeerGatewayStub(self._channel)  # type: ignore[no-untyped-call]
         self._ids = RequestIds()

@@ -1,11 +1,15 @@
 """The agent's certificate, key and trust root, re-read without a restart.
 
 The files are re-read on SIGHUP and when they change (polled like the policy
-file). A new set is checked before it is used: the certificate parses, carries
-exactly the agent's SPIFFE ID and no wildcard DNS name, is valid now, chains
-to the configured CA (the leaf itself, through the file's intermediates), and
-the key is the certificate's. A set that fails
-is rejected (logged, counted) and the old one stays in force.
+file); with ``[tls] source = "workload-api"`` every update the Workload API
+pushes is offered the same way (``gateway.transport.workload_api``). A new set
+is checked before it is used: the certificate parses, carries exactly the
+agent's SPIFFE ID and no wildcard DNS name, is valid now, was issued by the
+configured CA (the agent's own trust bundle; the leaf itself, through the file's
+intermediates, each a CA valid now), and the key is the
+certificate's; an SVID from the Workload API must also carry the DNS name
+peers verify the agent by. A set that fails is rejected (logged, counted) and
+the old one stays in force.
 
 New TLS handshakes of the server present the new certificate at once (gRPC's
 dynamic server credentials ask :meth:`LiveTls.server_credentials`' fetcher on
@@ -25,27 +29,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import grpc
-from cryptography import x509
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
 
-from gateway.config import TlsFiles
-from gateway.errors import AgentConfigError, ConfigError
+from gateway.config import TlsFiles, TlsSettings, WorkloadApiTls
+from gateway.errors import AgentConfigError, ConfigError, Unauthenticated
+from gateway.transport.svid_checks import CertificateFacts, chains_to, check_material
 from gateway.transport.tls import TlsMaterial
+from policies.identity import trust_domain_of
 
 _log = logging.getLogger(__name__)
-_PUBLIC = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 _EXPIRY_CHECK_EVERY_SECONDS = 86400.0
 
 Stamp = tuple[int, int, int, int] | None
-
-
-@dataclass(frozen=True, slots=True)
-class CertificateFacts:
-    """What the agent may say about its own certificate (no key, no PEM)."""
-
-    serial: int
-    not_after: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,95 +63,31 @@ class TlsStats:
     expiry_warnings: int
 
 
-def check_material(material: TlsMaterial, agent_id: str, now: datetime) -> CertificateFacts:
-    """Everything an agent requires of its own TLS material before using it.
-
-    Raises:
-        ConfigError: a file does not parse, the SPIFFE ID is not ``agent_id`` or
-            a DNS name is a wildcard, the certificate is expired or not yet
-            valid, it was not issued by the CA file, or the key is not its key.
-    """
-    spiffe_id = material.spiffe_id()  # also refuses wildcard DNS names
-    if spiffe_id != agent_id:
-        raise ConfigError(f"agent id {agent_id} does not match its certificate ({spiffe_id})")
-    try:
-        chain = x509.load_pem_x509_certificates(material.cert_pem)
-        roots = x509.load_pem_x509_certificates(material.ca_pem)
-        key = serialization.load_pem_private_key(material.key_pem, password=None)
-    except (ValueError, TypeError) as err:
-        # The message names the file kind only: never key or certificate content.
-        raise ConfigError("certificate, key or CA file cannot be parsed") from err
-    leaf = chain[0]
-    if key.public_key().public_bytes(*_PUBLIC) != leaf.public_key().public_bytes(*_PUBLIC):
-        raise ConfigError("the private key does not belong to the certificate")
-    if now >= leaf.not_valid_after_utc:
-        raise ConfigError(f"the certificate expired at {leaf.not_valid_after_utc.isoformat()}")
-    if now < leaf.not_valid_before_utc:
-        raise ConfigError(
-            f"the certificate is not valid before {leaf.not_valid_before_utc.isoformat()}"
-        )
-    if not _chains_to(chain, roots, now):
-        raise ConfigError(
-            "the certificate was not issued by the configured CA "
-            "(its own chain in the certificate file does not lead to it)"
-        )
-    return CertificateFacts(serial=leaf.serial_number, not_after=leaf.not_valid_after_utc)
-
-
-def _chains_to(chain: list[x509.Certificate], roots: list[x509.Certificate], now: datetime) -> bool:
-    """Whether the leaf (``chain[0]``) leads to a root through the file's own order.
-
-    Each certificate must be issued by a root or by the next one in the file,
-    which must then be a CA valid now: the path a peer builds from what the
-    agent presents. Some other certificate in the file that a root issued (the
-    CA itself, appended after a foreign leaf) proves nothing about the leaf.
-    """
-    for position, certificate in enumerate(chain):
-        if any(_issued_by(certificate, root) for root in roots):
-            return True
-        if position + 1 == len(chain):
-            return False
-        issuer = chain[position + 1]
-        if not (_is_ca(issuer, now) and _issued_by(certificate, issuer)):
-            return False
-    return False
-
-
-def _is_ca(certificate: x509.Certificate, now: datetime) -> bool:
-    try:
-        constraints = certificate.extensions.get_extension_for_class(x509.BasicConstraints)
-    except x509.ExtensionNotFound:
-        return False
-    valid = certificate.not_valid_before_utc <= now < certificate.not_valid_after_utc
-    return constraints.value.ca and valid
-
-
-def _issued_by(certificate: x509.Certificate, issuer: x509.Certificate) -> bool:
-    try:
-        certificate.verify_directly_issued_by(issuer)
-    except (ValueError, TypeError, InvalidSignature):
-        return False
-    return True
-
-
 class LiveTls:
     """The TLS material in force for one agent, swapped atomically on reload.
 
     Args:
         agent_id: The SPIFFE ID every certificate must carry.
-        files: The configured CA, certificate and key paths, and the expiry window.
+        settings: ``[tls]``: the CA, certificate and key paths, or the
+            Workload API; and the expiry window.
+        material: The first set when it does not come from files (the
+            Workload API's first update); read from the files when None.
 
     Raises:
-        AgentConfigError: the files at start fail :func:`check_material`.
+        AgentConfigError: the first set fails :func:`check_material`.
     """
 
-    def __init__(self, agent_id: str, files: TlsFiles) -> None:
+    def __init__(
+        self, agent_id: str, settings: TlsSettings, material: TlsMaterial | None = None
+    ) -> None:
         self._agent_id = agent_id
-        self._files = files
+        self._settings = settings
         self._stamps = self._file_stamps()
         try:
-            material = self._read()
-            facts = check_material(material, agent_id, datetime.now(UTC))
+            material = material if material is not None else self._read()
+            facts = check_material(
+                material, agent_id, datetime.now(UTC), require_dns_name=self._from_workload_api
+            )
         except ConfigError as err:
             raise AgentConfigError(err.message) from err
         self._material, self._facts = material, facts
@@ -165,6 +95,7 @@ class LiveTls:
         self._served_generation = 0
         self._listeners: list[Callable[[TlsMaterial], None]] = []
         self._ok = self._rejected = self._warnings = 0
+        self._warned_serial: int | None = None
 
     @property
     def current(self) -> TlsMaterial:
@@ -184,11 +115,29 @@ class LiveTls:
         )
 
     def reload(self) -> ConfigError | None:
-        """Re-read the files; returns the error if they were rejected, else None."""
+        """Re-read the files; returns the error if they were rejected, else None.
+
+        With the Workload API there are no files: nothing happens (its updates
+        arrive through :meth:`offer`).
+        """
+        if self._from_workload_api:
+            return None
         self._stamps = self._file_stamps()
+        return self.offer(self._read)
+
+    def offer(self, produce: Callable[[], TlsMaterial]) -> ConfigError | None:
+        """Take the set ``produce`` makes if it passes :func:`check_material`.
+
+        Returns the error if it was rejected (the old set stays), else None.
+        """
         try:
-            material = self._read()
-            facts = check_material(material, self._agent_id, datetime.now(UTC))
+            material = produce()
+            facts = check_material(
+                material,
+                self._agent_id,
+                datetime.now(UTC),
+                require_dns_name=self._from_workload_api,
+            )
         except ConfigError as err:
             self._rejected += 1
             _log.error(
@@ -208,9 +157,42 @@ class LiveTls:
         self.warn_if_expiring()
         return None
 
+    def valid_now(self) -> bool:
+        """True while the certificate in force is within its validity period (a health check)."""
+        return datetime.now(UTC) < self._facts.not_after
+
+    @property
+    def facts(self) -> CertificateFacts:
+        """Serial and expiry of the certificate in force."""
+        return self._facts
+
+    def check_peer_issuer(self, peer_cert_pem: bytes, peer_id: str) -> None:
+        """Refuse a peer certificate not issued within its own trust domain's bundle.
+
+        The TLS stack verifies a client against every bundle at once; with
+        more than one trust domain (federation), a federated domain's CA could
+        otherwise vouch for an identity of another domain. A CA file (one set
+        of roots) has nothing to add to the handshake's verification.
+
+        Raises:
+            Unauthenticated: no bundle for the peer's trust domain, or the
+                certificate does not chain to it.
+        """
+        material = self._material
+        if len(material.bundles) < 2:
+            return
+        domain = trust_domain_of(peer_id)
+        roots_pem = material.roots_for(domain)
+        if roots_pem is None:
+            raise Unauthenticated(f"no trust bundle for the caller's trust domain {domain}")
+        if not chains_to(peer_cert_pem, roots_pem):
+            raise Unauthenticated(
+                f"the caller's certificate was not issued by trust domain {domain}'s bundle"
+            )
+
     def reload_if_changed(self) -> ConfigError | None:
         """Reload when any of the three files' identity, size or times changed."""
-        if self._file_stamps() == self._stamps:
+        if self._from_workload_api or self._file_stamps() == self._stamps:
             return None
         return self.reload()
 
@@ -227,12 +209,27 @@ class LiveTls:
             except Exception:  # never let one bad file stop all future reloads
                 _log.exception("certificate reload failed; keeping the previous certificate")
 
-    def warn_if_expiring(self) -> bool:
-        """Log a warning (and count it) if the certificate expires within the window."""
+    def warn_if_expiring(self, *, once: bool = False) -> bool:
+        """Log a warning (and count it) if the certificate expires within the window.
+
+        ``once``: only if this certificate has not been warned about yet (a
+        frequent check of short-lived SVIDs).
+        """
         if not self._expiring_soon():
             return False
+        if once and self._warned_serial == self._facts.serial:
+            return False
+        self._warned_serial = self._facts.serial
         self._warnings += 1
         left = self._facts.not_after - datetime.now(UTC)
+        if self._from_workload_api:
+            _log.warning(
+                "own SVID (serial %x) expires at %s, in %d s: the Workload API has not rotated it",
+                self._facts.serial,
+                self._facts.not_after.isoformat(),
+                max(0, left // timedelta(seconds=1)),
+            )
+            return True
         _log.warning(
             "own certificate (serial %x) expires at %s, in %d h: re-issue it",
             self._facts.serial,
@@ -253,10 +250,17 @@ class LiveTls:
         )
 
     def _expiring_soon(self) -> bool:
-        return self._facts.not_after - datetime.now(UTC) <= self._files.expiry_warning
+        return self._facts.not_after - datetime.now(UTC) <= self._settings.expiry_warning
+
+    @property
+    def _from_workload_api(self) -> bool:
+        return isinstance(self._settings, WorkloadApiTls)
 
     def _read(self) -> TlsMaterial:
-        return TlsMaterial.from_files(self._files.ca, self._files.cert, self._files.key)
+        files = self._settings
+        if not isinstance(files, TlsFiles):
+            raise ConfigError("[tls] source is the Workload API: there are no files to read")
+        return TlsMaterial.from_files(files.ca, files.cert, files.key)
 
     def _fetch_configuration(self) -> grpc.ServerCertificateConfiguration | None:
         # Called by gRPC for every new handshake, on its own thread: None keeps
@@ -275,12 +279,11 @@ class LiveTls:
             [(material.key_pem, material.cert_pem)], root_certificates=material.ca_pem
         )
 
-    def _file_stamps(self) -> tuple[Stamp, Stamp, Stamp]:
-        return (
-            _stamp(self._files.ca),
-            _stamp(self._files.cert),
-            _stamp(self._files.key),
-        )
+    def _file_stamps(self) -> tuple[Stamp, ...]:
+        files = self._settings
+        if not isinstance(files, TlsFiles):
+            return ()
+        return (_stamp(files.ca), _stamp(files.cert), _stamp(files.key))
 
 
 def _stamp(path: os.PathLike[str]) -> Stamp:

@@ -9,9 +9,9 @@ from pathlib import Path
 import grpc
 from cryptography import x509
 
-from gateway.errors import ConfigError, Unauthenticated
+from gateway.errors import ConfigError, PeerUnavailable, Unauthenticated
 from policies.grants import MAX_PAYLOAD_CEILING
-from policies.identity import spiffe_id_from_pem, svid_dns_name
+from policies.identity import spiffe_id_from_pem, svid_dns_name, trust_domain_of
 
 MESSAGE_CEILING = MAX_PAYLOAD_CEILING + 64 * 1024
 """Server-wide gRPC message limit: larger messages are refused by gRPC core,
@@ -24,14 +24,18 @@ class TlsMaterial:
     """PEM bytes of one agent's trust root, certificate and key.
 
     Attributes:
-        ca_pem: Trust root(s) for verifying peers.
+        ca_pem: Trust root(s) for verifying peers (every bundle, concatenated).
         cert_pem: This agent's certificate chain (an X.509-SVID).
         key_pem: This agent's private key. Never logged.
+        bundles: Trust domain and PEM roots of each trust bundle, own domain
+            first, when the roots are known per trust domain (the Workload
+            API); empty for a CA file, whose roots serve every peer.
     """
 
     ca_pem: bytes
     cert_pem: bytes
     key_pem: bytes
+    bundles: tuple[tuple[str, bytes], ...] = ()
 
     def __repr__(self) -> str:
         return "TlsMaterial(<redacted>)"
@@ -71,6 +75,17 @@ class TlsMaterial:
             raise ConfigError("own certificate: cannot be parsed") from err
         return certificate.not_valid_after_utc
 
+    def roots_for(self, trust_domain: str) -> bytes | None:
+        """The roots that may vouch for an identity of ``trust_domain``.
+
+        With per-domain bundles only that domain's bundle counts (None if
+        there is none: no certificate of that domain can be trusted); a CA
+        file's roots count for every domain.
+        """
+        if not self.bundles:
+            return self.ca_pem
+        return dict(self.bundles).get(trust_domain)
+
     def server_credentials(self) -> grpc.ServerCredentials:
         """Server credentials that require and verify a client certificate."""
         return grpc.ssl_server_credentials(
@@ -79,10 +94,28 @@ class TlsMaterial:
             require_client_auth=True,
         )
 
-    def channel_credentials(self) -> grpc.ChannelCredentials:
-        """Client credentials presenting this agent's certificate."""
+    def channel_credentials(self, peer_id: str | None = None) -> grpc.ChannelCredentials:
+        """Client credentials presenting this agent's certificate.
+
+        With ``peer_id`` the server is verified against the bundle of the
+        peer's own trust domain only, so a federated domain's CA cannot
+        answer for an agent of another domain.
+
+        Raises:
+            PeerUnavailable: there is no trust bundle for the peer's trust domain.
+        """
+        roots = self.ca_pem
+        if peer_id is not None:
+            domain = trust_domain_of(peer_id)
+            found = self.roots_for(domain)
+            if found is None:
+                raise PeerUnavailable(
+                    f"no trust bundle for trust domain {domain}: the Workload API delivers "
+                    "none (federate with it to call its agents)"
+                )
+            roots = found
         return grpc.ssl_channel_credentials(
-            root_certificates=self.ca_pem,
+            root_certificates=roots,
             private_key=self.key_pem,
             certificate_chain=self.cert_pem,
         )

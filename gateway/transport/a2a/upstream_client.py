@@ -32,7 +32,7 @@ from a2a.types import Message, Part, Role, SendMessageRequest, StreamResponse, T
 from google.protobuf import json_format
 
 from capabilities.context import CallEvents
-from gateway.config import TlsFiles, UpstreamEntry
+from gateway.config import TlsSettings, UpstreamEntry
 from gateway.errors import UpstreamUnavailable
 from gateway.transport.a2a.upstream_answers import UnreadableAnswer
 from gateway.transport.a2a.upstream_links import UpstreamLink, client_tls_context, open_link
@@ -64,7 +64,7 @@ class UpstreamFailed(Exception):
 class UpstreamClient:
     """One reused a2a-sdk client to one upstream; the connection opens on first use."""
 
-    def __init__(self, entry: UpstreamEntry, tls: TlsMaterial, files: TlsFiles) -> None:
+    def __init__(self, entry: UpstreamEntry, tls: TlsMaterial, files: TlsSettings) -> None:
         self.entry = entry
         self._tls = tls
         self._files = files
@@ -145,7 +145,7 @@ class UpstreamClient:
     async def _why_not_connected(self, timeout: float) -> str:
         if self.entry.id is None or self.entry.address is None:  # plaintext: no identity
             return NOT_SENT
-        context = client_tls_context(self._tls, self._files)
+        context = client_tls_context(self._tls, self.entry.id, self._files)
         context.set_alpn_protocols(["h2"])
         name = svid_dns_name(self.entry.id)
         return await handshake_cause(self.entry.address, context, name, timeout)

@@ -19,19 +19,23 @@ upstream's card might claim.
 
 from __future__ import annotations
 
+import os
 import ssl
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 from a2a.client import Client, ClientConfig, ClientFactory, minimal_agent_card
 from a2a.utils.constants import TransportProtocol
 from grpc import aio
 
-from gateway.config import TlsFiles, UpstreamEntry
+from gateway.config import TlsFiles, TlsSettings, UpstreamEntry
+from gateway.errors import PeerUnavailable
 from gateway.transport.a2a.upstream_answers import AnswerCheck
 from gateway.transport.a2a.upstream_http import BoundedTransport
 from gateway.transport.tls import MESSAGE_CEILING, TlsMaterial, channel_options
-from policies.identity import svid_dns_name
+from policies.identity import svid_dns_name, trust_domain_of
 
 
 @dataclass(slots=True)
@@ -60,7 +64,7 @@ class UpstreamLink:
             await self.http.aclose()
 
 
-def open_link(entry: UpstreamEntry, tls: TlsMaterial, files: TlsFiles) -> UpstreamLink:
+def open_link(entry: UpstreamEntry, tls: TlsMaterial, files: TlsSettings) -> UpstreamLink:
     """A client for ``entry`` (no connection is made until the first call)."""
     if entry.binding == "grpc":
         assert entry.address is not None
@@ -101,28 +105,43 @@ def _grpc_channel(entry: UpstreamEntry, tls: TlsMaterial) -> aio.Channel:
         return aio.insecure_channel(entry.address, options=limits, interceptors=[AnswerCheck()])
     return aio.secure_channel(
         entry.address,
-        tls.channel_credentials(),
+        tls.channel_credentials(entry.id),
         options=channel_options(entry.id),
         interceptors=[AnswerCheck()],
     )
 
 
-def _http_client(entry: UpstreamEntry, tls: TlsMaterial, files: TlsFiles) -> httpx.AsyncClient:
+def _http_client(entry: UpstreamEntry, tls: TlsMaterial, files: TlsSettings) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=32, max_keepalive_connections=8)
     if entry.id is None:  # http:// to a loopback IP (checked when the config was loaded)
         transport = BoundedTransport(httpx.AsyncHTTPTransport(limits=limits, retries=0))
     else:
-        context = client_tls_context(tls, files)
+        context = client_tls_context(tls, entry.id, files)
         inner = httpx.AsyncHTTPTransport(verify=context, limits=limits, retries=0)
         transport = BoundedTransport(inner, server_name=svid_dns_name(entry.id))
     return httpx.AsyncClient(transport=transport, timeout=None, follow_redirects=False)
 
 
-def client_tls_context(tls: TlsMaterial, files: TlsFiles) -> ssl.SSLContext:
-    """A client context presenting this agent's certificate and trusting only its CA."""
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=tls.ca_pem.decode())
+def client_tls_context(tls: TlsMaterial, upstream_id: str, files: TlsSettings) -> ssl.SSLContext:
+    """A client context presenting this agent's certificate, trusting only the upstream's
+    trust domain's bundle."""
+    roots = tls.roots_for(trust_domain_of(upstream_id))
+    if roots is None:
+        raise PeerUnavailable(f"no trust bundle for the trust domain of {upstream_id}")
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=roots.decode())
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     # Python's ssl loads a client certificate only from files: the agent's
-    # configured files, the ones its TlsMaterial was read from.
-    context.load_cert_chain(files.cert, files.key)
+    # configured files, the ones its TlsMaterial was read from; an SVID from
+    # the Workload API lives in memory only, so it goes through a private
+    # temporary folder that is removed at once.
+    if isinstance(files, TlsFiles):
+        context.load_cert_chain(files.cert, files.key)
+        return context
+    with tempfile.TemporaryDirectory(prefix="a2agw-svid-") as folder:  # mode 0700
+        cert, key = Path(folder) / "svid.pem", Path(folder) / "svid.key"
+        cert.write_bytes(tls.cert_pem)
+        descriptor = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "wb") as out:
+            out.write(tls.key_pem)
+        context.load_cert_chain(cert, key)
     return context

@@ -1,0 +1,154 @@
+"""What an agent requires of its own certificate, and of a peer's under several trust domains.
+
+Used by :class:`gateway.transport.live_tls.LiveTls` for every set it is offered
+(files at start and on reload, each Workload API update). Messages name the
+problem and the fix, never certificate or key content.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+
+from gateway.errors import ConfigError
+from gateway.transport.tls import TlsMaterial
+from policies.identity import svid_dns_name, trust_domain_of
+
+_PUBLIC = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+@dataclass(frozen=True, slots=True)
+class CertificateFacts:
+    """What the agent may say about its own certificate (no key, no PEM)."""
+
+    serial: int
+    not_after: datetime
+
+
+def check_material(
+    material: TlsMaterial, agent_id: str, now: datetime, *, require_dns_name: bool = False
+) -> CertificateFacts:
+    """Everything an agent requires of its own TLS material before using it.
+
+    ``require_dns_name``: the certificate must carry ``svid_dns_name(agent_id)``
+    (an SVID from the Workload API, whose registration entry must list it).
+
+    Raises:
+        ConfigError: a file does not parse, the SPIFFE ID is not ``agent_id`` or
+            a DNS name is a wildcard, the certificate is expired or not yet
+            valid, it was not issued by the CA file (the agent's own trust
+            bundle), the key is not its key, or the DNS name is missing.
+    """
+    spiffe_id = material.spiffe_id()  # also refuses wildcard DNS names
+    if spiffe_id != agent_id:
+        raise ConfigError(f"agent id {agent_id} does not match its certificate ({spiffe_id})")
+    own_roots = material.roots_for(trust_domain_of(agent_id))
+    if own_roots is None:
+        raise ConfigError(f"no trust bundle for the agent's own trust domain ({agent_id})")
+    try:
+        chain = x509.load_pem_x509_certificates(material.cert_pem)
+        roots = x509.load_pem_x509_certificates(own_roots)
+        key = serialization.load_pem_private_key(material.key_pem, password=None)
+    except (ValueError, TypeError) as err:
+        # The message names the file kind only: never key or certificate content.
+        raise ConfigError("certificate, key or CA file cannot be parsed") from err
+    leaf = chain[0]
+    if key.public_key().public_bytes(*_PUBLIC) != leaf.public_key().public_bytes(*_PUBLIC):
+        raise ConfigError("the private key does not belong to the certificate")
+    if now >= leaf.not_valid_after_utc:
+        raise ConfigError(f"the certificate expired at {leaf.not_valid_after_utc.isoformat()}")
+    if now < leaf.not_valid_before_utc:
+        raise ConfigError(
+            f"the certificate is not valid before {leaf.not_valid_before_utc.isoformat()}"
+        )
+    if not issued_within(chain, roots, now):
+        raise ConfigError(
+            "the certificate was not issued by the configured CA "
+            "(its own chain in the certificate file does not lead to it)"
+        )
+    if require_dns_name:
+        require_svid_dns_name(leaf, agent_id)
+    return CertificateFacts(serial=leaf.serial_number, not_after=leaf.not_valid_after_utc)
+
+
+def require_svid_dns_name(leaf: x509.Certificate, agent_id: str) -> None:
+    """Refuse an SVID without the DNS name peers verify ``agent_id`` by.
+
+    Raises:
+        ConfigError: the name is missing, with the registration flag that adds it.
+    """
+    name = svid_dns_name(agent_id)
+    try:
+        san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        names = san.get_values_for_type(x509.DNSName)
+    except x509.ExtensionNotFound:
+        names = []
+    if name not in names:
+        raise ConfigError(
+            f"the SVID for {agent_id} lacks the DNS name {name} that peers verify it by: "
+            f"add `-dns {name}` to its SPIRE registration entry "
+            f"(`a2a-gateway spiffe dns-name {agent_id}` prints it)"
+        )
+
+
+def issued_within(
+    chain: list[x509.Certificate], roots: list[x509.Certificate], now: datetime | None = None
+) -> bool:
+    """True if ``chain`` (leaf first, then intermediates) leads to one of ``roots``.
+
+    Each certificate must be directly issued by a root or by the next one, which
+    must then be a CA (valid at ``now``, if given): the path a peer builds from
+    what is presented. Some other certificate in the file that a root issued
+    (the CA itself, appended after a foreign leaf) proves nothing about the leaf,
+    and a chain that leaves ``roots``' trust domain is not accepted.
+    """
+    for index, certificate in enumerate(chain):
+        if any(_issued_by(certificate, root) for root in roots):
+            return True
+        following = chain[index + 1] if index + 1 < len(chain) else None
+        if following is None or not _is_ca(following, now):
+            return False
+        if not _issued_by(certificate, following):
+            return False
+    return False
+
+
+def _is_ca(certificate: x509.Certificate, now: datetime | None) -> bool:
+    try:
+        constraints = certificate.extensions.get_extension_for_class(x509.BasicConstraints)
+    except x509.ExtensionNotFound:
+        return False
+    if now is not None and not (
+        certificate.not_valid_before_utc <= now < certificate.not_valid_after_utc
+    ):
+        return False
+    return constraints.value.ca
+
+
+@lru_cache(maxsize=1024)
+def chains_to(cert_pem: bytes, roots_pem: bytes) -> bool:
+    """True if the PEM chain ``cert_pem`` leads to a root in ``roots_pem`` (cached).
+
+    Cached per peer certificate and bundle, not worked out per call. gRPC
+    shows a server only the client's leaf, so an SVID under an intermediate
+    CA does not chain here (refused: fail closed).
+    """
+    try:
+        chain = x509.load_pem_x509_certificates(cert_pem)
+        roots = x509.load_pem_x509_certificates(roots_pem)
+    except ValueError:
+        return False
+    return issued_within(chain, roots)
+
+
+def _issued_by(certificate: x509.Certificate, issuer: x509.Certificate) -> bool:
+    try:
+        certificate.verify_directly_issued_by(issuer)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
