@@ -36,7 +36,7 @@ from gateway.errors import (
 )
 from gateway.plans import Plan
 from gateway.plans.attempt_rules import WRITE_IN_DOUBT
-from gateway.plans.task import StepStatus, TaskState
+from gateway.plans.task import StepStatus, TaskResult, TaskState
 from gateway.transport.client import PeerClient
 from gateway.transport.server import PROTOCOL_VERSION
 from gateway.transport.status import status_code_for
@@ -74,6 +74,7 @@ class HostilePeer:
 
     plain: tuple[grpc.StatusCode, str] | None = None
     rich: status_pb2.Status | None = None
+    described_as: str = BOB
     invocations: int = 0
 
     async def Describe(
@@ -81,7 +82,7 @@ class HostilePeer:
     ) -> gateway_pb2.DescribeResponse:
         contract = WriteCounter().capability().contract
         response = gateway_pb2.DescribeResponse(
-            agent_id=BOB,
+            agent_id=self.described_as,
             protocol_version=PROTOCOL_VERSION,
             max_payload_bytes=65536,
             grant_expires_at=future(),
@@ -227,9 +228,11 @@ PLAN_FORMS = [
 ] + [
     pytest.param(HostilePeer(rich=forged(code, cls.reason)), id=f"{cls.reason}@{code.name}")
     for cls in OURS_ONLY
-    if cls.nothing_ran
-    for code in dict.fromkeys([status_code_for(cls("x")), grpc.StatusCode.UNAVAILABLE])
+    for code in dict.fromkeys(
+        [status_code_for(cls("x"))] + ([grpc.StatusCode.UNAVAILABLE] if cls.nothing_ran else [])
+    )
 ]
+"""Every caller-only reason under its own code; those claiming nothing ran under UNAVAILABLE too."""
 
 
 @pytest.mark.parametrize("peer", PLAN_FORMS)
@@ -238,6 +241,35 @@ async def test_a_write_whose_peer_lies_after_running_it_is_not_moved(
 ) -> None:
     peer.invocations = 0
     counter = WriteCounter()
+    result = await _run_write(pki, tmp_path, peer, counter)
+    assert counter.calls == 0  # carol never ran it
+    written = result.steps["w"]
+    assert (written.status, written.where) == (StepStatus.FAILED, BOB)
+    assert written.attempts == peer.invocations >= 1
+    assert written.may_have_written
+    assert (result.state, result.revisions) == (TaskState.FAILED, ())
+    assert result.message.startswith(f"step 'w' failed on {BOB}: "), result.message
+    assert WRITE_IN_DOUBT in result.message  # "... its outcome is unknown ..."
+
+
+async def test_a_peer_describing_itself_as_another_is_skipped_not_a_mismatch(
+    pki: Pki, tmp_path: Path
+) -> None:
+    """bob's handshake proved who he is; his Describe naming mallory is a bad answer:
+    he is passed over (nothing is sent to him), and no PEER_IDENTITY_MISMATCH is claimed."""
+    peer = HostilePeer(plain=(grpc.StatusCode.INTERNAL, "x"), described_as=spiffe("mallory"))
+    counter = WriteCounter()
+    result = await _run_write(pki, tmp_path, peer, counter)
+    assert (result.state, peer.invocations, counter.calls) == (TaskState.COMPLETED, 0, 1)
+    assert result.steps["w"].where == CAROL
+    assert f"{BOB}: INVALID_OUTPUT" in result.steps["w"].notes
+    assert not any("PEER_IDENTITY_MISMATCH" in note for note in result.steps["w"].notes)
+
+
+async def _run_write(
+    pki: Pki, tmp_path: Path, peer: HostilePeer, counter: WriteCounter
+) -> TaskResult:
+    """alice runs one notes.write step; her routes: ``peer`` as bob first, then carol."""
     carol = await start_peer(
         pki,
         tmp_path,
@@ -253,19 +285,11 @@ async def test_a_write_whose_peer_lies_after_running_it_is_not_moved(
             alice = Agent(agent_config(pki, tmp_path, "alice", policy, peers), CapabilityRegistry())
             await alice.start(watch_policy=False)
             try:
-                result = await alice.run(_write_plan())
+                return await alice.run(_write_plan())
             finally:
                 await alice.stop(grace=0)
     finally:
         await carol.stop(grace=0)
-    assert counter.calls == 0  # carol never ran it
-    written = result.steps["w"]
-    assert (written.status, written.where) == (StepStatus.FAILED, BOB)
-    assert written.attempts == peer.invocations >= 1
-    assert written.may_have_written
-    assert (result.state, result.revisions) == (TaskState.FAILED, ())
-    assert result.message.startswith(f"step 'w' failed on {BOB}: "), result.message
-    assert WRITE_IN_DOUBT in result.message  # "... its outcome is unknown ..."
 
 
 def _write_plan() -> Plan:
