@@ -314,7 +314,7 @@ class StateUnavailable(GatewayError):
 
 
 class PeerUnavailable(GatewayError):
-    """The peer could not be reached."""
+    """The peer could not be reached, or answered ``UNAVAILABLE`` (the call may have run)."""
 
     reason = "PEER_UNAVAILABLE"
     peer_may_answer = True

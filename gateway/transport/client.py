@@ -230,7 +230,10 @@ class PeerClient:
 
     async def _serves_another_identity(self, timeout: float) -> bool:
         if self._check_context is None:
-            self._check_context = identity_check_context(self._ca_pem)
+            try:
+                self._check_context = identity_check_context(self._ca_pem)
+            except (ssl.SSLError, ValueError):  # a CA file Python's ssl cannot read
+                return False
         name = svid_dns_name(self.peer_id)
         return await serves_another_identity(self.address, self._check_context, name, timeout)
 

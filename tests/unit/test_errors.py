@@ -197,7 +197,7 @@ def test_public_api_is_what_all_says() -> None:
 
 
 # What each failure means for retries and plans: facts of the classes, asked in one place.
-_FACTS = ("transient", "nothing_ran", "peer_specific", "spends_request_id")
+_FACTS = ("transient", "nothing_ran", "peer_specific", "spends_request_id", "peer_may_answer")
 
 
 def test_what_a_failure_means_is_declared_on_the_tree_and_read_nowhere_else() -> None:
