@@ -54,7 +54,9 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
 
 What an error means for retries and plans is a fact of its class, asked in one
 place (``GatewayError.transient``, ``nothing_ran``, ``peer_specific``,
-``spends_request_id``), never a table kept beside the tree.
+``spends_request_id``), never a table kept beside the tree. Which reasons a peer
+may answer with is one too (``peer_may_answer``): the others (this side's own TLS
+check of the peer, its plans, files and cancellations) are never taken from a peer.
 
 Lower-level exceptions are translated into this tree only at boundaries (the
 gRPC servicer, the peer client, the CLI), always with ``raise ... from err``.
@@ -91,6 +93,13 @@ class GatewayError(Exception):
     spends_request_id: ClassVar[bool] = False
     """Given after the replay check: the call's request id counts as used."""
 
+    peer_may_answer: ClassVar[bool] = False
+    """A peer's gateway answers calls with this reason, so the client believes a peer's
+    ``ErrorInfo`` naming it (``gateway.transport.status.from_rpc_error``). False for
+    what only this side can know (its own TLS check of the peer's identity, its plans,
+    budgets, files, cancellations): a peer that received a call and claims one of
+    those is not believed, so it cannot make the call look as if nothing ran."""
+
     def __init__(self, message: str = "", *, detail: str = "") -> None:
         super().__init__(message or self.reason)
         self.message = message or self.reason
@@ -114,6 +123,7 @@ class Unauthenticated(GatewayError):
     """The caller presented no certificate yielding exactly one SPIFFE ID."""
 
     reason = "UNAUTHENTICATED"
+    peer_may_answer = True
     nothing_ran = True
 
 
@@ -121,6 +131,7 @@ class PolicyRefusal(GatewayError):
     """The caller is known (or not) but the policy does not allow the call."""
 
     reason = "POLICY_REFUSED"
+    peer_may_answer = True
     nothing_ran = True
     peer_specific = True
 
@@ -153,12 +164,14 @@ class OutboundNotAllowed(PolicyRefusal):
     """This agent's outbound rules forbid sending the capability to that peer."""
 
     reason = "OUTBOUND_NOT_ALLOWED"
+    peer_may_answer = False  # this agent's own outbound rules refused
 
 
 class VersionNotAvailable(GatewayError):
     """No version the caller may call satisfies the requested constraint."""
 
     reason = "VERSION_NOT_AVAILABLE"
+    peer_may_answer = True
     nothing_ran = True
     peer_specific = True
 
@@ -167,6 +180,7 @@ class PayloadTooLarge(GatewayError):
     """The raw payload is larger than the caller's cap."""
 
     reason = "PAYLOAD_TOO_LARGE"
+    peer_may_answer = True
     nothing_ran = True
     peer_specific = True
 
@@ -175,6 +189,7 @@ class OutputTooLarge(GatewayError):
     """The capability's output is larger than the caller's cap."""
 
     reason = "OUTPUT_TOO_LARGE"
+    peer_may_answer = True
     peer_specific = True
 
 
@@ -188,6 +203,7 @@ class LimitRefusal(GatewayError):
     """
 
     reason = "LIMIT_REFUSED"
+    peer_may_answer = True
     nothing_ran = True
 
 
@@ -213,6 +229,7 @@ class InvalidInput(GatewayError):
     """The payload is not valid JSON or does not match the input schema."""
 
     reason = "INVALID_INPUT"
+    peer_may_answer = True
     nothing_ran = True
     spends_request_id = True
 
@@ -221,6 +238,7 @@ class InvalidRequest(GatewayError):
     """The request envelope itself is malformed (ids, constraint syntax)."""
 
     reason = "INVALID_REQUEST"
+    peer_may_answer = True
     nothing_ran = True
 
 
@@ -228,6 +246,7 @@ class DeadlineExceeded(GatewayError):
     """The call's deadline has passed (or had passed on arrival)."""
 
     reason = "DEADLINE_EXCEEDED"
+    peer_may_answer = True
     transient = True
     spends_request_id = True
 
@@ -242,6 +261,7 @@ class ReplayedRequest(GatewayError):
     """A request id this agent has already seen from this peer."""
 
     reason = "REPLAYED_REQUEST"
+    peer_may_answer = True
     nothing_ran = True
 
 
@@ -249,6 +269,7 @@ class IdempotencyConflict(GatewayError):
     """An idempotency key reused with a different payload."""
 
     reason = "IDEMPOTENCY_CONFLICT"
+    peer_may_answer = True
     nothing_ran = True
 
 
@@ -256,6 +277,7 @@ class IdempotencyInDoubt(GatewayError):
     """An earlier attempt with this key was cut off mid-run; running again could write twice."""
 
     reason = "IDEMPOTENCY_IN_DOUBT"
+    peer_may_answer = True
 
 
 class IdempotencyNotInDoubt(GatewayError):
@@ -272,6 +294,7 @@ class InvalidOutput(GatewayError):
     """The capability returned output that violates its contract."""
 
     reason = "INVALID_OUTPUT"
+    peer_may_answer = True
     peer_specific = True
 
 
@@ -279,6 +302,7 @@ class CapabilityFailed(GatewayError):
     """The capability raised; details stay in the server log, not on the wire."""
 
     reason = "CAPABILITY_FAILED"
+    peer_may_answer = True
     peer_specific = True
 
 
@@ -291,6 +315,7 @@ class AuditUnavailable(GatewayError):
     """
 
     reason = "AUDIT_UNAVAILABLE"
+    peer_may_answer = True
     transient = True
     REMOTE_MESSAGE = "the agent's audit log cannot record, so nothing runs; retry later"
 
@@ -302,14 +327,16 @@ class StateUnavailable(GatewayError):
     """
 
     reason = "STATE_UNAVAILABLE"
+    peer_may_answer = True
     transient = True
     REMOTE_MESSAGE = "the agent's state store is unavailable, so nothing ran; retry later"
 
 
 class PeerUnavailable(GatewayError):
-    """The peer could not be reached."""
+    """The peer could not be reached, or answered ``UNAVAILABLE`` (the call may have run)."""
 
     reason = "PEER_UNAVAILABLE"
+    peer_may_answer = True
     transient = True
 
 
@@ -372,6 +399,7 @@ class TaskNotFound(ConfigError):
     """No checkpointed task has that id (or, over A2A, none of the caller's tasks has it)."""
 
     reason = "TASK_NOT_FOUND"
+    peer_may_answer = True
 
 
 class BudgetExhausted(GatewayError):
@@ -426,24 +454,28 @@ class UnsupportedOperation(GatewayError):
     """An A2A operation this gateway does not offer (streaming, subscriptions)."""
 
     reason = "UNSUPPORTED_OPERATION"
+    peer_may_answer = True
 
 
 class PushNotificationNotSupported(GatewayError):
     """A2A push-notification configuration: this gateway sends no push notifications."""
 
     reason = "PUSH_NOTIFICATION_NOT_SUPPORTED"
+    peer_may_answer = True
 
 
 class ProtocolVersionNotSupported(GatewayError):
     """The caller speaks an A2A protocol version other than 1.x (``a2a-version``)."""
 
     reason = "VERSION_NOT_SUPPORTED"
+    peer_may_answer = True
 
 
 class TaskNotCancelable(GatewayError):
     """The A2A task has already finished, so it cannot be cancelled."""
 
     reason = "TASK_NOT_CANCELABLE"
+    peer_may_answer = True
 
 
 class TaskInterrupted(GatewayError):
@@ -454,6 +486,7 @@ class TaskInterrupted(GatewayError):
     """
 
     reason = "TASK_INTERRUPTED"
+    peer_may_answer = True  # what a serving agent says of its own task
 
 
 def all_error_classes() -> list[type[GatewayError]]:

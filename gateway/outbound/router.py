@@ -39,9 +39,9 @@ from gateway.errors import (
     DeadlineExceeded,
     GatewayError,
     InvalidInput,
+    InvalidOutput,
     OutboundNotAllowed,
     PayloadTooLarge,
-    PeerIdentityMismatch,
     PeerUnavailable,
 )
 from gateway.transport.client import InvokeResult, PeerClient, PeerDescription, RemoteCapability
@@ -330,12 +330,14 @@ class Router:
                 self._failed[peer_id] = (time.monotonic(), skipped)
             return skipped
         if description.agent_id != peer_id:
+            # Its handshake proved it is peer_id; its words cannot make that an
+            # identity mismatch (only our TLS check says so), just a bad answer.
             _log.warning(
                 "peer %s described itself as someone else; ignored",
                 peer_id,
-                extra={"peer": peer_id, "reason": PeerIdentityMismatch.reason},
+                extra={"peer": peer_id, "reason": InvalidOutput.reason},
             )
-            return Skipped(peer_id, PeerIdentityMismatch.reason)
+            return Skipped(peer_id, InvalidOutput.reason)
         self._failed.pop(peer_id, None)
         self._described[peer_id] = (time.monotonic(), description)
         return description

@@ -1,10 +1,20 @@
-"""Calling a peer: mTLS channel bound to the peer's SPIFFE ID, typed errors."""
+"""Calling a peer: mTLS channel bound to the peer's SPIFFE ID, typed errors.
+
+A call is sent only once the channel's TLS handshake, which checks the peer's
+identity, has succeeded; a channel that cannot connect sent nothing, and only
+then does ``PEER_IDENTITY_MISMATCH`` come up, decided by a handshake of our own
+(``gateway.transport.handshake``). What a peer answers after a call was sent
+never claims that nothing ran unless it is a refusal a peer may give
+(``gateway.transport.status.from_rpc_error``).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -14,11 +24,23 @@ from grpc import aio
 from opentelemetry.trace import SpanKind
 
 from capabilities.canonical import ascii_json
-from gateway.errors import GatewayError, InvalidInput
+from gateway.errors import (
+    DeadlineExceeded,
+    GatewayError,
+    InvalidInput,
+    PeerIdentityMismatch,
+    PeerUnavailable,
+)
 from gateway.telemetry.tracing import AgentTracing, mark_refused, outgoing_metadata
+from gateway.transport.handshake import (
+    channel_connected,
+    identity_check_context,
+    serves_another_identity,
+)
 from gateway.transport.status import from_rpc_error
 from gateway.transport.tls import TlsMaterial, channel_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
+from policies.identity import svid_dns_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +112,8 @@ class PeerClient:
     """One reusable mTLS channel to one peer.
 
     The TLS handshake only succeeds if the server's certificate carries the
-    ``peer_id`` it is expected to be (see ``policies.identity.svid_dns_name``).
+    ``peer_id`` it is expected to be (see ``policies.identity.svid_dns_name``),
+    and no call is sent before it has.
     """
 
     def __init__(
@@ -104,9 +127,12 @@ class PeerClient:
         )
         self._stub = gateway_pb2_grpc.PeerGatewayStub(self._channel)  # type: ignore[no-untyped-call]
         self._ids = RequestIds()
+        self._ca_pem = tls.ca_pem
+        self._check_context: ssl.SSLContext | None = None
 
     async def describe(self, *, timeout: float = 5.0) -> PeerDescription:
         """Ask the peer what we may call there."""
+        timeout = await self._connected(timeout)
         try:
             reply = await self._stub.Describe(
                 gateway_pb2.DescribeRequest(), timeout=timeout, metadata=outgoing_metadata()
@@ -158,9 +184,12 @@ class PeerClient:
         }
         with self._tracing.span("peer call", attributes, SpanKind.CLIENT) as span:
             try:
-                reply = await self._stub.Invoke(
-                    request, timeout=timeout, metadata=outgoing_metadata()
-                )
+                left = await self._connected(timeout)
+            except GatewayError as err:
+                mark_refused(span, err)
+                raise
+            try:
+                reply = await self._stub.Invoke(request, timeout=left, metadata=outgoing_metadata())
             except grpc.RpcError as err:
                 error = from_rpc_error(err)
                 mark_refused(span, error)
@@ -173,6 +202,40 @@ class PeerClient:
             evidence_sha256=reply.evidence_sha256,
             replayed=reply.replayed,
         )
+
+    async def _connected(self, timeout: float) -> float:
+        """Wait until the channel's handshake has succeeded; the time left for the call.
+
+        Raises:
+            PeerIdentityMismatch: our own handshake found the server's certificate
+                not valid for ``peer_id`` (nothing was sent).
+            PeerUnavailable: the channel could not connect (nothing was sent).
+            DeadlineExceeded: it did not connect within ``timeout``.
+        """
+        if self._channel.get_state(try_to_connect=True) is grpc.ChannelConnectivity.READY:
+            return timeout
+        started = time.monotonic()
+        try:
+            connected = await asyncio.wait_for(channel_connected(self._channel), timeout)
+        except TimeoutError as err:
+            raise DeadlineExceeded(f"DEADLINE_EXCEEDED: no connection to {self.address}") from err
+        left = timeout - (time.monotonic() - started)
+        if connected:
+            return left
+        if left > 0 and await self._serves_another_identity(left):
+            raise PeerIdentityMismatch(
+                "the server's certificate does not carry the expected peer's SPIFFE ID"
+            )
+        raise PeerUnavailable(f"UNAVAILABLE: could not connect to {self.address}")
+
+    async def _serves_another_identity(self, timeout: float) -> bool:
+        if self._check_context is None:
+            try:
+                self._check_context = identity_check_context(self._ca_pem)
+            except (ssl.SSLError, ValueError):  # a CA file Python's ssl cannot read
+                return False
+        name = svid_dns_name(self.peer_id)
+        return await serves_another_identity(self.address, self._check_context, name, timeout)
 
     async def close(self, grace: float | None = None) -> None:
         """Close the channel; with ``grace``, calls in flight get that long to finish."""

@@ -4,7 +4,15 @@ The one table mapping the error tree to gRPC status codes lives here, in the
 transport, so ``policies/`` and ``capabilities/`` never import gRPC.
 
 The server turns a GatewayError into a status (code from ``STATUS_TABLE``,
-``ErrorInfo(reason, domain)``); the client turns it back into the same class.
+``ErrorInfo(reason, domain)``); the client turns it back into the same class,
+but only for what a peer may say: a reason whose class is ``peer_may_answer``,
+with the status code the table gives it. Anything else a peer answers (a
+reason only this side decides, such as ``PEER_IDENTITY_MISMATCH``, ``CANCELLED``
+or ``BUDGET_EXHAUSTED``, a code that does not go with the reason, any status
+text) is mapped by its status code alone, to a class that never claims that
+nothing ran: the call reached the peer and may have run there. Whether the
+server is the identity asked for is decided before sending, by the handshake
+(``gateway.transport.handshake``), never from an answer.
 """
 
 from __future__ import annotations
@@ -96,7 +104,11 @@ STATUS_TABLE: dict[type[GatewayError], grpc.StatusCode] = {
 
 def status_code_for(error: GatewayError) -> grpc.StatusCode:
     """The gRPC status code for ``error``, by nearest ancestor in STATUS_TABLE."""
-    for cls in type(error).__mro__:
+    return _code_for_class(type(error))
+
+
+def _code_for_class(error_class: type[GatewayError]) -> grpc.StatusCode:
+    for cls in error_class.__mro__:
         code = STATUS_TABLE.get(cls)
         if code is not None:
             return code
@@ -112,36 +124,57 @@ def to_grpc_status(error: GatewayError) -> grpc.Status:
     return rpc_status.to_status(detail)
 
 
-# Transport-level failures that carry no ErrorInfo (the request never reached
-# the gateway code, or the channel broke).
-_TRANSPORT_ERRORS: dict[grpc.StatusCode, type[GatewayError]] = {
+_BY_CODE: dict[grpc.StatusCode, type[GatewayError]] = {
     grpc.StatusCode.UNAVAILABLE: PeerUnavailable,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
-    grpc.StatusCode.CANCELLED: Cancelled,
-    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
 }
+"""A failed call with no believable ErrorInfo, by status code; the root for other codes.
 
-_NAME_MISMATCH_HINTS = ("Hostname Verification Check failed", "not in peer certificate")
+None of these claims that nothing ran: the call was sent (``PeerClient`` sends
+only once the handshake succeeded), so the peer may have run it, whatever it
+says. A bare ``UNAUTHENTICATED`` or ``CANCELLED`` is the root too: a gateway
+refusing a caller says so with its ErrorInfo, and a cancellation of ours is
+never a peer's answer."""
 
 
 def from_rpc_error(err: grpc.RpcError) -> GatewayError:
-    """Map a failed call back to the GatewayError subclass it stands for."""
+    """Map a failed call back to the GatewayError subclass it stands for.
+
+    A peer's ``ErrorInfo`` is believed only for a reason a peer may give
+    (``peer_may_answer``) with the code ``STATUS_TABLE`` gives it; otherwise the
+    status code alone decides (``_BY_CODE``), and the message says the claim was
+    not believed.
+    """
     code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
     details = (err.details() if hasattr(err, "details") else "") or ""
     status = _rich_status(err)
-    if status is not None:
-        for detail in status.details:
-            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-                info = error_details_pb2.ErrorInfo()
-                detail.Unpack(info)
-                if info.domain == ERROR_DOMAIN:
-                    return error_for_reason(info.reason)(status.message)
-    if code == grpc.StatusCode.UNAVAILABLE and any(h in details for h in _NAME_MISMATCH_HINTS):
-        return PeerIdentityMismatch(
-            "the server's certificate does not carry the expected peer's SPIFFE ID"
-        )
-    error_class = _TRANSPORT_ERRORS.get(code, GatewayError)
-    return error_class(f"{code.name}: {details}" if details else code.name)
+    claimed = None if status is None else _claimed_reason(status)
+    if status is not None and claimed is not None:
+        error_class = error_for_reason(claimed)
+        if _believable(error_class, code):
+            return error_class(status.message)
+    message = f"{code.name}: {details}" if details else code.name
+    if claimed is not None:
+        message += f" (the peer's reason {claimed[:64]!r} is not believed)"
+    return _BY_CODE.get(code, GatewayError)(message)
+
+
+def _claimed_reason(status: status_pb2.Status) -> str | None:
+    """The reason of the first ErrorInfo of our domain in ``status``, if any."""
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            if info.domain == ERROR_DOMAIN:
+                return str(info.reason)
+    return None
+
+
+def _believable(error_class: type[GatewayError], code: grpc.StatusCode) -> bool:
+    # The root (also what an unknown reason maps to) claims nothing, so taking
+    # it at its word costs nothing.
+    answerable = error_class is GatewayError or error_class.peer_may_answer
+    return answerable and _code_for_class(error_class) == code
 
 
 def _rich_status(err: grpc.RpcError) -> status_pb2.Status | None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import grpc
 import pytest
+from google.rpc import status_pb2
 
 import gateway
 from gateway import errors
@@ -65,7 +68,7 @@ def test_every_documented_reason_code_exists() -> None:
 class _FakeCall(grpc.RpcError):
     """What a failed call looks like to the client: code, details, trailing metadata."""
 
-    def __init__(self, status: grpc.Status) -> None:
+    def __init__(self, status: grpc.Status | _Wire) -> None:
         self._status = status
 
     def code(self) -> grpc.StatusCode:
@@ -78,8 +81,14 @@ class _FakeCall(grpc.RpcError):
         return tuple(self._status.trailing_metadata)
 
 
-@pytest.mark.parametrize("cls", all_error_classes())
-def test_every_error_round_trips_through_the_wire_form(cls: type[GatewayError]) -> None:
+_ANSWERABLE = [c for c in all_error_classes() if c.peer_may_answer or c is GatewayError]
+_OURS_ONLY = [c for c in all_error_classes() if c not in _ANSWERABLE]
+
+
+@pytest.mark.parametrize("cls", _ANSWERABLE)
+def test_every_answer_a_peer_may_give_round_trips_through_the_wire_form(
+    cls: type[GatewayError],
+) -> None:
     back = from_rpc_error(_FakeCall(to_grpc_status(cls("why it failed"))))
     assert type(back) is _ALIASES.get(cls, cls)
     assert back.message == (cls.REMOTE_MESSAGE or "why it failed")
@@ -93,6 +102,80 @@ def test_store_failures_cross_the_wire_with_a_fixed_message_only(
     for status in (to_grpc_status(local), to_a2a_status(local)):
         assert cls.REMOTE_MESSAGE and status.details == cls.REMOTE_MESSAGE
         assert all(b"db.internal" not in value for _, value in status.trailing_metadata)
+
+
+def test_the_reasons_only_this_side_decides() -> None:
+    assert {cls.reason for cls in _OURS_ONLY} == {
+        "PEER_IDENTITY_MISMATCH",
+        "CANCELLED",
+        "OUTBOUND_NOT_ALLOWED",
+        "BUDGET_EXHAUSTED",
+        "NO_ROUTE",
+        "EXPECTATION_FAILED",
+        "APPROVAL_DENIED",
+        "STAGNATED",
+        "UNVERIFIED",
+        "TASK_LEASED",
+        "IDEMPOTENCY_NOT_IN_DOUBT",
+        "CONFIG_INVALID",
+        "POLICY_INVALID",
+        "PLAN_INVALID",
+    }
+
+
+_FALLBACK = {grpc.StatusCode.UNAVAILABLE: errors.PeerUnavailable}
+
+
+@pytest.mark.parametrize("cls", _OURS_ONLY)
+def test_a_reason_only_this_side_decides_is_not_believed_from_a_peer(
+    cls: type[GatewayError],
+) -> None:
+    """Sent with its own status code, or with UNAVAILABLE: the code alone decides."""
+    for code in (status_code_for(cls("x")), grpc.StatusCode.UNAVAILABLE):
+        forged = _recoded(to_grpc_status(cls("Hostname Verification Check failed")), code)
+        back = from_rpc_error(_FakeCall(forged))
+        assert type(back) is _FALLBACK.get(code, GatewayError), (cls, code)
+        assert not back.nothing_ran
+        assert f"the peer's reason '{cls.reason}' is not believed" in back.message
+
+
+@pytest.mark.parametrize(
+    "cls", [errors.UnknownPeer, errors.PayloadTooLarge, errors.Unauthenticated]
+)
+def test_a_refusal_with_a_code_that_does_not_go_with_it_is_not_believed(
+    cls: type[GatewayError],
+) -> None:
+    forged = _recoded(to_grpc_status(cls("refused")), grpc.StatusCode.UNAVAILABLE)
+    back = from_rpc_error(_FakeCall(forged))
+    assert type(back) is errors.PeerUnavailable
+    assert not back.nothing_ran
+
+
+@pytest.mark.parametrize("code", list(grpc.StatusCode))
+def test_no_status_without_an_error_info_claims_that_nothing_ran(code: grpc.StatusCode) -> None:
+    back = from_rpc_error(_FakeCall(_Wire(code, "Hostname Verification Check failed", ())))
+    assert not back.nothing_ran
+    assert type(back) in (errors.PeerUnavailable, errors.DeadlineExceeded, GatewayError)
+
+
+class _Wire(NamedTuple):
+    """A status as a peer may send it (grpc.Status is only an interface)."""
+
+    code: grpc.StatusCode
+    details: str
+    trailing_metadata: tuple[tuple[str, bytes], ...]
+
+
+def _recoded(status: grpc.Status, code: grpc.StatusCode) -> _Wire:
+    """``status`` (rich) sent with ``code`` instead of its own, consistently."""
+    metadata = []
+    for key, value in status.trailing_metadata:
+        if key == "grpc-status-details-bin":
+            rich = status_pb2.Status.FromString(value)
+            rich.code = code.value[0]
+            value = rich.SerializeToString()
+        metadata.append((key, value))
+    return _Wire(code, status.details, tuple(metadata))
 
 
 def test_detail_never_crosses_the_wire() -> None:
@@ -125,7 +208,7 @@ def test_public_api_is_what_all_says() -> None:
 
 
 # What each failure means for retries and plans: facts of the classes, asked in one place.
-_FACTS = ("transient", "nothing_ran", "peer_specific", "spends_request_id")
+_FACTS = ("transient", "nothing_ran", "peer_specific", "spends_request_id", "peer_may_answer")
 
 
 def test_what_a_failure_means_is_declared_on_the_tree_and_read_nowhere_else() -> None:

@@ -38,13 +38,13 @@ from gateway.transport.a2a.upstream_answers import UnreadableAnswer
 from gateway.transport.a2a.upstream_links import UpstreamLink, client_tls_context, open_link
 from gateway.transport.a2a.upstream_reach import (
     NOT_SENT,
-    channel_connected,
     exception_chain,
     grpc_cause,
     handshake_cause,
     http_cause,
 )
 from gateway.transport.a2a.upstream_tasks import followed, streamed
+from gateway.transport.handshake import channel_connected
 from gateway.transport.tls import TlsMaterial
 from policies.identity import svid_dns_name
 

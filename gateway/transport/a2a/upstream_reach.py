@@ -9,7 +9,8 @@ must not then say that nothing was sent. So:
   which checks the upstream's identity, has succeeded. A channel that fails
   to connect means nothing was sent; a handshake of our own (same certificate,
   CA and expected name) then says why: ``PEER_IDENTITY_MISMATCH`` when the
-  server's certificate is not for that name, else ``PEER_UNAVAILABLE``.
+  server's certificate is not for that name, else ``PEER_UNAVAILABLE``
+  (both from ``gateway.transport.handshake``, shared with ``PeerClient``).
 * JSON-RPC: httpx's ``ConnectError``/``ConnectTimeout`` mean nothing was sent;
   the ssl error raised by our own OpenSSL (its verify code) tells a wrong name.
 
@@ -19,15 +20,13 @@ the connection lost) is ``SENT_THEN_UNAVAILABLE``: the call may have run.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import ssl
 
 import grpc
 import httpx
-from grpc import aio
 
 from gateway.errors import PeerIdentityMismatch, PeerUnavailable
+from gateway.transport.handshake import names_another_identity, serves_another_identity
 
 NOT_SENT = PeerUnavailable.reason
 """Audit detail: the upstream could not be reached; nothing was sent."""
@@ -35,22 +34,6 @@ WRONG_IDENTITY = PeerIdentityMismatch.reason
 """Audit detail: its certificate is for another identity (found in the handshake); nothing sent."""
 SENT_THEN_UNAVAILABLE = "PEER_UNAVAILABLE_AFTER_SEND"
 """Audit detail: the call may have reached the upstream, which may have run it."""
-
-_HOSTNAME_MISMATCH = 62  # OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH
-
-
-async def channel_connected(channel: aio.Channel) -> bool:
-    """Wait until ``channel`` is READY (True) or fails to connect (False).
-
-    No timeout of its own: the capability runner's cancels a slow handshake.
-    """
-    state = channel.get_state(try_to_connect=True)
-    while state is not grpc.ChannelConnectivity.READY:
-        if state in (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN):
-            return False
-        await channel.wait_for_state_change(state)
-        state = channel.get_state(try_to_connect=True)
-    return True
 
 
 async def handshake_cause(
@@ -62,22 +45,8 @@ async def handshake_cause(
     valid for ``server_name``; anything else (refused, closed, another
     verification error, a handshake that now succeeds) is ``NOT_SENT``.
     """
-    host, _, port = address.rpartition(":")
-    try:
-        _, writer = await asyncio.wait_for(
-            asyncio.open_connection(
-                host.strip("[]"), int(port), ssl=context, server_hostname=server_name
-            ),
-            timeout,
-        )
-    except ssl.SSLCertVerificationError as err:
-        return WRONG_IDENTITY if err.verify_code == _HOSTNAME_MISMATCH else NOT_SENT
-    except (OSError, TimeoutError, ValueError):
-        return NOT_SENT
-    writer.close()
-    with contextlib.suppress(OSError, ssl.SSLError):
-        await writer.wait_closed()
-    return NOT_SENT
+    wrong = await serves_another_identity(address, context, server_name, timeout)
+    return WRONG_IDENTITY if wrong else NOT_SENT
 
 
 def http_cause(err: BaseException) -> str | None:
@@ -89,7 +58,7 @@ def http_cause(err: BaseException) -> str | None:
     if any(isinstance(c, httpx.ConnectError | httpx.ConnectTimeout) for c in chain):
         for cause in chain:
             if isinstance(cause, ssl.SSLCertVerificationError):
-                return WRONG_IDENTITY if cause.verify_code == _HOSTNAME_MISMATCH else NOT_SENT
+                return WRONG_IDENTITY if names_another_identity(cause) else NOT_SENT
         return NOT_SENT
     if any(
         isinstance(c, httpx.TransportError) and not isinstance(c, httpx.ReadTimeout) for c in chain
