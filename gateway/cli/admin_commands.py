@@ -19,7 +19,7 @@ from gateway.audit import (
 from gateway.audit.checkpoint_verify import verify_checkpoints
 from gateway.audit.pg_read import query_agent_records, verify_agent_chains
 from gateway.audit.summary import format_summary, format_summary_json, summarize
-from gateway.cli import policy_commands
+from gateway.cli import audit_follow, policy_commands
 from gateway.config import load_agent_config
 from gateway.devtools import pki
 from gateway.display import json_for_terminals, printable
@@ -78,6 +78,11 @@ def add_commands(commands: Any) -> None:
     audit.add_argument("--since", help="e.g. 30s, 10m, 2h, 1d")
     audit.add_argument("--trace", metavar="TRACE_ID", help="only records of this trace id")
     audit.add_argument("--json", action="store_true", help="JSON lines")
+    audit.add_argument(
+        "--follow",
+        action="store_true",
+        help="print records as they commit until interrupted (with --since: that window first)",
+    )
     audit.add_argument(
         "--summary",
         action="store_true",
@@ -235,6 +240,10 @@ def _policy_check(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
+    if args.follow:
+        if args.action == "verify" or args.summary:
+            raise ConfigError("--follow prints records; it does not go with verify or --summary")
+        return audit_follow.follow(args)
     if args.action == "verify":
         return _audit_verify(args)
     if isinstance(args.db, PostgresDsn):
