@@ -97,7 +97,10 @@ class Agent:
         if registry is None:
             try:
                 load_capability_modules(
-                    config.modules, self.registry, AgentEnvironment(config.id, config.state_dir)
+                    config.modules,
+                    self.registry,
+                    AgentEnvironment(config.id, config.state_dir),
+                    config.module_dir,
                 )
             except CapabilityModuleError as err:
                 raise AgentConfigError(str(err)) from err

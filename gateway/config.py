@@ -373,6 +373,9 @@ class AgentConfig(_Frozen):
             unset (default) keeps SQLite files under ``state_dir``; a
             PostgreSQL DSN shares them between replicas of this agent id.
         modules: Python modules that register capabilities.
+        module_dir: Folder the ``modules`` are also imported from, after
+            the normal import path (default: the config file's folder, so a
+            module beside the config needs no ``PYTHONPATH``).
         peers: Known peers.
         upstreams: Existing A2A agents whose skills this agent serves.
         audit_checkpoints: Signed checkpoints of the audit log's head.
@@ -419,6 +422,7 @@ class AgentConfig(_Frozen):
     state_dir: Path
     state_db: StoreLocation | None = None
     modules: tuple[str, ...] = ("capabilities.builtin",)
+    module_dir: Path | None = None
     peers: tuple[PeerEntry, ...] = ()
     upstreams: tuple[UpstreamEntry, ...] = ()
     audit_checkpoints: AuditCheckpoints = AuditCheckpoints()
@@ -494,6 +498,7 @@ class AgentConfig(_Frozen):
                     }
                 ),
                 "policy": fix(self.policy),
+                "module_dir": base if self.module_dir is None else fix(self.module_dir),
                 "audit_db": fix_store(self.audit_db),
                 "state_db": None if self.state_db is None else fix_store(self.state_db),
                 "state_dir": fix(self.state_dir),

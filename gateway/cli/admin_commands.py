@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,9 @@ from gateway.config import load_agent_config
 from gateway.devtools import pki
 from gateway.display import json_for_terminals, printable
 from gateway.errors import ConfigError
-from gateway.postgres.dsn import PostgresDsn, is_dsn
+from gateway.postgres.dsn import PostgresDsn
 from gateway.transport.tls import load_pem_file
+from policies.grants import PeerGrant
 from policies.policy_file import load_policy
 
 
@@ -67,7 +69,7 @@ def add_commands(commands: Any) -> None:
     audit.add_argument("action", nargs="?", choices=["verify"], help="verify the hash chain")
     audit.add_argument(
         "--db",
-        type=_store_location,
+        type=policy_commands.store_location,
         required=True,
         help="SQLite file, or postgresql://... (the shared table of many agents)",
     )
@@ -126,10 +128,6 @@ def _pki_issue(args: argparse.Namespace) -> int:
     )
     print(f"{issued.spiffe_id}: {issued.cert_path} {issued.key_path}")
     return 0
-
-
-def _store_location(text: str) -> Path | PostgresDsn:
-    return PostgresDsn(text.strip()) if is_dsn(text) else Path(text)
 
 
 def _audit_verify_agents(args: argparse.Namespace) -> int:
@@ -229,14 +227,33 @@ def _policy_check(args: argparse.Namespace) -> int:
     print(
         f"{args.file}: ok ({len(document.grants)} grants, {len(document.outbound)} outbound rules)"
     )
+    now = datetime.now(UTC)
     for grant in document.grants:
         entries = ", ".join(str(entry) for entry in grant.capabilities)
         print(
             f"  {grant.peer}: {entries}; cap {grant.max_payload_bytes} bytes; "
             f"expires {grant.expires_at.isoformat()}"
             + (f"; max risk {grant.max_risk.value}" if grant.max_risk else "")
+            + "".join(f"; {limit}" for limit in _limits_of(grant))
         )
+    for grant in document.grants:
+        if grant.expires_at <= now:
+            print(
+                f"warning: grant of {grant.peer} expired {grant.expires_at.isoformat()}: "
+                "its calls are refused GRANT_EXPIRED",
+                file=sys.stderr,
+            )
     return 0
+
+
+def _limits_of(grant: PeerGrant) -> list[str]:
+    """The per-peer limits a grant sets, as written in the policy file."""
+    shown = [
+        ("max_calls_per_second", grant.max_calls_per_second),
+        ("burst", grant.burst),
+        ("max_in_flight", grant.max_in_flight),
+    ]
+    return [f"{key} {value:g}" for key, value in shown if value is not None]
 
 
 def _audit(args: argparse.Namespace) -> int:

@@ -250,7 +250,7 @@ def init_ca(directory: Path, trust_domain: str, *, overwrite: bool = False) -> P
     _check_trust_domain(trust_domain)
     cert_path = directory / CA_CERT_FILE
     if cert_path.exists() and not overwrite:
-        raise ConfigError(f"CA already exists at {cert_path} (pass overwrite to replace it)")
+        raise ConfigError(f"CA already exists at {cert_path} (pass --force to replace it)")
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as err:
