@@ -43,6 +43,7 @@ from gateway.plans.store import SqliteTaskStore, TaskStore
 from gateway.plans.task import TaskResult
 from gateway.postgres.dsn import PostgresDsn
 from gateway.telemetry import Telemetry
+from gateway.telemetry.health_http import HealthState
 from gateway.transport.a2a import A2AServicer, A2ATaskStore
 from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
 from gateway.transport.a2a.upstream_client import UpstreamClient
@@ -180,6 +181,8 @@ class Agent:
         )
         """Keeps the gRPC health status true (see gateway.transport.health)."""
         self.audit.add_health_listener(lambda _healthy: self.health.poke())
+        self._health_published = self._stopping = False
+        self.telemetry.serve_health(self.health_state)
         self._observe_components()
         self.task_store: TaskStore = (
             PostgresTaskStore(config.state_db, config.id)
@@ -308,6 +311,7 @@ class Agent:
         await self._purge_idempotency_keys()
         self.port = await self._server.start(self.config.listen)
         self.health.start()
+        self._health_published = True
         if watch_policy:
             self._watcher = asyncio.create_task(self.policies.watch())
         if watch_policy if watch_tls is None else watch_tls:
@@ -323,6 +327,14 @@ class Agent:
                 self.handler.limit_refusals.flush_expired()
             except AuditUnavailable as err:  # the counts stay pending; the next round retries
                 _log.warning("aggregated limit refusals not written yet: %s", err.message)
+
+    def health_state(self) -> HealthState:
+        """What the gRPC health service says now, and why (for ``/readyz``)."""
+        return HealthState(
+            started=self._health_published,
+            stopping=self._stopping,
+            failing=self.health.failing,
+        )
 
     def limit_stats(self) -> LimitStats:
         """Limit refusals per peer and reason, and calls in flight (read-only snapshot)."""
@@ -373,6 +385,7 @@ class Agent:
         Running tasks are interrupted, not ended: they stay resumable. Health
         says NOT_SERVING from the first moment of shutdown.
         """
+        self._stopping = True
         await self.health.stop()
         await self._server.enter_shutdown()
         await self.plans.shutdown()
