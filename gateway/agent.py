@@ -20,6 +20,7 @@ from gateway.audit import AuditLog
 from gateway.audit.checkpoint import Checkpointer, CheckpointSigner
 from gateway.audit.query import recent_request_ids
 from gateway.config import AgentConfig
+from gateway.console import ConsoleServer
 from gateway.errors import AgentConfigError, AuditUnavailable, StateUnavailable
 from gateway.inbound.idempotency import IdempotencyStore
 from gateway.inbound.invoke_handler import InvokeHandler
@@ -183,6 +184,10 @@ class Agent:
         self.audit.add_health_listener(lambda _healthy: self.health.poke())
         self._health_published = self._stopping = False
         self.telemetry.serve_health(self.health_state)
+        self.console = (
+            ConsoleServer(config.console, self) if config.console and worker == 0 else None
+        )
+        """The read-only operator console (``[console]``; the first worker only)."""
         self._observe_components()
         self.task_store: TaskStore = (
             PostgresTaskStore(config.state_db, config.id)
@@ -312,6 +317,8 @@ class Agent:
         self.port = await self._server.start(self.config.listen)
         self.health.start()
         self._health_published = True
+        if self.console is not None:
+            await self.console.start()
         if watch_policy:
             self._watcher = asyncio.create_task(self.policies.watch())
         if watch_policy if watch_tls is None else watch_tls:
@@ -387,6 +394,8 @@ class Agent:
         """
         self._stopping = True
         await self.health.stop()
+        if self.console is not None:
+            await self.console.stop()
         await self._server.enter_shutdown()
         await self.plans.shutdown()
         for task in (self._watcher, self._purger, self._limit_flusher, self._tls_watcher):

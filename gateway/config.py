@@ -345,6 +345,43 @@ class TracingSettings(_Frozen):
     otlp_insecure: bool = True
 
 
+class ConsoleSettings(_Frozen):
+    """The read-only operator console in the browser (``[console]``; absent: off).
+
+    Attributes:
+        listen: ``host:port`` of its HTTP listener (port 0 picks one). Must be
+            a loopback IP literal unless ``allow_remote`` is true.
+        allow_remote: Serve beyond this machine. Then the listener speaks
+            TLS with the agent's certificate and requires a client
+            certificate from the agent's CA whose SPIFFE ID is in ``operators``.
+        operators: SPIFFE IDs allowed to open the console remotely (required
+            with ``allow_remote``; meaningless without it, so refused there).
+    """
+
+    listen: str = "127.0.0.1:9465"
+    allow_remote: bool = False
+    operators: tuple[SpiffeId, ...] = ()
+
+    @model_validator(mode="after")
+    def _loopback_unless_operators(self) -> ConsoleSettings:
+        host, sep, port = self.listen.rpartition(":")
+        if not sep or not port.isdigit() or not host:
+            raise ValueError(f"console.listen {self.listen!r}: expected host:port")
+        if self.allow_remote and not self.operators:
+            raise ValueError(
+                "console.allow_remote needs console.operators: the SPIFFE IDs whose client "
+                "certificates may open it"
+            )
+        if not self.allow_remote and self.operators:
+            raise ValueError("console.operators only apply with console.allow_remote = true")
+        if not self.allow_remote and not _is_loopback(host.strip("[]")):
+            raise ValueError(
+                f"console.listen {self.listen!r} is not a loopback address; set "
+                "console.allow_remote = true (and console.operators) to serve it remotely"
+            )
+        return self
+
+
 def _is_loopback(host: str) -> bool:
     # IP literals only: a name such as "localhost" is whatever the resolver says.
     try:
@@ -393,6 +430,7 @@ class AgentConfig(_Frozen):
             stay failed until restarted.
         metrics: Prometheus endpoint (None: no metrics, near-zero cost).
         tracing: Spans and OTLP export (None: no spans; traceparent still carried).
+        console: The read-only operator console in the browser (None: off).
         workers: Serving processes on the one ``listen`` port (default 1);
             more than one share it with ``SO_REUSEPORT`` and share the policy
             file, the audit chain, the idempotency keys and the replay window
@@ -432,6 +470,7 @@ class AgentConfig(_Frozen):
     audit_retry_seconds: float | None = Field(default=2.0, gt=0)
     metrics: MetricsSettings | None = None
     tracing: TracingSettings | None = None
+    console: ConsoleSettings | None = None
     workers: int = Field(default=1, ge=1, le=256)
     pin_workers: bool = False
     replay_window_ids: int = Field(default=1 << 21, ge=1024, le=1 << 26)

@@ -88,6 +88,8 @@ async def _serve_agent(args: argparse.Namespace, config: AgentConfig) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     if args.worker is None:
+        if agent.console is not None:
+            print(f"console on {agent.console.url}", flush=True)
         print(f"{agent.config.id} serving on {agent.address}", flush=True)
     else:
         print(f"worker {args.worker}{READY_MARK}{agent.address}", flush=True)
