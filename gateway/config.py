@@ -337,12 +337,15 @@ class TracingSettings(_Frozen):
         otlp_endpoint: ``host:port`` of an OTLP/gRPC collector; spans are
             exported there in batches when set.
         otlp_insecure: Send OTLP without TLS (a collector on this machine).
+        console: Also print each recorded span as one line on stderr, for
+            people without a collector (default false).
     """
 
     enabled: bool = True
     sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
     otlp_endpoint: str | None = None
     otlp_insecure: bool = True
+    console: bool = False
 
 
 class ConsoleSettings(_Frozen):
