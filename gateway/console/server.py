@@ -35,6 +35,8 @@ from policies.identity import spiffe_id_from_pem
 
 _log = logging.getLogger(__name__)
 KEEPALIVE_SECONDS = 15.0
+MAX_STREAMS = 32
+"""Live pages open at once; more are answered 503 (each holds a connection and a queue)."""
 _STATIC = {
     "console.css": "text/css; charset=utf-8",
     "console.js": "text/javascript; charset=utf-8",
@@ -151,6 +153,8 @@ class ConsoleServer:
         elif request.path in HEALTH_PATHS:
             status, body = health_answer(request.path, self._source.health_state)
             await respond(writer, status, TEXT, body)
+        elif request.path == "/events" and len(self._streams) >= MAX_STREAMS:
+            await respond(writer, "503 Service Unavailable", TEXT, "too many live pages\n")
         elif request.path == "/events":
             await self._stream(request, writer)
         elif request.path.startswith("/static/"):

@@ -28,6 +28,7 @@ from gateway.console.pages import (
     filter_form,
     href,
     table,
+    trace_link,
     utc,
 )
 from gateway.errors import ConfigError
@@ -245,7 +246,10 @@ async def upstreams(source: ConsoleSource) -> str:
             outcome = "-"
             if last:
                 rec = last[-1]
-                outcome = f"{esc(rec.decision)} {esc(rec.reason)} at {esc(utc(rec.time_unix_ms))}"
+                outcome = (
+                    f"{esc(rec.decision)} {esc(rec.reason)} at {esc(utc(rec.time_unix_ms))} "
+                    f"(trace {trace_link(rec.trace_id)})"
+                )
             rows.append(
                 [
                     esc(upstream.name),

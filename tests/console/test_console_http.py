@@ -179,3 +179,44 @@ async def test_remote_console_admits_only_listed_operators(pki: Pki, tmp_path: P
             assert await _status_or_failure(console.address, tls) == "no answer"
     finally:
         await agent.stop()
+
+
+async def test_audit_and_in_flight_pages_tell_the_truth(console_agent: Agent, pki: Pki) -> None:
+    console = console_agent.console
+    assert console is not None
+    async with PeerClient(
+        console_agent.config.id, console_agent.address, pki.material("bob")
+    ) as bob:
+        await bob.invoke("text.echo", {"text": "x"})
+        with pytest.raises(GatewayError):
+            await bob.invoke("kv.get", {"key": "k"})
+    await console_agent.audit.flush()
+    _, _, body = await _get(console.address, "/audit?verify=1")
+    assert "<dt>Records</dt><dd>2</dd>" in body
+    assert "<dt>Chain check</dt><dd>intact (2 records)</dd>" in body
+    assert "<dt>Health</dt><dd>SERVING</dd>" in body
+    _, _, body = await _get(console.address, "/tasks")
+    assert "<dt>Running now</dt><dd>0</dd>" in body
+    assert "<dt>Server-wide cap</dt><dd>256</dd>" in body
+    _, _, body = await _get(console.address, "/upstreams")
+    assert "This agent fronts no upstream A2A agents." in body
+    _, _, body = await _get(console.address, f"/?peer={spiffe('bob')}&reason=OK")
+    assert body.count("<tr><td>") == 1 and "text.echo" in body and "kv.get" not in body
+
+
+async def test_live_pages_are_capped(console_agent: Agent, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.console import server
+
+    monkeypatch.setattr(server, "MAX_STREAMS", 1)
+    console = console_agent.console
+    assert console is not None
+    host, port = console.address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    try:
+        await asyncio.wait_for(reader.readuntil(b": connected\n\n"), 10)
+        status, _, body = await _get(console.address, "/events")
+        assert (status, body) == ("HTTP/1.1 503 Service Unavailable", "too many live pages\n")
+    finally:
+        writer.close()
