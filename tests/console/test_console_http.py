@@ -39,10 +39,12 @@ async def _get(
     return await _exchange(address, f"GET {path} HTTP/1.1\r\nHost: {address}\r\n\r\n", tls)
 
 
-async def _agent(pki: Pki, tmp_path: Path, settings: ConsoleSettings) -> Agent:
+async def _agent(
+    pki: Pki, tmp_path: Path, settings: ConsoleSettings, stores: dict[str, str] | None = None
+) -> Agent:
     policy = write_policy(tmp_path / "alice-policy.toml", [grant("bob", ["text.echo"])])
-    config = agent_config(pki, tmp_path, "alice", policy).model_copy(update={"console": settings})
-    return await started(config)
+    config = agent_config(pki, tmp_path, "alice", policy, stores=stores)
+    return await started(config.model_copy(update={"console": settings}))
 
 
 @pytest.fixture
@@ -116,8 +118,16 @@ async def test_pages_carry_strict_headers_and_escape_what_they_reflect(
 
 
 async def test_events_stream_only_the_records_that_pass_the_filters(
-    console_agent: Agent, pki: Pki
+    pki: Pki, tmp_path: Path, stores: dict[str, str]
 ) -> None:
+    console_agent = await _agent(pki, tmp_path, ConsoleSettings(listen="127.0.0.1:0"), stores)
+    try:
+        await _one_refusal_streamed(console_agent, pki)
+    finally:
+        await console_agent.stop()
+
+
+async def _one_refusal_streamed(console_agent: Agent, pki: Pki) -> None:
     console = console_agent.console
     assert console is not None
     host, port = console.address.rsplit(":", 1)
