@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from importlib import resources
 
 from gateway.config import ConsoleSettings
-from gateway.console import views
+from gateway.console import status_views, views
 from gateway.console.http import (
     HTML,
     TEXT,
@@ -44,11 +44,11 @@ _STATIC = {
 _PAGES: dict[str, tuple[str, Callable[[views.ConsoleSource, Request], Awaitable[str] | str]]] = {
     "/": ("Live decisions", views.decisions),
     "/refusals": ("Refusals by peer and reason", views.refusals),
-    "/grants": ("Grants", lambda source, _: views.grants(source)),
-    "/certificate": ("Certificate", lambda source, _: views.certificate(source)),
-    "/upstreams": ("Upstream agents", lambda source, _: views.upstreams(source)),
-    "/audit": ("Audit chain and checkpoints", views.audit_status),
-    "/tasks": ("Calls and A2A tasks in flight", lambda source, _: views.in_flight(source)),
+    "/grants": ("Grants", lambda source, _: status_views.grants(source)),
+    "/certificate": ("Certificate", lambda source, _: status_views.certificate(source)),
+    "/upstreams": ("Upstream agents", lambda source, _: status_views.upstreams(source)),
+    "/audit": ("Audit chain and checkpoints", status_views.audit_status),
+    "/tasks": ("Calls and A2A tasks in flight", lambda source, _: status_views.in_flight(source)),
 }
 
 
