@@ -46,6 +46,10 @@ Example::
     [tracing]                    # optional
     enabled = true               # spans (trace ids are carried and audited regardless)
     otlp_endpoint = "127.0.0.1:4317"   # OTLP/gRPC export of spans when set
+    console = false              # true: also print spans on stderr
+
+    [console]                    # optional; off unless configured
+    listen = "127.0.0.1:9465"    # read-only pages for operators (see docs/console.md)
 
 Top-level ``idempotency_retention = "7d"`` (default) sets how long completed
 idempotency keys are kept; ``max_concurrent_calls = 256`` (default) caps the

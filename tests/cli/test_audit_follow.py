@@ -119,6 +119,9 @@ async def test_follow_prints_calls_as_they_commit_until_interrupted(
         for proc, err in ((table, table_err), (refusals, json_err)):
             code, errors = _interrupt(proc, err)
             assert code in (0, 130) and errors == ""
+        for out in (table_out, json_out):  # read to EOF: every line either printed is seen
+            while out.next_line(LINE_TIMEOUT) is not None:
+                pass
         seen = "".join(table_out.seen + json_out.seen)
         assert "secret-payload" not in seen and "before" not in seen
         assert len(json_out.seen) == 1  # only the refusal, once
