@@ -175,6 +175,21 @@ async def test_capability_modules_import_from_the_config_folder(pki: Pki, tmp_pa
     finally:
         agent.ensure_stopped()
 
+    replayed = run(
+        "policy",
+        "replay",
+        "--db",
+        str(tmp_path / "alice-audit.sqlite"),
+        "--policy",
+        str(tmp_path / "alice-policy.toml"),
+        "--config",
+        str(config),
+        cwd=elsewhere,
+    )
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout.startswith("1 recorded policy decisions re-decided under ")
+    assert "not judged without --config" not in replayed.stdout  # the modules did load
+
     resolved = run(
         "idempotency",
         "resolve",
