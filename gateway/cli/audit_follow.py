@@ -3,13 +3,16 @@
 Lines are written (and flushed) as each poll finds records, so a pipe sees
 them at once. Table lines use fixed column widths (the widths of a whole
 table are not known in advance); every cell is escaped as in ``audit``'s
-table. Ctrl-C ends it: the CLI boundary turns the interrupt into exit 130.
+table. Ctrl-C ends it (the CLI boundary turns the interrupt into exit 130);
+SIGTERM and a reader that goes away (``| head``) end it with exit 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 import time
 from typing import TextIO
@@ -29,7 +32,9 @@ _WIDTHS = (24, 38, 18, 10, 8, 8, 24, 6, 10, 36, 32)
 
 
 def follow(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """Run ``audit --follow`` with the parsed ``audit`` arguments; never returns normally.
+    """Run ``audit --follow`` with the parsed ``audit`` arguments until stopped.
+
+    Returns 0 after SIGTERM or once nobody reads the output any more.
 
     Raises:
         ConfigError: The store cannot be opened or read.
@@ -46,14 +51,29 @@ def follow(args: argparse.Namespace, out: TextIO | None = None) -> int:
     since = parse_since(args.since) if args.since else None
     shared = isinstance(args.db, PostgresDsn)
     feed = open_feed(args.db, where, since=since)
+    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         if not args.json:
             stream.write(_header(shared) + "\n")
             stream.flush()
         _pump(feed, stream, json_lines=args.json, shared=shared)
+    except BrokenPipeError:
+        # Nobody reads any more: stop quietly, and keep the exit-time flush from complaining.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except _Stopped:
+        pass
     finally:
+        signal.signal(signal.SIGTERM, previous)
         feed.close()
     return 0
+
+
+class _Stopped(Exception):
+    """SIGTERM arrived: the follow ends like a finished command."""
+
+
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    raise _Stopped
 
 
 def _pump(feed: AuditFeed, stream: TextIO, *, json_lines: bool, shared: bool) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -34,6 +35,17 @@ def _follower(*args: str) -> tuple[subprocess.Popen[str], LineReader, LineReader
         cwd=REPO,
     )
     return proc, LineReader(proc.stdout), LineReader(proc.stderr)
+
+
+def _bare_follower(db: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli.main", "audit", "--follow", "--db", str(db)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
 
 
 def _interrupt(proc: subprocess.Popen[str], err: LineReader) -> tuple[int, str]:
@@ -190,3 +202,53 @@ def test_followed_lines_escape_what_peers_chose() -> None:
         as_json = render_line(entry, json_lines=True, shared=shared)
         assert as_json.count("\n") == 1 and "\x1b" not in as_json and "\u202e" not in as_json
         assert json.loads(as_json)["peer_id"] == record.peer_id
+
+
+async def test_follow_ends_cleanly_on_sigterm_and_when_its_reader_goes_away(
+    tmp_path: Path,
+) -> None:
+    from gateway.audit import AuditLog
+
+    db = tmp_path / "audit.sqlite"
+    log = AuditLog(db)
+    await log.start()
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        terminated, out, err = _follower("--db", str(db))
+        procs.append(terminated)
+        assert out.next_line(LINE_TIMEOUT) is not None  # the header: it is following
+        os.kill(terminated.pid, signal.SIGTERM)
+        assert terminated.wait(timeout=LINE_TIMEOUT) == 0
+        assert out.next_line(LINE_TIMEOUT) is None and err.next_line(LINE_TIMEOUT) is None
+
+        abandoned = _bare_follower(db)  # read by hand: a pipe being read cannot be closed
+        procs.append(abandoned)
+        err = LineReader(abandoned.stderr)
+        assert abandoned.stdout is not None
+        assert "REASON" in abandoned.stdout.readline()  # following (bounded by the header write)
+        abandoned.stdout.close()  # like `| head -1` exiting
+        for n in range(50):  # bounded: each record is one more write into the closed pipe
+            await log.record_durable(
+                AuditRecord(
+                    time_unix_ms=int(time.time() * 1000),
+                    request_id=f"req-{n}",
+                    peer_id=spiffe("bob"),
+                    capability="text.echo",
+                    version_constraint="",
+                    served_version="1.0.0",
+                    decision="allow",
+                    reason="OK",
+                    payload_size=1,
+                    payload_sha256="",
+                    latency_ms=0.1,
+                )
+            )
+            if abandoned.poll() is not None:
+                break
+            await asyncio.sleep(0.3)
+        assert abandoned.wait(timeout=LINE_TIMEOUT) == 0
+        assert err.next_line(LINE_TIMEOUT) is None  # no traceback, no "internal error"
+    finally:
+        for proc in procs:
+            _stop(proc)
+        await log.close()
