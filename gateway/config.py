@@ -494,6 +494,13 @@ class TracingSettings(_Frozen):
     otlp_insecure: bool = True
     console: bool = False
 
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None:  # the exporter also takes http://host:port
+            split_host_port(re.sub(r"^https?://", "", value).rstrip("/"), lowest_port=1)
+        return value
+
 
 class ConsoleSettings(_Frozen):
     """The read-only operator console in the browser (``[console]``; absent: off).
@@ -530,13 +537,6 @@ class ConsoleSettings(_Frozen):
                 "console.allow_remote = true (and console.operators) to serve it remotely"
             )
         return self
-
-    @field_validator("otlp_endpoint")
-    @classmethod
-    def _endpoint(cls, value: str | None) -> str | None:
-        if value is not None:  # the exporter also takes http://host:port
-            split_host_port(re.sub(r"^https?://", "", value).rstrip("/"), lowest_port=1)
-        return value
 
 
 def _is_loopback(host: str) -> bool:
