@@ -5,6 +5,8 @@ call and nothing after it runs::
 
     audit_available        AUDIT_UNAVAILABLE   the log can record (fails closed)
     identity               UNAUTHENTICATED     exactly one SPIFFE ID in the verified cert
+    no_claimed_identity    UNAUTHENTICATED     the request names no caller itself (an A2A
+                                               metadata key such as ``a2agw.peer``)
     well_formed_request    INVALID_REQUEST     parsable request, request id, no control or
                                                bidi characters, deadline sign, constraint
     known_peer             UNKNOWN_PEER        policy step 1
@@ -251,6 +253,15 @@ class DecisionPipeline:
             datetime.now(UTC),
         )
 
+    def no_claimed_identity(self, inbound: Inbound) -> None:
+        """The request claims no identity of its own: only the handshake names the caller."""
+        key = inbound.call.claimed_identity
+        if key:
+            raise Unauthenticated(
+                "the caller is identified by its TLS client certificate only; "
+                f"remove the metadata {key}"
+            )
+
     def well_formed_request(self, inbound: Inbound) -> None:
         """The envelope parsed, ids and names are plain text, the deadline and constraint parse."""
         call = inbound.call
@@ -353,6 +364,7 @@ def _policy_step(step: Callable[[PolicyQuery], None]) -> NamedCheck:
 CALL_CHECKS: tuple[NamedCheck, ...] = (
     NamedCheck("audit_available", DecisionPipeline.audit_available),
     NamedCheck("identity", DecisionPipeline.identity),
+    NamedCheck("no_claimed_identity", DecisionPipeline.no_claimed_identity),
     NamedCheck("well_formed_request", DecisionPipeline.well_formed_request),
     *(_policy_step(step) for step in POLICY_STEPS[:2]),  # known_peer, grant_live
     NamedCheck("within_limits", DecisionPipeline.within_limits),
