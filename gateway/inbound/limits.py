@@ -1,7 +1,9 @@
 """Per-peer rate and concurrency limits, and the server-wide cap on calls.
 
 Checked in the decision pipeline right after the peer's grant is known and
-before anything of the payload is parsed (see ``gateway.inbound.pipeline``).
+before anything of the payload is parsed (see ``gateway.inbound.pipeline``);
+on the HTTP bindings by the edge, before the body is read, the pipeline then
+adopting that slot (``EdgeSlot``) so a request takes one token.
 A call that passes holds one in-flight slot for its peer and one of the
 server's; :class:`CallSlot` gives both back when the call ends, however it ends.
 
