@@ -228,13 +228,27 @@ def test_the_javascript_sdk_client_on_three_bindings(
         got = answer[binding]
         assert "error" not in got, got
         assert got["transport"] == binding
-        assert got["skills"] == ["text.echo", "text.search"]
+        assert got["skills"] == ["job.pause", "job.watch", "text.echo", "text.search"]
         assert got["card_signature"] == "verified"  # the JS SDK's own JWS/JCS check
         assert (got["state"], got["output"]) == (3, {"text": "hello"})  # TASK_STATE_COMPLETED
-        assert got["text_part"]["reason"] == "INVALID_REQUEST", got
+        assert got["text"] == ["COMPLETED", {"text": "hi there"}]
+        assert got["stream"] == STREAM, got
+        polled = got["polled"]
+        assert polled["answered"] in {"SUBMITTED", "WORKING"}
+        assert (polled["seen"][-1], polled["output"]) == ("COMPLETED", {"done": "p"})
+        cancelled = got["cancelled"]
+        assert cancelled["state"] == "CANCELED"
+        assert (served.cancelled_dir / cancelled["tag"]).is_file()  # the capability saw it
+        assert got["text_part"]["reason"] == "INVALID_INPUT", got
         assert got["not_granted"]["reason"] == "CAPABILITY_NOT_GRANTED", got
         assert got["other_task"]["reason"] == "TASK_NOT_FOUND", got
     assert answer["no_certificate"]["reason"] == "UNAUTHENTICATED", answer
+    cancelled_ids = {
+        answer[binding]["cancelled"]["id"] for binding in ("JSONRPC", "HTTP+JSON", "GRPC")
+    }
+    assert sorted(served.cancels()) == sorted(
+        (BOB, task_id, f"A2A CancelTask by {BOB}") for task_id in cancelled_ids
+    )
     expected = Counter({key: 3 * n for key, n in EXPECTED_REFUSALS.items()})
     expected[("", "UNAUTHENTICATED")] = 1
     assert served.refusals() - before == expected
