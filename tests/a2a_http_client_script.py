@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 from a2a.client import Client, ClientConfig, create_client
 from a2a.types import (
+    AgentCard,
     CancelTaskRequest,
     GetExtendedAgentCardRequest,
     GetTaskRequest,
@@ -123,7 +124,7 @@ async def final_task(
     return await client.get_task(GetTaskRequest(id=task_id)), kinds
 
 
-async def poll(client: Client, task_id: str, until: set[int]) -> tuple[Task, list[str]]:
+async def poll(client: Client, task_id: str, until: set[Any]) -> tuple[Task, list[str]]:
     """GetTask until the task is in one of ``until`` (bounded: 20 s)."""
     seen: list[str] = []
     for _ in range(200):
@@ -153,8 +154,13 @@ async def main(
     tls.load_cert_chain(cert, key)
     http = httpx.AsyncClient(verify=tls, timeout=10.0)
     ca_pem = Path(ca).read_bytes()  # noqa: ASYNC240 - once, before any call
-    bindings = {"supported_protocol_bindings": ["HTTP+JSON"]} if binding == "rest" else {}
-    verifier = lambda card: verify_card(card, ca_pem, server_id)  # noqa: E731
+    bindings: dict[str, Any] = (
+        {"supported_protocol_bindings": ["HTTP+JSON"]} if binding == "rest" else {}
+    )
+
+    def verifier(card: AgentCard) -> None:
+        verify_card(card, ca_pem, server_id)
+
     client = await create_client(
         url, ClientConfig(httpx_client=http, **bindings), signature_verifier=verifier
     )
@@ -213,7 +219,7 @@ async def anonymous(url: str, ca: str, bindings: dict[str, Any]) -> None:
 
 
 def state_name(state: int) -> str:
-    return a2a_pb2.TaskState.Name(state).removeprefix("TASK_STATE_")
+    return str(a2a_pb2.TaskState.Name(state)).removeprefix("TASK_STATE_")
 
 
 if __name__ == "__main__":

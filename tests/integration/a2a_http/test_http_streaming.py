@@ -80,7 +80,8 @@ async def records(agent: Agent) -> list[AuditRecord]:
 
 def summary(event: dict[str, Any]) -> str:
     """``task:SUBMITTED``, ``status:WORKING[:text]``, ``artifact:<id suffix>`` of one SSE event."""
-    response = json_format.ParseDict(event, a2a_pb2.StreamResponse(), ignore_unknown_fields=True)
+    response = a2a_pb2.StreamResponse()
+    json_format.ParseDict(event, response, ignore_unknown_fields=True)
     kind = response.WhichOneof("payload")
     if kind == "task":
         return f"task:{_state(response.task.status.state)}"
@@ -93,7 +94,7 @@ def summary(event: dict[str, Any]) -> str:
 
 
 def _state(state: int) -> str:
-    return a2a_pb2.TaskState.Name(state).removeprefix("TASK_STATE_")
+    return str(a2a_pb2.TaskState.Name(state)).removeprefix("TASK_STATE_")
 
 
 async def sse(
@@ -256,10 +257,20 @@ async def test_a_subscription_is_the_task_then_what_follows_ending_terminal(
     seen: list[str] = []
     async with https_client(pki, "bob") as client:
         task_id = await background(client, alice, binding, gate)
-        async with https_client(pki, "carol") as carol:  # another peer's task: not found
-            other = await call(
-                carol, alice, binding, "GetTask", {"id": task_id}, ("GET", f"/tasks/{task_id}")
-            )
+        before = len(await records(alice))
+        async with https_client(pki, "carol") as carol:  # another peer's task: as if none
+            if binding == "jsonrpc":
+                body = jsonrpc("SubscribeToTask", {"id": task_id}, 8)
+                other = await carol.post(
+                    alice.https_url + JSONRPC_PATH, json=body, headers=SSE_HEADERS
+                )
+            else:
+                other = await carol.post(
+                    f"{alice.https_url}{REST_PATH}/tasks/{task_id}:subscribe",
+                    json={},
+                    headers=SSE_HEADERS,
+                )
+        refused = (await records(alice))[before:]
         async for event in subscription(client, alice, binding, task_id):
             seen.append(summary(event))
             if len(seen) == 1:
@@ -267,11 +278,14 @@ async def test_a_subscription_is_the_task_then_what_follows_ending_terminal(
                 gate.release.set()
     assert seen[0] == "task:WORKING"
     assert seen[-2:] == ["artifact:output", "status:COMPLETED"]
+    assert other.headers["content-type"].startswith("application/json")  # an answer, not SSE
     if binding == "jsonrpc":
-        assert our_reason(other.json()["error"]["data"]) == "TASK_NOT_FOUND"
+        error = other.json()["error"]
+        assert (error["code"], our_reason(error["data"])) == (-32001, "TASK_NOT_FOUND")
     else:
         assert other.status_code == 404
         assert our_reason(other.json()["error"]["details"]) == "TASK_NOT_FOUND"
+    assert [(r.peer_id, r.reason) for r in refused] == [(spiffe("carol"), "TASK_NOT_FOUND")]
 
 
 @pytest.mark.parametrize("binding", BINDINGS)
