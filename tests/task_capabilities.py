@@ -2,13 +2,17 @@
 
 ``TaskGate.capabilities()`` is for in-process agents; ``register`` (module
 loading) gives a served agent ``job.hang``, which waits until cancelled, for
-kill-the-process tests.
+kill-the-process tests; ``job.pause``, which finishes after a moment (a task
+to poll); and ``job.watch``, which waits until cancelled and then leaves a
+file named after its tag in ``<state_dir>/cancelled/`` (proof, to another
+process, that the capability saw its cancellation).
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from capabilities.context import CallContext
 from capabilities.contract import ContractModel
@@ -88,9 +92,35 @@ async def hang(inp: JobInput, ctx: CallContext) -> JobOutput:
     return JobOutput(done=inp.tag)
 
 
+@capability("job.pause", "1.0.0", risk="read", timeout=30.0, idempotent=True)
+async def pause(inp: JobInput, ctx: CallContext) -> JobOutput:
+    """Finish after half a second: long enough to be seen unfinished."""
+    await asyncio.sleep(0.5)
+    return JobOutput(done=inp.tag)
+
+
+def watched(cancelled_dir: Path) -> Capability:
+    """``job.watch``: wait until cancelled, then leave ``cancelled_dir/<tag>``."""
+    cancelled_dir.mkdir(parents=True, exist_ok=True)
+
+    @capability("job.watch", "1.0.0", risk="read", timeout=600.0)
+    async def watch(inp: JobInput, ctx: CallContext) -> JobOutput:
+        """Wait until cancelled; say so in a file."""
+        try:
+            await asyncio.sleep(600.0)
+        except asyncio.CancelledError:
+            (cancelled_dir / (inp.tag or "untagged")).touch()
+            raise
+        return JobOutput(done=inp.tag)
+
+    return watch
+
+
 def register(registry: CapabilityRegistry, env: AgentEnvironment) -> None:
-    """Module loading: the built-ins and ``job.hang``."""
+    """Module loading: the built-ins, ``job.hang``, ``job.pause`` and ``job.watch``."""
     from capabilities.builtin import register as builtins
 
     builtins(registry, env)
     registry.register(hang)
+    registry.register(pause)
+    registry.register(watched(env.state_dir / "cancelled"))

@@ -3,6 +3,7 @@
 Every request here crosses a real TLS handshake to ``alice`` (uvicorn, the
 a2a-sdk's routes, our handler, the gRPC servicer). Refusals are checked for
 their exact wire form on each binding, their audit record, and that nothing ran.
+Streaming, subscriptions and cancel over HTTP are in test_http_streaming.py.
 """
 
 from __future__ import annotations
@@ -267,18 +268,6 @@ async def test_another_peers_task_is_not_found_on_both_bindings(pki: Pki, alice:
     assert [(r.peer_id, r.reason) for r in added] == [
         ("spiffe://example.org/agent/carol", "TASK_NOT_FOUND")
     ] * 2
-
-
-async def test_streaming_answers_unsupported_until_it_is_offered(pki: Pki, alice: Agent) -> None:
-    params = message_params("text.echo", {"text": "hi"})
-    before = len(await records(alice))
-    async with https_client(pki, "bob") as client:
-        rpc = await post_jsonrpc(client, alice, jsonrpc("SendStreamingMessage", params))
-        rest = await post_rest(client, alice, "/message:stream", params)
-    assert_jsonrpc_refusal(rpc, "UNSUPPORTED_OPERATION", -32004)
-    assert_rest_refusal(rest, "UNSUPPORTED_OPERATION", 400)
-    added = await new_records(alice, before)
-    assert [r.reason for r in added] == ["UNSUPPORTED_OPERATION"] * 2
 
 
 async def test_a_tenant_in_the_rest_path_is_refused_like_one_in_the_body(

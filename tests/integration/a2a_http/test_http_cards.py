@@ -33,7 +33,7 @@ async def test_the_public_card_needs_no_certificate_and_lists_every_interface(
         ("HTTP+JSON", alice.https_url + REST_PATH, "1.0"),
     ]
     assert not card.skills and card.capabilities.extended_agent_card
-    assert not card.capabilities.streaming  # truthful: streaming is not offered yet
+    assert card.capabilities.streaming  # truthful: SendStreamingMessage and SubscribeToTask stream
     verify_card(card, (pki.dir / "ca.pem").read_bytes(), spiffe("alice"))
 
 

@@ -1,16 +1,21 @@
 """Clients of other implementations, each its own process, against ``a2a-gateway serve``.
 
 - the a2a-sdk Python client with its default configuration (JSON-RPC,
-  streaming on: the card says ``streaming: false``, so it sends SendMessage),
-  and with HTTP+JSON preferred;
+  streaming on, as the card says ``streaming: true``), and with HTTP+JSON
+  preferred (streaming too);
 - the official JavaScript SDK (``@a2a-js/sdk``, pinned in
   tests/interop/node-a2a/package-lock.json) over JSON-RPC, HTTP+JSON and gRPC.
 
 Each fetches and checks the signed public card, gets bob's extended card,
-sends a data message, and is refused a text part (INVALID_REQUEST), an
-ungranted capability (CAPABILITY_NOT_GRANTED) and carol's task
-(TASK_NOT_FOUND); the JavaScript one is also refused without a certificate
-(UNAUTHENTICATED). Each refusal is exactly one audit record.
+sends a data message and a text message (to ``text.echo``, whose input is one
+string ``text``), streams one (the task, then status and artifact events, the
+last terminal), sends a long-running task with ``return_immediately`` and
+polls it with GetTask until it completed, cancels another (the capability saw
+its cancellation: ``job.watch`` leaves a file), and is refused a text part to
+a capability that takes no text (INVALID_INPUT), an ungranted capability
+(CAPABILITY_NOT_GRANTED), carol's task (TASK_NOT_FOUND) and, without a
+certificate, everything but the public card (UNAUTHENTICATED). Each refusal
+is exactly one audit record; the cancel is audited with the canceller.
 """
 
 from __future__ import annotations
@@ -38,10 +43,21 @@ BOB = spiffe("bob")
 
 
 class Served:
-    def __init__(self, process: AgentProcess, audit_db: Path, carol_task: str) -> None:
+    def __init__(
+        self, process: AgentProcess, audit_db: Path, state_dir: Path, carol_task: str
+    ) -> None:
         self.process = process
         self.audit_db = audit_db
+        self.cancelled_dir = state_dir / "cancelled"  # where job.watch says it was cancelled
         self.carol_task = carol_task
+
+    def cancels(self) -> list[tuple[str, str, str]]:
+        """(peer, task id, detail) of every cancelled run's audit record."""
+        return [
+            (r.peer_id, r.task_id, r.detail)
+            for r in audit_rows(self.audit_db)
+            if r.reason == "CANCELLED"
+        ]
 
     def refusals(self) -> Counter[tuple[str, str]]:
         """(peer, reason) of every refusal committed so far (refusals are durable)."""
@@ -55,7 +71,11 @@ def served(pki: Pki, tmp_path: Path) -> Iterator[Served]:
     policy = write_policy(
         tmp_path / "alice-policy.toml",
         [
-            grant("bob", ["text.echo@^1", "text.search@^1"], max_payload_bytes=1024),
+            grant(
+                "bob",
+                ["text.echo@^1", "text.search@^1", "job.pause", "job.watch"],
+                max_payload_bytes=1024,
+            ),
             grant("carol", ["text.echo"]),
         ],
     )
@@ -68,6 +88,7 @@ def served(pki: Pki, tmp_path: Path) -> Iterator[Served]:
         policy=policy,
         audit_db=audit_db,
         state_dir=tmp_path / "alice-state",
+        modules=("tests.task_capabilities",),  # the built-ins, job.pause, job.watch
     )
     cert, key = https_certificate(pki, "alice", tmp_path / "https")
     text = config.read_text()
@@ -78,7 +99,9 @@ def served(pki: Pki, tmp_path: Path) -> Iterator[Served]:
     try:
         process.start()
         assert process.https_url.startswith("https://localhost:")
-        yield Served(process, audit_db, _carol_task(pki, process.https_url))
+        yield Served(
+            process, audit_db, tmp_path / "alice-state", _carol_task(pki, process.https_url)
+        )
     finally:
         process.ensure_stopped()
 
@@ -124,28 +147,41 @@ def _python_client(pki: Pki, served: Served, binding: str) -> dict[str, Any]:
 
 
 EXPECTED_REFUSALS = Counter(
-    {(BOB, "INVALID_REQUEST"): 1, (BOB, "CAPABILITY_NOT_GRANTED"): 1, (BOB, "TASK_NOT_FOUND"): 1}
+    {(BOB, "INVALID_INPUT"): 1, (BOB, "CAPABILITY_NOT_GRANTED"): 1, (BOB, "TASK_NOT_FOUND"): 1}
 )
+"""Per client and binding; plus ("", "UNAUTHENTICATED") for each client without a certificate."""
+STREAM = ["task:SUBMITTED", "status:WORKING", "artifact", "status:COMPLETED"]
 
 
 @pytest.mark.parametrize("binding", ["default", "rest"])
 def test_the_python_sdk_client_in_its_own_process(pki: Pki, served: Served, binding: str) -> None:
     before = served.refusals()
     answer = _python_client(pki, served, binding)
-    assert answer["skills"] == ["text.echo", "text.search"]
-    assert (answer["state"], answer["output"]) == ("TASK_STATE_COMPLETED", {"text": "hello"})
+    assert answer["skills"] == ["job.pause", "job.watch", "text.echo", "text.search"]
+    assert (answer["state"], answer["output"]) == ("COMPLETED", {"text": "hello"})
+    assert answer["stream"] == STREAM  # streamed: the card says streaming, the SDK uses it
+    assert answer["text"] == ["COMPLETED", {"text": "hi there"}]
+    polled = answer["polled"]
+    assert polled["answered"] in {"SUBMITTED", "WORKING"}
+    assert (polled["seen"][-1], polled["output"]) == ("COMPLETED", {"done": "p"})
+    cancelled = answer["cancelled"]
+    assert cancelled["state"] == "CANCELED"
+    assert (served.cancelled_dir / f"{binding}-watch").is_file()  # the capability saw it
+    assert served.cancels() == [(BOB, cancelled["id"], f"A2A CancelTask by {BOB}")]
     for key, reason in [
-        ("text_part", "INVALID_REQUEST"),
+        ("text_part", "INVALID_INPUT"),
         ("not_granted", "CAPABILITY_NOT_GRANTED"),
         ("other_task", "TASK_NOT_FOUND"),
+        ("no_certificate", "UNAUTHENTICATED"),
     ]:
         assert answer[key]["reason"] == reason, (key, answer[key])
         if binding == "default":  # JSON-RPC: the message alone names it too
             assert f"{reason}: " in answer[key]["message"], (key, answer[key])
     # Where the spec defines the error the SDK raises its own class for it.
     assert answer["other_task"]["type"] == "TaskNotFoundError"
-    assert answer["text_part"]["type"] == "InvalidRequestError"
-    assert served.refusals() - before == EXPECTED_REFUSALS
+    assert answer["text_part"]["type"] == "InvalidParamsError"
+    expected = EXPECTED_REFUSALS + Counter({("", "UNAUTHENTICATED"): 1})
+    assert served.refusals() - before == expected
 
 
 def _node_ready() -> None:
@@ -192,13 +228,27 @@ def test_the_javascript_sdk_client_on_three_bindings(
         got = answer[binding]
         assert "error" not in got, got
         assert got["transport"] == binding
-        assert got["skills"] == ["text.echo", "text.search"]
+        assert got["skills"] == ["job.pause", "job.watch", "text.echo", "text.search"]
         assert got["card_signature"] == "verified"  # the JS SDK's own JWS/JCS check
         assert (got["state"], got["output"]) == (3, {"text": "hello"})  # TASK_STATE_COMPLETED
-        assert got["text_part"]["reason"] == "INVALID_REQUEST", got
+        assert got["text"] == ["COMPLETED", {"text": "hi there"}]
+        assert got["stream"] == STREAM, got
+        polled = got["polled"]
+        assert polled["answered"] in {"SUBMITTED", "WORKING"}
+        assert (polled["seen"][-1], polled["output"]) == ("COMPLETED", {"done": "p"})
+        cancelled = got["cancelled"]
+        assert cancelled["state"] == "CANCELED"
+        assert (served.cancelled_dir / cancelled["tag"]).is_file()  # the capability saw it
+        assert got["text_part"]["reason"] == "INVALID_INPUT", got
         assert got["not_granted"]["reason"] == "CAPABILITY_NOT_GRANTED", got
         assert got["other_task"]["reason"] == "TASK_NOT_FOUND", got
     assert answer["no_certificate"]["reason"] == "UNAUTHENTICATED", answer
+    cancelled_ids = {
+        answer[binding]["cancelled"]["id"] for binding in ("JSONRPC", "HTTP+JSON", "GRPC")
+    }
+    assert sorted(served.cancels()) == sorted(
+        (BOB, task_id, f"A2A CancelTask by {BOB}") for task_id in cancelled_ids
+    )
     expected = Counter({key: 3 * n for key, n in EXPECTED_REFUSALS.items()})
     expected[("", "UNAUTHENTICATED")] = 1
     assert served.refusals() - before == expected

@@ -1,7 +1,8 @@
 // A client that is not ours: the official A2A JavaScript SDK (@a2a-js/sdk) calling an agent
 // over JSON-RPC, HTTP+JSON and gRPC, with mTLS. Reads one JSON config file (argv[2]):
 // {https_url, server_id, ca, cert, key, other_task}; prints one JSON object with what each
-// binding answered.
+// binding answered: the card, a data and a text message, a stream followed to its terminal event,
+// a long-running task polled until it completed, one cancelled, and the refusals.
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import tls from 'node:tls';
@@ -72,10 +73,19 @@ function factoryFor(binding, clientCert = true) {
 }
 
 // Every field given: the gRPC transport encodes the object as it is (no defaults filled in).
-function message(capability, content) {
+// returnImmediately: answer at once with the task unfinished (then poll it with GetTask).
+function message(capability, content, { returnImmediately = false } = {}) {
+  const configuration = returnImmediately
+    ? {
+        acceptedOutputModes: [],
+        taskPushNotificationConfig: undefined,
+        historyLength: undefined,
+        returnImmediately: true,
+      }
+    : undefined;
   return {
     tenant: '',
-    configuration: undefined,
+    configuration,
     metadata: undefined,
     message: {
       messageId: crypto.randomUUID(),
@@ -138,20 +148,64 @@ async function refused(promise) {
   }
 }
 
+const STATE = { 1: 'SUBMITTED', 2: 'WORKING', 3: 'COMPLETED', 4: 'FAILED', 5: 'CANCELED', 7: 'REJECTED' };
+const TERMINAL = new Set([3, 4, 5, 7]);
+const data = (value) => ({ $case: 'data', value });
+const text = (value) => ({ $case: 'text', value });
+const taskOf = (answer) => answer.task ?? answer;
+const outputOf = (task) => task.artifacts[task.artifacts.length - 1].parts[0].content.value;
+
+// task:SUBMITTED, status:WORKING, artifact (whatever shape this SDK version gives an event).
+function kindOf(event) {
+  const payload = event.payload ?? event;
+  const which = payload.$case ?? (payload.kind === 'status-update' ? 'statusUpdate' : payload.kind);
+  const value = payload.value ?? payload;
+  if (which === 'task') return `task:${STATE[value.status.state]}`;
+  if (which === 'statusUpdate') return `status:${STATE[value.status.state]}`;
+  if (which === 'artifactUpdate') return 'artifact';
+  return String(which);
+}
+
+// GetTask until the task is in one of `until` (bounded: 20 s); the states it was seen in.
+async function poll(client, id, until) {
+  const seen = [];
+  for (let n = 0; n < 200; n++) {
+    const task = await client.getTask({ tenant: '', id, historyLength: undefined });
+    const state = STATE[task.status.state];
+    if (seen[seen.length - 1] !== state) seen.push(state);
+    if (until.has(task.status.state)) return { task, seen };
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`task ${id} stayed ${seen[seen.length - 1]}`);
+}
+
 async function run(binding) {
   const client = await factoryFor(binding).createFromUrl(config.https_url);
   const card = await client.getAgentCard();
-  const answer = await client.sendMessage(message('text.echo', { $case: 'data', value: { text: 'hello' } }));
-  const task = answer.task ?? answer;
-  const part = task.artifacts[0].parts[0].content;
+  const task = taskOf(await client.sendMessage(message('text.echo', data({ text: 'hello' }))));
+  const texted = taskOf(await client.sendMessage(message('text.echo', text('hi there'))));
+  const stream = [];
+  for await (const event of client.sendMessageStream(message('text.echo', data({ text: 'streamed' })))) {
+    stream.push(kindOf(event));
+  }
+  const started = taskOf(await client.sendMessage(message('job.pause', data({ tag: 'p' }), { returnImmediately: true })));
+  const polled = await poll(client, started.id, TERMINAL);
+  const tag = `js-${binding}-watch`;
+  const watched = taskOf(await client.sendMessage(message('job.watch', data({ tag }), { returnImmediately: true })));
+  await poll(client, watched.id, new Set([2]));
+  const canceled = await client.cancelTask({ tenant: '', id: watched.id, metadata: undefined });
   return {
     transport: client.transport?.protocolName ?? binding,
     skills: card.skills.map((s) => s.id).sort(),
     card_signature: await checkCard(card).catch((err) => String(err)),
     state: task.status.state,
-    output: part.value,
-    text_part: await refused(client.sendMessage(message('text.echo', { $case: 'text', value: 'hello' }))),
-    not_granted: await refused(client.sendMessage(message('kv.get', { $case: 'data', value: { key: 'a' } }))),
+    output: outputOf(task),
+    text: [STATE[texted.status.state], outputOf(texted)],
+    stream,
+    polled: { answered: STATE[started.status.state], seen: polled.seen, output: outputOf(polled.task) },
+    cancelled: { id: watched.id, tag, state: STATE[canceled.status.state] },
+    text_part: await refused(client.sendMessage(message('text.search', text('hello')))),
+    not_granted: await refused(client.sendMessage(message('kv.get', data({ key: 'a' })))),
     other_task: await refused(client.getTask({ tenant: '', id: config.other_task, historyLength: undefined })),
   };
 }
