@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
 from capabilities.registry import CapabilityRegistry
+from gateway import hotpath
 from gateway.audit import AuditLog
 from gateway.audit.checkpoint import Checkpointer, CheckpointSigner
 from gateway.audit.query import recent_request_ids
@@ -304,6 +305,7 @@ class Agent:
         await asyncio.to_thread(self._remember_recent_request_ids)
         await self._purge_idempotency_keys()
         self.port = await self._server.start(self.config.listen)
+        _log.info("serving on port %d; per-call hot path: %s", self.port, hotpath.ACTIVE)
         self.health.start()
         if watch_policy:
             self._watcher = asyncio.create_task(self.policies.watch())

@@ -30,7 +30,7 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
 
-COMPILED_MODULES = ("gateway.audit.chain", "gateway.audit.record")
+COMPILED_MODULES = ("gateway.audit.chain", "gateway.audit.record", "gateway.inbound.pipeline")
 """The modules the build compiles (each strictly typed, pure, run by every call)."""
 PURE_PYTHON_ENV = "A2AGW_PURE_PYTHON"
 """Set to ``1`` to run the Python modules even where a compiled build is present."""

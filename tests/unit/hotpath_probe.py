@@ -10,6 +10,7 @@ its stored hashes.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import math
 import sqlite3
@@ -78,7 +79,7 @@ def results() -> dict[str, Any]:
     out: dict[str, Any] = {
         "active": hotpath.ACTIVE,
         "compiled": hotpath.is_compiled(),
-        "files": {m: sys.modules[m].__file__ for m in hotpath.COMPILED_MODULES},
+        "files": {m: importlib.import_module(m).__file__ for m in hotpath.COMPILED_MODULES},
         "cases": [],
     }
     prev = GENESIS_HASH

@@ -9,6 +9,7 @@ so, where that build is absent; CI builds it first (``.ci/run``).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from gateway import hotpath
+from tests.support import Pki, agent_config, grant, started, write_policy
 from tests.unit.hotpath_probe import VALID
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,7 +64,7 @@ def test_the_env_var_forces_pure_python(pure: dict[str, Any]) -> None:
 
 
 def test_the_compiled_build_is_what_gateway_imports(compiled: dict[str, Any]) -> None:
-    assert compiled["active"] == "compiled (mypyc): gateway.audit.chain, gateway.audit.record"
+    assert compiled["active"] == "compiled (mypyc): " + ", ".join(hotpath.COMPILED_MODULES)
     assert sorted(compiled["files"]) == sorted(hotpath.COMPILED_MODULES)
     for module, file in compiled["files"].items():
         assert Path(file).parent == hotpath.COMPILED_DIR.joinpath(*module.split(".")[:-1])
@@ -139,3 +141,20 @@ def test_a_missing_stale_or_partial_build_runs_python(
     monkeypatch.delenv(hotpath.PURE_PYTHON_ENV, raising=False)
     monkeypatch.setattr(hotpath, "COMPILED_DIR", _fake_build(tmp_path, manifest, with_files))
     assert hotpath._compiled_files() == ({}, why)
+
+
+async def test_an_agent_names_the_path_it_runs_when_it_starts(
+    pki: Pki, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.agent")
+    policy = write_policy(tmp_path / "policy.toml", [grant("bob", ["text.echo"])])
+    agent = await started(agent_config(pki, tmp_path, "alice", policy))
+    try:
+        lines = [r.getMessage() for r in caplog.records if "per-call hot path" in r.getMessage()]
+        assert lines == [f"serving on port {agent.port}; per-call hot path: {hotpath.ACTIVE}"]
+        compiled = sys.modules["gateway.audit.chain"].__file__ != str(
+            REPO / "gateway" / "audit" / "chain.py"
+        )
+        assert hotpath.is_compiled() is compiled
+    finally:
+        await agent.stop()
