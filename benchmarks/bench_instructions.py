@@ -19,6 +19,8 @@ and a client with one channel per target. Phases, each ``--calls`` calls with
 writer thread's work lands in the phase that queued it:
 
 * ``raw``: raw echo over gRPC (client + server + TLS);
+* ``raw_refused``: a raw server that only answers the gateway's rich
+  ``CAPABILITY_NOT_GRANTED`` status (built once): what a refusal costs gRPC;
 * ``gateway``: the gateway's allowed ``text.echo`` over gRPC;
 * ``refused``: ``text.search``, not granted (``CAPABILITY_NOT_GRANTED``, its
   record committed before the answer);
@@ -33,7 +35,8 @@ The phases are cut apart with ``--dump-before=getpgrp``: the script calls
 ``os.getpgrp()`` (which nothing else here calls) between phases, and callgrind
 writes the counts so far to a new part file and starts from zero. The whole
 process is counted (every thread), so ``gateway - raw`` over gRPC is the
-server-side work the gateway adds per call (same client, same transport).
+server-side work the gateway adds per call (same client, same transport), and
+``refused - raw_refused`` what it adds to a refusal.
 Each part is read with ``callgrind_annotate --inclusive=yes``; the report
 lists the top inclusive C functions of the gRPC gateway phase and, when the
 compiled hot path is in use, its functions (``CPyDef_*``, mypyc).
@@ -66,6 +69,7 @@ from bench_invoke import (
     open_targets,
     start_raw_server,
 )
+from grpc import aio
 
 from capabilities.versions import VersionConstraint
 from gateway.agent import Agent
@@ -74,6 +78,9 @@ from gateway.audit.record import AuditRecord, checked_fields
 from gateway.errors import CapabilityNotGranted
 from gateway.inbound.call import InvokeCall
 from gateway.inbound.replay_table import ReplayTable
+from gateway.transport.status import to_grpc_status
+from gateway.transport.tls import TlsMaterial, channel_options, server_options
+from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from policies.identity import spiffe_id_from_pem
 
 # Under callgrind a call takes ~50x longer: give every call room (read at call time).
@@ -88,7 +95,35 @@ CALLGRIND_OPTIONS = (
     "--collect-jumps=no",
 )
 TOP_FUNCTIONS = 12
-GRPC_PHASES = ("raw", "gateway", "refused")
+
+
+class RawRefusingServicer(gateway_pb2_grpc.PeerGatewayServicer):
+    """The refusal's baseline: the gateway's rich CAPABILITY_NOT_GRANTED status, built once.
+
+    What a refusal costs gRPC itself (the abort, the status details, the
+    client's error), so ``refused - raw_refused`` is the gateway's own share.
+    """
+
+    def __init__(self) -> None:
+        self._status = to_grpc_status(CapabilityNotGranted("capability not granted"))
+
+    async def Invoke(
+        self, request: gateway_pb2.InvokeRequest, context: aio.ServicerContext[object, object]
+    ) -> gateway_pb2.InvokeResponse:
+        """Refuse, as the gateway does, without deciding anything."""
+        await context.abort_with_status(self._status)
+        raise AssertionError("abort_with_status returned")
+
+
+async def start_refusing_server(tls: TlsMaterial) -> tuple[aio.Server, int]:
+    """The refusing baseline on 127.0.0.1, built like the raw echo server."""
+    server = aio.server(options=server_options())
+    gateway_pb2_grpc.add_PeerGatewayServicer_to_server(  # type: ignore[no-untyped-call]
+        RawRefusingServicer(), server
+    )
+    port = server.add_secure_port("127.0.0.1:0", tls.server_credentials())
+    await server.start()
+    return server, port
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +252,22 @@ async def run_phases(args: argparse.Namespace, base: Path) -> list[str]:
     agent = Agent(ws.config)
     await agent.start(watch_policy=False)
     raw_server, raw_port = await start_raw_server(agent.tls)
+    refusing_server, refusing_port = await start_refusing_server(agent.tls)
     targets = open_targets(ws, {"raw_port": raw_port, "gateway_port": agent.port}, payload)
+    targets.insert(
+        1,
+        Target(
+            "raw_refused",
+            aio.secure_channel(
+                f"127.0.0.1:{refusing_port}",
+                ws.caller_tls.channel_credentials(),
+                options=channel_options(ws.config.id),
+            ),
+            REFUSED_CAPABILITY,
+            payload,
+            expect_refusal=True,
+        ),
+    )
     cert = leaf_pem(ws.caller_tls.cert_pem)
     phases = [
         *(grpc_phase(target, args.in_flight) for target in targets),
@@ -238,6 +288,7 @@ async def run_phases(args: argparse.Namespace, base: Path) -> list[str]:
         for target in targets:
             await target.channel.close()
         await raw_server.stop(1.0)
+        await refusing_server.stop(1.0)
         await agent.stop(1.0)
     return [phase.name for phase in phases]
 
@@ -301,6 +352,7 @@ def report(counts: dict[str, PhaseCount], args: argparse.Namespace) -> dict[str,
     """The figures, as one JSON-ready dict."""
     per = {name: round(count.per_call) for name, count in counts.items()}
     raw, gateway, refused = per["raw"], per["gateway"], per["refused"]
+    raw_refused = per["raw_refused"]
     return {
         "payload_bytes": args.payload_bytes,
         "calls_per_phase": args.calls,
@@ -308,9 +360,9 @@ def report(counts: dict[str, PhaseCount], args: argparse.Namespace) -> dict[str,
         "hot_path": hot_path_name(),
         "instructions_per_call": per,
         "gateway_added_per_call": gateway - raw,
-        "refused_added_per_call": refused - raw,
+        "refused_added_per_call": refused - raw_refused,
         "ratio_raw_over_gateway": round(raw / gateway, 3),
-        "ratio_raw_over_refused": round(raw / refused, 3),
+        "ratio_raw_refused_over_refused": round(raw_refused / refused, 3),
     }
 
 
@@ -337,10 +389,13 @@ def print_report(counts: dict[str, PhaseCount], figures: dict[str, object]) -> N
     print(
         f"gateway - raw (server-side work the gateway adds): {figures['gateway_added_per_call']:,}"
     )
-    print(f"refused - raw: {figures['refused_added_per_call']:,}")
     print(
-        f"raw / gateway: {figures['ratio_raw_over_gateway']}  raw / refused: "
-        f"{figures['ratio_raw_over_refused']}\n"
+        f"refused - raw_refused (what the gateway adds to a refusal): "
+        f"{figures['refused_added_per_call']:,}"
+    )
+    print(
+        f"raw / gateway: {figures['ratio_raw_over_gateway']}  raw_refused / refused: "
+        f"{figures['ratio_raw_refused_over_refused']}\n"
     )
     for name in ("gateway", "handler"):
         count = counts[name]
