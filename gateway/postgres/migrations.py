@@ -22,7 +22,11 @@ from gateway.errors import ConfigError
 
 _SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE PRECISION"}
 _LOCK_KEY = 0x61326167  # "a2ag": one advisory lock for migrations
-_FIELD_TYPES = {field.name: str(field.type) for field in fields(AuditRecord)}
+# A field's type is its annotation's text, or the class itself where the
+# record module is compiled (mypyc evaluates annotations): the name either way.
+_FIELD_TYPES = {
+    field.name: getattr(field.type, "__name__", str(field.type)) for field in fields(AuditRecord)
+}
 
 
 def record_column_ddl(name: str) -> str:

@@ -17,6 +17,8 @@ server is the identity asked for is decided before sending, by the handshake
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
@@ -117,9 +119,17 @@ def _code_for_class(error_class: type[GatewayError]) -> grpc.StatusCode:
 
 def to_grpc_status(error: GatewayError) -> grpc.Status:
     """The rich status the server aborts with for ``error``."""
-    code = status_code_for(error)
-    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN)
-    detail = status_pb2.Status(code=code.value[0], message=error.remote_message)
+    return _status_for(status_code_for(error).value[0], error.reason, error.remote_message)
+
+
+@lru_cache(maxsize=256)
+def _status_for(code: int, reason: str, message: str) -> grpc.Status:
+    # Built once per distinct refusal: a refusal costs no more than an allowed
+    # call, and building the protobuf status was ~5 us of it. The result is
+    # immutable (code, details, a tuple of trailing metadata); messages carry
+    # sizes and names, never payload content, and the cache is bounded.
+    info = error_details_pb2.ErrorInfo(reason=reason, domain=ERROR_DOMAIN)
+    detail = status_pb2.Status(code=code, message=message)
     detail.details.add().Pack(info)
     return rpc_status.to_status(detail)
 
