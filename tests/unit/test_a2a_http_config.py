@@ -28,7 +28,7 @@ def test_off_when_absent() -> None:
     assert config().a2a.http_listen is None
 
 
-@pytest.mark.parametrize("listen", ["127.0.0.1:7443", "localhost:0", ":0", "[::1]:8443"])
+@pytest.mark.parametrize("listen", ["127.0.0.1:7443", "localhost:0", "127.0.0.1:0", "[::1]:8443"])
 def test_host_port_forms_are_accepted(listen: str) -> None:
     assert A2ASettings(http_listen=listen).http_listen == listen
 

@@ -22,6 +22,7 @@ from a2a.types import SendMessageRequest, SendMessageResponse
 from grpc import aio
 
 _PAYLOADS = ("task", "message")
+SEND_MESSAGE = "SendMessage"
 # gRPC core's own status for a message over the channel's receive limit. An
 # upstream could send this text itself; it then earns INVALID_OUTPUT instead of
 # CAPABILITY_FAILED, and both say that the call reached it and may have run.
@@ -32,8 +33,12 @@ class UnreadableAnswer(Exception):
     """The upstream answered something that is not an A2A answer (never payload content)."""
 
 
-def check_jsonrpc_answer(body: bytes) -> None:
+def check_jsonrpc_answer(body: bytes, method: str = SEND_MESSAGE) -> None:
     """Check that ``body`` is a JSON-RPC response object holding an A2A result or an error.
+
+    ``method`` is the request's: a ``SendMessage`` result holds a task or a
+    message; any other method's (``GetTask``, ``CancelTask`` while a task is
+    followed) is an object.
 
     Raises:
         UnreadableAnswer: not JSON, not an object, an ``error`` that is not an
@@ -51,7 +56,12 @@ def check_jsonrpc_answer(body: bytes) -> None:
         if not isinstance(error, dict):
             raise UnreadableAnswer("the upstream's JSON-RPC error is not an object")
         return
-    if not _is_send_message_result(answer.get("result")):
+    result = answer.get("result")
+    if method != SEND_MESSAGE:
+        if not isinstance(result, dict):
+            raise UnreadableAnswer(f"the upstream's JSON-RPC result is not a {method} response")
+        return
+    if not _is_send_message_result(result):
         raise UnreadableAnswer("the upstream's JSON-RPC result is not a SendMessage response")
 
 
@@ -86,6 +96,12 @@ class AnswerCheck(aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
             ):
                 raise UnreadableAnswer("the upstream's answer exceeds the size limit") from err
             raise
+        method = client_call_details.method
+        name = (method.decode() if isinstance(method, bytes) else str(method)).rsplit("/", 1)[-1]
+        if name != SEND_MESSAGE:  # GetTask / CancelTask while a task is followed
+            if answer is None:
+                raise UnreadableAnswer(f"the upstream's answer is not a {name} response")
+            return answer
         if not isinstance(answer, SendMessageResponse) or answer.WhichOneof("payload") not in (
             _PAYLOADS
         ):

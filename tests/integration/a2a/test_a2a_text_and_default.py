@@ -168,7 +168,10 @@ async def test_without_a_default_a_message_naming_nothing_is_invalid_request(
     ("value", "problem"),
     [
         ('"Text.Echo"', "default_capability: 'Text.Echo' is not a dotted lowercase name"),
-        ('"text.echo@>>1"', "default_capability: version constraint: not a version: '>1'"),
+        (
+            '"text.echo@>>1"',
+            "default_capability: version constraint: not a version constraint: '>>1'",
+        ),
         ('"text.echo\\n"', "default_capability holds whitespace or a control character"),
         ('" text.echo"', "default_capability holds whitespace or a control character"),
         ("5", "Input should be a valid string"),
