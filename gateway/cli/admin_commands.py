@@ -26,6 +26,7 @@ from gateway.devtools import pki
 from gateway.display import json_for_terminals, printable
 from gateway.errors import ConfigError
 from gateway.postgres.dsn import PostgresDsn, is_dsn
+from gateway.storage import open_audit_reader
 from gateway.transport.tls import load_pem_file
 from policies.policy_file import load_policy
 
@@ -209,7 +210,7 @@ def _audit_agents(args: argparse.Namespace) -> int:
 
 
 def _audit_verify(args: argparse.Namespace) -> int:
-    if isinstance(args.db, PostgresDsn):
+    if open_audit_reader(args.db).many_chains:
         return _audit_verify_agents(args)
     checkpoints, cert_pems, ca_pem = _checkpoint_sources(args)
     report = verify_chain(args.db)
@@ -274,7 +275,7 @@ def _policy_check(args: argparse.Namespace) -> int:
 def _audit(args: argparse.Namespace) -> int:
     if args.action == "verify":
         return _audit_verify(args)
-    if isinstance(args.db, PostgresDsn):
+    if open_audit_reader(args.db).many_chains:
         return _audit_agents(args)
     if args.agent is not None:
         raise ConfigError("--agent: a SQLite audit log holds one agent; give a PostgreSQL DSN")
