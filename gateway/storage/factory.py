@@ -57,7 +57,7 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
     Raises:
         StateUnavailable: A store cannot be opened.
     """
-    from gateway.inbound.idempotency import IdempotencyStore
+    from gateway.inbound.idempotency import SqliteIdempotencyStore
     from gateway.inbound.limit_table import LIMITS_FILE, LimitTable
     from gateway.inbound.limits import CallLimits
     from gateway.inbound.replay_table import REPLAY_FILE, ReplayTable
@@ -89,7 +89,7 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
         )
     shared = config.workers > 1  # sibling processes share the files
     return Stores(
-        idempotency=IdempotencyStore(config.idempotency_store, shared=shared),
+        idempotency=SqliteIdempotencyStore(config.idempotency_store, shared=shared),
         replay=ReplayTable(
             config.state_dir / REPLAY_FILE if shared else None,
             capacity=config.replay_window_ids,
@@ -110,10 +110,10 @@ def prepare_shared_files(config: AgentConfig) -> None:
     from gateway.inbound.limit_table import LIMITS_FILE, create_limit_file
 
     if not isinstance(config.state_db, PostgresDsn):
-        from gateway.inbound.idempotency import IdempotencyStore
+        from gateway.inbound.idempotency import SqliteIdempotencyStore
         from gateway.inbound.replay_table import REPLAY_FILE, size_replay_file
 
-        IdempotencyStore(config.idempotency_store).close()
+        SqliteIdempotencyStore(config.idempotency_store).close()
         size_replay_file(config.state_dir / REPLAY_FILE, config.replay_window_ids)
     create_limit_file(config.state_dir / LIMITS_FILE, config.workers)
 

@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 import gateway
-from gateway.inbound.idempotency import IdempotencyStore
+from gateway.inbound.idempotency import SqliteIdempotencyStore
 from gateway.inbound.limits import CallLimits
 from gateway.inbound.pg_idempotency import PostgresIdempotencyStore
 from gateway.inbound.pg_replay import PostgresReplayWindow
@@ -82,7 +82,7 @@ def test_open_stores_on_sqlite_opens_the_files_under_state_dir(pki: Pki, tmp_pat
 
     stores = open_stores(config)
     try:
-        assert type(stores.idempotency) is IdempotencyStore
+        assert type(stores.idempotency) is SqliteIdempotencyStore
         assert type(stores.replay) is ReplayTable
         assert type(stores.limits) is CallLimits
         assert stores.limit_table is None
