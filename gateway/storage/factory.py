@@ -62,7 +62,7 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
     from gateway.inbound.limits import CallLimits
     from gateway.inbound.replay_table import REPLAY_FILE, ReplayTable
     from gateway.plans.store import SqliteTaskStore
-    from gateway.transport.a2a.task_store import A2ATaskStore
+    from gateway.transport.a2a.task_store import SqliteA2ATaskStore
 
     limit_table = None
     limits: CallLimiter = CallLimits(config.max_concurrent_calls)
@@ -96,7 +96,7 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
         ),
         limits=limits,
         limit_table=limit_table,
-        a2a_tasks=A2ATaskStore(config.state_dir / "a2a-tasks.sqlite"),
+        a2a_tasks=SqliteA2ATaskStore(config.state_dir / "a2a-tasks.sqlite"),
         plan_tasks=SqliteTaskStore(config.state_dir / "tasks.sqlite"),
         shared=shared,
     )

@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
 
+import pytest
+
 import gateway
-from gateway.inbound.idempotency import SqliteIdempotencyStore
+from gateway.audit._pg_writer import PostgresChainWriter
+from gateway.audit._writer import ChainWriter, SqliteChainWriter
+from gateway.audit.pg_read import PostgresAuditReader
+from gateway.audit.reader import SqliteAuditReader
+from gateway.inbound.idempotency import IdempotencyStore, SqliteIdempotencyStore
 from gateway.inbound.limits import CallLimits
 from gateway.inbound.pg_idempotency import PostgresIdempotencyStore
 from gateway.inbound.pg_replay import PostgresReplayWindow
+from gateway.inbound.replay import ReplayWindow
 from gateway.inbound.replay_table import ReplayTable
 from gateway.plans.pg_store import PostgresTaskStore
-from gateway.plans.store import SqliteTaskStore
+from gateway.plans.store import SqliteTaskStore, TaskStore
 from gateway.storage import Stores, open_stores, prepare_shared_files
 from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
-from gateway.transport.a2a.task_store import A2ATaskStore
+from gateway.transport.a2a.task_store import A2ATaskStore, SqliteA2ATaskStore
 from tests.support import Pki, agent_config
 
 PACKAGE = Path(gateway.__file__).parent
@@ -69,6 +77,28 @@ def test_the_guard_sees_a_dsn_test(tmp_path: Path) -> None:
     assert sorted(_dsn_type_tests(PACKAGE / "storage" / "factory.py")) != []
 
 
+TWINS: list[tuple[type, type, type | None]] = [
+    (SqliteChainWriter, PostgresChainWriter, ChainWriter),
+    (SqliteAuditReader, PostgresAuditReader, None),
+    (SqliteIdempotencyStore, PostgresIdempotencyStore, IdempotencyStore),
+    (ReplayTable, PostgresReplayWindow, ReplayWindow),
+    (SqliteA2ATaskStore, PostgresA2ATaskStore, A2ATaskStore),
+    (SqliteTaskStore, PostgresTaskStore, TaskStore),
+]
+"""(SQLite class, PostgreSQL class, their shared interface) of each kind of state."""
+
+
+@pytest.mark.parametrize(("sqlite", "postgres", "interface"), TWINS)
+def test_no_backend_inherits_from_the_other(
+    sqlite: type, postgres: type, interface: type | None
+) -> None:
+    assert not issubclass(postgres, sqlite)
+    assert not issubclass(sqlite, postgres)
+    if interface is not None:
+        assert issubclass(sqlite, interface) and issubclass(postgres, interface)
+        assert inspect.isabstract(interface)
+
+
 def _close(stores: Stores) -> None:
     stores.idempotency.close()
     stores.replay.close()
@@ -86,7 +116,7 @@ def test_open_stores_on_sqlite_opens_the_files_under_state_dir(pki: Pki, tmp_pat
         assert type(stores.replay) is ReplayTable
         assert type(stores.limits) is CallLimits
         assert stores.limit_table is None
-        assert type(stores.a2a_tasks) is A2ATaskStore
+        assert type(stores.a2a_tasks) is SqliteA2ATaskStore
         assert type(stores.plan_tasks) is SqliteTaskStore
         assert stores.shared is False
         assert sorted(p.name for p in config.state_dir.iterdir() if p.suffix == ".sqlite") == [
