@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,13 +29,28 @@ class CapabilityModuleError(ImportError):
 
 
 def load_capability_modules(
-    modules: Sequence[str], registry: CapabilityRegistry, env: AgentEnvironment
+    modules: Sequence[str],
+    registry: CapabilityRegistry,
+    env: AgentEnvironment,
+    search_dir: Path | None = None,
 ) -> None:
     """Import each module and let it register its capabilities.
 
     A module either defines ``register(registry, env)`` or exposes module-level
     ``Capability`` objects (made with ``@capability``), which are registered.
+
+    Args:
+        modules: Dotted module names.
+        registry: Where the capabilities go.
+        env: What the modules may use when they register.
+        search_dir: A folder modules are also imported from (the agent
+            config's folder), after the normal import path: a module beside
+            the config imports without ``PYTHONPATH``, and an installed
+            package of the same name still wins.
     """
+    if search_dir is not None and str(search_dir) not in sys.path:
+        sys.path.append(str(search_dir))
+        importlib.invalidate_caches()
     for name in modules:
         try:
             module = importlib.import_module(name)

@@ -88,7 +88,10 @@ def _clause(text: str) -> _Predicate:
     if match is None:
         raise VersionSyntaxError(f"bad constraint clause: {text!r}")
     operator, operand = match.group(1) or "", match.group(2)
-    parts = _partial(operand)
+    try:
+        parts = _partial(operand)
+    except VersionSyntaxError as err:  # name what was written, not the part left after ">"
+        raise VersionSyntaxError(f"not a version constraint: {text.strip()!r}") from err
     if operator in ("", "=", "=="):
         low, high = _prefix_bounds(parts)
         return lambda v: low <= v < high

@@ -21,6 +21,7 @@ from gateway.audit.checkpoint import Checkpointer, CheckpointSigner
 from gateway.audit.query import recent_request_ids
 from gateway.audit.signer_archive import remember_signer, signers_file
 from gateway.config import AgentConfig, WorkloadApiTls
+from gateway.console import ConsoleServer
 from gateway.errors import AgentConfigError, AuditUnavailable, StateUnavailable, reasons_where
 from gateway.inbound.idempotency import IdempotencyStore
 from gateway.inbound.invoke_handler import InvokeHandler
@@ -41,6 +42,7 @@ from gateway.plans.task import TaskResult
 from gateway.private_files import private_dir
 from gateway.storage import open_stores
 from gateway.telemetry import Telemetry
+from gateway.telemetry.health_http import HealthState
 from gateway.transport.a2a import A2AServicer
 from gateway.transport.a2a.card import CardIssuer, PublicCardCache
 from gateway.transport.a2a.card_signing import card_signer
@@ -103,7 +105,10 @@ class Agent:
         if registry is None:
             try:
                 load_capability_modules(
-                    config.modules, self.registry, AgentEnvironment(config.id, config.state_dir)
+                    config.modules,
+                    self.registry,
+                    AgentEnvironment(config.id, config.state_dir),
+                    config.module_dir,
                 )
             except CapabilityModuleError as err:
                 raise AgentConfigError(str(err)) from err
@@ -185,6 +190,12 @@ class Agent:
         )
         """Keeps the gRPC health status true (see gateway.transport.health)."""
         self.audit.add_health_listener(lambda _healthy: self.health.poke())
+        self._health_published = self._stopping = False
+        self.telemetry.serve_health(self.health_state)
+        self.console = (
+            ConsoleServer(config.console, self) if config.console and worker == 0 else None
+        )
+        """The read-only operator console (``[console]``; the first worker only)."""
         self._observe_components()
         self.task_store: TaskStore = stores.plan_tasks
         self.plans = TaskRunner(
@@ -358,6 +369,9 @@ class Agent:
             await self._https.start(self.config.a2a.http_listen)
         self.public_card.invalidate()  # the ports are known now
         self.health.start()
+        self._health_published = True
+        if self.console is not None:
+            await self.console.start()
         if watch_policy:
             self._watcher = asyncio.create_task(self.policies.watch())
         if watch_policy if watch_tls is None else watch_tls:
@@ -373,6 +387,14 @@ class Agent:
                 self.handler.limit_refusals.flush_expired()
             except AuditUnavailable as err:  # the counts stay pending; the next round retries
                 _log.warning("aggregated limit refusals not written yet: %s", err.message)
+
+    def health_state(self) -> HealthState:
+        """What the gRPC health service says now, and why (for ``/readyz``)."""
+        return HealthState(
+            started=self._health_published,
+            stopping=self._stopping,
+            failing=self.health.failing,
+        )
 
     def limit_stats(self) -> LimitStats:
         """Limit refusals per peer and reason, and calls in flight (read-only snapshot)."""
@@ -425,7 +447,10 @@ class Agent:
         them. Health
         says NOT_SERVING from the first moment of shutdown.
         """
+        self._stopping = True
         await self.health.stop()
+        if self.console is not None:
+            await self.console.stop()
         await self._server.enter_shutdown()
         await self.plans.shutdown()
         await self.a2a_runs.shutdown()  # ends their streams and subscriptions too

@@ -56,6 +56,10 @@ Example::
     [tracing]                    # optional
     enabled = true               # spans (trace ids are carried and audited regardless)
     otlp_endpoint = "127.0.0.1:4317"   # OTLP/gRPC export of spans when set
+    console = false              # true: also print spans on stderr
+
+    [console]                    # optional; off unless configured
+    listen = "127.0.0.1:9465"    # read-only pages for operators (see docs/console.md)
 
 Top-level ``idempotency_retention = "7d"`` (default) sets how long completed
 idempotency keys are kept; ``max_concurrent_calls = 256`` (default) caps the
@@ -480,12 +484,15 @@ class TracingSettings(_Frozen):
         otlp_endpoint: ``host:port`` of an OTLP/gRPC collector; spans are
             exported there in batches when set.
         otlp_insecure: Send OTLP without TLS (a collector on this machine).
+        console: Also print each recorded span as one line on stderr, for
+            people without a collector (default false).
     """
 
     enabled: bool = True
     sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0)
     otlp_endpoint: str | None = None
     otlp_insecure: bool = True
+    console: bool = False
 
     @field_validator("otlp_endpoint")
     @classmethod
@@ -493,6 +500,43 @@ class TracingSettings(_Frozen):
         if value is not None:  # the exporter also takes http://host:port
             split_host_port(re.sub(r"^https?://", "", value).rstrip("/"), lowest_port=1)
         return value
+
+
+class ConsoleSettings(_Frozen):
+    """The read-only operator console in the browser (``[console]``; absent: off).
+
+    Attributes:
+        listen: ``host:port`` of its HTTP listener (port 0 picks one). Must be
+            a loopback IP literal unless ``allow_remote`` is true.
+        allow_remote: Serve beyond this machine. Then the listener speaks
+            TLS with the agent's certificate and requires a client
+            certificate from the agent's CA whose SPIFFE ID is in ``operators``.
+        operators: SPIFFE IDs allowed to open the console remotely (required
+            with ``allow_remote``; meaningless without it, so refused there).
+    """
+
+    listen: str = "127.0.0.1:9465"
+    allow_remote: bool = False
+    operators: tuple[SpiffeId, ...] = ()
+
+    @model_validator(mode="after")
+    def _loopback_unless_operators(self) -> ConsoleSettings:
+        host, sep, port = self.listen.rpartition(":")
+        if not sep or not port.isdigit() or not host:
+            raise ValueError(f"console.listen {self.listen!r}: expected host:port")
+        if self.allow_remote and not self.operators:
+            raise ValueError(
+                "console.allow_remote needs console.operators: the SPIFFE IDs whose client "
+                "certificates may open it"
+            )
+        if not self.allow_remote and self.operators:
+            raise ValueError("console.operators only apply with console.allow_remote = true")
+        if not self.allow_remote and not _is_loopback(host.strip("[]")):
+            raise ValueError(
+                f"console.listen {self.listen!r} is not a loopback address; set "
+                "console.allow_remote = true (and console.operators) to serve it remotely"
+            )
+        return self
 
 
 def _is_loopback(host: str) -> bool:
@@ -524,6 +568,9 @@ class AgentConfig(_Frozen):
             unset (default) keeps SQLite files under ``state_dir``; a
             PostgreSQL DSN shares them between replicas of this agent id.
         modules: Python modules that register capabilities.
+        module_dir: Folder the ``modules`` are also imported from, after
+            the normal import path (default: the config file's folder, so a
+            module beside the config needs no ``PYTHONPATH``).
         peers: Known peers.
         upstreams: Existing A2A agents whose skills this agent serves.
         audit_checkpoints: Signed checkpoints of the audit log's head.
@@ -542,6 +589,7 @@ class AgentConfig(_Frozen):
             stay failed until restarted.
         metrics: Prometheus endpoint (None: no metrics, near-zero cost).
         tracing: Spans and OTLP export (None: no spans; traceparent still carried).
+        console: The read-only operator console in the browser (None: off).
         workers: Serving processes on the one ``listen`` port (default 1);
             more than one share it with ``SO_REUSEPORT`` and share the policy
             file, the audit chain, the idempotency keys and the replay window
@@ -571,6 +619,7 @@ class AgentConfig(_Frozen):
     state_dir: Path
     state_db: StoreLocation | None = None
     modules: tuple[str, ...] = ("capabilities.builtin",)
+    module_dir: Path | None = None
     peers: tuple[PeerEntry, ...] = ()
     upstreams: tuple[UpstreamEntry, ...] = ()
     audit_checkpoints: AuditCheckpoints = AuditCheckpoints()
@@ -581,6 +630,7 @@ class AgentConfig(_Frozen):
     audit_retry_seconds: float | None = Field(default=2.0, gt=0)
     metrics: MetricsSettings | None = None
     tracing: TracingSettings | None = None
+    console: ConsoleSettings | None = None
     workers: int = Field(default=1, ge=1, le=256)
     pin_workers: bool = False
     replay_window_ids: int = Field(default=1 << 21, ge=1024, le=1 << 26)
@@ -657,6 +707,7 @@ class AgentConfig(_Frozen):
                     }
                 ),
                 "policy": fix(self.policy),
+                "module_dir": base if self.module_dir is None else fix(self.module_dir),
                 "audit_db": fix_store(self.audit_db),
                 "state_db": None if self.state_db is None else fix_store(self.state_db),
                 "state_dir": fix(self.state_dir),

@@ -132,7 +132,7 @@ def test_init_ca_refuses_to_overwrite_unless_asked(ca_dir: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         pki.init_ca(ca_dir, "example.org")
     assert caught.value.message == (
-        f"CA already exists at {ca_dir / 'ca.pem'} (pass overwrite to replace it)"
+        f"CA already exists at {ca_dir / 'ca.pem'} (pass --force to replace it)"
     )
     assert (ca_dir / "ca.pem").read_bytes() == original
 

@@ -21,7 +21,7 @@ _SINCE = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 _PAGE_ROWS = 10_000
 
-_COLUMNS: tuple[tuple[str, str], ...] = (
+TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("TIME (UTC)", "<"),
     ("PEER", "<"),
     ("CAPABILITY", "<"),
@@ -187,12 +187,12 @@ def format_table(records: Sequence[AuditRecord]) -> str:
     sent (or whatever an older writer stored), and a newline, CR, ESC or bidi
     override in one must not forge a row or rewrite the operator's terminal.
     """
-    cells = [[title for title, _ in _COLUMNS]] + [_cells(rec) for rec in records]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(_COLUMNS))]
+    cells = [[title for title, _ in TABLE_COLUMNS]] + [table_cells(rec) for rec in records]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(TABLE_COLUMNS))]
     lines = [
         "  ".join(
             f"{cell:{align}{width}}"
-            for cell, (_, align), width in zip(row, _COLUMNS, widths, strict=True)
+            for cell, (_, align), width in zip(row, TABLE_COLUMNS, widths, strict=True)
         ).rstrip()
         for row in cells
     ]
@@ -212,7 +212,8 @@ def format_json_lines(records: Sequence[AuditRecord]) -> str:
     )
 
 
-def _cells(rec: AuditRecord) -> list[str]:
+def table_cells(rec: AuditRecord) -> list[str]:
+    """The cells of ``rec``'s row in :func:`format_table`, each escaped by ``printable``."""
     cells = [
         _utc_iso(rec.time_unix_ms),
         rec.peer_id or "-",

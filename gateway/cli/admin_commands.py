@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +21,14 @@ from gateway.audit.checkpoint_verify import verify_checkpoints
 from gateway.audit.pg_read import query_agent_records, verify_agent_chains
 from gateway.audit.signer_archive import read_signers, signers_file
 from gateway.audit.summary import format_summary, format_summary_json, summarize
-from gateway.cli import policy_commands
+from gateway.cli import audit_follow, policy_commands
 from gateway.config import WorkloadApiTls, load_agent_config
 from gateway.devtools import pki
 from gateway.display import json_for_terminals, printable
 from gateway.errors import ConfigError
-from gateway.postgres.dsn import PostgresDsn, is_dsn
 from gateway.storage import open_audit_reader
 from gateway.transport.tls import load_pem_file
+from policies.grants import PeerGrant
 from policies.policy_file import load_policy
 
 
@@ -87,7 +88,7 @@ def add_commands(commands: Any) -> None:
     audit.add_argument("action", nargs="?", choices=["verify"], help="verify the hash chain")
     audit.add_argument(
         "--db",
-        type=_store_location,
+        type=policy_commands.store_location,
         required=True,
         help="SQLite file, or postgresql://... (the shared table of many agents)",
     )
@@ -98,6 +99,11 @@ def add_commands(commands: Any) -> None:
     audit.add_argument("--since", help="e.g. 30s, 10m, 2h, 1d")
     audit.add_argument("--trace", metavar="TRACE_ID", help="only records of this trace id")
     audit.add_argument("--json", action="store_true", help="JSON lines")
+    audit.add_argument(
+        "--follow",
+        action="store_true",
+        help="print records as they commit until interrupted (with --since: that window first)",
+    )
     audit.add_argument(
         "--summary",
         action="store_true",
@@ -151,10 +157,6 @@ def _pki_issue(args: argparse.Namespace) -> int:
     )
     print(f"{issued.spiffe_id}: {issued.cert_path} {issued.key_path}")
     return 0
-
-
-def _store_location(text: str) -> Path | PostgresDsn:
-    return PostgresDsn(text.strip()) if is_dsn(text) else Path(text)
 
 
 def _audit_verify_agents(args: argparse.Namespace) -> int:
@@ -262,17 +264,40 @@ def _policy_check(args: argparse.Namespace) -> int:
     print(
         f"{args.file}: ok ({len(document.grants)} grants, {len(document.outbound)} outbound rules)"
     )
+    now = datetime.now(UTC)
     for grant in document.grants:
         entries = ", ".join(str(entry) for entry in grant.capabilities)
         print(
             f"  {grant.peer}: {entries}; cap {grant.max_payload_bytes} bytes; "
             f"expires {grant.expires_at.isoformat()}"
             + (f"; max risk {grant.max_risk.value}" if grant.max_risk else "")
+            + "".join(f"; {limit}" for limit in _limits_of(grant))
         )
+    for grant in document.grants:
+        if grant.expires_at <= now:
+            print(
+                f"warning: grant of {grant.peer} expired {grant.expires_at.isoformat()}: "
+                "its calls are refused GRANT_EXPIRED",
+                file=sys.stderr,
+            )
     return 0
 
 
+def _limits_of(grant: PeerGrant) -> list[str]:
+    """The per-peer limits a grant sets, as written in the policy file."""
+    shown = [
+        ("max_calls_per_second", grant.max_calls_per_second),
+        ("burst", grant.burst),
+        ("max_in_flight", grant.max_in_flight),
+    ]
+    return [f"{key} {value:g}" for key, value in shown if value is not None]
+
+
 def _audit(args: argparse.Namespace) -> int:
+    if args.follow:
+        if args.action == "verify" or args.summary:
+            raise ConfigError("--follow prints records; it does not go with verify or --summary")
+        return audit_follow.follow(args)
     if args.action == "verify":
         return _audit_verify(args)
     if open_audit_reader(args.db).many_chains:

@@ -6,12 +6,14 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
+from capabilities.versions import VersionConstraint, VersionSyntaxError
 from gateway.agent import Agent
 from gateway.config import AgentConfig, TlsFiles, WorkloadApiTls, load_agent_config
 from gateway.display import printable
@@ -45,7 +47,7 @@ def add_commands(commands: Any) -> None:
     call.add_argument("--peer", required=True, help="peer SPIFFE ID from [[peers]]")
     call.add_argument("capability", help="NAME or NAME@CONSTRAINT")
     call.add_argument("--input", required=True, help="JSON text, or @FILE")
-    call.add_argument("--timeout", type=float, default=10.0, help="seconds (default 10)")
+    call.add_argument("--timeout", type=positive_seconds, default=10.0, help="seconds (default 10)")
     call.add_argument("--idempotency-key", default="")
     call.set_defaults(run=_call)
 
@@ -100,6 +102,8 @@ async def _serve_agent(args: argparse.Namespace, config: AgentConfig) -> int:
     if args.worker is None:
         if agent.https_url:
             print(f"a2a https on {agent.https_url}", flush=True)
+        if agent.console is not None:
+            print(f"console on {agent.console.url}", flush=True)
         print(f"{agent.config.id} serving on {agent.address}", flush=True)
     else:
         print(f"worker {args.worker}{READY_MARK}{agent.address}", flush=True)
@@ -187,6 +191,10 @@ def _read_input(text: str) -> bytes:
 
 async def _call(args: argparse.Namespace) -> int:
     name, _, constraint = args.capability.partition("@")
+    try:  # checked here: a typo is the caller's mistake, not worth a round trip
+        VersionConstraint.parse(constraint)
+    except VersionSyntaxError as err:
+        raise ConfigError(f"{args.capability}: {err}") from err
     payload = _read_input(args.input)
     async with _client(args.config, args.peer) as client:
         result = await client.invoke(
@@ -204,6 +212,17 @@ async def _call(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds above zero (else a usage error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0 seconds")
+    return value
 
 
 def _card(args: argparse.Namespace) -> int:

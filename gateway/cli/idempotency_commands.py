@@ -94,7 +94,10 @@ def _contract_check(config: AgentConfig) -> OutputCheck:
     registry = CapabilityRegistry()
     try:
         load_capability_modules(
-            config.modules, registry, AgentEnvironment(config.id, config.state_dir)
+            config.modules,
+            registry,
+            AgentEnvironment(config.id, config.state_dir),
+            config.module_dir,
         )
     except CapabilityModuleError as err:
         raise ConfigError(str(err)) from err

@@ -8,19 +8,28 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 
 from pydantic import ValidationError
 
 from gateway.cli import (
     admin_commands,
     agent_commands,
+    check_commands,
     db_commands,
     idempotency_commands,
     plan_commands,
     spiffe_commands,
 )
 from gateway.display import EscapingFormatter, printable
-from gateway.errors import ConfigError, GatewayError
+from gateway.errors import (
+    Cancelled,
+    ConfigError,
+    DeadlineExceeded,
+    GatewayError,
+    PeerIdentityMismatch,
+    PeerUnavailable,
+)
 from gateway.postgres.dsn import redact_credentials
 from gateway.telemetry.json_logs import JsonFormatter
 
@@ -28,12 +37,21 @@ EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70
 
+NOT_REFUSALS: tuple[type[GatewayError], ...] = (
+    PeerUnavailable,
+    PeerIdentityMismatch,
+    DeadlineExceeded,
+    Cancelled,
+)
+"""Errors printed as ``failed:``: the call did not get a decision (no peer, wrong peer, time)."""
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (every subcommand)."""
     parser = argparse.ArgumentParser(
         prog="a2a-gateway", description="mTLS gRPC gateway for agents calling each other."
     )
+    parser.add_argument("--version", action="version", version=f"a2a-gateway {_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     parser.add_argument(
         "--log-format",
@@ -48,7 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
     idempotency_commands.add_commands(commands)
     db_commands.add_commands(commands)
     spiffe_commands.add_commands(commands)
+    check_commands.add_commands(commands)
     return parser
+
+
+def _version() -> str:
+    try:
+        return metadata.version("a2a-peer-gateway")
+    except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown (not installed)"
 
 
 def log_formatter(choice: str | None) -> logging.Formatter:
@@ -80,9 +106,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n  ".join([f"error: {first}", *more]), file=sys.stderr)
         return EXIT_USAGE
     except GatewayError as err:
-        # The message may come from a remote peer: escaped into one line.
+        # The message may come from a remote peer: escaped into one line. Only
+        # an answer is a refusal; a peer that was never reached did not refuse.
+        said = "failed" if isinstance(err, NOT_REFUSALS) else "refused"
         message = printable(redact_credentials(err.message))
-        print(f"refused: {printable(err.reason)}: {message}", file=sys.stderr)
+        print(f"{said}: {printable(err.reason)}: {message}", file=sys.stderr)
         return EXIT_REFUSED
     except KeyboardInterrupt:
         return 130

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
@@ -156,8 +157,8 @@ async def _report(agent: Agent, result: TaskResult, args: argparse.Namespace) ->
     if result.state is TaskState.WAITING_APPROVAL:
         waiting = " ".join(printable(a.step_id) for a in result.approvals)
         print(
-            f"task waiting-approval: a2a-gateway tasks --approve {printable(result.task_id)} "
-            f"STEP (or --deny); waiting: {waiting}",
+            f"task waiting-approval: a2a-gateway tasks --config {shlex.quote(str(args.config))} "
+            f"--approve {printable(result.task_id)} STEP (or --deny); waiting: {waiting}",
             file=sys.stderr,
         )
         return EXIT_WAITING_APPROVAL

@@ -18,6 +18,8 @@ from gateway.config import load_agent_config
 from gateway.display import json_for_terminals, printable
 from gateway.errors import AgentConfigError, ConfigError
 from gateway.inbound.policy_replay import changes_as_json, decide, reasons_in, replay
+from gateway.postgres.dsn import PostgresDsn, is_dsn
+from gateway.storage import open_audit_reader
 from policies.policy_file import load_policy
 
 EXIT_REFUSED = 1
@@ -28,7 +30,16 @@ def add_actions(policy_sub: Any) -> None:
     replay_parser = policy_sub.add_parser(
         "replay", help="re-decide recorded calls under a candidate policy; list what changes"
     )
-    replay_parser.add_argument("--db", type=Path, required=True, help="audit log (SQLite)")
+    replay_parser.add_argument(
+        "--db",
+        type=store_location,
+        required=True,
+        help="audit log: SQLite file, or postgresql://... (the shared table)",
+    )
+    replay_parser.add_argument(
+        "--agent",
+        help="PostgreSQL: whose calls to replay (SPIFFE ID; default: --config's id)",
+    )
     replay_parser.add_argument("--policy", type=Path, required=True, help="candidate policy")
     replay_parser.add_argument("--since", help="only calls this recent, e.g. 24h, 7d")
     replay_parser.add_argument(
@@ -53,6 +64,11 @@ def add_actions(policy_sub: Any) -> None:
     explain.set_defaults(run=_explain)
 
 
+def store_location(text: str) -> Path | PostgresDsn:
+    """An argparse type: a PostgreSQL DSN, or else a path to a SQLite file."""
+    return PostgresDsn(text.strip()) if is_dsn(text) else Path(text)
+
+
 def registry_of(config_path: Path | None) -> CapabilityRegistry | None:
     """The capabilities an agent config's modules register (None without a config).
 
@@ -66,7 +82,10 @@ def registry_of(config_path: Path | None) -> CapabilityRegistry | None:
     with tempfile.TemporaryDirectory(prefix="a2agw-replay-") as scratch:
         try:
             load_capability_modules(
-                config.modules, registry, AgentEnvironment(config.id, Path(scratch))
+                config.modules,
+                registry,
+                AgentEnvironment(config.id, Path(scratch)),
+                config.module_dir,
             )
         except CapabilityModuleError as err:
             raise AgentConfigError(str(err)) from err
@@ -77,7 +96,15 @@ def _replay(args: argparse.Namespace) -> int:
     candidate = load_policy(args.policy)
     registry = registry_of(args.config)
     since = parse_since(args.since) if args.since else None
-    report = replay(query_records(args.db, since=since), candidate, registry)
+    agent = args.agent
+    if open_audit_reader(args.db).many_chains:
+        if agent is None and args.config is not None:
+            agent = load_agent_config(args.config).id
+        if agent is None:
+            raise ConfigError("policy replay --db postgresql://...: name the agent with --agent ID")
+    elif agent is not None:
+        raise ConfigError("--agent: a SQLite audit log holds one agent; give a PostgreSQL DSN")
+    report = replay(query_records(args.db, agent=agent, since=since), candidate, registry)
     if args.json:
         text = json.dumps(changes_as_json(report), sort_keys=True, ensure_ascii=False)
         print(json_for_terminals(text))

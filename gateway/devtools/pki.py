@@ -274,7 +274,7 @@ def init_ca(
     name_constraints(permit_dns)  # refuse a bad name before touching the directory
     cert_path = directory / CA_CERT_FILE
     if cert_path.exists() and not overwrite:
-        raise ConfigError(f"CA already exists at {cert_path} (pass overwrite to replace it)")
+        raise ConfigError(f"CA already exists at {cert_path} (pass --force to replace it)")
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as err:

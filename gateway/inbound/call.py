@@ -57,6 +57,9 @@ class InvokeCall:
         problem: Why the transport could not turn the request into a call (for
             example an A2A message without a capability); refused as
             INVALID_REQUEST once the caller is identified. Never payload content.
+        claimed_identity: The name of a field in which the request claims who
+            is calling (an A2A metadata key such as ``a2agw.peer``); refused as
+            UNAUTHENTICATED: only the TLS handshake names the caller.
         deadline_unix_ms: The absolute deadline the request itself carried, in
             Unix milliseconds (0: none). Already folded into ``deadline``; kept
             so a negative one is refused rather than read as "no deadline".
@@ -77,6 +80,7 @@ class InvokeCall:
     idempotency_key: str = ""
     malformed: bool = False
     problem: str = ""
+    claimed_identity: str = ""
     deadline_unix_ms: int = 0
     pending_payload: PendingPayload | None = None
     payload_sha256: str = field(init=False)

@@ -35,6 +35,7 @@ from gateway.inbound.limit_audit import LimitRefusalLog
 from gateway.inbound.limits import CallLimiter, CallLimits, CallSlot
 from gateway.inbound.pipeline import (
     DecisionPipeline,
+    EdgeSlot,
     Inbound,
     InFlight,
     PeerIssuerCheck,
@@ -131,21 +132,31 @@ class InvokeHandler:
         """The one decision path (every protocol's servicer goes through this handler)."""
 
     async def describe(
-        self, peer_cert_pem: bytes | None, operation: str = "Describe"
+        self,
+        peer_cert_pem: bytes | None,
+        operation: str = "Describe",
+        *,
+        edge_slot: EdgeSlot | None = None,
     ) -> tuple[PeerGrant, list[Admission]]:
         """The caller's grant and the capabilities it may call (nothing else leaks).
 
         A refused Describe is audited like a refused Invoke (capability ``""``,
         detail ``operation``: ``Describe``, or the A2A method that asked).
+        ``edge_slot``: as for :meth:`admit`.
         """
-        peer_id, grant = await self.admit_peer(peer_cert_pem, operation)
+        peer_id, grant = await self.admit_peer(peer_cert_pem, operation, edge_slot=edge_slot)
         return grant, [
             Admission(peer_id=peer_id, grant=grant, capability=cap)
             for cap in visible_capabilities(grant, self._registry)
         ]
 
     async def admit_peer(
-        self, peer_cert_pem: bytes | None, operation: str, task_id: str = ""
+        self,
+        peer_cert_pem: bytes | None,
+        operation: str,
+        task_id: str = "",
+        *,
+        edge_slot: EdgeSlot | None = None,
     ) -> tuple[str, PeerGrant]:
         """The Describe prefix of the pipeline for a call that names no capability.
 
@@ -154,29 +165,68 @@ class InvokeHandler:
         The request takes a token of the peer's rate and must find room under
         its in-flight and the server's caps, like a call; it gives its slot back
         at once, as what follows is a short read of the agent's own state.
+        ``edge_slot``: as for :meth:`admit`.
         """
-        inbound = await self._admit_prefix(peer_cert_pem, operation, task_id, InFlight.ROOM)
+        inbound = await self._admit_prefix(
+            peer_cert_pem, operation, task_id, InFlight.ROOM, edge_slot=edge_slot
+        )
         assert inbound.query is not None and inbound.query.grant is not None
         return inbound.peer_id, inbound.query.grant
 
     async def admit_task_reader(
-        self, peer_cert_pem: bytes | None, operation: str, task_id: str, kind: InFlight
+        self,
+        peer_cert_pem: bytes | None,
+        operation: str,
+        task_id: str,
+        kind: InFlight,
+        *,
+        edge_slot: EdgeSlot | None = None,
     ) -> tuple[str, CallSlot]:
         """The Describe prefix for reading or following one's own tasks (``kind``).
 
         Returns the caller's SPIFFE ID and its slot: already given back for a
         poll, held for a subscription until the caller releases it.
+        ``edge_slot``: as for :meth:`admit`.
         """
-        inbound = await self._admit_prefix(peer_cert_pem, operation, task_id, kind)
+        inbound = await self._admit_prefix(
+            peer_cert_pem, operation, task_id, kind, edge_slot=edge_slot
+        )
         assert inbound.slot is not None
         return inbound.peer_id, inbound.slot
 
+    async def admit_edge(
+        self, peer_cert_pem: bytes | None, operation: str, kind: InFlight
+    ) -> tuple[str, PeerGrant, EdgeSlot]:
+        """The Describe prefix for a transport that must hold the limits before it reads
+        the request (the HTTP edge: nothing of a body is parsed before the rate holds).
+
+        Returns the caller's SPIFFE ID, its live grant and the slot taken as
+        ``kind`` (one token; refusals audited, limit refusals aggregated, as
+        for any call). The slot is kept: pass it to the method that admits the
+        request (``edge_slot=``), which adopts it instead of taking a second
+        token, and call :meth:`EdgeSlot.release_unless_adopted` when the
+        request ends.
+        """
+        inbound = await self._admit_prefix(peer_cert_pem, operation, "", kind, keep=True)
+        assert inbound.query is not None and inbound.query.grant is not None
+        assert inbound.slot is not None
+        return inbound.peer_id, inbound.query.grant, EdgeSlot(inbound.slot, kind)
+
     async def _admit_prefix(
-        self, peer_cert_pem: bytes | None, operation: str, task_id: str, kind: InFlight
+        self,
+        peer_cert_pem: bytes | None,
+        operation: str,
+        task_id: str,
+        kind: InFlight,
+        *,
+        edge_slot: EdgeSlot | None = None,
+        keep: bool = False,
     ) -> Inbound:
         started = time.perf_counter()
         inbound = Inbound(
-            InvokeCall(peer_cert_pem, "", "", "", b"", 0.0, task_id=task_id), in_flight=kind
+            InvokeCall(peer_cert_pem, "", "", "", b"", 0.0, task_id=task_id),
+            in_flight=kind,
+            edge_slot=edge_slot,
         )
         try:
             self.pipeline.admit_describe(inbound)
@@ -195,7 +245,7 @@ class InvokeHandler:
             if inbound.slot is not None:
                 inbound.slot.release()
             raise
-        if kind is not InFlight.HOLD and inbound.slot is not None:
+        if not keep and kind is not InFlight.HOLD and inbound.slot is not None:
             inbound.slot.release()
         return inbound
 
@@ -218,15 +268,18 @@ class InvokeHandler:
         """Run one call end to end; raises a GatewayError on refusal or failure."""
         return await self.run(await self.admit(call))
 
-    async def admit(self, call: InvokeCall) -> AdmittedCall:
+    async def admit(self, call: InvokeCall, *, edge_slot: EdgeSlot | None = None) -> AdmittedCall:
         """Every check of the pipeline; a refusal is audited and raised (nothing ran).
 
         A transport that answers refusals and failures differently (A2A: a gRPC
         error before admission, a failed task after it) calls ``admit`` and
-        ``run`` itself; ``invoke`` is the two in a row.
+        ``run`` itself; ``invoke`` is the two in a row. ``edge_slot``: the slot
+        the transport took for this request before reading it
+        (:meth:`admit_edge`); ``within_limits`` adopts it, so the request costs
+        one token.
         """
         started = time.perf_counter()
-        inbound = Inbound(call)
+        inbound = Inbound(call, edge_slot=edge_slot)
         try:
             await self.pipeline.admit_call(inbound)
         except GatewayError as err:

@@ -160,6 +160,30 @@ class LimitTable:
             )
         raise ServerBusy("the agent is running as many calls as it accepts; retry later")
 
+    def make_room(self, slot: CallSlot, grant: PeerGrant) -> None:
+        """Require room under ``grant.max_in_flight`` (all workers) for the call ``slot`` counts.
+
+        Raises:
+            ConcurrencyLimited: the peer's other calls fill ``max_in_flight``.
+            StateUnavailable: the file could not be locked.
+        """
+        if grant.max_in_flight is None:
+            return
+        digest, home = self._home(slot.peer_id)
+        self._take_lock()
+        try:
+            entry = self._find(digest, home)
+            running = 1  # the slot's own place, if the entry were gone
+            if entry >= 0:
+                running = sum(self._columns.unpack_from(self._map, entry + _COLUMNS_AT))
+        finally:
+            self._drop_lock()
+        if running - 1 >= grant.max_in_flight:
+            self._refused.count(_Refusal.CONCURRENCY.value, slot.peer_id)
+            raise ConcurrencyLimited(
+                f"{running - 1} calls already running; limit {grant.max_in_flight}"
+            )
+
     def release(self, peer_id: str) -> None:
         """One call of ``peer_id`` ended (use :meth:`CallSlot.release`).
 

@@ -1,7 +1,9 @@
 """Per-peer rate and concurrency limits, and the server-wide cap on calls.
 
 Checked in the decision pipeline right after the peer's grant is known and
-before anything of the payload is parsed (see ``gateway.inbound.pipeline``).
+before anything of the payload is parsed (see ``gateway.inbound.pipeline``);
+on the HTTP bindings by the edge, before the body is read, the pipeline then
+adopting that slot (``EdgeSlot``) so a request takes one token.
 A call that passes holds one in-flight slot for its peer and one of the
 server's; :class:`CallSlot` gives both back when the call ends, however it ends.
 
@@ -119,6 +121,20 @@ class CallLimiter(Protocol):
         """
         ...
 
+    def make_room(self, slot: CallSlot, grant: PeerGrant) -> None:
+        """Require room under ``grant.max_in_flight`` for the call ``slot`` already counts.
+
+        For a slot taken as a poll before the call's kind was known (the HTTP
+        edge, JSON-RPC): the call is within the cap if the peer's other calls
+        leave it room. The slot keeps its places either way (its holder
+        releases it).
+
+        Raises:
+            ConcurrencyLimited: the peer's other calls fill ``max_in_flight``.
+            StateUnavailable: shared limits cannot be read.
+        """
+        ...
+
     def release(self, peer_id: str) -> None:
         """One call of ``peer_id`` ended (use :meth:`CallSlot.release`)."""
         ...
@@ -214,6 +230,17 @@ class CallLimits:
         self._in_flight[peer_id] = running + 1
         self._total += 1
         return CallSlot(self, peer_id)
+
+    def make_room(self, slot: CallSlot, grant: PeerGrant) -> None:
+        """Require room under ``grant.max_in_flight`` for the call ``slot`` already counts.
+
+        Raises:
+            ConcurrencyLimited: the peer's other calls fill ``max_in_flight``.
+        """
+        others = self._in_flight.get(slot.peer_id, 0) - 1
+        if grant.max_in_flight is not None and others >= grant.max_in_flight:
+            self._refused.count(ConcurrencyLimited.reason, slot.peer_id)
+            raise ConcurrencyLimited(f"{others} calls already running; limit {grant.max_in_flight}")
 
     def release(self, peer_id: str) -> None:
         """One call of ``peer_id`` ended (use :meth:`CallSlot.release`)."""

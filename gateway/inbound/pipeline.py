@@ -5,6 +5,8 @@ call and nothing after it runs::
 
     audit_available        AUDIT_UNAVAILABLE   the log can record (fails closed)
     identity               UNAUTHENTICATED     exactly one SPIFFE ID in the verified cert
+    no_claimed_identity    UNAUTHENTICATED     the request names no caller itself (an A2A
+                                               metadata key such as ``a2agw.peer``)
     well_formed_request    INVALID_REQUEST     parsable request, request id, no control or
                                                bidi characters, deadline sign, constraint
     known_peer             UNKNOWN_PEER        policy step 1
@@ -12,7 +14,8 @@ call and nothing after it runs::
     within_limits          RATE_LIMITED        the peer's rate (token bucket), its
                            CONCURRENCY_LIMITED calls in flight, the server's cap on calls
                            SERVER_BUSY         (takes a slot the handler gives back when
-                                               the call ends, whatever happens)
+                                               the call ends, whatever happens; adopts
+                                               the one the HTTP edge took, see EdgeSlot)
     capability_granted     CAPABILITY_NOT_GRANTED  policy step 3
     version_available      VERSION_NOT_AVAILABLE   policy step 4
     risk_within_grant      RISK_NOT_GRANTED    policy step 5
@@ -86,6 +89,33 @@ class InFlight(Enum):
 
 
 @dataclass(slots=True)
+class EdgeSlot:
+    """A request's limit slot, taken by a transport's edge before it read the request.
+
+    The HTTP edge cannot parse a body before its limits hold, so it takes the
+    slot first (one token of the peer's rate; a place of ``kind``, POLL when
+    the method is not known yet) and hands it over with the request.
+    ``within_limits`` adopts it instead of taking a second token; from then on
+    the slot is the pipeline's, released as any other. Until then (refused
+    earlier, never reached) the edge gives it back: :meth:`release_unless_adopted`.
+
+    Attributes:
+        slot: The places taken.
+        kind: How they were taken (POLL: without room under ``max_in_flight``).
+        adopted: Set once ``within_limits`` took the slot over.
+    """
+
+    slot: CallSlot
+    kind: InFlight
+    adopted: bool = False
+
+    def release_unless_adopted(self) -> None:
+        """The edge's end of the request: give the slot back unless the pipeline owns it."""
+        if not self.adopted:
+            self.slot.release()
+
+
+@dataclass(slots=True)
 class Inbound:
     """What the checks learn about one call as it passes them.
 
@@ -99,6 +129,8 @@ class Inbound:
         slot: The call's in-flight places, set by ``within_limits``; whoever
             holds the Inbound after a refusal or the call's end releases it.
         in_flight: How the call counts against the peer's ``max_in_flight``.
+        edge_slot: A slot the transport took before reading the request, for
+            ``within_limits`` to adopt (HTTP); None: it takes one.
     """
 
     call: InvokeCall
@@ -107,6 +139,7 @@ class Inbound:
     payload: BaseModel | None = None
     slot: CallSlot | None = None
     in_flight: InFlight = InFlight.ROOM
+    edge_slot: EdgeSlot | None = None
 
     @property
     def admission(self) -> Admission:
@@ -220,6 +253,15 @@ class DecisionPipeline:
             datetime.now(UTC),
         )
 
+    def no_claimed_identity(self, inbound: Inbound) -> None:
+        """The request claims no identity of its own: only the handshake names the caller."""
+        key = inbound.call.claimed_identity
+        if key:
+            raise Unauthenticated(
+                "the caller is identified by its TLS client certificate only; "
+                f"remove the metadata {key}"
+            )
+
     def well_formed_request(self, inbound: Inbound) -> None:
         """The envelope parsed, ids and names are plain text, the deadline and constraint parse."""
         call = inbound.call
@@ -254,9 +296,19 @@ class DecisionPipeline:
 
         A poll of the peer's own tasks needs no room under its ``max_in_flight``:
         its running tasks may hold every place, and it must still see them end.
+        A slot the edge took for this request (``inbound.edge_slot``) is adopted,
+        not doubled: no second token; if it was taken as a poll and this call
+        needs room, the room is checked now.
         """
         assert inbound.query is not None and inbound.query.grant is not None
         grant = inbound.query.grant
+        edge = inbound.edge_slot
+        if edge is not None and _adoptable(edge, inbound.peer_id):
+            if edge.kind is InFlight.POLL and inbound.in_flight is not InFlight.POLL:
+                self._limits.make_room(edge.slot, grant)
+            edge.adopted = True
+            inbound.slot = edge.slot
+            return
         if inbound.in_flight is InFlight.POLL and grant.max_in_flight is not None:
             grant = grant.model_copy(update={"max_in_flight": None})
         inbound.slot = self._limits.acquire(inbound.peer_id, grant)
@@ -295,6 +347,12 @@ class DecisionPipeline:
             raise DeadlineExceeded("the call's deadline had passed before it could run")
 
 
+def _adoptable(edge: EdgeSlot, peer_id: str) -> bool:
+    # Once per request, by the caller it was taken for; a slot the edge already
+    # gave back (the request ended first) is no place at all.
+    return not edge.adopted and not edge.slot.released and edge.slot.peer_id == peer_id
+
+
 def _policy_step(step: Callable[[PolicyQuery], None]) -> NamedCheck:
     def run(pipeline: DecisionPipeline, inbound: Inbound) -> None:
         assert inbound.query is not None
@@ -306,6 +364,7 @@ def _policy_step(step: Callable[[PolicyQuery], None]) -> NamedCheck:
 CALL_CHECKS: tuple[NamedCheck, ...] = (
     NamedCheck("audit_available", DecisionPipeline.audit_available),
     NamedCheck("identity", DecisionPipeline.identity),
+    NamedCheck("no_claimed_identity", DecisionPipeline.no_claimed_identity),
     NamedCheck("well_formed_request", DecisionPipeline.well_formed_request),
     *(_policy_step(step) for step in POLICY_STEPS[:2]),  # known_peer, grant_live
     NamedCheck("within_limits", DecisionPipeline.within_limits),

@@ -9,6 +9,7 @@ SQLite file or a PostgreSQL database.
 
 from gateway.storage.factory import (
     Stores,
+    open_audit_feed,
     open_audit_reader,
     open_chain_writer,
     open_key_admin,
@@ -18,6 +19,7 @@ from gateway.storage.factory import (
 
 __all__ = [
     "Stores",
+    "open_audit_feed",
     "open_audit_reader",
     "open_chain_writer",
     "open_key_admin",

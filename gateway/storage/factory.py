@@ -11,6 +11,7 @@ imported by the implementations without a cycle.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -19,6 +20,7 @@ from gateway.postgres.dsn import PostgresDsn
 
 if TYPE_CHECKING:
     from gateway.audit._writer import ChainWriter
+    from gateway.audit.follow import AuditFeed, FollowFilter
     from gateway.audit.reader import AuditReader
     from gateway.config import AgentConfig
     from gateway.inbound.idempotency import IdempotencyStore
@@ -168,3 +170,24 @@ def open_key_admin(config: AgentConfig) -> KeyAdmin:
     from gateway.inbound.idempotency_admin import SqliteKeyAdmin
 
     return SqliteKeyAdmin(config.idempotency_store, config.audit_db, config.id)
+
+
+def open_audit_feed(
+    where: Path | PostgresDsn,
+    wanted: FollowFilter,
+    *,
+    since: timedelta | None = None,
+    agent_id: str = "",
+) -> AuditFeed:
+    """The ``audit --follow`` feed of the store at ``where`` (see :mod:`gateway.audit.follow`).
+
+    Raises:
+        ConfigError: ``wanted.agent`` is given for a SQLite file (it holds one agent).
+    """
+    from gateway.audit.follow import PostgresAuditFeed, SqliteAuditFeed
+
+    if isinstance(where, PostgresDsn):
+        return PostgresAuditFeed(where, wanted, since=since)
+    if wanted.agent is not None:
+        raise ConfigError("--agent: a SQLite audit log holds one agent; give a PostgreSQL DSN")
+    return SqliteAuditFeed(where, wanted, since=since, agent_id=agent_id)

@@ -9,6 +9,7 @@ from opentelemetry.trace import INVALID_SPAN, Span
 from opentelemetry.util.types import AttributeValue
 
 from gateway.config import MetricsSettings, TracingSettings
+from gateway.telemetry.health_http import HealthSource
 from gateway.telemetry.metrics import AgentMetrics
 from gateway.telemetry.metrics_server import MetricsServer
 from gateway.telemetry.tracing import AgentTracing, CurrentSpan, Metadata, carries_trace_context
@@ -61,6 +62,11 @@ class Telemetry:
         return InboundCall(
             self.metrics, self.tracing.inbound(operation, metadata, attributes), operation
         )
+
+    def serve_health(self, source: HealthSource) -> None:
+        """Answer ``/healthz`` and ``/readyz`` on the /metrics listener from ``source``."""
+        if self._server is not None:
+            self._server.health = source
 
     @property
     def metrics_port(self) -> int:

@@ -1,7 +1,8 @@
 """A minimal HTTP endpoint serving ``GET /metrics`` in the Prometheus text format.
 
 Only what a Prometheus scraper needs: one request per connection, ``GET
-/metrics`` answered 200, any other path 404, anything else 405. It binds the
+/metrics`` answered 200, any other path 404, anything else 405. With a health
+source it also answers ``/healthz`` and ``/readyz`` (``health_http``). It binds the
 configured address only (loopback unless ``[metrics] allow_remote``).
 """
 
@@ -13,6 +14,7 @@ import logging
 from collections.abc import Callable
 
 from gateway.errors import GatewayError
+from gateway.telemetry.health_http import HEALTH_PATHS, TEXT, HealthSource, health_answer
 from gateway.telemetry.prometheus_text import CONTENT_TYPE
 
 _log = logging.getLogger(__name__)
@@ -30,6 +32,8 @@ class MetricsServer:
         self._render = render
         self._server: asyncio.Server | None = None
         self.port = 0
+        self.health: HealthSource | None = None
+        """Answers /healthz and /readyz when set (the agent sets it)."""
 
     @property
     def address(self) -> str:
@@ -63,15 +67,15 @@ class MetricsServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT)
-            status, body = self._answer(head)
+            status, body, kind = self._answer(head)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
-            status, body = "400 Bad Request", ""
+            status, body, kind = "400 Bad Request", "", CONTENT_TYPE
         except Exception:  # a broken render must not take the endpoint down
             _log.exception("metrics: rendering failed")
-            status, body = "500 Internal Server Error", ""
+            status, body, kind = "500 Internal Server Error", "", CONTENT_TYPE
         payload = body.encode("utf-8")
         writer.write(
-            f"HTTP/1.1 {status}\r\nContent-Type: {CONTENT_TYPE}\r\n"
+            f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n"
             f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode("ascii")
             + payload
         )
@@ -81,13 +85,15 @@ class MetricsServer:
         with contextlib.suppress(ConnectionError):
             await writer.wait_closed()
 
-    def _answer(self, head: bytes) -> tuple[str, str]:
+    def _answer(self, head: bytes) -> tuple[str, str, str]:
         if len(head) > _MAX_HEADER_BYTES:
-            return "431 Request Header Fields Too Large", ""
+            return "431 Request Header Fields Too Large", "", CONTENT_TYPE
         method, _, rest = head.split(b"\r\n", 1)[0].decode("latin-1").partition(" ")
         path = rest.split(" ", 1)[0].split("?", 1)[0]
         if method != "GET":
-            return "405 Method Not Allowed", ""
+            return "405 Method Not Allowed", "", CONTENT_TYPE
+        if path in HEALTH_PATHS and self.health is not None:
+            return (*health_answer(path, self.health), TEXT)
         if path != "/metrics":
-            return "404 Not Found", ""
-        return "200 OK", self._render()
+            return "404 Not Found", "", CONTENT_TYPE
+        return "200 OK", self._render(), CONTENT_TYPE

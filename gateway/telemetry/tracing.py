@@ -29,7 +29,10 @@ from opentelemetry.util.types import AttributeValue
 
 from gateway.config import TracingSettings
 from gateway.errors import GatewayError
+from gateway.telemetry.span_export import BackoffExporter, StderrSpanExporter
 
+OTLP_TIMEOUT_SECONDS = 5
+"""One export's budget, retries included (off the call path, in the batch thread)."""
 _PROPAGATOR = TraceContextTextMapPropagator()
 _CARRIED = frozenset({"traceparent", "tracestate"})
 
@@ -74,6 +77,8 @@ class AgentTracing:
             self._provider.add_span_processor(BatchSpanProcessor(exporter))
         if settings is not None and settings.otlp_endpoint:
             self._provider.add_span_processor(BatchSpanProcessor(_otlp_exporter(settings)))
+        if settings is not None and settings.console:
+            self._provider.add_span_processor(BatchSpanProcessor(StderrSpanExporter()))
         self._tracer = self._provider.get_tracer("a2agw")
 
     def inbound(
@@ -173,7 +178,8 @@ def _otlp_exporter(settings: TracingSettings) -> SpanExporter:
     # Imported only when configured: the OTLP exporter pulls in its own protobufs.
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
-    exporter: SpanExporter = OTLPSpanExporter(
-        endpoint=settings.otlp_endpoint, insecure=settings.otlp_insecure
+    endpoint = settings.otlp_endpoint or ""
+    inner = OTLPSpanExporter(
+        endpoint=endpoint, insecure=settings.otlp_insecure, timeout=OTLP_TIMEOUT_SECONDS
     )
-    return exporter
+    return BackoffExporter(inner, endpoint)

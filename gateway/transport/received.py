@@ -16,6 +16,8 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
 
+from gateway.inbound.pipeline import EdgeSlot
+
 
 class MalformedRequest:
     """Stands in for a request whose bytes did not parse, so it can be refused and audited."""
@@ -41,6 +43,16 @@ def peer_cert(context: aio.ServicerContext[Any, Any]) -> bytes | None:
     auth: Mapping[str, Iterable[bytes]] = context.auth_context()
     certs = list(auth.get("x509_pem_cert", ()))
     return certs[0] if len(certs) == 1 else None
+
+
+def edge_slot(context: aio.ServicerContext[Any, Any]) -> EdgeSlot | None:
+    """The limit slot the HTTP edge took for this request before reading its body.
+
+    None on gRPC, whose server parses a message (bounded by its maximum message
+    size) before any servicer runs: there the pipeline takes the slot itself.
+    """
+    slot = getattr(context, "edge_slot", None)
+    return slot if isinstance(slot, EdgeSlot) else None
 
 
 class GenericOnly:

@@ -89,7 +89,7 @@ async def test_serve_fronts_the_upstream_and_call_reaches_it(pki: Pki, tmp_path:
     assert json.loads(out) == {"text": "echo: from the cli"}
     assert err.startswith("served legacy.echo@1.0.0 evidence sha256:")
     assert gone[0] == EXIT_REFUSED
-    assert gone[2].startswith("refused: PEER_UNAVAILABLE: ")
+    assert gone[2].startswith("failed: PEER_UNAVAILABLE: ")  # bob answered, nobody refused
     assert [r.parts for r in legacy.received] == [[{"text": "from the cli"}]]
     rows = query_records(tmp_path / "bob-audit.sqlite")
     assert [(r.peer_id, r.capability, r.decision, r.reason, r.detail) for r in rows] == [

@@ -126,6 +126,25 @@ def test_max_in_flight_and_the_server_cap_count_every_worker(tmp_path: Path) -> 
         second.close()
 
 
+def test_make_room_counts_the_peers_calls_in_every_worker(tmp_path: Path) -> None:
+    first, second = _tables(tmp_path / LIMITS_FILE)
+    one, poll = peer_grant(max_in_flight=1), peer_grant()
+    try:
+        mine = first.acquire(BOB, poll)
+        first.make_room(mine, one)  # alone: it fits
+        other = second.acquire(BOB, poll)
+        with pytest.raises(ConcurrencyLimited, match="1 calls already running; limit 1"):
+            second.make_room(other, one)
+        assert dict(second.stats().concurrency_limited) == {BOB: 1}
+        assert first.stats().in_flight_total == 2  # a refused slot keeps its place
+        other.release()
+        mine.release()
+        assert first.stats().in_flight_total == 0
+    finally:
+        first.close()
+        second.close()
+
+
 def test_a_full_table_refuses_with_state_unavailable_and_counts_nothing(tmp_path: Path) -> None:
     first, second = _tables(tmp_path / LIMITS_FILE, capacity=1)
     grant = peer_grant()

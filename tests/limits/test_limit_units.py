@@ -109,3 +109,20 @@ def test_limits_survive_the_policy_file_round_trip(tmp_path: Any) -> None:
     path.write_text(render_policy(PolicyDocument(grants=(grant,))))
     loaded: Policy = load_policy(path)
     assert loaded.grants[grant.peer] == grant
+
+
+def test_make_room_checks_a_slot_taken_as_a_poll_against_the_peers_other_calls() -> None:
+    limits = CallLimits(max_concurrent_calls=10)
+    one = peer_grant(max_in_flight=1)
+    poll = peer_grant()  # how the HTTP edge takes a JSON-RPC request's slot
+    alone = limits.acquire("spiffe://example.org/agent/bob", poll)
+    limits.make_room(alone, one)  # no other call: it fits, and keeps its one place
+    assert limits.stats().in_flight_total == 1
+    second = limits.acquire("spiffe://example.org/agent/bob", poll)
+    with pytest.raises(ConcurrencyLimited, match="1 calls already running; limit 1"):
+        limits.make_room(second, one)
+    assert dict(limits.stats().concurrency_limited) == {"spiffe://example.org/agent/bob": 1}
+    assert limits.stats().in_flight_total == 2  # the refused slot is still its holder's
+    second.release()
+    alone.release()
+    assert limits.stats().in_flight_total == 0

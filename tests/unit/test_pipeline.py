@@ -9,6 +9,7 @@ def test_the_call_checks_run_in_the_documented_order() -> None:
     assert [check.name for check in CALL_CHECKS] == [
         "audit_available",
         "identity",
+        "no_claimed_identity",
         "well_formed_request",
         "known_peer",
         "grant_live",

@@ -18,7 +18,7 @@ from gateway.cli.main import main
 from gateway.config import AgentConfig, TlsFiles, WorkloadApiTls
 from gateway.devtools.pki import CertificateAuthority
 from gateway.errors import AgentConfigError, ConfigError, PeerUnavailable, Unauthenticated
-from gateway.transport.a2a.upstream_links import _client_tls_context
+from gateway.transport.a2a.upstream_links import client_tls_context
 from gateway.transport.live_tls import LiveTls
 from gateway.transport.workload_api import material_from_context, workload_api_socket
 from policies.identity import svid_dns_name
@@ -167,9 +167,9 @@ def test_an_https_upstream_gets_the_svid_through_a_private_folder_that_is_remove
         X509Context([_svid(own, ALICE)], X509BundleSet.of([_bundle(own), _bundle(other)])), ALICE
     )
     settings = WorkloadApiTls(source="workload-api", socket="unix:///unused.sock")
-    context = _client_tls_context(material, DAVE, settings)
+    context = client_tls_context(material, DAVE, settings)
     assert list(tmp_path.iterdir()) == []  # the key was on disk only while ssl read it
     (root,) = context.get_ca_certs()  # dave is verified by other.test's bundle alone
     assert dict(item[0] for item in root["subject"])["commonName"] == "other.test"
     with pytest.raises(PeerUnavailable, match="no trust bundle"):
-        _client_tls_context(material, "spiffe://third.test/agent/x", settings)
+        client_tls_context(material, "spiffe://third.test/agent/x", settings)

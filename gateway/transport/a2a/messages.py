@@ -20,6 +20,10 @@ admitted up to the cap has it decoded (JSON, compact with sorted keys, as a
 Struct keeps no key order; whole numbers made integers where the chosen
 version's input schema says integer), and that JSON must be within the cap too.
 
+Metadata (the message's or the request's) that claims who is calling
+(:data:`IDENTITY_KEYS`) becomes ``InvokeCall.claimed_identity``, refused
+UNAUTHENTICATED: only the TLS handshake names the caller.
+
 Every other ``a2agw.*`` metadata value must be a string, and ``context_id`` an
 id (empty, or 1-128 of ``[A-Za-z0-9._:-]``). Anything else becomes
 ``InvokeCall.problem``, which the pipeline answers with INVALID_REQUEST once it
@@ -50,6 +54,8 @@ REASON_KEY = "a2agw.reason"
 SERVED_VERSION_KEY = "a2agw.served_version"
 EVIDENCE_KEY = "a2agw.evidence_sha256"
 REPLAYED_KEY = "a2agw.replayed"
+IDENTITY_KEYS = frozenset({"a2agw.peer", "a2agw.identity", "a2agw.spiffe_id", "a2agw.caller"})
+"""Metadata keys that would name the caller: refused, whatever their value (UNAUTHENTICATED)."""
 JSON_MEDIA_TYPE = "application/json"
 _GATEWAY_PREFIX = "a2agw."
 CONTEXT_ID_RULE = "context_id must be empty or 1-128 characters of [A-Za-z0-9._:-]"
@@ -99,8 +105,18 @@ def invoke_call(
         task_id=task_id,
         idempotency_key=idempotency_key,
         problem=problem,
+        claimed_identity=claimed_identity(request.metadata, message.metadata),
         pending_payload=pending,
     )
+
+
+def claimed_identity(*metadata: struct_pb2.Struct) -> str:
+    """The first :data:`IDENTITY_KEYS` key any of ``metadata`` holds ("" if none)."""
+    for struct in metadata:
+        claimed = sorted(IDENTITY_KEYS.intersection(struct.fields.keys()))
+        if claimed:
+            return claimed[0]
+    return ""
 
 
 def _check_envelope(request: a2a_pb2.SendMessageRequest) -> None:
@@ -118,6 +134,8 @@ def _check_envelope(request: a2a_pb2.SendMessageRequest) -> None:
 
 def _check_gateway_metadata(message: a2a_pb2.Message) -> None:
     for key, value in message.metadata.fields.items():
+        if key in IDENTITY_KEYS:  # refused for what it claims, whatever its value
+            continue
         if key.startswith(_GATEWAY_PREFIX) and value.WhichOneof("kind") != "string_value":
             raise _Problem(f"message metadata '{printable(key[:64])}' must be a string")
 

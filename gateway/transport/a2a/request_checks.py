@@ -11,12 +11,17 @@ from collections.abc import Iterable
 from typing import Any
 
 from a2a.types import a2a_pb2
-from google.protobuf import timestamp_pb2
+from google.protobuf import struct_pb2, timestamp_pb2
 from grpc import aio
 
-from gateway.errors import GatewayError, InvalidRequest, ProtocolVersionNotSupported
+from gateway.errors import (
+    GatewayError,
+    InvalidRequest,
+    ProtocolVersionNotSupported,
+    Unauthenticated,
+)
 from gateway.inbound.call import REQUEST_ID
-from gateway.transport.a2a.messages import CONTEXT_ID_RULE
+from gateway.transport.a2a.messages import CONTEXT_ID_RULE, claimed_identity
 from gateway.transport.a2a.task_store import DEFAULT_PAGE_SIZE, TaskFilter, TaskOutcome
 from gateway.transport.received import MalformedRequest
 
@@ -60,7 +65,17 @@ def request_problem(request: object, version: str, operation: str) -> GatewayErr
         return InvalidRequest(f"the request is not a valid {SERVICE_NAME} {operation}")
     if getattr(request, "tenant", ""):
         return InvalidRequest("tenants are not supported by this agent; send an empty tenant")
+    metadata = getattr(request, "metadata", None)
+    if isinstance(metadata, struct_pb2.Struct) and (claimed := claimed_identity(metadata)):
+        return identity_claim_refusal(claimed)
     return None
+
+
+def identity_claim_refusal(key: str) -> Unauthenticated:
+    """The refusal of a request whose metadata ``key`` claims who is calling."""
+    return Unauthenticated(
+        f"the caller is identified by its TLS client certificate only; remove the metadata {key}"
+    )
 
 
 def task_filter(request: a2a_pb2.ListTasksRequest) -> TaskFilter | None:

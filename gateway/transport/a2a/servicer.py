@@ -64,7 +64,7 @@ from gateway.transport.a2a.task_store import (
     TaskPage,
 )
 from gateway.transport.a2a.wire_errors import to_a2a_status
-from gateway.transport.received import MalformedRequest, peer_cert
+from gateway.transport.received import MalformedRequest, edge_slot, peer_cert
 
 _TASK_NOT_FOUND = "task not found"
 _FINISHED = "the task has already finished; use GetTask"
@@ -127,7 +127,10 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
     ) -> str:
         """Describe prefix, then the A2A checks; returns the caller's SPIFFE ID."""
         peer_id, _ = await self._handler.admit_peer(
-            peer_cert(context), f"A2A {operation}", task_id_of(request)
+            peer_cert(context),
+            f"A2A {operation}",
+            task_id_of(request),
+            edge_slot=edge_slot(context),
         )
         await self._a2a_checks(request, context, peer_id, operation)
         return peer_id
@@ -149,7 +152,11 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         """
         kind = InFlight.HOLD if in_flight else InFlight.POLL
         peer_id, slot = await self._handler.admit_task_reader(
-            peer_cert(context), f"A2A {operation}", task_id_of(request), kind
+            peer_cert(context),
+            f"A2A {operation}",
+            task_id_of(request),
+            kind,
+            edge_slot=edge_slot(context),
         )
         try:
             await self._a2a_checks(request, context, peer_id, operation)
@@ -240,7 +247,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         )
         if malformed:
             call = _with_problem(call, f"the request is not a valid {SERVICE_NAME} {operation}")
-        admitted = await self._handler.admit(call)
+        admitted = await self._handler.admit(call, edge_slot=edge_slot(context))
         now_ms = int(time.time() * 1000)
         task = A2ATask(
             task_id=task_id,
@@ -332,7 +339,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
 
         async def work() -> a2a_pb2.AgentCard:
             grant, admissions = await self._handler.describe(
-                peer_cert(context), "A2A GetExtendedAgentCard"
+                peer_cert(context), "A2A GetExtendedAgentCard", edge_slot=edge_slot(context)
             )
             await self._a2a_checks(request, context, grant.peer, "GetExtendedAgentCard")
             visible = [admission.capability for admission in admissions]

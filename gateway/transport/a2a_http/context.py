@@ -1,9 +1,10 @@
 """What an HTTP request looks like to the gRPC A2A servicer: a ``ServicerContext`` stand-in.
 
-The servicer (``gateway.transport.a2a.servicer``) reads four things from its
+The servicer (``gateway.transport.a2a.servicer``) reads five things from its
 context: the verified client certificate (``auth_context``), the metadata
-(``a2a-version``, ``traceparent``), the time left (``time_remaining``) and
-how to answer an error (``abort_with_status``). :class:`HttpServicerContext`
+(``a2a-version``, ``traceparent``), the time left (``time_remaining``), how
+to answer an error (``abort_with_status``) and the limit slot the edge took
+before reading the body (``edge_slot``, which the pipeline adopts). :class:`HttpServicerContext`
 gives it those from one HTTP request, so the servicer's methods — and the one
 decision path behind them — serve the HTTP bindings unchanged. An abort
 raises :class:`Aborted`, which the request handler turns back into the
@@ -21,6 +22,7 @@ from google.rpc import status_pb2
 from grpc_status import rpc_status
 
 from gateway.errors import GatewayError
+from gateway.inbound.pipeline import EdgeSlot
 
 EXCHANGE_KEY = "a2agw.exchange"
 """Where the edge keeps a request's :class:`Exchange` (ASGI scope and call-context state)."""
@@ -46,6 +48,8 @@ class Exchange:
         reached: Set once the request reached the servicer (which audits it).
         refusal: The error the servicer answered with, to be rendered by the edge.
         request_id: The JSON-RPC request id, once the SDK has parsed it.
+        slot: The limit slot the edge took before reading the body; the
+            pipeline adopts it (``edge_slot``), else the edge gives it back.
     """
 
     peer_cert_pem: bytes | None
@@ -55,6 +59,7 @@ class Exchange:
     reached: bool = False
     refusal: GatewayError | None = None
     request_id: str | int | None = None
+    slot: EdgeSlot | None = None
     _done: list[Callable[[], None]] = field(default_factory=list)
 
 
@@ -75,6 +80,11 @@ class HttpServicerContext:
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         """The request's headers (lowercased names), as gRPC metadata."""
         return self._exchange.metadata
+
+    @property
+    def edge_slot(self) -> EdgeSlot | None:
+        """The limit slot the edge took for this request (``received.edge_slot`` reads it)."""
+        return self._exchange.slot
 
     def time_remaining(self) -> float | None:
         """The HTTP bindings carry no deadline: None (the servicer's default applies)."""

@@ -9,7 +9,11 @@ Routes (the wire format of each is the SDK's own, so it is the spec's)::
 Before the SDK sees a request, the edge (in this order, each refusal audited once):
 
 1. runs the Describe prefix of the decision path on the certificate the TLS
-   handshake verified (audit available, identity, known peer, live grant);
+   handshake verified (audit available, identity, known peer, live grant,
+   limits), taking the request's limit slot: its one token of the peer's rate,
+   and its places (see :func:`_in_flight`); the pipeline adopts that slot
+   when the servicer admits the request, so no second token is taken, and
+   the edge gives it back if the request never gets that far;
 2. refuses a request that names an identity in its headers
    (``X-Forwarded-Client-Cert``, ``Authorization``, ...: ``UNAUTHENTICATED``);
 3. reads the body up to the caller's limit, twice the grant's payload cap
@@ -49,6 +53,7 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge, Unauthenticated
 from gateway.inbound.invoke_handler import InvokeHandler
+from gateway.inbound.pipeline import InFlight
 from gateway.transport.a2a.servicer import A2AServicer
 from gateway.transport.a2a_http.context import EXCHANGE_KEY, Exchange, run_done_callbacks
 from gateway.transport.a2a_http.handler import ServicerRequestHandler
@@ -136,17 +141,19 @@ class HttpEdge:
         operation = _operation(route.path) if binding is Binding.REST else binding.value
         return Route(
             route.path,
-            self._guarded(route.endpoint, binding, operation),
+            self._guarded(route.endpoint, binding, operation, _in_flight(operation)),
             methods=list(route.methods or ()),
         )
 
-    def _guarded(self, endpoint: Any, binding: Binding, operation: str) -> _ENDPOINT:
+    def _guarded(
+        self, endpoint: Any, binding: Binding, operation: str, kind: InFlight
+    ) -> _ENDPOINT:
         async def guarded(request: Request) -> Response:
             exchange = Exchange(
                 client_certificate(request.scope), _metadata(request), f"A2A {operation}"
             )
             try:
-                body = await self._admit(request, exchange, binding)
+                body = await self._admit(request, exchange, kind)
             except GatewayError as err:
                 return _render(binding, err)
             scope = {**request.scope, EXCHANGE_KEY: exchange}
@@ -157,6 +164,11 @@ class HttpEdge:
             except BaseException:
                 run_done_callbacks(exchange)
                 raise
+            finally:
+                # Adopted by the pipeline, the slot is the call's (released when
+                # it ends: at once, with its stream, or with its background task).
+                assert exchange.slot is not None
+                exchange.slot.release_unless_adopted()
             if exchange.refusal is not None:
                 run_done_callbacks(exchange)
                 return _render(binding, exchange.refusal, exchange.request_id)
@@ -166,25 +178,36 @@ class HttpEdge:
 
         return guarded
 
-    async def _admit(self, request: Request, exchange: Exchange, binding: Binding) -> bytes:
-        """Identity, no identity headers, the body within the caller's limit; refusals audited."""
-        peer_id, grant = await self._handler.admit_peer(exchange.peer_cert_pem, exchange.operation)
+    async def _admit(self, request: Request, exchange: Exchange, kind: InFlight) -> bytes:
+        """Identity, limits, no identity headers, the body within the caller's limit.
+
+        Refusals are audited. On success ``exchange.slot`` holds the request's
+        limit slot, taken before a byte of the body was read.
+        """
+        peer_id, grant, slot = await self._handler.admit_edge(
+            exchange.peer_cert_pem, exchange.operation, kind
+        )
         exchange.peer_id = peer_id
+        try:
+            self._no_identity_headers(request)
+            body = await _body_within(request, 2 * grant.max_payload_bytes + ENVELOPE_BYTES)
+        except GatewayError as err:
+            slot.slot.release()
+            raise await self._handler.refuse(peer_id, err, exchange.operation) from err
+        except BaseException:  # the client went away while sending
+            slot.slot.release()
+            raise
+        exchange.slot = slot
+        return body
+
+    @staticmethod
+    def _no_identity_headers(request: Request) -> None:
         claimed = sorted(IDENTITY_HEADERS.intersection(request.headers.keys()))
         if claimed:
-            raise await self._handler.refuse(
-                peer_id,
-                Unauthenticated(
-                    f"the caller is identified by its TLS client certificate only; "
-                    f"remove the header {claimed[0]}"
-                ),
-                exchange.operation,
+            raise Unauthenticated(
+                f"the caller is identified by its TLS client certificate only; "
+                f"remove the header {claimed[0]}"
             )
-        limit = 2 * grant.max_payload_bytes + ENVELOPE_BYTES
-        try:
-            return await _body_within(request, limit)
-        except PayloadTooLarge as err:
-            raise await self._handler.refuse(peer_id, err, exchange.operation) from err
 
     async def _sdk_refusal(
         self, exchange: Exchange, binding: Binding, response: Response
@@ -218,6 +241,19 @@ def _operation(path: str) -> str:
         "/extendedAgentCard": "GetExtendedAgentCard",
     }
     return known.get(path.removeprefix(REST_PATH), "push notification config")
+
+
+def _in_flight(operation: str) -> InFlight:
+    """How the edge takes a request's slot, before it knows more than the route.
+
+    A REST route names its method, so its kind is exact. A JSON-RPC request
+    names it in the body: the edge takes a poll's slot (the rate's token, no
+    room under ``max_in_flight``), and the pipeline checks the room once the
+    method is known (``DecisionPipeline.within_limits``).
+    """
+    if operation in {"GetTask", "ListTasks", "CancelTask", Binding.JSONRPC.value}:
+        return InFlight.POLL
+    return InFlight.HOLD if operation == "SubscribeToTask" else InFlight.ROOM
 
 
 def _then(response: Response, exchange: Exchange) -> Response:

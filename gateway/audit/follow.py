@@ -1,0 +1,225 @@
+"""Follow an audit log: the records that commit after a starting point, as they commit.
+
+A feed remembers the highest ``seq`` it has handed out (per agent in
+PostgreSQL, where each agent has its own chain) and asks the store for
+anything above it. Within one chain ``seq`` is assigned under the writer's
+lock and committed in order, so "above the last seq seen" never skips a
+record that commits later with a lower number. Readers never block the
+writer: SQLite reads in WAL mode, PostgreSQL in a read-only transaction per
+poll.
+
+Used by ``a2a-gateway audit --follow`` and by the console's live decisions.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+
+from gateway.audit._schema import RECORD_COLUMNS, SELECT_RECORDS, connect_read_only, record_from_row
+from gateway.audit.pg_read import AgentRecord, _connect
+from gateway.errors import ConfigError
+from gateway.postgres.dsn import PostgresDsn
+from gateway.storage import open_audit_feed
+
+_BATCH_ROWS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class FollowFilter:
+    """Which records a feed hands out (None: any).
+
+    Attributes:
+        agent: Only this agent's chain (PostgreSQL).
+        refusals_only: Only ``decision == "refuse"``.
+        peer: Only this exact caller SPIFFE ID.
+        capability: Only this exact capability name.
+        trace_id: Only records of this trace (32 hex digits, any case).
+    """
+
+    agent: str | None = None
+    refusals_only: bool = False
+    peer: str | None = None
+    capability: str | None = None
+    trace_id: str | None = None
+
+    def clauses(self, mark: str) -> tuple[list[str], list[object]]:
+        """SQL conditions and their parameters (``mark`` is the placeholder)."""
+        where: list[str] = []
+        params: list[object] = []
+        for column, value in (
+            ("peer_id", self.peer),
+            ("capability", self.capability),
+            ("trace_id", self.trace_id.lower() if self.trace_id else None),
+        ):
+            if value is not None:
+                where.append(f"{column} = {mark}")
+                params.append(value)
+        if self.refusals_only:
+            where.append("decision = 'refuse'")
+        return where, params
+
+
+class AuditFeed(ABC):
+    """New records of one audit store, oldest first, one batch per :meth:`poll`."""
+
+    @abstractmethod
+    def poll(self) -> list[AgentRecord]:
+        """Records committed since the last poll that match the filter (may be empty).
+
+        Raises:
+            ConfigError: The store cannot be read.
+        """
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the connection (idempotent)."""
+
+
+class SqliteAuditFeed(AuditFeed):
+    """Follows one SQLite audit file (one agent; ``agent_id`` is given by the caller)."""
+
+    def __init__(
+        self,
+        path: Path,
+        where: FollowFilter,
+        *,
+        since: timedelta | None = None,
+        agent_id: str = "",
+    ) -> None:
+        """Open ``path`` read-only; start after its current last record, or
+        ``since`` ago if given (then the records of that window come first).
+
+        Raises:
+            ConfigError: The file is missing or not an audit log.
+        """
+        self._path, self._agent = path, agent_id
+        self._conn: sqlite3.Connection | None = connect_read_only(path)
+        clauses, self._params = where.clauses("?")
+        self._min_ms = 0
+        if since is not None:
+            self._min_ms = int((time.time() - since.total_seconds()) * 1000)
+            clauses.append(f"time_unix_ms >= {self._min_ms}")
+        self._sql = (
+            SELECT_RECORDS
+            + " WHERE seq > ?"
+            + "".join(f" AND {c}" for c in clauses)
+            + f" ORDER BY seq LIMIT {_BATCH_ROWS}"
+        )
+        self._last = 0 if since is not None else self._max_seq()
+
+    def _max_seq(self) -> int:
+        row = self._read("SELECT COALESCE(MAX(seq), 0) FROM audit_records", ())
+        return int(str(row[0][0]))
+
+    def _read(self, sql: str, params: tuple[object, ...]) -> list[tuple[object, ...]]:
+        if self._conn is None:
+            raise ConfigError(f"audit log {self._path}: feed closed")
+        try:
+            return self._conn.execute(sql, params).fetchall()
+        except sqlite3.Error as err:
+            raise ConfigError(f"audit log {self._path}: cannot read: {err}") from err
+
+    def poll(self) -> list[AgentRecord]:
+        """Records above the last seq handed out (see :meth:`AuditFeed.poll`)."""
+        found: list[AgentRecord] = []
+        while True:
+            rows = self._read(self._sql, (self._last, *self._params))
+            for row in rows:
+                record = record_from_row(row)
+                self._last = max(self._last, record.seq)
+                found.append(AgentRecord(self._agent, record))
+            if len(rows) < _BATCH_ROWS:
+                return found
+
+    def close(self) -> None:
+        """Close the read-only connection."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class PostgresAuditFeed(AuditFeed):
+    """Follows the shared PostgreSQL table: every agent's chain (or one, by filter)."""
+
+    def __init__(
+        self, dsn: PostgresDsn, where: FollowFilter, *, since: timedelta | None = None
+    ) -> None:
+        """Connect; start after each chain's current last record, or ``since`` ago.
+
+        Raises:
+            ConfigError: The database cannot be read or holds no audit schema.
+        """
+        self._dsn = dsn
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = _connect(dsn)
+        clauses, self._params = where.clauses("%s")
+        if where.agent is not None:
+            clauses.append("a.agent_id = %s")
+            self._params.append(where.agent)
+        if since is not None:
+            min_ms = int((time.time() - since.total_seconds()) * 1000)
+            clauses.append(f"time_unix_ms >= {min_ms}")
+        columns = ", ".join(f"a.{c}" for c in RECORD_COLUMNS)
+        self._sql = (
+            f"SELECT a.agent_id, {columns} FROM audit_records a "
+            "LEFT JOIN unnest(%s::text[], %s::bigint[]) AS m(mark_agent, seen) "
+            "ON m.mark_agent = a.agent_id WHERE a.seq > COALESCE(m.seen, 0)"
+            + "".join(f" AND {c}" for c in clauses)
+            + f" ORDER BY a.agent_id, a.seq LIMIT {_BATCH_ROWS}"
+        )
+        self._marks: dict[str, int] = {}
+        if since is None:
+            rows = self._read("SELECT agent_id, MAX(seq) FROM audit_records GROUP BY agent_id", [])
+            self._marks = {str(agent): int(str(seq)) for agent, seq in rows}
+
+    def _read(self, sql: str, params: list[object]) -> list[tuple[object, ...]]:
+        if self._conn is None:
+            raise ConfigError(f"audit database {self._dsn}: feed closed")
+        try:
+            with self._conn.transaction():  # one snapshot per poll, then see new commits
+                return self._conn.execute(sql, params).fetchall()
+        except psycopg.Error as err:
+            raise ConfigError(f"audit database {self._dsn}: cannot read: {err}") from err
+
+    def poll(self) -> list[AgentRecord]:
+        """Records above each chain's last seq handed out (see :meth:`AuditFeed.poll`)."""
+        found: list[AgentRecord] = []
+        while True:
+            agents = list(self._marks)
+            marks = [self._marks[agent] for agent in agents]
+            rows = self._read(self._sql, [agents, marks, *self._params])
+            for row in rows:
+                entry = AgentRecord(str(row[0]), record_from_row(row[1:]))
+                seen = self._marks.get(entry.agent_id, 0)
+                self._marks[entry.agent_id] = max(seen, entry.record.seq)
+                found.append(entry)
+            if len(rows) < _BATCH_ROWS:
+                found.sort(key=lambda e: (e.record.time_unix_ms, e.agent_id, e.record.seq))
+                return found
+
+    def close(self) -> None:
+        """Close the connection."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def open_feed(
+    location: Path | PostgresDsn,
+    where: FollowFilter,
+    *,
+    since: timedelta | None = None,
+    agent_id: str = "",
+) -> AuditFeed:
+    """The feed for a SQLite file or a PostgreSQL DSN (chosen by :mod:`gateway.storage`).
+
+    Raises:
+        ConfigError: The store cannot be opened, or ``where.agent`` is given for SQLite.
+    """
+    return open_audit_feed(location, where, since=since, agent_id=agent_id)

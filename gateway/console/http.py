@@ -1,0 +1,104 @@
+"""The little HTTP/1.1 the console needs: read one GET, write one answer with strict headers.
+
+One request per connection (``Connection: close``); a server-sent event
+stream keeps its connection until the client or the server ends it. Every
+answer carries the same security headers: a Content-Security-Policy that
+allows only this origin (no inline script or style, no frames, no other
+origin to connect to), ``nosniff``, no referrer, and no caching.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, urlsplit
+
+MAX_HEAD_BYTES = 16 * 1024
+READ_TIMEOUT = 10.0
+
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
+SECURITY_HEADERS: tuple[tuple[str, str], ...] = (
+    ("Content-Security-Policy", CSP),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+    ("X-Frame-Options", "DENY"),
+    ("Cache-Control", "no-store"),
+)
+HTML = "text/html; charset=utf-8"
+TEXT = "text/plain; charset=utf-8"
+
+
+class BadRequest(Exception):
+    """The request cannot be read (answered 400 or 431, never passed on)."""
+
+    def __init__(self, status: str) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One GET: its path and its query parameters (the last value of each name)."""
+
+    method: str
+    path: str
+    query: dict[str, str] = field(default_factory=dict)
+
+    def param(self, name: str) -> str:
+        """The query parameter ``name``, stripped (``""`` when absent)."""
+        return self.query.get(name, "").strip()
+
+
+async def read_request(reader: asyncio.StreamReader) -> Request:
+    """Read one request head.
+
+    Raises:
+        BadRequest: Not a complete HTTP/1.x request head within the limits.
+    """
+    try:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT)
+    except asyncio.LimitOverrunError:
+        raise BadRequest("431 Request Header Fields Too Large") from None
+    except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
+        raise BadRequest("400 Bad Request") from None
+    if len(head) > MAX_HEAD_BYTES:
+        raise BadRequest("431 Request Header Fields Too Large")
+    words = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
+    if len(words) != 3 or not words[2].startswith("HTTP/1."):
+        raise BadRequest("400 Bad Request")
+    target = urlsplit(words[1])
+    query = dict(parse_qsl(target.query, keep_blank_values=False, max_num_fields=20))
+    return Request(words[0], target.path or "/", query)
+
+
+def response_head(status: str, content_type: str, length: int | None) -> bytes:
+    """Status line and headers; ``length`` None for a stream (no Content-Length)."""
+    lines = [f"HTTP/1.1 {status}", f"Content-Type: {content_type}"]
+    lines += [f"{name}: {value}" for name, value in SECURITY_HEADERS]
+    lines.append("Connection: close" if length is not None else "Connection: keep-alive")
+    if length is not None:
+        lines.append(f"Content-Length: {length}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
+
+
+async def respond(
+    writer: asyncio.StreamWriter, status: str, content_type: str, body: str | bytes
+) -> None:
+    """Write one whole answer and close the connection."""
+    payload = body.encode("utf-8") if isinstance(body, str) else body
+    writer.write(response_head(status, content_type, len(payload)) + payload)
+    await close_quietly(writer)
+
+
+async def close_quietly(writer: asyncio.StreamWriter) -> None:
+    """Flush and close; a client that went away is not an error."""
+    with contextlib.suppress(ConnectionError, OSError):
+        await writer.drain()
+    writer.close()
+    with contextlib.suppress(ConnectionError, OSError):
+        await writer.wait_closed()

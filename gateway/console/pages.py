@@ -1,0 +1,128 @@
+"""HTML of the console: one layout, tables, links; every value escaped on the way in.
+
+Ids and names come from peers (a SPIFFE ID, a capability name, a request
+id): each goes through ``printable`` (control and bidi characters become
+visible escapes) and then ``html.escape``, so no value can add markup,
+forge a row or reorder the page. Nothing here ever receives payload content.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from urllib.parse import urlencode
+
+from gateway.audit.record import AuditRecord
+from gateway.display import printable
+
+NAV: tuple[tuple[str, str], ...] = (
+    ("/", "Live decisions"),
+    ("/refusals", "Refusals"),
+    ("/grants", "Grants"),
+    ("/certificate", "Certificate"),
+    ("/upstreams", "Upstreams"),
+    ("/audit", "Audit chain"),
+    ("/tasks", "In flight"),
+)
+
+DECISION_COLUMNS = (
+    "Time (UTC)",
+    "Peer",
+    "Capability",
+    "Constraint",
+    "Served",
+    "Decision",
+    "Reason",
+    "Size",
+    "Latency ms",
+    "Request id",
+    "Trace id",
+)
+FILTERS = ("peer", "capability", "reason", "since", "trace")
+
+
+def esc(value: object) -> str:
+    """A value as HTML text: printable, then escaped (quotes too, for attributes)."""
+    return html.escape(printable(str(value)), quote=True)
+
+
+def href(path: str, params: Mapping[str, str]) -> str:
+    """An escaped same-origin link target with the non-empty ``params``."""
+    query = urlencode({k: v for k, v in params.items() if v})
+    return esc(f"{path}?{query}" if query else path)
+
+
+def utc(time_unix_ms: int | float) -> str:
+    """Milliseconds since the epoch as ISO 8601 UTC."""
+    moment = datetime.fromtimestamp(time_unix_ms / 1000, tz=UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def layout(title: str, active: str, agent_id: str, body: str) -> str:
+    """A whole page: header with the agent's id, navigation, ``body`` (already HTML)."""
+    current = ' class="active"'
+    nav = "".join(
+        f'<a href="{path}"{current if path == active else ""}>{esc(name)}</a>' for path, name in NAV
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)} · a2a-gateway console</title>"
+        '<link rel="stylesheet" href="/static/console.css">'
+        '<script src="/static/console.js" defer></script></head><body>'
+        f'<header><h1>a2a-gateway console</h1><p class="agent">{esc(agent_id)}</p>'
+        f"<nav>{nav}</nav></header><main><h2>{esc(title)}</h2>{body}</main></body></html>\n"
+    )
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], body_id: str = "") -> str:
+    """A table; ``rows`` hold cells that are already HTML (made with :func:`esc`)."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    ident = f' id="{esc(body_id)}"' if body_id else ""
+    return f"<table><thead><tr>{head}</tr></thead><tbody{ident}>{body}</tbody></table>"
+
+
+def trace_link(trace_id: str) -> str:
+    """A link to every record of the trace (``-`` without one)."""
+    if not trace_id:
+        return "-"
+    return f'<a class="trace" href="{href("/", {"trace": trace_id})}">{esc(trace_id)}</a>'
+
+
+def decision_cells(rec: AuditRecord) -> list[str]:
+    """The cells of one decision row (the same columns the live script fills in)."""
+    return [
+        esc(utc(rec.time_unix_ms)),
+        esc(rec.peer_id or "-"),
+        esc(rec.capability or "-"),
+        esc(rec.version_constraint or "-"),
+        esc(rec.served_version or "-"),
+        f'<span class="{esc(rec.decision)}">{esc(rec.decision)}</span>',
+        esc(rec.reason),
+        esc(rec.payload_size),
+        esc(f"{rec.latency_ms:.1f}"),
+        esc(rec.request_id),
+        trace_link(rec.trace_id),
+    ]
+
+
+def filter_form(action: str, values: Mapping[str, str], problem: str = "") -> str:
+    """The GET form of the filters (peer, capability, reason, since)."""
+    fields = "".join(
+        f'<label>{esc(name)} <input name="{name}" value="{esc(values.get(name, ""))}"'
+        f' placeholder="{"e.g. 10m" if name == "since" else ""}"></label>'
+        for name in FILTERS[:4]
+    )
+    trace = values.get("trace", "")
+    keep = f'<input type="hidden" name="trace" value="{esc(trace)}">' if trace else ""
+    note = f'<p class="problem">{esc(problem)}</p>' if problem else ""
+    form = f'<form class="filters" method="get" action="{esc(action)}">'
+    return f"{form}{fields}{keep}<button>Filter</button></form>{note}"
+
+
+def facts(rows: Sequence[tuple[str, str]]) -> str:
+    """A definition list of (name, already-HTML value) pairs."""
+    items = "".join(f"<dt>{esc(name)}</dt><dd>{value}</dd>" for name, value in rows)
+    return f'<dl class="facts">{items}</dl>'

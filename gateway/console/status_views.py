@@ -1,0 +1,179 @@
+"""The status pages of the console: grants, certificate, upstreams, audit chain, in flight.
+
+Snapshots the agent already keeps (policy in force, certificate facts, calls
+in flight), plus a few small reads of the audit store, in a thread. Never
+payload content, keys or certificate PEM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from gateway.audit import query_records, verify_chain
+from gateway.config import TlsFiles, TlsSettings
+from gateway.console.http import Request
+from gateway.console.pages import esc, facts, href, table, trace_link, utc
+from gateway.console.views import ConsoleSource, agent_filter
+from gateway.storage import open_audit_reader
+
+
+def grants(source: ConsoleSource) -> str:
+    """The grants in force: capabilities, caps, expiry and limits."""
+    now = datetime.now(UTC)
+    rows = []
+    for grant in source.policies.current.document.grants:
+        left = grant.expires_at - now
+        expiry = esc(grant.expires_at.isoformat())
+        status = "expired" if left <= timedelta(0) else f"{left.days}d left"
+        limits = [
+            f"{name} {value:g}"
+            for name, value in (
+                ("max_calls_per_second", grant.max_calls_per_second),
+                ("burst", grant.burst),
+                ("max_in_flight", grant.max_in_flight),
+            )
+            if value is not None
+        ]
+        rows.append(
+            [
+                f'<a href="{href("/", {"peer": grant.peer})}">{esc(grant.peer)}</a>',
+                esc(", ".join(str(entry) for entry in grant.capabilities)),
+                esc(grant.max_risk.value if grant.max_risk else "-"),
+                esc(grant.max_payload_bytes),
+                f'{expiry} <span class="{"expired" if left <= timedelta(0) else "ok"}">'
+                f"({esc(status)})</span>",
+                esc("; ".join(limits) or "-"),
+            ]
+        )
+    headers = ("Peer", "Capabilities", "Max risk", "Payload cap", "Expires", "Limits")
+    return table(headers, rows)
+
+
+def certificate(source: ConsoleSource) -> str:
+    """The agent's own certificate: serial, expiry, reloads (never the key or the PEM)."""
+    stats = source.tls_stats()
+    not_after = datetime.fromtimestamp(stats.not_after_unix, UTC)
+    left = not_after - datetime.now(UTC)
+    warn = ' <span class="expired">(expires soon)</span>' if stats.expiring_soon else ""
+    return facts(
+        [
+            ("SPIFFE ID", esc(source.config.id)),
+            ("Serial", esc(f"{stats.serial:x}")),
+            ("Expires", f"{esc(not_after.isoformat())} ({esc(left.days)}d left){warn}"),
+            ("Reloads taken / rejected", esc(f"{stats.reloads_ok} / {stats.reloads_rejected}")),
+            ("Certificate", esc(_certificate_source(source.config.tls))),
+        ]
+    )
+
+
+def _certificate_source(tls: TlsSettings) -> str:
+    if isinstance(tls, TlsFiles):
+        return f"file {tls.cert}"
+    return f"SPIFFE Workload API {tls.socket or '(SPIFFE_ENDPOINT_SOCKET)'}"
+
+
+async def upstreams(source: ConsoleSource) -> str:
+    """Each ``[[upstreams]]`` entry and the last outcome of each of its skills."""
+    rows = []
+    for upstream in source.config.upstreams:
+        for skill in upstream.skills:
+            last = await asyncio.to_thread(
+                query_records,
+                source.config.audit_db,
+                agent=agent_filter(source.config),
+                capability=skill.capability,
+                limit=1,
+            )
+            outcome = "-"
+            if last:
+                rec = last[-1]
+                outcome = (
+                    f"{esc(rec.decision)} {esc(rec.reason)} at {esc(utc(rec.time_unix_ms))} "
+                    f"(trace {trace_link(rec.trace_id)})"
+                )
+            rows.append(
+                [
+                    esc(upstream.name),
+                    esc(upstream.binding),
+                    esc(upstream.address or upstream.url or "-"),
+                    f'<a href="{href("/", {"capability": skill.capability})}">'
+                    f"{esc(skill.capability)}</a>",
+                    outcome,
+                ]
+            )
+    if not rows:
+        return '<p class="empty">This agent fronts no upstream A2A agents.</p>'
+    return table(("Upstream", "Binding", "Address", "Capability", "Last outcome"), rows)
+
+
+async def audit_status(source: ConsoleSource, request: Request) -> str:
+    """Chain length, last record, last signed checkpoint; the full check on request."""
+    config = source.config
+    last = await asyncio.to_thread(
+        query_records, config.audit_db, agent=agent_filter(config), limit=1
+    )
+    checkpoint = await asyncio.to_thread(_last_checkpoint, config.checkpoint_file)
+    health = source.health_state()
+    rows = [
+        ("Audit log", esc(config.audit_db)),
+        ("Health", esc("SERVING" if health.serving else f"NOT_SERVING: {health.why_not()}")),
+        ("Records", esc(last[-1].seq if last else 0)),
+        ("Last record", esc(utc(last[-1].time_unix_ms)) if last else "-"),
+        ("Checkpoint file", esc(config.checkpoint_file)),
+    ]
+    if checkpoint is None:
+        rows.append(("Last checkpoint", "none yet"))
+    else:
+        seq, when = checkpoint
+        behind = (last[-1].seq if last else 0) - seq
+        rows.append(("Last checkpoint", esc(f"seq {seq} at {utc(when)}; {behind} record(s) since")))
+    if request.param("verify") == "1" and not open_audit_reader(config.audit_db).many_chains:
+        report = await asyncio.to_thread(verify_chain, config.audit_db)
+        verdict = (
+            f"intact ({report.records} records)"
+            if report.ok
+            else f"BROKEN: {len(report.problems)} problem(s), first at seq {report.problems[0].seq}"
+        )
+        rows.append(("Chain check", esc(verdict)))
+    else:
+        rows.append(("Chain check", '<a href="/audit?verify=1">verify the hash chain now</a>'))
+    return facts(rows)
+
+
+def _last_checkpoint(path: Path) -> tuple[int, int] | None:
+    """(seq, time_unix_ms) of the file's last line, if it has a readable one."""
+    try:
+        with path.open("rb") as file:
+            file.seek(0, 2)
+            file.seek(max(0, file.tell() - 8192))
+            lines = file.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            entry = json.loads(line)
+            return int(entry["seq"]), int(entry["time_unix_ms"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def in_flight(source: ConsoleSource) -> str:
+    """Calls (Invoke and A2A tasks) running now, per peer."""
+    stats = source.limit_stats()
+    rows = [
+        [f'<a href="{href("/", {"peer": peer})}">{esc(peer)}</a>', esc(count)]
+        for peer, count in sorted(stats.in_flight.items())
+        if count
+    ]
+    summary = facts(
+        [
+            ("Running now", esc(stats.in_flight_total)),
+            ("Server-wide cap", esc(stats.max_concurrent_calls)),
+            ("Limit refusals since start", esc(stats.refused_total)),
+        ]
+    )
+    return summary + table(("Peer", "Calls and A2A tasks in flight"), rows)

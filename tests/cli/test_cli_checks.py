@@ -1,0 +1,281 @@
+"""``config check`` and ``plan check``: one line per finding, exit 1 on any error."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from gateway.transport.client import PeerClient
+from tests.agent_process import REPO, AgentProcess, write_agent_toml
+from tests.support import Pki, future, grant, spiffe, write_policy
+
+
+def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+    )
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def config_file(
+    pki: Pki,
+    base: Path,
+    *,
+    grants: list[dict[str, object]] | None = None,
+    outbound: list[dict[str, object]] | None = None,
+    peers: list[tuple[str, str]] | None = None,
+    modules: tuple[str, ...] = ("capabilities.builtin",),
+) -> Path:
+    policy = write_policy(base / "alice-policy.toml", grants or [], outbound)
+    return write_agent_toml(
+        base / "alice.toml",
+        pki,
+        "alice",
+        listen="127.0.0.1:0",
+        policy=policy,
+        audit_db=base / "alice-audit.sqlite",
+        state_dir=base / "alice-state",
+        peers=peers or [],
+        modules=modules,
+    )
+
+
+def test_config_check_passes_a_good_config(pki: Pki, tmp_path: Path) -> None:
+    config = config_file(pki, tmp_path, grants=[grant("bob", ["text.echo"])])
+    result = run("config", "check", "--config", str(config))
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"ok: {config}: agent {spiffe('alice')}, listen 127.0.0.1:0"
+    assert f"ok: policy {tmp_path / 'alice-policy.toml'}: 1 grants, 0 outbound rules" in lines
+    assert any(
+        line.startswith(f"ok: certificate {pki.dir / 'alice.pem'}: {spiffe('alice')}, expires ")
+        for line in lines
+    )
+    assert any(line.startswith("ok: modules: ") and "text.echo@1.0.0" in line for line in lines)
+    assert all(line.startswith("ok: ") for line in lines)
+    assert not (tmp_path / "alice-audit.sqlite").exists()  # nothing written
+
+
+def test_config_check_names_each_problem_and_exits_1(pki: Pki, tmp_path: Path) -> None:
+    past = "2020-01-01T00:00:00+00:00"
+    config = config_file(
+        pki,
+        tmp_path,
+        grants=[grant("bob", ["text.echo"], expires_at=past), grant("carol", ["no.such"])],
+        outbound=[{"peer": spiffe("dave"), "capabilities": ["text.echo"]}],
+        modules=("capabilities.builtin", "no_such_module_here"),
+    )
+    # carol's certificate under alice's name: the SPIFFE ID does not match.
+    text = config.read_text().replace("alice.pem", "carol.pem").replace("alice.key", "carol.key")
+    config.write_text(text)
+    result = run("config", "check", "--config", str(config))
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    policy = tmp_path / "alice-policy.toml"
+    assert (
+        f"warning: policy {policy}: grant of {spiffe('bob')} expired 2020-01-01 00:00:00+00:00"
+        in lines
+    )
+    assert (
+        f"error: certificate {pki.dir / 'carol.pem'}: agent id {spiffe('alice')} does not "
+        f"match its certificate ({spiffe('carol')})"
+    ) in lines
+    assert any(
+        line.startswith(
+            "error: modules: capability module 'no_such_module_here' cannot be imported"
+        )
+        for line in lines
+    )
+    assert (
+        f"warning: policy {policy}: outbound rule for {spiffe('dave')}, which is not in [[peers]]"
+        in lines
+    )
+    assert "Traceback" not in result.stderr
+
+
+def test_config_check_reports_a_config_that_does_not_parse(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text('id = "not-a-spiffe-id"\n')
+    result = run("config", "check", "--config", str(config))
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines and all(line.startswith(f"error: {config}: ") for line in lines)
+    assert any("not a SPIFFE ID" in line for line in lines)
+
+
+def test_config_check_reach_tries_peers_only_when_asked(pki: Pki, tmp_path: Path) -> None:
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        up = f"127.0.0.1:{listening.getsockname()[1]}"
+        down = f"127.0.0.1:{closed_port()}"
+        config = config_file(pki, tmp_path, peers=[("bob", up), ("carol", down)])
+        assert run("config", "check", "--config", str(config)).returncode == 0
+        result = run("config", "check", "--config", str(config), "--reach")
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert f"ok: peer {spiffe('bob')}: {up} accepts connections" in lines
+    assert any(
+        line.startswith(f"error: peer {spiffe('carol')}: {down} unreachable: ") for line in lines
+    )
+
+
+async def test_capability_modules_import_from_the_config_folder(pki: Pki, tmp_path: Path) -> None:
+    module = f"shout_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(
+        "from capabilities.contract import ContractModel\n"
+        "from capabilities.registry import capability\n\n\n"
+        "class Words(ContractModel):\n    text: str\n\n\n"
+        '@capability("local.shout", "1.2.0", risk="read")\n'
+        "async def shout(inp: Words) -> Words:\n"
+        '    """Upper case."""\n'
+        "    return Words(text=inp.text.upper())\n"
+    )
+    config = config_file(pki, tmp_path, grants=[grant("bob", ["local.shout"])], modules=(module,))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    checked = run("config", "check", "--config", str(config), cwd=elsewhere)
+    assert checked.returncode == 0, checked.stdout
+    assert "ok: modules: 1 capabilities: local.shout@1.2.0" in checked.stdout.splitlines()
+
+    explained = run(
+        "policy",
+        "explain",
+        "--policy",
+        str(tmp_path / "alice-policy.toml"),
+        "--peer",
+        spiffe("bob"),
+        "local.shout@^1",
+        "--config",
+        str(config),
+        cwd=elsewhere,
+    )
+    assert explained.returncode == 0, explained.stderr
+    assert explained.stdout.startswith("allow: every policy step passed")
+
+    agent = AgentProcess(config)  # serve runs from the repository, not the config folder
+    try:
+        async with PeerClient(spiffe("alice"), agent.start(), pki.material("bob")) as bob:
+            result = await bob.invoke("local.shout", {"text": "hi"})
+        assert result.output() == {"text": "HI"}
+        assert agent.terminate() == 0
+    finally:
+        agent.ensure_stopped()
+
+    replayed = run(
+        "policy",
+        "replay",
+        "--db",
+        str(tmp_path / "alice-audit.sqlite"),
+        "--policy",
+        str(tmp_path / "alice-policy.toml"),
+        "--config",
+        str(config),
+        cwd=elsewhere,
+    )
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout.startswith("1 recorded policy decisions re-decided under ")
+    assert "not judged without --config" not in replayed.stdout  # the modules did load
+
+    resolved = run(
+        "idempotency",
+        "resolve",
+        "--config",
+        str(config),
+        "--peer",
+        spiffe("bob"),
+        "--capability",
+        "local.shout",
+        "--key",
+        "k1",
+        "--done",
+        "--output-json",
+        '{"text": "X"}',
+        "--reason",
+        "checked",
+        cwd=elsewhere,
+    )
+    # The modules imported (no "cannot be imported", exit 2); the unknown key is refused.
+    assert resolved.returncode == 1, resolved.stderr
+    assert resolved.stderr.startswith("refused: IDEMPOTENCY_NOT_IN_DOUBT:")
+
+
+def plan_file(base: Path, steps: list[dict[str, object]], max_risk: str = "read") -> Path:
+    path = base / "plan.json"
+    path.write_text(json.dumps({"goal": "check me", "max_risk": max_risk, "steps": steps}))
+    return path
+
+
+def test_plan_check_judges_each_step_without_creating_a_task(pki: Pki, tmp_path: Path) -> None:
+    config = config_file(
+        pki,
+        tmp_path,
+        outbound=[{"peer": spiffe("bob"), "capabilities": ["remote.thing"]}],
+        peers=[("bob", f"127.0.0.1:{closed_port()}")],
+    )
+    plan = plan_file(
+        tmp_path,
+        [
+            {"id": "echo", "capability": "text.echo", "version": "^1", "input": {"text": "x"}},
+            {"id": "far", "capability": "remote.thing", "depends_on": ["echo"]},
+            {"id": "put", "capability": "kv.put", "input": {"key": "k", "value": "v"}},
+            {"id": "nowhere", "capability": "no.where"},
+        ],
+    )
+    result = run("plan", "check", str(plan), "--config", str(config))
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.splitlines() == [
+        f"ok: {plan}: 4 steps, structure valid",
+        "ok: step echo: text.echo@^1 runs here (risk read)",
+        f"ok: step far: remote.thing@* may be sent to {spiffe('bob')} (their offers not asked)",
+        "error: step put: kv.put@* has risk write; the plan allows up to read",
+        "error: step nowhere: no local capability offers no.where@* and no outbound rule "
+        "lets it go to a peer",
+    ]
+    assert not (tmp_path / "alice-state" / "tasks.sqlite").exists()
+    listed = run("tasks", "--config", str(config), "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout) == []
+
+    good = plan_file(tmp_path, [{"id": "echo", "capability": "text.echo", "input": {"text": "x"}}])
+    assert run("plan", "check", str(good), "--config", str(config)).returncode == 0
+
+    cyclic = plan_file(
+        tmp_path,
+        [
+            {"id": "a", "capability": "text.echo", "depends_on": ["b"]},
+            {"id": "b", "capability": "text.echo", "depends_on": ["a"]},
+        ],
+    )
+    result = run("plan", "check", str(cyclic), "--config", str(config))
+    assert result.returncode == 1
+    assert result.stdout.startswith(f"error: {cyclic}: ") and "cycle" in result.stdout
+
+
+def test_policy_check_warns_of_expired_grants_and_shows_limits(tmp_path: Path) -> None:
+    limited = grant("bob", ["text.echo"])
+    limited.update(max_calls_per_second=5, burst=10, max_in_flight=2)
+    old = grant("carol", ["text.echo"], expires_at="2020-01-01T00:00:00+00:00")
+    policy = write_policy(tmp_path / "policy.toml", [limited, old])
+    result = run("policy", "check", str(policy))
+    assert result.returncode == 0
+    assert (
+        f"; expires {limited['expires_at']}; max_calls_per_second 5; burst 10; max_in_flight 2"
+        in result.stdout.replace(str(future())[:0], "")
+    )
+    assert result.stderr == (
+        f"warning: grant of {spiffe('carol')} expired 2020-01-01T00:00:00+00:00: "
+        "its calls are refused GRANT_EXPIRED\n"
+    )

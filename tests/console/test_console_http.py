@@ -1,0 +1,232 @@
+"""The console listener over plain HTTP and mTLS: headers, escaping, read-only, operators."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from gateway.agent import Agent
+from gateway.config import ConsoleSettings
+from gateway.errors import GatewayError
+from gateway.transport.client import PeerClient
+from tests.support import Pki, agent_config, grant, spiffe, started, write_policy
+
+
+async def _exchange(
+    address: str, request: str, tls: ssl.SSLContext | None = None
+) -> tuple[str, dict[str, str], str]:
+    host, port = address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port), ssl=tls)
+    writer.write(request.encode())
+    await writer.drain()
+    answer = (await asyncio.wait_for(reader.read(), 10)).decode()
+    writer.close()
+    head, _, body = answer.partition("\r\n\r\n")
+    status, *lines = head.split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines)
+    return status, headers, body
+
+
+async def _get(
+    address: str, path: str, tls: ssl.SSLContext | None = None
+) -> tuple[str, dict[str, str], str]:
+    return await _exchange(address, f"GET {path} HTTP/1.1\r\nHost: {address}\r\n\r\n", tls)
+
+
+async def _agent(
+    pki: Pki, tmp_path: Path, settings: ConsoleSettings, stores: dict[str, str] | None = None
+) -> Agent:
+    policy = write_policy(tmp_path / "alice-policy.toml", [grant("bob", ["text.echo"])])
+    config = agent_config(pki, tmp_path, "alice", policy, stores=stores)
+    return await started(config.model_copy(update={"console": settings}))
+
+
+@pytest.fixture
+async def console_agent(pki: Pki, tmp_path: Path) -> AsyncIterator[Agent]:
+    agent = await _agent(pki, tmp_path, ConsoleSettings(listen="127.0.0.1:0"))
+    try:
+        yield agent
+    finally:
+        await agent.stop()
+
+
+@pytest.mark.parametrize(
+    ("settings", "problem"),
+    [
+        ({"listen": "0.0.0.0:9465"}, "not a loopback address"),
+        ({"listen": "127.0.0.1:9465", "allow_remote": True}, "needs console.operators"),
+        (
+            {"listen": "127.0.0.1:9465", "operators": ["spiffe://example.org/agent/op"]},
+            "only apply with console.allow_remote",
+        ),
+        ({"listen": "127.0.0.1"}, "expected host:port"),
+    ],
+)
+def test_console_settings_fail_closed(settings: dict[str, object], problem: str) -> None:
+    with pytest.raises(ValidationError, match=problem):
+        ConsoleSettings.model_validate(settings)
+
+
+async def test_console_is_off_without_its_section(pki: Pki, tmp_path: Path) -> None:
+    policy = write_policy(tmp_path / "alice-policy.toml", [])
+    agent = await started(agent_config(pki, tmp_path, "alice", policy))
+    try:
+        assert agent.console is None
+    finally:
+        await agent.stop()
+
+
+async def test_pages_carry_strict_headers_and_escape_what_they_reflect(
+    console_agent: Agent,
+) -> None:
+    console = console_agent.console
+    assert console is not None
+    for path in ("/", "/refusals", "/grants", "/certificate", "/upstreams", "/audit", "/tasks"):
+        status, headers, body = await _get(console.address, path)
+        assert status == "HTTP/1.1 200 OK", path
+        assert headers["Content-Type"] == "text/html; charset=utf-8"
+        assert headers["Content-Security-Policy"].startswith(
+            "default-src 'self'; script-src 'self'"
+        )
+        assert headers["X-Content-Type-Options"] == "nosniff"
+        assert "http://" not in body and "https://" not in body.replace(
+            'xmlns="http://www.w3.org/2000/svg"', ""
+        )  # nothing fetched from elsewhere
+    status, _, body = await _get(console.address, '/?peer="><script>alert(1)</script>&since=soon')
+    assert status == "HTTP/1.1 200 OK"
+    assert "<script>alert" not in body
+    assert 'value="&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;"' in body
+    assert "--since &#x27;soon&#x27;: expected a positive number" in body
+    for method in ("POST", "DELETE"):
+        answer = await _exchange(console.address, f"{method} / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert answer[0] == "HTTP/1.1 405 Method Not Allowed"
+    assert (await _get(console.address, "/static/../config.py"))[0] == "HTTP/1.1 404 Not Found"
+    status, headers, script = await _get(console.address, "/static/console.js")
+    assert status == "HTTP/1.1 200 OK" and "textContent" in script and "innerHTML" not in script
+    status, headers, body = await _get(console.address, "/readyz")
+    assert (status, headers["Content-Type"], body) == (
+        "HTTP/1.1 200 OK",
+        "text/plain; charset=utf-8",
+        "SERVING\n",
+    )
+
+
+async def test_events_stream_only_the_records_that_pass_the_filters(
+    pki: Pki, tmp_path: Path, stores: dict[str, str]
+) -> None:
+    console_agent = await _agent(pki, tmp_path, ConsoleSettings(listen="127.0.0.1:0"), stores)
+    try:
+        await _one_refusal_streamed(console_agent, pki)
+    finally:
+        await console_agent.stop()
+
+
+async def _one_refusal_streamed(console_agent: Agent, pki: Pki) -> None:
+    console = console_agent.console
+    assert console is not None
+    host, port = console.address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"GET /events?reason=capability_not_granted HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readuntil(b": connected\n\n"), 10)
+    assert b"Content-Type: text/event-stream" in head
+    try:
+        async with PeerClient(
+            console_agent.config.id, console_agent.address, pki.material("bob")
+        ) as bob:
+            await bob.invoke("text.echo", {"text": "secret"})
+            with pytest.raises(GatewayError):
+                await bob.invoke("kv.get", {"key": "k"})
+        event = await asyncio.wait_for(reader.readuntil(b"\n\n"), 20)
+    finally:
+        writer.close()
+    lines = dict(line.split(": ", 1) for line in event.decode().strip().split("\n"))
+    assert lines["event"] == "decision"
+    data = json.loads(lines["data"])
+    assert (data["capability"], data["reason"], data["peer"]) == (
+        "kv.get",
+        "CAPABILITY_NOT_GRANTED",
+        spiffe("bob"),
+    )
+    assert lines["id"] == str(data["seq"]) and "secret" not in event.decode()
+
+
+async def _status_or_failure(address: str, tls: ssl.SSLContext | None) -> str:
+    try:
+        status = (await _get(address, "/grants", tls))[0]
+    except (ssl.SSLError, ConnectionError, OSError, asyncio.IncompleteReadError):
+        return "no answer"
+    return status or "no answer"
+
+
+def _client_tls(pki: Pki, name: str | None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(pki.dir / "ca.pem"))
+    context.check_hostname = False  # the agent's certificate names a SPIFFE ID, not a host
+    if name is not None:
+        context.load_cert_chain(str(pki.dir / f"{name}.pem"), str(pki.dir / f"{name}.key"))
+    return context
+
+
+async def test_remote_console_admits_only_listed_operators(pki: Pki, tmp_path: Path) -> None:
+    settings = ConsoleSettings(
+        listen="127.0.0.1:0", allow_remote=True, operators=(spiffe("carol"),)
+    )
+    agent = await _agent(pki, tmp_path, settings)
+    try:
+        console = agent.console
+        assert console is not None and console.url.startswith("https://")
+        status, _, body = await _get(console.address, "/grants", _client_tls(pki, "carol"))
+        assert status == "HTTP/1.1 200 OK" and spiffe("bob") in body
+        status, _, body = await _get(console.address, "/grants", _client_tls(pki, "bob"))
+        assert status == "HTTP/1.1 403 Forbidden" and spiffe("bob") not in body
+        for tls in (_client_tls(pki, None), None):  # no client certificate; no TLS at all
+            assert await _status_or_failure(console.address, tls) == "no answer"
+    finally:
+        await agent.stop()
+
+
+async def test_audit_and_in_flight_pages_tell_the_truth(console_agent: Agent, pki: Pki) -> None:
+    console = console_agent.console
+    assert console is not None
+    async with PeerClient(
+        console_agent.config.id, console_agent.address, pki.material("bob")
+    ) as bob:
+        await bob.invoke("text.echo", {"text": "x"})
+        with pytest.raises(GatewayError):
+            await bob.invoke("kv.get", {"key": "k"})
+    await console_agent.audit.flush()
+    _, _, body = await _get(console.address, "/audit?verify=1")
+    assert "<dt>Records</dt><dd>2</dd>" in body
+    assert "<dt>Chain check</dt><dd>intact (2 records)</dd>" in body
+    assert "<dt>Health</dt><dd>SERVING</dd>" in body
+    _, _, body = await _get(console.address, "/tasks")
+    assert "<dt>Running now</dt><dd>0</dd>" in body
+    assert "<dt>Server-wide cap</dt><dd>256</dd>" in body
+    _, _, body = await _get(console.address, "/upstreams")
+    assert "This agent fronts no upstream A2A agents." in body
+    _, _, body = await _get(console.address, f"/?peer={spiffe('bob')}&reason=OK")
+    assert body.count("<tr><td>") == 1 and "text.echo" in body and "kv.get" not in body
+
+
+async def test_live_pages_are_capped(console_agent: Agent, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.console import server
+
+    monkeypatch.setattr(server, "MAX_STREAMS", 1)
+    console = console_agent.console
+    assert console is not None
+    host, port = console.address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    try:
+        await asyncio.wait_for(reader.readuntil(b": connected\n\n"), 10)
+        status, _, body = await _get(console.address, "/events")
+        assert (status, body) == ("HTTP/1.1 503 Service Unavailable", "too many live pages\n")
+    finally:
+        writer.close()
