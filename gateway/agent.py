@@ -27,31 +27,26 @@ from gateway.errors import AgentConfigError, AuditUnavailable, StateUnavailable,
 from gateway.inbound.idempotency import IdempotencyStore
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.limit_audit import DEFAULT_INTERVAL_SECONDS, LimitRefusalLog
-from gateway.inbound.limit_table import LIMITS_FILE, LimitTable
-from gateway.inbound.limits import CallLimiter, CallLimits, LimitStats, limit_refusal_counts
-from gateway.inbound.pg_idempotency import PostgresIdempotencyStore
-from gateway.inbound.pg_replay import PostgresReplayWindow
+from gateway.inbound.limit_table import LimitTable
+from gateway.inbound.limits import CallLimiter, LimitStats, limit_refusal_counts
 from gateway.inbound.replay import ReplayWindow
-from gateway.inbound.replay_table import REPLAY_FILE, ReplayTable
 from gateway.outbound.router import Router
 from gateway.outbound.upstream_capabilities import register_upstreams
 from gateway.plans.checks import PlanLimits
 from gateway.plans.executor import ExecutorParts
 from gateway.plans.model import Plan
-from gateway.plans.pg_store import PostgresTaskStore
 from gateway.plans.planner import Planner, RerouteOrStop
 from gateway.plans.runner import TaskRunner
 from gateway.plans.step_events import EventSink
-from gateway.plans.store import SqliteTaskStore, TaskStore
+from gateway.plans.store import TaskStore
 from gateway.plans.task import TaskResult
-from gateway.postgres.dsn import PostgresDsn
 from gateway.private_files import private_dir
+from gateway.storage import open_stores
 from gateway.telemetry import Telemetry
 from gateway.telemetry.health_http import HealthState
-from gateway.transport.a2a import A2AServicer, A2ATaskStore
+from gateway.transport.a2a import A2AServicer
 from gateway.transport.a2a.card import CardIssuer, PublicCardCache
 from gateway.transport.a2a.card_signing import card_signer
-from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
 from gateway.transport.a2a.task_runs import TaskRuns
 from gateway.transport.a2a.upstream_client import UpstreamClient
 from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH, A2AHttpServer, HttpEdge
@@ -131,27 +126,11 @@ class Agent:
             retry_seconds=config.audit_retry_seconds,
             observer=self.telemetry.metrics if self.telemetry.metrics.enabled else None,
         )
-        self.idempotency: IdempotencyStore
-        self.replay: ReplayWindow
-        if isinstance(config.state_db, PostgresDsn):
-            # Shared by every replica of this agent id (see docs/fleet.md).
-            self.idempotency = PostgresIdempotencyStore(config.state_db, config.id)
-            self.replay = PostgresReplayWindow(config.state_db, config.id)
-        elif config.workers > 1:  # sibling processes share the files
-            self.idempotency = IdempotencyStore(config.idempotency_store, shared=True)
-            self.replay = ReplayTable(
-                config.state_dir / REPLAY_FILE, capacity=config.replay_window_ids
-            )
-        else:
-            self.idempotency = IdempotencyStore(config.idempotency_store)
-            self.replay = ReplayTable(None, capacity=config.replay_window_ids)
-        self._limit_table: LimitTable | None = None
-        limits: CallLimiter = CallLimits(config.max_concurrent_calls)
-        if config.workers > 1:  # a grant's limits hold across all workers
-            self._limit_table = LimitTable(
-                config.state_dir / LIMITS_FILE, worker, config.workers, config.max_concurrent_calls
-            )
-            limits = self._limit_table
+        stores = open_stores(config, worker)
+        self.idempotency: IdempotencyStore = stores.idempotency
+        self.replay: ReplayWindow = stores.replay
+        self._limit_table: LimitTable | None = stores.limit_table
+        limits: CallLimiter = stores.limits
         self._clients: dict[str, PeerClient] = {}
         self.router = Router(
             registry=self.registry,
@@ -170,15 +149,11 @@ class Agent:
             limit_refusals=LimitRefusalLog(self.audit),
             peer_issuer=self.live_tls.check_peer_issuer,
         )
-        self.a2a_tasks = (
-            PostgresA2ATaskStore(config.state_db, config.id)
-            if isinstance(config.state_db, PostgresDsn)
-            else A2ATaskStore(config.state_dir / "a2a-tasks.sqlite")
-        )
+        self.a2a_tasks = stores.a2a_tasks
         self.a2a_runs = TaskRuns(
             self.handler,
             self.a2a_tasks,
-            shared=isinstance(config.state_db, PostgresDsn) or config.workers > 1,
+            shared=stores.shared,
             retention=config.a2a.task_retention,
         )
         """A2A tasks running in the background here (return_immediately, streams)."""
@@ -223,11 +198,7 @@ class Agent:
         )
         """The read-only operator console (``[console]``; the first worker only)."""
         self._observe_components()
-        self.task_store: TaskStore = (
-            PostgresTaskStore(config.state_db, config.id)
-            if isinstance(config.state_db, PostgresDsn)
-            else SqliteTaskStore(config.state_dir / "tasks.sqlite")
-        )
+        self.task_store: TaskStore = stores.plan_tasks
         self.plans = TaskRunner(
             ExecutorParts(
                 agent_id=config.id,

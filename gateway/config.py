@@ -97,7 +97,7 @@ from capabilities.versions import Version, VersionConstraint, VersionSyntaxError
 from gateway.display import has_unsafe_characters
 from gateway.errors import AgentConfigError
 from gateway.host_port import DialAddress, ListenAddress, split_host_port
-from gateway.postgres.dsn import PostgresDsn, StoreLocation
+from gateway.postgres.dsn import PostgresDsn, StoreLocation, local_file
 from policies.identity import SpiffeId
 from policies.policy_file import parse_toml_model, read_text
 
@@ -646,9 +646,10 @@ class AgentConfig(_Frozen):
         configured = self.audit_checkpoints.file
         if configured is not None:
             return configured
-        if isinstance(self.audit_db, PostgresDsn):
+        audit_file = local_file(self.audit_db)
+        if audit_file is None:
             return self.state_dir / "audit.checkpoints.jsonl"
-        return self.audit_db.with_name(self.audit_db.name + ".checkpoints.jsonl")
+        return audit_file.with_name(audit_file.name + ".checkpoints.jsonl")
 
     @model_validator(mode="after")
     def _positive_retention(self) -> AgentConfig:
@@ -691,7 +692,8 @@ class AgentConfig(_Frozen):
             return path if path.is_absolute() else (base / path).resolve()
 
         def fix_store(where: Path | PostgresDsn) -> Path | PostgresDsn:
-            return where if isinstance(where, PostgresDsn) else fix(where)
+            file = local_file(where)
+            return where if file is None else fix(file)
 
         return self.model_copy(
             update={

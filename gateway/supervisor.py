@@ -50,12 +50,9 @@ from types import FrameType
 
 from gateway.config import AgentConfig
 from gateway.errors import AgentConfigError, StateUnavailable
-from gateway.inbound.idempotency import IdempotencyStore
-from gateway.inbound.limit_table import LIMITS_FILE, create_limit_file
-from gateway.inbound.replay_table import REPLAY_FILE, size_replay_file
 from gateway.instance_lock import InstanceLock
-from gateway.postgres.dsn import PostgresDsn
 from gateway.private_files import private_dir
+from gateway.storage import prepare_shared_files
 
 MAX_RESTARTS = 5
 RESTART_WINDOW_SECONDS = 60.0
@@ -111,12 +108,8 @@ class Supervisor:
 
     def _prepare_shared_state(self) -> None:
         """Before any worker runs: earlier claims cut off, the replay window sized, limits anew."""
-        state_dir = self._config.state_dir
-        private_dir(state_dir)
-        if not isinstance(self._config.state_db, PostgresDsn):  # PostgreSQL does it per owner
-            IdempotencyStore(self._config.idempotency_store).close()
-            size_replay_file(state_dir / REPLAY_FILE, self._config.replay_window_ids)
-        create_limit_file(state_dir / LIMITS_FILE, self._config.workers)
+        private_dir(self._config.state_dir)
+        prepare_shared_files(self._config)
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self._signals.append(signum)

@@ -40,6 +40,7 @@ from gateway.audit.checkpoint_cert import carried_certificate, load_trust_bundle
 from gateway.audit.verify import ChainProblem
 from gateway.errors import ConfigError, Unauthenticated
 from gateway.postgres.dsn import PostgresDsn
+from gateway.storage import open_audit_reader
 from policies.identity import spiffe_id_from_pem
 
 _FIELDS: dict[str, type] = {
@@ -179,12 +180,7 @@ def _compare_with_log(
     if not valid:
         return []
     seqs = sorted({checkpoint.seq for checkpoint in valid})
-    if isinstance(db, PostgresDsn):
-        from gateway.audit.pg_read import chain_hashes_at
-
-        last, hashes = chain_hashes_at(db, agent, seqs)
-    else:
-        last, hashes = _sqlite_hashes_at(db, seqs)
+    last, hashes = open_audit_reader(db).hashes_at(agent, seqs)
     problems: list[ChainProblem] = []
     for checkpoint in valid:
         if checkpoint.seq <= last and hashes.get(checkpoint.seq) != checkpoint.head:
@@ -207,7 +203,7 @@ def _compare_with_log(
     return sorted(problems, key=lambda p: (p.seq, p.kind))
 
 
-def _sqlite_hashes_at(db: Path, seqs: list[int]) -> tuple[int, dict[int, str]]:
+def sqlite_hashes_at(db: Path, seqs: list[int]) -> tuple[int, dict[int, str]]:
     """The last seq and the record hashes at ``seqs``, from one snapshot."""
     conn = connect_read_only(db)
     try:

@@ -26,6 +26,7 @@ from gateway.audit._schema import RECORD_COLUMNS, SELECT_RECORDS, connect_read_o
 from gateway.audit.pg_read import AgentRecord, _connect
 from gateway.errors import ConfigError
 from gateway.postgres.dsn import PostgresDsn
+from gateway.storage import open_audit_feed
 
 _BATCH_ROWS = 1000
 
@@ -216,13 +217,9 @@ def open_feed(
     since: timedelta | None = None,
     agent_id: str = "",
 ) -> AuditFeed:
-    """The feed for a SQLite file or a PostgreSQL DSN (the one place the backend is chosen).
+    """The feed for a SQLite file or a PostgreSQL DSN (chosen by :mod:`gateway.storage`).
 
     Raises:
         ConfigError: The store cannot be opened, or ``where.agent`` is given for SQLite.
     """
-    if isinstance(location, PostgresDsn):
-        return PostgresAuditFeed(location, where, since=since)
-    if where.agent is not None:
-        raise ConfigError("--agent: a SQLite audit log holds one agent; give a PostgreSQL DSN")
-    return SqliteAuditFeed(location, where, since=since, agent_id=agent_id)
+    return open_audit_feed(location, where, since=since, agent_id=agent_id)

@@ -38,12 +38,12 @@ from enum import Enum
 from pathlib import Path
 from typing import Literal, Protocol
 
-from gateway.audit._pg_writer import PostgresChainWriter
-from gateway.audit._writer import ChainWriter, SqliteChainWriter
+from gateway.audit._writer import ChainWriter
 from gateway.audit.checkpoint import Checkpointer
 from gateway.audit.record import AuditRecord, checked_fields
 from gateway.errors import AuditUnavailable, ConfigError
 from gateway.postgres.dsn import PostgresDsn
+from gateway.storage import open_chain_writer
 
 _log = logging.getLogger(__name__)
 
@@ -134,15 +134,9 @@ class AuditLog:
         self._path = path
         self._max_batch = max_batch
         self._linger = max(0.0, linger_ms) / 1000.0
-        self._writer: ChainWriter
-        if isinstance(path, PostgresDsn):
-            if not agent_id:
-                raise ConfigError("an audit log in PostgreSQL needs the agent id of its chain")
-            self._writer = PostgresChainWriter(path, agent_id)
-        else:
-            self._writer = SqliteChainWriter(
-                path, busy_timeout_ms=busy_timeout_ms, synchronous=sync.upper()
-            )
+        self._writer: ChainWriter = open_chain_writer(
+            path, agent_id=agent_id, busy_timeout_ms=busy_timeout_ms, sync=sync
+        )
         self._retry_in = _FIRST_RETRY_SECONDS
         self._checkpoints = checkpoints
         self._unwritten: list[dict[str, object]] = []

@@ -199,3 +199,65 @@ def chain_hashes_at(dsn: PostgresDsn, agent: str, seqs: list[int]) -> tuple[int,
         conn.close()
     last = int(str(row[0])) if row else 0
     return last, {int(str(seq)): str(digest) for seq, digest in found}
+
+
+class PostgresAuditReader:
+    """Reads the shared audit table, one REPEATABLE READ snapshot per call
+    (an :class:`~gateway.audit.reader.AuditReader`)."""
+
+    def __init__(self, dsn: PostgresDsn) -> None:
+        """Read the database at ``dsn`` (nothing is opened yet)."""
+        self._dsn = dsn
+
+    @property
+    def many_chains(self) -> bool:
+        """True: the table holds one chain per agent id."""
+        return True
+
+    def query(
+        self,
+        *,
+        agent: str | None = None,
+        refusals_only: bool = False,
+        peer: str | None = None,
+        capability: str | None = None,
+        since: timedelta | None = None,
+        limit: int | None = None,
+        trace_id: str | None = None,
+    ) -> list[AuditRecord]:
+        """Matching records, ordered by time (see :func:`query_agent_records` for their agents)."""
+        found = query_agent_records(
+            self._dsn,
+            agent=agent,
+            refusals_only=refusals_only,
+            peer=peer,
+            capability=capability,
+            since=since,
+            limit=limit,
+            trace_id=trace_id,
+        )
+        return [entry.record for entry in found]
+
+    def recent_request_ids(
+        self, *, agent: str, since: timedelta, limit: int, refusals: Collection[str]
+    ) -> Iterator[tuple[str, str, int]]:
+        """Through a server-side cursor, newest first."""
+        return recent_agent_request_ids(
+            self._dsn, agent=agent, since=since, limit=limit, refusals=refusals
+        )
+
+    def verify(self, agent: str | None = None) -> VerifyReport:
+        """Check ``agent``'s chain (``agent`` may be left out when the table holds one chain).
+
+        Raises:
+            ConfigError: The database cannot be read, or holds several chains and
+                no ``agent`` was named.
+        """
+        reports = verify_agent_chains(self._dsn, agent)
+        if len(reports) != 1:
+            raise ConfigError(f"audit database {self._dsn}: {len(reports)} chains; name one agent")
+        return next(iter(reports.values()))
+
+    def hashes_at(self, agent: str, seqs: list[int]) -> tuple[int, dict[int, str]]:
+        """See :func:`chain_hashes_at`."""
+        return chain_hashes_at(self._dsn, agent, seqs)

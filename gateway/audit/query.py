@@ -15,6 +15,7 @@ from gateway.audit.record import AuditRecord
 from gateway.display import json_for_terminals, printable
 from gateway.errors import ConfigError
 from gateway.postgres.dsn import PostgresDsn
+from gateway.storage import open_audit_reader
 
 _SINCE = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -78,20 +79,28 @@ def query_records(
     Raises:
         ConfigError: The file is missing or not an audit log, or ``limit`` < 0.
     """
-    if isinstance(path, PostgresDsn):
-        from gateway.audit.pg_read import query_agent_records
+    return open_audit_reader(path).query(
+        agent=agent,
+        refusals_only=refusals_only,
+        peer=peer,
+        capability=capability,
+        since=since,
+        limit=limit,
+        trace_id=trace_id,
+    )
 
-        found = query_agent_records(
-            path,
-            agent=agent,
-            refusals_only=refusals_only,
-            peer=peer,
-            capability=capability,
-            since=since,
-            limit=limit,
-            trace_id=trace_id,
-        )
-        return [entry.record for entry in found]
+
+def sqlite_query_records(
+    path: Path,
+    *,
+    refusals_only: bool = False,
+    peer: str | None = None,
+    capability: str | None = None,
+    since: timedelta | None = None,
+    limit: int | None = None,
+    trace_id: str | None = None,
+) -> list[AuditRecord]:
+    """:func:`query_records` on one SQLite file (its one chain)."""
     if limit is not None and limit < 0:
         raise ConfigError(f"audit query limit must be >= 0, not {limit}")
     where: list[str] = []
@@ -143,13 +152,15 @@ def recent_request_ids(
     Raises:
         ConfigError: The log cannot be read.
     """
-    if isinstance(path, PostgresDsn):
-        from gateway.audit.pg_read import recent_agent_request_ids
+    return open_audit_reader(path).recent_request_ids(
+        agent=agent, since=since, limit=limit, refusals=refusals
+    )
 
-        yield from recent_agent_request_ids(
-            path, agent=agent, since=since, limit=limit, refusals=refusals
-        )
-        return
+
+def sqlite_recent_request_ids(
+    path: Path, *, since: timedelta, limit: int, refusals: Collection[str]
+) -> Iterator[tuple[str, str, int]]:
+    """:func:`recent_request_ids` on one SQLite file."""
     marks = ", ".join("?" for _ in refusals) or "NULL"
     sql = (
         "SELECT peer_id, request_id, time_unix_ms FROM audit_records "

@@ -33,6 +33,7 @@ from gateway.audit.chain import GENESIS_HASH, fields_hash
 from gateway.audit.record import AuditRecord
 from gateway.errors import ConfigError
 from gateway.postgres.dsn import PostgresDsn
+from gateway.storage import open_audit_reader
 
 ProblemKind = Literal[
     "modified",
@@ -100,13 +101,11 @@ def verify_chain(path: Path | PostgresDsn, agent: str | None = None) -> VerifyRe
     Raises:
         ConfigError: The file is missing, unreadable, or not an audit log.
     """
-    if isinstance(path, PostgresDsn):
-        from gateway.audit.pg_read import verify_agent_chains
+    return open_audit_reader(path).verify(agent)
 
-        reports = verify_agent_chains(path, agent)
-        if len(reports) != 1:
-            raise ConfigError(f"audit database {path}: {len(reports)} chains; name one agent")
-        return next(iter(reports.values()))
+
+def sqlite_verify_chain(path: Path) -> VerifyReport:
+    """:func:`verify_chain` on one SQLite file (its one chain)."""
     conn = connect_read_only(path)
     try:
         # One read transaction: rows and head from the same snapshot, even

@@ -26,7 +26,7 @@ from gateway.config import WorkloadApiTls, load_agent_config
 from gateway.devtools import pki
 from gateway.display import json_for_terminals, printable
 from gateway.errors import ConfigError
-from gateway.postgres.dsn import PostgresDsn
+from gateway.storage import open_audit_reader
 from gateway.transport.tls import load_pem_file
 from policies.grants import PeerGrant
 from policies.policy_file import load_policy
@@ -212,7 +212,7 @@ def _audit_agents(args: argparse.Namespace) -> int:
 
 
 def _audit_verify(args: argparse.Namespace) -> int:
-    if isinstance(args.db, PostgresDsn):
+    if open_audit_reader(args.db).many_chains:
         return _audit_verify_agents(args)
     checkpoints, cert_pems, ca_pem = _checkpoint_sources(args)
     report = verify_chain(args.db)
@@ -300,7 +300,7 @@ def _audit(args: argparse.Namespace) -> int:
         return audit_follow.follow(args)
     if args.action == "verify":
         return _audit_verify(args)
-    if isinstance(args.db, PostgresDsn):
+    if open_audit_reader(args.db).many_chains:
         return _audit_agents(args)
     if args.agent is not None:
         raise ConfigError("--agent: a SQLite audit log holds one agent; give a PostgreSQL DSN")

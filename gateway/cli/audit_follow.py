@@ -22,7 +22,7 @@ from gateway.audit.follow import AuditFeed, FollowFilter, open_feed
 from gateway.audit.pg_read import AgentRecord
 from gateway.audit.query import TABLE_COLUMNS, table_cells
 from gateway.display import json_for_terminals, printable
-from gateway.postgres.dsn import PostgresDsn
+from gateway.storage import open_audit_reader
 
 POLL_SECONDS = 0.2
 """How often the store is asked for new records (a cheap indexed range read)."""
@@ -49,7 +49,7 @@ def follow(args: argparse.Namespace, out: TextIO | None = None) -> int:
         trace_id=args.trace,
     )
     since = parse_since(args.since) if args.since else None
-    shared = isinstance(args.db, PostgresDsn)
+    shared = open_audit_reader(args.db).many_chains
     feed = open_feed(args.db, where, since=since)
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:

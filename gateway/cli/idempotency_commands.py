@@ -14,16 +14,8 @@ from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_c
 from capabilities.registry import CapabilityRegistry
 from gateway.config import AgentConfig, load_agent_config
 from gateway.errors import ConfigError
-from gateway.inbound.idempotency_admin import (
-    KeyEntry,
-    OutputCheck,
-    Resolution,
-    list_keys,
-    release_key,
-    resolve_done,
-)
-from gateway.inbound.pg_idempotency_admin import list_keys_pg, release_key_pg, resolve_done_pg
-from gateway.postgres.dsn import PostgresDsn
+from gateway.inbound.idempotency_admin import KeyEntry, OutputCheck, Resolution
+from gateway.storage import open_key_admin
 
 
 def add_commands(commands: Any) -> None:
@@ -58,11 +50,7 @@ def add_commands(commands: Any) -> None:
 
 def _list(args: argparse.Namespace) -> int:
     config = load_agent_config(args.config)
-    entries = (
-        list_keys_pg(config.state_db, config.id, in_doubt_only=args.in_doubt)
-        if isinstance(config.state_db, PostgresDsn)
-        else list_keys(config.idempotency_store, in_doubt_only=args.in_doubt)
-    )
+    entries = open_key_admin(config).keys(in_doubt_only=args.in_doubt)
     if args.json:
         for entry in entries:
             print(json.dumps(entry.to_json_dict(), sort_keys=True))
@@ -84,8 +72,7 @@ def _row(entry: KeyEntry) -> str:
 def _resolve(args: argparse.Namespace) -> int:
     config = load_agent_config(args.config)
     ident = (args.peer, args.capability, args.key)
-    if isinstance(config.state_db, PostgresDsn):
-        return _resolve_shared(args, config, config.state_db, ident)
+    keys = open_key_admin(config)
     if args.done:
         if args.output_json is None:
             raise ConfigError("--done needs --output-json '{...}': the outcome you observed")
@@ -93,49 +80,11 @@ def _resolve(args: argparse.Namespace) -> int:
             output = json.loads(args.output_json)
         except ValueError as err:
             raise ConfigError(f"--output-json is not JSON: {err}") from err
-        done = resolve_done(
-            config.idempotency_store,
-            config.audit_db,
-            ident,
-            output,
-            args.reason,
-            check_output=_contract_check(config),
-            agent_id=config.id,
-        )
+        done = keys.resolve_done(ident, output, args.reason, check_output=_contract_check(config))
     else:
         if args.output_json is not None:
             raise ConfigError("--output-json goes with --done, not --release")
-        done = release_key(
-            config.idempotency_store, config.audit_db, ident, args.reason, agent_id=config.id
-        )
-    print(_said(done))
-    return 0
-
-
-def _resolve_shared(
-    args: argparse.Namespace, config: AgentConfig, dsn: PostgresDsn, ident: tuple[str, str, str]
-) -> int:
-    """resolve/release on keys every replica shares (state_db in PostgreSQL)."""
-    if args.done:
-        if args.output_json is None:
-            raise ConfigError("--done needs --output-json '{...}': the outcome you observed")
-        try:
-            output = json.loads(args.output_json)
-        except ValueError as err:
-            raise ConfigError(f"--output-json is not JSON: {err}") from err
-        done = resolve_done_pg(
-            dsn,
-            config.audit_db,
-            config.id,
-            ident,
-            output,
-            args.reason,
-            check_output=_contract_check(config),
-        )
-    else:
-        if args.output_json is not None:
-            raise ConfigError("--output-json goes with --done, not --release")
-        done = release_key_pg(dsn, config.audit_db, config.id, ident, args.reason)
+        done = keys.release(ident, args.reason)
     print(_said(done))
     return 0
 

@@ -19,6 +19,7 @@ from gateway.display import json_for_terminals, printable
 from gateway.errors import AgentConfigError, ConfigError
 from gateway.inbound.policy_replay import changes_as_json, decide, reasons_in, replay
 from gateway.postgres.dsn import PostgresDsn, is_dsn
+from gateway.storage import open_audit_reader
 from policies.policy_file import load_policy
 
 EXIT_REFUSED = 1
@@ -96,7 +97,7 @@ def _replay(args: argparse.Namespace) -> int:
     registry = registry_of(args.config)
     since = parse_since(args.since) if args.since else None
     agent = args.agent
-    if isinstance(args.db, PostgresDsn):
+    if open_audit_reader(args.db).many_chains:
         if agent is None and args.config is not None:
             agent = load_agent_config(args.config).id
         if agent is None:

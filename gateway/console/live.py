@@ -20,7 +20,7 @@ from gateway.config import AgentConfig
 from gateway.console.pages import utc
 from gateway.display import printable
 from gateway.errors import ConfigError
-from gateway.postgres.dsn import PostgresDsn
+from gateway.storage import open_audit_reader
 
 _log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5
@@ -59,7 +59,7 @@ class LiveDecisions:
 
     async def start(self) -> None:
         """Open the feed at the log's current end and start polling (the log must exist)."""
-        agent = self._config.id if isinstance(self._config.audit_db, PostgresDsn) else None
+        agent = self._config.id if open_audit_reader(self._config.audit_db).many_chains else None
         where = FollowFilter(agent=agent)
         self._feed = await asyncio.get_running_loop().run_in_executor(
             self._thread, lambda: open_feed(self._config.audit_db, where)

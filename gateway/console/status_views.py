@@ -17,7 +17,7 @@ from gateway.config import TlsFiles, TlsSettings
 from gateway.console.http import Request
 from gateway.console.pages import esc, facts, href, table, trace_link, utc
 from gateway.console.views import ConsoleSource, agent_filter
-from gateway.postgres.dsn import PostgresDsn
+from gateway.storage import open_audit_reader
 
 
 def grants(source: ConsoleSource) -> str:
@@ -130,7 +130,7 @@ async def audit_status(source: ConsoleSource, request: Request) -> str:
         seq, when = checkpoint
         behind = (last[-1].seq if last else 0) - seq
         rows.append(("Last checkpoint", esc(f"seq {seq} at {utc(when)}; {behind} record(s) since")))
-    if request.param("verify") == "1" and not isinstance(config.audit_db, PostgresDsn):
+    if request.param("verify") == "1" and not open_audit_reader(config.audit_db).many_chains:
         report = await asyncio.to_thread(verify_chain, config.audit_db)
         verdict = (
             f"intact ({report.records} records)"

@@ -27,7 +27,7 @@ from gateway.console.pages import (
 )
 from gateway.errors import ConfigError
 from gateway.inbound.limits import LimitStats
-from gateway.postgres.dsn import PostgresDsn
+from gateway.storage import open_audit_reader
 from gateway.telemetry.health_http import HealthState
 from gateway.transport.live_tls import TlsStats
 from policies.policy_file import Policy
@@ -116,7 +116,7 @@ class Filters:
 
 def agent_filter(config: AgentConfig) -> str | None:
     """The agent whose chain to read: its id in a shared PostgreSQL table, else None."""
-    return config.id if isinstance(config.audit_db, PostgresDsn) else None
+    return config.id if open_audit_reader(config.audit_db).many_chains else None
 
 
 async def _records(

@@ -25,6 +25,7 @@ import secrets
 import sqlite3
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -109,31 +110,27 @@ class StoredAnswer:
     evidence_sha256: str
 
 
-class IdempotencyStore:
-    """SQLite table keyed by (peer, capability, key); concurrent duplicates wait for the first.
+class IdempotencyStore(ABC):
+    """Idempotency keys by (peer, capability, key); concurrent duplicates wait for the first.
 
-    By default one agent process owns the file: opening it marks every
-    ``claimed`` row ``in_doubt``, since no attempt of an earlier process can
-    still be running. ``shared=True`` (worker processes of one agent) marks
-    only the claims whose owner process is gone.
+    The interface of every backend, and the in-process coordination they share
+    (a duplicate call in this process waits for the first one's answer instead
+    of reading the row). Implementations store the rows
+    (:class:`SqliteIdempotencyStore`,
+    :class:`~gateway.inbound.pg_idempotency.PostgresIdempotencyStore`) and keep
+    these invariants:
+
+    - A claim is durable before ``claim`` returns None, and exactly one of two
+      concurrent claims of one key (in any process) wins; the other reads the
+      row as a retry would.
+    - A key claimed by a run that ended without an answer is ``in_doubt`` (or
+      still ``claimed``, which is refused the same way): never run twice.
+    - Only ``done`` rows are purged; a storage failure raises
+      :class:`~gateway.errors.StateUnavailable` before any side effect.
     """
 
-    def __init__(self, path: Path, *, shared: bool = False) -> None:
-        self._path = path
-        self._lock = threading.Lock()
+    def __init__(self) -> None:
         self._owner = new_owner_id()
-        try:
-            self._db = open_store_db(path)
-            cut_off = self._mark_cut_off(shared=shared)
-        except sqlite3.Error as err:
-            raise StateUnavailable(f"idempotency store {path}: {err}") from err
-        if cut_off:
-            _log.warning(
-                "idempotency store %s: %d key(s) in doubt from an attempt cut off earlier; "
-                "see the idempotency list command",
-                path,
-                cut_off,
-            )
         self._in_flight: dict[Ident, asyncio.Future[StoredAnswer | None]] = {}
         self._claims: dict[Ident, str] = {}
 
@@ -230,6 +227,68 @@ class IdempotencyStore:
         """
         cutoff = _now_ms() - int(older_than.total_seconds() * 1000)
         return await self._run(self._purge_rows, cutoff)
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close the store."""
+
+    async def _run(self, operation: Callable[..., _T], *args: object) -> _T:
+        return await asyncio.to_thread(operation, *args)
+
+    @abstractmethod
+    def _claim_row(
+        self, ident: Ident, request_sha256: str, served_version: str
+    ) -> StoredAnswer | None:
+        """Insert a claim (None) or return the stored answer; raise if in doubt or conflicting."""
+
+    @abstractmethod
+    def _complete_row(self, ident: Ident, answer: StoredAnswer) -> None:
+        """Store the answer of a claimed key."""
+
+    @abstractmethod
+    def _delete_claim(self, ident: Ident) -> None:
+        """Delete a key still ``claimed``."""
+
+    @abstractmethod
+    def _mark_in_doubt(self, ident: Ident, claim_id: str) -> None:
+        """Mark ``claim_id``'s claim in doubt; log (never raise) when that fails."""
+
+    @abstractmethod
+    def _purge_rows(self, cutoff_ms: int) -> int:
+        """Delete ``done`` rows last changed before ``cutoff_ms``; returns how many."""
+
+    def _release(self, ident: Ident, answer: StoredAnswer | None) -> None:
+        self._claims.pop(ident, None)
+        pending = self._in_flight.pop(ident, None)
+        if pending is not None and not pending.done():
+            pending.set_result(answer)
+
+
+class SqliteIdempotencyStore(IdempotencyStore):
+    """The keys of one agent in a SQLite file (``idempotency.sqlite``).
+
+    By default one agent process owns the file: opening it marks every
+    ``claimed`` row ``in_doubt``, since no attempt of an earlier process can
+    still be running. ``shared=True`` (worker processes of one agent) marks
+    only the claims whose owner process is gone.
+    """
+
+    def __init__(self, path: Path, *, shared: bool = False) -> None:
+        super().__init__()
+        self._path = path
+        self._lock = threading.Lock()
+        try:
+            self._db = open_store_db(path)
+            cut_off = self._mark_cut_off(shared=shared)
+        except sqlite3.Error as err:
+            raise StateUnavailable(f"idempotency store {path}: {err}") from err
+        if cut_off:
+            _log.warning(
+                "idempotency store %s: %d key(s) in doubt from an attempt cut off earlier; "
+                "see the idempotency list command",
+                path,
+                cut_off,
+            )
 
     def close(self) -> None:
         """Close the database."""
@@ -338,12 +397,6 @@ class IdempotencyStore:
                 "AND state = 'claimed'",
                 ident,
             )
-
-    def _release(self, ident: Ident, answer: StoredAnswer | None) -> None:
-        self._claims.pop(ident, None)
-        pending = self._in_flight.pop(ident, None)
-        if pending is not None and not pending.done():
-            pending.set_result(answer)
 
 
 def _matching(answer: StoredAnswer, request_sha256: str) -> StoredAnswer:

@@ -27,15 +27,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from capabilities.runner import CapabilityResult
-from gateway.audit._pg_writer import PostgresChainWriter
-from gateway.audit._writer import ChainWriter, SqliteChainWriter
 from gateway.audit.record import AuditRecord, checked_fields
 from gateway.errors import ConfigError, IdempotencyNotInDoubt, StateUnavailable
 from gateway.inbound.idempotency import Ident, open_store_db
 from gateway.postgres.dsn import PostgresDsn
+from gateway.storage import open_chain_writer
 
 RESOLVED = "IDEMPOTENCY_RESOLVED"
 """Audit reason: an operator stored the observed outcome of a key in doubt."""
@@ -89,6 +88,67 @@ class Resolution:
     """Size of the stored answer (resolve only)."""
     output_sha256: str = ""
     """SHA-256 of the stored answer (resolve only)."""
+
+
+class KeyAdmin(Protocol):
+    """An operator's view of one agent's idempotency keys.
+
+    Invariants every implementation keeps: only a key ``in_doubt`` is ever
+    changed (anything else raises :class:`~gateway.errors.IdempotencyNotInDoubt`);
+    each change is written to the agent's audit log, committed, before it
+    returns; nothing is changed when the audit record cannot be written.
+    """
+
+    def keys(self, *, in_doubt_only: bool = False) -> list[KeyEntry]:
+        """Every key (or only those in doubt), as stored."""
+
+    def resolve_done(
+        self,
+        ident: Ident,
+        output: dict[str, Any],
+        reason: str,
+        check_output: OutputCheck | None = None,
+    ) -> Resolution:
+        """Store the observed outcome of a key in doubt (see :func:`resolve_done`)."""
+
+    def release(self, ident: Ident, reason: str) -> Resolution:
+        """Free a key in doubt so the write may run again (see :func:`release_key`)."""
+
+
+class SqliteKeyAdmin:
+    """:class:`KeyAdmin` of an agent's ``idempotency.sqlite``."""
+
+    def __init__(self, store: Path, audit_db: Path | PostgresDsn, agent_id: str) -> None:
+        """Keys in ``store``; actions audited to ``audit_db`` (``agent_id``'s chain)."""
+        self._store = store
+        self._audit_db = audit_db
+        self._agent_id = agent_id
+
+    def keys(self, *, in_doubt_only: bool = False) -> list[KeyEntry]:
+        """See :func:`list_keys`."""
+        return list_keys(self._store, in_doubt_only=in_doubt_only)
+
+    def resolve_done(
+        self,
+        ident: Ident,
+        output: dict[str, Any],
+        reason: str,
+        check_output: OutputCheck | None = None,
+    ) -> Resolution:
+        """See :func:`resolve_done`."""
+        return resolve_done(
+            self._store,
+            self._audit_db,
+            ident,
+            output,
+            reason,
+            check_output=check_output,
+            agent_id=self._agent_id,
+        )
+
+    def release(self, ident: Ident, reason: str) -> Resolution:
+        """See :func:`release_key`."""
+        return release_key(self._store, self._audit_db, ident, reason, agent_id=self._agent_id)
 
 
 def list_keys(store: Path, *, in_doubt_only: bool = False) -> list[KeyEntry]:
@@ -299,11 +359,7 @@ def audit_action(
         latency_ms=0.0,
         detail=f"key {entry.key[:_MAX_KEY_CHARS]!r}; operator: {reason[:MAX_REASON_CHARS]}",
     )
-    writer: ChainWriter = (
-        PostgresChainWriter(audit_db, agent_id)
-        if isinstance(audit_db, PostgresDsn)
-        else SqliteChainWriter(audit_db, busy_timeout_ms=5000)
-    )
+    writer = open_chain_writer(audit_db, agent_id=agent_id, busy_timeout_ms=5000)
     writer.open()
     try:
         writer.append([checked_fields(record)])

@@ -15,7 +15,6 @@ see :mod:`gateway.inbound.idempotency`), with two differences a fleet needs:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
 import time
@@ -23,7 +22,7 @@ from datetime import timedelta
 
 from gateway.errors import IdempotencyConflict, IdempotencyInDoubt
 from gateway.inbound.idempotency import IdempotencyStore, Ident, StoredAnswer
-from gateway.plans.lease import holder_gone, new_owner_id
+from gateway.plans.lease import holder_gone
 from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.pool import Connection, StatePool
 
@@ -39,18 +38,13 @@ def _now_ms() -> int:
 
 
 class PostgresIdempotencyStore(IdempotencyStore):
-    """``IdempotencyStore`` whose rows live in the shared ``idempotency`` table."""
+    """An :class:`~gateway.inbound.idempotency.IdempotencyStore` whose rows live in the
+    shared ``idempotency`` table."""
 
     def __init__(self, dsn: PostgresDsn, agent_id: str) -> None:
-        # Not super().__init__: that opens the SQLite file. What is inherited is the
-        # in-process coordination (concurrent duplicates wait for the first); the
-        # row operations below replace the SQLite ones.
-        self._path = dsn  # type: ignore[assignment]  # only ever shown in messages
+        super().__init__()  # the in-process coordination; the rows live in the table
         self._agent = agent_id
-        self._owner = new_owner_id()
         self._pool = StatePool(dsn, "idempotency store")
-        self._in_flight: dict[Ident, asyncio.Future[StoredAnswer | None]] = {}
-        self._claims: dict[Ident, str] = {}
 
     def mark_cut_off_claims(self) -> int:
         """Mark in doubt the claims of processes that are gone (or stale); returns how many."""

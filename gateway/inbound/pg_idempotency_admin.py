@@ -149,3 +149,40 @@ def _change(
         except psycopg.Error as err:
             raise StateUnavailable(f"idempotency store {dsn}: {dsn.why(err)}") from err
     return entry, seq
+
+
+class PostgresKeyAdmin:
+    """:class:`~gateway.inbound.idempotency_admin.KeyAdmin` of the keys every
+    replica of an agent shares in PostgreSQL."""
+
+    def __init__(self, dsn: PostgresDsn, audit_db: Path | PostgresDsn, agent_id: str) -> None:
+        """``agent_id``'s keys at ``dsn``; actions audited to ``audit_db``."""
+        self._dsn = dsn
+        self._audit_db = audit_db
+        self._agent_id = agent_id
+
+    def keys(self, *, in_doubt_only: bool = False) -> list[KeyEntry]:
+        """See :func:`list_keys_pg`."""
+        return list_keys_pg(self._dsn, self._agent_id, in_doubt_only=in_doubt_only)
+
+    def resolve_done(
+        self,
+        ident: Ident,
+        output: dict[str, Any],
+        reason: str,
+        check_output: OutputCheck | None = None,
+    ) -> Resolution:
+        """See :func:`resolve_done_pg`."""
+        return resolve_done_pg(
+            self._dsn,
+            self._audit_db,
+            self._agent_id,
+            ident,
+            output,
+            reason,
+            check_output=check_output,
+        )
+
+    def release(self, ident: Ident, reason: str) -> Resolution:
+        """See :func:`release_key_pg`."""
+        return release_key_pg(self._dsn, self._audit_db, self._agent_id, ident, reason)

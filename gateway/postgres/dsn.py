@@ -118,3 +118,8 @@ def parse_location(value: object) -> object:
 
 StoreLocation = Annotated[Path | PostgresDsn, BeforeValidator(parse_location)]
 """A config value naming a store: a SQLite path or a PostgreSQL DSN."""
+
+
+def local_file(where: Path | PostgresDsn) -> Path | None:
+    """The SQLite file a store location names, or None for a PostgreSQL database."""
+    return None if isinstance(where, PostgresDsn) else where

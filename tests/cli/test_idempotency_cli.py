@@ -19,7 +19,7 @@ from gateway.audit import AuditRecord, query_records, verify_chain
 from gateway.audit.checkpoint_verify import verify_checkpoints
 from gateway.config import load_agent_config
 from gateway.errors import ConfigError, IdempotencyInDoubt, IdempotencyNotInDoubt
-from gateway.inbound.idempotency import IdempotencyStore
+from gateway.inbound.idempotency import SqliteIdempotencyStore
 from gateway.inbound.idempotency_admin import list_keys, release_key, resolve_done
 from gateway.transport.client import PeerClient
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
@@ -329,7 +329,7 @@ def test_list_shows_every_state_and_json_is_exact(pki: Pki, tmp_path: Path) -> N
     toml = _alice_toml(pki, tmp_path, ("capabilities.builtin",))
     config = load_agent_config(toml)
     config.state_dir.mkdir(parents=True)
-    store = IdempotencyStore(config.idempotency_store)
+    store = SqliteIdempotencyStore(config.idempotency_store)
     store.close()
     with closing(sqlite3.connect(config.idempotency_store)) as db, db:
         for key, state in (("a", "done"), ("b\nfake row", "in_doubt"), ("c", "claimed")):
@@ -353,7 +353,7 @@ async def test_retention_purges_completed_keys_only(pki: Pki, tmp_path: Path) ->
     toml.write_text('idempotency_retention = "2h"\n' + toml.read_text())
     config = load_agent_config(toml)
     config.state_dir.mkdir(parents=True)
-    IdempotencyStore(config.idempotency_store).close()
+    SqliteIdempotencyStore(config.idempotency_store).close()
     now = int(time.time() * 1000)
     old, fresh = now - 3 * 3600 * 1000, now - 3600 * 1000
     with closing(sqlite3.connect(config.idempotency_store)) as db, db:

@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import IdempotencyInDoubt
-from gateway.inbound.idempotency import IdempotencyStore, StoredAnswer
+from gateway.inbound.idempotency import SqliteIdempotencyStore, StoredAnswer
 
 IDENT = ("spiffe://example.org/agent/bob", "notes.append", "k1")
 
 
 async def test_one_key_claimed_once_across_stores_and_answer_shared(tmp_path: Path) -> None:
     path = tmp_path / "idempotency.sqlite"
-    first = IdempotencyStore(path, shared=True)
-    second = IdempotencyStore(path, shared=True)
+    first = SqliteIdempotencyStore(path, shared=True)
+    second = SqliteIdempotencyStore(path, shared=True)
     try:
         assert await first.claim(IDENT, "sha") is None  # first holds the claim
         with pytest.raises(IdempotencyInDoubt):  # the sibling never runs it a second time
@@ -38,7 +38,7 @@ async def test_one_key_claimed_once_across_stores_and_answer_shared(tmp_path: Pa
 
 def test_shared_open_marks_only_claims_of_dead_owners(tmp_path: Path) -> None:
     path = tmp_path / "idempotency.sqlite"
-    IdempotencyStore(path).close()  # creates the schema
+    SqliteIdempotencyStore(path).close()  # creates the schema
     host = socket.gethostname()
     db = sqlite3.connect(path)
     with db:
@@ -49,12 +49,12 @@ def test_shared_open_marks_only_claims_of_dead_owners(tmp_path: Path) -> None:
                 (key, owner),
             )
     db.close()
-    IdempotencyStore(path, shared=True).close()
+    SqliteIdempotencyStore(path, shared=True).close()
     db = sqlite3.connect(path)
     states = dict(db.execute("SELECT key, state FROM idempotency").fetchall())
     db.close()
     assert states == {"dead": "in_doubt", "live": "claimed"}  # pid 1 is alive
-    IdempotencyStore(path).close()  # exclusive open: every claim is from an earlier run
+    SqliteIdempotencyStore(path).close()  # exclusive open: every claim is from an earlier run
     db = sqlite3.connect(path)
     states = dict(db.execute("SELECT key, state FROM idempotency").fetchall())
     db.close()

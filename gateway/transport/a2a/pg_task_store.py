@@ -41,7 +41,8 @@ _INSERT = (
 
 
 class PostgresA2ATaskStore(A2ATaskStore):
-    """``A2ATaskStore`` whose rows live in the shared ``a2a_tasks`` table.
+    """An :class:`~gateway.transport.a2a.task_store.A2ATaskStore` whose rows live in the
+    shared ``a2a_tasks`` table.
 
     Args:
         dsn: The state database.
@@ -51,13 +52,9 @@ class PostgresA2ATaskStore(A2ATaskStore):
     _mark = "%s"
 
     def __init__(self, dsn: PostgresDsn, agent_id: str) -> None:
-        # Not super().__init__: that opens the SQLite file. Inherited are put,
-        # flush, get, list and the background-task statements; the writes,
-        # reads, scope and key of the rows are below.
+        super().__init__()  # put, flush, get, list and the background-task statements
         self._agent = agent_id
         self._pool = StatePool(dsn, "A2A task store")
-        self._pending: list[A2ATask] = []
-        self._writer: asyncio.Task[None] | None = None
 
     async def _drain(self) -> None:
         while self._pending:

@@ -33,10 +33,11 @@ import binascii
 import logging
 import sqlite3
 import threading
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from gateway.errors import InvalidRequest, StateUnavailable
 from gateway.inbound.call import REQUEST_ID
@@ -153,40 +154,34 @@ class TaskPage:
     total_size: int
 
 
-class A2ATaskStore:
-    """SQLite table of finished A2A tasks; safe to share between threads."""
+class A2ATaskStore(ABC):
+    """Finished (and background) A2A tasks; safe to share between threads.
 
-    _mark = "?"
+    The interface of every backend and the statements they share
+    (:class:`SqliteA2ATaskStore`,
+    :class:`~gateway.transport.a2a.pg_task_store.PostgresA2ATaskStore`).
+    Invariants every implementation keeps: every read waits for this
+    process's queued tasks first; a read names the owner, so another peer's
+    task is the same empty answer as an id that never existed; ``seq`` orders
+    tasks newest first and is the page token; an unreadable store raises
+    :class:`~gateway.errors.StateUnavailable`, a batch that cannot be written
+    is logged by its size (its calls were answered already).
+    """
+
+    _mark: ClassVar[str]
     """The SQL parameter placeholder of the store's driver."""
 
-    def __init__(self, path: Path) -> None:
-        self._lock = threading.Lock()
-        try:
-            self._db = connect_private(path, check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA busy_timeout=5000")
-            for statement in _SCHEMA:
-                self._db.execute(statement)
-            present = {row[1] for row in self._db.execute("PRAGMA table_info(a2a_tasks)")}
-            for name, ddl in _RUN_COLUMNS:
-                if name not in present:
-                    self._db.execute(f"ALTER TABLE a2a_tasks ADD COLUMN {name} {ddl}")
-            self._db.execute(_UNFINISHED_INDEX)
-        except sqlite3.Error as err:
-            raise StateUnavailable(f"A2A task store {path}: {err}") from err
+    def __init__(self) -> None:
         self._pending: list[A2ATask] = []
         self._writer: asyncio.Task[None] | None = None
 
+    @abstractmethod
     async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        def work() -> list[tuple[Any, ...]]:
-            with self._lock:
-                return self._db.execute(sql, params).fetchall()
+        """Rows of one statement, run in a thread; StateUnavailable if it fails."""
 
-        try:
-            return await asyncio.to_thread(work)
-        except sqlite3.Error as err:
-            raise StateUnavailable(f"A2A task store: {err}") from err
+    @abstractmethod
+    async def _drain(self) -> None:
+        """Write the queued tasks in batches until none is left (log a failed batch)."""
 
     def put(self, task: A2ATask) -> None:
         """Queue a finished task; a background writer commits queued tasks in batches.
@@ -202,29 +197,6 @@ class A2ATaskStore:
         """Wait until every queued task is committed (or its batch failed and was logged)."""
         while self._writer is not None and not self._writer.done():
             await asyncio.shield(self._writer)
-
-    async def _drain(self) -> None:
-        while self._pending:
-            batch, self._pending = self._pending, []
-            try:
-                await asyncio.to_thread(self._insert, batch)
-            except sqlite3.Error as err:  # answered already: the log is all that is left
-                _log.error("A2A task store: %d tasks not stored: %s", len(batch), err)
-
-    def _insert(self, batch: list[A2ATask]) -> None:
-        rows = [task_row(task) for task in batch]
-        with self._lock:
-            self._db.execute("BEGIN")
-            try:
-                self._db.executemany(
-                    f"INSERT INTO a2a_tasks ({TASK_COLUMNS}) VALUES "
-                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
 
     async def get(self, owner: str, task_id: str) -> A2ATask | None:
         """``owner``'s task ``task_id``; None if it has none by that id (whoever else might).
@@ -291,9 +263,9 @@ class A2ATaskStore:
             raise InvalidRequest(_BAD_TOKEN)
         return int(rows[0][0])
 
+    @abstractmethod
     def _scope(self, owner: str) -> Scope:
         """The conditions (and their values) every read of ``owner``'s tasks starts with."""
-        return [f"owner = {self._mark}"], [owner]
 
     # --- background and streamed tasks (see gateway.transport.a2a.task_runs) ---
 
@@ -389,15 +361,88 @@ class A2ATaskStore:
         )
         return len(rows)
 
+    @abstractmethod
     def _key(self) -> tuple[str, ...]:
-        """Values of the key columns besides ``task_id`` (none in a SQLite file)."""
-        return ()
+        """Values of the key columns besides ``task_id``."""
 
     def _key_columns(self) -> str:
         return "".join(f"{column}, " for column in self._key_names())
 
     def _key_where(self) -> str:
         return "".join(f"{column} = {self._mark} AND " for column in self._key_names())
+
+    @abstractmethod
+    def _key_names(self) -> tuple[str, ...]:
+        """Names of the key columns besides ``task_id``."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the store (``flush`` first: queued tasks are not written here)."""
+
+
+class SqliteA2ATaskStore(A2ATaskStore):
+    """The A2A tasks of one agent in a SQLite file (``a2a-tasks.sqlite``, WAL)."""
+
+    _mark = "?"
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        try:
+            self._db = connect_private(path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA busy_timeout=5000")
+            for statement in _SCHEMA:
+                self._db.execute(statement)
+            present = {row[1] for row in self._db.execute("PRAGMA table_info(a2a_tasks)")}
+            for name, ddl in _RUN_COLUMNS:
+                if name not in present:
+                    self._db.execute(f"ALTER TABLE a2a_tasks ADD COLUMN {name} {ddl}")
+            self._db.execute(_UNFINISHED_INDEX)
+        except sqlite3.Error as err:
+            raise StateUnavailable(f"A2A task store {path}: {err}") from err
+
+    async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        def work() -> list[tuple[Any, ...]]:
+            with self._lock:
+                return self._db.execute(sql, params).fetchall()
+
+        try:
+            return await asyncio.to_thread(work)
+        except sqlite3.Error as err:
+            raise StateUnavailable(f"A2A task store: {err}") from err
+
+    async def _drain(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                await asyncio.to_thread(self._insert, batch)
+            except sqlite3.Error as err:  # answered already: the log is all that is left
+                _log.error("A2A task store: %d tasks not stored: %s", len(batch), err)
+
+    def _insert(self, batch: list[A2ATask]) -> None:
+        rows = [task_row(task) for task in batch]
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                self._db.executemany(
+                    f"INSERT INTO a2a_tasks ({TASK_COLUMNS}) VALUES "
+                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def _scope(self, owner: str) -> Scope:
+        """The conditions (and their values) every read of ``owner``'s tasks starts with."""
+        return [f"owner = {self._mark}"], [owner]
+
+    def _key(self) -> tuple[str, ...]:
+        """Values of the key columns besides ``task_id`` (none in a SQLite file)."""
+        return ()
 
     def _key_names(self) -> tuple[str, ...]:
         return ()

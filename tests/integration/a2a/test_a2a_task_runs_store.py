@@ -18,7 +18,7 @@ import pytest
 from gateway.config import A2ASettings
 from gateway.postgres.dsn import PostgresDsn
 from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
-from gateway.transport.a2a.task_store import A2ATask, A2ATaskStore, TaskOutcome
+from gateway.transport.a2a.task_store import A2ATask, A2ATaskStore, SqliteA2ATaskStore, TaskOutcome
 from tests.integration.a2a.test_a2a_task_store import ALICE, BOB, task
 
 ME, GONE = "runner-me", "runner-gone"
@@ -31,7 +31,7 @@ def running(n: int, state: TaskOutcome = TaskOutcome.WORKING) -> A2ATask:
 @pytest.fixture(params=["sqlite", "postgres"])
 def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], A2ATaskStore]:
     if request.param == "sqlite":
-        return lambda: A2ATaskStore(tmp_path / "a2a-tasks.sqlite")
+        return lambda: SqliteA2ATaskStore(tmp_path / "a2a-tasks.sqlite")
     dsn = PostgresDsn(request.getfixturevalue("pg_dsn"))
     return lambda: PostgresA2ATaskStore(dsn, ALICE)
 
@@ -132,7 +132,7 @@ def test_a_store_file_from_before_background_tasks_is_upgraded(tmp_path: Path) -
             "reason TEXT NOT NULL, message TEXT NOT NULL, created_ms INTEGER NOT NULL, "
             "updated_ms INTEGER NOT NULL)"
         )
-    store = A2ATaskStore(path)
+    store = SqliteA2ATaskStore(path)
     store.close()
     with sqlite3.connect(path) as db:
         columns = {row[1] for row in db.execute("PRAGMA table_info(a2a_tasks)")}

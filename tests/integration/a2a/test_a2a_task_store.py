@@ -14,6 +14,7 @@ from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
 from gateway.transport.a2a.task_store import (
     A2ATask,
     A2ATaskStore,
+    SqliteA2ATaskStore,
     TaskFilter,
     TaskOutcome,
     token_task_id,
@@ -53,7 +54,7 @@ def task(
 def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], A2ATaskStore]:
     """Opens the same A2A task store again each call: a SQLite file, then a PostgreSQL database."""
     if request.param == "sqlite":
-        return lambda: A2ATaskStore(tmp_path / "a2a-tasks.sqlite")
+        return lambda: SqliteA2ATaskStore(tmp_path / "a2a-tasks.sqlite")
     dsn = PostgresDsn(request.getfixturevalue("pg_dsn"))
     return lambda: PostgresA2ATaskStore(dsn, ALICE)
 

@@ -1,0 +1,28 @@
+"""Where each kind of state lives, decided in one place.
+
+:func:`open_stores` opens an agent's stores for its configuration;
+:func:`open_chain_writer` and :func:`open_audit_reader` open one audit store
+by its location; :func:`open_key_admin` gives the operator's view of the
+idempotency keys. Nothing else in the package asks whether a location is a
+SQLite file or a PostgreSQL database.
+"""
+
+from gateway.storage.factory import (
+    Stores,
+    open_audit_feed,
+    open_audit_reader,
+    open_chain_writer,
+    open_key_admin,
+    open_stores,
+    prepare_shared_files,
+)
+
+__all__ = [
+    "Stores",
+    "open_audit_feed",
+    "open_audit_reader",
+    "open_chain_writer",
+    "open_key_admin",
+    "open_stores",
+    "prepare_shared_files",
+]
