@@ -52,14 +52,16 @@ def root() -> CertificateAuthority:
 def test_a_leaf_with_its_intermediate_chains_to_the_root(root: CertificateAuthority) -> None:
     intermediate = _ca("intermediate", root, path_length=0)
     leaf, key = intermediate.mint(uris=[ALICE])
-    facts = check_material(TlsMaterial(_pem(root), leaf + _pem(intermediate), key), ALICE, NOW)
+    facts = check_material(
+        TlsMaterial(_pem(root), leaf + _pem(intermediate), key), ALICE, datetime.now(UTC)
+    )
     assert facts.serial == x509.load_pem_x509_certificate(leaf).serial_number
 
 
 def test_a_leaf_issued_by_the_root_itself_is_accepted(root: CertificateAuthority) -> None:
     leaf, key = root.mint(uris=[ALICE])
-    check_material(TlsMaterial(_pem(root), leaf, key), ALICE, NOW)
-    check_material(TlsMaterial(_pem(root), leaf + _pem(root), key), ALICE, NOW)
+    check_material(TlsMaterial(_pem(root), leaf, key), ALICE, datetime.now(UTC))
+    check_material(TlsMaterial(_pem(root), leaf + _pem(root), key), ALICE, datetime.now(UTC))
 
 
 def _cases(root: CertificateAuthority) -> dict[str, tuple[bytes, bytes]]:
@@ -95,7 +97,7 @@ def test_a_leaf_that_does_not_chain_to_the_root_is_refused(
 ) -> None:
     cert, key = _cases(root)[case]
     with pytest.raises(ConfigError, match="not issued by the configured CA"):
-        check_material(TlsMaterial(_pem(root), cert, key), ALICE, NOW)
+        check_material(TlsMaterial(_pem(root), cert, key), ALICE, datetime.now(UTC))
 
 
 def test_an_expired_intermediate_breaks_the_chain(root: CertificateAuthority) -> None:

@@ -120,6 +120,7 @@ class A2AAnswer:
     reason: str = ""
     message: str = ""
     response: bytes = b""
+    events: tuple[bytes, ...] = ()
 
 
 def call_a2a(target: FuzzTarget, case: A2ACase, body: bytes) -> A2AAnswer:
@@ -130,8 +131,8 @@ def call_a2a(target: FuzzTarget, case: A2ACase, body: bytes) -> A2AAnswer:
     try:
         if SERVICE.methods_by_name[case.method].server_streaming:
             stream = channel.unary_stream(path, None, None)
-            parts = list(stream(body, metadata=metadata, timeout=10))
-            return A2AAnswer(grpc.StatusCode.OK, response=b"".join(parts))
+            parts = tuple(stream(body, metadata=metadata, timeout=10))
+            return A2AAnswer(grpc.StatusCode.OK, response=b"".join(parts), events=parts)
         unary = channel.unary_unary(path, None, None)
         return A2AAnswer(grpc.StatusCode.OK, response=unary(body, metadata=metadata, timeout=10))
     except grpc.RpcError as err:
@@ -211,9 +212,34 @@ def _status_problems(answer: A2AAnswer) -> list[str]:
 
 
 def _task_of(case: A2ACase, answer: A2AAnswer) -> a2a_pb2.Task | None:
-    if case.method != "SendMessage" or answer.code is not grpc.StatusCode.OK:
+    if answer.code is not grpc.StatusCode.OK:
+        return None
+    if case.method == "SendStreamingMessage":
+        return _streamed_task(answer)
+    if case.method != "SendMessage":
         return None
     return a2a_pb2.SendMessageResponse.FromString(answer.response).task
+
+
+def _streamed_task(answer: A2AAnswer) -> a2a_pb2.Task | None:
+    """The task a stream ends with: its first event's task, with the last status it
+    announced and the artifacts it sent (what a client following it ends up with)."""
+    events = [a2a_pb2.StreamResponse.FromString(event) for event in answer.events]
+    if not events or events[0].WhichOneof("payload") != "task":
+        return None
+    task = a2a_pb2.Task()
+    task.CopyFrom(events[0].task)
+    for event in events[1:]:
+        kind = event.WhichOneof("payload")
+        if kind == "status_update":
+            task.status.CopyFrom(event.status_update.status)
+            for key, value in event.status_update.status.message.metadata.items():
+                task.metadata[key] = value
+        elif kind == "artifact_update":
+            task.artifacts.add().CopyFrom(event.artifact_update.artifact)
+        elif kind == "task":
+            task.CopyFrom(event.task)
+    return task
 
 
 def _task_reason(task: a2a_pb2.Task) -> str:

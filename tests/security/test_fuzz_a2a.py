@@ -154,3 +154,18 @@ def test_generated_a2a_calls_hold_every_invariant_of_the_long_fuzz(
     result = check_a2a(fuzz_target, case)
     event(f"{case.method} {result.code.name} {result.reason}")
     assert not result.problems, (describe_case(case), result.reason, result.problems)
+
+
+@pytest.mark.parametrize("capability", ["text.echo", "notes.write"])
+def test_a_streamed_call_is_judged_by_its_last_event(
+    fuzz_target: FuzzTarget, capability: str
+) -> None:
+    # The long fuzz compares the audit outcome with what the caller saw; for a
+    # stream that is the terminal status, not its first event (the task, submitted).
+    payload = {"text": "z" * 4000} if capability == "text.echo" else {"note": "n"}
+    case = A2ACase(
+        "bob", "SendStreamingMessage", data_request(capability, payload), version="1.0", fresh=True
+    )
+    result = check_a2a(fuzz_target, case)
+    assert (result.code, result.problems) == (grpc.StatusCode.OK, []), describe_case(case)
+    assert result.reason == "OK" and result.records >= 1
