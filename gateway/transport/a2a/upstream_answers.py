@@ -33,17 +33,17 @@ class UnreadableAnswer(Exception):
     """The upstream answered something that is not an A2A answer (never payload content)."""
 
 
-def check_jsonrpc_answer(body: bytes, method: str = SEND_MESSAGE) -> None:
+def check_jsonrpc_answer(body: bytes) -> None:
     """Check that ``body`` is a JSON-RPC response object holding an A2A result or an error.
 
-    ``method`` is the request's: a ``SendMessage`` result holds a task or a
-    message; any other method's (``GetTask``, ``CancelTask`` while a task is
-    followed) is an object.
+    A result is a ``SendMessage`` answer (an object holding a task or a
+    message) or a task itself (what ``GetTask`` and ``CancelTask`` answer while
+    a long-running task is followed): told apart by shape, so our own request
+    need not be read again.
 
     Raises:
         UnreadableAnswer: not JSON, not an object, an ``error`` that is not an
-            object, or (without one) a ``result`` that is not an object holding
-            a ``task`` or ``message`` object.
+            object, or (without one) a ``result`` that is neither.
     """
     try:
         answer = json.loads(body)
@@ -57,18 +57,22 @@ def check_jsonrpc_answer(body: bytes, method: str = SEND_MESSAGE) -> None:
             raise UnreadableAnswer("the upstream's JSON-RPC error is not an object")
         return
     result = answer.get("result")
-    if method != SEND_MESSAGE:
-        if not isinstance(result, dict):
-            raise UnreadableAnswer(f"the upstream's JSON-RPC result is not a {method} response")
-        return
-    if not _is_send_message_result(result):
-        raise UnreadableAnswer("the upstream's JSON-RPC result is not a SendMessage response")
+    if not (_is_send_message_result(result) or _is_task(result)):
+        raise UnreadableAnswer("the upstream's JSON-RPC result is not an A2A answer")
 
 
 def _is_send_message_result(result: Any) -> bool:
     if not isinstance(result, dict):
         return False
     return any(isinstance(result.get(kind), dict) for kind in _PAYLOADS)
+
+
+def _is_task(result: Any) -> bool:
+    return (
+        isinstance(result, dict)
+        and isinstance(result.get("id"), str)
+        and isinstance(result.get("status"), dict)
+    )
 
 
 class AnswerCheck(aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]

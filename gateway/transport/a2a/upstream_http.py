@@ -13,16 +13,11 @@ successful (2xx) answer must also be shaped like a JSON-RPC response (see
 
 from __future__ import annotations
 
-import json
 import zlib
 
 import httpx
 
-from gateway.transport.a2a.upstream_answers import (
-    SEND_MESSAGE,
-    UnreadableAnswer,
-    check_jsonrpc_answer,
-)
+from gateway.transport.a2a.upstream_answers import UnreadableAnswer, check_jsonrpc_answer
 from gateway.transport.tls import MESSAGE_CEILING
 
 _GZIP_WBITS = 16 + zlib.MAX_WBITS  # gzip header and trailer
@@ -69,7 +64,7 @@ class BoundedTransport(httpx.AsyncBaseTransport):
         codings = response.headers.get_list("content-encoding", split_commas=True)
         body = decoded(raw, codings, self._limit)
         if 200 <= response.status_code < 300:
-            check_jsonrpc_answer(body, _method_of(request))
+            check_jsonrpc_answer(body)
         headers = [
             (name, value)
             for name, value in response.headers.multi_items()
@@ -134,12 +129,3 @@ def _inflate(data: bytes, wbits: int, limit: int) -> bytes:
     if not inflater.eof or inflater.unused_data:
         raise UnreadableAnswer("the upstream's answer is a truncated or corrupt encoding")
     return out
-
-
-def _method_of(request: httpx.Request) -> str:
-    """The JSON-RPC method this agent asked for (its own request body, never the answer's)."""
-    try:
-        method = json.loads(request.content).get("method")
-    except (ValueError, AttributeError, httpx.RequestNotRead):
-        return SEND_MESSAGE  # the strictest check
-    return method if isinstance(method, str) else SEND_MESSAGE
