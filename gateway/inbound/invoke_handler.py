@@ -231,13 +231,12 @@ class InvokeHandler:
         try:
             self.pipeline.admit_describe(inbound)
         except GatewayError as err:
-            refusal = self._record(
-                inbound.call, inbound.peer_id, "", "refuse", err.reason, started, operation
+            await self._record_refusal(
+                err,
+                self._record(
+                    inbound.call, inbound.peer_id, "", "refuse", err.reason, started, operation
+                ),
             )
-            if isinstance(err, LimitRefusal):
-                await self.limit_refusals.record(refusal)
-            else:
-                await self._audit.record_durable(refusal)
             if inbound.slot is not None:
                 inbound.slot.release()
             raise
@@ -248,6 +247,14 @@ class InvokeHandler:
         if not keep and kind is not InFlight.HOLD and inbound.slot is not None:
             inbound.slot.release()
         return inbound
+
+    async def _record_refusal(self, err: GatewayError, refusal: AuditRecord) -> None:
+        # Limit refusals come in floods: aggregated (see limit_audit); every
+        # other refusal is committed before its answer.
+        if isinstance(err, LimitRefusal):
+            await self.limit_refusals.record(refusal)
+        else:
+            await self._audit.record_durable(refusal)
 
     async def refuse(
         self, peer_id: str, error: GatewayError, operation: str, task_id: str = ""
@@ -285,13 +292,12 @@ class InvokeHandler:
         except GatewayError as err:
             if inbound.slot is not None:  # refused by a check after within_limits
                 inbound.slot.release()
-            refusal = self._record(  # the decoded call, if the refusal came after decoding
-                inbound.call, inbound.peer_id, "", "refuse", err.reason, started, err.detail
+            await self._record_refusal(
+                err,
+                self._record(  # the decoded call, if the refusal came after decoding
+                    inbound.call, inbound.peer_id, "", "refuse", err.reason, started, err.detail
+                ),
             )
-            if isinstance(err, LimitRefusal):  # floods: aggregated, see limit_audit
-                await self.limit_refusals.record(refusal)
-            else:
-                await self._audit.record_durable(refusal)
             raise
         except BaseException:
             if inbound.slot is not None:
