@@ -332,6 +332,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             async for event in events:
                 yield event
         except GatewayError as err:  # after the first event: the stream ends with this error
+            slot.release()  # before the caller hears the end, so its next call finds the room
             await self._handler.refuse(peer_id, err, "A2A SubscribeToTask", safe_id(request.id))
             await _abort(context, err)
         finally:

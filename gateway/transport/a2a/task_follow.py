@@ -19,7 +19,7 @@ A follow is bounded: the running process ends the task within its contract
 timeout, and if that process dies the lease sweep ends it within
 ``LEASE_SECONDS + LEASE_RENEW_SECONDS``. A row still unfinished after both
 (counted from its creation) is not followed further: ``DEADLINE_EXCEEDED``.
-When this process stops, a follow ends with ``STATE_UNAVAILABLE`` (the task
+When this process stops, a follow ends with ``AGENT_STOPPING`` (the task
 runs on elsewhere; subscribe again there, or poll ``GetTask``).
 """
 
@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator
 
 from a2a.types import a2a_pb2
 
-from gateway.errors import DeadlineExceeded, StateUnavailable, TaskNotFound
+from gateway.errors import AgentStopping, DeadlineExceeded, TaskNotFound
 from gateway.transport.a2a.messages import task_message
 from gateway.transport.a2a.task_events import output_event, status_event
 from gateway.transport.a2a.task_runs import LEASE_RENEW_SECONDS, LEASE_SECONDS
@@ -62,7 +62,8 @@ async def followed(
 
     Raises:
         DeadlineExceeded: ``deadline`` (epoch seconds) passed with the task unfinished.
-        StateUnavailable: ``stopping`` was set, or the store could not be read.
+        AgentStopping: ``stopping`` was set.
+        StateUnavailable: the store could not be read.
         TaskNotFound: the row is gone (it cannot be, unfinished, unless deleted by hand).
     """
     yield a2a_pb2.StreamResponse(task=task_message(task))
@@ -75,7 +76,7 @@ async def followed(
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stopping.wait(), min(pause, left))
         if stopping.is_set():
-            raise StateUnavailable(STOPPING)
+            raise AgentStopping(STOPPING)
         latest = await store.get(task.owner, task.task_id)
         if latest is None:
             raise TaskNotFound("task not found")

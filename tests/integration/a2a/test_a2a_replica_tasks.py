@@ -167,7 +167,7 @@ async def test_subscribe_on_one_replica_follows_the_task_running_on_the_other(
     assert gate.runs == 1
 
 
-async def test_a_follow_ends_with_state_unavailable_when_its_replica_stops(
+async def test_a_follow_ends_with_agent_stopping_when_its_replica_stops(
     pki: Pki, replicas: list[Agent], gate: TaskGate
 ) -> None:
     one, two = replicas
@@ -182,7 +182,8 @@ async def test_a_follow_ends_with_state_unavailable_when_its_replica_stops(
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await _rest(stream)
     assert info.value.code() is grpc.StatusCode.UNAVAILABLE
-    assert ("a2agw.v1", "STATE_UNAVAILABLE") in error_infos(info.value)
+    assert error_infos(info.value) == [("a2agw.v1", "AGENT_STOPPING")]
+    assert info.value.details() == task_follow.STOPPING
     # The task runs on where it was started.
     assert one.a2a_runs.running(task.id) is not None
     assert not gate.cancelled.is_set()
