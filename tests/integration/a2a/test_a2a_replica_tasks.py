@@ -191,12 +191,13 @@ async def test_a_follow_ends_with_agent_stopping_when_its_replica_stops(
 
 
 async def test_a_follow_of_a_task_that_never_changes_ends_past_its_timeout_and_lease(
-    pki: Pki, replicas: list[Agent], pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+    pki: Pki, replicas: list[Agent], pg_dsn: str
 ) -> None:
     """A row a live-looking process never ends: the follow stops with DEADLINE_EXCEEDED."""
     one, two = replicas
-    monkeypatch.setattr(task_follow, "SWEEP_SECONDS", 0.5)
     now_ms = int(time.time() * 1000)
+    # Created so that its timeout (0.2 s), 1 s and the lease sweep pass a second from now.
+    created_ms = now_ms - int((0.2 + 1.0 + task_follow.SWEEP_SECONDS) * 1000) + 1000
     stuck = A2ATask(
         task_id="stuck-1",
         owner=spiffe("bob"),
@@ -209,8 +210,8 @@ async def test_a_follow_of_a_task_that_never_changes_ends_past_its_timeout_and_l
         replayed=False,
         reason="",
         message="",
-        created_ms=now_ms,
-        updated_ms=now_ms,
+        created_ms=created_ms,
+        updated_ms=created_ms,
     )
     await one.a2a_tasks.save(stuck, "a-process-that-hangs", now_ms + 600_000)
     async with A2APeer(pki, two, "bob") as bob:

@@ -1,8 +1,9 @@
 """An error after an SSE stream started is the binding's error, carrying our reason code.
 
 alice follows a task whose row never changes (as if run by a process that
-hangs): past its contract timeout and the lease sweep (shortened here) the
-subscription ends with DEADLINE_EXCEEDED; when alice stops, a subscription
+hangs): once its contract timeout and the lease sweep have passed (the row is
+made old enough for that to be a second away) the subscription ends with
+DEADLINE_EXCEEDED; when alice stops, a subscription
 following a task run elsewhere ends with AGENT_STOPPING. On the wire the
 last SSE event is ``event: error`` holding exactly the error body the edge
 answers before a stream (JSON-RPC: the error response with our ErrorInfo in
@@ -31,7 +32,7 @@ from gateway.transport.a2a import task_follow
 from gateway.transport.a2a.task_store import A2ATask, TaskOutcome
 from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH
 from gateway.transport.a2a_http.wire_errors import GATEWAY_REFUSAL_CODE
-from tests.a2a_http_support import V1_HEADERS, https_client, jsonrpc
+from tests.a2a_http_support import V1_HEADERS, https_client, jsonrpc, serving_https
 from tests.support import (
     Pki,
     WriteCounter,
@@ -51,11 +52,8 @@ TIMED_OUT = "DEADLINE_EXCEEDED: " + task_follow.TIMED_OUT
 
 
 @pytest.fixture
-async def alice(pki: Pki, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Agent]:
-    """alice serving HTTPS; bob may run the gate's jobs; the lease sweep shortened to 0.3 s."""
-    from tests.a2a_http_support import serving_https
-
-    monkeypatch.setattr(task_follow, "SWEEP_SECONDS", 0.3)
+async def alice(pki: Pki, tmp_path: Path) -> AsyncIterator[Agent]:
+    """alice serving HTTPS; bob may run the gate's jobs."""
     policy = write_policy(tmp_path / "alice-policy.toml", [grant("bob", ["job.brief"])])
     registry = standard_registry(WriteCounter(), tmp_path / "alice-state")
     for cap in TaskGate().capabilities():
@@ -66,9 +64,11 @@ async def alice(pki: Pki, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> As
     await agent.stop()
 
 
-async def run_elsewhere(agent: Agent, task_id: str) -> None:
-    """A WORKING ``job.brief`` (0.2 s timeout) row of bob's, leased by another live process."""
+async def run_elsewhere(agent: Agent, task_id: str, *, bound_in: float = 1.0) -> None:
+    """A WORKING ``job.brief`` (0.2 s timeout) row of bob's, leased by another live process,
+    created so that its follow bound passes ``bound_in`` seconds from now."""
     now_ms = int(time.time() * 1000)
+    created_ms = now_ms - int((0.2 + 1.0 + task_follow.SWEEP_SECONDS - bound_in) * 1000)
     task = A2ATask(
         task_id=task_id,
         owner=BOB,
@@ -81,8 +81,8 @@ async def run_elsewhere(agent: Agent, task_id: str) -> None:
         replayed=False,
         reason="",
         message="",
-        created_ms=now_ms,
-        updated_ms=now_ms,
+        created_ms=created_ms,
+        updated_ms=created_ms,
     )
     await agent.a2a_tasks.save(task, "another-process", now_ms + 600_000)
 
@@ -163,11 +163,8 @@ async def test_rest_stream_ends_with_the_specs_error_shape_holding_our_reason(
     assert alice.limit_stats().in_flight_total == 0
 
 
-async def test_a_follow_cut_by_shutdown_ends_with_agent_stopping(
-    pki: Pki, alice: Agent, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(task_follow, "SWEEP_SECONDS", 600.0)  # only the shutdown ends it
-    await run_elsewhere(alice, "stuck-s")
+async def test_a_follow_cut_by_shutdown_ends_with_agent_stopping(pki: Pki, alice: Agent) -> None:
+    await run_elsewhere(alice, "stuck-s", bound_in=600.0)  # only the shutdown ends it
     url = alice.https_url + JSONRPC_PATH
     body = jsonrpc("SubscribeToTask", {"id": "stuck-s"}, 8)
     seen: list[str] = []
