@@ -381,11 +381,11 @@ class UpstreamEntry(_Frozen):
         url: Its JSON-RPC endpoint, ``https://...`` (needs ``id``) or
             ``http://`` to a loopback address (binding ``jsonrpc``).
         skills: The skills served here (at least one).
-        streaming: It serves ``SendStreamingMessage`` (binding ``grpc`` only):
-            a call whose caller follows its A2A task (streamed or in the
-            background) is streamed from it, its status texts and output
-            chunks passed on as they come (default false: one message, its
-            task polled to the end).
+        streaming: It serves ``SendStreamingMessage`` (gRPC server stream, or
+            JSON-RPC over SSE): a call whose caller follows its A2A task
+            (streamed or in the background) is streamed from it, its status
+            texts and output chunks passed on as they come (default false:
+            one message, its task polled to the end).
     """
 
     id: SpiffeId | None = None
@@ -417,8 +417,6 @@ class UpstreamEntry(_Frozen):
             if self.url is None or self.address is not None:
                 raise ValueError("binding jsonrpc takes url, not address")
             self._check_url(self.url)
-            if self.streaming:
-                raise ValueError("streaming: only with binding grpc")
         skills = [entry.skill for entry in self.skills]
         if len(skills) != len(set(skills)):
             raise ValueError("skills: a skill id appears twice")

@@ -46,6 +46,7 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
     ├── ProtocolVersionNotSupported   FAILED_PRECONDITION VERSION_NOT_SUPPORTED (A2A)
     ├── TaskNotCancelable             FAILED_PRECONDITION TASK_NOT_CANCELABLE  (A2A)
     ├── TaskInterrupted               ABORTED            TASK_INTERRUPTED      (A2A tasks)
+    ├── AgentStopping                 UNAVAILABLE        AGENT_STOPPING        (A2A streams)
     └── ConfigError                   FAILED_PRECONDITION
         ├── PolicyFileError           POLICY_INVALID
         ├── AgentConfigError          CONFIG_INVALID
@@ -487,6 +488,17 @@ class TaskInterrupted(GatewayError):
 
     reason = "TASK_INTERRUPTED"
     peer_may_answer = True  # what a serving agent says of its own task
+
+
+class AgentStopping(GatewayError):
+    """This agent process is stopping: a stream it cannot end with its task's end is cut.
+
+    Said of a subscription following a task another process runs: the task
+    goes on there; subscribe again (another worker or replica), or poll.
+    """
+
+    reason = "AGENT_STOPPING"
+    peer_may_answer = True  # what a serving agent says of itself
 
 
 def all_error_classes() -> list[type[GatewayError]]:

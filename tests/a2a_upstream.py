@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import socket
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +41,7 @@ from a2a.types import (
 from google.protobuf import json_format, struct_pb2
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.support import Pki
@@ -192,12 +192,18 @@ async def grpc_upstream(
 
 @contextlib.asynccontextmanager
 async def jsonrpc_upstream(
-    agent: SdkAgent, pki: Pki | None = None, cert_name: str = "", *, garbage: int = 0
+    agent: SdkAgent,
+    pki: Pki | None = None,
+    cert_name: str = "",
+    *,
+    garbage: int = 0,
+    sse: Sequence[bytes] = (),
 ) -> AsyncIterator[str]:
     """Serve ``agent`` over JSON-RPC (https with client certs if ``pki``); yields the URL.
 
     ``garbage``: instead, the endpoint answers every POST with that many bytes:
     non-JSON below 1000, else a well-formed answer (a message of that much text).
+    ``sse``: instead, it answers every POST with an SSE stream of these chunks.
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -207,6 +213,8 @@ async def jsonrpc_upstream(
     url = f"{scheme}://127.0.0.1:{port}{JSONRPC_PATH}"
     if garbage:
         app = Starlette(routes=[Route(JSONRPC_PATH, _not_a2a(garbage), methods=["POST"])])
+    elif sse:
+        app = Starlette(routes=[Route(JSONRPC_PATH, _streamed(sse), methods=["POST"])])
     else:
         handler = _handler(agent, url, "JSONRPC")
         app = Starlette(
@@ -244,6 +252,17 @@ def _not_a2a(size: int) -> Callable[[Request], Awaitable[Response]]:
         request_id = (await request.json())["id"]
         message = {"messageId": "m", "role": "ROLE_AGENT", "parts": [{"text": "x" * size}]}
         return JSONResponse({"jsonrpc": "2.0", "id": request_id, "result": {"message": message}})
+
+    return answer
+
+
+def _streamed(chunks: Sequence[bytes]) -> Callable[[Request], Awaitable[Response]]:
+    async def answer(request: Request) -> Response:
+        async def body() -> AsyncIterator[bytes]:
+            for chunk in chunks:
+                yield chunk
+
+        return StreamingResponse(body(), media_type="text/event-stream")
 
     return answer
 

@@ -25,6 +25,7 @@ from grpc_status import rpc_status
 
 from gateway.errors import (
     ERROR_DOMAIN,
+    AgentStopping,
     ApprovalDenied,
     AuditUnavailable,
     BudgetExhausted,
@@ -100,6 +101,7 @@ STATUS_TABLE: dict[type[GatewayError], grpc.StatusCode] = {
     ProtocolVersionNotSupported: grpc.StatusCode.FAILED_PRECONDITION,
     TaskNotCancelable: grpc.StatusCode.FAILED_PRECONDITION,
     TaskInterrupted: grpc.StatusCode.ABORTED,
+    AgentStopping: grpc.StatusCode.UNAVAILABLE,
 }
 """Error class → gRPC status. Subclasses inherit their nearest listed ancestor."""
 

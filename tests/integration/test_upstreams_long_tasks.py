@@ -3,12 +3,17 @@
 alice (a2a-sdk client) → bob (gateway, A2A background task) → legacy (a2a-sdk
 agent behind ``[[upstreams]]``). bob sends with ``return_immediately`` and
 polls the upstream task; its status text reaches alice's task as progress;
-alice's CancelTask on bob cancels the upstream task too.
+alice's CancelTask on bob cancels the upstream task too. A streaming upstream
+(gRPC, or JSON-RPC over SSE) has its events passed through to a streaming
+caller; a JSON-RPC stream event that is not A2A, or too large, is
+INVALID_OUTPUT and cuts the stream.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,8 +22,9 @@ from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
 from gateway.agent import Agent
+from gateway.transport.tls import MESSAGE_CEILING
 from tests.a2a_support import V1, A2APeer, data_request, output_of
-from tests.a2a_upstream import SdkAgent, grpc_upstream
+from tests.a2a_upstream import SdkAgent, grpc_upstream, jsonrpc_upstream
 from tests.integration.test_upstreams import LEGACY, fronted, outcome, records
 from tests.support import Pki, spiffe
 
@@ -87,12 +93,25 @@ async def test_cancel_task_on_the_gateway_cancels_the_upstream_task(
     assert rows[0].detail == f"A2A CancelTask by {spiffe('alice')}"
 
 
+@contextlib.asynccontextmanager
+async def streaming_upstream(
+    legacy: SdkAgent, pki: Pki, binding: str
+) -> AsyncIterator[dict[str, object]]:
+    """legacy served over ``binding`` with mTLS, as an ``[[upstreams]]`` entry that streams."""
+    if binding == "grpc":
+        async with grpc_upstream(legacy, pki, "legacy") as address:
+            yield {"id": LEGACY, "binding": "grpc", "address": address, "streaming": True}
+    else:
+        async with jsonrpc_upstream(legacy, pki, "legacy") as url:
+            yield {"id": LEGACY, "binding": "jsonrpc", "url": url, "streaming": True}
+
+
+@pytest.mark.parametrize("binding", ["grpc", "jsonrpc"])
 async def test_a_streaming_upstream_passes_its_events_through_to_a_streaming_caller(
-    pki: Pki, tmp_path: Path
+    pki: Pki, tmp_path: Path, binding: str
 ) -> None:
     legacy = SdkAgent(mode="stream")
-    async with grpc_upstream(legacy, pki, "legacy") as address:
-        up = {"id": LEGACY, "binding": "grpc", "address": address, "streaming": True}
+    async with streaming_upstream(legacy, pki, binding) as up:
         async with fronted(pki, tmp_path, up, timeout=30.0) as bob:
             async with A2APeer(pki, bob, "alice") as alice:
                 call = alice.stub.SendStreamingMessage(
@@ -124,4 +143,44 @@ async def test_a_streaming_upstream_passes_its_events_through_to_a_streaming_cal
     assert [outcome(r) for r in rows] == [
         (spiffe("alice"), "legacy.echo", "allow", "OK"),
         (spiffe("alice"), "legacy.echo", "allow", "OK"),
+    ]
+
+
+def _sse(*events: object) -> list[bytes]:
+    return [b"data: " + json.dumps(event).encode() + b"\n\n" for event in events]
+
+
+_WORKING = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "result": {"task": {"id": "t", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}},
+}
+
+
+@pytest.mark.parametrize(
+    "stream",
+    [
+        _sse(_WORKING, {"jsonrpc": "2.0", "id": 1, "result": {"oops": {}}}),  # not A2A
+        [*_sse(_WORKING), b"data: <html>not json</html>\n\n"],
+        [*_sse(_WORKING), b"data: " + b"x" * (MESSAGE_CEILING + 1)],  # never finishes its event
+    ],
+    ids=["not-a-stream-event", "not-json", "over-the-ceiling"],
+)
+async def test_a_jsonrpc_stream_event_that_is_not_a2a_is_invalid_output(
+    pki: Pki, tmp_path: Path, stream: list[bytes]
+) -> None:
+    async with jsonrpc_upstream(SdkAgent(), pki, "legacy", sse=stream) as url:
+        up = {"id": LEGACY, "binding": "jsonrpc", "url": url, "streaming": True}
+        async with fronted(pki, tmp_path, up, timeout=30.0) as bob:
+            async with A2APeer(pki, bob, "alice") as alice:
+                call = alice.stub.SendStreamingMessage(
+                    data_request("legacy.echo", {"text": "x"}), metadata=V1, timeout=30
+                )
+                seen = [event async for event in call]
+            rows = await records(bob)
+    last = seen[-1].status_update.status
+    assert last.state == a2a_pb2.TASK_STATE_FAILED
+    assert last.message.metadata["a2agw.reason"] == "INVALID_OUTPUT"
+    assert [outcome(r) for r in rows] == [
+        (spiffe("alice"), "legacy.echo", "allow", "INVALID_OUTPUT")
     ]

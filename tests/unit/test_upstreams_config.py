@@ -223,9 +223,10 @@ async def test_only_an_upstream_capability_reports_its_own_upstream_unreachable(
     assert caught.value.reason == ("PEER_UNAVAILABLE" if passed_on else "CAPABILITY_FAILED")
 
 
-def test_streaming_is_for_grpc_upstreams_only(pki: Pki, tmp_path: Path) -> None:
+def test_streaming_is_for_both_bindings_and_off_by_default(pki: Pki, tmp_path: Path) -> None:
     grpc_entry = entry(id=LEGACY, address="127.0.0.1:50051", streaming=True)
     assert config_with(pki, tmp_path, grpc_entry).upstreams[0].streaming is True
     jsonrpc = entry(id=LEGACY, binding="jsonrpc", url="https://10.0.0.7:41241/a2a", streaming=True)
-    with pytest.raises(ValueError, match="streaming: only with binding grpc"):
-        config_with(pki, tmp_path, jsonrpc)
+    assert config_with(pki, tmp_path, jsonrpc).upstreams[0].streaming is True
+    plain = entry(id=LEGACY, binding="jsonrpc", url="https://10.0.0.7:41241/a2a")
+    assert config_with(pki, tmp_path, plain).upstreams[0].streaming is False

@@ -56,6 +56,7 @@ from gateway.transport.a2a.request_checks import (
     task_id_of,
 )
 from gateway.transport.a2a.task_events import Listener, TaskRun
+from gateway.transport.a2a.task_follow import follow_deadline, followed
 from gateway.transport.a2a.task_runs import TaskRuns
 from gateway.transport.a2a.task_store import (
     A2ATask,
@@ -69,7 +70,8 @@ from gateway.transport.received import MalformedRequest, edge_slot, peer_cert
 _TASK_NOT_FOUND = "task not found"
 _FINISHED = "the task has already finished; use GetTask"
 _FINISHED_CANCEL = "the task has already finished"
-_NOT_HERE = "the task runs in another process of this agent; use GetTask"
+FALLBACK_TIMEOUT_SECONDS = 3600.0
+"""Followed tasks of a capability this process does not have (a different deployment)."""
 _T = TypeVar("_T")
 _log = logging.getLogger(__name__)
 
@@ -298,37 +300,50 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
     ) -> AsyncIterator[a2a_pb2.StreamResponse]:
         """Follow one of the caller's running tasks: the task as it is now, then its events.
 
-        Counts as one call in flight of the caller while open. A finished task
-        (or one another process of this agent runs) is UNSUPPORTED_OPERATION.
+        Counts as one call in flight of the caller while open. A task another
+        process of this agent runs (workers, replicas) is followed through the
+        store (:mod:`gateway.transport.a2a.task_follow`). A finished task is
+        UNSUPPORTED_OPERATION.
         """
 
-        async def work() -> tuple[Listener, CallSlot]:
+        async def work() -> tuple[AsyncIterator[a2a_pb2.StreamResponse], str, CallSlot]:
+            # The events, the caller, and the place it holds while they flow.
             peer_id, slot = await self._admit_limited(
                 request, context, "SubscribeToTask", in_flight=True
             )
             try:
                 stored = await self._owned(peer_id, request.id, "SubscribeToTask")
                 run = self.runs.running(stored.task_id)
-                if run is None or run.task.state.finished:
-                    raise await self._handler.refuse(
-                        peer_id,
-                        UnsupportedOperation(
-                            _NOT_HERE if run is None and not stored.state.finished else _FINISHED
-                        ),
-                        "A2A SubscribeToTask",
-                        stored.task_id,
-                    )
+                if run is not None and not run.task.state.finished:
+                    return run.listen().events(), peer_id, slot
+                if run is None and not stored.state.finished:
+                    deadline = follow_deadline(stored, self._timeout_of(stored))
+                    events = followed(self._tasks, stored, deadline, self.runs.stopping)
+                    return events, peer_id, slot
+                raise await self._handler.refuse(
+                    peer_id, UnsupportedOperation(_FINISHED), "A2A SubscribeToTask", stored.task_id
+                )
             except BaseException:
                 slot.release()
                 raise
-            return run.listen(), slot
 
-        listener, slot = await self._answer(context, "SubscribeToTask", work())
+        events, peer_id, slot = await self._answer(context, "SubscribeToTask", work())
         try:
-            async for event in listener.events():
+            async for event in events:
                 yield event
+        except GatewayError as err:  # after the first event: the stream ends with this error
+            slot.release()  # before the caller hears the end, so its next call finds the room
+            await self._handler.refuse(peer_id, err, "A2A SubscribeToTask", safe_id(request.id))
+            await _abort(context, err)
         finally:
             slot.release()
+
+    def _timeout_of(self, task: A2ATask) -> float:
+        """The contract timeout of the capability version that runs ``task``."""
+        for cap in self._registry:
+            if cap.name == task.capability and str(cap.version) == task.served_version:
+                return cap.contract.timeout_seconds
+        return FALLBACK_TIMEOUT_SECONDS
 
     # --- the card -------------------------------------------------------------
 

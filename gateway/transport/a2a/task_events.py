@@ -24,7 +24,7 @@ from capabilities.canonical import canonical_json
 from capabilities.contract import Risk
 from gateway.errors import GatewayError, OutputTooLarge
 from gateway.inbound.invoke_handler import AdmittedCall
-from gateway.transport.a2a.messages import JSON_MEDIA_TYPE, task_message
+from gateway.transport.a2a.messages import JSON_MEDIA_TYPE, output_artifact, task_message
 from gateway.transport.a2a.task_store import A2ATask
 
 MAX_BEHIND = 1024
@@ -155,5 +155,17 @@ def status_event(task: A2ATask) -> a2a_pb2.StreamResponse:
     return a2a_pb2.StreamResponse(
         status_update=a2a_pb2.TaskStatusUpdateEvent(
             task_id=task.task_id, context_id=task.context_id, status=status
+        )
+    )
+
+
+def output_event(task: A2ATask) -> a2a_pb2.StreamResponse:
+    """The artifact update carrying a completed ``task``'s output (``last_chunk``)."""
+    return a2a_pb2.StreamResponse(
+        artifact_update=a2a_pb2.TaskArtifactUpdateEvent(
+            task_id=task.task_id,
+            context_id=task.context_id,
+            artifact=output_artifact(task),
+            last_chunk=True,
         )
     )

@@ -35,8 +35,6 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from a2a.types import a2a_pb2
-
 from gateway.errors import (
     Cancelled,
     GatewayError,
@@ -45,8 +43,7 @@ from gateway.errors import (
     TaskNotCancelable,
 )
 from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler, InvokeOutcome
-from gateway.transport.a2a.messages import output_artifact
-from gateway.transport.a2a.task_events import RunEvents, TaskRun, status_event
+from gateway.transport.a2a.task_events import RunEvents, TaskRun, output_event, status_event
 from gateway.transport.a2a.task_store import A2ATask, A2ATaskStore, TaskOutcome
 
 _log = logging.getLogger(__name__)
@@ -95,6 +92,8 @@ class TaskRuns:
         self._saves: set[asyncio.Task[None]] = set()
         self._upkeep: list[asyncio.Task[None]] = []
         self._closing = False
+        self.stopping = asyncio.Event()
+        """Set when shutdown begins: subscriptions following tasks run elsewhere end."""
 
     def running(self, task_id: str) -> TaskRun | None:
         """The run of ``task_id`` if this process runs it (None otherwise)."""
@@ -169,16 +168,7 @@ class TaskRuns:
             _log.error("A2A task %s: end not saved yet (retried): %s", ended.task_id, err)
             self._unsaved.append(ended)
         if ended.state is TaskOutcome.COMPLETED:
-            run.publish(
-                a2a_pb2.StreamResponse(
-                    artifact_update=a2a_pb2.TaskArtifactUpdateEvent(
-                        task_id=ended.task_id,
-                        context_id=ended.context_id,
-                        artifact=output_artifact(ended),
-                        last_chunk=True,
-                    )
-                )
-            )
+            run.publish(output_event(ended))
         run.publish(status_event(ended), last=True)
         run.ended.set()
         self._runs.pop(ended.task_id, None)
@@ -309,6 +299,7 @@ class TaskRuns:
         From here on ``start`` refuses new runs.
         """
         self._closing = True
+        self.stopping.set()
         for upkeep in self._upkeep:
             upkeep.cancel()
             with contextlib.suppress(asyncio.CancelledError):

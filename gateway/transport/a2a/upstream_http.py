@@ -8,7 +8,9 @@ inflating (a 40 KB gzip body inflating to 40 MiB stops at the ceiling, never
 allocating more). Any other content coding (``br``, ``zstd``, unknown) is
 refused rather than handed to httpx, whose decoders have no such cap. A
 successful (2xx) answer must also be shaped like a JSON-RPC response (see
-``upstream_answers``). Every refusal is ``UnreadableAnswer``: INVALID_OUTPUT.
+``upstream_answers``). A 2xx ``text/event-stream`` (a streamed answer) is
+the exception: it is handed on as it arrives, each event bounded and checked
+(``upstream_sse``). Every refusal is ``UnreadableAnswer``: INVALID_OUTPUT.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import zlib
 import httpx
 
 from gateway.transport.a2a.upstream_answers import UnreadableAnswer, check_jsonrpc_answer
+from gateway.transport.a2a.upstream_sse import CheckedEventStream, is_event_stream
 from gateway.transport.tls import MESSAGE_CEILING
 
 _GZIP_WBITS = 16 + zlib.MAX_WBITS  # gzip header and trailer
@@ -57,6 +60,8 @@ class BoundedTransport(httpx.AsyncBaseTransport):
             request.extensions["sni_hostname"] = self._server_name
         request.headers["Accept-Encoding"] = "identity"
         response = await self._inner.handle_async_request(request)
+        if is_event_stream(response):
+            return await self._event_stream(response)
         try:
             raw = await self._read(response)
         finally:
@@ -72,6 +77,20 @@ class BoundedTransport(httpx.AsyncBaseTransport):
         ]
         return httpx.Response(
             response.status_code, headers=headers, content=body, extensions=response.extensions
+        )
+
+    async def _event_stream(self, response: httpx.Response) -> httpx.Response:
+        """A streamed answer, handed on as it comes, each event checked (``upstream_sse``)."""
+        codings = response.headers.get_list("content-encoding", split_commas=True)
+        if any(c.strip().lower() not in ("", "identity") for c in codings):
+            await response.aclose()
+            raise UnreadableAnswer("the upstream's stream has a content coding")
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=CheckedEventStream(response.stream),
+            extensions=response.extensions,
         )
 
     async def _read(self, response: httpx.Response) -> bytes:

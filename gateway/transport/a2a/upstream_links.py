@@ -11,10 +11,11 @@ CA whose every connection asks for (SNI) and verifies that same derived name,
 so the same proof happens in the handshake.
 
 Both bindings check every answer before the SDK reads it (``upstream_answers``,
-``upstream_http``). Plaintext (no ``id``) is only ever configured for loopback
-IPs (the config refuses anything else). The card is never fetched: the
-configured address or URL is the only place requests go, whatever an
-upstream's card might claim.
+``upstream_http``; over JSON-RPC each event of an SSE stream too, ``upstream_sse``).
+Plaintext (no ``id``) is only ever configured for loopback IPs (the config
+refuses anything else). The card is never fetched: the configured address or
+URL is the only place requests go, whatever an upstream's card might claim
+(and ``streaming = true`` in the config, not the card, says it streams).
 """
 
 from __future__ import annotations
@@ -92,7 +93,17 @@ def open_link(entry: UpstreamEntry, tls: TlsMaterial, files: TlsSettings) -> Ups
         streaming=False, supported_protocol_bindings=[TransportProtocol.JSONRPC], httpx_client=http
     )
     card = minimal_agent_card(entry.url, [TransportProtocol.JSONRPC])
-    return UpstreamLink(ClientFactory(config).create(card), http)
+    link = UpstreamLink(ClientFactory(config).create(card), http)
+    if entry.streaming:  # the same connections, so the same bounds and identity check
+        streaming_card = minimal_agent_card(entry.url, [TransportProtocol.JSONRPC])
+        streaming_card.capabilities.streaming = True  # as configured; never fetched
+        streams = ClientConfig(
+            streaming=True,
+            supported_protocol_bindings=[TransportProtocol.JSONRPC],
+            httpx_client=http,
+        )
+        link.streaming = ClientFactory(streams).create(streaming_card)
+    return link
 
 
 def _grpc_channel(entry: UpstreamEntry, tls: TlsMaterial) -> aio.Channel:

@@ -58,6 +58,7 @@ from gateway.transport.a2a.servicer import A2AServicer
 from gateway.transport.a2a_http.context import EXCHANGE_KEY, Exchange, run_done_callbacks
 from gateway.transport.a2a_http.handler import ServicerRequestHandler
 from gateway.transport.a2a_http.protocol import client_certificate
+from gateway.transport.a2a_http.stream_errors import ErrorBody, with_our_stream_errors
 from gateway.transport.a2a_http.wire_errors import http_status, jsonrpc_error, rest_error
 
 JSONRPC_PATH = "/a2a/jsonrpc"
@@ -174,7 +175,9 @@ class HttpEdge:
                 return _render(binding, exchange.refusal, exchange.request_id)
             if not exchange.reached:  # the SDK refused it before our handler ran
                 return await self._sdk_refusal(exchange, binding, response)
-            return _then(response, exchange)
+            return _then(
+                with_our_stream_errors(response, exchange, _error_body(binding, exchange)), exchange
+            )
 
         return guarded
 
@@ -326,6 +329,13 @@ def _sdk_error(response: Response, binding: Binding) -> tuple[int, str, str | in
             request_id if isinstance(request_id, str | int) else None,
         )
     return response.status_code, message, None
+
+
+def _error_body(binding: Binding, exchange: Exchange) -> ErrorBody:
+    """How ``binding`` puts an error in a body (a stream's error event, once it started)."""
+    if binding is Binding.JSONRPC:
+        return lambda error: jsonrpc_error(error, exchange.request_id)
+    return rest_error
 
 
 def _render(

@@ -12,7 +12,7 @@ traceback); the edge answers it in the binding's own error form
 
 from __future__ import annotations
 
-import inspect
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -34,6 +34,7 @@ from gateway.transport.a2a_http.wire_errors import from_grpc_status, message_of
 
 _Response = TypeVar("_Response")
 _STREAM_EVENTS = ("task", "message", "status_update", "artifact_update")
+_log = logging.getLogger(__name__)
 
 
 class Refused(A2AError):
@@ -158,19 +159,24 @@ class ServicerRequestHandler(RequestHandler):
     async def _stream(
         self, method: Callable[[Any, Any], Any], request: Any, context: ServerCallContext
     ) -> AsyncIterator[Event]:
-        # A servicer method that streams is an async generator of StreamResponse;
-        # one that does not stream (today's "unsupported") is a coroutine that aborts.
+        # Both streaming servicer methods are async generators of StreamResponse.
+        # An abort before the first event is the edge's error answer; after it,
+        # the edge renders the same error as the stream's SSE error event.
         exchange = self._enter(context)
         _carry_tenant(request, context)
-        answer = method(request, HttpServicerContext(exchange))
+        started = False
         try:
-            if inspect.isasyncgen(answer):
-                async for response in answer:
-                    yield _event_of(response)
-            else:
-                await answer
+            async for response in method(request, HttpServicerContext(exchange)):
+                started = True
+                yield _event_of(response)
         except Aborted as aborted:
             raise self._refused(exchange, aborted) from None
+        except Exception:  # a bug mid-stream: no traceback text on the wire; the log keeps it
+            if not started:
+                raise
+            _log.exception("A2A stream failed after it started")
+            exchange.refusal = GatewayError("internal error")
+            raise Refused(exchange.refusal) from None
 
 
 def _carry_tenant(request: Any, context: ServerCallContext) -> None:

@@ -3,15 +3,20 @@
 A task started on one replica is seen running from the other, and a
 CancelTask sent to the other cancels it where it runs (a recorded request
 that replica carries out); a replica's tasks are never taken for orphans
-while its lease is live.
+while its lease is live. A SubscribeToTask sent to the other replica follows
+the task through the shared table to its terminal event (owner only, one
+place in flight while open), and ends with a precise error when that replica
+stops or the task outlives its timeout and lease.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import grpc
 import pytest
 from a2a.types import a2a_pb2
 from a2a.utils import errors as a2a_errors
@@ -19,7 +24,9 @@ from a2a.utils import errors as a2a_errors
 from gateway.agent import Agent
 from gateway.audit import query_records
 from gateway.postgres.dsn import PostgresDsn
-from tests.a2a_support import A2APeer, data_request
+from gateway.transport.a2a import task_follow
+from gateway.transport.a2a.task_store import A2ATask, TaskOutcome
+from tests.a2a_support import V1, A2APeer, data_request, error_infos
 from tests.support import (
     Pki,
     WriteCounter,
@@ -86,3 +93,144 @@ async def test_cancel_on_one_replica_cancels_the_task_running_on_the_other(
     ]
     # The replica that answered never took the live task for an orphan.
     assert two.a2a_runs.running(task.id) is None
+
+
+def _kinds(events: list[a2a_pb2.StreamResponse]) -> list[tuple[str, int]]:
+    """(payload kind, task state) of each event (state 0 for an artifact update)."""
+    kinds = []
+    for event in events:
+        kind = event.WhichOneof("payload")
+        state = {
+            "task": event.task.status.state,
+            "status_update": event.status_update.status.state,
+        }.get(kind, 0)
+        kinds.append((kind, state))
+    return kinds
+
+
+async def _rest(stream: grpc.aio.UnaryStreamCall) -> list[a2a_pb2.StreamResponse]:  # type: ignore[type-arg]
+    """The stream's remaining events, read to its end (raises its error, if any)."""
+    events = []
+    while (event := await stream.read()) is not grpc.aio.EOF:
+        events.append(event)
+    return events
+
+
+async def _started_elsewhere(pki: Pki, agent: Agent, gate: TaskGate, tag: str) -> a2a_pb2.Task:
+    request = data_request("job.run", {"tag": tag})
+    request.configuration.return_immediately = True
+    async with A2APeer(pki, agent, "bob") as bob:
+        task = await bob.send(request)
+    await asyncio.wait_for(gate.started.wait(), 10)
+    for _ in range(200):  # its WORKING row is saved in the background: wait for it
+        stored = await agent.a2a_tasks.get(spiffe("bob"), task.id)
+        if stored is not None and stored.state is TaskOutcome.WORKING:
+            return task
+        await asyncio.sleep(0.05)
+    raise AssertionError("the task's WORKING state was never saved")
+
+
+async def test_subscribe_on_one_replica_follows_the_task_running_on_the_other(
+    pki: Pki, replicas: list[Agent], gate: TaskGate
+) -> None:
+    one, two = replicas
+    task = await _started_elsewhere(pki, one, gate, "followed")
+    async with A2APeer(pki, two, "bob") as bob, A2APeer(pki, two, "carol") as carol:
+        refused = carol.stub.SubscribeToTask(
+            a2a_pb2.SubscribeToTaskRequest(id=task.id), metadata=V1, timeout=10
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            async for _ in refused:
+                pass
+        assert info.value.code() is grpc.StatusCode.NOT_FOUND
+        assert ("a2agw.v1", "TASK_NOT_FOUND") in error_infos(info.value)
+
+        stream = bob.stub.SubscribeToTask(
+            a2a_pb2.SubscribeToTaskRequest(id=task.id), metadata=V1, timeout=30
+        )
+        events = [await stream.read()]
+        assert two.limit_stats().in_flight_total == 1  # the open subscription holds its place
+        assert two.a2a_runs.running(task.id) is None  # followed from the table, not run here
+        gate.release.set()
+        events += await _rest(stream)
+    assert _kinds(events) == [
+        ("task", a2a_pb2.TASK_STATE_WORKING),
+        ("artifact_update", 0),
+        ("status_update", a2a_pb2.TASK_STATE_COMPLETED),
+    ]
+    assert events[0].task.id == task.id
+    output = events[1].artifact_update.artifact
+    assert output.artifact_id == f"{task.id}-output"
+    assert dict(output.parts[0].data.struct_value) == {"done": "followed"}
+    assert await stream.code() is grpc.StatusCode.OK
+    assert two.limit_stats().in_flight_total == 0
+    assert gate.runs == 1
+
+
+async def test_a_follow_ends_with_agent_stopping_when_its_replica_stops(
+    pki: Pki, replicas: list[Agent], gate: TaskGate
+) -> None:
+    one, two = replicas
+    task = await _started_elsewhere(pki, one, gate, "stopping")
+    async with A2APeer(pki, two, "bob") as bob:
+        stream = bob.stub.SubscribeToTask(
+            a2a_pb2.SubscribeToTaskRequest(id=task.id), metadata=V1, timeout=30
+        )
+        first = await stream.read()
+        assert first.task.status.state == a2a_pb2.TASK_STATE_WORKING
+        await two.stop()
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await _rest(stream)
+    assert info.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert error_infos(info.value) == [("a2agw.v1", "AGENT_STOPPING")]
+    assert info.value.details() == task_follow.STOPPING
+    # The task runs on where it was started.
+    assert one.a2a_runs.running(task.id) is not None
+    assert not gate.cancelled.is_set()
+    gate.release.set()
+
+
+async def test_a_follow_of_a_task_that_never_changes_ends_past_its_timeout_and_lease(
+    pki: Pki, replicas: list[Agent], pg_dsn: str
+) -> None:
+    """A row a live-looking process never ends: the follow stops with DEADLINE_EXCEEDED."""
+    one, two = replicas
+    now_ms = int(time.time() * 1000)
+    # Created so that its timeout (0.2 s), 1 s and the lease sweep pass a second from now.
+    created_ms = now_ms - int((0.2 + 1.0 + task_follow.SWEEP_SECONDS) * 1000) + 1000
+    stuck = A2ATask(
+        task_id="stuck-1",
+        owner=spiffe("bob"),
+        context_id="ctx",
+        state=TaskOutcome.WORKING,
+        capability="job.brief",  # a 0.2 s contract timeout
+        served_version="1.0.0",
+        output=b"",
+        evidence_sha256="",
+        replayed=False,
+        reason="",
+        message="",
+        created_ms=created_ms,
+        updated_ms=created_ms,
+    )
+    await one.a2a_tasks.save(stuck, "a-process-that-hangs", now_ms + 600_000)
+    async with A2APeer(pki, two, "bob") as bob:
+        stream = bob.stub.SubscribeToTask(
+            a2a_pb2.SubscribeToTaskRequest(id="stuck-1"), metadata=V1, timeout=30
+        )
+        first = await stream.read()
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await _rest(stream)
+    assert first.task.id == "stuck-1"
+    assert info.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    assert ("a2agw.v1", "DEADLINE_EXCEEDED") in error_infos(info.value)
+    assert "contract timeout" in (info.value.details() or "")
+    await two.audit.flush()
+    records = query_records(PostgresDsn(pg_dsn), agent=two.config.id)
+    ended = [r for r in records if r.reason == "DEADLINE_EXCEEDED"]
+    assert [(r.decision, r.detail, r.peer_id) for r in ended] == [
+        ("refuse", "A2A SubscribeToTask", spiffe("bob"))
+    ]
+    assert two.limit_stats().in_flight_total == 0
+    # Following never writes: the row is as it was.
+    assert await two.a2a_tasks.get(spiffe("bob"), "stuck-1") == stuck

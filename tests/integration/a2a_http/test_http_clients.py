@@ -20,10 +20,12 @@ is exactly one audit record; the cancel is audited with the canceller.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -33,6 +35,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gateway.transport.a2a.task_store import A2ATask, SqliteA2ATaskStore, TaskOutcome
 from gateway.transport.a2a_http import JSONRPC_PATH
 from tests.a2a_http_support import V1_HEADERS, client_context, https_certificate, jsonrpc
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
@@ -123,6 +126,32 @@ def _carol_task(pki: Pki, url: str) -> str:
     return task_id
 
 
+def _stuck_task(state_dir: Path, task_id: str) -> None:
+    """A WORKING ``job.watch`` row of bob's, leased by a live-looking process, created so long
+    ago that its timeout and lease sweep have passed: a subscription fails after its first event."""
+    long_ago = int((time.time() - 7200) * 1000)
+    task = A2ATask(
+        task_id=task_id,
+        owner=BOB,
+        context_id="ctx",
+        state=TaskOutcome.WORKING,
+        capability="job.watch",
+        served_version="1.0.0",
+        output=b"",
+        evidence_sha256="",
+        replayed=False,
+        reason="",
+        message="",
+        created_ms=long_ago,
+        updated_ms=long_ago,
+    )
+    store = SqliteA2ATaskStore(state_dir / "a2a-tasks.sqlite")
+    try:
+        asyncio.run(store.save(task, "a-process-that-hangs", int((time.time() + 3600) * 1000)))
+    finally:
+        store.close()
+
+
 def _python_client(pki: Pki, served: Served, binding: str) -> dict[str, Any]:
     result = subprocess.run(
         [
@@ -200,6 +229,9 @@ def test_the_javascript_sdk_client_on_three_bindings(
     pki: Pki, served: Served, tmp_path: Path
 ) -> None:
     _node_ready()
+    stuck = {binding: f"stuck-{n}" for n, binding in enumerate(("JSONRPC", "HTTP+JSON", "GRPC"))}
+    for task_id in stuck.values():
+        _stuck_task(served.cancelled_dir.parent, task_id)
     config = tmp_path / "node-client.json"
     config.write_text(
         json.dumps(
@@ -210,6 +242,7 @@ def test_the_javascript_sdk_client_on_three_bindings(
                 "cert": str(pki.dir / "bob.pem"),
                 "key": str(pki.dir / "bob.key"),
                 "other_task": served.carol_task,
+                "stuck_tasks": stuck,
             }
         )
     )
@@ -242,6 +275,9 @@ def test_the_javascript_sdk_client_on_three_bindings(
         assert got["text_part"]["reason"] == "INVALID_INPUT", got
         assert got["not_granted"]["reason"] == "CAPABILITY_NOT_GRANTED", got
         assert got["other_task"]["reason"] == "TASK_NOT_FOUND", got
+        # An error after the stream started: the task, then our reason code.
+        assert got["subscribed"]["kinds"] == ["task:WORKING"], got
+        assert got["subscribed"]["error"]["reason"] == "DEADLINE_EXCEEDED", got
     assert answer["no_certificate"]["reason"] == "UNAUTHENTICATED", answer
     cancelled_ids = {
         answer[binding]["cancelled"]["id"] for binding in ("JSONRPC", "HTTP+JSON", "GRPC")
@@ -251,4 +287,5 @@ def test_the_javascript_sdk_client_on_three_bindings(
     )
     expected = Counter({key: 3 * n for key, n in EXPECTED_REFUSALS.items()})
     expected[("", "UNAUTHENTICATED")] = 1
+    expected[(BOB, "DEADLINE_EXCEEDED")] = 3  # the subscriptions that outlived their task's bound
     assert served.refusals() - before == expected

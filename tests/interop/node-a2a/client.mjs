@@ -1,8 +1,9 @@
 // A client that is not ours: the official A2A JavaScript SDK (@a2a-js/sdk) calling an agent
 // over JSON-RPC, HTTP+JSON and gRPC, with mTLS. Reads one JSON config file (argv[2]):
-// {https_url, server_id, ca, cert, key, other_task}; prints one JSON object with what each
-// binding answered: the card, a data and a text message, a stream followed to its terminal event,
-// a long-running task polled until it completed, one cancelled, and the refusals.
+// {https_url, server_id, ca, cert, key, other_task, stuck_tasks}; prints one JSON object with what
+// each binding answered: the card, a data and a text message, a stream followed to its terminal
+// event, a long-running task polled until it completed, one cancelled, the refusals, and a
+// subscription that fails after its first event (stuck_tasks[binding]: an error mid-stream).
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import tls from 'node:tls';
@@ -194,6 +195,15 @@ async function run(binding) {
   const watched = taskOf(await client.sendMessage(message('job.watch', data({ tag }), { returnImmediately: true })));
   await poll(client, watched.id, new Set([2]));
   const canceled = await client.cancelTask({ tenant: '', id: watched.id, metadata: undefined });
+  const subscribed = { kinds: [] };
+  try {
+    for await (const event of client.resubscribeTask({ tenant: '', id: config.stuck_tasks[binding] })) {
+      subscribed.kinds.push(kindOf(event));
+    }
+    subscribed.error = { name: 'none' };
+  } catch (err) {
+    subscribed.error = refusal(err);
+  }
   return {
     transport: client.transport?.protocolName ?? binding,
     skills: card.skills.map((s) => s.id).sort(),
@@ -207,6 +217,7 @@ async function run(binding) {
     text_part: await refused(client.sendMessage(message('text.search', text('hello')))),
     not_granted: await refused(client.sendMessage(message('kv.get', data({ key: 'a' })))),
     other_task: await refused(client.getTask({ tenant: '', id: config.other_task, historyLength: undefined })),
+    subscribed,
   };
 }
 
