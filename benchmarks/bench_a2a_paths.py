@@ -2,7 +2,8 @@
 
 Run ``python benchmarks/bench_a2a_paths.py --help``. One run mints a PKI and a
 policy granting ``caller`` ``text.echo`` and ``sdk.echo`` (cap 512 KB), then
-starts in ONE child process (one event loop):
+starts two child processes (so that neither steals the other's event loop,
+as when a gateway fronts an agent that already runs):
 
 * the a2a-sdk echo agent of ``bench_a2a`` (its own SVID, ``legacy``) (``DefaultRequestHandler``,
   ``InMemoryTaskStore``, the echo executor) behind its ``GrpcHandler`` (mTLS)
@@ -106,39 +107,50 @@ def fronting_config(config: AgentConfig, sdk_port: int) -> AgentConfig:
     return AgentConfig.model_validate({**config.model_dump(), "upstreams": [upstream]})
 
 
-def serve_main(config_json: str, conn: Connection) -> None:
-    """Child process entry: serve the sdk agent and the fronting gateway until told to stop."""
-    asyncio.run(_serve(AgentConfig.model_validate_json(config_json), conn))
+def serve_sdk(config_json: str, conn: Connection) -> None:
+    """Child process entry: the sdk agent (gRPC and JSON-RPC) until told to stop."""
+    asyncio.run(_serve_sdk(AgentConfig.model_validate_json(config_json), conn))
     conn.send("stopped")
 
 
-async def _serve(config: AgentConfig, conn: Connection) -> None:
+async def _serve_sdk(config: AgentConfig, conn: Connection) -> None:
     pki = config.tls.ca.parent  # issue() writes NAME.pem and NAME.key beside the CA
     tls = TlsMaterial.from_files(config.tls.ca, pki / f"{LEGACY}.pem", pki / f"{LEGACY}.key")
     sdk, sdk_port = await start_sdk_server(tls, LEGACY_ID)
-    sdk_http = SdkJsonRpcServer(sdk_handler(config.id), config)
-    sdk_http_port = await sdk_http.start()
-    agent = Agent(fronting_config(config, sdk_port))
-    await agent.start(watch_policy=False)
-    conn.send(
-        {
-            "sdk_port": sdk_port,
-            "sdk_http_port": sdk_http_port,
-            "gateway_port": agent.port,
-            "gateway_http_port": int(agent.https_url.rsplit(":", 1)[1]),
-            "pid": os.getpid(),
-        }
-    )
-    loop = asyncio.get_running_loop()
+    sdk_http = SdkJsonRpcServer(sdk_handler(LEGACY_ID), config)
+    ports = {"sdk_port": sdk_port, "sdk_http_port": await sdk_http.start(), "pid": os.getpid()}
+    conn.send(ports)
     try:
-        while (command := await loop.run_in_executor(None, conn.recv)) != "stop":
-            if command == "flush":
-                await agent.audit.flush()
-                conn.send("flushed")
+        await _commands(conn, None)
     finally:
         await sdk_http.stop()
         await sdk.stop(1.0)
+
+
+def serve_gateway(config_json: str, conn: Connection) -> None:
+    """Child process entry: the gateway (fronting the sdk agent) until told to stop."""
+    asyncio.run(_serve_gateway(AgentConfig.model_validate_json(config_json), conn))
+    conn.send("stopped")
+
+
+async def _serve_gateway(config: AgentConfig, conn: Connection) -> None:
+    agent = Agent(config)
+    await agent.start(watch_policy=False)
+    https_port = int(agent.https_url.rsplit(":", 1)[1])
+    conn.send({"gateway_port": agent.port, "gateway_http_port": https_port, "pid": os.getpid()})
+    try:
+        await _commands(conn, agent)
+    finally:
         await agent.stop(1.0)
+
+
+async def _commands(conn: Connection, agent: Agent | None) -> None:
+    loop = asyncio.get_running_loop()
+    while (command := await loop.run_in_executor(None, conn.recv)) != "stop":
+        if command == "flush":
+            if agent is not None:
+                await agent.audit.flush()
+            conn.send("flushed")
 
 
 # --- streams ----------------------------------------------------------------
@@ -371,13 +383,18 @@ def run(settings: Settings) -> dict[str, Any]:
         ws = Workspace(config=config, caller_tls=ws.caller_tls)
         grant_both(ws)
         issue(Path(tmp) / "pki", LEGACY)
-        server = ServerProcess(ws.config, serve_main)
+        sdk = ServerProcess(ws.config, serve_sdk)
+        gateway: ServerProcess | None = None
         try:
-            ports = server.start()
+            ports = sdk.start()
+            gateway = ServerProcess(fronting_config(ws.config, ports["sdk_port"]), serve_gateway)
+            ports |= gateway.start()
             phases, calls, targets = asyncio.run(client_run(ws, ports, settings))
-            server.flush()
+            gateway.flush()
         finally:
-            server.stop()
+            if gateway is not None:
+                gateway.stop()
+            sdk.stop()
         records = query_records(ws.config.audit_db)
     gateway_calls = sum(t.sent for t in targets if t.name in ("gateway", "fronted"))
     allowed = sum(1 for r in records if r.decision == "allow" and r.reason == "OK")
