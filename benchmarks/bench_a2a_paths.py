@@ -5,13 +5,15 @@ policy granting ``caller`` ``text.echo`` and ``sdk.echo`` (cap 512 KB), then
 starts two child processes (so that neither steals the other's event loop,
 as when a gateway fronts an agent that already runs):
 
-* the a2a-sdk echo agent of ``bench_a2a`` (its own SVID, ``legacy``) (``DefaultRequestHandler``,
+* the a2a-sdk echo agent of ``bench_a2a`` (SVIDs of its own: ``legacy`` on
+  gRPC, ``legacyhttp`` on JSON-RPC) (``DefaultRequestHandler``,
   ``InMemoryTaskStore``, the echo executor) behind its ``GrpcHandler`` (mTLS)
   and its JSON-RPC routes under uvicorn (TLS, client certificate required);
 * a real gateway :class:`~gateway.agent.Agent` (full policy and audit,
   ``audit_sync = "full"``, ``[a2a] http_listen``) that also fronts that sdk
   agent: ``[[upstreams]]`` over gRPC with mTLS, its skill ``echo`` served as
-  ``sdk.echo`` (text in, text out).
+  ``sdk.echo`` (text in, text out), and over JSON-RPC (HTTPS, mTLS) as
+  ``sdkhttp.echo``.
 
 From this process it measures, round by round with the targets rotated:
 
@@ -19,10 +21,12 @@ From this process it measures, round by round with the targets rotated:
    ``--sizes``), one stream at a time: the time to the first event (the
    task) and to the end of the stream, gateway (``text.echo``) vs the sdk
    agent, over gRPC and JSON-RPC (SSE);
-2. **fronted**: ``SendMessage`` ``sdk.echo`` through the gateway (identity,
-   policy, replay, input and output contracts, audit, then the hop to the
-   sdk agent) vs the same message sent to the sdk agent directly, one at a
-   time and 32 in flight, over gRPC.
+2. **fronted**: ``SendMessage`` of 256 B through the gateway over gRPC
+   (identity, policy, replay, input and output contracts, audit, then the
+   hop to the sdk agent) vs the same message sent to the sdk agent
+   directly, one at a time and 32 in flight; once with the upstream over
+   gRPC (``sdk.echo``, the target) and once over JSON-RPC (``sdkhttp.echo``,
+   the direct calls then JSON-RPC too).
 
 Ratios are the sdk's time over the gateway's (streams) and the fronted calls/s
 over the direct ones, both measured in the same run. Exit status 0 whatever the
@@ -60,7 +64,7 @@ from bench_a2a import (
     send_request,
     start_sdk_server,
 )
-from bench_a2a_http import SdkJsonRpcServer, jsonrpc_client, jsonrpc_params
+from bench_a2a_http import JsonRpcTarget, SdkJsonRpcServer, jsonrpc_client, jsonrpc_params
 from bench_invoke import TRUST_DOMAIN, Workspace, echo_payload, make_workspace, percentile
 from grpc import aio
 
@@ -74,7 +78,8 @@ from policies.grants import PolicyDocument
 from policies.identity import svid_dns_name
 from policies.policy_file import render_policy
 
-FRONTED_CAPABILITY = "sdk.echo"
+FRONTED = {"grpc": "sdk.echo", "jsonrpc": "sdkhttp.echo"}
+"""The capability fronting the sdk agent, per binding the gateway calls it over."""
 STREAM_TARGET = 1.0
 """The gateway's first streamed event at least as soon as the sdk's (sdk time / gateway time)."""
 FRONTED_TARGET = 0.7
@@ -83,28 +88,41 @@ PAYLOAD_CAP = 512 * 1024
 LEGACY = "legacy"
 """The sdk agent's SVID name (its own identity: an agent cannot front itself)."""
 LEGACY_ID = f"spiffe://{TRUST_DOMAIN}/agent/{LEGACY}"
+LEGACY_HTTP = "legacyhttp"
+"""The SVID name of the same agent's JSON-RPC server (one upstream entry per identity)."""
+LEGACY_HTTP_ID = f"spiffe://{TRUST_DOMAIN}/agent/{LEGACY_HTTP}"
 
 
 # --- server process ---------------------------------------------------------
 
 
-def fronting_config(config: AgentConfig, sdk_port: int) -> AgentConfig:
-    """``config`` with the sdk agent on ``sdk_port`` as an ``[[upstreams]]`` entry."""
-    upstream = {
-        "id": LEGACY_ID,
-        "binding": "grpc",
-        "address": f"127.0.0.1:{sdk_port}",
-        "skills": [
-            {
-                "skill": "echo",
-                "capability": FRONTED_CAPABILITY,
-                "version": "1.0.0",
-                "risk": "read",
-                "timeout": CALL_TIMEOUT_SECONDS,
-            }
-        ],
-    }
-    return AgentConfig.model_validate({**config.model_dump(), "upstreams": [upstream]})
+def fronting_config(config: AgentConfig, ports: dict[str, int]) -> AgentConfig:
+    """``config`` fronting the sdk agent twice: over gRPC and over JSON-RPC (HTTPS)."""
+
+    def skill(capability: str) -> dict[str, Any]:
+        return {
+            "skill": "echo",
+            "capability": capability,
+            "version": "1.0.0",
+            "risk": "read",
+            "timeout": CALL_TIMEOUT_SECONDS,
+        }
+
+    upstreams = [
+        {
+            "id": LEGACY_ID,
+            "binding": "grpc",
+            "address": f"127.0.0.1:{ports['sdk_port']}",
+            "skills": [skill(FRONTED["grpc"])],
+        },
+        {
+            "id": LEGACY_HTTP_ID,
+            "binding": "jsonrpc",
+            "url": f"https://127.0.0.1:{ports['sdk_http_port']}{JSONRPC_PATH}",
+            "skills": [skill(FRONTED["jsonrpc"])],
+        },
+    ]
+    return AgentConfig.model_validate({**config.model_dump(), "upstreams": upstreams})
 
 
 def serve_sdk(config_json: str, conn: Connection) -> None:
@@ -117,7 +135,12 @@ async def _serve_sdk(config: AgentConfig, conn: Connection) -> None:
     pki = config.tls.ca.parent  # issue() writes NAME.pem and NAME.key beside the CA
     tls = TlsMaterial.from_files(config.tls.ca, pki / f"{LEGACY}.pem", pki / f"{LEGACY}.key")
     sdk, sdk_port = await start_sdk_server(tls, LEGACY_ID)
-    sdk_http = SdkJsonRpcServer(sdk_handler(LEGACY_ID), config)
+    legacy_tls = config.tls.model_copy(
+        update={"cert": pki / f"{LEGACY_HTTP}.pem", "key": pki / f"{LEGACY_HTTP}.key"}
+    )
+    sdk_http = SdkJsonRpcServer(
+        sdk_handler(LEGACY_HTTP_ID), config.model_copy(update={"tls": legacy_tls})
+    )
     ports = {"sdk_port": sdk_port, "sdk_http_port": await sdk_http.start(), "pid": os.getpid()}
     conn.send(ports)
     try:
@@ -291,7 +314,7 @@ def grant_both(ws: Workspace) -> None:
             "grants": [
                 {
                     "peer": f"spiffe://{TRUST_DOMAIN}/agent/caller",
-                    "capabilities": ["text.echo", FRONTED_CAPABILITY],
+                    "capabilities": ["text.echo", *FRONTED.values()],
                     "max_payload_bytes": PAYLOAD_CAP,
                     "expires_at": (datetime.now(UTC) + timedelta(days=1)).isoformat(),
                 }
@@ -325,7 +348,7 @@ async def client_run(
             "jsonrpc",
             client=http,
             url=url.format(ports["sdk_http_port"]),
-            server_id=ws.config.id,
+            server_id=LEGACY_HTTP_ID,
         ),
         StreamTarget(
             "gateway",
@@ -335,9 +358,22 @@ async def client_run(
             server_id=ws.config.id,
         ),
     ]
-    fronted = [FrontedTarget("direct", sdk_channel), FrontedTarget("fronted", gateway_channel)]
+    direct_http = jsonrpc_client(ws.caller_tls)  # its own pool, as the gateway's to the sdk
+    pairs: list[list[Target | JsonRpcTarget]] = [
+        [
+            FrontedTarget("direct grpc", sdk_channel, capability=FRONTED["grpc"]),
+            FrontedTarget("fronted grpc", gateway_channel, capability=FRONTED["grpc"]),
+        ],
+        [
+            JsonRpcTarget(
+                "direct jsonrpc", url.format(ports["sdk_http_port"]), direct_http, LEGACY_HTTP_ID
+            ),
+            FrontedTarget("fronted jsonrpc", gateway_channel, capability=FRONTED["jsonrpc"]),
+        ],
+    ]
+    fronted = [target for pair in pairs for target in pair]
     rounds = settings.rounds
-    budget = settings.seconds_max / (2 * rounds * (len(settings.sizes) * 4 + 2 * 2))
+    budget = settings.seconds_max / (rounds * (len(settings.sizes) * 4 + 2 * len(fronted)))
     phases: list[StreamPhase] = []
     calls: list[Any] = []
     try:
@@ -348,28 +384,32 @@ async def client_run(
                 lead = number % len(streamers)
                 for target in streamers[lead:] + streamers[:lead]:
                     phases.append(await stream_round(target, size, settings.streams, budget))
-        for concurrency in (1, CONCURRENCY):
-            for fronted_target in fronted:
-                await drive(fronted_target, 256, concurrency, CONCURRENCY, 1.0)
-            for number in range(rounds):
-                order = fronted if number % 2 == 0 else fronted[::-1]
-                for fronted_target in order:
-                    calls.append(
-                        await drive(fronted_target, 256, concurrency, settings.calls, budget)
-                    )
+        for pair in pairs:
+            for concurrency in (1, CONCURRENCY):
+                for fronted_target in pair:
+                    await drive(fronted_target, 256, concurrency, CONCURRENCY, 1.0)
+                for number in range(rounds):
+                    for fronted_target in pair if number % 2 == 0 else pair[::-1]:
+                        calls.append(
+                            await drive(fronted_target, 256, concurrency, settings.calls, budget)
+                        )
     finally:
         await sdk_channel.close()
         await gateway_channel.close()
         await http.aclose()
+        await direct_http.aclose()
     return phases, calls, [*streamers, *fronted]
 
 
+@dataclass
 class FrontedTarget(Target):
-    """``bench_a2a``'s gRPC target, naming the fronted skill in its messages."""
+    """``bench_a2a``'s gRPC target, naming a fronted skill in its messages."""
+
+    capability: str = ""
 
     async def call(self, request: Any, text: str) -> float:
-        """One SendMessage of ``sdk.echo`` (the sdk agent ignores the metadata)."""
-        request.message.metadata["a2agw.capability"] = FRONTED_CAPABILITY
+        """One SendMessage of ``capability`` (the sdk agent ignores the metadata)."""
+        request.message.metadata["a2agw.capability"] = self.capability
         return await super().call(request, text)
 
 
@@ -383,11 +423,12 @@ def run(settings: Settings) -> dict[str, Any]:
         ws = Workspace(config=config, caller_tls=ws.caller_tls)
         grant_both(ws)
         issue(Path(tmp) / "pki", LEGACY)
+        issue(Path(tmp) / "pki", LEGACY_HTTP)
         sdk = ServerProcess(ws.config, serve_sdk)
         gateway: ServerProcess | None = None
         try:
             ports = sdk.start()
-            gateway = ServerProcess(fronting_config(ws.config, ports["sdk_port"]), serve_gateway)
+            gateway = ServerProcess(fronting_config(ws.config, ports), serve_gateway)
             ports |= gateway.start()
             phases, calls, targets = asyncio.run(client_run(ws, ports, settings))
             gateway.flush()
@@ -396,7 +437,7 @@ def run(settings: Settings) -> dict[str, Any]:
                 gateway.stop()
             sdk.stop()
         records = query_records(ws.config.audit_db)
-    gateway_calls = sum(t.sent for t in targets if t.name in ("gateway", "fronted"))
+    gateway_calls = sum(t.sent for t in targets if t.name.split()[0] in ("gateway", "fronted"))
     allowed = sum(1 for r in records if r.decision == "allow" and r.reason == "OK")
     audit = {"records": len(records), "allow_ok": allowed, "gateway_calls": gateway_calls}
     audit["match"] = allowed == len(records) == gateway_calls
@@ -429,29 +470,24 @@ def report(
                 "end": rows["sdk"]["end_p50_ms"] / rows["gateway"]["end_p50_ms"],
             }
     fronted: dict[str, dict[str, float]] = {}
-    for mode in ("sequential", f"conc{CONCURRENCY}"):
-        rates = {
-            name: statistics.median(
-                p.calls_per_s for p in calls if (p.mode, p.target) == (mode, name)
-            )
-            for name in ("direct", "fronted")
-        }
-        p50 = {
-            name: statistics.median(p.p50_ms for p in calls if (p.mode, p.target) == (mode, name))
-            for name in ("direct", "fronted")
-        }
-        fronted[mode] = {
-            "direct_calls_per_s": rates["direct"],
-            "fronted_calls_per_s": rates["fronted"],
-            "direct_p50_ms": p50["direct"],
-            "fronted_p50_ms": p50["fronted"],
-            "ratio": rates["fronted"] / rates["direct"] if rates["direct"] else float("nan"),
-        }
+    for binding in FRONTED:
+        for mode in ("sequential", f"conc{CONCURRENCY}"):
+
+            def median(field: str, name: str, mode: str = mode, binding: str = binding) -> float:
+                rows = [p for p in calls if (p.mode, p.target) == (mode, f"{name} {binding}")]
+                return float(statistics.median(getattr(p, field) for p in rows))
+
+            direct, through = median("calls_per_s", "direct"), median("calls_per_s", "fronted")
+            fronted[f"{binding} {mode}"] = {
+                "direct_calls_per_s": direct,
+                "fronted_calls_per_s": through,
+                "direct_p50_ms": median("p50_ms", "direct"),
+                "fronted_p50_ms": median("p50_ms", "fronted"),
+                "ratio": through / direct if direct else float("nan"),
+            }
     first_min = min(rows["ratio"]["first"] for rows in streams.values())
-    fronted_min = min(row["ratio"] for row in fronted.values())
-    errors = {
-        f"{t.name} {getattr(t, 'binding', 'grpc')}": t.errors[:3] for t in targets if t.errors
-    }
+    fronted_min = min(row["ratio"] for key, row in fronted.items() if key.startswith("grpc"))
+    errors = {f"{t.name} ({t.binding})": t.errors[:3] for t in targets if t.errors}
     return {
         "settings": {
             "streams": settings.streams,
@@ -502,14 +538,16 @@ def format_text(r: dict[str, Any]) -> str:
             )
     lines += [
         "",
-        f"Fronted a2a-sdk agent over gRPC ({FRONTED_CAPABILITY}, 256 B): "
-        "through the gateway vs direct",
-        f"{'mode':<11} {'direct/s':>9} {'fronted/s':>9} {'direct p50':>11} {'fronted p50':>12} "
-        f"{'fronted/direct':>15}",
+        "Fronted a2a-sdk agent (256 B): caller -> gateway (gRPC) -> sdk agent over the upstream",
+        "binding, against caller -> sdk agent over that binding",
+        f"{'upstream':<8} {'mode':<11} {'direct/s':>9} {'fronted/s':>9} {'direct p50':>11} "
+        f"{'fronted p50':>12} {'fronted/direct':>15}",
     ]
-    for mode, row in r["fronted"].items():
+    for key, row in r["fronted"].items():
+        binding, mode = key.split()
         lines.append(
-            f"{mode:<11} {row['direct_calls_per_s']:>9.1f} {row['fronted_calls_per_s']:>9.1f} "
+            f"{binding:<8} {mode:<11} {row['direct_calls_per_s']:>9.1f} "
+            f"{row['fronted_calls_per_s']:>9.1f} "
             f"{row['direct_p50_ms']:>9.3f}ms {row['fronted_p50_ms']:>10.3f}ms {row['ratio']:>15.2f}"
         )
     a = r["audit"]
@@ -519,7 +557,8 @@ def format_text(r: dict[str, Any]) -> str:
         f"  first streamed event, sdk/gateway p50, every size and binding: min "
         f"{r['first_event_min']:.2f} (target >= {STREAM_TARGET:.1f})  "
         f"{r['verdicts']['first_event']}",
-        f"  fronted/direct calls/s: min {r['fronted_min']:.2f} (target >= {FRONTED_TARGET:.1f})  "
+        f"  fronted/direct calls/s, gRPC upstream: min {r['fronted_min']:.2f} "
+        f"(target >= {FRONTED_TARGET:.1f})  "
         f"{r['verdicts']['fronted']}",
         f"  audit records {a['records']} (allow OK {a['allow_ok']}) for gateway calls "
         f"{a['gateway_calls']}: {'MATCH' if a['match'] else 'MISMATCH'}",
