@@ -24,6 +24,9 @@ Run ``python benchmarks/bench_a2a.py --help``. One run:
 Servers and client live in different processes so that neither steals event
 loop time from the other. Exit status 0 whatever the ratios are (a measurement,
 not a test), 1 when a call failed or the audit records do not match the calls.
+
+Time to first streamed event and a fronted a2a-sdk agent (``[[upstreams]]``)
+against calling it directly are measured by ``bench_a2a_paths.py``.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -141,11 +145,13 @@ async def _serve(config: AgentConfig, conn: Connection) -> None:
 class ServerProcess:
     """The child process hosting both servers, and its command pipe."""
 
-    def __init__(self, config: AgentConfig) -> None:
+    def __init__(
+        self, config: AgentConfig, entry: Callable[[str, Connection], None] | None = None
+    ) -> None:
         ctx = multiprocessing.get_context("spawn")
         self._conn, child_conn = ctx.Pipe()
         self._process = ctx.Process(
-            target=serve_main,
+            target=serve_main if entry is None else entry,
             args=(config.model_dump_json(), child_conn),
             name="bench-a2a-servers",
             daemon=True,

@@ -186,7 +186,7 @@ def task_message(task: A2ATask, *, include_artifacts: bool = True) -> a2a_pb2.Ta
         return _unfinished_or_failed(answer, task)
     answer.status.state = a2a_pb2.TASK_STATE_COMPLETED
     if include_artifacts:
-        answer.artifacts.append(output_artifact(task))
+        _fill_artifact(answer.artifacts.add(), task)  # in place: appending copies the output
     return answer
 
 
@@ -242,9 +242,18 @@ def list_answer(page: TaskPage, *, include_artifacts: bool) -> a2a_pb2.ListTasks
 
 def output_artifact(task: A2ATask) -> a2a_pb2.Artifact:
     """A completed task's one artifact: the capability's output and its evidence."""
-    artifact = a2a_pb2.Artifact(artifact_id=f"{task.task_id}-output", name=task.capability)
+    artifact = a2a_pb2.Artifact()
+    _fill_artifact(artifact, task)
+    return artifact
+
+
+def _fill_artifact(artifact: a2a_pb2.Artifact, task: A2ATask) -> None:
+    # The output is decoded straight into the part's Value: every copy of a
+    # message holding it (CopyFrom, append) copies the whole output again.
+    artifact.artifact_id = f"{task.task_id}-output"
+    artifact.name = task.capability
     part = artifact.parts.add(media_type=JSON_MEDIA_TYPE)
-    part.data.CopyFrom(_json_value(task.output))
+    _set_json(part.data, task.output)
     artifact.metadata.update(
         {
             SERVED_VERSION_KEY: task.served_version,
@@ -252,17 +261,14 @@ def output_artifact(task: A2ATask) -> a2a_pb2.Artifact:
             REPLAYED_KEY: task.replayed,
         }
     )
-    return artifact
 
 
-def _json_value(payload: bytes) -> struct_pb2.Value:
-    value = struct_pb2.Value()
+def _set_json(value: struct_pb2.Value, payload: bytes) -> None:
     decoded = _decoded(payload)
     if isinstance(decoded, dict):
         value.struct_value.update(decoded)
     else:  # outputs are objects by contract; anything else still travels faithfully
         json_format.ParseDict(decoded, value)
-    return value
 
 
 def _decoded(payload: bytes) -> Any:

@@ -9,10 +9,12 @@ to the cap has passed, and the JSON it becomes must be within the cap too.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import struct_pb2
 from pydantic import BaseModel
 
 from capabilities.canonical import canonical_json
@@ -44,9 +46,9 @@ class DataPart:
             InvalidRequest: a number JSON cannot carry (NaN, infinity).
         """
         try:
-            restored = restore_integers(json_format.MessageToDict(self.value), [input_model])
+            restored = restore_integers(plain_json(self.value), [input_model])
             return canonical_json(restored, allow_nan=False)
-        except (ValueError, json_format.Error) as err:
+        except ValueError as err:
             raise InvalidRequest("the data part holds a number JSON cannot carry") from err
 
 
@@ -88,3 +90,30 @@ def _input_fields(model: type[BaseModel]) -> dict[str, str]:
     """Top-level input field names and their JSON Schema types ("" when not one plain type)."""
     properties = model.model_json_schema().get("properties", {})
     return {name: str(schema.get("type", "")) for name, schema in properties.items()}
+
+
+def plain_json(value: struct_pb2.Value) -> Any:
+    """``value`` as plain JSON values, as ``json_format.MessageToDict`` makes them.
+
+    Numbers stay floats (``restore_integers`` decides which are integers), an
+    unset kind is ``None``. A direct walk over the fields: ``MessageToDict``
+    looks up descriptors and dispatches per value, several times this cost.
+
+    Raises:
+        ValueError: a number JSON cannot carry (NaN, infinity).
+    """
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "struct_value":
+        return {key: plain_json(item) for key, item in value.struct_value.fields.items()}
+    if kind == "number_value":
+        number = value.number_value
+        if math.isinf(number) or math.isnan(number):
+            raise ValueError("a Value holds a number JSON cannot carry")
+        return number
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "list_value":
+        return [plain_json(item) for item in value.list_value.values]
+    return None

@@ -33,8 +33,9 @@ class UnreadableAnswer(Exception):
     """The upstream answered something that is not an A2A answer (never payload content)."""
 
 
-def check_jsonrpc_answer(body: bytes) -> None:
-    """Check that ``body`` is a JSON-RPC response object holding an A2A result or an error.
+def check_jsonrpc_answer(body: bytes) -> dict[str, Any]:
+    """``body`` parsed, once checked to be a JSON-RPC response object holding an A2A result
+    or an error (the transport hands the parsed object on, so it is parsed once).
 
     A result is a ``SendMessage`` answer (an object holding a task or a
     message) or a task itself (what ``GetTask`` and ``CancelTask`` answer while
@@ -55,10 +56,11 @@ def check_jsonrpc_answer(body: bytes) -> None:
     if error is not None:
         if not isinstance(error, dict):
             raise UnreadableAnswer("the upstream's JSON-RPC error is not an object")
-        return
+        return answer
     result = answer.get("result")
     if not (_is_send_message_result(result) or _is_task(result)):
         raise UnreadableAnswer("the upstream's JSON-RPC result is not an A2A answer")
+    return answer
 
 
 def _is_send_message_result(result: Any) -> bool:

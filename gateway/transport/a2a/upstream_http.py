@@ -16,6 +16,7 @@ the exception: it is handed on as it arrives, each event bounded and checked
 from __future__ import annotations
 
 import zlib
+from typing import Any
 
 import httpx
 
@@ -27,6 +28,26 @@ _GZIP_WBITS = 16 + zlib.MAX_WBITS  # gzip header and trailer
 _ZLIB_WBITS = zlib.MAX_WBITS  # RFC 9110 "deflate": zlib-wrapped
 _RAW_DEFLATE_WBITS = -zlib.MAX_WBITS  # what some servers send as "deflate"
 _MAX_CODINGS = 2  # stacked layers accepted ("gzip, gzip"); each is capped anyway
+
+
+class CheckedResponse(httpx.Response):
+    """An answer whose JSON its check already parsed: ``json()`` hands that object on.
+
+    The SDK reads every answer with ``json()``; without this a large answer
+    was parsed twice (once here to check its shape, once by the SDK). Only a
+    checked (2xx) answer carries one; any other, or ``json()`` with options,
+    is parsed as usual.
+    """
+
+    def __init__(self, *args: Any, parsed: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._parsed = parsed
+
+    def json(self, **kwargs: Any) -> Any:
+        """The parsed answer (parsed again only without one, or with options)."""
+        if self._parsed is None or kwargs:
+            return super().json(**kwargs)
+        return self._parsed
 
 
 class BoundedTransport(httpx.AsyncBaseTransport):
@@ -68,15 +89,18 @@ class BoundedTransport(httpx.AsyncBaseTransport):
             await response.aclose()
         codings = response.headers.get_list("content-encoding", split_commas=True)
         body = decoded(raw, codings, self._limit)
-        if 200 <= response.status_code < 300:
-            check_jsonrpc_answer(body)
+        parsed = check_jsonrpc_answer(body) if 200 <= response.status_code < 300 else None
         headers = [
             (name, value)
             for name, value in response.headers.multi_items()
             if name.lower() not in ("content-encoding", "content-length", "transfer-encoding")
         ]
-        return httpx.Response(
-            response.status_code, headers=headers, content=body, extensions=response.extensions
+        return CheckedResponse(
+            response.status_code,
+            headers=headers,
+            content=body,
+            extensions=response.extensions,
+            parsed=parsed,
         )
 
     async def _event_stream(self, response: httpx.Response) -> httpx.Response:

@@ -38,6 +38,9 @@ from gateway.transport.a2a.upstream_http import BoundedTransport
 from gateway.transport.tls import MESSAGE_CEILING, TlsMaterial, channel_options
 from policies.identity import svid_dns_name, trust_domain_of
 
+_CONNECTIONS = 32
+"""Most connections open to one JSON-RPC upstream (calls beyond wait for one)."""
+
 
 @dataclass(slots=True)
 class UpstreamLink:
@@ -123,7 +126,10 @@ def _grpc_channel(entry: UpstreamEntry, tls: TlsMaterial) -> aio.Channel:
 
 
 def _http_client(entry: UpstreamEntry, tls: TlsMaterial, files: TlsSettings) -> httpx.AsyncClient:
-    limits = httpx.Limits(max_connections=32, max_keepalive_connections=8)
+    # Every connection may stay open: with fewer kept alive than opened, a burst
+    # of calls closes the surplus when it ends and the next one pays a TLS
+    # handshake per connection again (idle ones still close after httpx's 5 s).
+    limits = httpx.Limits(max_connections=_CONNECTIONS, max_keepalive_connections=_CONNECTIONS)
     if entry.id is None:  # http:// to a loopback IP (checked when the config was loaded)
         transport = BoundedTransport(httpx.AsyncHTTPTransport(limits=limits, retries=0))
     else:

@@ -6,8 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from a2a.types import Part
-from google.protobuf import json_format, struct_pb2
 from pydantic import BaseModel
+
+from gateway.transport.a2a.part_payloads import plain_json
 
 _JSON = "application/json"
 
@@ -20,10 +21,9 @@ def text_part(text: str) -> Part:
 def data_part(payload: BaseModel) -> Part:
     """One ``data`` part holding the fields of ``payload`` the caller set."""
     # Only what the caller set of the declared fields: nothing else leaves.
-    value = json_format.ParseDict(
-        payload.model_dump(mode="json", exclude_unset=True), struct_pb2.Value()
-    )
-    return Part(data=value, media_type=_JSON)
+    part = Part(media_type=_JSON)
+    part.data.struct_value.update(payload.model_dump(mode="json", exclude_unset=True))
+    return part
 
 
 def joined_text(parts: Sequence[Part]) -> dict[str, Any] | None:
@@ -36,5 +36,5 @@ def first_data(parts: Sequence[Part]) -> Any:
     """The first ``data`` part as plain JSON values; None when there is none."""
     for part in parts:
         if part.WhichOneof("content") == "data":
-            return json_format.MessageToDict(part.data)
+            return plain_json(part.data)
     return None
