@@ -190,7 +190,11 @@ class HttpEdge:
 
     def _guard(self, route: BaseRoute, binding: Binding) -> BaseRoute:
         if isinstance(route, Mount):
-            return Mount(route.path, routes=[self._guard(r, binding) for r in route.routes])
+            # The SDK's tenant mount (``/{tenant}/...``) takes every path of two or
+            # more segments: one it does not serve is refused and audited here too.
+            inner = [self._guard(r, binding) for r in route.routes]
+            unknown = Route("/{path:path}", self._unknown_path, methods=_METHODS)
+            return Mount(route.path, routes=[*inner, unknown])
         assert isinstance(route, Route)
         operation = _operation(route.path) if binding is Binding.REST else binding.value
         v0_3 = route.path.startswith(REST_PATH + V0_3_REST_PREFIX + "/")
@@ -257,8 +261,11 @@ class HttpEdge:
         0.3) or 0.3, as 0.3 clients do. A 0.3 client that asked for an event
         stream gets the error as one event, as its streams end.
         """
-        v0_3 = self._v0_3_compat and binding is Binding.JSONRPC
-        if not v0_3 or not (exchange.v0_3 or is_v0_3_version(claimed_version(exchange.metadata))):
+        if exchange.reached:  # the SDK parsed it: its method says which version
+            v0_3 = exchange.v0_3
+        else:
+            v0_3 = is_v0_3_version(claimed_version(exchange.metadata))
+        if not (self._v0_3_compat and binding is Binding.JSONRPC and v0_3):
             return _render(binding, error, request_id, sdk_code=sdk_code)
         body = jsonrpc_v0_3_error(error, request_id, sdk_code)
         if "text/event-stream" in request.headers.get("accept", ""):
