@@ -286,3 +286,46 @@ async def test_with_v0_3_compat_off_0_3_requests_are_refused_audited(
     assert rest.status_code == 404
     assert rest.json()["error"]["message"].startswith("INVALID_REQUEST: ")
     assert await new_records(alice, before) == [(BOB, "", "INVALID_REQUEST")] * 2
+
+
+@pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
+async def test_a_0_3_stream_ends_terminal_and_gives_its_limit_slot_back(
+    pki: Pki, alice: Agent, binding: str
+) -> None:
+    # The SDK's 0.3 adapters start a stream only once the response is sent; the
+    # edge starts it first, so the pipeline has adopted the slot by then.
+    before = await count(alice)
+    async with https_client(pki, "bob") as client:
+        if binding == "jsonrpc":
+            answer = await client.post(
+                alice.https_url + JSONRPC_PATH,
+                json=rpc("message/stream", v0_3_message("text.echo", {"text": "s"})),
+                headers={"Accept": "text/event-stream"},
+            )
+        else:
+            answer = await client.post(
+                f"{alice.https_url}{REST_V0_3}/message:stream",
+                json=v0_3_rest_message("text.echo", {"text": "s"}),
+                headers={"Accept": "text/event-stream"},
+            )
+    assert answer.status_code == 200
+    events = [
+        httpx.Response(200, content=line[5:].strip()).json()
+        for line in answer.text.splitlines()
+        if line.startswith("data:")
+    ]
+    if binding == "jsonrpc":
+        kinds = [e["result"]["kind"] for e in events]
+        assert kinds == ["task", "status-update", "artifact-update", "status-update"]
+        assert events[-1]["result"]["final"] is True
+        assert events[-1]["result"]["status"]["state"] == "completed"
+    else:
+        assert [next(iter(e)) for e in events] == [
+            "task",
+            "statusUpdate",
+            "artifactUpdate",
+            "statusUpdate",
+        ]
+        assert events[-1]["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert alice.limit_stats().in_flight_total == 0
+    assert await new_records(alice, before) == [(BOB, "text.echo", "OK")]
