@@ -312,7 +312,7 @@ class HttpEdge:
         return self._render(binding, error, request, exchange, request_id, sdk_code=code)
 
     async def _unknown_path(self, request: Request) -> Response:
-        exchange = Exchange(client_certificate(request.scope), (), "A2A HTTP")
+        exchange = Exchange(client_certificate(request.scope), _metadata(request), "A2A HTTP")
         binding = Binding.JSONRPC if request.url.path == JSONRPC_PATH else Binding.REST
         try:
             peer_id, _ = await self._handler.admit_peer(exchange.peer_cert_pem, exchange.operation)
