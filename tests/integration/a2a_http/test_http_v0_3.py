@@ -4,7 +4,7 @@ A 0.3 request (JSON-RPC ``message/send`` ... on the same path, REST under
 ``/a2a/rest/v1/...``) passes the edge's checks before its body is parsed,
 then the a2a-sdk translates it and the same servicer decides and audits it.
 These requests are written by hand in the 0.3 wire form; the a2a-go client
-itself runs in tests/interop/test_go_a2a_client.py.
+and Java SDK clients run in tests/interop/test_a2a_0_3_clients.py.
 """
 
 from __future__ import annotations

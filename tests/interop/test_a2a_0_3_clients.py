@@ -1,11 +1,14 @@
-"""A client that is not ours and speaks A2A 0.3: a2a-go v0.3.3, its own process.
+"""Clients that are not ours and speak A2A 0.3, each its own process, against ``serve``.
 
-The program (tests/interop/go/main.go, go.mod/go.sum pinned) uses the client as
-it comes: it reads the public card from /.well-known/agent-card.json, builds its
-client with ``NewFromCard`` (JSON-RPC, the card's ``url``/``preferredTransport``)
-and sends ``message/send``, ``message/stream`` and ``tasks/get``. Only its
-``http.Client`` is ours, for the client certificate. It is built once with the
-machine's Go into a cache outside the clone, keyed by the hash of its sources.
+- a2a-go v0.3.3 (tests/interop/go/main.go, go.mod/go.sum pinned): it reads the
+  public card, builds its client with ``NewFromCard`` (JSON-RPC, the card's
+  ``url``/``preferredTransport``) and sends ``message/send``, ``message/stream``
+  and ``tasks/get``. Built once with the machine's Go into a cache outside the
+  clone, keyed by the hash of its sources.
+- the A2A Java SDK 0.3.0.Final (tests/interop/java: pom.xml for the classpath,
+  A2AClient.java run by Java's source launcher), JSON-RPC, streaming by default.
+
+Only their HTTP client / TLS context is ours, for the client certificate.
 """
 
 from __future__ import annotations
@@ -24,6 +27,12 @@ from typing import Any
 
 import httpx
 import pytest
+from cryptography.hazmat.primitives.serialization import (
+    BestAvailableEncryption,
+    load_pem_private_key,
+    pkcs12,
+)
+from cryptography.x509 import load_pem_x509_certificate
 
 from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH
 from tests.a2a_http_support import V1_HEADERS, client_context, https_certificate, jsonrpc
@@ -31,6 +40,7 @@ from tests.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.support import Pki, audit_rows, grant, spiffe, write_policy
 
 GO_DIR = REPO / "tests" / "interop" / "go"
+JAVA_DIR = REPO / "tests" / "interop" / "java"
 GO_CACHE = Path(os.environ.get("A2AGW_INTEROP_GO_CACHE", "/var/cache/a2agw/interop-go"))
 BOB = spiffe("bob")
 CAP = 1024
@@ -215,3 +225,93 @@ def test_with_v0_3_compat_off_the_go_client_cannot_read_the_card(
     assert answer == {"card": {"error": "card parsing failed: unknown security scheme type "}}
     expected = Counter({CAROLS: 1})
     assert served_1_0_only.records_once_committed(expected) == expected
+
+
+def java_classpath() -> str:
+    """The Java client's classpath, resolved by Maven from tests/interop/java/pom.xml (cached)."""
+    if shutil.which("java") is None or shutil.which("mvn") is None:
+        pytest.skip("java/mvn not installed (.ci/run resolves the Java client)")
+    digest = hashlib.sha256((JAVA_DIR / "pom.xml").read_bytes()).hexdigest()[:16]
+    saved = GO_CACHE.parent / "interop-java" / digest / "classpath.txt"
+    stale = saved.is_file() and not all(map(os.path.isfile, saved.read_text().split(":")))
+    if not saved.is_file() or stale:  # stale: the local Maven repository was emptied
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["mvn", "-q", "-B", "dependency:build-classpath", f"-Dmdep.outputFile={saved}"],
+            cwd=JAVA_DIR,
+            check=True,
+            timeout=600,
+        )
+    return saved.read_text().strip()
+
+
+def _pkcs12(pki: Pki, name: str, path: Path, password: bytes) -> Path:
+    key = load_pem_private_key((pki.dir / f"{name}.key").read_bytes(), None)
+    cert = load_pem_x509_certificate((pki.dir / f"{name}.pem").read_bytes())
+    blob = pkcs12.serialize_key_and_certificates(
+        name.encode(),
+        key,
+        cert,
+        None,
+        BestAvailableEncryption(password),  # type: ignore[arg-type]
+    )
+    path.write_bytes(blob)
+    return path
+
+
+def test_the_java_sdk_0_3_client_with_its_defaults(
+    pki: Pki, served: Served, tmp_path: Path
+) -> None:
+    classpath = java_classpath()
+    config = tmp_path / "java-client.json"
+    config.write_text(
+        json.dumps(
+            {
+                "base_url": served.process.https_url,
+                "ca": str(pki.dir / "ca.pem"),
+                "p12": str(_pkcs12(pki, "bob", tmp_path / "bob.p12", b"interop")),
+                "p12_password": "interop",
+                "other_task_id": served.carol_task,
+                "refused_capability": "notes.delete",
+            }
+        )
+    )
+    result = subprocess.run(
+        ["java", "-cp", classpath, str(JAVA_DIR / "A2AClient.java"), str(config)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    answer = {step.pop("step"): step for step in map(json.loads, lines)}
+    base = served.process.https_url
+    assert answer["card"] == {
+        "url": base + JSONRPC_PATH,
+        "preferredTransport": "JSONRPC",
+        "protocolVersion": "0.3",
+        "streaming": True,
+    }
+    stream = [
+        "task:submitted",
+        "status-update:working",
+        "artifact-update",
+        "status-update:completed",
+    ]
+    for step, output in [("send_data", {"text": "hello"}), ("send_text", {"text": "hello text"})]:
+        assert answer[step]["events"] == stream, answer[step]  # it streams: the card says so
+        assert (answer[step]["state"], answer[step]["output"]) == ("completed", output)
+    assert answer["refused"]["error"].startswith("CAPABILITY_NOT_GRANTED: ")
+    assert answer["get_own"] == {"id": answer["send_data"]["id"], "state": "completed"}
+    assert answer["get_other"]["error"].startswith("TASK_NOT_FOUND: ")
+    assert answer["no_cert"]["error"].startswith("UNAUTHENTICATED: ")
+    expected = Counter(
+        {
+            CAROLS: 1,
+            (BOB, "text.echo", "allow", "OK"): 2,
+            (BOB, "notes.delete", "refuse", "CAPABILITY_NOT_GRANTED"): 1,
+            (BOB, "", "refuse", "TASK_NOT_FOUND"): 1,
+            ("", "", "refuse", "UNAUTHENTICATED"): 1,
+        }
+    )
+    assert served.records_once_committed(expected) == expected
