@@ -158,10 +158,21 @@ async def test_another_peers_task_is_not_found_in_0_3_too(pki: Pki, alice: Agent
             alice.https_url + JSONRPC_PATH, json=rpc("tasks/get", {"id": task_id})
         )
         rest_answer = await carol.get(f"{alice.https_url}{REST_V0_3}/tasks/{task_id}")
+        cancel = await carol.post(
+            alice.https_url + JSONRPC_PATH, json=rpc("tasks/cancel", {"id": task_id})
+        )
+        resubscribe = await carol.post(
+            alice.https_url + JSONRPC_PATH,
+            json=rpc("tasks/resubscribe", {"id": task_id}),
+            headers={"Accept": "text/event-stream"},
+        )
     assert_v0_3_refusal(rpc_answer.json(), "TASK_NOT_FOUND", -32001)
     assert rest_answer.status_code == 404
     assert rest_answer.json()["error"]["message"].startswith("TASK_NOT_FOUND: ")
-    assert await new_records(alice, before) == [(CAROL, "", "TASK_NOT_FOUND")] * 2
+    assert_v0_3_refusal(cancel.json(), "TASK_NOT_FOUND", -32001)
+    [event] = [line[5:] for line in resubscribe.text.splitlines() if line.startswith("data:")]
+    assert_v0_3_refusal(httpx.Response(200, content=event.strip()).json(), "TASK_NOT_FOUND", -32001)
+    assert await new_records(alice, before) == [(CAROL, "", "TASK_NOT_FOUND")] * 4
 
 
 async def test_a_0_3_rest_send_is_served_and_its_task_is_the_callers(
