@@ -179,7 +179,12 @@ class Agent:
             reuse_port=config.workers > 1,
         )
         self._https: A2AHttpServer | None = None
-        self._edge = HttpEdge(self.handler, a2a_servicer, self.public_card.get)
+        self._edge = HttpEdge(
+            self.handler,
+            a2a_servicer,
+            self.public_card.get,
+            v0_3_compat=config.a2a.v0_3_compat,
+        )
         """The A2A HTTP bindings: same servicer, handler and audit as gRPC (served if so set)."""
         self.health = HealthMonitor(
             {
@@ -346,6 +351,7 @@ class Agent:
             self.address,
             jsonrpc_url=f"{base}{JSONRPC_PATH}" if base else "",
             rest_url=f"{base}{REST_PATH}" if base else "",
+            v0_3=self.config.a2a.v0_3_compat,
             sign=self._sign_card,
         )
 

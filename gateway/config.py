@@ -48,6 +48,7 @@ Example::
     [a2a]                        # optional
     http_listen = "127.0.0.1:7443"   # A2A JSON-RPC and HTTP+JSON over HTTPS (off when absent)
     task_retention = "7d"        # finished A2A tasks older than this are deleted (the default)
+    v0_3_compat = true           # also serve A2A 0.3 clients, behind the same checks (the default)
 
     [metrics]                    # optional; off unless configured
     listen = "127.0.0.1:9464"    # Prometheus text format at /metrics
@@ -259,12 +260,19 @@ class A2ASettings(_Frozen):
             changed longer ago than this are deleted, at start and hourly
             (default ``"7d"``); ``GetTask`` then answers ``TASK_NOT_FOUND``.
             Unfinished tasks are never deleted.
+        v0_3_compat: Also serve A2A 0.3 clients on the HTTP bindings (JSON-RPC
+            ``message/send`` ..., REST ``/v1/...``), translated to 1.0 by the
+            a2a-sdk's compat layer before the same servicer decides, and list
+            the 0.3 interfaces (and v0.3 card fields) on the cards. Default
+            True: most deployed A2A clients speak 0.3, and the translation
+            adds no authority (docs/a2a-v0_3.md).
     """
 
     http_listen: ListenAddress | None = None
     http_url: str | None = None
     default_capability: str | None = None
     task_retention: Duration = timedelta(days=7)
+    v0_3_compat: bool = True
 
     @field_validator("default_capability")
     @classmethod

@@ -246,6 +246,7 @@ def _card(args: argparse.Namespace) -> int:
         args.url or config.listen,
         jsonrpc_url=f"{base}{JSONRPC_PATH}" if base else "",
         rest_url=f"{base}{REST_PATH}" if base else "",
+        v0_3=config.a2a.v0_3_compat,
         sign=card_signer(config.id, lambda: tls),  # signed as the served card is
     )
     print(json_format.MessageToJson(public_card(config.id, issuer), indent=2))

@@ -75,9 +75,11 @@ def test_the_printed_card_lists_the_https_bindings_and_is_signed(pki: Pki, tmp_p
     result = run("card", "--config", str(config), "--url", "alice.example:7001")
     assert result.returncode == 0, result.stderr
     card = json_format.ParseDict(json.loads(result.stdout), a2a_pb2.AgentCard())
-    assert [(i.protocol_binding, i.url) for i in card.supported_interfaces] == [
-        ("GRPC", "alice.example:7001"),
-        ("JSONRPC", "https://alice.example:7443/a2a/jsonrpc"),
-        ("HTTP+JSON", "https://alice.example:7443/a2a/rest"),
+    assert [(i.protocol_binding, i.url, i.protocol_version) for i in card.supported_interfaces] == [
+        ("GRPC", "alice.example:7001", "1.0"),
+        ("JSONRPC", "https://alice.example:7443/a2a/jsonrpc", "1.0"),
+        ("HTTP+JSON", "https://alice.example:7443/a2a/rest", "1.0"),
+        ("JSONRPC", "https://alice.example:7443/a2a/jsonrpc", "0.3"),  # as served (v0_3_compat)
+        ("HTTP+JSON", "https://alice.example:7443/a2a/rest", "0.3"),
     ]
     verify_card(card, (pki.dir / "ca.pem").read_bytes(), spiffe("alice"))

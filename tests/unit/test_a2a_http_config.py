@@ -51,3 +51,10 @@ def test_the_public_url_must_be_https_without_a_path() -> None:
     for wrong in ("http://agent.example", "https://agent.example/"):
         with pytest.raises(ValidationError, match="http_url"):
             A2ASettings(http_url=wrong)
+
+
+def test_v0_3_compat_is_on_by_default_and_only_a_bool() -> None:
+    assert config().a2a.v0_3_compat is True
+    assert config(a2a={"v0_3_compat": False}).a2a.v0_3_compat is False
+    with pytest.raises(ValidationError, match="v0_3_compat"):
+        config(a2a={"v0_3_compat": "sometimes"})

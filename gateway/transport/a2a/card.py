@@ -39,6 +39,8 @@ PROTOCOL_BINDING = "GRPC"
 JSONRPC_BINDING = "JSONRPC"
 REST_BINDING = "HTTP+JSON"
 PROTOCOL_VERSION = "1.0"
+LEGACY_PROTOCOL_VERSION = "0.3"
+"""Listed for the HTTP bindings too when ``[a2a] v0_3_compat`` is on."""
 MTLS_SCHEME = "mtls"
 _MEDIA = "application/json"
 
@@ -58,26 +60,38 @@ class CardIssuer:
         grpc_address: ``host:port`` of the gRPC binding.
         jsonrpc_url: URL of the JSON-RPC binding ("" when not served).
         rest_url: Base URL of the HTTP+JSON binding ("" when not served).
+        v0_3: The HTTP bindings also serve A2A 0.3 (``[a2a] v0_3_compat``).
         sign: Adds the agent's signature to a finished card (None: unsigned).
     """
 
     grpc_address: str
     jsonrpc_url: str = ""
     rest_url: str = ""
+    v0_3: bool = False
     sign: Callable[[a2a_pb2.AgentCard], a2a_pb2.AgentCard] | None = None
 
     def interfaces(self) -> list[a2a_pb2.AgentInterface]:
-        """Every interface served, gRPC first (the card's preferred one)."""
+        """Every interface served, gRPC first (the card's preferred one).
+
+        The 0.3 interfaces come after every 1.0 one, JSON-RPC first: a 1.0
+        client takes the first interface of its binding, and the a2a-sdk
+        makes the card's v0.3 fields (``url``, ``preferredTransport``) from
+        the first 0.3 interface, which 0.3 clients (a2a-go: JSON-RPC or
+        gRPC only) then call.
+        """
         served = [
-            (PROTOCOL_BINDING, self.grpc_address),
-            (JSONRPC_BINDING, self.jsonrpc_url),
-            (REST_BINDING, self.rest_url),
+            (PROTOCOL_BINDING, self.grpc_address, PROTOCOL_VERSION),
+            (JSONRPC_BINDING, self.jsonrpc_url, PROTOCOL_VERSION),
+            (REST_BINDING, self.rest_url, PROTOCOL_VERSION),
         ]
+        if self.v0_3:
+            served += [
+                (JSONRPC_BINDING, self.jsonrpc_url, LEGACY_PROTOCOL_VERSION),
+                (REST_BINDING, self.rest_url, LEGACY_PROTOCOL_VERSION),
+            ]
         return [
-            a2a_pb2.AgentInterface(
-                url=url, protocol_binding=binding, protocol_version=PROTOCOL_VERSION
-            )
-            for binding, url in served
+            a2a_pb2.AgentInterface(url=url, protocol_binding=binding, protocol_version=version)
+            for binding, url, version in served
             if url
         ]
 

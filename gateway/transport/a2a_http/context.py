@@ -26,6 +26,7 @@ from gateway.inbound.pipeline import EdgeSlot
 
 EXCHANGE_KEY = "a2agw.exchange"
 """Where the edge keeps a request's :class:`Exchange` (ASGI scope and call-context state)."""
+VERSION_METADATA = "a2a-version"
 
 
 class Aborted(Exception):
@@ -50,6 +51,8 @@ class Exchange:
         request_id: The JSON-RPC request id, once the SDK has parsed it.
         slot: The limit slot the edge took before reading the body; the
             pipeline adopts it (``edge_slot``), else the edge gives it back.
+        v0_3: The request is A2A 0.3, parsed and translated to 1.0 by the
+            a2a-sdk's compat layer (a 0.3 REST path, or a 0.3 JSON-RPC method).
     """
 
     peer_cert_pem: bytes | None
@@ -60,7 +63,34 @@ class Exchange:
     refusal: GatewayError | None = None
     request_id: str | int | None = None
     slot: EdgeSlot | None = None
+    v0_3: bool = False
     _done: list[Callable[[], None]] = field(default_factory=list)
+
+
+def claimed_version(metadata: tuple[tuple[str, str], ...]) -> str | None:
+    """The ``A2A-Version`` the client sent (None: none)."""
+    for key, value in metadata:
+        if key == VERSION_METADATA:
+            return value.strip()
+    return None
+
+
+def is_v0_3_version(version: str | None) -> bool:
+    """True for what a 0.3 client sends: no ``A2A-Version`` (the spec's 0.3), ``0.3``, ``0.3.x``."""
+    return version is None or version == "0.3" or version.startswith("0.3.")
+
+
+def translated_metadata(metadata: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """The metadata of a 0.3 request once the SDK translated it to 1.0.
+
+    The servicer then sees the version of the request it is given (1.0). A
+    version no 0.3 client sends (``0.2``, ``2.0``) stays as sent, so the
+    servicer's version check refuses it, audited, as on every binding.
+    """
+    if not is_v0_3_version(claimed_version(metadata)):
+        return metadata
+    kept = tuple((key, value) for key, value in metadata if key != VERSION_METADATA)
+    return (*kept, (VERSION_METADATA, "1.0"))
 
 
 class HttpServicerContext:

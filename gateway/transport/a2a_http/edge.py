@@ -27,12 +27,20 @@ same servicer method, decision path and audit record as on gRPC. A request
 the SDK refuses itself (not JSON, not JSON-RPC, params that do not parse,
 unknown method) never reaches the servicer: the edge audits it as
 ``INVALID_REQUEST`` and answers it with our reason added.
+
+With ``[a2a] v0_3_compat`` the same routes also take A2A 0.3 requests (the
+SDK's compat adapters: JSON-RPC ``message/send`` ... on the same path, REST
+under ``/a2a/rest/v1/...``). They pass the same edge first (every route here
+is guarded, and a JSON-RPC request is checked before its method is known);
+the SDK translates them to 1.0 and calls the same handler. A 0.3 stream the
+SDK does not start itself is run to its first event here, so a refusal is
+answered and the limit slot adopted before the response goes out.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from enum import Enum
 from typing import Any
 
@@ -45,6 +53,8 @@ from a2a.server.routes import (
 )
 from a2a.types import a2a_pb2
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
+from a2a.utils.errors import A2AError
+from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -55,14 +65,27 @@ from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge, Unauth
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.pipeline import InFlight
 from gateway.transport.a2a.servicer import A2AServicer
-from gateway.transport.a2a_http.context import EXCHANGE_KEY, Exchange, run_done_callbacks
-from gateway.transport.a2a_http.handler import ServicerRequestHandler
+from gateway.transport.a2a_http.context import (
+    EXCHANGE_KEY,
+    Exchange,
+    claimed_version,
+    is_v0_3_version,
+    run_done_callbacks,
+)
+from gateway.transport.a2a_http.handler import ServicerRequestHandler, speaks_v0_3
 from gateway.transport.a2a_http.protocol import client_certificate
 from gateway.transport.a2a_http.stream_errors import ErrorBody, with_our_stream_errors
-from gateway.transport.a2a_http.wire_errors import http_status, jsonrpc_error, rest_error
+from gateway.transport.a2a_http.wire_errors import (
+    http_status,
+    jsonrpc_error,
+    jsonrpc_v0_3_error,
+    rest_error,
+)
 
 JSONRPC_PATH = "/a2a/jsonrpc"
 REST_PATH = "/a2a/rest"
+V0_3_REST_PREFIX = "/v1"
+"""Where the SDK's 0.3 REST routes live under :data:`REST_PATH` (``/v1/message:send`` ...)."""
 ENVELOPE_BYTES = 64 * 1024
 """What a request may hold besides its payload (ids, metadata, JSON-RPC framing)."""
 IDENTITY_HEADERS = frozenset(
@@ -88,16 +111,36 @@ class Binding(Enum):
     REST = "HTTP+JSON"
 
 
+class _SdkVersionHeaders(dict[str, str]):
+    """The ``A2A-Version`` the SDK's own check is shown: the one it expects.
+
+    The SDK checks A2A-Version itself, before any identity and unaudited: its
+    1.0 routes want 1.0, its 0.3 adapters 0.3. It is told what the route that
+    parsed the request wants (the 0.3 adapters set the method before they
+    check), so the servicer's check (metadata a2a-version, after identity,
+    audited, the same as on gRPC) is the one that decides.
+    """
+
+    def __init__(self, state: MutableMapping[str, Any]) -> None:
+        super().__init__()
+        self._state = state
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``a2a-version`` (any case): "0.3" for a 0.3 request, else "1.0"."""
+        if key.lower() != "a2a-version":
+            return default
+        return "0.3" if speaks_v0_3(self._state) else "1.0"
+
+
 class _ContextBuilder(ServerCallContextBuilder):
     """Hands the edge's :class:`Exchange` to the request handler through the call context."""
 
     def build(self, request: Request) -> ServerCallContext:
-        # The SDK checks A2A-Version itself, before any identity and unaudited;
-        # it is told "1.0" so the servicer's check (metadata a2a-version, after
-        # identity, audited, the same as on gRPC) is the one that decides.
-        return ServerCallContext(
-            state={"headers": {"a2a-version": "1.0"}, EXCHANGE_KEY: request.scope[EXCHANGE_KEY]}
-        )
+        context = ServerCallContext(state={EXCHANGE_KEY: request.scope[EXCHANGE_KEY]})
+        # Set on the context's own state (the model copies what it is given),
+        # where the SDK puts the method before it checks the version.
+        context.state["headers"] = _SdkVersionHeaders(context.state)
+        return context
 
 
 class HttpEdge:
@@ -108,8 +151,11 @@ class HttpEdge:
         handler: InvokeHandler,
         servicer: A2AServicer,
         public_card: Callable[[], a2a_pb2.AgentCard],
+        *,
+        v0_3_compat: bool = False,
     ) -> None:
         self._handler = handler
+        self._v0_3_compat = v0_3_compat
         self._public_card = public_card
         self._sdk_handler = ServicerRequestHandler(servicer)
         self._card_served: tuple[a2a_pb2.AgentCard, dict[str, Any]] | None = None
@@ -117,8 +163,16 @@ class HttpEdge:
     def app(self) -> Starlette:
         """The Starlette app: public card, JSON-RPC, REST, and a refusal for any other path."""
         builder = _ContextBuilder()
-        jsonrpc = create_jsonrpc_routes(self._sdk_handler, JSONRPC_PATH, context_builder=builder)
-        rest = create_rest_routes(self._sdk_handler, context_builder=builder, path_prefix=REST_PATH)
+        compat = self._v0_3_compat
+        jsonrpc = create_jsonrpc_routes(
+            self._sdk_handler, JSONRPC_PATH, context_builder=builder, enable_v0_3_compat=compat
+        )
+        rest = create_rest_routes(
+            self._sdk_handler,
+            context_builder=builder,
+            path_prefix=REST_PATH,
+            enable_v0_3_compat=compat,
+        )
         routes: list[BaseRoute] = [
             Route(AGENT_CARD_WELL_KNOWN_PATH, self._card, methods=["GET"]),
             *(self._guard(route, Binding.JSONRPC) for route in jsonrpc),
@@ -137,31 +191,41 @@ class HttpEdge:
 
     def _guard(self, route: BaseRoute, binding: Binding) -> BaseRoute:
         if isinstance(route, Mount):
-            return Mount(route.path, routes=[self._guard(r, binding) for r in route.routes])
+            # The SDK's tenant mount (``/{tenant}/...``) takes every path of two or
+            # more segments: one it does not serve is refused and audited here too.
+            inner = [self._guard(r, binding) for r in route.routes]
+            unknown = Route("/{path:path}", self._unknown_path, methods=_METHODS)
+            return Mount(route.path, routes=[*inner, unknown])
         assert isinstance(route, Route)
         operation = _operation(route.path) if binding is Binding.REST else binding.value
+        v0_3 = route.path.startswith(REST_PATH + V0_3_REST_PREFIX + "/")
         return Route(
             route.path,
-            self._guarded(route.endpoint, binding, operation, _in_flight(operation)),
+            self._guarded(route.endpoint, binding, operation, _in_flight(operation), v0_3=v0_3),
             methods=list(route.methods or ()),
         )
 
     def _guarded(
-        self, endpoint: Any, binding: Binding, operation: str, kind: InFlight
+        self, endpoint: Any, binding: Binding, operation: str, kind: InFlight, *, v0_3: bool
     ) -> _ENDPOINT:
         async def guarded(request: Request) -> Response:
             exchange = Exchange(
-                client_certificate(request.scope), _metadata(request), f"A2A {operation}"
+                client_certificate(request.scope),
+                _metadata(request),
+                f"A2A {operation}",
+                v0_3=v0_3,
             )
             try:
                 body = await self._admit(request, exchange, kind)
             except GatewayError as err:
-                return _render(binding, err)
+                return self._render(binding, err, request, exchange)
             scope = {**request.scope, EXCHANGE_KEY: exchange}
             try:
                 response: Response = await endpoint(
                     Request(scope, receive=_replay(body, request.receive))
                 )
+                if isinstance(response, EventSourceResponse) and not exchange.reached:
+                    response = await _started(response, exchange)
             except BaseException:
                 run_done_callbacks(exchange)
                 raise
@@ -172,14 +236,43 @@ class HttpEdge:
                 exchange.slot.release_unless_adopted()
             if exchange.refusal is not None:
                 run_done_callbacks(exchange)
-                return _render(binding, exchange.refusal, exchange.request_id)
+                return self._render(
+                    binding, exchange.refusal, request, exchange, exchange.request_id
+                )
             if not exchange.reached:  # the SDK refused it before our handler ran
-                return await self._sdk_refusal(exchange, binding, response)
-            return _then(
-                with_our_stream_errors(response, exchange, _error_body(binding, exchange)), exchange
-            )
+                return await self._sdk_refusal(exchange, binding, response, request)
+            error_body = _error_body(binding, exchange, v0_3=self._v0_3_compat and exchange.v0_3)
+            return _then(with_our_stream_errors(response, exchange, error_body), exchange)
 
         return guarded
+
+    def _render(
+        self,
+        binding: Binding,
+        error: GatewayError,
+        request: Request,
+        exchange: Exchange,
+        request_id: str | int | None = None,
+        *,
+        sdk_code: int | None = None,
+    ) -> Response:
+        """``error`` in the binding's form, and in the 0.3 form for a 0.3 JSON-RPC client.
+
+        Before the SDK has parsed a JSON-RPC request its method is not known;
+        its client then speaks 0.3 if it sends no ``A2A-Version`` (the spec's
+        0.3) or 0.3, as 0.3 clients do. A 0.3 client that asked for an event
+        stream gets the error as one event, as its streams end.
+        """
+        if exchange.reached:  # the SDK parsed it: its method says which version
+            v0_3 = exchange.v0_3
+        else:
+            v0_3 = is_v0_3_version(claimed_version(exchange.metadata))
+        if not (self._v0_3_compat and binding is Binding.JSONRPC and v0_3):
+            return _render(binding, error, request_id, sdk_code=sdk_code)
+        body = jsonrpc_v0_3_error(error, request_id, sdk_code)
+        if "text/event-stream" in request.headers.get("accept", ""):
+            return EventSourceResponse(_one_event(json.dumps(body)))
+        return JSONResponse(body)
 
     async def _admit(self, request: Request, exchange: Exchange, kind: InFlight) -> bytes:
         """Identity, limits, no identity headers, the body within the caller's limit.
@@ -213,15 +306,15 @@ class HttpEdge:
             )
 
     async def _sdk_refusal(
-        self, exchange: Exchange, binding: Binding, response: Response
+        self, exchange: Exchange, binding: Binding, response: Response, request: Request
     ) -> Response:
         code, message, request_id = _sdk_error(response, binding)
         error = InvalidRequest(message or "the request is not a valid A2A request")
         await self._handler.refuse(exchange.peer_id, error, exchange.operation)
-        return _render(binding, error, request_id, sdk_code=code)
+        return self._render(binding, error, request, exchange, request_id, sdk_code=code)
 
     async def _unknown_path(self, request: Request) -> Response:
-        exchange = Exchange(client_certificate(request.scope), (), "A2A HTTP")
+        exchange = Exchange(client_certificate(request.scope), _metadata(request), "A2A HTTP")
         binding = Binding.JSONRPC if request.url.path == JSONRPC_PATH else Binding.REST
         try:
             peer_id, _ = await self._handler.admit_peer(exchange.peer_cert_pem, exchange.operation)
@@ -229,11 +322,49 @@ class HttpEdge:
             raise await self._handler.refuse(peer_id, error, exchange.operation)
         except GatewayError as err:
             not_found = isinstance(err, InvalidRequest) and binding is Binding.REST
-            return _render(binding, err, sdk_code=404 if not_found else None)
+            return self._render(
+                binding, err, request, exchange, sdk_code=404 if not_found else None
+            )
+
+
+async def _started(response: EventSourceResponse, exchange: Exchange) -> EventSourceResponse:
+    """``response`` with its stream run to the first event (the SDK's 0.3 adapters start
+    it only once the response is sent): the servicer has then admitted or refused it."""
+    events = aiter(response.body_iterator)
+    try:
+        first = await anext(events)
+    except StopAsyncIteration:
+        return response
+    except A2AError:  # the 0.3 REST adapter lets a refusal out of its stream
+        if exchange.refusal is None:
+            raise
+        return response
+    if exchange.refusal is not None:  # the 0.3 JSON-RPC adapter made it an event: ours is sent
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        return response
+    response.body_iterator = _chained(first, events)
+    return response
+
+
+async def _chained(first: Any, rest: Any) -> Any:
+    yield first
+    async for event in rest:
+        yield event
+
+
+async def _one_event(data: str) -> Any:
+    yield {"data": data}
 
 
 def _operation(path: str) -> str:
-    """The A2A method a REST route serves, for the audit record of an SDK refusal."""
+    """The A2A method a REST route serves (1.0 or 0.3 path), for the audit record."""
+    path = path.removeprefix(REST_PATH)
+    if path.startswith(V0_3_REST_PREFIX + "/"):
+        path = path.removeprefix(V0_3_REST_PREFIX)
+        if path == "/card":
+            return "GetExtendedAgentCard"
     known = {
         "/message:send": "SendMessage",
         "/message:stream": "SendStreamingMessage",
@@ -243,7 +374,7 @@ def _operation(path: str) -> str:
         "/tasks": "ListTasks",
         "/extendedAgentCard": "GetExtendedAgentCard",
     }
-    return known.get(path.removeprefix(REST_PATH), "push notification config")
+    return known.get(path, "push notification config")
 
 
 def _in_flight(operation: str) -> InFlight:
@@ -331,8 +462,13 @@ def _sdk_error(response: Response, binding: Binding) -> tuple[int, str, str | in
     return response.status_code, message, None
 
 
-def _error_body(binding: Binding, exchange: Exchange) -> ErrorBody:
-    """How ``binding`` puts an error in a body (a stream's error event, once it started)."""
+def _error_body(binding: Binding, exchange: Exchange, *, v0_3: bool) -> ErrorBody:
+    """How ``binding`` puts an error in a body (a stream's error event, once it started).
+
+    A 0.3 JSON-RPC client gets the 0.3 error form, as before its stream started.
+    """
+    if binding is Binding.JSONRPC and v0_3:
+        return lambda error: jsonrpc_v0_3_error(error, exchange.request_id)
     if binding is Binding.JSONRPC:
         return lambda error: jsonrpc_error(error, exchange.request_id)
     return rest_error

@@ -13,9 +13,10 @@ traceback); the edge answers it in the binding's own error form
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
+from a2a.compat.v0_3.jsonrpc_adapter import JSONRPC03Adapter
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
 from a2a.server.request_handlers.request_handler import RequestHandler
@@ -29,20 +30,38 @@ from gateway.transport.a2a_http.context import (
     Aborted,
     Exchange,
     HttpServicerContext,
+    translated_metadata,
 )
-from gateway.transport.a2a_http.wire_errors import from_grpc_status, message_of
+from gateway.transport.a2a_http.wire_errors import (
+    from_grpc_status,
+    message_of,
+    v0_3_error_data,
+)
 
 _Response = TypeVar("_Response")
 _STREAM_EVENTS = ("task", "message", "status_update", "artifact_update")
 _log = logging.getLogger(__name__)
+V0_3_JSONRPC_METHODS = frozenset(JSONRPC03Adapter.METHOD_TO_MODEL)
+"""The A2A 0.3 JSON-RPC methods (``message/send`` ...) the SDK's compat layer translates."""
 
 
 class Refused(A2AError):
     """The servicer refused the request; the edge renders ``error`` for the binding."""
 
-    def __init__(self, error: GatewayError) -> None:
-        super().__init__(message_of(error))
+    def __init__(self, error: GatewayError, data: dict[str, Any] | None = None) -> None:
+        # ``data``: what the SDK's 0.3 adapter puts in a JSON-RPC error it streams.
+        super().__init__(message_of(error), data)
         self.error = error
+
+
+def speaks_v0_3(state: Mapping[str, Any]) -> bool:
+    """True when the SDK's 0.3 compat layer parsed this request (its method, or its REST path).
+
+    ``state``: the call context's (the SDK sets ``method`` there once parsed).
+    """
+    exchange = state.get(EXCHANGE_KEY)
+    method = state.get("method")
+    return (isinstance(exchange, Exchange) and exchange.v0_3) or method in V0_3_JSONRPC_METHODS
 
 
 def exchange_of(context: ServerCallContext) -> Exchange:
@@ -76,6 +95,9 @@ class ServicerRequestHandler(RequestHandler):
     def _enter(context: ServerCallContext) -> Exchange:
         exchange = exchange_of(context)
         exchange.reached = True  # from here on the servicer audits whatever happens
+        if speaks_v0_3(context.state):
+            exchange.v0_3 = True
+            exchange.metadata = translated_metadata(exchange.metadata)
         request_id = context.state.get("request_id")
         if isinstance(request_id, str | int):
             exchange.request_id = request_id
@@ -85,7 +107,7 @@ class ServicerRequestHandler(RequestHandler):
     def _refused(exchange: Exchange, aborted: Aborted) -> Refused:
         error = from_grpc_status(aborted.status)
         exchange.refusal = error
-        return Refused(error)
+        return Refused(error, v0_3_error_data(error) if exchange.v0_3 else None)
 
     async def on_message_send(
         self, params: a2a_pb2.SendMessageRequest, context: ServerCallContext

@@ -16,6 +16,11 @@ then ours (``domain="a2agw.v1"``, ``reason`` = our reason code). Every
 ``ErrorInfo`` carries our reason in ``metadata["a2agw.reason"]``, and every
 message starts with ``REASON: `` as well, because a client of another SDK may
 keep nothing but the message.
+
+A2A 0.3 JSON-RPC clients (``[a2a] v0_3_compat``) get the 0.3 form: a code the
+0.3 specification defines (else ``-32000``), and ``error.data`` an object, as
+0.3 clients decode it (a2a-go: ``map[string]any``, appending ``data.error`` to
+its error): ``{"error": "REASON: message", "reason", "domain", "details"}``.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ REASON_METADATA = "a2agw.reason"
 """``ErrorInfo.metadata`` key holding our reason code."""
 GATEWAY_REFUSAL_CODE = -32000
 """JSON-RPC code of a refusal the spec defines no code for (the reason is in ``data``)."""
+V0_3_JSONRPC_CODES = frozenset({-32700, -32600, -32601, -32602, -32603, *range(-32007, -32000)})
+"""The JSON-RPC error codes A2A 0.3 defines (1.0 added -32008, -32009)."""
 
 HTTP_STATUS: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
@@ -105,6 +112,32 @@ def jsonrpc_error(error: GatewayError, request_id: str | int | None) -> dict[str
             "code": jsonrpc_code(error),
             "message": message_of(error),
             "data": error_infos(error),
+        },
+    }
+
+
+def v0_3_error_data(error: GatewayError) -> dict[str, Any]:
+    """``error.data`` for an A2A 0.3 client: an object, our reason in ``reason`` and ``error``."""
+    return {
+        "error": message_of(error),
+        "reason": error.reason,
+        "domain": ERROR_DOMAIN,
+        "details": error_infos(error),
+    }
+
+
+def jsonrpc_v0_3_error(
+    error: GatewayError, request_id: str | int | None, code: int | None = None
+) -> dict[str, Any]:
+    """A whole JSON-RPC 2.0 error response for an A2A 0.3 client (``code``: the SDK's, if any)."""
+    code = jsonrpc_code(error) if code is None else code
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "error": {
+            "code": code if code in V0_3_JSONRPC_CODES else GATEWAY_REFUSAL_CODE,
+            "message": message_of(error),
+            "data": v0_3_error_data(error),
         },
     }
 

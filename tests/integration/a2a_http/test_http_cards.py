@@ -26,12 +26,25 @@ async def test_the_public_card_needs_no_certificate_and_lists_every_interface(
     async with https_client(pki, None) as client:
         response = await client.get(alice.https_url + "/.well-known/agent-card.json")
     assert response.status_code == 200
-    card = card_of(response.json())
+    document = response.json()
+    card = card_of(document)
     assert [(i.protocol_binding, i.url, i.protocol_version) for i in card.supported_interfaces] == [
         ("GRPC", alice.address, "1.0"),
         ("JSONRPC", alice.https_url + JSONRPC_PATH, "1.0"),
         ("HTTP+JSON", alice.https_url + REST_PATH, "1.0"),
+        ("JSONRPC", alice.https_url + JSONRPC_PATH, "0.3"),  # [a2a] v0_3_compat (default)
+        ("HTTP+JSON", alice.https_url + REST_PATH, "0.3"),
     ]
+    # The v0.3 fields, from the first 0.3 interface: what a 0.3 client reads.
+    assert (document["url"], document["preferredTransport"], document["protocolVersion"]) == (
+        alice.https_url + JSONRPC_PATH,
+        "JSONRPC",
+        "0.3",
+    )
+    assert document["additionalInterfaces"] == [
+        {"transport": "HTTP+JSON", "url": alice.https_url + REST_PATH}
+    ]
+    assert document["securitySchemes"]["mtls"]["type"] == "mutualTLS"
     assert not card.skills and card.capabilities.extended_agent_card
     assert card.capabilities.streaming  # truthful: SendStreamingMessage and SubscribeToTask stream
     verify_card(card, (pki.dir / "ca.pem").read_bytes(), spiffe("alice"))
@@ -63,7 +76,7 @@ async def test_the_extended_card_is_the_callers_on_all_three_bindings(
             "text.echo",
             "text.search",
         ]
-        assert len(card.supported_interfaces) == 3
+        assert len(card.supported_interfaces) == 5  # 1.0 on three bindings, 0.3 on two
         verify_card(card, ca, spiffe("alice"))
 
 
@@ -94,7 +107,7 @@ async def test_the_cards_list_the_configured_public_url(pki: Pki, alice: Agent) 
     alice.config = alice.config.model_copy(update={"a2a": public})
     alice.public_card.invalidate()
     card = alice.public_card.get()
-    assert [i.url for i in card.supported_interfaces][1:] == [
+    assert [i.url for i in card.supported_interfaces][1:] == 2 * [
         "https://alice.example:443" + JSONRPC_PATH,
         "https://alice.example:443" + REST_PATH,
     ]
