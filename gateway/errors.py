@@ -491,13 +491,16 @@ class TaskInterrupted(GatewayError):
 
 
 class AgentStopping(GatewayError):
-    """This agent process is stopping: a stream it cannot end with its task's end is cut.
+    """This agent process is stopping: it takes no new task, and cuts what it cannot end.
 
-    Said of a subscription following a task another process runs: the task
-    goes on there; subscribe again (another worker or replica), or poll.
+    Said of a message that would start a background task (nothing ran: send it
+    again, to another worker or replica or later, with a new ``message_id``),
+    and of a subscription following a task another process runs: the task goes
+    on there; subscribe again, or poll.
     """
 
     reason = "AGENT_STOPPING"
+    nothing_ran = True  # no task was started, and a subscription runs nothing
     peer_may_answer = True  # what a serving agent says of itself
 
 

@@ -36,6 +36,7 @@ from datetime import timedelta
 from typing import Any
 
 from gateway.errors import (
+    AgentStopping,
     Cancelled,
     GatewayError,
     StateUnavailable,
@@ -110,12 +111,12 @@ class TaskRuns:
         the call's slot is given back.
 
         Raises:
-            StateUnavailable: the task could not be saved, or the agent is
-                stopping (nothing ran).
+            StateUnavailable: the task could not be saved (nothing ran).
+            AgentStopping: the agent is stopping (nothing ran).
         """
         try:
             if self._closing:
-                raise StateUnavailable(
+                raise AgentStopping(
                     "the agent is stopping; send the message again later, with a new message_id"
                 )
             await self._store.save(task, self.runner, _lease_ms())

@@ -478,10 +478,10 @@ async def test_a_stream_asked_for_while_the_agent_stops_is_refused_once(
         async for _ in call:
             pass
     assert info.value.code() is grpc.StatusCode.UNAVAILABLE
-    assert gateway_reason(info.value) == "STATE_UNAVAILABLE"
+    assert gateway_reason(info.value) == "AGENT_STOPPING"
     new = (await records(alice))[before:]
     assert [(r.decision, r.reason, r.detail) for r in new] == [
-        ("refuse", "STATE_UNAVAILABLE", "A2A SendStreamingMessage")
+        ("refuse", "AGENT_STOPPING", "A2A SendStreamingMessage")
     ]
     assert gate.runs == 0 and alice.limit_stats().in_flight_total == 0
 
