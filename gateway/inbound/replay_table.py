@@ -182,14 +182,13 @@ class ReplayTable(ReplayWindow):
 
     def _store(self, start: int, digest: bytes, now_ms: int, until_ms: int) -> bool:
         """The locked part of :meth:`_remember`."""
-        # Read in place: a copy of the run (1.5 KB) per sighting cost more than the walk.
-        run = self._map
-        at = _slot_of(run, digest, start)
+        run = self._map[start : start + _RUN_BYTES]
+        at = _slot_of(run, digest)
         if at >= 0:
-            if _UNTIL.unpack_from(run, start + at + _DIGEST_BYTES)[0] > now_ms:
+            if _UNTIL.unpack_from(run, at + _DIGEST_BYTES)[0] > now_ms:
                 return False
         else:
-            at = _first_free(run, now_ms, start)
+            at = _first_free(run, now_ms)
             if at < 0:
                 where = "in memory" if self._path is None else str(self._path)
                 raise StateUnavailable(
@@ -226,21 +225,20 @@ def size_replay_file(path: Path, capacity: int) -> bool:
     return True
 
 
-def _slot_of(table: mmap.mmap, digest: bytes, start: int) -> int:
-    """Offset from ``start`` of the slot of the run there holding ``digest``; -1 if none."""
-    end = start + _RUN_BYTES
-    at = table.find(digest, start, end)
-    while at >= 0 and (at - start) % _SLOT.size:  # a match across two slots is not a slot
-        at = table.find(digest, at + 1, end)
-    return at - start if at >= 0 else -1
+def _slot_of(run: bytes, digest: bytes) -> int:
+    """Byte offset of the slot holding ``digest`` in ``run``; -1 if none does."""
+    at = run.find(digest)
+    while at >= 0 and at % _SLOT.size:  # a match across two slots is not a slot
+        at = run.find(digest, at + 1)
+    return at
 
 
-def _first_free(table: mmap.mmap, now_ms: int, start: int) -> int:
-    """Offset from ``start`` of the run's first never-used or expired slot; -1 if all are live."""
+def _first_free(run: bytes, now_ms: int) -> int:
+    """Byte offset of the first never-used or expired slot in ``run``; -1 if all are live."""
     # Slot by slot: with at most half the table live, the home slot usually is free.
-    for until_at in range(start + _DIGEST_BYTES, start + _RUN_BYTES, _SLOT.size):
-        if _UNTIL.unpack_from(table, until_at)[0] <= now_ms:
-            return until_at - _DIGEST_BYTES - start
+    for until_at in range(_DIGEST_BYTES, _RUN_BYTES, _SLOT.size):
+        if _UNTIL.unpack_from(run, until_at)[0] <= now_ms:
+            return until_at - _DIGEST_BYTES
     return -1
 
 
