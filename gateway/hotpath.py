@@ -2,7 +2,8 @@
 
 The modules in :data:`COMPILED_MODULES` are strictly typed code every call
 runs (the audit record's checked fields, its canonical bytes and chain hash,
-the pipeline's checks, the handler that admits, runs and audits a call).
+the pipeline's checks and policy steps, the call as the transport hands it
+over, the handler that admits, runs and audits it, and the capability runner).
 ``python scripts/build_hotpath.py`` compiles them with mypyc into
 ``gateway/_compiled/`` (not in git, not needed: a machine without a compiler
 simply runs the Python). :func:`install`, called once by ``gateway/__init__``
@@ -36,6 +37,9 @@ COMPILED_MODULES = (
     "gateway.audit.record",
     "gateway.inbound.pipeline",
     "gateway.inbound.invoke_handler",
+    "gateway.inbound.call",
+    "policies.decisions",
+    "capabilities.runner",
 )
 """The modules the build compiles (each strictly typed, run by every call)."""
 PURE_PYTHON_ENV = "A2AGW_PURE_PYTHON"
