@@ -436,9 +436,8 @@ class InvokeHandler:
             raise
         else:
             late = None
-        if (
-            late is not None
-        ):  # nothing ran: the key stays free for a retry (see _AWAIT_OUTSIDE_EXCEPT)
+        if late is not None:  # awaited outside the handler: see _AWAIT_OUTSIDE_EXCEPT
+            # Nothing ran: the key stays free for a retry.
             await self._idempotency.release(ident)
             raise late
         served = str(admission.capability.version)
