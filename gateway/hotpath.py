@@ -1,8 +1,10 @@
-"""Which per-call path runs: mypyc-compiled copies of a few pure modules, or the Python.
+"""Which per-call path runs: mypyc-compiled copies of a few modules, or the Python.
 
-The modules in :data:`COMPILED_MODULES` are strictly typed pure functions every
-call runs (the audit record's checked fields, its canonical bytes and chain
-hash). ``python scripts/build_hotpath.py`` compiles them with mypyc into
+The modules in :data:`COMPILED_MODULES` are strictly typed code every call
+runs (the audit record's checked fields, its canonical bytes and chain hash,
+the pipeline's checks and policy steps, the call as the transport hands it
+over, the handler that admits, runs and audits it, and the capability runner).
+``python scripts/build_hotpath.py`` compiles them with mypyc into
 ``gateway/_compiled/`` (not in git, not needed: a machine without a compiler
 simply runs the Python). :func:`install`, called once by ``gateway/__init__``
 before any of them is imported, puts a finder in front of ``sys.meta_path``
@@ -30,8 +32,16 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
 
-COMPILED_MODULES = ("gateway.audit.chain", "gateway.audit.record", "gateway.inbound.pipeline")
-"""The modules the build compiles (each strictly typed, pure, run by every call)."""
+COMPILED_MODULES = (
+    "gateway.audit.chain",
+    "gateway.audit.record",
+    "gateway.inbound.pipeline",
+    "gateway.inbound.invoke_handler",
+    "gateway.inbound.call",
+    "policies.decisions",
+    "capabilities.runner",
+)
+"""The modules the build compiles (each strictly typed, run by every call)."""
 PURE_PYTHON_ENV = "A2AGW_PURE_PYTHON"
 """Set to ``1`` to run the Python modules even where a compiled build is present."""
 COMPILED_DIR = Path(__file__).parent / "_compiled"

@@ -32,7 +32,7 @@ from gateway.errors import (
     UnknownPeer,
     VersionNotAvailable,
 )
-from policies.grants import PeerGrant
+from policies.grants import CapabilityGrant, PeerGrant
 from policies.policy_file import Policy
 
 
@@ -77,6 +77,8 @@ class PolicyQuery:
         now: The decision time.
         grant: Set by ``known_peer``.
         chosen: Set by ``version_available``.
+        entries: The grant's entries naming the capability, set by
+            ``capability_granted`` (read again by ``version_available``).
     """
 
     policy: Policy
@@ -88,6 +90,7 @@ class PolicyQuery:
     now: datetime
     grant: PeerGrant | None = None
     chosen: Capability | None = None
+    entries: tuple[CapabilityGrant, ...] | None = None
 
     def admission(self) -> Admission:
         """The admission, once every step has passed."""
@@ -116,7 +119,8 @@ def capability_granted(query: PolicyQuery) -> None:
     (audit only) keeps which.
     """
     assert query.grant is not None
-    if not query.grant.entries_for(query.capability):
+    query.entries = query.grant.entries_for(query.capability)
+    if not query.entries:
         exists = query.registry.has(query.capability)
         detail = "not in grant" if exists else "capability not registered"
         raise CapabilityNotGranted("capability not granted to this peer", detail=detail)
@@ -125,7 +129,9 @@ def capability_granted(query: PolicyQuery) -> None:
 def version_available(query: PolicyQuery) -> None:
     """Step 4: the highest version request and grant allow (``VERSION_NOT_AVAILABLE``)."""
     assert query.grant is not None
-    entries = query.grant.entries_for(query.capability)
+    entries = query.entries
+    if entries is None:  # run on its own (tests): not after capability_granted
+        entries = query.grant.entries_for(query.capability)
     query.chosen = _highest_granted(
         query.registry,
         query.capability,

@@ -65,6 +65,11 @@ ADMITTED = "ADMITTED"
 PeerCallBinder = Callable[[float, str, str], PeerCall]
 """Makes a capability's ``call_peer`` from (deadline, task_id, step_id)."""
 
+# _AWAIT_OUTSIDE_EXCEPT: this module is compiled by mypyc (gateway.hotpath), and
+# mypyc 2.4 corrupts the exception being handled when an ``except`` block awaits
+# and then re-raises (a segmentation fault later, when asyncio formats it). So a
+# handler here only notes the error; the await and the ``raise`` come after it.
+
 
 @dataclass(frozen=True, slots=True)
 class AdmittedCall:
@@ -231,19 +236,23 @@ class InvokeHandler:
         try:
             self.pipeline.admit_describe(inbound)
         except GatewayError as err:
-            await self._record_refusal(
-                err,
-                self._record(
-                    inbound.call, inbound.peer_id, "", "refuse", err.reason, started, operation
-                ),
-            )
-            if inbound.slot is not None:
-                inbound.slot.release()
-            raise
+            refusal: GatewayError | None = err
         except BaseException:
             if inbound.slot is not None:
                 inbound.slot.release()
             raise
+        else:
+            refusal = None
+        if refusal is not None:  # awaited outside the handler: see _AWAIT_OUTSIDE_EXCEPT
+            await self._record_refusal(
+                refusal,
+                self._record(
+                    inbound.call, inbound.peer_id, "", "refuse", refusal.reason, started, operation
+                ),
+            )
+            if inbound.slot is not None:
+                inbound.slot.release()
+            raise refusal
         if not keep and kind is not InFlight.HOLD and inbound.slot is not None:
             inbound.slot.release()
         return inbound
@@ -290,19 +299,29 @@ class InvokeHandler:
         try:
             await self.pipeline.admit_call(inbound)
         except GatewayError as err:
-            if inbound.slot is not None:  # refused by a check after within_limits
-                inbound.slot.release()
-            await self._record_refusal(
-                err,
-                self._record(  # the decoded call, if the refusal came after decoding
-                    inbound.call, inbound.peer_id, "", "refuse", err.reason, started, err.detail
-                ),
-            )
-            raise
+            refusal: GatewayError | None = err
         except BaseException:
             if inbound.slot is not None:
                 inbound.slot.release()
             raise
+        else:
+            refusal = None
+        if refusal is not None:  # awaited outside the handler: see _AWAIT_OUTSIDE_EXCEPT
+            if inbound.slot is not None:  # refused by a check after within_limits
+                inbound.slot.release()
+            await self._record_refusal(
+                refusal,
+                self._record(  # the decoded call, if the refusal came after decoding
+                    inbound.call,
+                    inbound.peer_id,
+                    "",
+                    "refuse",
+                    refusal.reason,
+                    started,
+                    refusal.detail,
+                ),
+            )
+            raise refusal
         assert inbound.payload is not None
         return AdmittedCall(inbound.call, inbound.admission, inbound.payload, started, inbound.slot)
 
@@ -334,16 +353,22 @@ class InvokeHandler:
         try:
             outcome = await self._execute(call, admission, admitted.payload, ctx)
         except GatewayError as err:
-            await self._audit.record_durable(
-                self._record(call, peer_id, served, "allow", err.reason, started, err.detail)
-            )
-            raise
+            failure: GatewayError | None = err
         except asyncio.CancelledError as err:
             detail = str(err.args[0]) if err.args and isinstance(err.args[0], str) else ""
             self._audit.record(
                 self._record(call, peer_id, served, "allow", Cancelled.reason, started, detail)
             )
             raise
+        else:
+            failure = None
+        if failure is not None:  # awaited outside the handler: see _AWAIT_OUTSIDE_EXCEPT
+            await self._audit.record_durable(
+                self._record(
+                    call, peer_id, served, "allow", failure.reason, started, failure.detail
+                )
+            )
+            raise failure
         self._audit.record(
             self._record(
                 call,
@@ -402,14 +427,19 @@ class InvokeHandler:
         try:
             result = await run_capability(admission.capability, payload, ctx)
         except DeadlineExceeded as err:
-            if err.detail == NOT_STARTED:  # nothing ran: the key stays free for a retry
-                await self._idempotency.release(ident)
-            else:
+            if err.detail != NOT_STARTED:
                 self._idempotency.leave_in_doubt(ident)
-            raise
+                raise
+            late: DeadlineExceeded | None = err
         except BaseException:
             self._idempotency.leave_in_doubt(ident)
             raise
+        else:
+            late = None
+        if late is not None:  # awaited outside the handler: see _AWAIT_OUTSIDE_EXCEPT
+            # Nothing ran: the key stays free for a retry.
+            await self._idempotency.release(ident)
+            raise late
         served = str(admission.capability.version)
         # Stored before the cap check: the write happened, so a retry must get
         # this same answer (or the same OUTPUT_TOO_LARGE), never a second write.
@@ -456,16 +486,22 @@ class InvokeHandler:
             peer_id=peer_id,
             # Escaped as well as cut: a refused envelope can hold control or
             # bidi characters, and not every reader of the log escapes them.
-            capability=printable(call.capability[:128]),
-            version_constraint=printable(call.version_constraint[:128]),
+            capability=_shown(call.capability),
+            version_constraint=_shown(call.version_constraint),
             served_version=served,
             decision=decision,  # type: ignore[arg-type]
             reason=reason,
             payload_size=call.payload_size,
             payload_sha256=call.payload_sha256,
             latency_ms=(time.perf_counter() - started) * 1000.0,
-            task_id=printable(call.task_id[:128]),
-            step_id=printable(call.step_id[:128]),
+            task_id=_shown(call.task_id),
+            step_id=_shown(call.step_id),
             detail=detail,
             trace_id=current_trace_id(),
         )
+
+
+def _shown(text: str) -> str:
+    """A name or id of the call as its record holds it: cut to 128 characters, escaped."""
+    # Most are empty (no task, no constraint): no slice, no scan.
+    return printable(text[:128]) if text else ""

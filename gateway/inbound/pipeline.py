@@ -74,6 +74,8 @@ from policies.identity import spiffe_id_from_pem
 from policies.store import PolicyStore
 
 _ANY_VERSION = VersionConstraint.parse("")
+_NAMED_TEXTS = ("capability", "version_constraint", "task_id", "step_id", "idempotency_key")
+"""The call's names and ids checked for control or bidi characters, as refusals name them."""
 _log = logging.getLogger(__name__)
 
 
@@ -271,17 +273,21 @@ class DecisionPipeline:
             raise InvalidRequest(call.problem)
         if not REQUEST_ID.fullmatch(call.request_id):
             raise InvalidRequest("request_id must be 1-128 characters of [A-Za-z0-9._:-]")
-        for name, text in (
-            ("capability", call.capability),
-            ("version_constraint", call.version_constraint),
-            ("task_id", call.task_id),
-            ("step_id", call.step_id),
-            ("idempotency_key", call.idempotency_key),
-        ):
-            if has_unsafe_characters(text):
-                # Never a legitimate name or id, and shown to operators later:
-                # refused here, and still escaped wherever it is displayed.
-                raise InvalidRequest(f"{name} holds a control or bidi character")
+        texts = (
+            call.capability,
+            call.version_constraint,
+            call.task_id,
+            call.step_id,
+            call.idempotency_key,
+        )
+        # One scan of them all (a character class cannot match across a join);
+        # only a refusal looks for which one it was.
+        if has_unsafe_characters("".join(texts)):
+            for name, text in zip(_NAMED_TEXTS, texts, strict=True):
+                if has_unsafe_characters(text):
+                    # Never a legitimate name or id, and shown to operators later:
+                    # refused here, and still escaped wherever it is displayed.
+                    raise InvalidRequest(f"{name} holds a control or bidi character")
         if call.deadline_unix_ms < 0:
             # Read as "no deadline" it would let a caller opt out of its own deadline.
             raise InvalidRequest("deadline_unix_ms must be 0 (none) or a positive Unix time")
@@ -335,7 +341,8 @@ class DecisionPipeline:
 
     def valid_input(self, inbound: Inbound) -> None:
         """The payload parses into the chosen version's input contract."""
-        model = inbound.admission.capability.contract.input_model
+        assert inbound.query is not None and inbound.query.chosen is not None
+        model = inbound.query.chosen.contract.input_model  # no Admission built for it
         try:
             inbound.payload = model.model_validate_json(inbound.call.payload)
         except ValidationError as err:

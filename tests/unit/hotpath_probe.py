@@ -4,7 +4,9 @@
 record and chain functions answer (bytes, hashes, errors) for a fixed set of
 records, valid and not, as JSON. ``write DB``: a log of the same valid records
 written by this path. ``verify DB``: this path's verification of a log, and
-its stored hashes.
+its stored hashes. ``calls DIR``: a real agent's ``InvokeHandler`` (certificates
+minted in DIR) given a fixed set of calls, allowed, refused and failing: each
+answer, the audit records they left and how often the write capability ran.
 """
 
 from __future__ import annotations
@@ -15,13 +17,18 @@ import json
 import math
 import sqlite3
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
+from capabilities import CallContext, ContractModel, capability
 from gateway import hotpath
 from gateway.audit import AuditLog, AuditRecord, verify_chain
 from gateway.audit.chain import GENESIS_HASH, canonical_bytes, chained_row, record_hash
 from gateway.audit.record import checked_fields
+from gateway.errors import GatewayError
+from gateway.inbound.call import InvokeCall
 
 BASE: dict[str, Any] = {
     "time_unix_ms": 1_767_225_600_123,
@@ -125,6 +132,96 @@ def verify(db: Path) -> dict[str, Any]:
     return {"ok": report.ok, "records": report.records, "hashes": hashes}
 
 
+class Nothing(ContractModel):
+    """test.slow's input and output."""
+
+    n: int = 0
+
+
+@capability("test.slow", "1.0.0", risk="read", timeout=0.05)
+async def slow(inp: Nothing, ctx: CallContext) -> Nothing:
+    """Sleeps past its timeout (a failure after admission)."""
+    await asyncio.sleep(5)
+    return Nothing()
+
+
+CALLS: list[dict[str, Any]] = [
+    {"capability": "text.echo", "payload": b'{"text":"hi"}'},
+    {"capability": "text.echo", "payload": b'{"text":"hi"}', "request_id": "call-0"},
+    {"capability": "text.search", "payload": b'{"query":"x"}'},
+    {"capability": "no.such", "payload": b"{}"},
+    {"capability": "text.echo", "version_constraint": "^9", "payload": b'{"text":"x"}'},
+    {"capability": "text.echo", "version_constraint": "^^", "payload": b'{"text":"x"}'},
+    {"capability": "text.echo", "payload": b'{"text":1}'},
+    {"capability": "text.echo", "payload": b"not json"},
+    {"capability": "text.echo", "payload": b'{"text":"x"}', "task_id": "t\u202e"},
+    {"capability": "text.echo", "payload": b'{"text":"x"}', "request_id": "bad id"},
+    {"capability": "text.echo", "payload": b'{"text":"x"}', "cert": None},
+    {"capability": "text.echo", "payload": b'{"text":"x"}', "deadline": -1.0},
+    {"capability": "notes.write", "payload": b'{"note":"a"}', "idempotency_key": "k1"},
+    {"capability": "notes.write", "payload": b'{"note":"a"}', "idempotency_key": "k1"},
+    {"capability": "notes.write", "payload": b'{"note":"b"}', "idempotency_key": "k1"},
+    {"capability": "notes.write", "payload": b'{"note":"c"}', "task_id": "task-1"},
+    {"capability": "test.slow", "payload": b"{}"},
+]
+"""Calls every path must answer, audit and run (or not) alike."""
+
+
+async def _calls(base: Path) -> dict[str, Any]:
+    from tests.support import (
+        WriteCounter,
+        agent_config,
+        audit_rows,
+        grant,
+        make_pki,
+        standard_registry,
+        started,
+        write_policy,
+    )
+
+    pki = make_pki(base)
+    allowed = ["text.echo", "notes.write", "test.slow"]
+    policy = write_policy(base / "policy.toml", [grant("bob", allowed)])
+    counter = WriteCounter()
+    registry = standard_registry(counter, base / "state")
+    registry.register(slow)
+    config = agent_config(pki, base, "alice", policy)
+    agent = await started(config, registry)
+    cert = pki.material("bob").cert_pem
+    answers: list[Any] = []
+    try:
+        for n, spec in enumerate(CALLS):
+            call = InvokeCall(
+                spec.get("cert", cert),
+                spec.get("request_id", f"call-{n}"),
+                spec["capability"],
+                spec.get("version_constraint", ""),
+                spec["payload"],
+                time.monotonic() + spec.get("deadline", 30.0),
+                task_id=spec.get("task_id", ""),
+                idempotency_key=spec.get("idempotency_key", ""),
+            )
+            try:
+                outcome = await agent.handler.invoke(call)
+            except GatewayError as err:
+                answers.append([type(err).__name__, err.reason, str(err), err.detail])
+            else:
+                answers.append([outcome.served_version, outcome.payload.hex(), outcome.replayed])
+        await agent.audit.flush()
+    finally:
+        await agent.stop()
+    records = [
+        {k: v for k, v in rec.to_json_dict().items() if k not in ("time_unix_ms", "latency_ms")}
+        for rec in audit_rows(config.audit_db)
+    ]
+    return {
+        "active": hotpath.ACTIVE,
+        "answers": answers,
+        "records": records,
+        "writes": counter.calls,
+    }
+
+
 def main() -> None:
     """Entry point: ``results``, ``write DB`` or ``verify DB``; JSON on stdout."""
     command = sys.argv[1]
@@ -135,6 +232,9 @@ def main() -> None:
         print(json.dumps({"active": hotpath.ACTIVE}))
     elif command == "verify":
         print(json.dumps({"active": hotpath.ACTIVE, **verify(Path(sys.argv[2]))}))
+    elif command == "calls":
+        with tempfile.TemporaryDirectory(dir=sys.argv[2]) as base:
+            print(json.dumps(asyncio.run(_calls(Path(base)))))
 
 
 if __name__ == "__main__":

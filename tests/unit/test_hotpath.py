@@ -101,6 +101,42 @@ def test_a_log_written_by_either_path_verifies_under_both(
     assert verdicts[("compiled", "pure")]["hashes"] == verdicts[("pure", "pure")]["hashes"]
 
 
+def test_both_paths_decide_run_and_audit_calls_alike(tmp_path: Path) -> None:
+    # The handler and the pipeline are compiled too: a real agent's handler,
+    # given the same calls on each path, must answer, record and run alike.
+    pure_calls = probe(True, "calls", str(tmp_path))
+    reasons = [answer[1] if len(answer) == 4 else "OK" for answer in pure_calls["answers"]]
+    assert reasons == [
+        "OK",
+        "REPLAYED_REQUEST",
+        "CAPABILITY_NOT_GRANTED",
+        "CAPABILITY_NOT_GRANTED",
+        "VERSION_NOT_AVAILABLE",
+        "INVALID_REQUEST",
+        "INVALID_INPUT",
+        "INVALID_INPUT",
+        "INVALID_REQUEST",
+        "INVALID_REQUEST",
+        "UNAUTHENTICATED",
+        "DEADLINE_EXCEEDED",
+        "OK",
+        "OK",
+        "IDEMPOTENCY_CONFLICT",
+        "OK",
+        "CAPABILITY_TIMEOUT",
+    ]
+    assert pure_calls["answers"][13][2] is True  # the idempotent replay
+    assert pure_calls["writes"] == 2  # the replay and the conflict ran nothing
+    # One record per call, plus the write-ahead ADMITTED of each admitted write.
+    assert len(pure_calls["records"]) == len(reasons) + 4
+    compiled_calls = probe(False, "calls", str(tmp_path))
+    if not compiled_calls["active"].startswith("compiled"):
+        pytest.skip(f"no compiled hot path here ({compiled_calls['active']})")
+    assert compiled_calls["answers"] == pure_calls["answers"]
+    assert compiled_calls["records"] == pure_calls["records"]
+    assert compiled_calls["writes"] == pure_calls["writes"]
+
+
 def _fake_build(base: Path, manifest: dict[str, Any] | None, with_files: bool) -> Path:
     out = base / "_compiled"
     out.mkdir()
