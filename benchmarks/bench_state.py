@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gateway.audit import AuditLog, AuditRecord, verify_chain
 from gateway.audit.pg_read import verify_agent_chains
 from gateway.postgres.dsn import PostgresDsn
+from gateway.storage import open_audit_reader, open_chain_writer
 from gateway.transport.client import PeerClient
 from tests.agent_process import AgentProcess, write_agent_toml
 from tests.postgres import PostgresCluster, remove_cluster, start_cluster
@@ -65,7 +66,7 @@ def _record(n: int) -> AuditRecord:
 
 async def audit_rates(where: Path | PostgresDsn, durable: int, plain: int) -> dict[str, float]:
     """Records/s of one store: durable (64 waiting callers) and fire-and-forget."""
-    log = AuditLog(where, agent_id=ALICE)
+    log = AuditLog(open_chain_writer(where, agent_id=ALICE))
     await log.start()
     counter = itertools.count()
 
@@ -82,7 +83,7 @@ async def audit_rates(where: Path | PostgresDsn, durable: int, plain: int) -> di
     await log.flush()
     plain_rate = plain / (time.perf_counter() - started)
     await log.close()
-    report = verify_chain(where, ALICE)
+    report = verify_chain(open_audit_reader(where), ALICE)
     if not report.ok or report.records != durable // 64 * 64 + plain:
         raise SystemExit(f"audit chain of {where} does not verify: {report}")
     return {"durable_records_per_s": durable_rate, "plain_records_per_s": plain_rate}

@@ -19,7 +19,6 @@ from capabilities.registry import CapabilityRegistry
 from gateway import hotpath
 from gateway.audit import AuditLog
 from gateway.audit.checkpoint import Checkpointer, CheckpointSigner
-from gateway.audit.query import recent_request_ids
 from gateway.audit.signer_archive import remember_signer, signers_file
 from gateway.config import AgentConfig, WorkloadApiTls
 from gateway.console import ConsoleServer
@@ -41,7 +40,7 @@ from gateway.plans.step_events import EventSink
 from gateway.plans.store import TaskStore
 from gateway.plans.task import TaskResult
 from gateway.private_files import private_dir
-from gateway.storage import open_stores
+from gateway.storage import open_audit_reader, open_chain_writer, open_stores
 from gateway.telemetry import Telemetry
 from gateway.telemetry.health_http import HealthState
 from gateway.transport.a2a import A2AServicer
@@ -119,9 +118,7 @@ class Agent:
         self.telemetry.metrics.label_capabilities(cap.name for cap in self.registry)
         self._checkpoints = self._checkpointer()
         self.audit = AuditLog(
-            config.audit_db,
-            agent_id=config.id,
-            sync=config.audit_sync,
+            open_chain_writer(config.audit_db, agent_id=config.id, sync=config.audit_sync),
             checkpoints=self._checkpoints,
             retry_seconds=config.audit_retry_seconds,
             observer=self.telemetry.metrics if self.telemetry.metrics.enabled else None,
@@ -423,8 +420,7 @@ class Agent:
             return  # the window outlives the process in the shared table
         window = self.replay.window_seconds
         now_ms = time.time() * 1000
-        recent = recent_request_ids(
-            self.config.audit_db,
+        recent = open_audit_reader(self.config.audit_db).recent_request_ids(
             agent=self.config.id,
             since=timedelta(seconds=window),
             limit=self.replay.max_entries,

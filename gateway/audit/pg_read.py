@@ -14,6 +14,7 @@ from datetime import timedelta
 import psycopg
 
 from gateway.audit._schema import CHAIN_COLUMNS, RECORD_COLUMNS, record_from_row
+from gateway.audit.filter import AuditFilter
 from gateway.audit.record import AuditRecord
 from gateway.audit.verify import VerifyReport, verify_rows
 from gateway.errors import ConfigError
@@ -54,43 +55,26 @@ def _connect(dsn: PostgresDsn) -> psycopg.Connection[tuple[object, ...]]:
     return conn
 
 
-def query_agent_records(
-    dsn: PostgresDsn,
-    *,
-    agent: str | None = None,
-    refusals_only: bool = False,
-    peer: str | None = None,
-    capability: str | None = None,
-    since: timedelta | None = None,
-    limit: int | None = None,
-    trace_id: str | None = None,
-) -> list[AgentRecord]:
-    """Records of every agent (or ``agent``) matching every filter, oldest first.
+def query_agent_records(dsn: PostgresDsn, wanted: AuditFilter) -> list[AgentRecord]:
+    """Records of every agent (or ``wanted.agent``) matching ``wanted``, oldest first.
 
     Raises:
         ConfigError: The database cannot be read or holds no audit schema.
     """
-    if limit is not None and limit < 0:
-        raise ConfigError(f"audit query limit must be >= 0, not {limit}")
-    where: list[str] = []
-    params: list[object] = []
-    for column, value in (("agent_id", agent), ("peer_id", peer), ("capability", capability)):
-        if value is not None:
-            where.append(f"{column} = %s")
-            params.append(value)
-    if refusals_only:
-        where.append("decision = 'refuse'")
-    if trace_id is not None:
-        where.append("trace_id = %s")
-        params.append(trace_id.lower())
-    if since is not None:
+    wanted.check_limit()
+    where, params = wanted.clauses("%s")
+    if wanted.agent is not None:
+        where.append("agent_id = %s")
+        params.append(wanted.agent)
+    oldest_ms = wanted.oldest_ms()
+    if oldest_ms is not None:
         where.append("time_unix_ms >= %s")
-        params.append(int((time.time() - since.total_seconds()) * 1000))
+        params.append(oldest_ms)
     sql = _SELECT + (f" WHERE {' AND '.join(where)}" if where else "")
     sql += " ORDER BY time_unix_ms DESC, agent_id, seq DESC"
-    if limit is not None:
+    if wanted.limit is not None:
         sql += " LIMIT %s"
-        params.append(limit)
+        params.append(wanted.limit)
     conn = _connect(dsn)
     try:
         rows = conn.execute(sql, params).fetchall()
@@ -214,29 +198,9 @@ class PostgresAuditReader:
         """True: the table holds one chain per agent id."""
         return True
 
-    def query(
-        self,
-        *,
-        agent: str | None = None,
-        refusals_only: bool = False,
-        peer: str | None = None,
-        capability: str | None = None,
-        since: timedelta | None = None,
-        limit: int | None = None,
-        trace_id: str | None = None,
-    ) -> list[AuditRecord]:
+    def query(self, wanted: AuditFilter) -> list[AuditRecord]:
         """Matching records, ordered by time (see :func:`query_agent_records` for their agents)."""
-        found = query_agent_records(
-            self._dsn,
-            agent=agent,
-            refusals_only=refusals_only,
-            peer=peer,
-            capability=capability,
-            since=since,
-            limit=limit,
-            trace_id=trace_id,
-        )
-        return [entry.record for entry in found]
+        return [entry.record for entry in query_agent_records(self._dsn, wanted)]
 
     def recent_request_ids(
         self, *, agent: str, since: timedelta, limit: int, refusals: Collection[str]

@@ -14,6 +14,7 @@ from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_c
 from capabilities.registry import CapabilityRegistry
 from capabilities.versions import VersionConstraint, VersionSyntaxError
 from gateway.audit import parse_since, query_records
+from gateway.audit.filter import AuditFilter
 from gateway.config import load_agent_config
 from gateway.display import json_for_terminals, printable
 from gateway.errors import AgentConfigError, ConfigError
@@ -104,7 +105,8 @@ def _replay(args: argparse.Namespace) -> int:
             raise ConfigError("policy replay --db postgresql://...: name the agent with --agent ID")
     elif agent is not None:
         raise ConfigError("--agent: a SQLite audit log holds one agent; give a PostgreSQL DSN")
-    report = replay(query_records(args.db, agent=agent, since=since), candidate, registry)
+    recorded = query_records(open_audit_reader(args.db), AuditFilter(agent=agent, since=since))
+    report = replay(recorded, candidate, registry)
     if args.json:
         text = json.dumps(changes_as_json(report), sort_keys=True, ensure_ascii=False)
         print(json_for_terminals(text))

@@ -18,6 +18,7 @@ from capabilities.loading import AgentEnvironment
 from capabilities.registry import CapabilityRegistry
 from gateway.agent import Agent
 from gateway.audit import format_table, query_records, verify_chain
+from gateway.audit.filter import AuditFilter
 from gateway.config import AgentConfig, PeerEntry
 from gateway.devtools.demo_plan import (
     DEMO_GRANTED,
@@ -28,6 +29,7 @@ from gateway.devtools.demo_plan import (
 from gateway.devtools.pki import init_ca, issue
 from gateway.errors import GatewayError
 from gateway.postgres.dsn import PostgresDsn
+from gateway.storage import open_audit_reader
 from gateway.transport.client import PeerClient
 from gateway.transport.tls import TlsMaterial
 from policies.grants import PolicyDocument
@@ -203,7 +205,7 @@ async def run_demo(postgres: str | None = None) -> int:
         finally:
             for agent in agents.values():
                 await agent.stop()
-        report = verify_chain(configs["alice"].audit_db, configs["alice"].id)
+        report = verify_chain(open_audit_reader(configs["alice"].audit_db), configs["alice"].id)
         print(
             f"\naudit chain of alice: {'intact' if report.ok else 'BROKEN'} "
             f"({report.records} records)"
@@ -271,4 +273,5 @@ def _show_audit(db: Path | PostgresDsn, agent: str, started: float) -> None:
     print(f"\nRefusals in alice's audit log ({name}; no payload content is stored):")
     # A shared database also holds earlier runs: show this one's.
     this_run = timedelta(seconds=time.time() - started)
-    print(format_table(query_records(db, agent=agent, refusals_only=True, since=this_run)))
+    wanted = AuditFilter(agent=agent, refusals_only=True, since=this_run)
+    print(format_table(query_records(open_audit_reader(db), wanted)))

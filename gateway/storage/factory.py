@@ -4,14 +4,13 @@ A location is a :class:`~pathlib.Path` (SQLite, the default, under
 ``state_dir``) or a :class:`~gateway.postgres.dsn.PostgresDsn` (shared by every
 replica of an agent id; see docs/fleet.md). Implementations are imported where
 they are chosen, so an agent on SQLite never loads the PostgreSQL driver, and
-the modules that use these functions (``gateway.audit.query``, ...) may be
-imported by the implementations without a cycle.
+the stores themselves never import this module: their callers (the agent,
+the CLI, the console, the benchmarks) open a store here and pass it in.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -20,7 +19,8 @@ from gateway.postgres.dsn import PostgresDsn
 
 if TYPE_CHECKING:
     from gateway.audit._writer import ChainWriter
-    from gateway.audit.follow import AuditFeed, FollowFilter
+    from gateway.audit.filter import AuditFilter
+    from gateway.audit.follow import AuditFeed
     from gateway.audit.reader import AuditReader
     from gateway.config import AgentConfig
     from gateway.inbound.idempotency import IdempotencyStore
@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Stores:
-    """The state stores of one agent process (the audit log is opened by
-    :class:`~gateway.audit.log.AuditLog` through :func:`open_chain_writer`)."""
+    """The state stores of one agent process (the audit log is an
+    :class:`~gateway.audit.log.AuditLog` over :func:`open_chain_writer`)."""
 
     idempotency: IdempotencyStore
     """Idempotency keys and the answers they stand for."""
@@ -137,8 +137,10 @@ def open_chain_writer(
         sync: SQLite ``synchronous`` level (see :class:`~gateway.audit.log.AuditLog`).
 
     Raises:
-        ConfigError: A DSN without an ``agent_id``.
+        ConfigError: A DSN without an ``agent_id``, or ``busy_timeout_ms`` < 0.
     """
+    if busy_timeout_ms < 0:
+        raise ConfigError(f"audit busy_timeout_ms must be >= 0, not {busy_timeout_ms}")
     if isinstance(where, PostgresDsn):
         from gateway.audit._pg_writer import PostgresChainWriter
 
@@ -173,21 +175,23 @@ def open_key_admin(config: AgentConfig) -> KeyAdmin:
 
 
 def open_audit_feed(
-    where: Path | PostgresDsn,
-    wanted: FollowFilter,
-    *,
-    since: timedelta | None = None,
-    agent_id: str = "",
+    where: Path | PostgresDsn, wanted: AuditFilter, *, agent_id: str = ""
 ) -> AuditFeed:
     """The ``audit --follow`` feed of the store at ``where`` (see :mod:`gateway.audit.follow`).
 
+    Args:
+        where: The SQLite file, or a PostgreSQL DSN.
+        wanted: Which records (``since``: start that far back; no ``limit``).
+        agent_id: The agent of a SQLite file's one chain (named in each record).
+
     Raises:
-        ConfigError: ``wanted.agent`` is given for a SQLite file (it holds one agent).
+        ConfigError: The store cannot be opened, ``wanted.agent`` is given for a
+            SQLite file (it holds one agent), or ``wanted.limit`` is given.
     """
     from gateway.audit.follow import PostgresAuditFeed, SqliteAuditFeed
 
     if isinstance(where, PostgresDsn):
-        return PostgresAuditFeed(where, wanted, since=since)
+        return PostgresAuditFeed(where, wanted)
     if wanted.agent is not None:
         raise ConfigError("--agent: a SQLite audit log holds one agent; give a PostgreSQL DSN")
-    return SqliteAuditFeed(where, wanted, since=since, agent_id=agent_id)
+    return SqliteAuditFeed(where, wanted, agent_id=agent_id)

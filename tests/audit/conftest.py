@@ -13,6 +13,7 @@ import pytest
 
 from gateway.audit import AuditLog, AuditRecord
 from gateway.postgres.dsn import PostgresDsn
+from gateway.storage import open_chain_writer
 
 RecordFactory = Callable[..., AuditRecord]
 
@@ -63,7 +64,7 @@ def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> Path | PostgresDsn
 @pytest.fixture
 async def audit_log(db_path: Path | PostgresDsn) -> AsyncIterator[AuditLog]:
     """A started log in a fresh store, closed after the test."""
-    log = AuditLog(db_path, agent_id=AGENT)
+    log = AuditLog(open_chain_writer(db_path, agent_id=AGENT))
     await log.start()
     yield log
     await log.close()

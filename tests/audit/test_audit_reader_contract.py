@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway.audit import AuditLog
+from gateway.audit.filter import AuditFilter
 from gateway.audit.record import AuditRecord
 from gateway.errors import ConfigError
 from gateway.postgres.dsn import PostgresDsn
@@ -17,7 +18,7 @@ from tests.audit.conftest import AGENT, RecordFactory
 
 
 async def _written(where: Path | PostgresDsn, make_record: RecordFactory) -> list[AuditRecord]:
-    log = AuditLog(where, agent_id=AGENT)
+    log = AuditLog(open_chain_writer(where, agent_id=AGENT))
     await log.start()
     records = [
         make_record(request_id="r-1"),
@@ -37,10 +38,10 @@ async def test_reader_returns_the_chain_in_order_and_filters_it(
     reader = open_audit_reader(any_db)
 
     assert reader.many_chains is isinstance(any_db, PostgresDsn)
-    assert reader.query(agent=AGENT) == written
-    assert reader.query(agent=AGENT, refusals_only=True) == written[1:]
-    assert reader.query(agent=AGENT, limit=1) == written[2:]
-    assert reader.query(agent=AGENT, peer="") == [written[1]]
+    assert reader.query(AuditFilter(agent=AGENT)) == written
+    assert reader.query(AuditFilter(agent=AGENT, refusals_only=True)) == written[1:]
+    assert reader.query(AuditFilter(agent=AGENT, limit=1)) == written[2:]
+    assert reader.query(AuditFilter(agent=AGENT, peer="")) == [written[1]]
 
 
 async def test_reader_verifies_the_chain_and_reads_hashes_at_seqs(

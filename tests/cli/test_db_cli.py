@@ -15,6 +15,7 @@ from gateway.cli.main import main
 from gateway.config import load_agent_config
 from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.migrations import LATEST_VERSION
+from gateway.storage import open_chain_writer
 from gateway.transport.client import PeerClient
 from tests.agent_process import write_agent_toml
 from tests.support import Pki, grant, started, write_policy
@@ -58,7 +59,7 @@ def _record(reason: str) -> AuditRecord:
 
 async def _two_agents(pg_dsn: str) -> None:
     for agent, reasons in ((ALICE, ["OK", "UNKNOWN_PEER"]), (BOB, ["RISK_NOT_GRANTED"])):
-        log = AuditLog(PostgresDsn(pg_dsn), agent_id=agent)
+        log = AuditLog(open_chain_writer(PostgresDsn(pg_dsn), agent_id=agent))
         await log.start()
         for reason in reasons:
             log.record(_record(reason))

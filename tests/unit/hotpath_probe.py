@@ -22,6 +22,7 @@ from gateway import hotpath
 from gateway.audit import AuditLog, AuditRecord, verify_chain
 from gateway.audit.chain import GENESIS_HASH, canonical_bytes, chained_row, record_hash
 from gateway.audit.record import checked_fields
+from gateway.storage import open_audit_reader, open_chain_writer
 
 BASE: dict[str, Any] = {
     "time_unix_ms": 1_767_225_600_123,
@@ -109,7 +110,7 @@ def results() -> dict[str, Any]:
 
 async def write(db: Path) -> None:
     """The valid records, through the real audit log and its writer thread."""
-    log = AuditLog(db)
+    log = AuditLog(open_chain_writer(db))
     await log.start()
     for change in VALID:
         log.record(AuditRecord(**{**BASE, **change}))
@@ -118,7 +119,7 @@ async def write(db: Path) -> None:
 
 def verify(db: Path) -> dict[str, Any]:
     """This path's verdict on the log at ``db``, and the hashes stored in it."""
-    report = verify_chain(db)
+    report = verify_chain(open_audit_reader(db))
     with sqlite3.connect(db) as conn:
         stored = conn.execute("SELECT prev_hash, record_hash FROM audit_records ORDER BY seq")
         hashes = [list(row) for row in stored]

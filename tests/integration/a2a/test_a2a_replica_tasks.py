@@ -18,7 +18,9 @@ from a2a.utils import errors as a2a_errors
 
 from gateway.agent import Agent
 from gateway.audit import query_records
+from gateway.audit.filter import AuditFilter
 from gateway.postgres.dsn import PostgresDsn
+from gateway.storage import open_audit_reader
 from tests.a2a_support import A2APeer, data_request
 from tests.support import (
     Pki,
@@ -80,7 +82,13 @@ async def test_cancel_on_one_replica_cancels_the_task_running_on_the_other(
     assert gate.cancelled.is_set()
     for agent in replicas:
         await agent.audit.flush()
-    ran = [r for r in query_records(PostgresDsn(pg_dsn), agent=one.config.id) if r.capability]
+    ran = [
+        r
+        for r in query_records(
+            open_audit_reader(PostgresDsn(pg_dsn)), AuditFilter(agent=one.config.id)
+        )
+        if r.capability
+    ]
     assert [(r.reason, r.detail) for r in ran] == [
         ("CANCELLED", f"A2A CancelTask by {spiffe('bob')}")
     ]
