@@ -46,11 +46,11 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
     ├── ProtocolVersionNotSupported   FAILED_PRECONDITION VERSION_NOT_SUPPORTED (A2A)
     ├── TaskNotCancelable             FAILED_PRECONDITION TASK_NOT_CANCELABLE  (A2A)
     ├── TaskInterrupted               ABORTED            TASK_INTERRUPTED      (A2A tasks)
+    ├── TaskNotFound                  NOT_FOUND          TASK_NOT_FOUND        (plans, A2A)
     └── ConfigError                   FAILED_PRECONDITION
         ├── PolicyFileError           POLICY_INVALID
         ├── AgentConfigError          CONFIG_INVALID
-        ├── PlanInvalid               PLAN_INVALID                             (plans)
-        └── TaskNotFound              NOT_FOUND          TASK_NOT_FOUND        (plans, A2A)
+        └── PlanInvalid               PLAN_INVALID                             (plans)
 
 What an error means for retries and plans is a fact of its class, asked in one
 place (``GatewayError.transient``, ``nothing_ran``, ``peer_specific``,
@@ -395,8 +395,12 @@ class PlanInvalid(ConfigError):
     reason = "PLAN_INVALID"
 
 
-class TaskNotFound(ConfigError):
-    """No checkpointed task has that id (or, over A2A, none of the caller's tasks has it)."""
+class TaskNotFound(GatewayError):
+    """No stored task has that id (or, over A2A, none of the caller's tasks has it).
+
+    A missing task is not a configuration error: it answers one request, and
+    an operator who names one gets a usage error from the CLI boundary.
+    """
 
     reason = "TASK_NOT_FOUND"
     peer_may_answer = True

@@ -29,6 +29,7 @@ from gateway.errors import (
     GatewayError,
     PeerIdentityMismatch,
     PeerUnavailable,
+    TaskNotFound,
 )
 from gateway.postgres.dsn import redact_credentials
 from gateway.telemetry.json_logs import JsonFormatter
@@ -96,8 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if asyncio.iscoroutine(result):
             result = asyncio.run(result)
         return int(result or 0)
-    except ConfigError as err:
-        # A file's problem list (each line escaped where it was built) keeps
+    except (ConfigError, TaskNotFound) as err:
+        # The operator's input (a file, a setting, a task id) is wrong. A file's
+        # problem list (each line escaped where it was built) keeps
         # one problem per line, continuation lines indented; any other message
         # (a path, a peer's text) is escaped into a single line.
         local_problems = isinstance(err.__cause__, ValidationError)

@@ -163,7 +163,7 @@ class _Scene:
                 capability, payload, constraint=constraint, idempotency_key=key, timeout=5.0
             )
             outcome = f"OK  v{result.served_version} {_short(result.output())}"
-            outcome += " (replayed, no second write)" if result.replayed else ""
+            outcome += " (replayed, no second write)" if result.remembered else ""
             reason = "OK"
         except GatewayError as err:
             outcome, reason = f"REFUSED {err.reason}", err.reason

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from gateway.inbound.idempotency import IdempotencyStore
     from gateway.inbound.idempotency_admin import KeyAdmin
     from gateway.inbound.limit_table import LimitTable
-    from gateway.inbound.limits import CallLimiter
+    from gateway.inbound.limits import AdmissionControl
     from gateway.inbound.replay import ReplayWindow
     from gateway.plans.store import TaskStore
     from gateway.transport.a2a.task_store import A2ATaskStore
@@ -41,7 +41,7 @@ class Stores:
     """Idempotency keys and the answers they stand for."""
     replay: ReplayWindow
     """Request ids seen recently (refuses a replayed call)."""
-    limits: CallLimiter
+    limits: AdmissionControl
     """Concurrent-call and rate limits of each grant."""
     limit_table: LimitTable | None
     """The mmap table behind ``limits`` when workers share it (flushed periodically)."""
@@ -61,13 +61,13 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
     """
     from gateway.inbound.idempotency import SqliteIdempotencyStore
     from gateway.inbound.limit_table import LIMITS_FILE, LimitTable
-    from gateway.inbound.limits import CallLimits
+    from gateway.inbound.limits import PeerCallLimits
     from gateway.inbound.replay_table import REPLAY_FILE, ReplayTable
     from gateway.plans.store import SqliteTaskStore
     from gateway.transport.a2a.task_store import SqliteA2ATaskStore
 
     limit_table = None
-    limits: CallLimiter = CallLimits(config.max_concurrent_calls)
+    limits: AdmissionControl = PeerCallLimits(config.max_concurrent_calls)
     if config.workers > 1:  # a grant's limits hold across all workers
         limit_table = LimitTable(
             config.state_dir / LIMITS_FILE, worker, config.workers, config.max_concurrent_calls

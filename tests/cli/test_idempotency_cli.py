@@ -122,7 +122,7 @@ async def test_keys_cut_off_by_a_crash_are_resolved_and_released_exactly_once(
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith(f"resolved: key 'k-n1' of {BOB} for notes.append")
         replayed = await client.invoke("notes.append", {"note": "n1"}, idempotency_key="k-n1")
-        assert replayed.replayed and replayed.output() == {"appended": 1}
+        assert replayed.remembered and replayed.output() == {"appended": 1}
         assert replayed.served_version == "1.0.0"
 
         # n2: pretend the operator found the write had not landed: release, retry runs once.
@@ -130,9 +130,9 @@ async def test_keys_cut_off_by_a_crash_are_resolved_and_released_exactly_once(
         assert released.returncode == 0, released.stderr
         assert "freed; the next call with this key runs the write again" in released.stdout
         ran = await client.invoke("notes.append", {"note": "n2"}, idempotency_key="k-n2")
-        assert not ran.replayed
+        assert not ran.remembered
         again = await client.invoke("notes.append", {"note": "n2"}, idempotency_key="k-n2")
-        assert again.replayed and again.output() == ran.output()
+        assert again.remembered and again.output() == ran.output()
 
         lines = appended_lines(state)
         assert lines.count("n1") == 1, "the resolved write ran again"
@@ -224,12 +224,12 @@ async def test_resolving_while_the_agent_runs_keeps_exactly_once(
         first = await client.invoke("kv.put", PUT, idempotency_key="k1")
         second = await client.invoke("kv.put", PUT, idempotency_key="k1")
         if how == "done":
-            assert first.replayed and first.output() == {"key": "k", "revision": 41}
+            assert first.remembered and first.output() == {"key": "k", "revision": 41}
             assert await _revision(client) == 0  # the write never ran
         else:
-            assert not first.replayed and first.output() == {"key": "k", "revision": 1}
+            assert not first.remembered and first.output() == {"key": "k", "revision": 1}
             assert await _revision(client) == 1  # it ran exactly once more
-        assert second.replayed and second.output() == first.output()
+        assert second.remembered and second.output() == first.output()
         assert first.served_version == "1.0.0"
         await agent.audit.flush()
         assert verify_chain(open_audit_reader(agent.config.audit_db)).ok
@@ -275,7 +275,7 @@ async def test_keys_not_in_doubt_are_never_changed(pki: Pki, running: tuple[Agen
             len(query_records(open_audit_reader(audit_db))) == records_before
         )  # refusals change nothing
         again = await client.invoke("kv.put", PUT, idempotency_key="finished")
-        assert again.replayed
+        assert again.remembered
         assert await _revision(client) == 1
     finally:
         await client.close()

@@ -228,7 +228,7 @@ async def test_sigkill_under_load_loses_nothing_callers_were_told(pki: Pki, tmp_
                 idempotency_key=f"idem-{o.request_id}",
                 timeout=CALL_TIMEOUT,
             )
-            assert again.replayed, o.request_id
+            assert again.remembered, o.request_id
             assert (again.payload, again.evidence_sha256, again.served_version) == (
                 o.answer.payload,
                 o.answer.evidence_sha256,

@@ -52,7 +52,7 @@ async def test_a_retry_on_the_other_replica_gets_the_stored_answer(
         first = await one.invoke("notes.write", {"note": "a"}, idempotency_key="k-1")
         again = await two.invoke("notes.write", {"note": "a"}, idempotency_key="k-1")
     assert counter.calls == 1
-    assert (first.replayed, again.replayed) == (False, True)
+    assert (first.remembered, again.remembered) == (False, True)
     assert again.payload == first.payload
 
 

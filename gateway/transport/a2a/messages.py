@@ -249,7 +249,7 @@ def output_artifact(task: A2ATask) -> a2a_pb2.Artifact:
         {
             SERVED_VERSION_KEY: task.served_version,
             EVIDENCE_KEY: task.evidence_sha256,
-            REPLAYED_KEY: task.replayed,
+            REPLAYED_KEY: task.remembered,
         }
     )
     return artifact

@@ -42,7 +42,7 @@ def task(
         served_version="1.0.0",
         output=SECRET if state is TaskOutcome.COMPLETED else b"",
         evidence_sha256="ab" * 32,
-        replayed=n % 2 == 1,
+        remembered=n % 2 == 1,
         reason="OK" if state is TaskOutcome.COMPLETED else "CAPABILITY_FAILED",
         message="" if state is TaskOutcome.COMPLETED else "it failed",
         created_ms=1_000 + n,
