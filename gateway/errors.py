@@ -54,7 +54,8 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
 
 What an error means for retries and plans is a fact of its class, asked in one
 place (``GatewayError.transient``, ``nothing_ran``, ``peer_specific``,
-``spends_request_id``), never a table kept beside the tree. Which reasons a peer
+``spends_request_id``, ``version_specific``, ``unanswered``), never a table
+kept beside the tree. Which reasons a peer
 may answer with is one too (``peer_may_answer``): the others (this side's own TLS
 check of the peer, its plans, files and cancellations) are never taken from a peer.
 
@@ -92,6 +93,14 @@ class GatewayError(Exception):
 
     spends_request_id: ClassVar[bool] = False
     """Given after the replay check: the call's request id counts as used."""
+
+    version_specific: ClassVar[bool] = False
+    """Another version of the capability might be served, so a plan may relax the
+    step's version constraint to a compatible one and try again."""
+
+    unanswered: ClassVar[bool] = False
+    """No answer came (not reached, wrong identity, out of time, cancelled): the call
+    failed rather than being refused, and the CLI says so."""
 
     peer_may_answer: ClassVar[bool] = False
     """A peer's gateway answers calls with this reason, so the client believes a peer's
@@ -174,6 +183,7 @@ class VersionNotAvailable(GatewayError):
     peer_may_answer = True
     nothing_ran = True
     peer_specific = True
+    version_specific = True
 
 
 class PayloadTooLarge(GatewayError):
@@ -249,6 +259,7 @@ class DeadlineExceeded(GatewayError):
     peer_may_answer = True
     transient = True
     spends_request_id = True
+    unanswered = True
 
 
 class CapabilityTimeout(DeadlineExceeded):
@@ -338,6 +349,7 @@ class PeerUnavailable(GatewayError):
     reason = "PEER_UNAVAILABLE"
     peer_may_answer = True
     transient = True
+    unanswered = True
 
 
 class UpstreamUnavailable(PeerUnavailable):
@@ -363,12 +375,14 @@ class PeerIdentityMismatch(GatewayError):
 
     reason = "PEER_IDENTITY_MISMATCH"
     nothing_ran = True
+    unanswered = True
 
 
 class Cancelled(GatewayError):
     """The call was cancelled by the caller."""
 
     reason = "CANCELLED"
+    unanswered = True
 
 
 class ConfigError(GatewayError):
@@ -418,6 +432,7 @@ class NoRoute(GatewayError):
 
     reason = "NO_ROUTE"
     nothing_ran = True
+    version_specific = True
 
 
 class ExpectationFailed(GatewayError):
