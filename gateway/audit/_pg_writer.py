@@ -19,8 +19,8 @@ from gateway.audit._writer import ChainWriter
 from gateway.audit.chain import GENESIS_HASH, fields_hash
 from gateway.audit.record import AuditRecord
 from gateway.errors import AuditUnavailable
-from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.migrations import created_record_columns, migrate
+from gateway.postgres.source import ConnectionSource
 
 _INSERT = (
     f"INSERT INTO audit_records (agent_id, {', '.join(RECORD_COLUMNS + CHAIN_COLUMNS)}) "
@@ -48,9 +48,9 @@ class PostgresChainWriter(ChainWriter):
 
     recoverable = True
 
-    def __init__(self, dsn: PostgresDsn, agent_id: str) -> None:
+    def __init__(self, source: ConnectionSource, agent_id: str) -> None:
         super().__init__()
-        self._dsn = dsn
+        self._dsn = source
         self._agent_id = agent_id
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
 
@@ -66,9 +66,7 @@ class PostgresChainWriter(ChainWriter):
             ConfigError: Its schema is newer than this gateway knows.
         """
         try:
-            self._conn = psycopg.connect(
-                self._dsn.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS
-            )
+            self._conn = self._dsn.connect(timeout=CONNECT_TIMEOUT_SECONDS, autocommit=True)
             migrate(self._conn, str(self._dsn))
             self._conn.execute(
                 "INSERT INTO audit_heads VALUES (%s, 0, %s) ON CONFLICT DO NOTHING",

@@ -23,7 +23,7 @@ from gateway.audit._schema import RECORD_COLUMNS, SELECT_RECORDS, connect_read_o
 from gateway.audit.filter import AuditFilter
 from gateway.audit.pg_read import AgentRecord, _connect
 from gateway.errors import ConfigError
-from gateway.postgres.dsn import PostgresDsn
+from gateway.postgres.source import ConnectionSource
 
 _BATCH_ROWS = 1000
 
@@ -109,7 +109,7 @@ class SqliteAuditFeed(AuditFeed):
 class PostgresAuditFeed(AuditFeed):
     """Follows the shared PostgreSQL table: every agent's chain (or one, by filter)."""
 
-    def __init__(self, dsn: PostgresDsn, where: AuditFilter) -> None:
+    def __init__(self, dsn: ConnectionSource, where: AuditFilter) -> None:
         """Connect; start after each chain's current last record, or ``where.since`` ago.
 
         Raises:

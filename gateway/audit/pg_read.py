@@ -18,8 +18,8 @@ from gateway.audit.filter import AuditFilter
 from gateway.audit.record import AuditRecord
 from gateway.audit.verify import VerifyReport, verify_rows
 from gateway.errors import ConfigError
-from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.migrations import LATEST_VERSION, schema_version
+from gateway.postgres.source import ConnectionSource
 
 _PAGE_ROWS = 10_000
 _SELECT = f"SELECT agent_id, {', '.join(RECORD_COLUMNS)} FROM audit_records"
@@ -34,9 +34,9 @@ class AgentRecord:
     record: AuditRecord
 
 
-def _connect(dsn: PostgresDsn) -> psycopg.Connection[tuple[object, ...]]:
+def _connect(dsn: ConnectionSource) -> psycopg.Connection[tuple[object, ...]]:
     try:
-        conn = psycopg.connect(dsn.url, connect_timeout=10)
+        conn = dsn.connect(timeout=10)
     except psycopg.Error as err:
         raise ConfigError(f"audit database {dsn}: cannot connect: {dsn.why(err)}") from err
     version = schema_version(conn)
@@ -55,7 +55,7 @@ def _connect(dsn: PostgresDsn) -> psycopg.Connection[tuple[object, ...]]:
     return conn
 
 
-def query_agent_records(dsn: PostgresDsn, wanted: AuditFilter) -> list[AgentRecord]:
+def query_agent_records(dsn: ConnectionSource, wanted: AuditFilter) -> list[AgentRecord]:
     """Records of every agent (or ``wanted.agent``) matching ``wanted``, oldest first.
 
     Raises:
@@ -86,7 +86,7 @@ def query_agent_records(dsn: PostgresDsn, wanted: AuditFilter) -> list[AgentReco
 
 
 def recent_agent_request_ids(
-    dsn: PostgresDsn,
+    dsn: ConnectionSource,
     *,
     agent: str,
     since: timedelta,
@@ -119,7 +119,7 @@ def recent_agent_request_ids(
         conn.close()
 
 
-def verify_agent_chains(dsn: PostgresDsn, agent: str | None = None) -> dict[str, VerifyReport]:
+def verify_agent_chains(dsn: ConnectionSource, agent: str | None = None) -> dict[str, VerifyReport]:
     """Verify the chain of every agent (or only ``agent``); reports by agent id.
 
     Raises:
@@ -161,7 +161,9 @@ def verify_agent_chains(dsn: PostgresDsn, agent: str | None = None) -> dict[str,
     return reports
 
 
-def chain_hashes_at(dsn: PostgresDsn, agent: str, seqs: list[int]) -> tuple[int, dict[int, str]]:
+def chain_hashes_at(
+    dsn: ConnectionSource, agent: str, seqs: list[int]
+) -> tuple[int, dict[int, str]]:
     """The last seq of ``agent``'s chain and its record hashes at ``seqs`` (one snapshot).
 
     Raises:
@@ -189,8 +191,8 @@ class PostgresAuditReader:
     """Reads the shared audit table, one REPEATABLE READ snapshot per call
     (an :class:`~gateway.audit.reader.AuditReader`)."""
 
-    def __init__(self, dsn: PostgresDsn) -> None:
-        """Read the database at ``dsn`` (nothing is opened yet)."""
+    def __init__(self, dsn: ConnectionSource) -> None:
+        """Read the database ``dsn`` reaches (nothing is opened yet)."""
         self._dsn = dsn
 
     @property

@@ -25,7 +25,7 @@ from gateway.config import WorkloadApiTls, load_agent_config
 from gateway.devtools import pki
 from gateway.display import json_for_terminals, printable
 from gateway.errors import ConfigError
-from gateway.storage import open_audit_reader
+from gateway.storage import connection_source, open_audit_reader
 from gateway.transport.tls import load_pem_file
 from policies.grants import PeerGrant
 from policies.policy_file import load_policy
@@ -160,7 +160,7 @@ def _pki_issue(args: argparse.Namespace) -> int:
 
 def _audit_verify_agents(args: argparse.Namespace) -> int:
     checkpoints, pems, ca_pem = _checkpoint_sources(args)
-    reports = verify_agent_chains(args.db, args.agent)
+    reports = verify_agent_chains(connection_source(args.db), args.agent)
     broken = 0
     for agent, report in reports.items():
         shown = printable(agent)
@@ -183,7 +183,7 @@ def _audit_verify_agents(args: argparse.Namespace) -> int:
 
 
 def _audit_agents(args: argparse.Namespace) -> int:
-    entries = query_agent_records(args.db, audit_follow.audit_filter(args))
+    entries = query_agent_records(connection_source(args.db), audit_follow.audit_filter(args))
     if args.summary:  # across agents: the per-peer counts an auditor asks for
         rows = summarize([entry.record for entry in entries])
         text = format_summary_json(rows) if args.json else format_summary(rows)

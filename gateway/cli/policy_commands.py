@@ -19,8 +19,8 @@ from gateway.config import load_agent_config
 from gateway.display import json_for_terminals, printable
 from gateway.errors import AgentConfigError, ConfigError
 from gateway.inbound.policy_replay import changes_as_json, decide, reasons_in, replay
-from gateway.postgres.dsn import PostgresDsn, is_dsn
-from gateway.storage import open_audit_reader
+from gateway.postgres.dsn import StoreLocation
+from gateway.storage import location, open_audit_reader
 from policies.policy_file import load_policy
 
 EXIT_REFUSED = 1
@@ -65,9 +65,9 @@ def add_actions(policy_sub: Any) -> None:
     explain.set_defaults(run=_explain)
 
 
-def store_location(text: str) -> Path | PostgresDsn:
+def store_location(text: str) -> StoreLocation:
     """An argparse type: a PostgreSQL DSN, or else a path to a SQLite file."""
-    return PostgresDsn(text.strip()) if is_dsn(text) else Path(text)
+    return location(text)
 
 
 def registry_of(config_path: Path | None) -> CapabilityRegistry | None:

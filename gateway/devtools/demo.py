@@ -28,7 +28,7 @@ from gateway.devtools.demo_plan import (
 )
 from gateway.devtools.pki import init_ca, issue
 from gateway.errors import GatewayError
-from gateway.postgres.dsn import PostgresDsn
+from gateway.postgres.dsn import StoreLocation
 from gateway.storage import open_audit_reader
 from gateway.transport.client import PeerClient
 from gateway.transport.tls import TlsMaterial
@@ -268,7 +268,7 @@ async def _script(scene: _Scene) -> None:
     await scene.call("bob", "carol", "kv.get", {"key": "k"}, expect="UNKNOWN_PEER")
 
 
-def _show_audit(db: Path | PostgresDsn, agent: str, started: float) -> None:
+def _show_audit(db: StoreLocation, agent: str, started: float) -> None:
     name = db.name if isinstance(db, Path) else str(db)
     print(f"\nRefusals in alice's audit log ({name}; no payload content is stored):")
     # A shared database also holds earlier runs: show this one's.

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from gateway.errors import ConfigError
-from gateway.postgres.dsn import PostgresDsn
+from gateway.postgres.dsn import PostgresDsn, StoreLocation, parse_location
 
 if TYPE_CHECKING:
     from gateway.audit._writer import ChainWriter
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from gateway.inbound.limits import AdmissionControl
     from gateway.inbound.replay import ReplayWindow
     from gateway.plans.store import TaskStore
+    from gateway.postgres.source import ConnectionSource
     from gateway.transport.a2a.task_store import A2ATaskStore
 
 
@@ -77,16 +78,21 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
         from gateway.inbound.pg_idempotency import PostgresIdempotencyStore
         from gateway.inbound.pg_replay import PostgresReplayWindow
         from gateway.plans.pg_store import PostgresTaskStore
+        from gateway.postgres.pool import StatePool
         from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
 
-        # Shared by every replica of this agent id (see docs/fleet.md).
+        # Shared by every replica of this agent id (see docs/fleet.md); one
+        # pool per store, so a busy store cannot starve another of connections.
+        database = connection_source(config.state_db)
         return Stores(
-            idempotency=PostgresIdempotencyStore(config.state_db, config.id),
-            replay=PostgresReplayWindow(config.state_db, config.id),
+            idempotency=PostgresIdempotencyStore(
+                StatePool(database, "idempotency store"), config.id
+            ),
+            replay=PostgresReplayWindow(StatePool(database, "replay window"), config.id),
             limits=limits,
             limit_table=limit_table,
-            a2a_tasks=PostgresA2ATaskStore(config.state_db, config.id),
-            plan_tasks=PostgresTaskStore(config.state_db, config.id),
+            a2a_tasks=PostgresA2ATaskStore(StatePool(database, "A2A task store"), config.id),
+            plan_tasks=PostgresTaskStore(StatePool(database, "task store"), config.id),
             shared=True,
         )
     shared = config.workers > 1  # sibling processes share the files
@@ -146,7 +152,7 @@ def open_chain_writer(
 
         if not agent_id:
             raise ConfigError("an audit log in PostgreSQL needs the agent id of its chain")
-        return PostgresChainWriter(where, agent_id)
+        return PostgresChainWriter(connection_source(where), agent_id)
     from gateway.audit._writer import SqliteChainWriter
 
     return SqliteChainWriter(where, busy_timeout_ms=busy_timeout_ms, synchronous=sync.upper())
@@ -157,7 +163,7 @@ def open_audit_reader(where: Path | PostgresDsn) -> AuditReader:
     if isinstance(where, PostgresDsn):
         from gateway.audit.pg_read import PostgresAuditReader
 
-        return PostgresAuditReader(where)
+        return PostgresAuditReader(connection_source(where))
     from gateway.audit.reader import SqliteAuditReader
 
     return SqliteAuditReader(where)
@@ -168,7 +174,7 @@ def open_key_admin(config: AgentConfig) -> KeyAdmin:
     if isinstance(config.state_db, PostgresDsn):
         from gateway.inbound.pg_idempotency_admin import PostgresKeyAdmin
 
-        return PostgresKeyAdmin(config.state_db, config.audit_db, config.id)
+        return PostgresKeyAdmin(connection_source(config.state_db), config.audit_db, config.id)
     from gateway.inbound.idempotency_admin import SqliteKeyAdmin
 
     return SqliteKeyAdmin(config.idempotency_store, config.audit_db, config.id)
@@ -191,7 +197,27 @@ def open_audit_feed(
     from gateway.audit.follow import PostgresAuditFeed, SqliteAuditFeed
 
     if isinstance(where, PostgresDsn):
-        return PostgresAuditFeed(where, wanted)
+        return PostgresAuditFeed(connection_source(where), wanted)
     if wanted.agent is not None:
         raise ConfigError("--agent: a SQLite audit log holds one agent; give a PostgreSQL DSN")
     return SqliteAuditFeed(where, wanted, agent_id=agent_id)
+
+
+def location(text: str) -> StoreLocation:
+    """The store a setting's text names: a PostgreSQL database for a
+    ``postgresql://`` URL, else a SQLite file (as a config file reads it)."""
+    parsed = parse_location(text)
+    return parsed if isinstance(parsed, PostgresDsn) else Path(text)
+
+
+def connection_source(where: StoreLocation) -> ConnectionSource:
+    """The connection source of the PostgreSQL database at ``where``.
+
+    Raises:
+        ConfigError: ``where`` is a SQLite file, not a PostgreSQL database.
+    """
+    from gateway.postgres.source import ConnectionSource
+
+    if not isinstance(where, PostgresDsn):
+        raise ConfigError(f"{where}: not a PostgreSQL database (postgresql://...)")
+    return ConnectionSource(where)

@@ -11,8 +11,7 @@ import pytest
 from gateway.audit import AuditLog, AuditRecord
 from gateway.audit.filter import AuditFilter
 from gateway.errors import ConfigError
-from gateway.postgres.dsn import PostgresDsn
-from gateway.storage import open_audit_feed, open_chain_writer
+from gateway.storage import location, open_audit_feed, open_chain_writer
 
 
 def _record(
@@ -65,7 +64,7 @@ async def test_sqlite_feed_hands_out_each_new_record_once(tmp_path: Path) -> Non
 
 
 async def test_postgres_feed_follows_every_chain_or_one(pg_dsn: str) -> None:
-    dsn = PostgresDsn(pg_dsn)
+    dsn = location(pg_dsn)
     alice, carol = "spiffe://example.org/agent/alice", "spiffe://example.org/agent/carol"
     logs = {agent: AuditLog(open_chain_writer(dsn, agent_id=agent)) for agent in (alice, carol)}
     for log in logs.values():

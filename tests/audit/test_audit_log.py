@@ -13,7 +13,7 @@ import pytest
 
 from gateway.audit import AuditLog, AuditRecord, query_records, verify_chain
 from gateway.errors import AuditUnavailable, ConfigError
-from gateway.postgres.dsn import PostgresDsn
+from gateway.postgres.dsn import StoreLocation
 from gateway.storage import open_audit_reader, open_chain_writer
 from tests.audit.conftest import AGENT
 
@@ -26,7 +26,7 @@ def _stored_seqs(path: Path) -> list[int]:
 
 
 async def test_records_round_trip_with_exact_values(
-    any_db: Path | PostgresDsn, make_record: RecordFactory
+    any_db: StoreLocation, make_record: RecordFactory
 ) -> None:
     audit_log = AuditLog(open_chain_writer(any_db, agent_id=AGENT))
     await audit_log.start()
@@ -71,7 +71,7 @@ async def test_log_uses_wal_journal(audit_log: AuditLog, db_path: Path) -> None:
 
 
 async def test_concurrent_durable_records_share_commits(
-    any_db: Path | PostgresDsn, make_record: RecordFactory
+    any_db: StoreLocation, make_record: RecordFactory
 ) -> None:
     log = AuditLog(open_chain_writer(any_db, agent_id=AGENT))
     await log.start()
@@ -88,9 +88,7 @@ async def test_concurrent_durable_records_share_commits(
     ]
 
 
-async def test_batches_respect_max_batch(
-    any_db: Path | PostgresDsn, make_record: RecordFactory
-) -> None:
+async def test_batches_respect_max_batch(any_db: StoreLocation, make_record: RecordFactory) -> None:
     log = AuditLog(open_chain_writer(any_db, agent_id=AGENT), max_batch=10)
     await log.start()
 
@@ -102,7 +100,7 @@ async def test_batches_respect_max_batch(
 
 
 async def test_reopening_continues_the_chain(
-    any_db: Path | PostgresDsn, make_record: RecordFactory
+    any_db: StoreLocation, make_record: RecordFactory
 ) -> None:
     for _ in range(2):
         log = AuditLog(open_chain_writer(any_db, agent_id=AGENT))
@@ -116,7 +114,7 @@ async def test_reopening_continues_the_chain(
 
 
 async def test_close_commits_fire_and_forget_records(
-    any_db: Path | PostgresDsn, make_record: RecordFactory
+    any_db: StoreLocation, make_record: RecordFactory
 ) -> None:
     log = AuditLog(open_chain_writer(any_db, agent_id=AGENT))
     await log.start()

@@ -22,7 +22,7 @@ from gateway.audit import (
 from gateway.audit.filter import AuditFilter
 from gateway.audit.query import recent_request_ids
 from gateway.errors import ConfigError
-from gateway.postgres.dsn import PostgresDsn
+from gateway.postgres.dsn import StoreLocation
 from gateway.storage import open_audit_reader
 from tests.audit.conftest import AGENT
 
@@ -34,7 +34,7 @@ TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
 @pytest.fixture
-def db_path(any_db: Path | PostgresDsn) -> Path | PostgresDsn:
+def db_path(any_db: StoreLocation) -> StoreLocation:
     """These filters must hold for both backends."""
     return any_db
 

@@ -19,8 +19,7 @@ import pytest
 from gateway.audit import AuditLog, AuditRecord, Decision, query_records, verify_chain
 from gateway.audit.chain import GENESIS_HASH, record_hash
 from gateway.errors import ConfigError
-from gateway.postgres.dsn import PostgresDsn
-from gateway.storage import open_audit_reader, open_chain_writer
+from gateway.storage import location, open_audit_reader, open_chain_writer
 from tests.audit.conftest import AGENT
 from tests.postgres import PostgresCluster
 
@@ -68,7 +67,7 @@ def sqlite_copy(pristine: Path, tmp_path: Path) -> Path:
 async def pristine_pg(postgres_cluster: PostgresCluster, pristine: Path) -> str:
     """The same records in a PostgreSQL database, used as a template by each test."""
     dsn = postgres_cluster.fresh_database()
-    log = AuditLog(open_chain_writer(PostgresDsn(dsn), agent_id=AGENT))
+    log = AuditLog(open_chain_writer(location(dsn), agent_id=AGENT))
     await log.start()
     for rec in query_records(open_audit_reader(pristine)):
         log.record(dataclasses.replace(rec, seq=0))
@@ -86,7 +85,7 @@ def log_copy(request: pytest.FixtureRequest, sqlite_copy: Path) -> Path:
     name = "t_" + uuid.uuid4().hex[:12]
     with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-    return PostgresDsn(cluster.dsn(name))  # type: ignore[return-value]
+    return location(cluster.dsn(name))  # type: ignore[return-value]
 
 
 class _PostgresTampering:
@@ -112,7 +111,7 @@ class _PostgresTampering:
 
 @contextmanager
 def tampering(path: Path) -> Iterator[Any]:
-    if isinstance(path, PostgresDsn):
+    if not isinstance(path, Path):
         with psycopg.connect(path.url) as conn:
             yield _PostgresTampering(conn)
         return

@@ -13,8 +13,7 @@ from gateway.agent import Agent
 from gateway.audit import query_records, verify_chain
 from gateway.audit.filter import AuditFilter
 from gateway.errors import GatewayError
-from gateway.postgres.dsn import PostgresDsn
-from gateway.storage import open_audit_reader
+from gateway.storage import location, open_audit_reader
 from gateway.transport.client import PeerClient
 from gateway.transport.tls import channel_options
 from tests.postgres import PostgresCluster
@@ -87,7 +86,7 @@ async def test_database_outage_fails_closed_and_recovers(
             assert await _health_becomes(pki, agent, _SERVING) == _SERVING
     finally:
         await agent.stop()
-    dsn = PostgresDsn(pg_dsn)
+    dsn = location(pg_dsn)
     assert verify_chain(open_audit_reader(dsn), agent.config.id).ok
     reasons = [
         r.reason for r in query_records(open_audit_reader(dsn), AuditFilter(agent=agent.config.id))

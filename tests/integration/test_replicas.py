@@ -13,8 +13,7 @@ from gateway.agent import Agent
 from gateway.audit import query_records, verify_chain
 from gateway.audit.filter import AuditFilter
 from gateway.errors import GatewayError
-from gateway.postgres.dsn import PostgresDsn
-from gateway.storage import open_audit_reader
+from gateway.storage import location, open_audit_reader
 from gateway.transport.client import PeerClient
 from tests.support import Pki, WriteCounter, agent_config, grant, started, write_policy
 
@@ -96,7 +95,7 @@ async def test_both_replicas_append_to_one_intact_chain(
         )
     for agent in replicas:
         await agent.audit.flush()
-    dsn = PostgresDsn(pg_dsn)
+    dsn = location(pg_dsn)
     records = query_records(open_audit_reader(dsn), AuditFilter(agent=replicas[0].config.id))
     report = verify_chain(open_audit_reader(dsn), replicas[0].config.id)
     assert report.ok and report.records == len(records) == 100  # ADMITTED + OK per call

@@ -29,10 +29,10 @@ from gateway.plans.planner import RerouteOrStop
 from gateway.plans.runner import PlanDriver
 from gateway.plans.store import SqliteTaskStore, TaskStore, Usage, WritePin
 from gateway.plans.task import StepResult, StepStatus, TaskState
-from gateway.postgres.dsn import PostgresDsn
 from gateway.transport.client import InvokeResult
 from policies.store import PolicyStore
 from tests.plans.test_routing_rules import BOB, FakePeer, router
+from tests.postgres import state_pool
 from tests.support import WriteCounter, outbound_rule, spiffe, write_policy
 
 WAIT = 10.0  # bound on any wait (a hang detector, never asserted)
@@ -63,8 +63,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     if request.param == "sqlite":
         opened = SqliteTaskStore(tmp_path / "tasks.sqlite")
     else:
-        dsn = PostgresDsn(request.getfixturevalue("pg_dsn"))
-        opened = PostgresTaskStore(dsn, "spiffe://example.org/agent/alice")
+        dsn = request.getfixturevalue("pg_dsn")
+        opened = PostgresTaskStore(
+            state_pool(dsn, "task store"), "spiffe://example.org/agent/alice"
+        )
     yield opened
     opened.close()
 

@@ -19,8 +19,7 @@ from a2a.utils import errors as a2a_errors
 from gateway.agent import Agent
 from gateway.audit import query_records
 from gateway.audit.filter import AuditFilter
-from gateway.postgres.dsn import PostgresDsn
-from gateway.storage import open_audit_reader
+from gateway.storage import location, open_audit_reader
 from tests.a2a_support import A2APeer, data_request
 from tests.support import (
     Pki,
@@ -85,7 +84,7 @@ async def test_cancel_on_one_replica_cancels_the_task_running_on_the_other(
     ran = [
         r
         for r in query_records(
-            open_audit_reader(PostgresDsn(pg_dsn)), AuditFilter(agent=one.config.id)
+            open_audit_reader(location(pg_dsn)), AuditFilter(agent=one.config.id)
         )
         if r.capability
     ]
