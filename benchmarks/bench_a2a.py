@@ -60,6 +60,7 @@ from grpc import aio
 from gateway.agent import Agent
 from gateway.audit import query_records
 from gateway.config import A2ASettings, AgentConfig
+from gateway.storage import open_audit_reader
 from gateway.transport.a2a import public_card
 from gateway.transport.a2a_http import JSONRPC_PATH
 from gateway.transport.tls import TlsMaterial, channel_options, server_options
@@ -368,7 +369,7 @@ def run(settings: Settings) -> dict[str, Any]:
             server.flush()
         finally:
             server.stop()
-        records = query_records(ws.config.audit_db)
+        records = query_records(open_audit_reader(ws.config.audit_db))
     gateway_calls = sum(t.sent for t in targets if t.name == "gateway")
     allowed = sum(1 for r in records if r.decision == "allow" and r.reason == "OK")
     audit = {"records": len(records), "allow_ok": allowed, "gateway_calls": gateway_calls}

@@ -72,6 +72,7 @@ from gateway.agent import Agent
 from gateway.audit import query_records
 from gateway.config import AgentConfig
 from gateway.devtools.pki import issue
+from gateway.storage import open_audit_reader
 from gateway.transport.a2a_http import JSONRPC_PATH
 from gateway.transport.tls import TlsMaterial, channel_options
 from policies.grants import PolicyDocument
@@ -436,7 +437,7 @@ def run(settings: Settings) -> dict[str, Any]:
             if gateway is not None:
                 gateway.stop()
             sdk.stop()
-        records = query_records(ws.config.audit_db)
+        records = query_records(open_audit_reader(ws.config.audit_db))
     gateway_calls = sum(t.sent for t in targets if t.name.split()[0] in ("gateway", "fronted"))
     allowed = sum(1 for r in records if r.decision == "allow" and r.reason == "OK")
     audit = {"records": len(records), "allow_ok": allowed, "gateway_calls": gateway_calls}

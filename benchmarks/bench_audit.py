@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.audit import AuditLog, AuditRecord, verify_chain
+from gateway.storage import open_audit_reader, open_chain_writer
 
 WAITERS = 64
 TARGETS = {"queued_records_per_s": 20000.0, "durable_records_per_s": 10000.0}
@@ -96,7 +97,7 @@ async def run(queued_count: int, durable_count: int, rounds: int) -> dict[str, A
     """Rounds of both phases on one log; medians, fsync time and the chain check."""
     with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
         base = Path(tmp)
-        log = AuditLog(base / "audit.sqlite", sync="full")
+        log = AuditLog(open_chain_writer(base / "audit.sqlite", sync="full"))
         await log.start()
         rates: dict[str, list[float]] = {name: [] for name in TARGETS}
         try:
@@ -106,7 +107,7 @@ async def run(queued_count: int, durable_count: int, rounds: int) -> dict[str, A
             batches = log.batches_committed
         finally:
             await log.close()
-        report = verify_chain(base / "audit.sqlite")
+        report = verify_chain(open_audit_reader(base / "audit.sqlite"))
         fsync = fsync_ms(base)
     result = {
         name: {

@@ -66,6 +66,7 @@ from gateway.audit.record import checked_fields
 from gateway.config import AgentConfig, MetricsSettings, TracingSettings
 from gateway.devtools.pki import init_ca, issue
 from gateway.errors import CapabilityNotGranted
+from gateway.storage import open_audit_reader
 from gateway.transport.status import from_rpc_error
 from gateway.transport.tls import TlsMaterial, channel_options, server_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
@@ -536,7 +537,7 @@ def durable_commit_ms(folder: Path, rounds: int = FSYNC_ROUNDS) -> float:
 
 def audit_check(db: Path, targets: list[Target]) -> dict[str, Any]:
     """Compare the audit log's allow/refuse records with the gateway calls made."""
-    records = query_records(db)
+    records = query_records(open_audit_reader(db))
     allowed = sum(1 for rec in records if rec.decision == "allow")
     sent = {target.name: target.sent for target in targets}
     return {
@@ -562,7 +563,7 @@ def scrape_decisions(port: int) -> int:
 
 def telemetry_check(db: Path, targets: list[Target], scraped: int | None) -> dict[str, Any]:
     """The telemetry agent's audit log holds its calls, and its metrics count them all."""
-    records = query_records(db)
+    records = query_records(open_audit_reader(db))
     sent = next(t.sent for t in targets if t.name == "telemetry")
     return {
         "records": len(records),

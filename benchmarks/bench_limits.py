@@ -2,7 +2,7 @@
 
 Run ``python benchmarks/bench_limits.py [--calls N] [--rounds R]``. Times
 ``acquire(peer, grant).release()`` in a loop (best of the rounds, µs per call)
-for ``CallLimits`` (one process) and ``LimitTable`` (``state_dir/limits.table``
+for ``PeerCallLimits`` (one process) and ``LimitTable`` (``state_dir/limits.table``
 for two workers, in a temporary folder), with a grant without limits (the
 server-wide cap is still counted: every call takes this path) and one with a
 rate, a burst and ``max_in_flight``. With ``--contend`` a second process
@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gateway.inbound.limit_table import LimitTable, create_limit_file
-from gateway.inbound.limits import CallLimiter, CallLimits
+from gateway.inbound.limits import AdmissionControl, PeerCallLimits
 from policies.grants import PeerGrant
 
 PEER = "spiffe://bench.example/caller"
@@ -43,7 +43,7 @@ def grants() -> dict[str, PeerGrant]:
     }
 
 
-def per_call_us(limits: CallLimiter, grant: PeerGrant, calls: int, rounds: int) -> float:
+def per_call_us(limits: AdmissionControl, grant: PeerGrant, calls: int, rounds: int) -> float:
     """Best of ``rounds`` runs of ``calls`` admit+end, in µs per call."""
     best = float("inf")
     for _ in range(rounds):
@@ -80,9 +80,9 @@ def main() -> int:
         try:
             print("acquire+release, µs per call (best of rounds)")
             for name, grant in grants().items():
-                memory = per_call_us(CallLimits(1_000_000), grant, args.calls, args.rounds)
+                memory = per_call_us(PeerCallLimits(1_000_000), grant, args.calls, args.rounds)
                 shared = per_call_us(table, grant, args.calls, args.rounds)
-                print(f"{name:22s} CallLimits {memory:6.2f}   LimitTable {shared:6.2f}")
+                print(f"{name:22s} PeerCallLimits {memory:6.2f}   LimitTable {shared:6.2f}")
         finally:
             if rival is not None:
                 rival.terminate()

@@ -38,7 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gateway.audit import AuditLog, AuditRecord, verify_chain
 from gateway.audit.pg_read import verify_agent_chains
-from gateway.postgres.dsn import PostgresDsn
+from gateway.postgres.dsn import StoreLocation
+from gateway.storage import connection_source, location, open_audit_reader, open_chain_writer
 from gateway.transport.client import PeerClient
 from tests.agent_process import AgentProcess, write_agent_toml
 from tests.postgres import PostgresCluster, remove_cluster, start_cluster
@@ -63,9 +64,9 @@ def _record(n: int) -> AuditRecord:
     )
 
 
-async def audit_rates(where: Path | PostgresDsn, durable: int, plain: int) -> dict[str, float]:
+async def audit_rates(where: StoreLocation, durable: int, plain: int) -> dict[str, float]:
     """Records/s of one store: durable (64 waiting callers) and fire-and-forget."""
-    log = AuditLog(where, agent_id=ALICE)
+    log = AuditLog(open_chain_writer(where, agent_id=ALICE))
     await log.start()
     counter = itertools.count()
 
@@ -82,7 +83,7 @@ async def audit_rates(where: Path | PostgresDsn, durable: int, plain: int) -> di
     await log.flush()
     plain_rate = plain / (time.perf_counter() - started)
     await log.close()
-    report = verify_chain(where, ALICE)
+    report = verify_chain(open_audit_reader(where), ALICE)
     if not report.ok or report.records != durable // 64 * 64 + plain:
         raise SystemExit(f"audit chain of {where} does not verify: {report}")
     return {"durable_records_per_s": durable_rate, "plain_records_per_s": plain_rate}
@@ -198,7 +199,7 @@ async def main_async(args: argparse.Namespace) -> int:
             audit["sqlite"].append(
                 await audit_rates(base / f"audit-{round_}.sqlite", args.durable, args.plain)
             )
-            dsn = PostgresDsn(cluster.fresh_database())
+            dsn = location(cluster.fresh_database())
             audit["postgres"].append(await audit_rates(dsn, args.durable, args.plain))
         results["audit"] = {
             store: {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
@@ -229,7 +230,7 @@ async def main_async(args: argparse.Namespace) -> int:
             replicas = [_alice(pki, run, f"pg{n}", dsn_two, dsn_two) for n in (1, 2)]
             invoke["postgres_2_replicas"].append(await serving(replicas, balanced))
             for served in (dsn_one, dsn_two):
-                reports = verify_agent_chains(PostgresDsn(served))
+                reports = verify_agent_chains(connection_source(location(served)))
                 if not all(r.ok for r in reports.values()):
                     print(f"audit chain broken in {served}: {reports}", file=sys.stderr)
                     return 1

@@ -36,7 +36,9 @@ from pathlib import Path
 from grpc import aio
 
 from gateway.audit import query_records
+from gateway.audit.filter import AuditFilter
 from gateway.devtools.pki import IssuedIdentity, init_ca, issue
+from gateway.storage import open_audit_reader
 from gateway.transport.tls import TlsMaterial, channel_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from policies.grants import PolicyDocument
@@ -237,7 +239,12 @@ def main(argv: list[str] | None = None) -> int:
                 proc.terminate()
                 proc.wait(timeout=60)
         audited = {
-            n: len(query_records(base / f"w{n}-audit.sqlite", limit=10_000_000)) for n in agents
+            n: len(
+                query_records(
+                    open_audit_reader(base / f"w{n}-audit.sqlite"), AuditFilter(limit=10_000_000)
+                )
+            )
+            for n in agents
         }
     one, many = (statistics.median(r.calls_per_s for r in rounds[n]) for n in (1, args.workers))
     ratio = many / one

@@ -19,7 +19,6 @@ from capabilities.registry import CapabilityRegistry
 from gateway import hotpath
 from gateway.audit import AuditLog
 from gateway.audit.checkpoint import Checkpointer, CheckpointSigner
-from gateway.audit.query import recent_request_ids
 from gateway.audit.signer_archive import remember_signer, signers_file
 from gateway.config import AgentConfig, WorkloadApiTls
 from gateway.console import ConsoleServer
@@ -28,7 +27,7 @@ from gateway.inbound.idempotency import IdempotencyStore
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.limit_audit import DEFAULT_INTERVAL_SECONDS, LimitRefusalLog
 from gateway.inbound.limit_table import LimitTable
-from gateway.inbound.limits import CallLimiter, LimitStats, limit_refusal_counts
+from gateway.inbound.limits import AdmissionControl, LimitStats, limit_refusal_counts
 from gateway.inbound.replay import ReplayWindow
 from gateway.outbound.router import Router
 from gateway.outbound.upstream_capabilities import register_upstreams
@@ -36,18 +35,18 @@ from gateway.plans.checks import PlanLimits
 from gateway.plans.executor import ExecutorParts
 from gateway.plans.model import Plan
 from gateway.plans.planner import Planner, RerouteOrStop
-from gateway.plans.runner import TaskRunner
+from gateway.plans.runner import PlanDriver
 from gateway.plans.step_events import EventSink
 from gateway.plans.store import TaskStore
 from gateway.plans.task import TaskResult
 from gateway.private_files import private_dir
-from gateway.storage import open_stores
+from gateway.storage import open_audit_reader, open_chain_writer, open_stores
 from gateway.telemetry import Telemetry
 from gateway.telemetry.health_http import HealthState
 from gateway.transport.a2a import A2AServicer
 from gateway.transport.a2a.card import CardIssuer, PublicCardCache
 from gateway.transport.a2a.card_signing import card_signer
-from gateway.transport.a2a.task_runs import TaskRuns
+from gateway.transport.a2a.task_runs import BackgroundTasks
 from gateway.transport.a2a.upstream_client import UpstreamClient
 from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH, A2AHttpServer, HttpEdge
 from gateway.transport.client import PeerClient
@@ -119,9 +118,7 @@ class Agent:
         self.telemetry.metrics.label_capabilities(cap.name for cap in self.registry)
         self._checkpoints = self._checkpointer()
         self.audit = AuditLog(
-            config.audit_db,
-            agent_id=config.id,
-            sync=config.audit_sync,
+            open_chain_writer(config.audit_db, agent_id=config.id, sync=config.audit_sync),
             checkpoints=self._checkpoints,
             retry_seconds=config.audit_retry_seconds,
             observer=self.telemetry.metrics if self.telemetry.metrics.enabled else None,
@@ -130,7 +127,7 @@ class Agent:
         self.idempotency: IdempotencyStore = stores.idempotency
         self.replay: ReplayWindow = stores.replay
         self._limit_table: LimitTable | None = stores.limit_table
-        limits: CallLimiter = stores.limits
+        limits: AdmissionControl = stores.limits
         self._clients: dict[str, PeerClient] = {}
         self.router = Router(
             registry=self.registry,
@@ -150,7 +147,7 @@ class Agent:
             peer_issuer=self.live_tls.check_peer_issuer,
         )
         self.a2a_tasks = stores.a2a_tasks
-        self.a2a_runs = TaskRuns(
+        self.a2a_runs = BackgroundTasks(
             self.handler,
             self.a2a_tasks,
             shared=stores.shared,
@@ -204,7 +201,7 @@ class Agent:
         """The read-only operator console (``[console]``; the first worker only)."""
         self._observe_components()
         self.task_store: TaskStore = stores.plan_tasks
-        self.plans = TaskRunner(
+        self.plans = PlanDriver(
             ExecutorParts(
                 agent_id=config.id,
                 router=self.router,
@@ -429,8 +426,7 @@ class Agent:
             return  # the window outlives the process in the shared table
         window = self.replay.window_seconds
         now_ms = time.time() * 1000
-        recent = recent_request_ids(
-            self.config.audit_db,
+        recent = open_audit_reader(self.config.audit_db).recent_request_ids(
             agent=self.config.id,
             since=timedelta(seconds=window),
             limit=self.replay.max_entries,

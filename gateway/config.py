@@ -98,7 +98,7 @@ from capabilities.versions import Version, VersionConstraint, VersionSyntaxError
 from gateway.display import has_unsafe_characters
 from gateway.errors import AgentConfigError
 from gateway.host_port import DialAddress, ListenAddress, split_host_port
-from gateway.postgres.dsn import PostgresDsn, StoreLocation, local_file
+from gateway.postgres.dsn import StoreLocation, local_file
 from policies.identity import SpiffeId
 from policies.policy_file import parse_toml_model, read_text
 
@@ -697,7 +697,7 @@ class AgentConfig(_Frozen):
         def fix(path: Path) -> Path:
             return path if path.is_absolute() else (base / path).resolve()
 
-        def fix_store(where: Path | PostgresDsn) -> Path | PostgresDsn:
+        def fix_store(where: StoreLocation) -> StoreLocation:
             file = local_file(where)
             return where if file is None else fix(file)
 

@@ -46,16 +46,17 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
     ├── ProtocolVersionNotSupported   FAILED_PRECONDITION VERSION_NOT_SUPPORTED (A2A)
     ├── TaskNotCancelable             FAILED_PRECONDITION TASK_NOT_CANCELABLE  (A2A)
     ├── TaskInterrupted               ABORTED            TASK_INTERRUPTED      (A2A tasks)
-    ├── AgentStopping                 UNAVAILABLE        AGENT_STOPPING        (A2A streams)
+    ├── AgentStopping                 UNAVAILABLE        AGENT_STOPPING        (A2A tasks)
+    ├── TaskNotFound                  NOT_FOUND          TASK_NOT_FOUND        (plans, A2A)
     └── ConfigError                   FAILED_PRECONDITION
         ├── PolicyFileError           POLICY_INVALID
         ├── AgentConfigError          CONFIG_INVALID
-        ├── PlanInvalid               PLAN_INVALID                             (plans)
-        └── TaskNotFound              NOT_FOUND          TASK_NOT_FOUND        (plans, A2A)
+        └── PlanInvalid               PLAN_INVALID                             (plans)
 
 What an error means for retries and plans is a fact of its class, asked in one
 place (``GatewayError.transient``, ``nothing_ran``, ``peer_specific``,
-``spends_request_id``), never a table kept beside the tree. Which reasons a peer
+``spends_request_id``, ``version_specific``, ``unanswered``), never a table
+kept beside the tree. Which reasons a peer
 may answer with is one too (``peer_may_answer``): the others (this side's own TLS
 check of the peer, its plans, files and cancellations) are never taken from a peer.
 
@@ -93,6 +94,14 @@ class GatewayError(Exception):
 
     spends_request_id: ClassVar[bool] = False
     """Given after the replay check: the call's request id counts as used."""
+
+    version_specific: ClassVar[bool] = False
+    """Another version of the capability might be served, so a plan may relax the
+    step's version constraint to a compatible one and try again."""
+
+    unanswered: ClassVar[bool] = False
+    """No answer came (not reached, wrong identity, out of time, cancelled): the call
+    failed rather than being refused, and the CLI says so."""
 
     peer_may_answer: ClassVar[bool] = False
     """A peer's gateway answers calls with this reason, so the client believes a peer's
@@ -175,6 +184,7 @@ class VersionNotAvailable(GatewayError):
     peer_may_answer = True
     nothing_ran = True
     peer_specific = True
+    version_specific = True
 
 
 class PayloadTooLarge(GatewayError):
@@ -250,6 +260,7 @@ class DeadlineExceeded(GatewayError):
     peer_may_answer = True
     transient = True
     spends_request_id = True
+    unanswered = True
 
 
 class CapabilityTimeout(DeadlineExceeded):
@@ -339,6 +350,7 @@ class PeerUnavailable(GatewayError):
     reason = "PEER_UNAVAILABLE"
     peer_may_answer = True
     transient = True
+    unanswered = True
 
 
 class UpstreamUnavailable(PeerUnavailable):
@@ -364,12 +376,14 @@ class PeerIdentityMismatch(GatewayError):
 
     reason = "PEER_IDENTITY_MISMATCH"
     nothing_ran = True
+    unanswered = True
 
 
 class Cancelled(GatewayError):
     """The call was cancelled by the caller."""
 
     reason = "CANCELLED"
+    unanswered = True
 
 
 class ConfigError(GatewayError):
@@ -396,8 +410,12 @@ class PlanInvalid(ConfigError):
     reason = "PLAN_INVALID"
 
 
-class TaskNotFound(ConfigError):
-    """No checkpointed task has that id (or, over A2A, none of the caller's tasks has it)."""
+class TaskNotFound(GatewayError):
+    """No stored task has that id (or, over A2A, none of the caller's tasks has it).
+
+    A missing task is not a configuration error: it answers one request, and
+    an operator who names one gets a usage error from the CLI boundary.
+    """
 
     reason = "TASK_NOT_FOUND"
     peer_may_answer = True
@@ -415,6 +433,7 @@ class NoRoute(GatewayError):
 
     reason = "NO_ROUTE"
     nothing_ran = True
+    version_specific = True
 
 
 class ExpectationFailed(GatewayError):

@@ -43,6 +43,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 from hypothesis import strategies as st
 
 from gateway.audit import verify_chain
+from gateway.storage import open_audit_reader
 from tests.security.a2a_fuzz import a2a_cases, check_a2a, describe_case
 from tests.security.conftest import (
     FUZZ_CALLERS,
@@ -145,7 +146,7 @@ def summary(
     target.flush_audit()
     records = target.audit_seq()
     expected_records = tally.records + 1  # the final echo
-    chain = verify_chain(target.agent.config.audit_db)
+    chain = verify_chain(open_audit_reader(target.agent.config.audit_db))
     ok = (
         not tally.crash
         and tally.failed_cases == 0

@@ -32,6 +32,7 @@ from gateway.audit import query_records, verify_chain
 from gateway.config import AgentConfig
 from gateway.devtools.demo import AGENTS, write_demo_files
 from gateway.errors import GatewayError
+from gateway.storage import open_audit_reader
 from gateway.transport.client import PeerClient
 from gateway.transport.tls import TlsMaterial
 
@@ -168,10 +169,10 @@ def main() -> int:
             proc.join(timeout=30)
         audit = {}
         for name in AGENTS:
-            records = query_records(configs[name].audit_db)
+            records = query_records(open_audit_reader(configs[name].audit_db))
             # Writes also have a write-ahead ADMITTED record: count calls, not rows.
             outcomes = [r for r in records if r.reason != "ADMITTED"]
-            report = verify_chain(configs[name].audit_db)
+            report = verify_chain(open_audit_reader(configs[name].audit_db))
             audit[name] = {
                 "records": len(outcomes),
                 "calls": tally.calls_to[name],

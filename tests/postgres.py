@@ -19,6 +19,9 @@ from pathlib import Path
 
 import psycopg
 
+from gateway.postgres.pool import StatePool
+from gateway.storage import connection_source, location
+
 
 def find_bin_dir() -> Path | None:
     """The newest ``/usr/lib/postgresql/<ver>/bin`` with initdb, or one on PATH."""
@@ -109,3 +112,8 @@ def remove_cluster(cluster: PostgresCluster) -> None:
     except subprocess.CalledProcessError:
         pass  # already stopped
     shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+def state_pool(dsn: str, what: str = "state store") -> StatePool:
+    """The pool the storage factory would give a PostgreSQL store for ``dsn``."""
+    return StatePool(connection_source(location(dsn)), what)

@@ -16,6 +16,7 @@ from gateway.agent import Agent
 from gateway.audit import AuditRecord, query_records
 from gateway.config import AgentConfig
 from gateway.devtools.pki import CertificateAuthority, issue
+from gateway.storage import open_audit_reader
 from gateway.transport.tls import TlsMaterial, channel_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from policies.grants import PolicyDocument
@@ -179,7 +180,7 @@ def standard_registry(counter: WriteCounter, state_dir: Path) -> CapabilityRegis
 
 def audit_rows(db: Path) -> list[AuditRecord]:
     """All committed audit records, read through a separate read-only connection."""
-    return query_records(db)
+    return query_records(open_audit_reader(db))
 
 
 async def started(config: AgentConfig, registry: CapabilityRegistry | None = None) -> Agent:

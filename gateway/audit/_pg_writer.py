@@ -10,21 +10,37 @@ wait for each other. Used only from the audit writer thread.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import fields
 
 import psycopg
 
 from gateway.audit._schema import CHAIN_COLUMNS, RECORD_COLUMNS
 from gateway.audit._writer import ChainWriter
 from gateway.audit.chain import GENESIS_HASH, fields_hash
+from gateway.audit.record import AuditRecord
 from gateway.errors import AuditUnavailable
-from gateway.postgres.dsn import PostgresDsn
-from gateway.postgres.migrations import migrate
+from gateway.postgres.migrations import created_record_columns, migrate
+from gateway.postgres.source import ConnectionSource
 
 _INSERT = (
     f"INSERT INTO audit_records (agent_id, {', '.join(RECORD_COLUMNS + CHAIN_COLUMNS)}) "
     f"VALUES ({', '.join(['%s'] * (1 + len(RECORD_COLUMNS) + len(CHAIN_COLUMNS)))})"
 )
 CONNECT_TIMEOUT_SECONDS = 5
+_SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE PRECISION"}
+
+
+def audit_columns_covered() -> bool:
+    """True if the PostgreSQL migrations create every ``RECORD_COLUMNS`` field
+    with the SQL type of its ``AuditRecord`` field (int, float, else text; a test checks)."""
+    # A field's type is its annotation's text, or the class itself where the
+    # record module is compiled (mypyc evaluates annotations): the name either way.
+    wanted = {
+        field.name: _SQL_TYPES.get(getattr(field.type, "__name__", str(field.type)), "TEXT")
+        for field in fields(AuditRecord)
+    }
+    created = created_record_columns()
+    return all(created.get(name) == wanted[name] for name in RECORD_COLUMNS)
 
 
 class PostgresChainWriter(ChainWriter):
@@ -32,9 +48,9 @@ class PostgresChainWriter(ChainWriter):
 
     recoverable = True
 
-    def __init__(self, dsn: PostgresDsn, agent_id: str) -> None:
+    def __init__(self, source: ConnectionSource, agent_id: str) -> None:
         super().__init__()
-        self._dsn = dsn
+        self._dsn = source
         self._agent_id = agent_id
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
 
@@ -50,9 +66,7 @@ class PostgresChainWriter(ChainWriter):
             ConfigError: Its schema is newer than this gateway knows.
         """
         try:
-            self._conn = psycopg.connect(
-                self._dsn.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS
-            )
+            self._conn = self._dsn.connect(timeout=CONNECT_TIMEOUT_SECONDS, autocommit=True)
             migrate(self._conn, str(self._dsn))
             self._conn.execute(
                 "INSERT INTO audit_heads VALUES (%s, 0, %s) ON CONFLICT DO NOTHING",

@@ -31,6 +31,7 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography import x509
 
@@ -39,9 +40,10 @@ from gateway.audit.checkpoint import Checkpoint, certificate_sha256, signature_v
 from gateway.audit.checkpoint_cert import carried_certificate, load_trust_bundle
 from gateway.audit.verify import ChainProblem
 from gateway.errors import ConfigError, Unauthenticated
-from gateway.postgres.dsn import PostgresDsn
-from gateway.storage import open_audit_reader
 from policies.identity import spiffe_id_from_pem
+
+if TYPE_CHECKING:
+    from gateway.audit.reader import AuditReader
 
 _FIELDS: dict[str, type] = {
     "agent": str,
@@ -73,17 +75,17 @@ class CheckpointReport:
 
 
 def verify_checkpoints(
-    db: Path | PostgresDsn,
+    log: AuditReader,
     checkpoints: Path,
     cert_pem: bytes | Sequence[bytes],
     *,
     ca_pem: bytes | None = None,
 ) -> CheckpointReport:
-    """Check the log at ``db`` against every line of ``checkpoints``.
+    """Check the log ``log`` reads against every line of ``checkpoints``.
 
     Args:
-        db: The audit SQLite file (opened read-only), or a PostgreSQL DSN
-            (then the chain of the agent named by ``cert_pem``).
+        log: The audit store (a store of many chains: the chain of the
+            agent named by ``cert_pem``).
         checkpoints: The JSONL checkpoint file.
         cert_pem: The certificate of the agent that signed them, or several:
             after a certificate rotation, lines name the certificate that
@@ -133,7 +135,7 @@ def verify_checkpoints(
             )
             continue
         valid.append(checkpoint)
-    problems.extend(_compare_with_log(db, agent, valid))
+    problems.extend(_compare_with_log(log, agent, valid))
     return CheckpointReport(len(lines), len(valid), tuple(problems))
 
 
@@ -174,13 +176,11 @@ def _signature_problem(
     return ""
 
 
-def _compare_with_log(
-    db: Path | PostgresDsn, agent: str, valid: list[Checkpoint]
-) -> list[ChainProblem]:
+def _compare_with_log(log: AuditReader, agent: str, valid: list[Checkpoint]) -> list[ChainProblem]:
     if not valid:
         return []
     seqs = sorted({checkpoint.seq for checkpoint in valid})
-    last, hashes = open_audit_reader(db).hashes_at(agent, seqs)
+    last, hashes = log.hashes_at(agent, seqs)
     problems: list[ChainProblem] = []
     for checkpoint in valid:
         if checkpoint.seq <= last and hashes.get(checkpoint.seq) != checkpoint.head:

@@ -14,56 +14,18 @@ Used by ``a2a-gateway audit --follow`` and by the console's live decisions.
 from __future__ import annotations
 
 import sqlite3
-import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
 import psycopg
 
 from gateway.audit._schema import RECORD_COLUMNS, SELECT_RECORDS, connect_read_only, record_from_row
+from gateway.audit.filter import AuditFilter
 from gateway.audit.pg_read import AgentRecord, _connect
 from gateway.errors import ConfigError
-from gateway.postgres.dsn import PostgresDsn
-from gateway.storage import open_audit_feed
+from gateway.postgres.source import ConnectionSource
 
 _BATCH_ROWS = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class FollowFilter:
-    """Which records a feed hands out (None: any).
-
-    Attributes:
-        agent: Only this agent's chain (PostgreSQL).
-        refusals_only: Only ``decision == "refuse"``.
-        peer: Only this exact caller SPIFFE ID.
-        capability: Only this exact capability name.
-        trace_id: Only records of this trace (32 hex digits, any case).
-    """
-
-    agent: str | None = None
-    refusals_only: bool = False
-    peer: str | None = None
-    capability: str | None = None
-    trace_id: str | None = None
-
-    def clauses(self, mark: str) -> tuple[list[str], list[object]]:
-        """SQL conditions and their parameters (``mark`` is the placeholder)."""
-        where: list[str] = []
-        params: list[object] = []
-        for column, value in (
-            ("peer_id", self.peer),
-            ("capability", self.capability),
-            ("trace_id", self.trace_id.lower() if self.trace_id else None),
-        ):
-            if value is not None:
-                where.append(f"{column} = {mark}")
-                params.append(value)
-        if self.refusals_only:
-            where.append("decision = 'refuse'")
-        return where, params
 
 
 class AuditFeed(ABC):
@@ -88,23 +50,22 @@ class SqliteAuditFeed(AuditFeed):
     def __init__(
         self,
         path: Path,
-        where: FollowFilter,
+        where: AuditFilter,
         *,
-        since: timedelta | None = None,
         agent_id: str = "",
     ) -> None:
         """Open ``path`` read-only; start after its current last record, or
-        ``since`` ago if given (then the records of that window come first).
+        ``where.since`` ago if given (then the records of that window come first).
 
         Raises:
             ConfigError: The file is missing or not an audit log.
         """
+        _no_limit(where)
         self._path, self._agent = path, agent_id
         self._conn: sqlite3.Connection | None = connect_read_only(path)
         clauses, self._params = where.clauses("?")
-        self._min_ms = 0
-        if since is not None:
-            self._min_ms = int((time.time() - since.total_seconds()) * 1000)
+        self._min_ms = where.oldest_ms() or 0
+        if where.since is not None:
             clauses.append(f"time_unix_ms >= {self._min_ms}")
         self._sql = (
             SELECT_RECORDS
@@ -112,7 +73,7 @@ class SqliteAuditFeed(AuditFeed):
             + "".join(f" AND {c}" for c in clauses)
             + f" ORDER BY seq LIMIT {_BATCH_ROWS}"
         )
-        self._last = 0 if since is not None else self._max_seq()
+        self._last = 0 if where.since is not None else self._max_seq()
 
     def _max_seq(self) -> int:
         row = self._read("SELECT COALESCE(MAX(seq), 0) FROM audit_records", ())
@@ -148,22 +109,21 @@ class SqliteAuditFeed(AuditFeed):
 class PostgresAuditFeed(AuditFeed):
     """Follows the shared PostgreSQL table: every agent's chain (or one, by filter)."""
 
-    def __init__(
-        self, dsn: PostgresDsn, where: FollowFilter, *, since: timedelta | None = None
-    ) -> None:
-        """Connect; start after each chain's current last record, or ``since`` ago.
+    def __init__(self, dsn: ConnectionSource, where: AuditFilter) -> None:
+        """Connect; start after each chain's current last record, or ``where.since`` ago.
 
         Raises:
             ConfigError: The database cannot be read or holds no audit schema.
         """
+        _no_limit(where)
         self._dsn = dsn
         self._conn: psycopg.Connection[tuple[object, ...]] | None = _connect(dsn)
         clauses, self._params = where.clauses("%s")
         if where.agent is not None:
             clauses.append("a.agent_id = %s")
             self._params.append(where.agent)
-        if since is not None:
-            min_ms = int((time.time() - since.total_seconds()) * 1000)
+        min_ms = where.oldest_ms()
+        if min_ms is not None:
             clauses.append(f"time_unix_ms >= {min_ms}")
         columns = ", ".join(f"a.{c}" for c in RECORD_COLUMNS)
         self._sql = (
@@ -174,7 +134,7 @@ class PostgresAuditFeed(AuditFeed):
             + f" ORDER BY a.agent_id, a.seq LIMIT {_BATCH_ROWS}"
         )
         self._marks: dict[str, int] = {}
-        if since is None:
+        if where.since is None:
             rows = self._read("SELECT agent_id, MAX(seq) FROM audit_records GROUP BY agent_id", [])
             self._marks = {str(agent): int(str(seq)) for agent, seq in rows}
 
@@ -210,16 +170,7 @@ class PostgresAuditFeed(AuditFeed):
             self._conn = None
 
 
-def open_feed(
-    location: Path | PostgresDsn,
-    where: FollowFilter,
-    *,
-    since: timedelta | None = None,
-    agent_id: str = "",
-) -> AuditFeed:
-    """The feed for a SQLite file or a PostgreSQL DSN (chosen by :mod:`gateway.storage`).
-
-    Raises:
-        ConfigError: The store cannot be opened, or ``where.agent`` is given for SQLite.
-    """
-    return open_audit_feed(location, where, since=since, agent_id=agent_id)
+def _no_limit(where: AuditFilter) -> None:
+    """A feed runs until closed: a ``limit`` would silently stop it, so refuse one."""
+    if where.limit is not None:
+        raise ConfigError("an audit feed takes no limit (it hands out records until closed)")

@@ -35,15 +35,12 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import Enum
-from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 from gateway.audit._writer import ChainWriter
 from gateway.audit.checkpoint import Checkpointer
 from gateway.audit.record import AuditRecord, checked_fields
 from gateway.errors import AuditUnavailable, ConfigError
-from gateway.postgres.dsn import PostgresDsn
-from gateway.storage import open_chain_writer
 
 _log = logging.getLogger(__name__)
 
@@ -89,13 +86,10 @@ class AuditLog:
 
     def __init__(
         self,
-        path: Path | PostgresDsn,
+        writer: ChainWriter,
         *,
-        agent_id: str = "",
         max_batch: int = 512,
-        busy_timeout_ms: int = 5000,
         linger_ms: float = 10.0,
-        sync: Literal["full", "normal"] = "full",
         checkpoints: Checkpointer | None = None,
         retry_seconds: float | None = None,
         observer: AuditObserver | None = None,
@@ -103,20 +97,15 @@ class AuditLog:
         """Prepare a log; nothing is opened until :meth:`start`.
 
         Args:
-            path: The SQLite file (created if missing; its directory must
-                exist), or a PostgreSQL DSN (schema migrated at start).
-            agent_id: The agent whose chain this is (required with a DSN: the
-                table is shared by agents, one chain each).
+            writer: The store of the chain, not opened yet (opened at
+                :meth:`start`): the storage factory's ``open_chain_writer``
+                gives one for a SQLite file (created if missing) or one
+                agent's chain in PostgreSQL (schema migrated at start), and
+                takes the store's own settings (lock wait, ``synchronous``).
             max_batch: Most records committed in one transaction.
-            busy_timeout_ms: How long a commit waits for a lock held by another
-                connection before the log fails closed.
             linger_ms: How long a batch that nobody waits on (allowed calls only)
                 may wait for more records, so many share one commit. A durable
                 record ends the wait at once.
-            sync: SQLite ``synchronous`` level. ``full`` (default) fsyncs every
-                commit: a committed record survives power loss. ``normal`` (WAL)
-                survives a crash of the process but not of the machine, and
-                makes each durable commit far cheaper.
             checkpoints: Writes signed checkpoints of the chain head outside
                 the database (None: none are written).
             retry_seconds: After a failed commit, try to reopen this often
@@ -124,19 +113,13 @@ class AuditLog:
             observer: Told of each committed batch (metrics).
 
         Raises:
-            ConfigError: ``max_batch`` < 1, ``busy_timeout_ms`` < 0, or a DSN
-                without an ``agent_id``.
+            ConfigError: ``max_batch`` < 1.
         """
         if max_batch < 1:
             raise ConfigError(f"audit max_batch must be at least 1, not {max_batch}")
-        if busy_timeout_ms < 0:
-            raise ConfigError(f"audit busy_timeout_ms must be >= 0, not {busy_timeout_ms}")
-        self._path = path
         self._max_batch = max_batch
         self._linger = max(0.0, linger_ms) / 1000.0
-        self._writer: ChainWriter = open_chain_writer(
-            path, agent_id=agent_id, busy_timeout_ms=busy_timeout_ms, sync=sync
-        )
+        self._writer = writer
         self._retry_in = _FIRST_RETRY_SECONDS
         self._checkpoints = checkpoints
         self._unwritten: list[dict[str, object]] = []
@@ -165,9 +148,9 @@ class AuditLog:
         return self._queue.qsize()
 
     @property
-    def path(self) -> Path | PostgresDsn:
-        """The SQLite file or PostgreSQL database of this log."""
-        return self._path
+    def where(self) -> str:
+        """The store of this log as shown in messages (a file, or a redacted DSN)."""
+        return self._writer.where
 
     @property
     def healthy(self) -> bool:
@@ -365,7 +348,7 @@ class AuditLog:
             return
         if not self._reopen_where_it_was() or not self._write_unwritten():
             return
-        _log.warning("audit log %s: writable again, accepting records", self._path)
+        _log.warning("audit log %s: writable again, accepting records", self._writer.where)
         self._state, self._accepting, self._recoverable = _State.OPEN, True, False
         self._tell(True)
 
@@ -382,7 +365,7 @@ class AuditLog:
             self._writer.count == count and self._writer.last_hash != last_hash
         ):
             self._recoverable = False
-            self._fail(f"audit log {self._path}: chain head moved back while failed", None)
+            self._fail(f"audit log {self._writer.where}: chain head moved back while failed", None)
             return False
         return True
 

@@ -14,11 +14,12 @@ from datetime import timedelta
 import psycopg
 
 from gateway.audit._schema import CHAIN_COLUMNS, RECORD_COLUMNS, record_from_row
+from gateway.audit.filter import AuditFilter
 from gateway.audit.record import AuditRecord
 from gateway.audit.verify import VerifyReport, verify_rows
 from gateway.errors import ConfigError
-from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.migrations import LATEST_VERSION, schema_version
+from gateway.postgres.source import ConnectionSource
 
 _PAGE_ROWS = 10_000
 _SELECT = f"SELECT agent_id, {', '.join(RECORD_COLUMNS)} FROM audit_records"
@@ -33,9 +34,9 @@ class AgentRecord:
     record: AuditRecord
 
 
-def _connect(dsn: PostgresDsn) -> psycopg.Connection[tuple[object, ...]]:
+def _connect(dsn: ConnectionSource) -> psycopg.Connection[tuple[object, ...]]:
     try:
-        conn = psycopg.connect(dsn.url, connect_timeout=10)
+        conn = dsn.connect(timeout=10)
     except psycopg.Error as err:
         raise ConfigError(f"audit database {dsn}: cannot connect: {dsn.why(err)}") from err
     version = schema_version(conn)
@@ -54,43 +55,26 @@ def _connect(dsn: PostgresDsn) -> psycopg.Connection[tuple[object, ...]]:
     return conn
 
 
-def query_agent_records(
-    dsn: PostgresDsn,
-    *,
-    agent: str | None = None,
-    refusals_only: bool = False,
-    peer: str | None = None,
-    capability: str | None = None,
-    since: timedelta | None = None,
-    limit: int | None = None,
-    trace_id: str | None = None,
-) -> list[AgentRecord]:
-    """Records of every agent (or ``agent``) matching every filter, oldest first.
+def query_agent_records(dsn: ConnectionSource, wanted: AuditFilter) -> list[AgentRecord]:
+    """Records of every agent (or ``wanted.agent``) matching ``wanted``, oldest first.
 
     Raises:
         ConfigError: The database cannot be read or holds no audit schema.
     """
-    if limit is not None and limit < 0:
-        raise ConfigError(f"audit query limit must be >= 0, not {limit}")
-    where: list[str] = []
-    params: list[object] = []
-    for column, value in (("agent_id", agent), ("peer_id", peer), ("capability", capability)):
-        if value is not None:
-            where.append(f"{column} = %s")
-            params.append(value)
-    if refusals_only:
-        where.append("decision = 'refuse'")
-    if trace_id is not None:
-        where.append("trace_id = %s")
-        params.append(trace_id.lower())
-    if since is not None:
+    wanted.check_limit()
+    where, params = wanted.clauses("%s")
+    if wanted.agent is not None:
+        where.append("agent_id = %s")
+        params.append(wanted.agent)
+    oldest_ms = wanted.oldest_ms()
+    if oldest_ms is not None:
         where.append("time_unix_ms >= %s")
-        params.append(int((time.time() - since.total_seconds()) * 1000))
+        params.append(oldest_ms)
     sql = _SELECT + (f" WHERE {' AND '.join(where)}" if where else "")
     sql += " ORDER BY time_unix_ms DESC, agent_id, seq DESC"
-    if limit is not None:
+    if wanted.limit is not None:
         sql += " LIMIT %s"
-        params.append(limit)
+        params.append(wanted.limit)
     conn = _connect(dsn)
     try:
         rows = conn.execute(sql, params).fetchall()
@@ -102,7 +86,7 @@ def query_agent_records(
 
 
 def recent_agent_request_ids(
-    dsn: PostgresDsn,
+    dsn: ConnectionSource,
     *,
     agent: str,
     since: timedelta,
@@ -135,7 +119,7 @@ def recent_agent_request_ids(
         conn.close()
 
 
-def verify_agent_chains(dsn: PostgresDsn, agent: str | None = None) -> dict[str, VerifyReport]:
+def verify_agent_chains(dsn: ConnectionSource, agent: str | None = None) -> dict[str, VerifyReport]:
     """Verify the chain of every agent (or only ``agent``); reports by agent id.
 
     Raises:
@@ -177,7 +161,9 @@ def verify_agent_chains(dsn: PostgresDsn, agent: str | None = None) -> dict[str,
     return reports
 
 
-def chain_hashes_at(dsn: PostgresDsn, agent: str, seqs: list[int]) -> tuple[int, dict[int, str]]:
+def chain_hashes_at(
+    dsn: ConnectionSource, agent: str, seqs: list[int]
+) -> tuple[int, dict[int, str]]:
     """The last seq of ``agent``'s chain and its record hashes at ``seqs`` (one snapshot).
 
     Raises:
@@ -205,8 +191,8 @@ class PostgresAuditReader:
     """Reads the shared audit table, one REPEATABLE READ snapshot per call
     (an :class:`~gateway.audit.reader.AuditReader`)."""
 
-    def __init__(self, dsn: PostgresDsn) -> None:
-        """Read the database at ``dsn`` (nothing is opened yet)."""
+    def __init__(self, dsn: ConnectionSource) -> None:
+        """Read the database ``dsn`` reaches (nothing is opened yet)."""
         self._dsn = dsn
 
     @property
@@ -214,29 +200,9 @@ class PostgresAuditReader:
         """True: the table holds one chain per agent id."""
         return True
 
-    def query(
-        self,
-        *,
-        agent: str | None = None,
-        refusals_only: bool = False,
-        peer: str | None = None,
-        capability: str | None = None,
-        since: timedelta | None = None,
-        limit: int | None = None,
-        trace_id: str | None = None,
-    ) -> list[AuditRecord]:
+    def query(self, wanted: AuditFilter) -> list[AuditRecord]:
         """Matching records, ordered by time (see :func:`query_agent_records` for their agents)."""
-        found = query_agent_records(
-            self._dsn,
-            agent=agent,
-            refusals_only=refusals_only,
-            peer=peer,
-            capability=capability,
-            since=since,
-            limit=limit,
-            trace_id=trace_id,
-        )
-        return [entry.record for entry in found]
+        return [entry.record for entry in query_agent_records(self._dsn, wanted)]
 
     def recent_request_ids(
         self, *, agent: str, since: timedelta, limit: int, refusals: Collection[str]

@@ -9,13 +9,16 @@ import time
 from collections.abc import Collection, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gateway.audit._schema import SELECT_RECORDS, connect_read_only, record_from_row
+from gateway.audit.filter import AuditFilter
 from gateway.audit.record import AuditRecord
 from gateway.display import json_for_terminals, printable
 from gateway.errors import ConfigError
-from gateway.postgres.dsn import PostgresDsn
-from gateway.storage import open_audit_reader
+
+if TYPE_CHECKING:
+    from gateway.audit.reader import AuditReader
 
 _SINCE = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -51,79 +54,31 @@ def parse_since(text: str) -> timedelta:
     return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
 
 
-def query_records(
-    path: Path | PostgresDsn,
-    *,
-    agent: str | None = None,
-    refusals_only: bool = False,
-    peer: str | None = None,
-    capability: str | None = None,
-    since: timedelta | None = None,
-    limit: int | None = None,
-    trace_id: str | None = None,
-) -> list[AuditRecord]:
-    """Records of the log at ``path`` that match every given filter, ordered by seq.
+def query_records(reader: AuditReader, wanted: AuditFilter | None = None) -> list[AuditRecord]:
+    """Records of the store ``reader`` reads that match ``wanted`` (default: all).
 
-    Args:
-        path: The audit log (opened read-only), or a PostgreSQL DSN (then
-            ordered by time; see :func:`gateway.audit.pg_read.query_agent_records`
-            for the agent of each record).
-        agent: Only this agent's chain (PostgreSQL; a SQLite file holds one agent).
-        refusals_only: Only ``decision == "refuse"``.
-        peer: Only this exact caller SPIFFE ID.
-        capability: Only this exact capability name.
-        since: Only records at most this old.
-        limit: At most this many records: the most recent ones.
-        trace_id: Only records of this trace (32 hex digits, any case).
+    A SQLite file gives them in seq order; a store of many chains by time (see
+    :func:`gateway.audit.pg_read.query_agent_records` for the agent of each).
 
     Raises:
-        ConfigError: The file is missing or not an audit log, or ``limit`` < 0.
+        ConfigError: The store is missing or not an audit log, or ``wanted.limit`` < 0.
     """
-    return open_audit_reader(path).query(
-        agent=agent,
-        refusals_only=refusals_only,
-        peer=peer,
-        capability=capability,
-        since=since,
-        limit=limit,
-        trace_id=trace_id,
-    )
+    return reader.query(wanted if wanted is not None else AuditFilter())
 
 
-def sqlite_query_records(
-    path: Path,
-    *,
-    refusals_only: bool = False,
-    peer: str | None = None,
-    capability: str | None = None,
-    since: timedelta | None = None,
-    limit: int | None = None,
-    trace_id: str | None = None,
-) -> list[AuditRecord]:
-    """:func:`query_records` on one SQLite file (its one chain)."""
-    if limit is not None and limit < 0:
-        raise ConfigError(f"audit query limit must be >= 0, not {limit}")
-    where: list[str] = []
-    params: list[object] = []
-    if refusals_only:
-        where.append("decision = 'refuse'")
-    if peer is not None:
-        where.append("peer_id = ?")
-        params.append(peer)
-    if capability is not None:
-        where.append("capability = ?")
-        params.append(capability)
-    if trace_id is not None:
-        where.append("trace_id = ?")
-        params.append(trace_id.lower())
-    if since is not None:
+def sqlite_query_records(path: Path, wanted: AuditFilter) -> list[AuditRecord]:
+    """:func:`query_records` on one SQLite file (its one chain; ``wanted.agent`` is not needed)."""
+    wanted.check_limit()
+    where, params = wanted.clauses("?")
+    oldest_ms = wanted.oldest_ms()
+    if oldest_ms is not None:
         where.append("time_unix_ms >= ?")
-        params.append(int((time.time() - since.total_seconds()) * 1000))
+        params.append(oldest_ms)
     sql = SELECT_RECORDS + (f" WHERE {' AND '.join(where)}" if where else "")
     # The most recent ``limit`` rows, then back into seq order.
-    sql += " ORDER BY seq DESC" + (" LIMIT ?" if limit is not None else "")
-    if limit is not None:
-        params.append(limit)
+    sql += " ORDER BY seq DESC" + (" LIMIT ?" if wanted.limit is not None else "")
+    if wanted.limit is not None:
+        params.append(wanted.limit)
     conn = connect_read_only(path)
     try:
         rows = conn.execute(sql, params).fetchall()
@@ -135,7 +90,7 @@ def sqlite_query_records(
 
 
 def recent_request_ids(
-    path: Path | PostgresDsn,
+    reader: AuditReader,
     *,
     agent: str,
     since: timedelta,
@@ -152,9 +107,7 @@ def recent_request_ids(
     Raises:
         ConfigError: The log cannot be read.
     """
-    return open_audit_reader(path).recent_request_ids(
-        agent=agent, since=since, limit=limit, refusals=refusals
-    )
+    return reader.recent_request_ids(agent=agent, since=since, limit=limit, refusals=refusals)
 
 
 def sqlite_recent_request_ids(

@@ -3,7 +3,7 @@
 :class:`AuditReader` is the read side of an audit store; the operator tools
 (``gateway audit``, ``gateway db``), the replay window's warm start and the
 checkpoint check take one instead of asking what kind of store a location is.
-:func:`gateway.storage.open_audit_reader` picks the implementation:
+The storage factory (``gateway.storage.open_audit_reader``) picks the implementation:
 :class:`SqliteAuditReader` here, or
 :class:`~gateway.audit.pg_read.PostgresAuditReader` for the shared table.
 
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Protocol
 
 from gateway.audit.checkpoint_verify import sqlite_hashes_at
+from gateway.audit.filter import AuditFilter
 from gateway.audit.query import sqlite_query_records, sqlite_recent_request_ids
 from gateway.audit.record import AuditRecord
 from gateway.audit.verify import VerifyReport, sqlite_verify_chain
@@ -37,18 +38,8 @@ class AuditReader(Protocol):
     def many_chains(self) -> bool:
         """True when the store holds the chains of many agents (one per agent id)."""
 
-    def query(
-        self,
-        *,
-        agent: str | None = None,
-        refusals_only: bool = False,
-        peer: str | None = None,
-        capability: str | None = None,
-        since: timedelta | None = None,
-        limit: int | None = None,
-        trace_id: str | None = None,
-    ) -> list[AuditRecord]:
-        """Records matching every given filter (see :func:`gateway.audit.query.query_records`)."""
+    def query(self, wanted: AuditFilter) -> list[AuditRecord]:
+        """Records matching ``wanted`` (see :func:`gateway.audit.query.query_records`)."""
 
     def recent_request_ids(
         self, *, agent: str, since: timedelta, limit: int, refusals: Collection[str]
@@ -74,27 +65,9 @@ class SqliteAuditReader:
         """False: a SQLite file holds one agent's chain."""
         return False
 
-    def query(
-        self,
-        *,
-        agent: str | None = None,
-        refusals_only: bool = False,
-        peer: str | None = None,
-        capability: str | None = None,
-        since: timedelta | None = None,
-        limit: int | None = None,
-        trace_id: str | None = None,
-    ) -> list[AuditRecord]:
-        """Records matching every filter, in seq order (``agent`` is not needed)."""
-        return sqlite_query_records(
-            self._path,
-            refusals_only=refusals_only,
-            peer=peer,
-            capability=capability,
-            since=since,
-            limit=limit,
-            trace_id=trace_id,
-        )
+    def query(self, wanted: AuditFilter) -> list[AuditRecord]:
+        """Records matching ``wanted``, in seq order (``wanted.agent`` is not needed)."""
+        return sqlite_query_records(self._path, wanted)
 
     def recent_request_ids(
         self, *, agent: str, since: timedelta, limit: int, refusals: Collection[str]

@@ -26,14 +26,15 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from gateway.audit._schema import SELECT_CHAINED, connect_read_only, record_from_row
 from gateway.audit.chain import GENESIS_HASH, fields_hash
 from gateway.audit.record import AuditRecord
 from gateway.errors import ConfigError
-from gateway.postgres.dsn import PostgresDsn
-from gateway.storage import open_audit_reader
+
+if TYPE_CHECKING:
+    from gateway.audit.reader import AuditReader
 
 ProblemKind = Literal[
     "modified",
@@ -90,18 +91,18 @@ class _Row:
         return self.record.seq
 
 
-def verify_chain(path: Path | PostgresDsn, agent: str | None = None) -> VerifyReport:
-    """Check every record of the log at ``path`` against its hash chain.
+def verify_chain(reader: AuditReader, agent: str | None = None) -> VerifyReport:
+    """Check every record of the store ``reader`` reads against its hash chain.
 
-    Opens the file read-only; the log may be in use by a gateway meanwhile.
-    With a PostgreSQL DSN, checks ``agent``'s chain (``agent`` may be left out
-    when the database holds one chain only; see
-    :func:`gateway.audit.pg_read.verify_agent_chains` for all of them).
+    Reads only; the log may be in use by a gateway meanwhile. A store of many
+    chains checks ``agent``'s (``agent`` may be left out when it holds one
+    chain only; see :func:`gateway.audit.pg_read.verify_agent_chains` for all
+    of them).
 
     Raises:
-        ConfigError: The file is missing, unreadable, or not an audit log.
+        ConfigError: The store is missing, unreadable, or not an audit log.
     """
-    return open_audit_reader(path).verify(agent)
+    return reader.verify(agent)
 
 
 def sqlite_verify_chain(path: Path) -> VerifyReport:

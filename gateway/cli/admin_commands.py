@@ -13,7 +13,6 @@ from gateway.audit import (
     AuditRecord,
     format_json_lines,
     format_table,
-    parse_since,
     query_records,
     verify_chain,
 )
@@ -26,7 +25,7 @@ from gateway.config import WorkloadApiTls, load_agent_config
 from gateway.devtools import pki
 from gateway.display import json_for_terminals, printable
 from gateway.errors import ConfigError
-from gateway.storage import open_audit_reader
+from gateway.storage import connection_source, open_audit_reader
 from gateway.transport.tls import load_pem_file
 from policies.grants import PeerGrant
 from policies.policy_file import load_policy
@@ -161,7 +160,7 @@ def _pki_issue(args: argparse.Namespace) -> int:
 
 def _audit_verify_agents(args: argparse.Namespace) -> int:
     checkpoints, pems, ca_pem = _checkpoint_sources(args)
-    reports = verify_agent_chains(args.db, args.agent)
+    reports = verify_agent_chains(connection_source(args.db), args.agent)
     broken = 0
     for agent, report in reports.items():
         shown = printable(agent)
@@ -176,7 +175,7 @@ def _audit_verify_agents(args: argparse.Namespace) -> int:
     if checkpoints is None or not pems:
         return 1 if broken else 0
     # The certificates name the agent whose chain the checkpoints sign.
-    checked = verify_checkpoints(args.db, checkpoints, pems, ca_pem=ca_pem)
+    checked = verify_checkpoints(open_audit_reader(args.db), checkpoints, pems, ca_pem=ca_pem)
     for problem in checked.problems:
         print(f"{checkpoints}: seq {problem.seq}: {problem.kind}: {problem.message}")
     print(f"{checkpoints}: {checked.valid} of {checked.checkpoints} checkpoints valid")
@@ -184,15 +183,7 @@ def _audit_verify_agents(args: argparse.Namespace) -> int:
 
 
 def _audit_agents(args: argparse.Namespace) -> int:
-    entries = query_agent_records(
-        args.db,
-        agent=args.agent,
-        refusals_only=args.refusals,
-        peer=args.peer,
-        capability=args.capability,
-        since=parse_since(args.since) if args.since else None,
-        trace_id=args.trace,
-    )
+    entries = query_agent_records(connection_source(args.db), audit_follow.audit_filter(args))
     if args.summary:  # across agents: the per-peer counts an auditor asks for
         rows = summarize([entry.record for entry in entries])
         text = format_summary_json(rows) if args.json else format_summary(rows)
@@ -215,11 +206,12 @@ def _audit_verify(args: argparse.Namespace) -> int:
     if open_audit_reader(args.db).many_chains:
         return _audit_verify_agents(args)
     checkpoints, cert_pems, ca_pem = _checkpoint_sources(args)
-    report = verify_chain(args.db)
+    log = open_audit_reader(args.db)
+    report = verify_chain(log)
     problems = list(report.problems)
     summary = f"{report.records} records"
     if checkpoints is not None and cert_pems:
-        checked = verify_checkpoints(args.db, checkpoints, cert_pems, ca_pem=ca_pem)
+        checked = verify_checkpoints(log, checkpoints, cert_pems, ca_pem=ca_pem)
         problems.extend(checked.problems)
         summary += f"; {checked.valid} of {checked.checkpoints} checkpoints valid"
     if not problems:
@@ -304,15 +296,7 @@ def _audit(args: argparse.Namespace) -> int:
         return _audit_agents(args)
     if args.agent is not None:
         raise ConfigError("--agent: a SQLite audit log holds one agent; give a PostgreSQL DSN")
-    since = parse_since(args.since) if args.since else None
-    records = query_records(
-        args.db,
-        refusals_only=args.refusals,
-        peer=args.peer,
-        capability=args.capability,
-        since=since,
-        trace_id=args.trace,
-    )
+    records = query_records(open_audit_reader(args.db), audit_follow.audit_filter(args))
     if args.summary:
         rows = summarize(records)
         text = format_summary_json(rows) if args.json else format_summary(rows)

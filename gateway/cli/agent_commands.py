@@ -208,7 +208,7 @@ async def _call(args: argparse.Namespace) -> int:
     served = printable(f"{result.capability}@{result.served_version}")  # the peer's text
     print(
         f"served {served} evidence sha256:"
-        f"{printable(result.evidence_sha256)}{' (replayed)' if result.replayed else ''}",
+        f"{printable(result.evidence_sha256)}{' (replayed)' if result.remembered else ''}",
         file=sys.stderr,
     )
     return 0

@@ -18,17 +18,30 @@ import time
 from typing import TextIO
 
 from gateway.audit import parse_since
-from gateway.audit.follow import AuditFeed, FollowFilter, open_feed
+from gateway.audit.filter import AuditFilter
+from gateway.audit.follow import AuditFeed
 from gateway.audit.pg_read import AgentRecord
 from gateway.audit.query import TABLE_COLUMNS, table_cells
 from gateway.display import json_for_terminals, printable
-from gateway.storage import open_audit_reader
+from gateway.storage import open_audit_feed, open_audit_reader
 
 POLL_SECONDS = 0.2
 """How often the store is asked for new records (a cheap indexed range read)."""
 
 _WIDTHS = (24, 38, 18, 10, 8, 8, 24, 6, 10, 36, 32)
 """Column widths of a followed table (a longer cell widens only its own line)."""
+
+
+def audit_filter(args: argparse.Namespace) -> AuditFilter:
+    """The records ``audit`` (listed, summed up or followed) is asked for by its options."""
+    return AuditFilter(
+        agent=args.agent,
+        refusals_only=args.refusals,
+        peer=args.peer,
+        capability=args.capability,
+        trace_id=args.trace,
+        since=parse_since(args.since) if args.since else None,
+    )
 
 
 def follow(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -41,16 +54,8 @@ def follow(args: argparse.Namespace, out: TextIO | None = None) -> int:
         KeyboardInterrupt: Ctrl-C (the CLI boundary exits 130).
     """
     stream = out or sys.stdout
-    where = FollowFilter(
-        agent=args.agent,
-        refusals_only=args.refusals,
-        peer=args.peer,
-        capability=args.capability,
-        trace_id=args.trace,
-    )
-    since = parse_since(args.since) if args.since else None
     shared = open_audit_reader(args.db).many_chains
-    feed = open_feed(args.db, where, since=since)
+    feed = open_audit_feed(args.db, audit_filter(args))
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         if not args.json:

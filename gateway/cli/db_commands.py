@@ -8,8 +8,10 @@ from typing import Any
 import psycopg
 
 from gateway.errors import ConfigError
-from gateway.postgres.dsn import PostgresDsn, is_dsn
+from gateway.postgres.dsn import is_dsn
 from gateway.postgres.migrations import LATEST_VERSION, migrate, schema_version
+from gateway.postgres.source import ConnectionSource
+from gateway.storage import connection_source, location
 
 
 def add_commands(commands: Any) -> None:
@@ -25,17 +27,17 @@ def add_commands(commands: Any) -> None:
         action.set_defaults(run=_run, action=name)
 
 
-def dsn_argument(text: str) -> PostgresDsn:
-    """``--dsn`` as a PostgresDsn; ConfigError if it is not a PostgreSQL URL."""
+def dsn_argument(text: str) -> ConnectionSource:
+    """``--dsn`` as its database; ConfigError if it is not a PostgreSQL URL."""
     if not is_dsn(text):
         raise ConfigError(f"--dsn {text!r}: expected postgresql://user@host:port/database")
-    return PostgresDsn(text.strip())
+    return connection_source(location(text))
 
 
 def _run(args: argparse.Namespace) -> int:
     dsn = dsn_argument(args.dsn)
     try:
-        with psycopg.connect(dsn.url, autocommit=True, connect_timeout=10) as conn:
+        with dsn.connect(timeout=10, autocommit=True) as conn:
             before = schema_version(conn)
             if args.action == "init" and before:
                 print(f"{dsn}: already initialised (schema version {before}); see db migrate")

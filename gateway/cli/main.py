@@ -22,28 +22,13 @@ from gateway.cli import (
     spiffe_commands,
 )
 from gateway.display import EscapingFormatter, printable
-from gateway.errors import (
-    Cancelled,
-    ConfigError,
-    DeadlineExceeded,
-    GatewayError,
-    PeerIdentityMismatch,
-    PeerUnavailable,
-)
+from gateway.errors import ConfigError, GatewayError, TaskNotFound
 from gateway.postgres.dsn import redact_credentials
 from gateway.telemetry.json_logs import JsonFormatter
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 70
-
-NOT_REFUSALS: tuple[type[GatewayError], ...] = (
-    PeerUnavailable,
-    PeerIdentityMismatch,
-    DeadlineExceeded,
-    Cancelled,
-)
-"""Errors printed as ``failed:``: the call did not get a decision (no peer, wrong peer, time)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,8 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if asyncio.iscoroutine(result):
             result = asyncio.run(result)
         return int(result or 0)
-    except ConfigError as err:
-        # A file's problem list (each line escaped where it was built) keeps
+    except (ConfigError, TaskNotFound) as err:
+        # The operator's input (a file, a setting, a task id) is wrong. A file's
+        # problem list (each line escaped where it was built) keeps
         # one problem per line, continuation lines indented; any other message
         # (a path, a peer's text) is escaped into a single line.
         local_problems = isinstance(err.__cause__, ValidationError)
@@ -108,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GatewayError as err:
         # The message may come from a remote peer: escaped into one line. Only
         # an answer is a refusal; a peer that was never reached did not refuse.
-        said = "failed" if isinstance(err, NOT_REFUSALS) else "refused"
+        said = "failed" if err.unanswered else "refused"
         message = printable(redact_credentials(err.message))
         print(f"{said}: {printable(err.reason)}: {message}", file=sys.stderr)
         return EXIT_REFUSED

@@ -232,6 +232,7 @@ def _summary(result: TaskResult, *, with_outputs: bool = False) -> dict[str, Any
     steps = {}
     for sid, step in result.steps.items():
         entry = asdict(step)
+        entry["replayed"] = entry.pop("remembered")  # the summary's key, as released
         entry["status"] = step.status.value
         entry["confidence"] = step.confidence.value
         entry["evidence"] = [asdict(e) for e in step.all_evidence()]

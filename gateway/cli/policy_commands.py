@@ -14,12 +14,13 @@ from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_c
 from capabilities.registry import CapabilityRegistry
 from capabilities.versions import VersionConstraint, VersionSyntaxError
 from gateway.audit import parse_since, query_records
+from gateway.audit.filter import AuditFilter
 from gateway.config import load_agent_config
 from gateway.display import json_for_terminals, printable
 from gateway.errors import AgentConfigError, ConfigError
 from gateway.inbound.policy_replay import changes_as_json, decide, reasons_in, replay
-from gateway.postgres.dsn import PostgresDsn, is_dsn
-from gateway.storage import open_audit_reader
+from gateway.postgres.dsn import StoreLocation
+from gateway.storage import location, open_audit_reader
 from policies.policy_file import load_policy
 
 EXIT_REFUSED = 1
@@ -64,9 +65,9 @@ def add_actions(policy_sub: Any) -> None:
     explain.set_defaults(run=_explain)
 
 
-def store_location(text: str) -> Path | PostgresDsn:
+def store_location(text: str) -> StoreLocation:
     """An argparse type: a PostgreSQL DSN, or else a path to a SQLite file."""
-    return PostgresDsn(text.strip()) if is_dsn(text) else Path(text)
+    return location(text)
 
 
 def registry_of(config_path: Path | None) -> CapabilityRegistry | None:
@@ -104,7 +105,8 @@ def _replay(args: argparse.Namespace) -> int:
             raise ConfigError("policy replay --db postgresql://...: name the agent with --agent ID")
     elif agent is not None:
         raise ConfigError("--agent: a SQLite audit log holds one agent; give a PostgreSQL DSN")
-    report = replay(query_records(args.db, agent=agent, since=since), candidate, registry)
+    recorded = query_records(open_audit_reader(args.db), AuditFilter(agent=agent, since=since))
+    report = replay(recorded, candidate, registry)
     if args.json:
         text = json.dumps(changes_as_json(report), sort_keys=True, ensure_ascii=False)
         print(json_for_terminals(text))

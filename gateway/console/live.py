@@ -14,13 +14,14 @@ import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
-from gateway.audit.follow import AuditFeed, FollowFilter, open_feed
+from gateway.audit.filter import AuditFilter
+from gateway.audit.follow import AuditFeed
 from gateway.audit.record import AuditRecord
 from gateway.config import AgentConfig
 from gateway.console.pages import utc
 from gateway.display import printable
 from gateway.errors import ConfigError
-from gateway.storage import open_audit_reader
+from gateway.storage import open_audit_feed, open_audit_reader
 
 _log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5
@@ -60,9 +61,9 @@ class LiveDecisions:
     async def start(self) -> None:
         """Open the feed at the log's current end and start polling (the log must exist)."""
         agent = self._config.id if open_audit_reader(self._config.audit_db).many_chains else None
-        where = FollowFilter(agent=agent)
+        where = AuditFilter(agent=agent)
         self._feed = await asyncio.get_running_loop().run_in_executor(
-            self._thread, lambda: open_feed(self._config.audit_db, where)
+            self._thread, lambda: open_audit_feed(self._config.audit_db, where)
         )
         self._task = asyncio.create_task(self._run())
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from gateway.audit import query_records, verify_chain
+from gateway.audit.filter import AuditFilter
 from gateway.config import TlsFiles, TlsSettings
 from gateway.console.http import Request
 from gateway.console.pages import esc, facts, href, table, trace_link, utc
@@ -82,10 +83,10 @@ async def upstreams(source: ConsoleSource) -> str:
         for skill in upstream.skills:
             last = await asyncio.to_thread(
                 query_records,
-                source.config.audit_db,
-                agent=agent_filter(source.config),
-                capability=skill.capability,
-                limit=1,
+                open_audit_reader(source.config.audit_db),
+                AuditFilter(
+                    agent=agent_filter(source.config), capability=skill.capability, limit=1
+                ),
             )
             outcome = "-"
             if last:
@@ -112,8 +113,9 @@ async def upstreams(source: ConsoleSource) -> str:
 async def audit_status(source: ConsoleSource, request: Request) -> str:
     """Chain length, last record, last signed checkpoint; the full check on request."""
     config = source.config
+    log = open_audit_reader(config.audit_db)
     last = await asyncio.to_thread(
-        query_records, config.audit_db, agent=agent_filter(config), limit=1
+        query_records, log, AuditFilter(agent=agent_filter(config), limit=1)
     )
     checkpoint = await asyncio.to_thread(_last_checkpoint, config.checkpoint_file)
     health = source.health_state()
@@ -130,8 +132,8 @@ async def audit_status(source: ConsoleSource, request: Request) -> str:
         seq, when = checkpoint
         behind = (last[-1].seq if last else 0) - seq
         rows.append(("Last checkpoint", esc(f"seq {seq} at {utc(when)}; {behind} record(s) since")))
-    if request.param("verify") == "1" and not open_audit_reader(config.audit_db).many_chains:
-        report = await asyncio.to_thread(verify_chain, config.audit_db)
+    if request.param("verify") == "1" and not log.many_chains:
+        report = await asyncio.to_thread(verify_chain, log)
         verdict = (
             f"intact ({report.records} records)"
             if report.ok

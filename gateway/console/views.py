@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.audit import parse_since, query_records
+from gateway.audit.filter import AuditFilter
 from gateway.audit.record import AuditRecord
 from gateway.config import AgentConfig
 from gateway.console.chart import bucket_refusals, render_chart
@@ -125,14 +126,16 @@ async def _records(
     since_text = wanted.since or default_since
     found = await asyncio.to_thread(
         query_records,
-        config.audit_db,
-        agent=agent_filter(config),
-        refusals_only=refusals,
-        peer=wanted.peer or None,
-        capability=wanted.capability or None,
-        since=parse_since(since_text) if since_text else None,
-        trace_id=wanted.trace or None,
-        limit=_SCAN_ROWS if wanted.reason or refusals else RECENT_ROWS,
+        open_audit_reader(config.audit_db),
+        AuditFilter(
+            agent=agent_filter(config),
+            refusals_only=refusals,
+            peer=wanted.peer or None,
+            capability=wanted.capability or None,
+            since=parse_since(since_text) if since_text else None,
+            trace_id=wanted.trace or None,
+            limit=_SCAN_ROWS if wanted.reason or refusals else RECENT_ROWS,
+        ),
     )
     return [rec for rec in found if wanted.matches(rec)]
 

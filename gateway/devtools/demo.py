@@ -18,6 +18,7 @@ from capabilities.loading import AgentEnvironment
 from capabilities.registry import CapabilityRegistry
 from gateway.agent import Agent
 from gateway.audit import format_table, query_records, verify_chain
+from gateway.audit.filter import AuditFilter
 from gateway.config import AgentConfig, PeerEntry
 from gateway.devtools.demo_plan import (
     DEMO_GRANTED,
@@ -27,7 +28,8 @@ from gateway.devtools.demo_plan import (
 )
 from gateway.devtools.pki import init_ca, issue
 from gateway.errors import GatewayError
-from gateway.postgres.dsn import PostgresDsn
+from gateway.postgres.dsn import StoreLocation
+from gateway.storage import open_audit_reader
 from gateway.transport.client import PeerClient
 from gateway.transport.tls import TlsMaterial
 from policies.grants import PolicyDocument
@@ -161,7 +163,7 @@ class _Scene:
                 capability, payload, constraint=constraint, idempotency_key=key, timeout=5.0
             )
             outcome = f"OK  v{result.served_version} {_short(result.output())}"
-            outcome += " (replayed, no second write)" if result.replayed else ""
+            outcome += " (replayed, no second write)" if result.remembered else ""
             reason = "OK"
         except GatewayError as err:
             outcome, reason = f"REFUSED {err.reason}", err.reason
@@ -203,7 +205,7 @@ async def run_demo(postgres: str | None = None) -> int:
         finally:
             for agent in agents.values():
                 await agent.stop()
-        report = verify_chain(configs["alice"].audit_db, configs["alice"].id)
+        report = verify_chain(open_audit_reader(configs["alice"].audit_db), configs["alice"].id)
         print(
             f"\naudit chain of alice: {'intact' if report.ok else 'BROKEN'} "
             f"({report.records} records)"
@@ -266,9 +268,10 @@ async def _script(scene: _Scene) -> None:
     await scene.call("bob", "carol", "kv.get", {"key": "k"}, expect="UNKNOWN_PEER")
 
 
-def _show_audit(db: Path | PostgresDsn, agent: str, started: float) -> None:
+def _show_audit(db: StoreLocation, agent: str, started: float) -> None:
     name = db.name if isinstance(db, Path) else str(db)
     print(f"\nRefusals in alice's audit log ({name}; no payload content is stored):")
     # A shared database also holds earlier runs: show this one's.
     this_run = timedelta(seconds=time.time() - started)
-    print(format_table(query_records(db, agent=agent, refusals_only=True, since=this_run)))
+    wanted = AuditFilter(agent=agent, refusals_only=True, since=this_run)
+    print(format_table(query_records(open_audit_reader(db), wanted)))

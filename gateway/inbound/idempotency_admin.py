@@ -33,7 +33,7 @@ from capabilities.runner import CapabilityResult
 from gateway.audit.record import AuditRecord, checked_fields
 from gateway.errors import ConfigError, IdempotencyNotInDoubt, StateUnavailable
 from gateway.inbound.idempotency import Ident, open_store_db
-from gateway.postgres.dsn import PostgresDsn
+from gateway.postgres.dsn import StoreLocation
 from gateway.storage import open_chain_writer
 
 RESOLVED = "IDEMPOTENCY_RESOLVED"
@@ -118,7 +118,7 @@ class KeyAdmin(Protocol):
 class SqliteKeyAdmin:
     """:class:`KeyAdmin` of an agent's ``idempotency.sqlite``."""
 
-    def __init__(self, store: Path, audit_db: Path | PostgresDsn, agent_id: str) -> None:
+    def __init__(self, store: Path, audit_db: StoreLocation, agent_id: str) -> None:
         """Keys in ``store``; actions audited to ``audit_db`` (``agent_id``'s chain)."""
         self._store = store
         self._audit_db = audit_db
@@ -171,7 +171,7 @@ and version; returns it normalised, or raises ConfigError."""
 
 def resolve_done(
     store: Path,
-    audit_db: Path | PostgresDsn,
+    audit_db: StoreLocation,
     ident: Ident,
     output: dict[str, Any],
     reason: str,
@@ -219,7 +219,7 @@ def resolve_done(
 
 
 def release_key(
-    store: Path, audit_db: Path | PostgresDsn, ident: Ident, reason: str, agent_id: str = ""
+    store: Path, audit_db: StoreLocation, ident: Ident, reason: str, agent_id: str = ""
 ) -> Resolution:
     """Free a key in doubt: the next call with it runs the write again.
 
@@ -279,7 +279,7 @@ def _connect(store: Path) -> Iterator[sqlite3.Connection]:
 
 def _change(
     store: Path,
-    audit_log: tuple[Path | PostgresDsn, str],
+    audit_log: tuple[StoreLocation, str],
     ident: Ident,
     reason: str,
     audit: tuple[str, Callable[[KeyEntry], _Prepared], Callable[[_Prepared], bytes]],
@@ -337,7 +337,7 @@ def _change_one(
 
 
 def audit_action(
-    audit_db: Path | PostgresDsn,
+    audit_db: StoreLocation,
     entry: KeyEntry,
     reason: str,
     audit_reason: str,

@@ -32,7 +32,7 @@ from gateway.errors import (
 from gateway.inbound.call import REQUEST_ID, InvokeCall, deadline_from
 from gateway.inbound.idempotency import IdempotencyStore, StoredAnswer
 from gateway.inbound.limit_audit import LimitRefusalLog
-from gateway.inbound.limits import CallLimiter, CallLimits, CallSlot
+from gateway.inbound.limits import AdmissionControl, CallSlot, PeerCallLimits
 from gateway.inbound.pipeline import (
     DecisionPipeline,
     EdgeSlot,
@@ -92,12 +92,13 @@ class AdmittedCall:
 
 @dataclass(frozen=True, slots=True)
 class InvokeOutcome:
-    """A successful Invoke's answer."""
+    """A successful Invoke's answer (``remembered``: the idempotency store's answer,
+    served again without running the capability; sent as ``replayed`` on the wire)."""
 
     served_version: str
     payload: bytes
     evidence_sha256: str
-    replayed: bool = False
+    remembered: bool = False
 
 
 class InvokeHandler:
@@ -112,7 +113,7 @@ class InvokeHandler:
         idempotency: IdempotencyStore,
         bind_peer_call: PeerCallBinder | None = None,
         replay: ReplayWindow | None = None,
-        limits: CallLimiter | None = None,
+        limits: AdmissionControl | None = None,
         limit_refusals: LimitRefusalLog | None = None,
         peer_issuer: PeerIssuerCheck | None = None,
     ) -> None:
@@ -120,7 +121,7 @@ class InvokeHandler:
         self._audit = audit
         self._idempotency = idempotency
         self._bind_peer_call = bind_peer_call
-        self.limits: CallLimiter = limits if limits is not None else CallLimits(256)
+        self.limits: AdmissionControl = limits if limits is not None else PeerCallLimits(256)
         """Per-peer rate/in-flight limits and the server-wide cap (``stats()``)."""
         self.limit_refusals = (
             limit_refusals if limit_refusals is not None else LimitRefusalLog(audit)
@@ -377,7 +378,7 @@ class InvokeHandler:
                 "allow",
                 "OK",
                 started,
-                "idempotent replay" if outcome.replayed else "",
+                "idempotent replay" if outcome.remembered else "",
             )
         )
         return outcome

@@ -3,7 +3,7 @@
 With ``workers > 1`` every worker admits calls against one table,
 ``state_dir/limits.table``, memory-mapped (``MAP_SHARED``), so a grant's rate
 and ``max_in_flight`` and the agent's ``max_concurrent_calls`` hold across all
-workers exactly as in one process (``gateway.inbound.limits.CallLimits``).
+workers exactly as in one process (``gateway.inbound.limits.PeerCallLimits``).
 
 Layout: a header (magic, version, entry size, slot count, worker columns,
 digest key), then one in-flight total per worker (the server-wide count is
@@ -11,7 +11,7 @@ their sum), then fixed-size entries in an open-addressing table keyed by a
 128-bit keyed BLAKE2b digest of the peer's SPIFFE id. An entry holds the
 peer's token bucket (tokens; time of the last take on ``time.monotonic``:
 CLOCK_MONOTONIC is one clock for the whole machine; the rate and size it was
-built with, so a policy change rebuilds it as ``CallLimits`` does) and the
+built with, so a policy change rebuilds it as ``PeerCallLimits`` does) and the
 peer's calls in flight, one column per worker.
 
 Every call takes the table's ``flock`` twice (admit, release), inline on the
@@ -80,7 +80,7 @@ class _Refusal(Enum):
 
 
 class LimitTable:
-    """``CallLimiter`` over the file the workers share (see the module docstring).
+    """``AdmissionControl`` over the file the workers share (see the module docstring).
 
     Args:
         path: ``state_dir/limits.table``, made by :func:`create_limit_file`.
@@ -134,7 +134,7 @@ class LimitTable:
     def acquire(self, peer_id: str, grant: PeerGrant) -> CallSlot:
         """Admit one call of ``peer_id`` under ``grant`` (all workers), or raise the limit it hit.
 
-        Same order as ``CallLimits``: the peer's rate, its in-flight cap, the
+        Same order as ``PeerCallLimits``: the peer's rate, its in-flight cap, the
         server's cap.
 
         Raises:

@@ -7,7 +7,7 @@ adopting that slot (``EdgeSlot``) so a request takes one token.
 A call that passes holds one in-flight slot for its peer and one of the
 server's; :class:`CallSlot` gives both back when the call ends, however it ends.
 
-:class:`CallLimiter` is what the pipeline asks. :class:`CallLimits` keeps
+:class:`AdmissionControl` is what the pipeline asks. :class:`PeerCallLimits` keeps
 everything in this process (one process: ``workers = 1``); with workers,
 ``gateway.inbound.limit_table.LimitTable`` keeps buckets and in-flight counts in
 a file the workers share, so a grant holds across all of them.
@@ -105,7 +105,7 @@ def limit_refusal_counts(stats: LimitStats, *, by_peer: bool) -> list[tuple[dict
     return readings
 
 
-class CallLimiter(Protocol):
+class AdmissionControl(Protocol):
     """Admits calls under per-peer limits and the server-wide cap (what the pipeline asks)."""
 
     max_concurrent_calls: int
@@ -177,7 +177,7 @@ class RefusalCounts:
 class CallSlot:
     """One admitted call's place in its peer's and the server's in-flight counts."""
 
-    limits: CallLimiter
+    limits: AdmissionControl
     peer_id: str
     released: bool = field(default=False)
 
@@ -188,7 +188,7 @@ class CallSlot:
             self.limits.release(self.peer_id)
 
 
-class CallLimits:
+class PeerCallLimits:
     """Per-peer token buckets and in-flight counts, and the server-wide cap.
 
     Buckets are kept per peer and rebuilt when the peer's grant changes its

@@ -23,7 +23,6 @@ from datetime import timedelta
 from gateway.errors import IdempotencyConflict, IdempotencyInDoubt
 from gateway.inbound.idempotency import IdempotencyStore, Ident, StoredAnswer
 from gateway.plans.lease import holder_gone
-from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.pool import Connection, StatePool
 
 _log = logging.getLogger(__name__)
@@ -41,10 +40,11 @@ class PostgresIdempotencyStore(IdempotencyStore):
     """An :class:`~gateway.inbound.idempotency.IdempotencyStore` whose rows live in the
     shared ``idempotency`` table."""
 
-    def __init__(self, dsn: PostgresDsn, agent_id: str) -> None:
+    def __init__(self, pool: StatePool, agent_id: str) -> None:
+        """``agent_id``'s keys, reached through ``pool`` (the factory's, "idempotency store")."""
         super().__init__()  # the in-process coordination; the rows live in the table
         self._agent = agent_id
-        self._pool = StatePool(dsn, "idempotency store")
+        self._pool = pool
 
     def mark_cut_off_claims(self) -> int:
         """Mark in doubt the claims of processes that are gone (or stale); returns how many."""

@@ -33,7 +33,8 @@ from gateway.inbound.idempotency_admin import (
 )
 from gateway.inbound.pg_idempotency import STALE_CLAIM
 from gateway.plans.lease import holder_gone
-from gateway.postgres.dsn import PostgresDsn
+from gateway.postgres.dsn import StoreLocation
+from gateway.postgres.source import ConnectionSource
 
 _SELECT = (
     "SELECT peer, capability, key, state, served_version, request_sha256, "
@@ -43,9 +44,9 @@ _KEY = " WHERE agent_id = %s AND peer = %s AND capability = %s AND key = %s"
 Connection = psycopg.Connection[tuple[Any, ...]]
 
 
-def _connect(dsn: PostgresDsn) -> Connection:
+def _connect(dsn: ConnectionSource) -> Connection:
     try:
-        return psycopg.connect(dsn.url, connect_timeout=10)
+        return dsn.connect(timeout=10)
     except psycopg.Error as err:
         raise StateUnavailable(f"idempotency store {dsn}: {dsn.why(err)}") from err
 
@@ -58,7 +59,7 @@ def _as_seen(row: tuple[Any, ...]) -> tuple[Any, ...]:
     return row[:8]
 
 
-def list_keys_pg(dsn: PostgresDsn, agent_id: str, *, in_doubt_only: bool) -> list[KeyEntry]:
+def list_keys_pg(dsn: ConnectionSource, agent_id: str, *, in_doubt_only: bool) -> list[KeyEntry]:
     """Every key of ``agent_id`` (or only those in doubt), oldest change first."""
     with _connect(dsn) as conn:
         try:
@@ -73,8 +74,8 @@ def list_keys_pg(dsn: PostgresDsn, agent_id: str, *, in_doubt_only: bool) -> lis
 
 
 def resolve_done_pg(
-    dsn: PostgresDsn,
-    audit_db: Path | PostgresDsn,
+    dsn: ConnectionSource,
+    audit_db: StoreLocation,
     agent_id: str,
     ident: Ident,
     output: dict[str, Any],
@@ -109,7 +110,7 @@ def resolve_done_pg(
 
 
 def release_key_pg(
-    dsn: PostgresDsn, audit_db: Path | PostgresDsn, agent_id: str, ident: Ident, reason: str
+    dsn: ConnectionSource, audit_db: StoreLocation, agent_id: str, ident: Ident, reason: str
 ) -> Resolution:
     """:func:`~gateway.inbound.idempotency_admin.release_key` for a PostgreSQL store."""
 
@@ -123,8 +124,8 @@ def release_key_pg(
 
 
 def _change(
-    dsn: PostgresDsn,
-    audit_db: Path | PostgresDsn,
+    dsn: ConnectionSource,
+    audit_db: StoreLocation,
     agent_id: str,
     ident: Ident,
     reason: str,
@@ -155,7 +156,7 @@ class PostgresKeyAdmin:
     """:class:`~gateway.inbound.idempotency_admin.KeyAdmin` of the keys every
     replica of an agent shares in PostgreSQL."""
 
-    def __init__(self, dsn: PostgresDsn, audit_db: Path | PostgresDsn, agent_id: str) -> None:
+    def __init__(self, dsn: ConnectionSource, audit_db: StoreLocation, agent_id: str) -> None:
         """``agent_id``'s keys at ``dsn``; actions audited to ``audit_db``."""
         self._dsn = dsn
         self._audit_db = audit_db

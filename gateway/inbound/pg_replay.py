@@ -12,7 +12,6 @@ import asyncio
 import time
 
 from gateway.inbound.replay import DEFAULT_MAX_ENTRIES, DEFAULT_WINDOW_SECONDS, ReplayWindow
-from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.pool import Connection, StatePool
 
 _SIGHT = (
@@ -31,12 +30,12 @@ class PostgresReplayWindow(ReplayWindow):
 
     def __init__(
         self,
-        dsn: PostgresDsn,
+        pool: StatePool,
         agent_id: str,
         window_seconds: float = DEFAULT_WINDOW_SECONDS,
         max_entries: int = DEFAULT_MAX_ENTRIES,
     ) -> None:
-        self._pool = StatePool(dsn, "replay window")
+        self._pool = pool
         self._agent_id = agent_id
         self._window = window_seconds
         self._max = max_entries

@@ -60,7 +60,7 @@ from gateway.errors import (
     Unauthenticated,
 )
 from gateway.inbound.call import REQUEST_ID, InvokeCall
-from gateway.inbound.limits import CallLimiter, CallSlot
+from gateway.inbound.limits import AdmissionControl, CallSlot
 from gateway.inbound.replay import ReplayWindow
 from policies.decisions import (
     POLICY_STEPS,
@@ -204,7 +204,7 @@ class DecisionPipeline:
         policies: PolicyStore,
         audit: AuditLog,
         replay: ReplayWindow,
-        limits: CallLimiter,
+        limits: AdmissionControl,
         peer_issuer: PeerIssuerCheck | None = None,
     ) -> None:
         self._registry = registry

@@ -1,7 +1,10 @@
-"""What one run of a task writes to its task store, each write fenced by the run's lease.
+"""A run's stored progress: what one run of a task writes to its task store, each write
+fenced by the run's lease.
 
-A run (a fresh start or a resume) holds the task's lease (``gateway.plans.lease``)
-under its owner id. Every checkpoint below names that owner, so a run that lost
+("Progress", not "checkpoint": signed checkpoints are the audit chain's,
+``gateway.audit.checkpoint``.) A run (a fresh start or a resume) holds the
+task's lease (``gateway.plans.lease``) under its owner id. Every write below
+names that owner, so a run that lost
 its lease to another process cannot record anything, and ``pin_write`` (which
 must succeed before a write is sent) cannot let it send a write either.
 
@@ -28,8 +31,8 @@ from gateway.plans.task import RevisionRecord, StepResult, TaskState
 _log = logging.getLogger(__name__)
 
 
-class RunCheckpoints:
-    """The fenced checkpoints of one run of one task."""
+class StoredProgress:
+    """The stored progress of one run of one task, every write fenced by its lease."""
 
     def __init__(
         self, store: TaskStore, task_id: str, owner: str, meter: BudgetMeter, lease_seconds: float
@@ -41,19 +44,19 @@ class RunCheckpoints:
         self._lease_seconds = lease_seconds
 
     async def usage(self) -> None:
-        """Checkpoint the budget used so far."""
+        """Store the budget used so far."""
         await self._store.record_usage(
             self.task_id, self._meter.usage(), _now_ms(), owner=self.owner
         )
 
     async def state(self, state: TaskState, reason: str = "OK", message: str = "") -> None:
-        """Checkpoint a state change (and the usage)."""
+        """Store a state change (and the usage)."""
         await self._store.set_state(
             self.task_id, state, self._meter.usage(), _now_ms(), reason, message, owner=self.owner
         )
 
     async def step_result(self, result: StepResult, failed: FailedAttempt | None = None) -> bool:
-        """Checkpoint a step result (with ``failed``, the attempt it failed, in the same
+        """Store a step result (with ``failed``, the attempt it failed, in the same
         transaction) and the usage; True if the result was stored."""
         stored = await self._store.record_step(
             self.task_id, result, owner=self.owner, failed=failed
@@ -62,7 +65,7 @@ class RunCheckpoints:
         return stored
 
     async def revise(self, plan: Plan, record: RevisionRecord) -> None:
-        """Checkpoint a revision of the plan."""
+        """Store a revision of the plan."""
         await self._store.revise(self.task_id, plan, record, owner=self.owner)
 
     async def pin_write(
@@ -73,11 +76,11 @@ class RunCheckpoints:
         await self._store.pin_write(self.task_id, pin, self._meter.usage(), owner=self.owner)
 
     async def request_approval(self, request: ApprovalRequest) -> None:
-        """Checkpoint a step's approval request (it replaces the step's older one)."""
+        """Store a step's approval request (it replaces the step's older one)."""
         await self._store.request_approval(self.task_id, request, owner=self.owner)
 
     async def renew(self) -> bool:
-        """Extend the lease and checkpoint the usage; False if the lease is lost."""
+        """Extend the lease and store the usage; False if the lease is lost."""
         if not await self._store.renew_lease(
             self.task_id, self.owner, _now_ms(), self._lease_seconds
         ):
@@ -97,7 +100,7 @@ class RunCheckpoints:
             except Exception as err:
                 # The store failed this once (e.g. busy): the lease outlives a few
                 # missed renewals, and if it lapses and is taken over, the fence on
-                # every checkpoint stops this run anyway.
+                # every later write stops this run anyway.
                 _log.warning("task %s: lease renewal failed: %s", self.task_id, type(err).__name__)
                 continue
             if not kept:

@@ -1,7 +1,7 @@
-"""Running a task: ready steps concurrently, budgets enforced, checkpoints, replanning.
+"""Running a task: ready steps concurrently, budgets enforced, progress stored, replanning.
 
 One ``TaskExecutor`` runs one task once (a fresh start or a resume), holding
-the task's lease (taken by the ``TaskRunner``) and renewing it while it runs.
+the task's lease (taken by the ``PlanDriver``) and renewing it while it runs.
 Every state change, step result, revision, peer call and write pin is
 checkpointed (fenced by the lease) before the executor moves on, so a restart
 resumes without re-running completed steps or sending a write elsewhere, and
@@ -46,14 +46,14 @@ from gateway.outbound.router import Router
 from gateway.plans.approval import ApprovalRequest, AwaitingApproval, threshold
 from gateway.plans.attempt_rules import StepProgress, abandoned_result
 from gateway.plans.budget import BudgetMeter
-from gateway.plans.checkpoints import RunCheckpoints
+from gateway.plans.checkpoints import StoredProgress
 from gateway.plans.checks import PlanLimits, check_routes, check_structure
 from gateway.plans.crash_points import AFTER_FAILURE_RECORDED, crash_point
 from gateway.plans.model import Plan, Step, resolve_input
 from gateway.plans.planner import Failure, Planner
 from gateway.plans.resume_point import resume_point
 from gateway.plans.step_events import EventSink, StepEvent
-from gateway.plans.step_runner import StepRunner
+from gateway.plans.step_runner import StepExecutor
 from gateway.plans.store import FailedAttempt, StoredTask, TaskStore
 from gateway.plans.task import (
     RevisionRecord,
@@ -112,7 +112,7 @@ class TaskExecutor:
         self._failed_attempts = set(stored.failed_attempts)
         self._inputs: dict[asyncio.Task[StepResult], dict[str, object]] = {}
         self._meter = BudgetMeter(stored.plan.budget, start.usage, down_seconds=start.down_seconds)
-        self._checkpoints = RunCheckpoints(
+        self._stored_progress = StoredProgress(
             parts.store, stored.task_id, owner, self._meter, parts.limits.lease_seconds
         )
         self._lease_lost = False
@@ -128,7 +128,7 @@ class TaskExecutor:
             TaskLeased: this run lost the task's lease; it stopped without recording more.
         """
         self._running_task = asyncio.current_task()
-        keeper = asyncio.create_task(self._checkpoints.keep_lease(self._lose_lease))
+        keeper = asyncio.create_task(self._stored_progress.keep_lease(self._lose_lease))
         tracing = (self._parts.telemetry or Telemetry.off(self._parts.agent_id)).tracing
         attributes: dict[str, str | int] = {
             "a2agw.task_id": self._task_id,
@@ -147,7 +147,7 @@ class TaskExecutor:
                 _uncancel()
                 raise TaskLeased(f"task {self._task_id}: this process lost its lease") from None
             with contextlib.suppress(TaskLeased):
-                await asyncio.shield(self._checkpoints.usage())
+                await asyncio.shield(self._stored_progress.usage())
             raise
         except TaskLeased:
             await self._abandon_in_flight()
@@ -188,14 +188,14 @@ class TaskExecutor:
         return await self._loop(cancel)
 
     async def _loop(self, cancel: asyncio.Event) -> _Ending:
-        runner = self._runner()
+        steps = self._step_executor()
         cancelled = asyncio.ensure_future(cancel.wait())
         try:
             while True:
                 steps_before = self._meter.steps
-                ending = self._start_ready(runner)
+                ending = self._start_ready(steps)
                 if self._meter.steps != steps_before:
-                    await self._checkpoints.usage()
+                    await self._stored_progress.usage()
                 if ending is None and not self._in_flight:
                     ending = self._finished()
                 if ending is not None:
@@ -224,18 +224,18 @@ class TaskExecutor:
                     if ending is not None:
                         await self._abandon_in_flight(ending)
                         return ending
-                runner = self._runner()
+                steps = self._step_executor()
         finally:
             cancelled.cancel()
 
-    def _runner(self) -> StepRunner:
-        return StepRunner(
+    def _step_executor(self) -> StepExecutor:
+        return StepExecutor(
             agent_id=self._parts.agent_id,
             task_id=self._task_id,
             plan=self._plan,
             router=self._parts.router,
             meter=self._meter,
-            checkpoints=self._checkpoints,
+            stored_progress=self._stored_progress,
             default_retries=self._parts.limits.default_retries,
             pins=self._pins,
             bind_peer_call=self._parts.bind_peer_call,
@@ -265,7 +265,7 @@ class TaskExecutor:
     def _done(self) -> set[str]:
         return {s for s, r in self._results.items() if r.status is StepStatus.COMPLETED}
 
-    def _start_ready(self, runner: StepRunner) -> _Ending | None:
+    def _start_ready(self, steps: StepExecutor) -> _Ending | None:
         outputs = {sid: r.output for sid, r in self._results.items()}
         for step in self._ready():
             if len(self._in_flight) >= self._plan.max_parallel:
@@ -286,7 +286,7 @@ class TaskExecutor:
                 problem = InvalidInput(f"step {step.id!r}: {err.args[0]!r} is not in that output")
                 return self._failed(problem.reason, problem.message)
             progress = StepProgress()
-            task = asyncio.create_task(runner.run(step, resolved, progress))
+            task = asyncio.create_task(steps.run(step, resolved, progress))
             self._in_flight[task], self._progress[task] = step, progress
             self._inputs[task] = resolved
             self._on_event(StepEvent(step.id, "started"))
@@ -317,7 +317,7 @@ class TaskExecutor:
         try:
             result = task.result()
         except AwaitingApproval as waiting:
-            await self._checkpoints.request_approval(waiting.request)
+            await self._stored_progress.request_approval(waiting.request)
             self._approvals[step.id] = self._waiting[step.id] = waiting.request
             self._on_event(StepEvent(step.id, "waiting-approval", waiting.request.where))
             return None
@@ -369,7 +369,7 @@ class TaskExecutor:
         await self._check_progress(proposal.plan.step(step.id))
         await self._set_state(TaskState.PLANNING)
         record = RevisionRecord(revision, proposal.reason, int(time.time() * 1000))
-        await self._checkpoints.revise(proposal.plan, record)
+        await self._stored_progress.revise(proposal.plan, record)
         self._plan, self._revision = proposal.plan, revision
         self._revisions.append(record)
         del self._results[step.id]
@@ -416,7 +416,7 @@ class TaskExecutor:
         if result.revision != self._plan.step(step.id).revision:
             self._on_event(StepEvent(step.id, "skipped", result.where, result.duration_ms))
             return False
-        await self._checkpoints.step_result(result, failed)
+        await self._stored_progress.step_result(result, failed)
         self._results[step.id] = result
         self._on_event(
             StepEvent(step.id, result.status.value, result.where, result.duration_ms, result.reason)
@@ -462,7 +462,7 @@ class TaskExecutor:
         if state is self._state and not state.terminal:
             return
         self._state = transition(self._state, state)
-        await self._checkpoints.state(state, reason, message)
+        await self._stored_progress.state(state, reason, message)
 
     def result(self, ending: _Ending) -> TaskResult:
         """The typed result for ``ending``."""

@@ -23,7 +23,6 @@ from gateway.plans.model import Plan
 from gateway.plans.records import FailedAttempt, StoredTask, Usage, WritePin
 from gateway.plans.store import TaskStore
 from gateway.plans.task import RevisionRecord, StepResult, TaskState
-from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.pool import Connection, StatePool
 
 _T = TypeVar("_T")
@@ -55,8 +54,9 @@ _UPSERT_STEP = (
 class PostgresTaskStore(TaskStore):
     """``TaskStore`` in the shared ``tasks``/``task_*`` tables, one agent id's rows."""
 
-    def __init__(self, dsn: PostgresDsn, agent_id: str) -> None:
-        self._pool = StatePool(dsn, "task store")
+    def __init__(self, pool: StatePool, agent_id: str) -> None:
+        """``agent_id``'s tasks, reached through ``pool`` (the factory's, "task store")."""
+        self._pool = pool
         self._agent = agent_id
 
     async def _in_transaction(self, work: Callable[[Connection], _T]) -> _T:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from gateway.errors import NoRoute, VersionNotAvailable, error_for_reason
+from gateway.errors import error_for_reason
 from gateway.outbound.router import LOCAL
 from gateway.plans.model import Plan, Step
 
@@ -74,7 +74,7 @@ class RerouteOrStop(Planner):
                 "rerouting away from it",
             )
         relaxed = _compatible(step.version)
-        if failure.reason in {NoRoute.reason, VersionNotAvailable.reason} and relaxed:
+        if error_for_reason(failure.reason).version_specific and relaxed:
             changed = step.model_copy(update={"version": relaxed, "revision": revision})
             return Revision(
                 plan.replace_step(changed),

@@ -58,7 +58,7 @@ class TaskHandle:
         return await asyncio.shield(self._future)
 
 
-class TaskRunner:
+class PlanDriver:
     """Runs plans for one agent and keeps track of the ones in flight."""
 
     def __init__(self, parts: ExecutorParts, decisions: AuditLog | None = None) -> None:

@@ -27,7 +27,7 @@ class StepAnswer:
 
     output: Any
     evidence: Evidence
-    replayed: bool
+    remembered: bool
     confidence: Confidence = Confidence.UNVERIFIED
     sources: tuple[Evidence, ...] = ()
     candidates: tuple[Any, ...] = ()
@@ -74,7 +74,7 @@ def peer_answer(step: Step, offer: Offer, result: InvokeResult) -> StepAnswer:
     except (ValueError, SchemaMismatch) as err:
         raise InvalidOutput(f"peer output violates the contract: {err}") from err
     evidence = Evidence(step.id, offer.where, result.served_version, now_ms(), digest)
-    return StepAnswer(output, evidence, result.replayed)
+    return StepAnswer(output, evidence, result.remembered)
 
 
 def now_ms() -> int:

@@ -13,7 +13,7 @@
   protects on that peer, so it may retry there, else the step fails saying the
   write's outcome is unknown (``StepProgress.written_at``).
 * Write pins: before a write attempt is sent, where it goes and its key are
-  checkpointed (``RunCheckpoints.pin_write``). A resumed task sends a pinned
+  checkpointed (``StoredProgress.pin_write``). A resumed task sends a pinned
   step only to that place again with the same key (the peer answers with the
   stored result or ``IDEMPOTENCY_IN_DOUBT``), or fails naming the place and
   saying the write's outcome is unknown; a pinned local write (no idempotency
@@ -74,7 +74,7 @@ from gateway.plans.attempt_rules import (
     written_note,
 )
 from gateway.plans.budget import BudgetMeter
-from gateway.plans.checkpoints import RunCheckpoints
+from gateway.plans.checkpoints import StoredProgress
 from gateway.plans.crash_points import (
     AFTER_ANSWER,
     AFTER_CHECKPOINT_BEFORE_SEND,
@@ -109,7 +109,7 @@ def minimal_payload(resolved: dict[str, Any], offer: Offer) -> dict[str, Any]:
     return {name: resolved[name] for name in sorted(offer.input_fields) if name in resolved}
 
 
-class StepRunner:
+class StepExecutor:
     """Runs steps of one task on the routes the router offers."""
 
     def __init__(
@@ -120,7 +120,7 @@ class StepRunner:
         plan: Plan,
         router: Router,
         meter: BudgetMeter,
-        checkpoints: RunCheckpoints,
+        stored_progress: StoredProgress,
         default_retries: int,
         pins: Mapping[str, WritePin] | None = None,
         bind_peer_call: Callable[[float, str, str], PeerCall] | None = None,
@@ -133,7 +133,7 @@ class StepRunner:
         self._approvals = approvals or {}
         self._approval_min = approval_min
         self._telemetry = telemetry if telemetry is not None else Telemetry.off(agent_id)
-        self._checkpoints = checkpoints
+        self._stored_progress = stored_progress
         self._pins = pins or {}
         self._agent_id = agent_id
         self._task_id = task_id
@@ -201,7 +201,7 @@ class StepRunner:
             duration_ms=tally.elapsed_ms(),
             output=answer.output,
             evidence=answer.evidence,
-            replayed=answer.replayed,
+            remembered=answer.remembered,
             notes=tuple(tally.notes),
             confidence=answer.confidence,
             sources=answer.sources or (answer.evidence,),
@@ -274,7 +274,7 @@ class StepRunner:
         answer = StepAnswer(
             chosen.output,
             chosen.evidence,
-            chosen.replayed,
+            chosen.remembered,
             confidence,
             tuple(a.evidence for a in answers),
             tuple(answers[i].output for i in verdict.candidates),
@@ -367,7 +367,9 @@ class StepRunner:
             raise
         check_expect(step, answer.output)
         if step.verify is None and deterministic(step):
-            return StepAnswer(answer.output, answer.evidence, answer.replayed, Confidence.VERIFIED)
+            return StepAnswer(
+                answer.output, answer.evidence, answer.remembered, Confidence.VERIFIED
+            )
         return answer
 
     def _check_approval(self, step: Step, resolved: dict[str, Any], offer: Offer) -> None:
@@ -414,7 +416,7 @@ class StepRunner:
             await self._pin(step, offer, key)
             crash_point(AFTER_CHECKPOINT_BEFORE_SEND)
         else:
-            await self._checkpoints.usage()
+            await self._stored_progress.usage()
         result = await self._router.send(
             offer,
             payload,
@@ -428,7 +430,7 @@ class StepRunner:
         return peer_answer(step, offer, result)
 
     async def _pin(self, step: Step, offer: Offer, key: str) -> None:
-        await self._checkpoints.pin_write(
+        await self._stored_progress.pin_write(
             step.id, step.revision, offer.where, key, str(offer.version)
         )
 

@@ -110,7 +110,8 @@ class StepResult:
         duration_ms: Wall time of the step.
         output: The validated output (completed steps only).
         evidence: Evidence of the output (completed steps only).
-        replayed: The peer replayed a stored answer for the idempotency key.
+        remembered: The peer served its stored answer for the idempotency key again
+            (stored as ``replayed``; the JSON summary's ``replayed`` too).
         reason: Reason code of the failure (``"OK"`` when completed).
         message: Explanation of the failure (never payload content).
         notes: Routing notes, e.g. peers skipped by policy and why.
@@ -131,7 +132,7 @@ class StepResult:
     duration_ms: float
     output: Any = None
     evidence: Evidence | None = None
-    replayed: bool = False
+    remembered: bool = False
     reason: str = "OK"
     message: str = ""
     notes: tuple[str, ...] = ()

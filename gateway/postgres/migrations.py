@@ -5,65 +5,65 @@ replicas starting together apply each once) and refuses to run against a
 schema newer than it knows: an older gateway must not write rows a newer one
 reads differently.
 
-The audit table's record columns come from ``AuditRecord``: a new record
-field needs one line here, ``Migration(n, ..., add_record_column("name"))``.
+The audit table's record columns are written here as data (name and SQL
+type), not read from ``AuditRecord``: a released migration must create the
+same table whatever the record class looks like later, and this module stays
+below the audit package (which uses it). A new record field needs one line
+here, ``Migration(n, ..., add_record_column("name", "TEXT"), ("name",))``;
+``gateway.audit._pg_writer.audit_columns_covered`` (checked by a test) says
+whether the migrations create every record field with its type.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from typing import Literal
 
 import psycopg
 
-from gateway.audit._schema import RECORD_COLUMNS
-from gateway.audit.record import AuditRecord
 from gateway.errors import ConfigError
 
-_SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE PRECISION"}
 _LOCK_KEY = 0x61326167  # "a2ag": one advisory lock for migrations
-# A field's type is its annotation's text, or the class itself where the
-# record module is compiled (mypyc evaluates annotations): the name either way.
-_FIELD_TYPES = {
-    field.name: getattr(field.type, "__name__", str(field.type)) for field in fields(AuditRecord)
-}
+SqlType = Literal["BIGINT", "DOUBLE PRECISION", "TEXT"]
+"""The SQL type of an audit record column (an int, a float, else text)."""
 
 
-def record_column_ddl(name: str) -> str:
-    """``name TYPE NOT NULL`` for an ``AuditRecord`` field (int, float, else text)."""
-    sql_type = _SQL_TYPES.get(_FIELD_TYPES[name], "TEXT")
+def record_column_ddl(name: str, sql_type: SqlType) -> str:
+    """``name TYPE NOT NULL`` for an audit record column."""
     return f"{name} {sql_type} NOT NULL"
 
 
-def add_record_column(name: str) -> tuple[str, ...]:
-    """The statement adding a new ``AuditRecord`` field to the audit table."""
-    default = {"BIGINT": "0", "DOUBLE PRECISION": "0"}.get(
-        _SQL_TYPES.get(_FIELD_TYPES[name], "TEXT"), "''"
+def add_record_column(name: str, sql_type: SqlType) -> tuple[str, ...]:
+    """The statement adding a new audit record column (old rows get the type's zero)."""
+    default = "''" if sql_type == "TEXT" else "0"
+    return (
+        f"ALTER TABLE audit_records ADD COLUMN {record_column_ddl(name, sql_type)} "
+        f"DEFAULT {default}",
     )
-    return (f"ALTER TABLE audit_records ADD COLUMN {record_column_ddl(name)} DEFAULT {default}",)
 
 
-_V1_RECORD_COLUMNS = (
-    "seq",
-    "time_unix_ms",
-    "request_id",
-    "task_id",
-    "step_id",
-    "peer_id",
-    "capability",
-    "version_constraint",
-    "served_version",
-    "decision",
-    "reason",
-    "detail",
-    "payload_size",
-    "payload_sha256",
-    "latency_ms",
+_V1_RECORD_COLUMNS: tuple[tuple[str, SqlType], ...] = (
+    ("seq", "BIGINT"),
+    ("time_unix_ms", "BIGINT"),
+    ("request_id", "TEXT"),
+    ("task_id", "TEXT"),
+    ("step_id", "TEXT"),
+    ("peer_id", "TEXT"),
+    ("capability", "TEXT"),
+    ("version_constraint", "TEXT"),
+    ("served_version", "TEXT"),
+    ("decision", "TEXT"),
+    ("reason", "TEXT"),
+    ("detail", "TEXT"),
+    ("payload_size", "BIGINT"),
+    ("payload_sha256", "TEXT"),
+    ("latency_ms", "DOUBLE PRECISION"),
 )
 
 _V1 = (
     "CREATE TABLE audit_records (agent_id TEXT NOT NULL, "
-    + ", ".join(record_column_ddl(name) for name in _V1_RECORD_COLUMNS)
+    + ", ".join(record_column_ddl(name, sql_type) for name, sql_type in _V1_RECORD_COLUMNS)
     + ", prev_hash TEXT NOT NULL, record_hash TEXT NOT NULL, "
     "CHECK (decision IN ('allow', 'refuse')), PRIMARY KEY (agent_id, seq))",
     "CREATE INDEX audit_records_time ON audit_records (time_unix_ms)",
@@ -109,11 +109,12 @@ class Migration:
     version: int
     description: str
     statements: tuple[str, ...]
-    adds_record_columns: tuple[str, ...] = ()
+    adds_record_columns: tuple[tuple[str, SqlType], ...] = ()
+    """The audit record columns the statements create (name, SQL type)."""
 
 
 _V2 = (
-    *add_record_column("trace_id"),
+    *add_record_column("trace_id", "TEXT"),
     "ALTER TABLE tasks ADD COLUMN tool_calls INTEGER NOT NULL DEFAULT 0",
     "ALTER TABLE task_steps ADD COLUMN confidence TEXT NOT NULL DEFAULT 'unverified'",
     "ALTER TABLE task_steps ADD COLUMN sources_json TEXT NOT NULL DEFAULT '[]'",
@@ -168,7 +169,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         2,
         "audit trace ids; plan tool calls, verified results and approvals",
         _V2,
-        ("trace_id",),
+        (("trace_id", "TEXT"),),
     ),
     Migration(3, "A2A tasks shared by the replicas of an agent id", _V3),
     Migration(4, "failed plan attempts (digests), remembered across restarts", _V4),
@@ -180,10 +181,9 @@ MIGRATIONS: tuple[Migration, ...] = (
 LATEST_VERSION = MIGRATIONS[-1].version
 
 
-def audit_columns_covered() -> bool:
-    """True if the migrations create every ``RECORD_COLUMNS`` field (a test checks)."""
-    created = {name for m in MIGRATIONS for name in m.adds_record_columns}
-    return set(RECORD_COLUMNS) <= created
+def created_record_columns() -> dict[str, SqlType]:
+    """Every audit record column the migrations create, with its SQL type."""
+    return {name: sql_type for m in MIGRATIONS for name, sql_type in m.adds_record_columns}
 
 
 def schema_version(conn: psycopg.Connection[tuple[object, ...]]) -> int:

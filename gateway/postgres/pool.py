@@ -16,8 +16,8 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from gateway.errors import StateUnavailable
-from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.migrations import migrate
+from gateway.postgres.source import ConnectionSource
 
 _T = TypeVar("_T")
 _POOL_LOG = logging.getLogger("psycopg.pool")
@@ -41,30 +41,32 @@ class _ScrubDsn(logging.Filter):
     """Takes the DSN's secrets out of what the pool logs (it logs the driver's
     message of each failed connect, and libpq quotes a malformed token verbatim)."""
 
-    def __init__(self, dsn: PostgresDsn) -> None:
+    def __init__(self, source: ConnectionSource) -> None:
         super().__init__()
-        self._dsn = dsn
+        self._source = source
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.msg, record.args = self._dsn.scrub(record.getMessage()), None
+        record.msg, record.args = self._source.scrub(record.getMessage()), None
         return True
 
 
 class StatePool:
     """A psycopg pool for one store; every operation runs in one transaction.
 
+    Built by the storage factory and handed to a PostgreSQL store.
+
     Args:
-        dsn: The database.
+        source: The database.
         what: The store as named in messages, e.g. ``"idempotency store"``.
     """
 
-    def __init__(self, dsn: PostgresDsn, what: str, *, max_size: int = 8) -> None:
-        self._dsn = dsn
+    def __init__(self, source: ConnectionSource, what: str, *, max_size: int = 8) -> None:
+        self._source = source
         self._what = what
-        self._scrub = _ScrubDsn(dsn)
+        self._scrub = _ScrubDsn(source)
         _POOL_LOG.addFilter(self._scrub)
         self._pool: ConnectionPool[Connection] = ConnectionPool(
-            dsn.url,
+            source.url,
             min_size=1,
             max_size=max_size,
             open=False,
@@ -86,7 +88,7 @@ class StatePool:
         err: psycopg.Error
         if time.monotonic() < self._down_until:
             raise StateUnavailable(
-                f"{self._what} {self._dsn}: unreachable a moment ago; reconnecting"
+                f"{self._what} {self._source}: unreachable a moment ago; reconnecting"
             )
         try:
             # A pooled connection the server dropped (e.g. it restarted) took its
@@ -108,14 +110,14 @@ class StatePool:
             self._down_until = time.monotonic() + FAIL_FAST_SECONDS
         except psycopg.Error as failed:
             err = failed
-        raise StateUnavailable(f"{self._what} {self._dsn}: {self._dsn.why(err)}") from err
+        raise StateUnavailable(f"{self._what} {self._source}: {self._source.why(err)}") from err
 
     def _once(self, work: Callable[[Connection], _T]) -> _T:
         with self._pool.connection(timeout=WAIT_SECONDS) as conn:
             try:
                 if not self._migrated:
                     conn.autocommit = True
-                    migrate(conn, str(self._dsn))
+                    migrate(conn, str(self._source))
                     conn.autocommit = False
                     self._migrated = True
                 with conn.transaction():

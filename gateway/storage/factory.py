@@ -4,44 +4,45 @@ A location is a :class:`~pathlib.Path` (SQLite, the default, under
 ``state_dir``) or a :class:`~gateway.postgres.dsn.PostgresDsn` (shared by every
 replica of an agent id; see docs/fleet.md). Implementations are imported where
 they are chosen, so an agent on SQLite never loads the PostgreSQL driver, and
-the modules that use these functions (``gateway.audit.query``, ...) may be
-imported by the implementations without a cycle.
+the stores themselves never import this module: their callers (the agent,
+the CLI, the console, the benchmarks) open a store here and pass it in.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from gateway.errors import ConfigError
-from gateway.postgres.dsn import PostgresDsn
+from gateway.postgres.dsn import PostgresDsn, StoreLocation, parse_location
 
 if TYPE_CHECKING:
     from gateway.audit._writer import ChainWriter
-    from gateway.audit.follow import AuditFeed, FollowFilter
+    from gateway.audit.filter import AuditFilter
+    from gateway.audit.follow import AuditFeed
     from gateway.audit.reader import AuditReader
     from gateway.config import AgentConfig
     from gateway.inbound.idempotency import IdempotencyStore
     from gateway.inbound.idempotency_admin import KeyAdmin
     from gateway.inbound.limit_table import LimitTable
-    from gateway.inbound.limits import CallLimiter
+    from gateway.inbound.limits import AdmissionControl
     from gateway.inbound.replay import ReplayWindow
     from gateway.plans.store import TaskStore
+    from gateway.postgres.source import ConnectionSource
     from gateway.transport.a2a.task_store import A2ATaskStore
 
 
 @dataclass(frozen=True, slots=True)
 class Stores:
-    """The state stores of one agent process (the audit log is opened by
-    :class:`~gateway.audit.log.AuditLog` through :func:`open_chain_writer`)."""
+    """The state stores of one agent process (the audit log is an
+    :class:`~gateway.audit.log.AuditLog` over :func:`open_chain_writer`)."""
 
     idempotency: IdempotencyStore
     """Idempotency keys and the answers they stand for."""
     replay: ReplayWindow
     """Request ids seen recently (refuses a replayed call)."""
-    limits: CallLimiter
+    limits: AdmissionControl
     """Concurrent-call and rate limits of each grant."""
     limit_table: LimitTable | None
     """The mmap table behind ``limits`` when workers share it (flushed periodically)."""
@@ -61,13 +62,13 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
     """
     from gateway.inbound.idempotency import SqliteIdempotencyStore
     from gateway.inbound.limit_table import LIMITS_FILE, LimitTable
-    from gateway.inbound.limits import CallLimits
+    from gateway.inbound.limits import PeerCallLimits
     from gateway.inbound.replay_table import REPLAY_FILE, ReplayTable
     from gateway.plans.store import SqliteTaskStore
     from gateway.transport.a2a.task_store import SqliteA2ATaskStore
 
     limit_table = None
-    limits: CallLimiter = CallLimits(config.max_concurrent_calls)
+    limits: AdmissionControl = PeerCallLimits(config.max_concurrent_calls)
     if config.workers > 1:  # a grant's limits hold across all workers
         limit_table = LimitTable(
             config.state_dir / LIMITS_FILE, worker, config.workers, config.max_concurrent_calls
@@ -77,16 +78,21 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
         from gateway.inbound.pg_idempotency import PostgresIdempotencyStore
         from gateway.inbound.pg_replay import PostgresReplayWindow
         from gateway.plans.pg_store import PostgresTaskStore
+        from gateway.postgres.pool import StatePool
         from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
 
-        # Shared by every replica of this agent id (see docs/fleet.md).
+        # Shared by every replica of this agent id (see docs/fleet.md); one
+        # pool per store, so a busy store cannot starve another of connections.
+        database = connection_source(config.state_db)
         return Stores(
-            idempotency=PostgresIdempotencyStore(config.state_db, config.id),
-            replay=PostgresReplayWindow(config.state_db, config.id),
+            idempotency=PostgresIdempotencyStore(
+                StatePool(database, "idempotency store"), config.id
+            ),
+            replay=PostgresReplayWindow(StatePool(database, "replay window"), config.id),
             limits=limits,
             limit_table=limit_table,
-            a2a_tasks=PostgresA2ATaskStore(config.state_db, config.id),
-            plan_tasks=PostgresTaskStore(config.state_db, config.id),
+            a2a_tasks=PostgresA2ATaskStore(StatePool(database, "A2A task store"), config.id),
+            plan_tasks=PostgresTaskStore(StatePool(database, "task store"), config.id),
             shared=True,
         )
     shared = config.workers > 1  # sibling processes share the files
@@ -137,14 +143,16 @@ def open_chain_writer(
         sync: SQLite ``synchronous`` level (see :class:`~gateway.audit.log.AuditLog`).
 
     Raises:
-        ConfigError: A DSN without an ``agent_id``.
+        ConfigError: A DSN without an ``agent_id``, or ``busy_timeout_ms`` < 0.
     """
+    if busy_timeout_ms < 0:
+        raise ConfigError(f"audit busy_timeout_ms must be >= 0, not {busy_timeout_ms}")
     if isinstance(where, PostgresDsn):
         from gateway.audit._pg_writer import PostgresChainWriter
 
         if not agent_id:
             raise ConfigError("an audit log in PostgreSQL needs the agent id of its chain")
-        return PostgresChainWriter(where, agent_id)
+        return PostgresChainWriter(connection_source(where), agent_id)
     from gateway.audit._writer import SqliteChainWriter
 
     return SqliteChainWriter(where, busy_timeout_ms=busy_timeout_ms, synchronous=sync.upper())
@@ -155,7 +163,7 @@ def open_audit_reader(where: Path | PostgresDsn) -> AuditReader:
     if isinstance(where, PostgresDsn):
         from gateway.audit.pg_read import PostgresAuditReader
 
-        return PostgresAuditReader(where)
+        return PostgresAuditReader(connection_source(where))
     from gateway.audit.reader import SqliteAuditReader
 
     return SqliteAuditReader(where)
@@ -166,28 +174,50 @@ def open_key_admin(config: AgentConfig) -> KeyAdmin:
     if isinstance(config.state_db, PostgresDsn):
         from gateway.inbound.pg_idempotency_admin import PostgresKeyAdmin
 
-        return PostgresKeyAdmin(config.state_db, config.audit_db, config.id)
+        return PostgresKeyAdmin(connection_source(config.state_db), config.audit_db, config.id)
     from gateway.inbound.idempotency_admin import SqliteKeyAdmin
 
     return SqliteKeyAdmin(config.idempotency_store, config.audit_db, config.id)
 
 
 def open_audit_feed(
-    where: Path | PostgresDsn,
-    wanted: FollowFilter,
-    *,
-    since: timedelta | None = None,
-    agent_id: str = "",
+    where: Path | PostgresDsn, wanted: AuditFilter, *, agent_id: str = ""
 ) -> AuditFeed:
     """The ``audit --follow`` feed of the store at ``where`` (see :mod:`gateway.audit.follow`).
 
+    Args:
+        where: The SQLite file, or a PostgreSQL DSN.
+        wanted: Which records (``since``: start that far back; no ``limit``).
+        agent_id: The agent of a SQLite file's one chain (named in each record).
+
     Raises:
-        ConfigError: ``wanted.agent`` is given for a SQLite file (it holds one agent).
+        ConfigError: The store cannot be opened, ``wanted.agent`` is given for a
+            SQLite file (it holds one agent), or ``wanted.limit`` is given.
     """
     from gateway.audit.follow import PostgresAuditFeed, SqliteAuditFeed
 
     if isinstance(where, PostgresDsn):
-        return PostgresAuditFeed(where, wanted, since=since)
+        return PostgresAuditFeed(connection_source(where), wanted)
     if wanted.agent is not None:
         raise ConfigError("--agent: a SQLite audit log holds one agent; give a PostgreSQL DSN")
-    return SqliteAuditFeed(where, wanted, since=since, agent_id=agent_id)
+    return SqliteAuditFeed(where, wanted, agent_id=agent_id)
+
+
+def location(text: str) -> StoreLocation:
+    """The store a setting's text names: a PostgreSQL database for a
+    ``postgresql://`` URL, else a SQLite file (as a config file reads it)."""
+    parsed = parse_location(text)
+    return parsed if isinstance(parsed, PostgresDsn) else Path(text)
+
+
+def connection_source(where: StoreLocation) -> ConnectionSource:
+    """The connection source of the PostgreSQL database at ``where``.
+
+    Raises:
+        ConfigError: ``where`` is a SQLite file, not a PostgreSQL database.
+    """
+    from gateway.postgres.source import ConnectionSource
+
+    if not isinstance(where, PostgresDsn):
+        raise ConfigError(f"{where}: not a PostgreSQL database (postgresql://...)")
+    return ConnectionSource(where)

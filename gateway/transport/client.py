@@ -79,7 +79,8 @@ class InvokeResult:
     served_version: str
     payload: bytes
     evidence_sha256: str
-    replayed: bool
+    remembered: bool
+    """The peer served its idempotency store's answer again (the wire's ``replayed``)."""
 
     def output(self) -> Any:
         """The output parsed from JSON."""
@@ -200,7 +201,7 @@ class PeerClient:
             served_version=reply.served_version,
             payload=reply.payload,
             evidence_sha256=reply.evidence_sha256,
-            replayed=reply.replayed,
+            remembered=reply.replayed,
         )
 
     async def _connected(self, timeout: float) -> float:

@@ -136,7 +136,7 @@ class GatewayServicer(gateway_pb2_grpc.PeerGatewayServicer):
             served_version=outcome.served_version,
             payload=outcome.payload,
             evidence_sha256=outcome.evidence_sha256,
-            replayed=outcome.replayed,
+            replayed=outcome.remembered,
         )
 
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from gateway.audit import AuditLog, AuditRecord
-from gateway.postgres.dsn import PostgresDsn
+from gateway.postgres.dsn import StoreLocation
+from gateway.storage import location, open_chain_writer
 
 RecordFactory = Callable[..., AuditRecord]
 
@@ -53,17 +54,17 @@ AGENT = "spiffe://example.org/agent/carol"
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> Path | PostgresDsn:
+def any_db(request: pytest.FixtureRequest, tmp_path: Path) -> StoreLocation:
     """A fresh audit store of each backend: a SQLite path, then a PostgreSQL database."""
     if request.param == "sqlite":
         return tmp_path / "audit.db"
-    return PostgresDsn(request.getfixturevalue("pg_dsn"))
+    return location(request.getfixturevalue("pg_dsn"))
 
 
 @pytest.fixture
-async def audit_log(db_path: Path | PostgresDsn) -> AsyncIterator[AuditLog]:
+async def audit_log(db_path: StoreLocation) -> AsyncIterator[AuditLog]:
     """A started log in a fresh store, closed after the test."""
-    log = AuditLog(db_path, agent_id=AGENT)
+    log = AuditLog(open_chain_writer(db_path, agent_id=AGENT))
     await log.start()
     yield log
     await log.close()

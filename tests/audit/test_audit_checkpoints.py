@@ -34,6 +34,7 @@ from gateway.audit.checkpoint import (
 from gateway.audit.checkpoint_verify import verify_checkpoints
 from gateway.config import AgentConfig, AuditCheckpoints, load_agent_config
 from gateway.errors import AuditUnavailable, CapabilityNotGranted, ConfigError
+from gateway.storage import open_audit_reader, open_chain_writer
 from gateway.transport.client import PeerClient
 from tests.agent_process import write_agent_toml
 from tests.support import Pki, agent_config, grant, spiffe, write_policy
@@ -82,13 +83,17 @@ def _lines(config: AgentConfig) -> list[dict[str, Any]]:
 
 def _checked(config: AgentConfig, cert: Path | None = None) -> Found:
     cert_pem = (cert or config.tls.cert).read_bytes()
-    report = verify_checkpoints(config.audit_db, config.checkpoint_file, cert_pem)
+    report = verify_checkpoints(
+        open_audit_reader(config.audit_db), config.checkpoint_file, cert_pem
+    )
     return [(problem.kind, problem.seq) for problem in report.problems]
 
 
 def _messages(config: AgentConfig) -> list[str]:
     cert_pem = config.tls.cert.read_bytes()
-    report = verify_checkpoints(config.audit_db, config.checkpoint_file, cert_pem)
+    report = verify_checkpoints(
+        open_audit_reader(config.audit_db), config.checkpoint_file, cert_pem
+    )
     return [problem.message for problem in report.problems]
 
 
@@ -147,7 +152,7 @@ async def test_a_real_agent_signs_checkpoints_that_verify(alice_log: AgentConfig
     assert alice_log.checkpoint_file == alice_log.audit_db.with_name(
         "alice-audit.sqlite.checkpoints.jsonl"
     )
-    assert verify_chain(alice_log.audit_db).ok
+    assert verify_chain(open_audit_reader(alice_log.audit_db)).ok
     assert _checked(alice_log) == []
 
     db = str(alice_log.audit_db)
@@ -170,7 +175,7 @@ async def test_a_cut_tail_with_a_rewritten_head_is_reported(
     pki: Pki, tmp_path: Path, alice_log: AgentConfig, k: int
 ) -> None:
     last = _cut_tail(alice_log.audit_db, k)
-    assert verify_chain(alice_log.audit_db).ok  # the database alone cannot tell
+    assert verify_chain(open_audit_reader(alice_log.audit_db)).ok  # the database alone cannot tell
     assert _checked(alice_log) == [("ends_before_checkpoint", last + 1)]
     assert _messages(alice_log) == [
         f"log ends before checkpoint seq {CALLS} (last record is seq {last})"
@@ -199,7 +204,7 @@ async def test_a_cut_tail_refilled_by_new_records_disagrees(
     covered = [line["seq"] for line in _lines(alice_log) if line["seq"] > last]
     assert CALLS in covered
     await _run_agent(pki, alice_log, k + 2, tag="again")  # the agent resumes on the cut log
-    assert verify_chain(alice_log.audit_db).ok
+    assert verify_chain(open_audit_reader(alice_log.audit_db)).ok
     found = _checked(alice_log)
     assert found == [("checkpoint_mismatch", seq) for seq in covered]
     assert f"checkpoint {CALLS} disagrees with record {CALLS}" in _messages(alice_log)
@@ -212,7 +217,7 @@ async def test_a_record_rewritten_at_a_checkpointed_seq_disagrees(
     seqs = [line["seq"] for line in _lines(alice_log)]
     target = seqs[which]
     _rewrite_from(alice_log.audit_db, target)
-    assert verify_chain(alice_log.audit_db).ok  # rehashed: the chain alone holds
+    assert verify_chain(open_audit_reader(alice_log.audit_db)).ok  # rehashed: the chain alone holds
     assert _checked(alice_log) == [("checkpoint_mismatch", s) for s in seqs if s >= target]
 
 
@@ -383,7 +388,7 @@ async def test_an_idle_writer_checkpoints_after_every_seconds_and_logs_the_event
     )
     path = tmp_path / "cp.jsonl"
     log = AuditLog(
-        tmp_path / "audit.db",
+        open_chain_writer(tmp_path / "audit.db"),
         checkpoints=Checkpointer(signer, path, every_records=10**6, every_seconds=0.05),
     )
     caplog.set_level(logging.INFO, logger="gateway.audit.checkpoint")
@@ -411,7 +416,9 @@ async def test_an_idle_writer_checkpoints_after_every_seconds_and_logs_the_event
         "head": lines[-1]["head"],
         "time_unix_ms": lines[-1]["time_unix_ms"],
     }
-    assert verify_checkpoints(tmp_path / "audit.db", path, (pki.dir / "alice.pem").read_bytes()).ok
+    assert verify_checkpoints(
+        open_audit_reader(tmp_path / "audit.db"), path, (pki.dir / "alice.pem").read_bytes()
+    ).ok
 
 
 async def test_checkpoints_can_be_disabled(pki: Pki, tmp_path: Path) -> None:

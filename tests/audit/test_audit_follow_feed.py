@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from gateway.audit import AuditLog, AuditRecord
-from gateway.audit.follow import FollowFilter, open_feed
+from gateway.audit.filter import AuditFilter
 from gateway.errors import ConfigError
-from gateway.postgres.dsn import PostgresDsn
+from gateway.storage import location, open_audit_feed, open_chain_writer
 
 
 def _record(
@@ -39,13 +39,13 @@ async def _write(log: AuditLog, *records: AuditRecord) -> None:
 
 async def test_sqlite_feed_hands_out_each_new_record_once(tmp_path: Path) -> None:
     db = tmp_path / "audit.sqlite"
-    log = AuditLog(db)
+    log = AuditLog(open_chain_writer(db))
     await log.start()
     try:
         await _write(log, _record(1))
-        feed = open_feed(db, FollowFilter())
-        history = open_feed(db, FollowFilter(refusals_only=True), since=None)
-        windowed = open_feed(db, FollowFilter(), since=timedelta(minutes=5))
+        feed = open_audit_feed(db, AuditFilter())
+        history = open_audit_feed(db, AuditFilter(refusals_only=True))
+        windowed = open_audit_feed(db, AuditFilter(since=timedelta(minutes=5)))
         try:
             assert feed.poll() == [] and history.poll() == []
             assert [e.record.request_id for e in windowed.poll()] == ["req-1"]  # the window first
@@ -60,19 +60,19 @@ async def test_sqlite_feed_hands_out_each_new_record_once(tmp_path: Path) -> Non
     finally:
         await log.close()
     with pytest.raises(ConfigError, match="holds one agent"):
-        open_feed(db, FollowFilter(agent="spiffe://example.org/agent/alice"))
+        open_audit_feed(db, AuditFilter(agent="spiffe://example.org/agent/alice"))
 
 
 async def test_postgres_feed_follows_every_chain_or_one(pg_dsn: str) -> None:
-    dsn = PostgresDsn(pg_dsn)
+    dsn = location(pg_dsn)
     alice, carol = "spiffe://example.org/agent/alice", "spiffe://example.org/agent/carol"
-    logs = {agent: AuditLog(dsn, agent_id=agent) for agent in (alice, carol)}
+    logs = {agent: AuditLog(open_chain_writer(dsn, agent_id=agent)) for agent in (alice, carol)}
     for log in logs.values():
         await log.start()
     try:
         await _write(logs[alice], _record(1))
-        every = open_feed(dsn, FollowFilter())
-        only_carol = open_feed(dsn, FollowFilter(agent=carol))
+        every = open_audit_feed(dsn, AuditFilter())
+        only_carol = open_audit_feed(dsn, AuditFilter(agent=carol))
         try:
             assert every.poll() == [] and only_carol.poll() == []
             await _write(logs[carol], _record(10), _record(11))  # a chain the feed has not seen

@@ -13,7 +13,8 @@ import pytest
 
 from gateway.audit import AuditLog, AuditRecord, query_records, verify_chain
 from gateway.errors import AuditUnavailable, ConfigError
-from gateway.postgres.dsn import PostgresDsn
+from gateway.postgres.dsn import StoreLocation
+from gateway.storage import open_audit_reader, open_chain_writer
 from tests.audit.conftest import AGENT
 
 RecordFactory = Callable[..., AuditRecord]
@@ -25,9 +26,9 @@ def _stored_seqs(path: Path) -> list[int]:
 
 
 async def test_records_round_trip_with_exact_values(
-    any_db: Path | PostgresDsn, make_record: RecordFactory
+    any_db: StoreLocation, make_record: RecordFactory
 ) -> None:
-    audit_log = AuditLog(any_db, agent_id=AGENT)
+    audit_log = AuditLog(open_chain_writer(any_db, agent_id=AGENT))
     await audit_log.start()
     written = [
         make_record(),
@@ -47,7 +48,7 @@ async def test_records_round_trip_with_exact_values(
         audit_log.record(rec)
     await audit_log.close()
 
-    stored = query_records(any_db)
+    stored = query_records(open_audit_reader(any_db))
 
     assert stored == [dataclasses.replace(rec, seq=i) for i, rec in enumerate(written, 1)]
 
@@ -70,9 +71,9 @@ async def test_log_uses_wal_journal(audit_log: AuditLog, db_path: Path) -> None:
 
 
 async def test_concurrent_durable_records_share_commits(
-    any_db: Path | PostgresDsn, make_record: RecordFactory
+    any_db: StoreLocation, make_record: RecordFactory
 ) -> None:
-    log = AuditLog(any_db, agent_id=AGENT)
+    log = AuditLog(open_chain_writer(any_db, agent_id=AGENT))
     await log.start()
     records = [make_record(decision="refuse", reason="UNKNOWN_PEER") for _ in range(1000)]
 
@@ -80,53 +81,53 @@ async def test_concurrent_durable_records_share_commits(
     await log.close()
 
     assert 0 < log.batches_committed < 1000
-    assert [r.seq for r in query_records(any_db)] == list(range(1, 1001))
-    assert verify_chain(any_db).ok
-    assert [r.request_id for r in query_records(any_db)] == [r.request_id for r in records]
+    assert [r.seq for r in query_records(open_audit_reader(any_db))] == list(range(1, 1001))
+    assert verify_chain(open_audit_reader(any_db)).ok
+    assert [r.request_id for r in query_records(open_audit_reader(any_db))] == [
+        r.request_id for r in records
+    ]
 
 
-async def test_batches_respect_max_batch(
-    any_db: Path | PostgresDsn, make_record: RecordFactory
-) -> None:
-    log = AuditLog(any_db, agent_id=AGENT, max_batch=10)
+async def test_batches_respect_max_batch(any_db: StoreLocation, make_record: RecordFactory) -> None:
+    log = AuditLog(open_chain_writer(any_db, agent_id=AGENT), max_batch=10)
     await log.start()
 
     await asyncio.gather(*(log.record_durable(make_record()) for _ in range(100)))
     await log.close()
 
     assert log.batches_committed >= 10
-    assert verify_chain(any_db).records == 100
+    assert verify_chain(open_audit_reader(any_db)).records == 100
 
 
 async def test_reopening_continues_the_chain(
-    any_db: Path | PostgresDsn, make_record: RecordFactory
+    any_db: StoreLocation, make_record: RecordFactory
 ) -> None:
     for _ in range(2):
-        log = AuditLog(any_db, agent_id=AGENT)
+        log = AuditLog(open_chain_writer(any_db, agent_id=AGENT))
         await log.start()
         for _ in range(3):
             log.record(make_record())
         await log.close()
 
-    assert [r.seq for r in query_records(any_db)] == [1, 2, 3, 4, 5, 6]
-    assert verify_chain(any_db).ok
+    assert [r.seq for r in query_records(open_audit_reader(any_db))] == [1, 2, 3, 4, 5, 6]
+    assert verify_chain(open_audit_reader(any_db)).ok
 
 
 async def test_close_commits_fire_and_forget_records(
-    any_db: Path | PostgresDsn, make_record: RecordFactory
+    any_db: StoreLocation, make_record: RecordFactory
 ) -> None:
-    log = AuditLog(any_db, agent_id=AGENT)
+    log = AuditLog(open_chain_writer(any_db, agent_id=AGENT))
     await log.start()
     for _ in range(50):
         log.record(make_record())
 
     await log.close()
 
-    assert len(query_records(any_db)) == 50
+    assert len(query_records(open_audit_reader(any_db))) == 50
 
 
 async def test_commit_failure_fails_closed(db_path: Path, make_record: RecordFactory) -> None:
-    log = AuditLog(db_path, busy_timeout_ms=50)
+    log = AuditLog(open_chain_writer(db_path, busy_timeout_ms=50))
     await log.start()
     await log.record_durable(make_record())
     with closing(sqlite3.connect(db_path, isolation_level=None)) as blocker:
@@ -160,7 +161,7 @@ async def test_records_of_answered_calls_survive_a_failed_commit(
     """Plain records (their calls went ahead) are kept and written once the file is
     writable: on recovery, or at the latest when the log closes; never twice. A
     refusal whose caller was told AUDIT_UNAVAILABLE is not written later."""
-    log = AuditLog(db_path, busy_timeout_ms=500, retry_seconds=retry_seconds)
+    log = AuditLog(open_chain_writer(db_path, busy_timeout_ms=500), retry_seconds=retry_seconds)
     await log.start()
     plain = [make_record() for _ in range(3)]
     with closing(sqlite3.connect(db_path, isolation_level=None)) as blocker:
@@ -178,8 +179,10 @@ async def test_records_of_answered_calls_survive_a_failed_commit(
             await asyncio.sleep(0.1)
         assert log.healthy
     await log.close()
-    assert [r.request_id for r in query_records(db_path)] == [r.request_id for r in plain]
-    assert verify_chain(db_path).ok
+    assert [r.request_id for r in query_records(open_audit_reader(db_path))] == [
+        r.request_id for r in plain
+    ]
+    assert verify_chain(open_audit_reader(db_path)).ok
 
 
 async def test_malformed_record_is_refused_without_failing_the_log(
@@ -203,7 +206,7 @@ async def test_unopenable_file_raises_audit_unavailable(
     }[kind]
     if kind == "not a database":
         path.write_bytes(b"this is not sqlite" * 100)
-    log = AuditLog(path)
+    log = AuditLog(open_chain_writer(path))
 
     with pytest.raises(AuditUnavailable) as caught:
         await log.start()
@@ -219,7 +222,7 @@ async def test_unopenable_file_raises_audit_unavailable(
 async def test_start_refuses_a_log_whose_head_does_not_match(
     db_path: Path, make_record: RecordFactory
 ) -> None:
-    log = AuditLog(db_path)
+    log = AuditLog(open_chain_writer(db_path))
     await log.start()
     for _ in range(3):
         log.record(make_record())
@@ -228,11 +231,11 @@ async def test_start_refuses_a_log_whose_head_does_not_match(
         conn.execute("DELETE FROM audit_records WHERE seq = 3")
 
     with pytest.raises(AuditUnavailable, match="chain head"):
-        await AuditLog(db_path).start()
+        await AuditLog(open_chain_writer(db_path)).start()
 
 
 async def test_lifecycle_guards(db_path: Path, make_record: RecordFactory) -> None:
-    log = AuditLog(db_path)
+    log = AuditLog(open_chain_writer(db_path))
     assert log.healthy is False
     with pytest.raises(AuditUnavailable, match="not started"):
         log.record(make_record())
@@ -248,10 +251,14 @@ async def test_lifecycle_guards(db_path: Path, make_record: RecordFactory) -> No
         log.record(make_record())
 
 
-@pytest.mark.parametrize("kwargs", [{"max_batch": 0}, {"busy_timeout_ms": -1}])
-def test_bad_settings_raise_config_error(db_path: Path, kwargs: dict[str, int]) -> None:
+@pytest.mark.parametrize(
+    ("writer_kwargs", "log_kwargs"), [({}, {"max_batch": 0}), ({"busy_timeout_ms": -1}, {})]
+)
+def test_bad_settings_raise_config_error(
+    db_path: Path, writer_kwargs: dict[str, int], log_kwargs: dict[str, int]
+) -> None:
     with pytest.raises(ConfigError):
-        AuditLog(db_path, **kwargs)
+        AuditLog(open_chain_writer(db_path, **writer_kwargs), **log_kwargs)
 
 
 async def test_another_writer_may_append_while_the_log_is_open(
@@ -267,9 +274,13 @@ async def test_another_writer_may_append_while_the_log_is_open(
     other.append([checked_fields(make_record(request_id="operator-1"))])
     other.close()
     await audit_log.record_durable(make_record(request_id="agent-2"))
-    assert [r.request_id for r in query_records(db_path)] == ["agent-1", "operator-1", "agent-2"]
+    assert [r.request_id for r in query_records(open_audit_reader(db_path))] == [
+        "agent-1",
+        "operator-1",
+        "agent-2",
+    ]
     assert _stored_seqs(db_path) == [1, 2, 3]
-    assert verify_chain(db_path).ok
+    assert verify_chain(open_audit_reader(db_path)).ok
 
 
 @pytest.mark.parametrize("cut", [1, 2])

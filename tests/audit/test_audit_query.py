@@ -19,9 +19,11 @@ from gateway.audit import (
     parse_since,
     query_records,
 )
+from gateway.audit.filter import AuditFilter
 from gateway.audit.query import recent_request_ids
 from gateway.errors import ConfigError
-from gateway.postgres.dsn import PostgresDsn
+from gateway.postgres.dsn import StoreLocation
+from gateway.storage import open_audit_reader
 from tests.audit.conftest import AGENT
 
 RecordFactory = Callable[..., AuditRecord]
@@ -32,7 +34,7 @@ TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
 @pytest.fixture
-def db_path(any_db: Path | PostgresDsn) -> Path | PostgresDsn:
+def db_path(any_db: StoreLocation) -> StoreLocation:
     """These filters must hold for both backends."""
     return any_db
 
@@ -79,44 +81,63 @@ def seqs(records: list[AuditRecord]) -> list[int]:
 
 
 async def test_no_filter_returns_all_in_seq_order(db_path: Path, stored: list[AuditRecord]) -> None:
-    assert query_records(db_path) == stored
+    assert query_records(open_audit_reader(db_path)) == stored
 
 
 async def test_refusals_only(db_path: Path, stored: list[AuditRecord]) -> None:
-    assert seqs(query_records(db_path, refusals_only=True)) == [2, 4, 5]
+    assert seqs(query_records(open_audit_reader(db_path), AuditFilter(refusals_only=True))) == [
+        2,
+        4,
+        5,
+    ]
 
 
 async def test_peer_filter(db_path: Path, stored: list[AuditRecord]) -> None:
-    assert seqs(query_records(db_path, peer=ALICE)) == [1, 3, 4]
-    assert seqs(query_records(db_path, peer="")) == [5]
+    assert seqs(query_records(open_audit_reader(db_path), AuditFilter(peer=ALICE))) == [1, 3, 4]
+    assert seqs(query_records(open_audit_reader(db_path), AuditFilter(peer=""))) == [5]
 
 
 async def test_capability_filter(db_path: Path, stored: list[AuditRecord]) -> None:
-    assert seqs(query_records(db_path, capability="translate")) == [3, 4, 6]
+    assert seqs(query_records(open_audit_reader(db_path), AuditFilter(capability="translate"))) == [
+        3,
+        4,
+        6,
+    ]
 
 
 async def test_since_filter(db_path: Path, stored: list[AuditRecord]) -> None:
-    assert seqs(query_records(db_path, since=timedelta(hours=1))) == [3, 4, 5, 6]
-    assert seqs(query_records(db_path, since=parse_since("10m"))) == [4, 5, 6]
+    assert seqs(
+        query_records(open_audit_reader(db_path), AuditFilter(since=timedelta(hours=1)))
+    ) == [3, 4, 5, 6]
+    assert seqs(
+        query_records(open_audit_reader(db_path), AuditFilter(since=parse_since("10m")))
+    ) == [4, 5, 6]
 
 
 async def test_filters_combine(db_path: Path, stored: list[AuditRecord]) -> None:
-    found = query_records(db_path, refusals_only=True, peer=ALICE, capability="translate")
+    found = query_records(
+        open_audit_reader(db_path),
+        AuditFilter(refusals_only=True, peer=ALICE, capability="translate"),
+    )
 
     assert found == [stored[3]]
 
 
 async def test_limit_keeps_the_most_recent(db_path: Path, stored: list[AuditRecord]) -> None:
-    assert seqs(query_records(db_path, limit=2)) == [5, 6]
-    assert seqs(query_records(db_path, refusals_only=True, limit=2)) == [4, 5]
-    assert query_records(db_path, limit=0) == []
+    assert seqs(query_records(open_audit_reader(db_path), AuditFilter(limit=2))) == [5, 6]
+    assert seqs(
+        query_records(open_audit_reader(db_path), AuditFilter(refusals_only=True, limit=2))
+    ) == [4, 5]
+    assert query_records(open_audit_reader(db_path), AuditFilter(limit=0)) == []
 
 
 async def test_filter_by_trace_id(stored: list[AuditRecord], db_path: Path) -> None:
-    assert seqs(query_records(db_path, trace_id=TRACE)) == [6]
-    assert seqs(query_records(db_path, trace_id=TRACE.upper())) == [6]
-    assert query_records(db_path, trace_id="0" * 32) == []
-    table = format_table(query_records(db_path)).splitlines()
+    assert seqs(query_records(open_audit_reader(db_path), AuditFilter(trace_id=TRACE))) == [6]
+    assert seqs(query_records(open_audit_reader(db_path), AuditFilter(trace_id=TRACE.upper()))) == [
+        6
+    ]
+    assert query_records(open_audit_reader(db_path), AuditFilter(trace_id="0" * 32)) == []
+    table = format_table(query_records(open_audit_reader(db_path))).splitlines()
     assert table[6].split()[-1] == TRACE and table[1].split()[-1] == "-"
     assert [json.loads(line)["trace_id"] for line in format_json_lines(stored).splitlines()] == [
         "", "", "", "", "", TRACE,
@@ -129,7 +150,11 @@ async def test_recent_request_ids_newest_first_allowed_and_named_refusals(
     def recent(limit: int, refusals: frozenset[str]) -> list[tuple[str, str, int]]:
         return list(
             recent_request_ids(
-                db_path, agent=AGENT, since=timedelta(hours=1), limit=limit, refusals=refusals
+                open_audit_reader(db_path),
+                agent=AGENT,
+                since=timedelta(hours=1),
+                limit=limit,
+                refusals=refusals,
             )
         )
 
@@ -152,7 +177,7 @@ async def test_recent_request_ids_stream_past_one_page(
     await audit_log.flush()
 
     found = recent_request_ids(
-        db_path, agent=AGENT, since=timedelta(hours=1), limit=20_000, refusals=()
+        open_audit_reader(db_path), agent=AGENT, since=timedelta(hours=1), limit=20_000, refusals=()
     )
 
     assert [request_id for _, request_id, _ in found] == [
@@ -162,12 +187,12 @@ async def test_recent_request_ids_stream_past_one_page(
 
 def test_negative_limit_is_a_config_error(db_path: Path) -> None:
     with pytest.raises(ConfigError):
-        query_records(db_path, limit=-1)
+        query_records(open_audit_reader(db_path), AuditFilter(limit=-1))
 
 
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no such file"):
-        query_records(tmp_path / "nope.db")
+        query_records(open_audit_reader(tmp_path / "nope.db"))
 
 
 async def test_format_table(stored: list[AuditRecord]) -> None:

@@ -9,15 +9,16 @@ from pathlib import Path
 import pytest
 
 from gateway.audit import AuditLog
+from gateway.audit.filter import AuditFilter
 from gateway.audit.record import AuditRecord
 from gateway.errors import ConfigError
-from gateway.postgres.dsn import PostgresDsn
-from gateway.storage import open_audit_reader, open_chain_writer
+from gateway.postgres.dsn import StoreLocation
+from gateway.storage import location, open_audit_reader, open_chain_writer
 from tests.audit.conftest import AGENT, RecordFactory
 
 
-async def _written(where: Path | PostgresDsn, make_record: RecordFactory) -> list[AuditRecord]:
-    log = AuditLog(where, agent_id=AGENT)
+async def _written(where: StoreLocation, make_record: RecordFactory) -> list[AuditRecord]:
+    log = AuditLog(open_chain_writer(where, agent_id=AGENT))
     await log.start()
     records = [
         make_record(request_id="r-1"),
@@ -31,20 +32,20 @@ async def _written(where: Path | PostgresDsn, make_record: RecordFactory) -> lis
 
 
 async def test_reader_returns_the_chain_in_order_and_filters_it(
-    any_db: Path | PostgresDsn, make_record: RecordFactory
+    any_db: StoreLocation, make_record: RecordFactory
 ) -> None:
     written = await _written(any_db, make_record)
     reader = open_audit_reader(any_db)
 
-    assert reader.many_chains is isinstance(any_db, PostgresDsn)
-    assert reader.query(agent=AGENT) == written
-    assert reader.query(agent=AGENT, refusals_only=True) == written[1:]
-    assert reader.query(agent=AGENT, limit=1) == written[2:]
-    assert reader.query(agent=AGENT, peer="") == [written[1]]
+    assert reader.many_chains is not isinstance(any_db, Path)
+    assert reader.query(AuditFilter(agent=AGENT)) == written
+    assert reader.query(AuditFilter(agent=AGENT, refusals_only=True)) == written[1:]
+    assert reader.query(AuditFilter(agent=AGENT, limit=1)) == written[2:]
+    assert reader.query(AuditFilter(agent=AGENT, peer="")) == [written[1]]
 
 
 async def test_reader_verifies_the_chain_and_reads_hashes_at_seqs(
-    any_db: Path | PostgresDsn, make_record: RecordFactory
+    any_db: StoreLocation, make_record: RecordFactory
 ) -> None:
     await _written(any_db, make_record)
     reader = open_audit_reader(any_db)
@@ -59,7 +60,7 @@ async def test_reader_verifies_the_chain_and_reads_hashes_at_seqs(
 
 
 async def test_reader_streams_recent_request_ids_newest_first(
-    any_db: Path | PostgresDsn, make_record: RecordFactory
+    any_db: StoreLocation, make_record: RecordFactory
 ) -> None:
     written = await _written(any_db, make_record)
     reader = open_audit_reader(any_db)
@@ -75,4 +76,4 @@ async def test_reader_streams_recent_request_ids_newest_first(
 
 def test_a_chain_writer_in_postgres_needs_its_agent() -> None:
     with pytest.raises(ConfigError, match="needs the agent id of its chain"):
-        open_chain_writer(PostgresDsn("postgresql://gw@127.0.0.1:1/audit"))
+        open_chain_writer(location("postgresql://gw@127.0.0.1:1/audit"))

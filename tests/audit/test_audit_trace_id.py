@@ -8,12 +8,13 @@ from contextlib import closing
 from pathlib import Path
 
 from gateway.audit import AuditLog, AuditRecord, query_records, verify_chain
+from gateway.storage import open_audit_reader, open_chain_writer
 
 RecordFactory = Callable[..., AuditRecord]
 
 
 async def _version_1_log(path: Path, make_record: RecordFactory) -> None:
-    log = AuditLog(path)
+    log = AuditLog(open_chain_writer(path))
     await log.start()
     for _ in range(3):
         await log.record_durable(make_record())
@@ -29,8 +30,8 @@ async def test_a_version_1_log_reads_and_verifies_without_migration(
     path = tmp_path / "old.db"
     await _version_1_log(path, make_record)
 
-    assert [r.trace_id for r in query_records(path)] == ["", "", ""]
-    report = verify_chain(path)
+    assert [r.trace_id for r in query_records(open_audit_reader(path))] == ["", "", ""]
+    report = verify_chain(open_audit_reader(path))
     assert report.ok and report.records == 3
     with closing(sqlite3.connect(path)) as conn:  # reading changed nothing on disk
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
@@ -42,18 +43,18 @@ async def test_opening_a_version_1_log_migrates_it_and_keeps_the_chain(
     path = tmp_path / "old.db"
     await _version_1_log(path, make_record)
 
-    log = AuditLog(path)
+    log = AuditLog(open_chain_writer(path))
     await log.start()
     await log.record_durable(make_record(trace_id="0af7651916cd43dd8448eb211c80319c"))
     await log.close()
 
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
-    assert [r.trace_id for r in query_records(path)] == [
+    assert [r.trace_id for r in query_records(open_audit_reader(path))] == [
         "",
         "",
         "",
         "0af7651916cd43dd8448eb211c80319c",
     ]
-    report = verify_chain(path)
+    report = verify_chain(open_audit_reader(path))
     assert report.ok and report.records == 4

@@ -19,7 +19,7 @@ import pytest
 from gateway.audit import AuditLog, AuditRecord, Decision, query_records, verify_chain
 from gateway.audit.chain import GENESIS_HASH, record_hash
 from gateway.errors import ConfigError
-from gateway.postgres.dsn import PostgresDsn
+from gateway.storage import location, open_audit_reader, open_chain_writer
 from tests.audit.conftest import AGENT
 from tests.postgres import PostgresCluster
 
@@ -32,7 +32,7 @@ Found = list[tuple[str, int]]
 async def pristine(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Path]:
     """A closed log of RECORDS records, to be copied by each test."""
     path = tmp_path_factory.mktemp("pristine") / "audit.db"
-    log = AuditLog(path)
+    log = AuditLog(open_chain_writer(path))
     await log.start()
     for n in range(1, RECORDS + 1):
         decision: Decision = "refuse" if n % 3 == 0 else "allow"
@@ -67,9 +67,9 @@ def sqlite_copy(pristine: Path, tmp_path: Path) -> Path:
 async def pristine_pg(postgres_cluster: PostgresCluster, pristine: Path) -> str:
     """The same records in a PostgreSQL database, used as a template by each test."""
     dsn = postgres_cluster.fresh_database()
-    log = AuditLog(PostgresDsn(dsn), agent_id=AGENT)
+    log = AuditLog(open_chain_writer(location(dsn), agent_id=AGENT))
     await log.start()
-    for rec in query_records(pristine):
+    for rec in query_records(open_audit_reader(pristine)):
         log.record(dataclasses.replace(rec, seq=0))
     await log.close()
     return dsn.rsplit("/", 1)[1]
@@ -85,7 +85,7 @@ def log_copy(request: pytest.FixtureRequest, sqlite_copy: Path) -> Path:
     name = "t_" + uuid.uuid4().hex[:12]
     with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-    return PostgresDsn(cluster.dsn(name))  # type: ignore[return-value]
+    return location(cluster.dsn(name))  # type: ignore[return-value]
 
 
 class _PostgresTampering:
@@ -111,7 +111,7 @@ class _PostgresTampering:
 
 @contextmanager
 def tampering(path: Path) -> Iterator[Any]:
-    if isinstance(path, PostgresDsn):
+    if not isinstance(path, Path):
         with psycopg.connect(path.url) as conn:
             yield _PostgresTampering(conn)
         return
@@ -120,7 +120,9 @@ def tampering(path: Path) -> Iterator[Any]:
 
 
 def found(path: Path) -> Found:
-    return [(problem.kind, problem.seq) for problem in verify_chain(path).problems]
+    return [
+        (problem.kind, problem.seq) for problem in verify_chain(open_audit_reader(path)).problems
+    ]
 
 
 def hash_of(conn: Any, seq: int) -> str:
@@ -139,7 +141,7 @@ def insert_row(conn: Any, rec: AuditRecord, prev_hash: str, digest: str) -> None
 
 
 def forged(path: Path, seq: int) -> AuditRecord:
-    original = query_records(path)[0]
+    original = query_records(open_audit_reader(path))[0]
     return dataclasses.replace(original, request_id="forged", reason="OK", seq=seq)
 
 
@@ -155,7 +157,7 @@ def swap(conn: Any, a: int, b: int) -> None:
 
 
 def test_untampered_log_verifies(log_copy: Path) -> None:
-    report = verify_chain(log_copy)
+    report = verify_chain(open_audit_reader(log_copy))
 
     assert report.ok
     assert report.records == RECORDS
@@ -163,12 +165,12 @@ def test_untampered_log_verifies(log_copy: Path) -> None:
 
 
 async def test_empty_log_verifies(db_path: Path) -> None:
-    log = AuditLog(db_path)
+    log = AuditLog(open_chain_writer(db_path))
     await log.start()
     await log.close()
 
-    assert verify_chain(db_path) == verify_chain(db_path)
-    assert verify_chain(db_path).ok
+    assert verify_chain(open_audit_reader(db_path)) == verify_chain(open_audit_reader(db_path))
+    assert verify_chain(open_audit_reader(db_path)).ok
 
 
 async def test_log_in_use_verifies(
@@ -177,8 +179,8 @@ async def test_log_in_use_verifies(
     for _ in range(5):
         await audit_log.record_durable(make_record())
 
-    assert verify_chain(db_path).records == 5
-    assert verify_chain(db_path).ok
+    assert verify_chain(open_audit_reader(db_path)).records == 5
+    assert verify_chain(open_audit_reader(db_path)).ok
 
 
 @pytest.mark.parametrize("seq", range(1, RECORDS + 1))
@@ -209,7 +211,9 @@ def test_cleared_trace_id(log_copy: Path, seq: int) -> None:
 
 @pytest.mark.parametrize("seq", range(1, RECORDS + 1))
 def test_modified_and_rehashed(log_copy: Path, seq: int) -> None:
-    record = dataclasses.replace(query_records(log_copy)[seq - 1], peer_id="spiffe://evil")
+    record = dataclasses.replace(
+        query_records(open_audit_reader(log_copy))[seq - 1], peer_id="spiffe://evil"
+    )
     with tampering(log_copy) as conn:
         digest = record_hash(hash_of(conn, seq - 1), record)
         conn.execute(
@@ -232,7 +236,7 @@ def test_deleted_run_is_one_problem(log_copy: Path) -> None:
     with tampering(log_copy) as conn:
         conn.execute("DELETE FROM audit_records WHERE seq BETWEEN 4 AND 6")
 
-    report = verify_chain(log_copy)
+    report = verify_chain(open_audit_reader(log_copy))
     assert [(p.kind, p.seq) for p in report.problems] == [("deleted", 4)]
     assert "4..6" in report.problems[0].message
 
@@ -318,7 +322,7 @@ def test_renumbered_row_is_reordered(log_copy: Path) -> None:
     with tampering(log_copy) as conn:
         conn.execute("UPDATE audit_records SET seq = 99 WHERE seq = 5")
 
-    report = verify_chain(log_copy)
+    report = verify_chain(open_audit_reader(log_copy))
     assert [(p.kind, p.seq) for p in report.problems] == [("reordered", 99)]
     assert "written as 5" in report.problems[0].message
 
@@ -348,7 +352,7 @@ def test_two_tamperings_are_both_reported(log_copy: Path) -> None:
 
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no such file"):
-        verify_chain(tmp_path / "nope.db")
+        verify_chain(open_audit_reader(tmp_path / "nope.db"))
 
 
 def test_other_database_is_a_config_error(tmp_path: Path) -> None:
@@ -357,13 +361,13 @@ def test_other_database_is_a_config_error(tmp_path: Path) -> None:
         conn.execute("CREATE TABLE t (x)")
 
     with pytest.raises(ConfigError, match="not an audit log"):
-        verify_chain(path)
+        verify_chain(open_audit_reader(path))
 
 
 def test_verify_does_not_write(sqlite_copy: Path) -> None:
     before = sqlite_copy.read_bytes()
 
-    verify_chain(sqlite_copy)
+    verify_chain(open_audit_reader(sqlite_copy))
 
     assert sqlite_copy.read_bytes() == before
 
@@ -371,7 +375,7 @@ def test_verify_does_not_write(sqlite_copy: Path) -> None:
 async def test_verify_while_appending_sees_a_consistent_snapshot(
     db_path: Path, make_record: RecordFactory
 ) -> None:
-    log = AuditLog(db_path, max_batch=5)
+    log = AuditLog(open_chain_writer(db_path), max_batch=5)
     await log.start()
 
     async def append() -> None:
@@ -381,10 +385,10 @@ async def test_verify_while_appending_sees_a_consistent_snapshot(
     writer = asyncio.create_task(append())
     reports = []
     while not writer.done():
-        reports.append(await asyncio.to_thread(verify_chain, db_path))
+        reports.append(await asyncio.to_thread(verify_chain, open_audit_reader(db_path)))
     await writer
     await log.close()
 
     assert reports
     assert all(report.ok for report in reports), [r.problems for r in reports if not r.ok]
-    assert verify_chain(db_path).records == 200
+    assert verify_chain(open_audit_reader(db_path)).records == 200

@@ -13,6 +13,7 @@ from gateway.audit._schema import ROWS_PER_INSERT
 from gateway.audit._writer import SqliteChainWriter
 from gateway.audit.record import checked_fields
 from gateway.errors import AuditUnavailable
+from gateway.storage import open_audit_reader
 from tests.audit.conftest import RecordFactory
 
 
@@ -37,10 +38,10 @@ def test_a_big_batch_is_one_contiguous_chain(
     finally:
         writer.close()
 
-    stored = query_records(path)
+    stored = query_records(open_audit_reader(path))
     assert [rec.seq for rec in stored] == list(range(1, size + 2))
     assert [rec.request_id for rec in stored] == [f"a-{n}" for n in range(size)] + ["b-0"]
-    assert verify_chain(path).ok
+    assert verify_chain(open_audit_reader(path)).ok
     with closing(sqlite3.connect(path)) as conn:
         head = conn.execute("SELECT count, last_hash FROM chain_head").fetchone()
         last = conn.execute("SELECT seq, record_hash FROM audit_records WHERE seq = ?", (size + 1,))
@@ -60,14 +61,14 @@ def test_a_writer_chains_onto_records_another_writer_added(
         agent.close()
         operator.close()
 
-    stored = query_records(path)
+    stored = query_records(open_audit_reader(path))
     assert [(rec.seq, rec.request_id) for rec in stored] == [
         (1, "agent-1"),
         (2, "op-0"),
         (3, "op-1"),
         (4, "agent-2"),
     ]
-    assert verify_chain(path).ok
+    assert verify_chain(open_audit_reader(path)).ok
 
 
 def test_a_missing_chain_head_fails_the_append_and_stores_nothing(
@@ -87,4 +88,4 @@ def test_a_missing_chain_head_fails_the_append_and_stores_nothing(
     finally:
         writer.close()
 
-    assert [rec.request_id for rec in query_records(path)] == ["before"]
+    assert [rec.request_id for rec in query_records(open_audit_reader(path))] == ["before"]

@@ -25,6 +25,7 @@ from gateway.audit.checkpoint_verify import verify_checkpoints
 from gateway.cli.main import main
 from gateway.config import AgentConfig, load_agent_config
 from gateway.devtools.pki import init_ca, issue
+from gateway.storage import open_audit_reader
 from gateway.transport.client import PeerClient
 from tests.agent_process import write_agent_toml
 from tests.rotation.rotation_support import own_pki
@@ -51,7 +52,7 @@ class Rotated:
 
     def problems(self, *, ca: bool = True) -> list[tuple[str, int, str]]:
         report = verify_checkpoints(
-            self.config.audit_db,
+            open_audit_reader(self.config.audit_db),
             self.config.checkpoint_file,
             self.config.tls.cert.read_bytes(),
             ca_pem=self.config.tls.ca.read_bytes() if ca else None,

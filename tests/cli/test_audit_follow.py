@@ -17,7 +17,7 @@ from gateway.audit import AuditRecord, query_records
 from gateway.audit.pg_read import AgentRecord
 from gateway.cli.audit_follow import render_line
 from gateway.errors import GatewayError
-from gateway.postgres.dsn import PostgresDsn
+from gateway.storage import location, open_audit_reader, open_chain_writer
 from gateway.transport.client import PeerClient
 from tests.agent_process import REPO, AgentProcess, LineReader, write_agent_toml
 from tests.support import Pki, grant, spiffe, write_policy
@@ -57,9 +57,9 @@ def _interrupt(proc: subprocess.Popen[str], err: LineReader) -> tuple[int, str]:
 
 
 def _wait_committed(store: str, count: int) -> None:
-    location = PostgresDsn(store) if store.startswith("postgresql://") else Path(store)
+    where = location(store)
     deadline = time.monotonic() + LINE_TIMEOUT
-    while len(query_records(location)) < count:
+    while len(query_records(open_audit_reader(where))) < count:
         assert time.monotonic() < deadline, f"fewer than {count} records committed"
         time.sleep(0.05)
 
@@ -210,7 +210,7 @@ async def test_follow_ends_cleanly_on_sigterm_and_when_its_reader_goes_away(
     from gateway.audit import AuditLog
 
     db = tmp_path / "audit.sqlite"
-    log = AuditLog(db)
+    log = AuditLog(open_chain_writer(db))
     await log.start()
     procs: list[subprocess.Popen[str]] = []
     try:

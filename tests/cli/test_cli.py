@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from gateway.cli.main import main
+from gateway.storage import open_chain_writer
 from tests.agent_process import AgentProcess, write_agent_toml
 from tests.support import Pki, grant, spiffe, write_policy
 
@@ -182,7 +183,7 @@ async def test_audit_shows_and_filters_by_trace_id(tmp_path: Path) -> None:
     from gateway.audit import AuditLog, AuditRecord
 
     db = tmp_path / "audit.sqlite"
-    log = AuditLog(db)
+    log = AuditLog(open_chain_writer(db))
     await log.start()
     for n, trace_id in enumerate(
         ["4bf92f3577b34da6a3ce929d0e0e4736", "", "0af7651916cd43dd8448eb211c80319c"]

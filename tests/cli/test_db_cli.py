@@ -13,8 +13,8 @@ from gateway.audit import AuditLog, AuditRecord
 from gateway.audit.pg_read import verify_agent_chains
 from gateway.cli.main import main
 from gateway.config import load_agent_config
-from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.migrations import LATEST_VERSION
+from gateway.storage import connection_source, location, open_chain_writer
 from gateway.transport.client import PeerClient
 from tests.agent_process import write_agent_toml
 from tests.support import Pki, grant, started, write_policy
@@ -58,7 +58,7 @@ def _record(reason: str) -> AuditRecord:
 
 async def _two_agents(pg_dsn: str) -> None:
     for agent, reasons in ((ALICE, ["OK", "UNKNOWN_PEER"]), (BOB, ["RISK_NOT_GRANTED"])):
-        log = AuditLog(PostgresDsn(pg_dsn), agent_id=agent)
+        log = AuditLog(open_chain_writer(location(pg_dsn), agent_id=agent))
         await log.start()
         for reason in reasons:
             log.record(_record(reason))
@@ -105,7 +105,7 @@ async def test_demo_runs_on_postgres_twice_in_one_database(
         assert await run_demo(pg_dsn) == 0
     out = capsys.readouterr().out
     assert out.count("audit chain of alice: intact") == 2
-    reports = verify_agent_chains(PostgresDsn(pg_dsn))
+    reports = verify_agent_chains(connection_source(location(pg_dsn)))
     assert sorted(reports) == [f"spiffe://demo.a2agw/agent/{n}" for n in ("alice", "bob", "carol")]
     assert all(report.ok for report in reports.values())
 

@@ -21,6 +21,7 @@ from gateway.config import load_agent_config
 from gateway.errors import ConfigError, IdempotencyInDoubt, IdempotencyNotInDoubt
 from gateway.inbound.idempotency import SqliteIdempotencyStore
 from gateway.inbound.idempotency_admin import list_keys, release_key, resolve_done
+from gateway.storage import open_audit_reader
 from gateway.transport.client import PeerClient
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.faults.crash_window import appended_lines
@@ -67,7 +68,9 @@ def _alice_toml(pki: Pki, tmp_path: Path, modules: tuple[str, ...]) -> Path:
 
 
 def _operator_records(db: Path) -> list[AuditRecord]:
-    return [r for r in query_records(db) if r.reason.startswith("IDEMPOTENCY_RE")]
+    return [
+        r for r in query_records(open_audit_reader(db)) if r.reason.startswith("IDEMPOTENCY_RE")
+    ]
 
 
 async def test_keys_cut_off_by_a_crash_are_resolved_and_released_exactly_once(
@@ -119,7 +122,7 @@ async def test_keys_cut_off_by_a_crash_are_resolved_and_released_exactly_once(
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith(f"resolved: key 'k-n1' of {BOB} for notes.append")
         replayed = await client.invoke("notes.append", {"note": "n1"}, idempotency_key="k-n1")
-        assert replayed.replayed and replayed.output() == {"appended": 1}
+        assert replayed.remembered and replayed.output() == {"appended": 1}
         assert replayed.served_version == "1.0.0"
 
         # n2: pretend the operator found the write had not landed: release, retry runs once.
@@ -127,9 +130,9 @@ async def test_keys_cut_off_by_a_crash_are_resolved_and_released_exactly_once(
         assert released.returncode == 0, released.stderr
         assert "freed; the next call with this key runs the write again" in released.stdout
         ran = await client.invoke("notes.append", {"note": "n2"}, idempotency_key="k-n2")
-        assert not ran.replayed
+        assert not ran.remembered
         again = await client.invoke("notes.append", {"note": "n2"}, idempotency_key="k-n2")
-        assert again.replayed and again.output() == ran.output()
+        assert again.remembered and again.output() == ran.output()
 
         lines = appended_lines(state)
         assert lines.count("n1") == 1, "the resolved write ran again"
@@ -165,9 +168,9 @@ async def test_keys_cut_off_by_a_crash_are_resolved_and_released_exactly_once(
     assert (records[1].payload_size, records[1].detail) == (0, "key 'k-n2'; operator: rolled back")
     assert "appended" not in records[0].detail
     # The CLI appended to the log of a running agent: one chain, and the checkpoints hold.
-    assert verify_chain(config.audit_db).ok
+    assert verify_chain(open_audit_reader(config.audit_db)).ok
     report = verify_checkpoints(
-        config.audit_db, config.checkpoint_file, config.tls.cert.read_bytes()
+        open_audit_reader(config.audit_db), config.checkpoint_file, config.tls.cert.read_bytes()
     )
     assert report.ok and report.valid == 1  # the killed run wrote none; the stop wrote one
 
@@ -221,15 +224,15 @@ async def test_resolving_while_the_agent_runs_keeps_exactly_once(
         first = await client.invoke("kv.put", PUT, idempotency_key="k1")
         second = await client.invoke("kv.put", PUT, idempotency_key="k1")
         if how == "done":
-            assert first.replayed and first.output() == {"key": "k", "revision": 41}
+            assert first.remembered and first.output() == {"key": "k", "revision": 41}
             assert await _revision(client) == 0  # the write never ran
         else:
-            assert not first.replayed and first.output() == {"key": "k", "revision": 1}
+            assert not first.remembered and first.output() == {"key": "k", "revision": 1}
             assert await _revision(client) == 1  # it ran exactly once more
-        assert second.replayed and second.output() == first.output()
+        assert second.remembered and second.output() == first.output()
         assert first.served_version == "1.0.0"
         await agent.audit.flush()
-        assert verify_chain(agent.config.audit_db).ok
+        assert verify_chain(open_audit_reader(agent.config.audit_db)).ok
     finally:
         await client.close()
         await agent.stop()
@@ -248,7 +251,7 @@ async def test_keys_not_in_doubt_are_never_changed(pki: Pki, running: tuple[Agen
         assert await agent.idempotency.claim(running_claim, PUT_SHA, "1.0.0") is None
         before = [(e.key, e.state) for e in list_keys(store)]
         await agent.audit.flush()
-        records_before = len(query_records(audit_db))
+        records_before = len(query_records(open_audit_reader(audit_db)))
         cases = [
             ("finished", "already done"),
             ("running", "claimed by an attempt that may still be running"),
@@ -268,9 +271,11 @@ async def test_keys_not_in_doubt_are_never_changed(pki: Pki, running: tuple[Agen
             )
         assert [(e.key, e.state) for e in list_keys(store)] == before
         await agent.audit.flush()
-        assert len(query_records(audit_db)) == records_before  # refusals change nothing
+        assert (
+            len(query_records(open_audit_reader(audit_db))) == records_before
+        )  # refusals change nothing
         again = await client.invoke("kv.put", PUT, idempotency_key="finished")
-        assert again.replayed
+        assert again.remembered
         assert await _revision(client) == 1
     finally:
         await client.close()

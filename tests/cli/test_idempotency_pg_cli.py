@@ -12,9 +12,10 @@ import psycopg
 import pytest
 
 from gateway.audit import query_records, verify_chain
+from gateway.audit.filter import AuditFilter
 from gateway.cli.main import main
-from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.migrations import migrate
+from gateway.storage import location, open_audit_reader
 from tests.agent_process import write_agent_toml
 from tests.support import Pki, grant, spiffe, write_policy
 
@@ -93,11 +94,11 @@ def test_resolve_and_release_are_audited_in_the_shared_chain(toml: Path, pg_dsn:
 
     assert _state(pg_dsn, "doubt") == "done"
     assert _state(pg_dsn, "dead-claim") is None
-    dsn = PostgresDsn(pg_dsn)
-    records = query_records(dsn, agent=ALICE)
+    dsn = location(pg_dsn)
+    records = query_records(open_audit_reader(dsn), AuditFilter(agent=ALICE))
     assert [r.reason for r in records] == ["IDEMPOTENCY_RESOLVED", "IDEMPOTENCY_RELEASED"]
     assert "saw it" in records[0].detail and '"revision"' not in records[0].detail
-    assert verify_chain(dsn, ALICE).ok
+    assert verify_chain(open_audit_reader(dsn), ALICE).ok
 
 
 @pytest.mark.parametrize("key", ["done", "live-claim", "missing"])
@@ -105,4 +106,4 @@ def test_keys_not_in_doubt_are_left_alone(toml: Path, pg_dsn: str, key: str) -> 
     before = _state(pg_dsn, key)
     assert _resolve(toml, key, "--release", "--reason", "r") != 0
     assert _state(pg_dsn, key) == before
-    assert query_records(PostgresDsn(pg_dsn)) == []
+    assert query_records(open_audit_reader(location(pg_dsn))) == []

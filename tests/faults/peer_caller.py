@@ -59,7 +59,7 @@ class _Caller:
         except Exception as err:  # the test must see it, not a dead process
             answer = {"ok": False, "reason": "UNEXPECTED", "message": repr(err)}
         else:
-            answer = {"ok": True, "output": result.output(), "replayed": result.replayed}
+            answer = {"ok": True, "output": result.output(), "replayed": result.remembered}
         return {"id": command.get("id"), "elapsed": time.monotonic() - started, **answer}
 
     async def close(self) -> None:

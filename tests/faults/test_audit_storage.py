@@ -27,6 +27,7 @@ import pytest
 from gateway.agent import Agent
 from gateway.audit import AuditRecord, query_records, verify_chain
 from gateway.errors import AuditUnavailable, GatewayError, StateUnavailable
+from gateway.storage import open_audit_reader
 from gateway.transport.client import PeerClient
 from tests.agent_process import REPO, write_agent_toml
 from tests.support import (
@@ -175,7 +176,7 @@ async def _assert_refuses_all_work(
 
 async def _restart_serves(pki: Pki, tmp_path: Path, audit_db: Path) -> None:
     """After the trouble: the chain verifies and a fresh agent on the same files works."""
-    report = verify_chain(audit_db)
+    report = verify_chain(open_audit_reader(audit_db))
     assert report.ok, report.problems
     counter = WriteCounter()
     agent = await _agent(pki, tmp_path, audit_db, counter)
@@ -185,7 +186,7 @@ async def _restart_serves(pki: Pki, tmp_path: Path, audit_db: Path) -> None:
         assert result.output() == {"stored": 1} and counter.calls == 1
     finally:
         await agent.stop()
-    assert verify_chain(audit_db).ok
+    assert verify_chain(open_audit_reader(audit_db)).ok
 
 
 async def test_locked_database_fails_closed_and_says_why(
@@ -249,9 +250,9 @@ async def test_calls_answered_while_locked_keep_their_records(
     finally:
         locker.close()
         await agent.stop()
-    ids = [r.request_id for r in query_records(db)]
+    ids = [r.request_id for r in query_records(open_audit_reader(db))]
     assert sorted(i for i in ids if i in answered) == answered, ids
-    report = verify_chain(db)
+    report = verify_chain(open_audit_reader(db))
     assert report.ok, report.problems
 
 
@@ -318,7 +319,9 @@ async def test_full_disk_under_the_idempotency_store_fails_closed(
         await agent.audit.flush()
         assert type(info.value) is StateUnavailable, info.value
         assert counter.calls == 1, "the write ran although its idempotency record cannot be kept"
-        assert "full-b" in {r.request_id for r in query_records(db)}, "the call is not audited"
+        assert "full-b" in {r.request_id for r in query_records(open_audit_reader(db))}, (
+            "the call is not audited"
+        )
     finally:
         await agent.stop()
 
@@ -362,5 +365,5 @@ async def test_read_only_audit_storage_refuses_to_serve_and_says_why(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("refused: AUDIT_UNAVAILABLE: ") and str(db) in lines[0], lines
-    report = verify_chain(db)
+    report = verify_chain(open_audit_reader(db))
     assert report.ok and report.records == 1, report

@@ -33,6 +33,7 @@ import pytest
 
 from gateway.audit import query_records
 from gateway.errors import DeadlineExceeded, GatewayError, PeerUnavailable
+from gateway.storage import open_audit_reader
 from gateway.transport.client import PeerClient
 from tests.agent_process import (
     REPO,
@@ -253,10 +254,12 @@ def test_calls_cross_namespaces_over_mtls(hosts: Hosts) -> None:
     # alice saw bob's identity from his certificate (allowed records land in the next batch).
     db = hosts.tmp / "alice-audit.sqlite"
     for _ in range(100):  # bounded: 10 s
-        if any(r.reason == "OK" for r in query_records(db)):
+        if any(r.reason == "OK" for r in query_records(open_audit_reader(db))):
             break
         time.sleep(0.1)
-    assert {r.peer_id for r in query_records(db) if r.reason == "OK"} == {spiffe("bob")}
+    assert {r.peer_id for r in query_records(open_audit_reader(db)) if r.reason == "OK"} == {
+        spiffe("bob")
+    }
 
 
 @pytest.mark.netns

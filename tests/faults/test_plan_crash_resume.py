@@ -50,7 +50,6 @@ from gateway.plans.crash_points import AFTER_FAILURE_RECORDED, CRASH_AT_ENV
 from gateway.plans.pg_store import PostgresTaskStore
 from gateway.plans.store import FailedAttempt, SqliteTaskStore, StoredTask, TaskStore
 from gateway.plans.verification import comparison_digest
-from gateway.postgres.dsn import PostgresDsn
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.faults.ledger_write import (
     FAIL_FILE,
@@ -59,6 +58,7 @@ from tests.faults.ledger_write import (
     ledger_entries,
     peek_runs,
 )
+from tests.postgres import state_pool
 from tests.support import Pki, audit_rows, grant, outbound_rule, spiffe, write_policy
 
 BOB, CAROL = spiffe("bob"), spiffe("carol")
@@ -144,10 +144,10 @@ def scene(request: pytest.FixtureRequest, pki: Pki, tmp_path: Path) -> Iterator[
                 return SqliteTaskStore(alice_state / "tasks.sqlite")
         else:
             resume_config = alice_configs[1]
-            shared = PostgresDsn(dsn)
+            shared = dsn
 
             def open_store() -> TaskStore:
-                return PostgresTaskStore(shared, spiffe("alice"))
+                return PostgresTaskStore(state_pool(shared, "task store"), spiffe("alice"))
 
         plan = tmp_path / "plan.json"
         step = {"id": "w", "capability": "ledger.write", "input": {"entry": "once"}}

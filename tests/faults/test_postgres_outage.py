@@ -11,8 +11,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from capabilities.registry import CapabilityRegistry
 from gateway.agent import Agent
 from gateway.audit import query_records, verify_chain
+from gateway.audit.filter import AuditFilter
 from gateway.errors import GatewayError
-from gateway.postgres.dsn import PostgresDsn
+from gateway.storage import location, open_audit_reader
 from gateway.transport.client import PeerClient
 from gateway.transport.tls import channel_options
 from tests.postgres import PostgresCluster
@@ -85,9 +86,11 @@ async def test_database_outage_fails_closed_and_recovers(
             assert await _health_becomes(pki, agent, _SERVING) == _SERVING
     finally:
         await agent.stop()
-    dsn = PostgresDsn(pg_dsn)
-    assert verify_chain(dsn, agent.config.id).ok
-    reasons = [r.reason for r in query_records(dsn, agent=agent.config.id)]
+    dsn = location(pg_dsn)
+    assert verify_chain(open_audit_reader(dsn), agent.config.id).ok
+    reasons = [
+        r.reason for r in query_records(open_audit_reader(dsn), AuditFilter(agent=agent.config.id))
+    ]
     # Every write that ran has its write-ahead record and its outcome (outcomes
     # queued when the database went away are written after it came back).
     assert reasons.count("ADMITTED") == reasons.count("OK") == 21

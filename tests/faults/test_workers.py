@@ -108,7 +108,7 @@ async def test_two_workers_share_replay_window_keys_and_one_chain(pki: Pki, tmp_
             assert all(isinstance(err, IdempotencyInDoubt) for err in refused)
             assert len(answered) >= 1
             again = await second.invoke("notes.append", {"note": "x"}, idempotency_key="k-x")
-            assert again.replayed
+            assert again.remembered
             assert appended_lines(tmp_path / "state") == ["x"]
         finally:
             for client in opened:

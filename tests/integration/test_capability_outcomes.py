@@ -130,7 +130,7 @@ async def test_repeated_idempotency_key_runs_the_write_once(
     first = await bob.invoke("notes.write", {"note": "a"}, idempotency_key="task-1:step-1:0")
     again = await bob.invoke("notes.write", {"note": "a"}, idempotency_key="task-1:step-1:0")
     assert counter.calls == 1
-    assert (first.replayed, again.replayed) == (False, True)
+    assert (first.remembered, again.remembered) == (False, True)
     assert again.payload == first.payload and again.evidence_sha256 == first.evidence_sha256
     await agent.audit.flush()
     assert [r.detail for r in audit_rows(agent.config.audit_db)[-2:]] == ["", "idempotent replay"]
@@ -143,7 +143,7 @@ async def test_concurrent_duplicates_wait_for_the_first(
         *[bob.invoke("notes.write", {"note": "a"}, idempotency_key="same-key") for _ in range(8)]
     )
     assert counter.calls == 1
-    assert sorted(r.replayed for r in results) == [False] + [True] * 7
+    assert sorted(r.remembered for r in results) == [False] + [True] * 7
 
 
 async def test_idempotency_key_with_other_payload_conflicts(

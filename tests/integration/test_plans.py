@@ -224,7 +224,7 @@ async def test_retried_write_lands_exactly_once(pki: Pki, mesh: Mesh, tmp_path: 
         await agent.stop(grace=0)
     assert result.state is TaskState.COMPLETED
     step = result.steps["w"]
-    assert (step.where, step.attempts, step.replayed) == (spiffe("bob"), 2, True)
+    assert (step.where, step.attempts, step.remembered) == (spiffe("bob"), 2, True)
     assert mesh.counters["bob"].calls == 1
     assert result.output("w") == {"stored": 1}
 

@@ -11,8 +11,9 @@ import pytest
 from capabilities.registry import CapabilityRegistry
 from gateway.agent import Agent
 from gateway.audit import query_records, verify_chain
+from gateway.audit.filter import AuditFilter
 from gateway.errors import GatewayError
-from gateway.postgres.dsn import PostgresDsn
+from gateway.storage import location, open_audit_reader
 from gateway.transport.client import PeerClient
 from tests.support import Pki, WriteCounter, agent_config, grant, started, write_policy
 
@@ -50,7 +51,7 @@ async def test_a_retry_on_the_other_replica_gets_the_stored_answer(
         first = await one.invoke("notes.write", {"note": "a"}, idempotency_key="k-1")
         again = await two.invoke("notes.write", {"note": "a"}, idempotency_key="k-1")
     assert counter.calls == 1
-    assert (first.replayed, again.replayed) == (False, True)
+    assert (first.remembered, again.remembered) == (False, True)
     assert again.payload == first.payload
 
 
@@ -94,8 +95,8 @@ async def test_both_replicas_append_to_one_intact_chain(
         )
     for agent in replicas:
         await agent.audit.flush()
-    dsn = PostgresDsn(pg_dsn)
-    records = query_records(dsn, agent=replicas[0].config.id)
-    report = verify_chain(dsn, replicas[0].config.id)
+    dsn = location(pg_dsn)
+    records = query_records(open_audit_reader(dsn), AuditFilter(agent=replicas[0].config.id))
+    report = verify_chain(open_audit_reader(dsn), replicas[0].config.id)
     assert report.ok and report.records == len(records) == 100  # ADMITTED + OK per call
     assert sorted(r.seq for r in records) == list(range(1, 101))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gateway.audit import query_records
 from gateway.cli.main import EXIT_REFUSED
+from gateway.storage import open_audit_reader
 from tests.a2a_upstream import SdkAgent, closed_port, grpc_upstream
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.support import Pki, grant, spiffe, write_policy
@@ -91,7 +92,7 @@ async def test_serve_fronts_the_upstream_and_call_reaches_it(pki: Pki, tmp_path:
     assert gone[0] == EXIT_REFUSED
     assert gone[2].startswith("failed: PEER_UNAVAILABLE: ")  # bob answered, nobody refused
     assert [r.parts for r in legacy.received] == [[{"text": "from the cli"}]]
-    rows = query_records(tmp_path / "bob-audit.sqlite")
+    rows = query_records(open_audit_reader(tmp_path / "bob-audit.sqlite"))
     assert [(r.peer_id, r.capability, r.decision, r.reason, r.detail) for r in rows] == [
         (spiffe("alice"), "legacy.echo", "allow", "OK", ""),
         (spiffe("alice"), "gone.echo", "allow", "PEER_UNAVAILABLE", "PEER_UNAVAILABLE"),

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.errors import ConcurrencyLimited, RateLimited, ServerBusy
-from gateway.inbound.limits import CallLimits, TokenBucket
+from gateway.inbound.limits import PeerCallLimits, TokenBucket
 from policies.grants import PeerGrant, PolicyDocument
 from policies.policy_file import Policy, load_policy, render_policy
 
@@ -47,7 +47,7 @@ def test_a_burst_of_five_allows_exactly_five_then_refills_at_the_rate() -> None:
 
 def test_rate_limit_counts_refusals_per_peer() -> None:
     clock = FakeClock()
-    limits = CallLimits(256, clock=clock)
+    limits = PeerCallLimits(256, clock=clock)
     grant = peer_grant(max_calls_per_second=1.0, burst=5)
     slots, refused = [], 0
     for _ in range(12):
@@ -66,7 +66,7 @@ def test_rate_limit_counts_refusals_per_peer() -> None:
 
 
 def test_in_flight_limit_and_server_cap() -> None:
-    limits = CallLimits(3)
+    limits = PeerCallLimits(3)
     bob = peer_grant(max_in_flight=2)
     carol = peer_grant(peer="spiffe://example.org/agent/carol")
     first, _second = limits.acquire(bob.peer, bob), limits.acquire(bob.peer, bob)
@@ -85,7 +85,7 @@ def test_in_flight_limit_and_server_cap() -> None:
 
 def test_a_changed_grant_rate_applies_at_once() -> None:
     clock = FakeClock()
-    limits = CallLimits(256, clock=clock)
+    limits = PeerCallLimits(256, clock=clock)
     tight = peer_grant(max_calls_per_second=1.0, burst=1)
     limits.acquire(tight.peer, tight)
     with pytest.raises(RateLimited):
@@ -112,7 +112,7 @@ def test_limits_survive_the_policy_file_round_trip(tmp_path: Any) -> None:
 
 
 def test_make_room_checks_a_slot_taken_as_a_poll_against_the_peers_other_calls() -> None:
-    limits = CallLimits(max_concurrent_calls=10)
+    limits = PeerCallLimits(max_concurrent_calls=10)
     one = peer_grant(max_in_flight=1)
     poll = peer_grant()  # how the HTTP edge takes a JSON-RPC request's slot
     alone = limits.acquire("spiffe://example.org/agent/bob", poll)

@@ -15,7 +15,7 @@ from gateway.plans.pg_store import PostgresTaskStore
 from gateway.plans.records import Usage
 from gateway.plans.store import SqliteTaskStore, TaskStore
 from gateway.plans.task import TaskState
-from gateway.postgres.dsn import PostgresDsn
+from tests.postgres import state_pool
 
 PLAN = Plan.model_validate({"goal": "g", "steps": [{"id": "s", "capability": "a.b"}]})
 
@@ -24,8 +24,8 @@ PLAN = Plan.model_validate({"goal": "g", "steps": [{"id": "s", "capability": "a.
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> TaskStore:
     if request.param == "sqlite":
         return SqliteTaskStore(tmp_path / "tasks.sqlite")
-    dsn = PostgresDsn(request.getfixturevalue("pg_dsn"))
-    return PostgresTaskStore(dsn, "spiffe://example.org/agent/alice")
+    dsn = request.getfixturevalue("pg_dsn")
+    return PostgresTaskStore(state_pool(dsn, "task store"), "spiffe://example.org/agent/alice")
 
 
 async def test_request_then_decide_once(store: TaskStore) -> None:

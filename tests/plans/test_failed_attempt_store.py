@@ -23,8 +23,8 @@ from gateway.plans.pg_store import PostgresTaskStore
 from gateway.plans.store import FailedAttempt, SqliteTaskStore, TaskStore
 from gateway.plans.task import StepResult, StepStatus
 from gateway.plans.verification import comparison_digest
-from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.migrations import LATEST_VERSION, MIGRATIONS
+from tests.postgres import state_pool
 
 FAILED_ATTEMPTS_VERSION = 4
 """The PostgreSQL migration that added ``task_failed_attempts``."""
@@ -57,7 +57,7 @@ class Backend:
     def open(self) -> TaskStore:
         if self.sqlite_path is not None:
             return SqliteTaskStore(self.sqlite_path)
-        return PostgresTaskStore(PostgresDsn(self.dsn), ALICE)
+        return PostgresTaskStore(state_pool(self.dsn, "task store"), ALICE)
 
     def columns(self) -> list[str]:
         """The columns of the failed attempts table, in order."""

@@ -27,7 +27,7 @@ from gateway.plans.attempt_rules import ATTEMPT_MARGIN_SECONDS, WRITE_IN_DOUBT, 
 from gateway.plans.executor import ExecutorParts
 from gateway.plans.model import Step
 from gateway.plans.planner import Failure, RerouteOrStop
-from gateway.plans.runner import TaskRunner
+from gateway.plans.runner import PlanDriver
 from gateway.plans.store import SqliteTaskStore
 from gateway.plans.task import StepStatus, TaskState
 from gateway.transport.client import PeerDescription, RemoteCapability
@@ -167,7 +167,7 @@ async def test_write_in_flight_when_the_budget_ends_is_recorded_with_its_peer(
         }
     )
     try:
-        result = await asyncio.wait_for(TaskRunner(parts).run(plan), 10)
+        result = await asyncio.wait_for(PlanDriver(parts).run(plan), 10)
         stored = await store.load(result.task_id)
     finally:
         store.close()

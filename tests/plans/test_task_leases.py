@@ -26,13 +26,13 @@ from gateway.plans.executor import ExecutorParts
 from gateway.plans.lease import Lease, holder_gone, may_take
 from gateway.plans.pg_store import PostgresTaskStore
 from gateway.plans.planner import RerouteOrStop
-from gateway.plans.runner import TaskRunner
+from gateway.plans.runner import PlanDriver
 from gateway.plans.store import SqliteTaskStore, TaskStore, Usage, WritePin
 from gateway.plans.task import StepResult, StepStatus, TaskState
-from gateway.postgres.dsn import PostgresDsn
 from gateway.transport.client import InvokeResult
 from policies.store import PolicyStore
 from tests.plans.test_routing_rules import BOB, FakePeer, router
+from tests.postgres import state_pool
 from tests.support import WriteCounter, outbound_rule, spiffe, write_policy
 
 WAIT = 10.0  # bound on any wait (a hang detector, never asserted)
@@ -63,8 +63,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     if request.param == "sqlite":
         opened = SqliteTaskStore(tmp_path / "tasks.sqlite")
     else:
-        dsn = PostgresDsn(request.getfixturevalue("pg_dsn"))
-        opened = PostgresTaskStore(dsn, "spiffe://example.org/agent/alice")
+        dsn = request.getfixturevalue("pg_dsn")
+        opened = PostgresTaskStore(
+            state_pool(dsn, "task store"), "spiffe://example.org/agent/alice"
+        )
     yield opened
     opened.close()
 
@@ -187,14 +189,14 @@ async def test_second_resume_of_a_running_task_is_refused_and_sends_nothing(
     held = held_router_class()
     first, second = parts(tmp_path, held), parts(tmp_path, held)  # two processes' stores
     try:
-        handle = TaskRunner(first).start(PLAN)
+        handle = PlanDriver(first).start(PLAN)
         await asyncio.wait_for(held.sent.wait(), WAIT)
         running = await first.store.load(handle.task_id)
         assert (running.usage.steps, running.usage.peer_calls) == (1, 1)  # with the call
-        other = TaskRunner(second)
+        other = PlanDriver(second)
         with pytest.raises(TaskLeased) as refused:
             await asyncio.wait_for(other.resume(handle.task_id), WAIT)
-        assert TaskRunner(first).owner != other.owner
+        assert PlanDriver(first).owner != other.owner
         assert handle.task_id in refused.value.message and held.sends == 1
         handle.cancel()
         cancelled = await asyncio.wait_for(handle.result(), WAIT)
@@ -211,7 +213,7 @@ async def test_run_that_loses_its_lease_stops_and_records_nothing(tmp_path: Path
     held = held_router_class()
     own = parts(tmp_path, held, lease_seconds=0.3)
     try:
-        handle = TaskRunner(own).start(PLAN)
+        handle = PlanDriver(own).start(PLAN)
         await asyncio.wait_for(held.sent.wait(), WAIT)
         lease = (await own.store.load(handle.task_id)).lease
         assert lease is not None
@@ -240,7 +242,7 @@ async def test_resumed_task_counts_what_was_spent_before_and_while_down(tmp_path
         await own.store.set_state(
             "t1", TaskState.RUNNING, Usage(1, 1, 3.0), now_ms - 2500, "OK", ""
         )
-        result = await asyncio.wait_for(TaskRunner(own).resume("t1"), WAIT)
+        result = await asyncio.wait_for(PlanDriver(own).resume("t1"), WAIT)
     finally:
         own.store.close()
     assert (result.state, result.reason) == (TaskState.FAILED, "BUDGET_EXHAUSTED")
@@ -256,7 +258,7 @@ async def test_resumed_task_counts_the_peer_calls_made_before_the_crash(tmp_path
         await own.store.create("t1", PLAN, now_ms)
         await own.store.set_state("t1", TaskState.PLANNING, Usage(), now_ms, "OK", "")
         await own.store.set_state("t1", TaskState.RUNNING, Usage(1, 3, 0.1), now_ms, "OK", "")
-        result = await asyncio.wait_for(TaskRunner(own).resume("t1"), WAIT)
+        result = await asyncio.wait_for(PlanDriver(own).resume("t1"), WAIT)
     finally:
         own.store.close()
     assert (result.state, result.reason) == (TaskState.FAILED, "BUDGET_EXHAUSTED")
@@ -299,7 +301,7 @@ async def pinned_resume(
         await own.store.take_lease("t1", dead, int(time.time() * 1000), 60)
         now = replace(pin, time_unix_ms=int(time.time() * 1000))  # the usage is as of the pin
         await own.store.pin_write("t1", now, Usage(1, 1, 0.1), owner=dead)
-        result = await asyncio.wait_for(TaskRunner(own).resume("t1"), WAIT)
+        result = await asyncio.wait_for(PlanDriver(own).resume("t1"), WAIT)
     finally:
         own.store.close()
     return result, counter, held

@@ -21,7 +21,7 @@ from gateway.plans.task import (
     transition,
 )
 from gateway.plans.verification import Confidence
-from gateway.postgres.dsn import PostgresDsn
+from tests.postgres import state_pool
 
 PLAN = Plan.model_validate(
     {"goal": "g", "steps": [{"id": "a", "capability": "text.echo", "input": {"text": "x"}}]}
@@ -70,8 +70,10 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], T
     """Opens the same task store again each call: a SQLite file, then a PostgreSQL database."""
     if request.param == "sqlite":
         return lambda: SqliteTaskStore(tmp_path / "tasks.sqlite")
-    dsn = PostgresDsn(request.getfixturevalue("pg_dsn"))
-    return lambda: PostgresTaskStore(dsn, "spiffe://example.org/agent/alice")
+    dsn = request.getfixturevalue("pg_dsn")
+    return lambda: PostgresTaskStore(
+        state_pool(dsn, "task store"), "spiffe://example.org/agent/alice"
+    )
 
 
 async def test_checkpoint_round_trip(open_store: Callable[[], TaskStore]) -> None:

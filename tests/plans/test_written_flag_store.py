@@ -20,8 +20,8 @@ from gateway.plans.attempt_rules import written_note
 from gateway.plans.pg_store import PostgresTaskStore
 from gateway.plans.store import SqliteTaskStore, TaskStore
 from gateway.plans.task import StepResult, StepStatus
-from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.migrations import MIGRATIONS
+from tests.postgres import state_pool
 
 ALICE = "spiffe://example.org/agent/alice"
 BOB = "spiffe://example.org/agent/bob"
@@ -55,8 +55,8 @@ def failed(step: str, *, written: bool, notes: tuple[str, ...] = ()) -> StepResu
 def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> object:
     if request.param == "sqlite":
         return lambda: SqliteTaskStore(tmp_path / "tasks.sqlite")
-    dsn = PostgresDsn(request.getfixturevalue("pg_dsn"))
-    return lambda: PostgresTaskStore(dsn, ALICE)
+    dsn = request.getfixturevalue("pg_dsn")
+    return lambda: PostgresTaskStore(state_pool(dsn, "task store"), ALICE)
 
 
 async def test_the_flag_round_trips_without_any_note(open_store: object) -> None:
@@ -124,7 +124,7 @@ async def test_rows_of_an_older_release_are_filled_from_their_note(
     else:
         dsn = request.getfixturevalue("pg_dsn")
         _old_postgres_store(dsn, old)
-        store = PostgresTaskStore(PostgresDsn(dsn), ALICE)
+        store = PostgresTaskStore(state_pool(dsn, "task store"), ALICE)
     loaded = await store.load("t1")
     store.close()
     assert loaded.steps["a"].may_have_written is True

@@ -35,8 +35,10 @@ from hypothesis import strategies as st
 from capabilities.contract import Risk
 from gateway.agent import Agent
 from gateway.audit import AuditRecord, query_records
+from gateway.audit.filter import AuditFilter
 from gateway.errors import ERROR_DOMAIN, all_error_classes, error_for_reason
 from gateway.inbound.invoke_handler import ADMITTED
+from gateway.storage import open_audit_reader
 from gateway.transport.status import status_code_for
 from gateway.transport.tls import TlsMaterial, channel_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
@@ -207,12 +209,18 @@ class FuzzTarget:
 
     def audit_seq(self) -> int:
         """The seq of the last committed audit record (0 for an empty log)."""
-        last = query_records(self.agent.config.audit_db, limit=1)
+        last = query_records(open_audit_reader(self.agent.config.audit_db), AuditFilter(limit=1))
         return last[0].seq if last else 0
 
     def records_after(self, seq: int) -> list[AuditRecord]:
         """Committed records with a seq above ``seq`` (call flush_audit first)."""
-        return [r for r in query_records(self.agent.config.audit_db, limit=64) if r.seq > seq]
+        return [
+            r
+            for r in query_records(
+                open_audit_reader(self.agent.config.audit_db), AuditFilter(limit=64)
+            )
+            if r.seq > seq
+        ]
 
     def echo_still_works(self) -> bool:
         """A plain, valid call still succeeds: the server keeps serving."""

@@ -21,6 +21,7 @@ import pytest
 from gateway.agent import Agent
 from gateway.audit import AuditLog, AuditRecord
 from gateway.display import has_unsafe_characters
+from gateway.storage import open_chain_writer
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.support import Pki, WriteCounter, audit_rows, raw_channel
 
@@ -127,7 +128,7 @@ def _legacy_record(n: int, text: str) -> AuditRecord:
 @pytest.fixture
 async def legacy_log(tmp_path: Path) -> Path:
     """A log an older gateway wrote: names and ids stored verbatim, controls and all."""
-    log = AuditLog(tmp_path / "legacy-audit.sqlite")
+    log = AuditLog(open_chain_writer(tmp_path / "legacy-audit.sqlite"))
     await log.start()
     for n, text in enumerate(HOSTILE.values()):
         await log.record_durable(_legacy_record(n, text))

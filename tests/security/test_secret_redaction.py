@@ -19,10 +19,9 @@ import pytest
 from capabilities.registry import CapabilityRegistry
 from gateway.errors import AuditUnavailable, GatewayError, StateUnavailable
 from gateway.postgres.dsn import PostgresDsn, redact_credentials
-from gateway.postgres.pool import StatePool
 from gateway.transport.client import PeerClient
 from tests.agent_process import REPO, write_agent_toml
-from tests.postgres import PostgresCluster
+from tests.postgres import PostgresCluster, state_pool
 from tests.support import Pki, WriteCounter, agent_config, grant, started, write_policy
 
 SECRET = "S3cret-pw"
@@ -152,7 +151,7 @@ async def test_remote_callers_get_a_fixed_message_when_the_database_is_down(
 
 def test_the_pool_log_never_repeats_the_password(caplog: pytest.LogCaptureFixture) -> None:
     """psycopg_pool logs each failed connect with libpq's message, which quotes a bad token."""
-    pool = StatePool(PostgresDsn("postgresql://gw:pw%zz@127.0.0.1:1/state"), "idempotency store")
+    pool = state_pool("postgresql://gw:pw%zz@127.0.0.1:1/state", "idempotency store")
     try:
         with (
             caplog.at_level("WARNING", logger="psycopg.pool"),

@@ -30,6 +30,7 @@ from gateway.audit.checkpoint_verify import verify_checkpoints
 from gateway.audit.signer_archive import read_signers, signers_file
 from gateway.config import AgentConfig, WorkloadApiTls
 from gateway.errors import AgentConfigError, CapabilityNotGranted, PeerUnavailable
+from gateway.storage import open_audit_reader
 from gateway.transport.client import PeerClient
 from gateway.transport.svid_checks import issued_within
 from gateway.transport.tls import TlsMaterial, channel_options
@@ -159,7 +160,9 @@ async def test_two_agents_get_svids_from_spire_and_keep_calling_across_rotation(
     # then; the signers file kept them all, and every line verifies.
     signers = read_signers(signers_file(alice.config.checkpoint_file))
     assert len(signers) >= 2
-    report = verify_checkpoints(alice.config.audit_db, alice.config.checkpoint_file, signers)
+    report = verify_checkpoints(
+        open_audit_reader(alice.config.audit_db), alice.config.checkpoint_file, signers
+    )
     assert report.ok and report.valid == report.checkpoints >= 2
     verified = cli(
         "audit",

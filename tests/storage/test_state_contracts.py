@@ -18,7 +18,7 @@ from gateway.inbound.pg_idempotency import PostgresIdempotencyStore
 from gateway.inbound.pg_replay import PostgresReplayWindow
 from gateway.inbound.replay import ReplayWindow
 from gateway.inbound.replay_table import ReplayTable
-from gateway.postgres.dsn import PostgresDsn
+from tests.postgres import state_pool
 
 ALICE = "spiffe://example.org/agent/alice"
 BOB = "spiffe://example.org/agent/bob"
@@ -36,7 +36,9 @@ def open_keys(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener
     def open_one() -> IdempotencyStore:
         store: IdempotencyStore
         if request.param == "postgres":
-            store = PostgresIdempotencyStore(PostgresDsn(request.getfixturevalue("pg_dsn")), ALICE)
+            store = PostgresIdempotencyStore(
+                state_pool(request.getfixturevalue("pg_dsn"), "idempotency store"), ALICE
+            )
         else:
             path = tmp_path / "idempotency.sqlite"
             store = SqliteIdempotencyStore(path, shared=request.param == "sqlite-shared")
@@ -112,7 +114,9 @@ def open_window(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Wind
     def open_one() -> ReplayWindow:
         window: ReplayWindow
         if request.param == "postgres":
-            window = PostgresReplayWindow(PostgresDsn(request.getfixturevalue("pg_dsn")), ALICE)
+            window = PostgresReplayWindow(
+                state_pool(request.getfixturevalue("pg_dsn"), "replay window"), ALICE
+            )
         elif request.param == "mmap":
             window = ReplayTable(tmp_path / "replay.window", capacity=64)
         else:

@@ -14,7 +14,7 @@ from gateway.audit._writer import ChainWriter, SqliteChainWriter
 from gateway.audit.pg_read import PostgresAuditReader
 from gateway.audit.reader import SqliteAuditReader
 from gateway.inbound.idempotency import IdempotencyStore, SqliteIdempotencyStore
-from gateway.inbound.limits import CallLimits
+from gateway.inbound.limits import PeerCallLimits
 from gateway.inbound.pg_idempotency import PostgresIdempotencyStore
 from gateway.inbound.pg_replay import PostgresReplayWindow
 from gateway.inbound.replay import ReplayWindow
@@ -114,7 +114,7 @@ def test_open_stores_on_sqlite_opens_the_files_under_state_dir(pki: Pki, tmp_pat
     try:
         assert type(stores.idempotency) is SqliteIdempotencyStore
         assert type(stores.replay) is ReplayTable
-        assert type(stores.limits) is CallLimits
+        assert type(stores.limits) is PeerCallLimits
         assert stores.limit_table is None
         assert type(stores.a2a_tasks) is SqliteA2ATaskStore
         assert type(stores.plan_tasks) is SqliteTaskStore
@@ -140,7 +140,7 @@ def test_open_stores_on_postgres_shares_them_with_replicas(
     try:
         assert type(stores.idempotency) is PostgresIdempotencyStore
         assert type(stores.replay) is PostgresReplayWindow
-        assert type(stores.limits) is CallLimits
+        assert type(stores.limits) is PeerCallLimits
         assert type(stores.a2a_tasks) is PostgresA2ATaskStore
         assert type(stores.plan_tasks) is PostgresTaskStore
         assert stores.shared is True

@@ -29,6 +29,7 @@ from gateway.audit.chain import GENESIS_HASH, canonical_bytes, chained_row, reco
 from gateway.audit.record import checked_fields
 from gateway.errors import GatewayError
 from gateway.inbound.call import InvokeCall
+from gateway.storage import open_audit_reader, open_chain_writer
 
 BASE: dict[str, Any] = {
     "time_unix_ms": 1_767_225_600_123,
@@ -116,7 +117,7 @@ def results() -> dict[str, Any]:
 
 async def write(db: Path) -> None:
     """The valid records, through the real audit log and its writer thread."""
-    log = AuditLog(db)
+    log = AuditLog(open_chain_writer(db))
     await log.start()
     for change in VALID:
         log.record(AuditRecord(**{**BASE, **change}))
@@ -125,7 +126,7 @@ async def write(db: Path) -> None:
 
 def verify(db: Path) -> dict[str, Any]:
     """This path's verdict on the log at ``db``, and the hashes stored in it."""
-    report = verify_chain(db)
+    report = verify_chain(open_audit_reader(db))
     with sqlite3.connect(db) as conn:
         stored = conn.execute("SELECT prev_hash, record_hash FROM audit_records ORDER BY seq")
         hashes = [list(row) for row in stored]
@@ -206,7 +207,7 @@ async def _calls(base: Path) -> dict[str, Any]:
             except GatewayError as err:
                 answers.append([type(err).__name__, err.reason, str(err), err.detail])
             else:
-                answers.append([outcome.served_version, outcome.payload.hex(), outcome.replayed])
+                answers.append([outcome.served_version, outcome.payload.hex(), outcome.remembered])
         await agent.audit.flush()
     finally:
         await agent.stop()

@@ -267,7 +267,7 @@ def test_a_task_output_becomes_the_value_json_would_make(output: bytes) -> None:
         served_version="1.0.0",
         output=output,
         evidence_sha256="0" * 64,
-        replayed=False,
+        remembered=False,
         reason="OK",
         message="",
         created_ms=1,

@@ -77,7 +77,7 @@ def test_the_output_artifact_is_the_same_in_a_task_and_on_its_own() -> None:
         served_version="1.0.0",
         output=b'{"text":"' + b"x" * 70000 + b'"}',
         evidence_sha256="ab" * 32,
-        replayed=False,
+        remembered=False,
         reason="OK",
         message="",
         created_ms=1,

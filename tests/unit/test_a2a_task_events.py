@@ -1,6 +1,6 @@
 """A run's listeners: the task first, events in order, the end; a lagging one is let go.
 
-Pure event-loop logic (no server): ``TaskRun`` with a stored-task value and
+Pure event-loop logic (no server): ``BackgroundTask`` with a stored-task value and
 no admitted call (listening never reads it).
 """
 
@@ -11,7 +11,7 @@ from dataclasses import replace
 from a2a.types import a2a_pb2
 
 from gateway.transport.a2a.messages import task_message
-from gateway.transport.a2a.task_events import MAX_BEHIND, TaskRun, status_event
+from gateway.transport.a2a.task_events import MAX_BEHIND, BackgroundTask, status_event
 from gateway.transport.a2a.task_store import A2ATask, TaskOutcome
 
 
@@ -25,7 +25,7 @@ def _task(state: TaskOutcome = TaskOutcome.SUBMITTED, **changes: object) -> A2AT
         served_version="1.0.0",
         output=b"",
         evidence_sha256="",
-        replayed=False,
+        remembered=False,
         reason="",
         message="",
         created_ms=1,
@@ -34,8 +34,8 @@ def _task(state: TaskOutcome = TaskOutcome.SUBMITTED, **changes: object) -> A2AT
     return replace(task, **changes)  # type: ignore[arg-type]
 
 
-def _run(task: A2ATask) -> TaskRun:
-    return TaskRun(task, admitted=None)  # type: ignore[arg-type]
+def _run(task: A2ATask) -> BackgroundTask:
+    return BackgroundTask(task, admitted=None)  # type: ignore[arg-type]
 
 
 async def test_a_listener_gets_the_task_then_every_event_then_ends() -> None:

@@ -208,7 +208,15 @@ def test_public_api_is_what_all_says() -> None:
 
 
 # What each failure means for retries and plans: facts of the classes, asked in one place.
-_FACTS = ("transient", "nothing_ran", "peer_specific", "spends_request_id", "peer_may_answer")
+_FACTS = (
+    "transient",
+    "nothing_ran",
+    "peer_specific",
+    "spends_request_id",
+    "peer_may_answer",
+    "version_specific",
+    "unanswered",
+)
 
 
 def test_what_a_failure_means_is_declared_on_the_tree_and_read_nowhere_else() -> None:
@@ -218,7 +226,14 @@ def test_what_a_failure_means_is_declared_on_the_tree_and_read_nowhere_else() ->
     tables = []
     for path in [*root.glob("gateway/**/*.py"), *root.glob("policies/*.py")]:
         text = path.read_text(encoding="utf-8")
-        for name in ("TRANSIENT", "NOTHING_RAN", "REROUTABLE", "_UNREACHABLE", "_REMEMBERED"):
+        for name in (
+            "TRANSIENT",
+            "NOTHING_RAN",
+            "REROUTABLE",
+            "_UNREACHABLE",
+            "_REMEMBERED",
+            "NOT_REFUSALS",
+        ):
             if f"{name} =" in text or f"{name}:" in text:
                 tables.append(f"{path.relative_to(root)}: {name}")
     assert tables == []
@@ -252,6 +267,14 @@ def test_reason_sets_of_each_fact() -> None:
         "INVALID_OUTPUT",
         "CAPABILITY_FAILED",
         "EXPECTATION_FAILED",
+    }
+    assert reasons_where("version_specific") == {"VERSION_NOT_AVAILABLE", "NO_ROUTE"}
+    assert reasons_where("unanswered") == {
+        "PEER_UNAVAILABLE",
+        "PEER_IDENTITY_MISMATCH",
+        "DEADLINE_EXCEEDED",
+        "CAPABILITY_TIMEOUT",
+        "CANCELLED",
     }
     ran = reasons_where("nothing_ran")
     # A failure that may follow a run never claims that nothing ran.

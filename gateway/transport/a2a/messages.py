@@ -258,7 +258,7 @@ def _fill_artifact(artifact: a2a_pb2.Artifact, task: A2ATask) -> None:
         {
             SERVED_VERSION_KEY: task.served_version,
             EVIDENCE_KEY: task.evidence_sha256,
-            REPLAYED_KEY: task.replayed,
+            REPLAYED_KEY: task.remembered,
         }
     )
 

@@ -22,7 +22,6 @@ from functools import partial
 from typing import Any
 
 from gateway.errors import StateUnavailable
-from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.pool import Connection, StatePool
 from gateway.transport.a2a.task_store import (
     TASK_COLUMNS,
@@ -45,16 +44,16 @@ class PostgresA2ATaskStore(A2ATaskStore):
     shared ``a2a_tasks`` table.
 
     Args:
-        dsn: The state database.
+        pool: The state database (the factory's pool, "A2A task store").
         agent_id: The agent id whose tasks these are (replicas share it).
     """
 
     _mark = "%s"
 
-    def __init__(self, dsn: PostgresDsn, agent_id: str) -> None:
+    def __init__(self, pool: StatePool, agent_id: str) -> None:
         super().__init__()  # put, flush, get, list and the background-task statements
         self._agent = agent_id
-        self._pool = StatePool(dsn, "A2A task store")
+        self._pool = pool
 
     async def _drain(self) -> None:
         while self._pending:

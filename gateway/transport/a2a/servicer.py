@@ -55,9 +55,9 @@ from gateway.transport.a2a.request_checks import (
     task_filter,
     task_id_of,
 )
-from gateway.transport.a2a.task_events import Listener, TaskRun
+from gateway.transport.a2a.task_events import BackgroundTask, Listener
 from gateway.transport.a2a.task_follow import follow_deadline, followed
-from gateway.transport.a2a.task_runs import TaskRuns
+from gateway.transport.a2a.task_runs import BackgroundTasks
 from gateway.transport.a2a.task_store import (
     A2ATask,
     A2ATaskStore,
@@ -93,7 +93,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         address: Callable[[], str | CardIssuer],
         telemetry: Telemetry | None = None,
         default_capability: str = "",
-        runs: TaskRuns | None = None,
+        runs: BackgroundTasks | None = None,
     ) -> None:
         self._default_capability = default_capability  # [a2a] default_capability
         self._telemetry = telemetry if telemetry is not None else Telemetry.off(agent_id)
@@ -102,7 +102,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         self._tasks = tasks
         self._registry = registry
         self._address = address
-        self.runs = runs if runs is not None else TaskRuns(handler, tasks)
+        self.runs = runs if runs is not None else BackgroundTasks(handler, tasks)
         """The background and streamed tasks this servicer started."""
 
     # --- the common path ------------------------------------------------------
@@ -219,7 +219,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             state=TaskOutcome.FAILED if outcome is None else TaskOutcome.COMPLETED,
             output=b"" if outcome is None else outcome.payload,
             evidence_sha256="" if outcome is None else outcome.evidence_sha256,
-            replayed=outcome is not None and outcome.replayed,
+            remembered=outcome is not None and outcome.remembered,
             reason="OK" if failure is None else failure.reason,
             message="" if failure is None else failure.message,
             updated_ms=int(time.time() * 1000),
@@ -260,7 +260,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             served_version=str(admitted.admission.capability.version),
             output=b"",
             evidence_sha256="",
-            replayed=False,
+            remembered=False,
             reason="",
             message="",
             created_ms=now_ms,
@@ -268,7 +268,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         )
         return admitted, task
 
-    async def _start(self, task: A2ATask, admitted: AdmittedCall, operation: str) -> TaskRun:
+    async def _start(self, task: A2ATask, admitted: AdmittedCall, operation: str) -> BackgroundTask:
         """Start ``admitted`` in the background; a failure to start is audited and raised."""
         try:
             return await self.runs.start(task, _unhurried(admitted))

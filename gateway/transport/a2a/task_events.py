@@ -1,6 +1,6 @@
 """A background task's live state and events, and the streams that follow it.
 
-:class:`TaskRun` is one run's latest state (``task``) and its listeners;
+:class:`BackgroundTask` is one run's latest state (``task``) and its listeners;
 :class:`RunEvents` is what the capability's ``ctx.report_progress`` and
 ``ctx.emit_chunk`` reach; :class:`Listener` is one stream's ordered queue.
 A listener gets the task as it is when it starts listening, then every
@@ -36,7 +36,7 @@ MAX_PROGRESS_CHARS = 4096
 class Listener:
     """One stream's queue of a run's events, in order."""
 
-    def __init__(self, run: TaskRun) -> None:
+    def __init__(self, run: BackgroundTask) -> None:
         self.run = run
         self._events: deque[a2a_pb2.StreamResponse] = deque()
         self._wake = asyncio.Event()
@@ -69,7 +69,7 @@ class Listener:
 
 
 @dataclass(eq=False)
-class TaskRun:
+class BackgroundTask:
     """One background task: its latest state, the job running it, who listens.
 
     Attributes:
@@ -115,7 +115,7 @@ class TaskRun:
 class RunEvents:
     """What ``ctx.report_progress`` and ``ctx.emit_chunk`` reach for one run."""
 
-    def __init__(self, run: TaskRun) -> None:
+    def __init__(self, run: BackgroundTask) -> None:
         self._run = run
 
     async def progress(self, text: str) -> None:

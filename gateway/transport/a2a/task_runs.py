@@ -1,7 +1,7 @@
 """Background and streamed A2A tasks: one asyncio task per run, its events fanned out.
 
 A ``SendMessage`` with ``return_immediately`` and every ``SendStreamingMessage``
-become a :class:`TaskRun` once the call has passed every check of the
+become a :class:`BackgroundTask` once the call has passed every check of the
 pipeline. Invariants:
 
 * The task row is written (``SUBMITTED``) before its id is answered, and again
@@ -17,10 +17,11 @@ pipeline. Invariants:
 * ``CancelTask`` cancels the capability (asyncio cancellation): the task ends
   ``CANCELED``, audited ``CANCELLED`` with who cancelled it. Shutdown cancels
   every run the same way, and they end ``FAILED`` with ``TASK_INTERRUPTED``.
-* A run is owned by this process (``runner``): it renews the lease of its
-  unfinished rows every ``LEASE_RENEW_SECONDS``. An unfinished row whose
-  process is gone is ended ``FAILED`` / ``TASK_INTERRUPTED``, never resumed:
-  the input is not kept, and running a write again could write twice.
+* A run is owned by this process (``process_id``, stored in the ``runner``
+  column): it renews the lease of its unfinished rows every
+  ``LEASE_RENEW_SECONDS``. An unfinished row whose process is gone is ended
+  ``FAILED`` / ``TASK_INTERRUPTED``, never resumed: the input is not kept,
+  and running a write again could write twice.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from gateway.errors import (
     TaskNotCancelable,
 )
 from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler, InvokeOutcome
-from gateway.transport.a2a.task_events import RunEvents, TaskRun, output_event, status_event
+from gateway.transport.a2a.task_events import BackgroundTask, RunEvents, output_event, status_event
 from gateway.transport.a2a.task_store import A2ATask, A2ATaskStore, TaskOutcome
 
 _log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ INTERRUPTED_MESSAGE = (
 )
 
 
-class TaskRuns:
+class BackgroundTasks:
     """The background tasks this process runs, and the upkeep of their rows.
 
     Args:
@@ -86,9 +87,9 @@ class TaskRuns:
         self._store = store
         self._shared = shared
         self._retention = retention
-        self.runner = uuid.uuid4().hex
+        self.process_id = uuid.uuid4().hex
         """This process's name on the rows of the tasks it runs."""
-        self._runs: dict[str, TaskRun] = {}
+        self._runs: dict[str, BackgroundTask] = {}
         self._unsaved: list[A2ATask] = []
         self._saves: set[asyncio.Task[None]] = set()
         self._upkeep: list[asyncio.Task[None]] = []
@@ -96,14 +97,14 @@ class TaskRuns:
         self.stopping = asyncio.Event()
         """Set when shutdown begins: subscriptions following tasks run elsewhere end."""
 
-    def running(self, task_id: str) -> TaskRun | None:
+    def running(self, task_id: str) -> BackgroundTask | None:
         """The run of ``task_id`` if this process runs it (None otherwise)."""
         return self._runs.get(task_id)
 
     def __len__(self) -> int:
         return len(self._runs)
 
-    async def start(self, task: A2ATask, admitted: AdmittedCall) -> TaskRun:
+    async def start(self, task: A2ATask, admitted: AdmittedCall) -> BackgroundTask:
         """Save ``task`` (SUBMITTED), then run ``admitted`` in the background.
 
         The job starts at the loop's next turn: a ``run.listen()`` right after
@@ -119,17 +120,17 @@ class TaskRuns:
                 raise AgentStopping(
                     "the agent is stopping; send the message again later, with a new message_id"
                 )
-            await self._store.save(task, self.runner, _lease_ms())
+            await self._store.save(task, self.process_id, _lease_ms())
         except BaseException:
             if admitted.slot is not None:
                 admitted.slot.release()
             raise
-        run = TaskRun(task, admitted)
+        run = BackgroundTask(task, admitted)
         self._runs[task.task_id] = run
         run.job = asyncio.get_running_loop().create_task(self._drive(run))
         return run
 
-    async def _drive(self, run: TaskRun) -> None:
+    async def _drive(self, run: BackgroundTask) -> None:
         run.started.set()
         try:
             self._change(run, replace(run.task, state=TaskOutcome.WORKING))
@@ -149,7 +150,7 @@ class TaskRuns:
                 run.admitted.slot.release()
         await self._end(run, ended)
 
-    def _change(self, run: TaskRun, task: A2ATask) -> None:
+    def _change(self, run: BackgroundTask, task: A2ATask) -> None:
         """A running task's new state: published now, saved in the background."""
         run.task = task
         run.publish(status_event(task))
@@ -157,11 +158,11 @@ class TaskRuns:
 
     async def _save_quietly(self, task: A2ATask) -> None:
         try:
-            await self._store.save(task, self.runner, _lease_ms())
+            await self._store.save(task, self.process_id, _lease_ms())
         except StateUnavailable as err:  # the end is saved (or retried) all the same
             _log.warning("A2A task %s: state %s not saved: %s", task.task_id, task.state, err)
 
-    async def _end(self, run: TaskRun, ended: A2ATask) -> None:
+    async def _end(self, run: BackgroundTask, ended: A2ATask) -> None:
         run.task = ended
         try:
             await self._store.save(ended)
@@ -174,7 +175,7 @@ class TaskRuns:
         run.ended.set()
         self._runs.pop(ended.task_id, None)
 
-    async def cancel(self, run: TaskRun, canceller: str) -> A2ATask:
+    async def cancel(self, run: BackgroundTask, canceller: str) -> A2ATask:
         """Cancel ``run`` for ``canceller`` (its owner) and wait until it has ended.
 
         Raises:
@@ -236,7 +237,7 @@ class TaskRuns:
             if not self._runs:
                 continue  # nothing runs here: no query at all
             try:
-                requests = await self._store.cancel_requests(self.runner)
+                requests = await self._store.cancel_requests(self.process_id)
             except GatewayError as err:
                 _log.warning("A2A cancel requests not read: %s", err.message)
                 continue
@@ -245,7 +246,7 @@ class TaskRuns:
                 if run is not None and run.stop is None and not run.task.state.finished:
                     self._spawn(self._cancel_quietly(run, canceller))
 
-    async def _cancel_quietly(self, run: TaskRun, canceller: str) -> None:
+    async def _cancel_quietly(self, run: BackgroundTask, canceller: str) -> None:
         with contextlib.suppress(TaskNotCancelable):
             await self.cancel(run, canceller)
 
@@ -259,7 +260,7 @@ class TaskRuns:
         while True:
             await asyncio.sleep(LEASE_RENEW_SECONDS)
             try:
-                await self._store.renew_leases(self.runner, _lease_ms())
+                await self._store.renew_leases(self.process_id, _lease_ms())
                 for task in list(self._unsaved):
                     await self._store.save(task)
                     self._unsaved.remove(task)
@@ -275,7 +276,7 @@ class TaskRuns:
 
     async def _fail_orphans(self, *, any_lease: bool) -> None:
         orphans = await self._store.fail_orphans(
-            self.runner,
+            self.process_id,
             int(time.time() * 1000),
             TaskInterrupted.reason,
             INTERRUPTED_MESSAGE,
@@ -320,7 +321,7 @@ class TaskRuns:
             await asyncio.gather(*self._saves, return_exceptions=True)
 
 
-async def _started(run: TaskRun) -> None:
+async def _started(run: BackgroundTask) -> None:
     # A job cancelled before its first step would never run its own ending;
     # only this module cancels jobs, and always after this.
     if run.job is not None and not run.job.done():
@@ -337,7 +338,7 @@ def _completed(task: A2ATask, outcome: InvokeOutcome) -> A2ATask:
         state=TaskOutcome.COMPLETED,
         output=outcome.payload,
         evidence_sha256=outcome.evidence_sha256,
-        replayed=outcome.replayed,
+        remembered=outcome.remembered,
         reason="OK",
         message="",
         updated_ms=int(time.time() * 1000),

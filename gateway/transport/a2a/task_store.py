@@ -8,7 +8,7 @@ streamed task (:mod:`gateway.transport.a2a.task_runs`) is written with
 :meth:`A2ATaskStore.save` at once, before its id is answered, and again at
 each change of state; a finished task never changes again (the update is
 conditional on the stored state), so a late write cannot undo an end.
-Unfinished rows name the process running them (``runner``) and carry a lease
+Unfinished rows name the process running them (the ``runner`` column) and carry a lease
 it renews; ``fail_orphans`` ends those of a process that is gone.
 Every read names the owner: a task of another peer is never returned, and the
 query for it is the same query as for an id that never existed. WAL with
@@ -112,7 +112,7 @@ class A2ATask:
         served_version: The version that ran ("" if none was chosen).
         output: Output JSON bytes (completed tasks).
         evidence_sha256: Digest of the output.
-        replayed: The answer came from the idempotency store.
+        remembered: The answer came from the idempotency store (column ``replayed``).
         reason: ``OK`` or the failure's reason code.
         message: The failure's message (never payload content).
         created_ms: Unix ms when the message arrived.
@@ -127,7 +127,7 @@ class A2ATask:
     served_version: str
     output: bytes
     evidence_sha256: str
-    replayed: bool
+    remembered: bool
     reason: str
     message: str
     created_ms: int
@@ -269,12 +269,12 @@ class A2ATaskStore(ABC):
 
     # --- background and streamed tasks (see gateway.transport.a2a.task_runs) ---
 
-    async def save(self, task: A2ATask, runner: str = "", lease_ms: int = 0) -> bool:
+    async def save(self, task: A2ATask, process_id: str = "", lease_ms: int = 0) -> bool:
         """Write ``task`` now (insert, or update its row unless that row has ended).
 
         Args:
             task: The task's new state.
-            runner: The process running it (``TaskRuns.runner``) while unfinished.
+            process_id: The process running it (``BackgroundTasks.process_id``) while unfinished.
             lease_ms: Unix ms until which that process vouches for it.
 
         Returns:
@@ -293,25 +293,25 @@ class A2ATaskStore(ABC):
             f"INSERT INTO a2a_tasks ({self._key_columns()}{TASK_COLUMNS}, runner, lease_ms) "
             f"VALUES ({marks}) ON CONFLICT ({self._key_columns()}task_id) DO UPDATE SET "
             f"{updates} WHERE a2a_tasks.state NOT IN ({finished}) RETURNING task_id",
-            (*self._key(), *task_row(task), runner, lease_ms),
+            (*self._key(), *task_row(task), process_id, lease_ms),
         )
         return bool(rows)
 
-    async def renew_leases(self, runner: str, lease_ms: int) -> None:
-        """Extend the lease of every unfinished task ``runner`` runs to ``lease_ms``."""
+    async def renew_leases(self, process_id: str, lease_ms: int) -> None:
+        """Extend the lease of every unfinished task process ``process_id`` runs to ``lease_ms``."""
         mark = self._mark
         await self._query(
             f"UPDATE a2a_tasks SET lease_ms = {mark} WHERE {self._key_where()}runner = {mark} "
             f"AND state IN {UNFINISHED!r} RETURNING task_id",
-            (lease_ms, *self._key(), runner),
+            (lease_ms, *self._key(), process_id),
         )
 
     async def fail_orphans(
-        self, runner: str, now_ms: int, reason: str, message: str, *, any_lease: bool
+        self, process_id: str, now_ms: int, reason: str, message: str, *, any_lease: bool
     ) -> tuple[A2ATask, ...]:
         """End as FAILED the unfinished tasks no live process runs; returns them.
 
-        A task is orphaned when another ``runner`` holds it and its lease has
+        A task is orphaned when another process holds it and its lease has
         passed, or (``any_lease``: no other process can be running tasks of
         this store, e.g. at the start of a lone process) whatever its lease.
         """
@@ -321,7 +321,7 @@ class A2ATaskStore(ABC):
             f"UPDATE a2a_tasks SET state = 'failed', reason = {mark}, message = {mark}, "
             f"updated_ms = {mark}, runner = '' WHERE {self._key_where()}state IN {UNFINISHED!r} "
             f"AND runner <> {mark}{lease} RETURNING {TASK_COLUMNS}",
-            (reason, message, now_ms, *self._key(), runner, *(() if any_lease else (now_ms,))),
+            (reason, message, now_ms, *self._key(), process_id, *(() if any_lease else (now_ms,))),
         )
         return tuple(task_from_row(row) for row in rows)
 
@@ -340,13 +340,14 @@ class A2ATaskStore(ABC):
         )
         return bool(rows)
 
-    async def cancel_requests(self, runner: str) -> tuple[tuple[str, str], ...]:
-        """(task id, canceller) of ``runner``'s unfinished tasks another process asked to cancel."""
+    async def cancel_requests(self, process_id: str) -> tuple[tuple[str, str], ...]:
+        """(task id, canceller) of ``process_id``'s unfinished tasks that another
+        process asked to cancel."""
         mark = self._mark
         rows = await self._query(
             f"SELECT task_id, cancel_by FROM a2a_tasks WHERE {self._key_where()}"
             f"runner = {mark} AND state IN {UNFINISHED!r} AND cancel_by <> ''",
-            (*self._key(), runner),
+            (*self._key(), process_id),
         )
         return tuple((str(row[0]), str(row[1])) for row in rows)
 
@@ -492,7 +493,7 @@ def task_row(task: A2ATask) -> tuple[object, ...]:
         task.served_version,
         task.output,
         task.evidence_sha256,
-        task.replayed,
+        task.remembered,
         task.reason,
         task.message,
         task.created_ms,
@@ -511,7 +512,7 @@ def task_from_row(row: tuple[Any, ...]) -> A2ATask:
         served_version=row[5],
         output=bytes(row[6] or b""),
         evidence_sha256=row[7],
-        replayed=bool(row[8]),
+        remembered=bool(row[8]),
         reason=row[9],
         message=row[10],
         created_ms=row[11],

@@ -23,7 +23,8 @@ from a2a.utils import errors as a2a_errors
 
 from gateway.agent import Agent
 from gateway.audit import query_records
-from gateway.postgres.dsn import PostgresDsn
+from gateway.audit.filter import AuditFilter
+from gateway.storage import location, open_audit_reader
 from gateway.transport.a2a import task_follow
 from gateway.transport.a2a.task_store import A2ATask, TaskOutcome
 from tests.a2a_support import V1, A2APeer, data_request, error_infos
@@ -87,7 +88,13 @@ async def test_cancel_on_one_replica_cancels_the_task_running_on_the_other(
     assert gate.cancelled.is_set()
     for agent in replicas:
         await agent.audit.flush()
-    ran = [r for r in query_records(PostgresDsn(pg_dsn), agent=one.config.id) if r.capability]
+    ran = [
+        r
+        for r in query_records(
+            open_audit_reader(location(pg_dsn)), AuditFilter(agent=one.config.id)
+        )
+        if r.capability
+    ]
     assert [(r.reason, r.detail) for r in ran] == [
         ("CANCELLED", f"A2A CancelTask by {spiffe('bob')}")
     ]
@@ -207,7 +214,7 @@ async def test_a_follow_of_a_task_that_never_changes_ends_past_its_timeout_and_l
         served_version="1.0.0",
         output=b"",
         evidence_sha256="",
-        replayed=False,
+        remembered=False,
         reason="",
         message="",
         created_ms=created_ms,
@@ -226,7 +233,7 @@ async def test_a_follow_of_a_task_that_never_changes_ends_past_its_timeout_and_l
     assert ("a2agw.v1", "DEADLINE_EXCEEDED") in error_infos(info.value)
     assert "contract timeout" in (info.value.details() or "")
     await two.audit.flush()
-    records = query_records(PostgresDsn(pg_dsn), agent=two.config.id)
+    records = query_records(open_audit_reader(location(pg_dsn)), AuditFilter(agent=two.config.id))
     ended = [r for r in records if r.reason == "DEADLINE_EXCEEDED"]
     assert [(r.decision, r.detail, r.peer_id) for r in ended] == [
         ("refuse", "A2A SubscribeToTask", spiffe("bob"))

@@ -12,7 +12,8 @@ from a2a.utils import errors as a2a_errors
 
 from gateway.agent import Agent
 from gateway.audit import query_records
-from gateway.postgres.dsn import PostgresDsn
+from gateway.audit.filter import AuditFilter
+from gateway.storage import location, open_audit_reader
 from tests.a2a_support import A2APeer, data_request, error_infos, output_of
 from tests.support import (
     Pki,
@@ -84,7 +85,9 @@ async def test_a_task_answered_by_one_replica_is_the_owners_on_the_other(
 
     for agent in replicas:
         await agent.audit.flush()
-    refusals = query_records(PostgresDsn(pg_dsn), agent=one.config.id, refusals_only=True)
+    refusals = query_records(
+        open_audit_reader(location(pg_dsn)), AuditFilter(agent=one.config.id, refusals_only=True)
+    )
     assert [(r.peer_id, r.reason, r.detail) for r in refusals] == [
         (spiffe("bob"), "TASK_NOT_CANCELABLE", "A2A CancelTask"),
         (spiffe("carol"), "TASK_NOT_FOUND", "A2A GetTask"),

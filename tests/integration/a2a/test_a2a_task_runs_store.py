@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from gateway.config import A2ASettings
-from gateway.postgres.dsn import PostgresDsn
 from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
 from gateway.transport.a2a.task_store import A2ATask, A2ATaskStore, SqliteA2ATaskStore, TaskOutcome
 from tests.integration.a2a.test_a2a_task_store import ALICE, BOB, task
+from tests.postgres import state_pool
 
 ME, GONE = "runner-me", "runner-gone"
 
@@ -32,8 +32,8 @@ def running(n: int, state: TaskOutcome = TaskOutcome.WORKING) -> A2ATask:
 def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], A2ATaskStore]:
     if request.param == "sqlite":
         return lambda: SqliteA2ATaskStore(tmp_path / "a2a-tasks.sqlite")
-    dsn = PostgresDsn(request.getfixturevalue("pg_dsn"))
-    return lambda: PostgresA2ATaskStore(dsn, ALICE)
+    dsn = request.getfixturevalue("pg_dsn")
+    return lambda: PostgresA2ATaskStore(state_pool(dsn), ALICE)
 
 
 async def test_a_finished_task_never_changes_again(open_store: Callable[[], A2ATaskStore]) -> None:

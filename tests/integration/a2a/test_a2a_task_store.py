@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import InvalidRequest, StateUnavailable
-from gateway.postgres.dsn import PostgresDsn
 from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
 from gateway.transport.a2a.task_store import (
     A2ATask,
@@ -19,6 +18,7 @@ from gateway.transport.a2a.task_store import (
     TaskOutcome,
     token_task_id,
 )
+from tests.postgres import state_pool
 
 ALICE = "spiffe://example.org/agent/alice"
 BOB = "spiffe://example.org/agent/bob"
@@ -42,7 +42,7 @@ def task(
         served_version="1.0.0",
         output=SECRET if state is TaskOutcome.COMPLETED else b"",
         evidence_sha256="ab" * 32,
-        replayed=n % 2 == 1,
+        remembered=n % 2 == 1,
         reason="OK" if state is TaskOutcome.COMPLETED else "CAPABILITY_FAILED",
         message="" if state is TaskOutcome.COMPLETED else "it failed",
         created_ms=1_000 + n,
@@ -55,8 +55,8 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], A
     """Opens the same A2A task store again each call: a SQLite file, then a PostgreSQL database."""
     if request.param == "sqlite":
         return lambda: SqliteA2ATaskStore(tmp_path / "a2a-tasks.sqlite")
-    dsn = PostgresDsn(request.getfixturevalue("pg_dsn"))
-    return lambda: PostgresA2ATaskStore(dsn, ALICE)
+    dsn = request.getfixturevalue("pg_dsn")
+    return lambda: PostgresA2ATaskStore(state_pool(dsn), ALICE)
 
 
 async def test_a_task_is_its_owners_only_and_survives_reopening(
@@ -161,9 +161,9 @@ async def test_a_token_names_its_owners_task_and_is_refused_for_another_owner(
 
 
 async def test_replicas_of_one_agent_share_tasks_other_agents_do_not(pg_dsn: str) -> None:
-    dsn = PostgresDsn(pg_dsn)
-    one, two = PostgresA2ATaskStore(dsn, ALICE), PostgresA2ATaskStore(dsn, ALICE)
-    other = PostgresA2ATaskStore(dsn, "spiffe://example.org/agent/dave")
+    one = PostgresA2ATaskStore(state_pool(pg_dsn), ALICE)
+    two = PostgresA2ATaskStore(state_pool(pg_dsn), ALICE)
+    other = PostgresA2ATaskStore(state_pool(pg_dsn), "spiffe://example.org/agent/dave")
     try:
         one.put(task(1))
         await one.flush()
@@ -182,7 +182,7 @@ async def test_replicas_of_one_agent_share_tasks_other_agents_do_not(pg_dsn: str
 async def test_an_unreachable_database_fails_reads_and_logs_no_payload(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    closed = PostgresDsn("postgresql://postgres@127.0.0.1:1/nowhere")
+    closed = state_pool("postgresql://postgres@127.0.0.1:1/nowhere", "A2A task store")
     store = PostgresA2ATaskStore(closed, ALICE)
     try:
         with caplog.at_level(logging.ERROR):

@@ -139,7 +139,7 @@ def _stuck_task(state_dir: Path, task_id: str) -> None:
         served_version="1.0.0",
         output=b"",
         evidence_sha256="",
-        replayed=False,
+        remembered=False,
         reason="",
         message="",
         created_ms=long_ago,
