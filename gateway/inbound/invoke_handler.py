@@ -1,6 +1,6 @@
 """The protocol-neutral request handler: decision pipeline → run → audit.
 
-The gRPC servicer (``gateway.transport.server``) only adapts the wire to this module.
+The gRPC servicer (``gateway.server.grpc_server``) only adapts the wire to this module.
 Every call produces one outcome record; a call that ends in an error has it
 committed before the error is returned. A call to a ``write`` or ``external``
 capability also gets a write-ahead ``ADMITTED`` record, committed before the

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from gateway.inbound.limits import CallLimiter
     from gateway.inbound.replay import ReplayWindow
     from gateway.plans.store import TaskStore
-    from gateway.transport.a2a.task_store import A2ATaskStore
+    from gateway.server.a2a.task_store.store import A2ATaskStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,7 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
     from gateway.inbound.limits import CallLimits
     from gateway.inbound.replay_table import REPLAY_FILE, ReplayTable
     from gateway.plans.store import SqliteTaskStore
-    from gateway.transport.a2a.task_store import SqliteA2ATaskStore
+    from gateway.server.a2a.task_store.store import SqliteA2ATaskStore
 
     limit_table = None
     limits: CallLimiter = CallLimits(config.max_concurrent_calls)
@@ -77,7 +77,7 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
         from gateway.inbound.pg_idempotency import PostgresIdempotencyStore
         from gateway.inbound.pg_replay import PostgresReplayWindow
         from gateway.plans.pg_store import PostgresTaskStore
-        from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
+        from gateway.server.a2a.task_store.postgres import PostgresA2ATaskStore
 
         # Shared by every replica of this agent id (see docs/fleet.md).
         return Stores(

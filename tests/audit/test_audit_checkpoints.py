@@ -32,9 +32,9 @@ from gateway.audit.checkpoint import (
     signature_valid,
 )
 from gateway.audit.checkpoint_verify import verify_checkpoints
+from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig, AuditCheckpoints, load_agent_config
 from gateway.errors import AuditUnavailable, CapabilityNotGranted, ConfigError
-from gateway.transport.client import PeerClient
 from tests.agent_process import write_agent_toml
 from tests.support import Pki, agent_config, grant, spiffe, write_policy
 

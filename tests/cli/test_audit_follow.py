@@ -16,9 +16,9 @@ import pytest
 from gateway.audit import AuditRecord, query_records
 from gateway.audit.pg_read import AgentRecord
 from gateway.cli.audit_follow import render_line
+from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError
 from gateway.postgres.dsn import PostgresDsn
-from gateway.transport.client import PeerClient
 from tests.agent_process import REPO, AgentProcess, LineReader, write_agent_toml
 from tests.support import Pki, grant, spiffe, write_policy
 

@@ -17,11 +17,11 @@ import pytest
 from gateway.agent import Agent
 from gateway.audit import AuditRecord, query_records, verify_chain
 from gateway.audit.checkpoint_verify import verify_checkpoints
+from gateway.client.peer_client import PeerClient
 from gateway.config import load_agent_config
 from gateway.errors import ConfigError, IdempotencyInDoubt, IdempotencyNotInDoubt
 from gateway.inbound.idempotency import SqliteIdempotencyStore
 from gateway.inbound.idempotency_admin import list_keys, release_key, resolve_done
-from gateway.transport.client import PeerClient
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.faults.crash_window import appended_lines
 from tests.support import Pki, grant, spiffe, write_policy

@@ -11,9 +11,9 @@ import pytest
 from capabilities.registry import CapabilityRegistry
 from gateway.agent import Agent
 from gateway.audit import query_records, verify_chain
+from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError
 from gateway.postgres.dsn import PostgresDsn
-from gateway.transport.client import PeerClient
 from tests.support import Pki, WriteCounter, agent_config, grant, started, write_policy
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from capabilities.registry import CapabilityRegistry
+from gateway.client.peer_client import InvokeResult
 from gateway.errors import TaskLeased
 from gateway.outbound.router import Router
 from gateway.plans import Plan, PlanLimits
@@ -30,7 +31,6 @@ from gateway.plans.runner import TaskRunner
 from gateway.plans.store import SqliteTaskStore, TaskStore, Usage, WritePin
 from gateway.plans.task import StepResult, StepStatus, TaskState
 from gateway.postgres.dsn import PostgresDsn
-from gateway.transport.client import InvokeResult
 from policies.store import PolicyStore
 from tests.plans.test_routing_rules import BOB, FakePeer, router
 from tests.support import WriteCounter, outbound_rule, spiffe, write_policy

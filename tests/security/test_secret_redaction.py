@@ -17,10 +17,10 @@ from urllib.parse import urlsplit
 import pytest
 
 from capabilities.registry import CapabilityRegistry
+from gateway.client.peer_client import PeerClient
 from gateway.errors import AuditUnavailable, GatewayError, StateUnavailable
 from gateway.postgres.dsn import PostgresDsn, redact_credentials
 from gateway.postgres.pool import StatePool
-from gateway.transport.client import PeerClient
 from tests.agent_process import REPO, write_agent_toml
 from tests.postgres import PostgresCluster
 from tests.support import Pki, WriteCounter, agent_config, grant, started, write_policy

@@ -21,9 +21,9 @@ from gateway.inbound.replay import ReplayWindow
 from gateway.inbound.replay_table import ReplayTable
 from gateway.plans.pg_store import PostgresTaskStore
 from gateway.plans.store import SqliteTaskStore, TaskStore
+from gateway.server.a2a.task_store.postgres import PostgresA2ATaskStore
+from gateway.server.a2a.task_store.store import A2ATaskStore, SqliteA2ATaskStore
 from gateway.storage import Stores, open_stores, prepare_shared_files
-from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
-from gateway.transport.a2a.task_store import A2ATaskStore, SqliteA2ATaskStore
 from tests.support import Pki, agent_config
 
 PACKAGE = Path(gateway.__file__).parent

@@ -24,14 +24,14 @@ def _modules_after_import(*modules: str) -> set[str]:
 def test_policy_and_capability_layers_do_not_pull_in_grpc(package: str) -> None:
     loaded = _modules_after_import(package)
     assert not {m for m in loaded if m == "grpc" or m.startswith("grpc.")}
-    assert not {m for m in loaded if m.startswith("gateway.transport")}
+    assert not {m for m in loaded if m.startswith(("gateway.transport", "gateway.server"))}
 
 
 def test_the_serving_runtime_never_imports_developer_tools() -> None:
     loaded = _modules_after_import(
         "gateway.agent",
-        "gateway.transport.server",
-        "gateway.transport.client",
+        "gateway.server.grpc_server",
+        "gateway.client.peer_client",
         "gateway.inbound.invoke_handler",
         "gateway.outbound.router",
         "gateway.plans.executor",
@@ -56,7 +56,7 @@ def test_only_the_transport_edge_imports_the_a2a_sdk() -> None:
     assert not {m for m in loaded if m == "a2a" or m.startswith("a2a.")}
 
 
-def test_the_a2a_sdk_lives_only_under_transport_a2a() -> None:
+def test_the_a2a_sdk_lives_only_at_the_a2a_edges() -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
@@ -69,5 +69,9 @@ def test_the_a2a_sdk_lives_only_under_transport_a2a() -> None:
         )
     )
     assert importers
-    edge = ("gateway/transport/a2a/", "gateway/transport/a2a_http/")  # gRPC and HTTP bindings
+    edge = (
+        "gateway/server/a2a/",  # serving the gRPC binding
+        "gateway/server/a2a_http/",  # serving the HTTP bindings
+        "gateway/client/a2a/",  # calling upstream A2A agents
+    )
     assert all(path.startswith(edge) for path in importers), importers

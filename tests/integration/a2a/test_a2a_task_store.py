@@ -10,8 +10,8 @@ import pytest
 
 from gateway.errors import InvalidRequest, StateUnavailable
 from gateway.postgres.dsn import PostgresDsn
-from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
-from gateway.transport.a2a.task_store import (
+from gateway.server.a2a.task_store.postgres import PostgresA2ATaskStore
+from gateway.server.a2a.task_store.store import (
     A2ATask,
     A2ATaskStore,
     SqliteA2ATaskStore,

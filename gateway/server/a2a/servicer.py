@@ -12,7 +12,7 @@ non-empty tenant. Push notifications are answered with the spec's error.
 SendMessage refusals before dispatch are gRPC errors; a capability that fails
 after admission is a ``TASK_STATE_FAILED`` task carrying the reason code.
 ``return_immediately`` and ``SendStreamingMessage`` pass the same checks, then
-run in the background (:mod:`gateway.transport.a2a.task_runs`);
+run in the background (:mod:`gateway.server.a2a.task_runs`);
 ``SendStreamingMessage`` and ``SubscribeToTask`` are async generators of
 ``StreamResponse`` (the task first, its events in order, the last terminal).
 """
@@ -42,11 +42,9 @@ from gateway.inbound.call import InvokeCall, deadline_from
 from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler, InvokeOutcome
 from gateway.inbound.limits import CallSlot
 from gateway.inbound.pipeline import InFlight
-from gateway.telemetry import Telemetry
-from gateway.telemetry.tracing import mark_refused
-from gateway.transport.a2a.card import CardIssuer, extended_card
-from gateway.transport.a2a.messages import invoke_call, list_answer, task_message
-from gateway.transport.a2a.request_checks import (
+from gateway.server.a2a.card import CardIssuer, extended_card
+from gateway.server.a2a.messages import invoke_call, list_answer, task_message
+from gateway.server.a2a.request_checks import (
     SERVICE_NAME,
     protocol_version,
     request_problem,
@@ -55,16 +53,18 @@ from gateway.transport.a2a.request_checks import (
     task_filter,
     task_id_of,
 )
-from gateway.transport.a2a.task_events import Listener, TaskRun
-from gateway.transport.a2a.task_runs import TaskRuns
-from gateway.transport.a2a.task_store import (
+from gateway.server.a2a.task_events import Listener, TaskRun
+from gateway.server.a2a.task_runs import TaskRuns
+from gateway.server.a2a.task_store.store import (
     A2ATask,
     A2ATaskStore,
     TaskOutcome,
     TaskPage,
 )
-from gateway.transport.a2a.wire_errors import to_a2a_status
-from gateway.transport.received import MalformedRequest, edge_slot, peer_cert
+from gateway.server.a2a.wire_errors import to_a2a_status
+from gateway.server.received import MalformedRequest, edge_slot, peer_cert
+from gateway.telemetry import Telemetry
+from gateway.telemetry.tracing import mark_refused
 
 _TASK_NOT_FOUND = "task not found"
 _FINISHED = "the task has already finished; use GetTask"

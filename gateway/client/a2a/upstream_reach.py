@@ -10,7 +10,7 @@ must not then say that nothing was sent. So:
   to connect means nothing was sent; a handshake of our own (same certificate,
   CA and expected name) then says why: ``PEER_IDENTITY_MISMATCH`` when the
   server's certificate is not for that name, else ``PEER_UNAVAILABLE``
-  (both from ``gateway.transport.handshake``, shared with ``PeerClient``).
+  (both from ``gateway.client.handshake``, shared with ``PeerClient``).
 * JSON-RPC: httpx's ``ConnectError``/``ConnectTimeout`` mean nothing was sent;
   the ssl error raised by our own OpenSSL (its verify code) tells a wrong name.
 
@@ -25,8 +25,8 @@ import ssl
 import grpc
 import httpx
 
+from gateway.client.handshake import names_another_identity, serves_another_identity
 from gateway.errors import PeerIdentityMismatch, PeerUnavailable
-from gateway.transport.handshake import names_another_identity, serves_another_identity
 
 NOT_SENT = PeerUnavailable.reason
 """Audit detail: the upstream could not be reached; nothing was sent."""

@@ -4,7 +4,7 @@ Only ``GET /.well-known/agent-card.json`` may be answered without a client
 certificate, so the handshake asks for one (``CERT_OPTIONAL``) and verifies
 whatever is sent against the agent's CA; a certificate that does not verify
 fails the handshake (as on the gRPC port). Whether a request may go on
-without one is the edge's decision (``gateway.transport.a2a_http.edge``),
+without one is the edge's decision (``gateway.server.a2a_http.edge``),
 made from the verified handshake alone: headers never name the caller.
 
 Certificate rotation: the listening context's ``sni_callback`` (run for every

@@ -1,6 +1,6 @@
 """The A2A tasks of an agent id in PostgreSQL, shared by every replica of it.
 
-The same tasks, answers and batching as :mod:`gateway.transport.a2a.task_store`
+The same tasks, answers and batching as :mod:`gateway.server.a2a.task_store.store`
 (one row per finished task, written by a background writer in batches; every
 read waits for this process's queue first and names the owner, so a task of
 another peer is the same empty answer as an id that never existed), in the
@@ -24,7 +24,7 @@ from typing import Any
 from gateway.errors import StateUnavailable
 from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.pool import Connection, StatePool
-from gateway.transport.a2a.task_store import (
+from gateway.server.a2a.task_store.store import (
     TASK_COLUMNS,
     A2ATask,
     A2ATaskStore,
@@ -41,7 +41,7 @@ _INSERT = (
 
 
 class PostgresA2ATaskStore(A2ATaskStore):
-    """An :class:`~gateway.transport.a2a.task_store.A2ATaskStore` whose rows live in the
+    """An :class:`~gateway.server.a2a.task_store.store.A2ATaskStore` whose rows live in the
     shared ``a2a_tasks`` table.
 
     Args:

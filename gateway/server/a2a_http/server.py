@@ -21,8 +21,8 @@ from typing import Any
 import uvicorn
 
 from gateway.errors import ConfigError
-from gateway.transport.a2a_http.protocol import VerifiedPeerProtocol
-from gateway.transport.a2a_http.tls import LiveServerContext
+from gateway.server.a2a_http.protocol import VerifiedPeerProtocol
+from gateway.server.a2a_http.tls import LiveServerContext
 from gateway.transport.tls import TlsMaterial
 
 _log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """GatewayError → the error each HTTP binding of A2A 1.0 answers with.
 
-Both bindings carry the same facts as the gRPC status (``gateway.transport.a2a.wire_errors``):
+Both bindings carry the same facts as the gRPC status (``gateway.server.a2a.wire_errors``):
 
 - JSON-RPC: ``error.code`` is the spec's code where the spec defines the error
   (``-32001`` TASK_NOT_FOUND ... ``-32009`` VERSION_NOT_SUPPORTED, ``-32600``
@@ -28,7 +28,7 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from gateway.errors import ERROR_DOMAIN, GatewayError, error_for_reason
-from gateway.transport.a2a.wire_errors import SPEC_DOMAIN, spec_reason_for
+from gateway.server.a2a.wire_errors import SPEC_DOMAIN, spec_reason_for
 from gateway.transport.status import status_code_for
 
 ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"

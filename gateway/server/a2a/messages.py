@@ -41,8 +41,8 @@ from google.protobuf import json_format, struct_pb2
 
 from gateway.display import printable
 from gateway.inbound.call import REQUEST_ID, InvokeCall
+from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome, TaskPage, page_token
 from gateway.transport.a2a.part_payloads import DataPart, TextPart
-from gateway.transport.a2a.task_store import A2ATask, TaskOutcome, TaskPage, page_token
 from policies.grants import MAX_PAYLOAD_CEILING
 
 CAPABILITY_KEY = "a2agw.capability"

@@ -21,9 +21,9 @@ from gateway.errors import (
     Unauthenticated,
 )
 from gateway.inbound.call import REQUEST_ID
-from gateway.transport.a2a.messages import CONTEXT_ID_RULE, claimed_identity
-from gateway.transport.a2a.task_store import DEFAULT_PAGE_SIZE, TaskFilter, TaskOutcome
-from gateway.transport.received import MalformedRequest
+from gateway.server.a2a.messages import CONTEXT_ID_RULE, claimed_identity
+from gateway.server.a2a.task_store.store import DEFAULT_PAGE_SIZE, TaskFilter, TaskOutcome
+from gateway.server.received import MalformedRequest
 
 SERVICE_NAME = "lf.a2a.v1.A2AService"
 VERSION_METADATA = "a2a-version"

@@ -45,9 +45,9 @@ from gateway.errors import (
     TaskNotCancelable,
 )
 from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler, InvokeOutcome
-from gateway.transport.a2a.messages import output_artifact
-from gateway.transport.a2a.task_events import RunEvents, TaskRun, status_event
-from gateway.transport.a2a.task_store import A2ATask, A2ATaskStore, TaskOutcome
+from gateway.server.a2a.messages import output_artifact
+from gateway.server.a2a.task_events import RunEvents, TaskRun, status_event
+from gateway.server.a2a.task_store.store import A2ATask, A2ATaskStore, TaskOutcome
 
 _log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import zlib
 
 import httpx
 
-from gateway.transport.a2a.upstream_answers import UnreadableAnswer, check_jsonrpc_answer
+from gateway.client.a2a.upstream_answers import UnreadableAnswer, check_jsonrpc_answer
 from gateway.transport.tls import MESSAGE_CEILING
 
 _GZIP_WBITS = 16 + zlib.MAX_WBITS  # gzip header and trailer

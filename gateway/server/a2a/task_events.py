@@ -24,8 +24,8 @@ from capabilities.canonical import canonical_json
 from capabilities.contract import Risk
 from gateway.errors import GatewayError, OutputTooLarge
 from gateway.inbound.invoke_handler import AdmittedCall
-from gateway.transport.a2a.messages import JSON_MEDIA_TYPE, task_message
-from gateway.transport.a2a.task_store import A2ATask
+from gateway.server.a2a.messages import JSON_MEDIA_TYPE, task_message
+from gateway.server.a2a.task_store.store import A2ATask
 
 MAX_BEHIND = 1024
 """Events a listener may have waiting before it is let go."""

@@ -32,19 +32,19 @@ from a2a.types import Message, Part, Role, SendMessageRequest, StreamResponse, T
 from google.protobuf import json_format
 
 from capabilities.context import CallEvents
-from gateway.config import TlsSettings, UpstreamEntry
-from gateway.errors import UpstreamUnavailable
-from gateway.transport.a2a.upstream_answers import UnreadableAnswer
-from gateway.transport.a2a.upstream_links import UpstreamLink, client_tls_context, open_link
-from gateway.transport.a2a.upstream_reach import (
+from gateway.client.a2a.upstream_answers import UnreadableAnswer
+from gateway.client.a2a.upstream_links import UpstreamLink, client_tls_context, open_link
+from gateway.client.a2a.upstream_reach import (
     NOT_SENT,
     exception_chain,
     grpc_cause,
     handshake_cause,
     http_cause,
 )
-from gateway.transport.a2a.upstream_tasks import followed, streamed
-from gateway.transport.handshake import channel_connected
+from gateway.client.a2a.upstream_tasks import followed, streamed
+from gateway.client.handshake import channel_connected
+from gateway.config import TlsSettings, UpstreamEntry
+from gateway.errors import UpstreamUnavailable
 from gateway.transport.tls import TlsMaterial
 from policies.identity import svid_dns_name
 

@@ -15,11 +15,11 @@ from grpc_health.v1._async import HealthServicer
 from gateway.errors import AgentConfigError, GatewayError
 from gateway.inbound.call import InvokeCall, deadline_from
 from gateway.inbound.invoke_handler import InvokeHandler
+from gateway.server.a2a import SERVICE_NAME as A2A_SERVICE_NAME
+from gateway.server.a2a import A2AServicer, add_a2a_servicer
+from gateway.server.received import GenericOnly, MalformedRequest, peer_cert, tolerant
 from gateway.telemetry import Telemetry
 from gateway.telemetry.tracing import mark_refused
-from gateway.transport.a2a import SERVICE_NAME as A2A_SERVICE_NAME
-from gateway.transport.a2a import A2AServicer, add_a2a_servicer
-from gateway.transport.received import GenericOnly, MalformedRequest, peer_cert, tolerant
 from gateway.transport.status import to_grpc_status
 from gateway.transport.tls import server_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc

@@ -54,11 +54,11 @@ from starlette.routing import BaseRoute, Mount, Route
 from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge, Unauthenticated
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.pipeline import InFlight
-from gateway.transport.a2a.servicer import A2AServicer
-from gateway.transport.a2a_http.context import EXCHANGE_KEY, Exchange, run_done_callbacks
-from gateway.transport.a2a_http.handler import ServicerRequestHandler
-from gateway.transport.a2a_http.protocol import client_certificate
-from gateway.transport.a2a_http.wire_errors import http_status, jsonrpc_error, rest_error
+from gateway.server.a2a.servicer import A2AServicer
+from gateway.server.a2a_http.context import EXCHANGE_KEY, Exchange, run_done_callbacks
+from gateway.server.a2a_http.handler import ServicerRequestHandler
+from gateway.server.a2a_http.protocol import client_certificate
+from gateway.server.a2a_http.wire_errors import http_status, jsonrpc_error, rest_error
 
 JSONRPC_PATH = "/a2a/jsonrpc"
 REST_PATH = "/a2a/rest"

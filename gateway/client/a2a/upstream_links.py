@@ -30,10 +30,10 @@ from a2a.client import Client, ClientConfig, ClientFactory, minimal_agent_card
 from a2a.utils.constants import TransportProtocol
 from grpc import aio
 
+from gateway.client.a2a.upstream_answers import AnswerCheck
+from gateway.client.a2a.upstream_http import BoundedTransport
 from gateway.config import TlsFiles, TlsSettings, UpstreamEntry
 from gateway.errors import PeerUnavailable
-from gateway.transport.a2a.upstream_answers import AnswerCheck
-from gateway.transport.a2a.upstream_http import BoundedTransport
 from gateway.transport.tls import MESSAGE_CEILING, TlsMaterial, channel_options
 from policies.identity import svid_dns_name, trust_domain_of
 

@@ -17,7 +17,7 @@ constraint is served); ``versions`` lists every version it may call.
 
 Both cards list every interface the agent serves (:class:`CardIssuer`:
 gRPC, and JSON-RPC and HTTP+JSON when ``[a2a] http_listen`` is set) and,
-when the issuer has a signer, are signed (``gateway.transport.a2a.card_signing``).
+when the issuer has a signer, are signed (``gateway.server.a2a.card_signing``).
 """
 
 from __future__ import annotations

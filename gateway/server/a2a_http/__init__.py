@@ -6,7 +6,7 @@ there is one decision path and one audit record per request whatever the
 binding. See ``edge`` for what is decided before the SDK parses anything.
 """
 
-from gateway.transport.a2a_http.edge import JSONRPC_PATH, REST_PATH, HttpEdge
-from gateway.transport.a2a_http.server import A2AHttpServer
+from gateway.server.a2a_http.edge import JSONRPC_PATH, REST_PATH, HttpEdge
+from gateway.server.a2a_http.server import A2AHttpServer
 
 __all__ = ["JSONRPC_PATH", "REST_PATH", "A2AHttpServer", "HttpEdge"]

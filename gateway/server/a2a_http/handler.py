@@ -7,7 +7,7 @@ payload cap, replay, input contract, deadline and the audit record are the
 ones of the gRPC binding, decided in one place. A refusal comes back as
 :class:`Refused` (an ``A2AError``, so the SDK routes catch it without a
 traceback); the edge answers it in the binding's own error form
-(``gateway.transport.a2a_http.wire_errors``).
+(``gateway.server.a2a_http.wire_errors``).
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from a2a.types import a2a_pb2
 from a2a.utils.errors import A2AError
 
 from gateway.errors import GatewayError
-from gateway.transport.a2a.servicer import A2AServicer
-from gateway.transport.a2a_http.context import (
+from gateway.server.a2a.servicer import A2AServicer
+from gateway.server.a2a_http.context import (
     EXCHANGE_KEY,
     Aborted,
     Exchange,
     HttpServicerContext,
 )
-from gateway.transport.a2a_http.wire_errors import from_grpc_status, message_of
+from gateway.server.a2a_http.wire_errors import from_grpc_status, message_of
 
 _Response = TypeVar("_Response")
 _STREAM_EVENTS = ("task", "message", "status_update", "artifact_update")

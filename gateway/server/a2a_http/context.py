@@ -1,6 +1,6 @@
 """What an HTTP request looks like to the gRPC A2A servicer: a ``ServicerContext`` stand-in.
 
-The servicer (``gateway.transport.a2a.servicer``) reads five things from its
+The servicer (``gateway.server.a2a.servicer``) reads five things from its
 context: the verified client certificate (``auth_context``), the metadata
 (``a2a-version``, ``traceparent``), the time left (``time_remaining``), how
 to answer an error (``abort_with_status``) and the limit slot the edge took

@@ -3,7 +3,7 @@
 A call is sent only once the channel's TLS handshake, which checks the peer's
 identity, has succeeded; a channel that cannot connect sent nothing, and only
 then does ``PEER_IDENTITY_MISMATCH`` come up, decided by a handshake of our own
-(``gateway.transport.handshake``). What a peer answers after a call was sent
+(``gateway.client.handshake``). What a peer answers after a call was sent
 never claims that nothing ran unless it is a refusal a peer may give
 (``gateway.transport.status.from_rpc_error``).
 """
@@ -24,6 +24,11 @@ from grpc import aio
 from opentelemetry.trace import SpanKind
 
 from capabilities.canonical import ascii_json
+from gateway.client.handshake import (
+    channel_connected,
+    identity_check_context,
+    serves_another_identity,
+)
 from gateway.errors import (
     DeadlineExceeded,
     GatewayError,
@@ -32,11 +37,6 @@ from gateway.errors import (
     PeerUnavailable,
 )
 from gateway.telemetry.tracing import AgentTracing, mark_refused, outgoing_metadata
-from gateway.transport.handshake import (
-    channel_connected,
-    identity_check_context,
-    serves_another_identity,
-)
 from gateway.transport.status import from_rpc_error
 from gateway.transport.tls import TlsMaterial, channel_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc

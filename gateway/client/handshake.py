@@ -13,7 +13,7 @@ nothing was sent. So:
   the server's certificate is for another identity. gRPC Python reports its own
   handshake error only as status text, the very thing a server can also send.
 
-Used by ``PeerClient`` (peers) and ``gateway.transport.a2a.upstream_reach``
+Used by ``PeerClient`` (peers) and ``gateway.client.a2a.upstream_reach``
 (upstream A2A agents).
 """
 

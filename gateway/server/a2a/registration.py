@@ -9,9 +9,9 @@ from a2a.types import a2a_pb2
 from google.protobuf import message_factory
 from grpc import aio
 
-from gateway.transport.a2a.request_checks import SERVICE_NAME
-from gateway.transport.a2a.servicer import A2AServicer
-from gateway.transport.received import GenericOnly, tolerant
+from gateway.server.a2a.request_checks import SERVICE_NAME
+from gateway.server.a2a.servicer import A2AServicer
+from gateway.server.received import GenericOnly, tolerant
 
 
 def a2a_method_names() -> list[str]:

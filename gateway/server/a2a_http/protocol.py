@@ -17,7 +17,7 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from gateway.transport.a2a_http.tls import peer_certificate_pem
+from gateway.server.a2a_http.tls import peer_certificate_pem
 
 ASGIApp = Any
 
