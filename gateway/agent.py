@@ -26,12 +26,12 @@ from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig, WorkloadApiTls
 from gateway.console import ConsoleServer
 from gateway.errors import AgentConfigError, AuditUnavailable, StateUnavailable, reasons_where
-from gateway.inbound.idempotency import IdempotencyStore
+from gateway.inbound.idempotency.store import IdempotencyStore
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.limit_audit import DEFAULT_INTERVAL_SECONDS, LimitRefusalLog
 from gateway.inbound.limit_table import LimitTable
 from gateway.inbound.limits import CallLimiter, LimitStats, limit_refusal_counts
-from gateway.inbound.replay import ReplayWindow
+from gateway.inbound.replay.store import ReplayWindow
 from gateway.outbound.router import Router
 from gateway.outbound.upstream_capabilities import register_upstreams
 from gateway.plans.checks import PlanLimits
@@ -40,8 +40,8 @@ from gateway.plans.model import Plan
 from gateway.plans.planner import Planner, RerouteOrStop
 from gateway.plans.runner import TaskRunner
 from gateway.plans.step_events import EventSink
-from gateway.plans.store import TaskStore
 from gateway.plans.task import TaskResult
+from gateway.plans.task_store.sqlite import TaskStore
 from gateway.private_files import private_dir
 from gateway.server.a2a import A2AServicer
 from gateway.server.a2a.card import CardIssuer, PublicCardCache

@@ -34,9 +34,9 @@ from pathlib import Path
 
 from cryptography import x509
 
-from gateway.audit._schema import connect_read_only
 from gateway.audit.checkpoint import Checkpoint, certificate_sha256, signature_valid
 from gateway.audit.checkpoint_cert import carried_certificate, load_trust_bundle
+from gateway.audit.store.sqlite_schema import connect_read_only
 from gateway.audit.verify import ChainProblem
 from gateway.errors import ConfigError, Unauthenticated
 from gateway.postgres.dsn import PostgresDsn

@@ -22,8 +22,13 @@ from pathlib import Path
 
 import psycopg
 
-from gateway.audit._schema import RECORD_COLUMNS, SELECT_RECORDS, connect_read_only, record_from_row
-from gateway.audit.pg_read import AgentRecord, _connect
+from gateway.audit.store.postgres_read import AgentRecord, _connect
+from gateway.audit.store.sqlite_schema import (
+    RECORD_COLUMNS,
+    SELECT_RECORDS,
+    connect_read_only,
+    record_from_row,
+)
 from gateway.errors import ConfigError
 from gateway.postgres.dsn import PostgresDsn
 from gateway.storage import open_audit_feed

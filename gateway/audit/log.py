@@ -38,9 +38,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Literal, Protocol
 
-from gateway.audit._writer import ChainWriter
 from gateway.audit.checkpoint import Checkpointer
 from gateway.audit.record import AuditRecord, checked_fields
+from gateway.audit.store.sqlite_append import ChainWriter
 from gateway.errors import AuditUnavailable, ConfigError
 from gateway.postgres.dsn import PostgresDsn
 from gateway.storage import open_chain_writer

@@ -10,8 +10,8 @@ from collections.abc import Collection, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from gateway.audit._schema import SELECT_RECORDS, connect_read_only, record_from_row
 from gateway.audit.record import AuditRecord
+from gateway.audit.store.sqlite_schema import SELECT_RECORDS, connect_read_only, record_from_row
 from gateway.display import json_for_terminals, printable
 from gateway.errors import ConfigError
 from gateway.postgres.dsn import PostgresDsn
@@ -66,7 +66,7 @@ def query_records(
 
     Args:
         path: The audit log (opened read-only), or a PostgreSQL DSN (then
-            ordered by time; see :func:`gateway.audit.pg_read.query_agent_records`
+            ordered by time; see :func:`gateway.audit.store.postgres_read.query_agent_records`
             for the agent of each record).
         agent: Only this agent's chain (PostgreSQL; a SQLite file holds one agent).
         refusals_only: Only ``decision == "refuse"``.

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from gateway.audit._schema import SELECT_CHAINED, connect_read_only, record_from_row
 from gateway.audit.chain import GENESIS_HASH, fields_hash
 from gateway.audit.record import AuditRecord
+from gateway.audit.store.sqlite_schema import SELECT_CHAINED, connect_read_only, record_from_row
 from gateway.errors import ConfigError
 from gateway.postgres.dsn import PostgresDsn
 from gateway.storage import open_audit_reader
@@ -96,7 +96,7 @@ def verify_chain(path: Path | PostgresDsn, agent: str | None = None) -> VerifyRe
     Opens the file read-only; the log may be in use by a gateway meanwhile.
     With a PostgreSQL DSN, checks ``agent``'s chain (``agent`` may be left out
     when the database holds one chain only; see
-    :func:`gateway.audit.pg_read.verify_agent_chains` for all of them).
+    :func:`gateway.audit.store.postgres_read.verify_agent_chains` for all of them).
 
     Raises:
         ConfigError: The file is missing, unreadable, or not an audit log.

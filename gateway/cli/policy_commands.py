@@ -13,11 +13,11 @@ from typing import Any
 from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
 from capabilities.registry import CapabilityRegistry
 from capabilities.versions import VersionConstraint, VersionSyntaxError
+from gateway.admin.policy_backtest import changes_as_json, decide, reasons_in, replay
 from gateway.audit import parse_since, query_records
 from gateway.config import load_agent_config
 from gateway.display import json_for_terminals, printable
 from gateway.errors import AgentConfigError, ConfigError
-from gateway.inbound.policy_replay import changes_as_json, decide, reasons_in, replay
 from gateway.postgres.dsn import PostgresDsn, is_dsn
 from gateway.storage import open_audit_reader
 from policies.policy_file import load_policy

@@ -30,7 +30,7 @@ from gateway.errors import (
     OutputTooLarge,
 )
 from gateway.inbound.call import REQUEST_ID, InvokeCall, deadline_from
-from gateway.inbound.idempotency import IdempotencyStore, StoredAnswer
+from gateway.inbound.idempotency.store import IdempotencyStore, StoredAnswer
 from gateway.inbound.limit_audit import LimitRefusalLog
 from gateway.inbound.limits import CallLimiter, CallLimits, CallSlot
 from gateway.inbound.pipeline import (
@@ -41,8 +41,8 @@ from gateway.inbound.pipeline import (
     PeerIssuerCheck,
     peer_id_from_cert,
 )
-from gateway.inbound.replay import ReplayWindow
-from gateway.inbound.replay_table import ReplayTable
+from gateway.inbound.replay.mmap import ReplayTable
+from gateway.inbound.replay.store import ReplayWindow
 from gateway.telemetry.tracing import current_trace_id
 from policies.decisions import Admission, visible_capabilities
 from policies.grants import PeerGrant

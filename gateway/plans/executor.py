@@ -54,7 +54,6 @@ from gateway.plans.planner import Failure, Planner
 from gateway.plans.resume_point import resume_point
 from gateway.plans.step_events import EventSink, StepEvent
 from gateway.plans.step_runner import StepRunner
-from gateway.plans.store import FailedAttempt, StoredTask, TaskStore
 from gateway.plans.task import (
     RevisionRecord,
     StepResult,
@@ -63,6 +62,7 @@ from gateway.plans.task import (
     TaskState,
     transition,
 )
+from gateway.plans.task_store.sqlite import FailedAttempt, StoredTask, TaskStore
 from gateway.plans.verification import Confidence, comparison_digest
 from gateway.telemetry import Telemetry
 

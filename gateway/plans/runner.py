@@ -27,8 +27,8 @@ from gateway.plans.lease import new_owner_id
 from gateway.plans.model import Plan
 from gateway.plans.resume_point import stored_result
 from gateway.plans.step_events import EventSink, StepEvent
-from gateway.plans.store import StoredTask
 from gateway.plans.task import TaskResult
+from gateway.plans.task_store.sqlite import StoredTask
 
 _Prepare = Callable[[], Awaitable[StoredTask]]
 

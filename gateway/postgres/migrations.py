@@ -16,8 +16,8 @@ from dataclasses import dataclass, fields
 
 import psycopg
 
-from gateway.audit._schema import RECORD_COLUMNS
 from gateway.audit.record import AuditRecord
+from gateway.audit.store.sqlite_schema import RECORD_COLUMNS
 from gateway.errors import ConfigError
 
 _SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE PRECISION"}

@@ -19,16 +19,16 @@ from gateway.errors import ConfigError
 from gateway.postgres.dsn import PostgresDsn
 
 if TYPE_CHECKING:
-    from gateway.audit._writer import ChainWriter
+    from gateway.admin.idempotency.sqlite import KeyAdmin
     from gateway.audit.follow import AuditFeed, FollowFilter
-    from gateway.audit.reader import AuditReader
+    from gateway.audit.store.sqlite_append import ChainWriter
+    from gateway.audit.store.sqlite_read import AuditReader
     from gateway.config import AgentConfig
-    from gateway.inbound.idempotency import IdempotencyStore
-    from gateway.inbound.idempotency_admin import KeyAdmin
+    from gateway.inbound.idempotency.store import IdempotencyStore
     from gateway.inbound.limit_table import LimitTable
     from gateway.inbound.limits import CallLimiter
-    from gateway.inbound.replay import ReplayWindow
-    from gateway.plans.store import TaskStore
+    from gateway.inbound.replay.store import ReplayWindow
+    from gateway.plans.task_store.sqlite import TaskStore
     from gateway.server.a2a.task_store.store import A2ATaskStore
 
 
@@ -59,11 +59,11 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
     Raises:
         StateUnavailable: A store cannot be opened.
     """
-    from gateway.inbound.idempotency import SqliteIdempotencyStore
+    from gateway.inbound.idempotency.store import SqliteIdempotencyStore
     from gateway.inbound.limit_table import LIMITS_FILE, LimitTable
     from gateway.inbound.limits import CallLimits
-    from gateway.inbound.replay_table import REPLAY_FILE, ReplayTable
-    from gateway.plans.store import SqliteTaskStore
+    from gateway.inbound.replay.mmap import REPLAY_FILE, ReplayTable
+    from gateway.plans.task_store.sqlite import SqliteTaskStore
     from gateway.server.a2a.task_store.store import SqliteA2ATaskStore
 
     limit_table = None
@@ -74,9 +74,9 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
         )
         limits = limit_table
     if isinstance(config.state_db, PostgresDsn):
-        from gateway.inbound.pg_idempotency import PostgresIdempotencyStore
-        from gateway.inbound.pg_replay import PostgresReplayWindow
-        from gateway.plans.pg_store import PostgresTaskStore
+        from gateway.inbound.idempotency.postgres import PostgresIdempotencyStore
+        from gateway.inbound.replay.postgres import PostgresReplayWindow
+        from gateway.plans.task_store.postgres import PostgresTaskStore
         from gateway.server.a2a.task_store.postgres import PostgresA2ATaskStore
 
         # Shared by every replica of this agent id (see docs/fleet.md).
@@ -112,8 +112,8 @@ def prepare_shared_files(config: AgentConfig) -> None:
     from gateway.inbound.limit_table import LIMITS_FILE, create_limit_file
 
     if not isinstance(config.state_db, PostgresDsn):
-        from gateway.inbound.idempotency import SqliteIdempotencyStore
-        from gateway.inbound.replay_table import REPLAY_FILE, size_replay_file
+        from gateway.inbound.idempotency.store import SqliteIdempotencyStore
+        from gateway.inbound.replay.mmap import REPLAY_FILE, size_replay_file
 
         SqliteIdempotencyStore(config.idempotency_store).close()
         size_replay_file(config.state_dir / REPLAY_FILE, config.replay_window_ids)
@@ -140,12 +140,12 @@ def open_chain_writer(
         ConfigError: A DSN without an ``agent_id``.
     """
     if isinstance(where, PostgresDsn):
-        from gateway.audit._pg_writer import PostgresChainWriter
+        from gateway.audit.store.postgres_append import PostgresChainWriter
 
         if not agent_id:
             raise ConfigError("an audit log in PostgreSQL needs the agent id of its chain")
         return PostgresChainWriter(where, agent_id)
-    from gateway.audit._writer import SqliteChainWriter
+    from gateway.audit.store.sqlite_append import SqliteChainWriter
 
     return SqliteChainWriter(where, busy_timeout_ms=busy_timeout_ms, synchronous=sync.upper())
 
@@ -153,10 +153,10 @@ def open_chain_writer(
 def open_audit_reader(where: Path | PostgresDsn) -> AuditReader:
     """The reader of the audit store at ``where`` (opened per call, read-only)."""
     if isinstance(where, PostgresDsn):
-        from gateway.audit.pg_read import PostgresAuditReader
+        from gateway.audit.store.postgres_read import PostgresAuditReader
 
         return PostgresAuditReader(where)
-    from gateway.audit.reader import SqliteAuditReader
+    from gateway.audit.store.sqlite_read import SqliteAuditReader
 
     return SqliteAuditReader(where)
 
@@ -164,10 +164,10 @@ def open_audit_reader(where: Path | PostgresDsn) -> AuditReader:
 def open_key_admin(config: AgentConfig) -> KeyAdmin:
     """The operator's view of ``config``'s idempotency keys (audited through its log)."""
     if isinstance(config.state_db, PostgresDsn):
-        from gateway.inbound.pg_idempotency_admin import PostgresKeyAdmin
+        from gateway.admin.idempotency.postgres import PostgresKeyAdmin
 
         return PostgresKeyAdmin(config.state_db, config.audit_db, config.id)
-    from gateway.inbound.idempotency_admin import SqliteKeyAdmin
+    from gateway.admin.idempotency.sqlite import SqliteKeyAdmin
 
     return SqliteKeyAdmin(config.idempotency_store, config.audit_db, config.id)
 

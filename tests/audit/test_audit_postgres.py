@@ -9,8 +9,8 @@ import psycopg
 import pytest
 
 from gateway.audit import AuditLog, AuditRecord, query_records, verify_chain
-from gateway.audit._schema import CHAIN_COLUMNS, RECORD_COLUMNS
-from gateway.audit.pg_read import query_agent_records, verify_agent_chains
+from gateway.audit.store.postgres_read import query_agent_records, verify_agent_chains
+from gateway.audit.store.sqlite_schema import CHAIN_COLUMNS, RECORD_COLUMNS
 from gateway.errors import ConfigError
 from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.migrations import LATEST_VERSION, audit_columns_covered

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from gateway.admin.idempotency.sqlite import list_keys, release_key, resolve_done
 from gateway.agent import Agent
 from gateway.audit import AuditRecord, query_records, verify_chain
 from gateway.audit.checkpoint_verify import verify_checkpoints
 from gateway.client.peer_client import PeerClient
 from gateway.config import load_agent_config
 from gateway.errors import ConfigError, IdempotencyInDoubt, IdempotencyNotInDoubt
-from gateway.inbound.idempotency import SqliteIdempotencyStore
-from gateway.inbound.idempotency_admin import list_keys, release_key, resolve_done
+from gateway.inbound.idempotency.store import SqliteIdempotencyStore
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.faults.crash_window import appended_lines
 from tests.support import Pki, grant, spiffe, write_policy

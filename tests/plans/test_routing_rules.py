@@ -29,8 +29,8 @@ from gateway.plans.executor import ExecutorParts
 from gateway.plans.model import Step
 from gateway.plans.planner import Failure, RerouteOrStop
 from gateway.plans.runner import TaskRunner
-from gateway.plans.store import SqliteTaskStore
 from gateway.plans.task import StepStatus, TaskState
+from gateway.plans.task_store.sqlite import SqliteTaskStore
 from policies.store import PolicyStore
 from tests.support import outbound_rule, spiffe, write_policy
 

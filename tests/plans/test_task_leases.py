@@ -25,11 +25,11 @@ from gateway.plans import Plan, PlanLimits
 from gateway.plans.attempt_rules import WRITE_IN_DOUBT
 from gateway.plans.executor import ExecutorParts
 from gateway.plans.lease import Lease, holder_gone, may_take
-from gateway.plans.pg_store import PostgresTaskStore
 from gateway.plans.planner import RerouteOrStop
 from gateway.plans.runner import TaskRunner
-from gateway.plans.store import SqliteTaskStore, TaskStore, Usage, WritePin
 from gateway.plans.task import StepResult, StepStatus, TaskState
+from gateway.plans.task_store.postgres import PostgresTaskStore
+from gateway.plans.task_store.sqlite import SqliteTaskStore, TaskStore, Usage, WritePin
 from gateway.postgres.dsn import PostgresDsn
 from policies.store import PolicyStore
 from tests.plans.test_routing_rules import BOB, FakePeer, router

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.admin.policy_backtest import recorded_policy_decision, replay
 from gateway.audit import AuditRecord
-from gateway.inbound.policy_replay import recorded_policy_decision, replay
 from gateway.plans.approval import ApprovalRequest, audit_record
 from policies.policy_file import Policy, load_policy
 from tests.support import grant, spiffe, write_policy

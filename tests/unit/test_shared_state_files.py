@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import IdempotencyInDoubt
-from gateway.inbound.idempotency import SqliteIdempotencyStore, StoredAnswer
+from gateway.inbound.idempotency.store import SqliteIdempotencyStore, StoredAnswer
 
 IDENT = ("spiffe://example.org/agent/bob", "notes.append", "k1")
 

@@ -3,7 +3,7 @@ transaction per batch).
 
 Used only from the audit writer thread (see :mod:`gateway.audit.log`), which
 owns the connection for its whole life. The PostgreSQL side is
-:mod:`gateway.audit._pg_writer`.
+:mod:`gateway.audit.store.postgres_append`.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway.audit._schema import (
+from gateway.audit.chain import GENESIS_HASH, chained_row
+from gateway.audit.store.sqlite_schema import (
     DDL,
     INSERT_RECORDS,
     MIGRATE_1_TO_2,
     ROWS_PER_INSERT,
     SCHEMA_VERSION,
 )
-from gateway.audit.chain import GENESIS_HASH, chained_row
 from gateway.errors import AuditUnavailable
 from gateway.private_files import connect_private
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from gateway.inbound.replay import DEFAULT_MAX_ENTRIES, DEFAULT_WINDOW_SECONDS, ReplayWindow
+from gateway.inbound.replay.store import DEFAULT_MAX_ENTRIES, DEFAULT_WINDOW_SECONDS, ReplayWindow
 from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.pool import Connection, StatePool
 

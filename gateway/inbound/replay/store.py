@@ -1,11 +1,11 @@
 """Replay protection: a (peer, request id) pair is accepted once within a window.
 
 ``ReplayWindow`` is the interface; ``ReplayTable``
-(:mod:`gateway.inbound.replay_table`) keeps the window in a fixed-size table,
+(:mod:`gateway.inbound.replay.mmap`) keeps the window in a fixed-size table,
 in memory (one process, reloaded from the audit log at start) or in a
 memory-mapped file the worker processes of one agent share; a full table
 refuses new ids rather than forgetting live ones. ``PostgresReplayWindow``
-(:mod:`gateway.inbound.pg_replay`) in a table every replica of the agent shares.
+(:mod:`gateway.inbound.replay.postgres`) in a table every replica of the agent shares.
 """
 
 from __future__ import annotations

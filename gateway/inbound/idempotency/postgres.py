@@ -1,7 +1,7 @@
 """Idempotency keys in PostgreSQL, shared by every replica of one agent id.
 
 The same states and answers as the SQLite store (claimed, in_doubt, done;
-see :mod:`gateway.inbound.idempotency`), with two differences a fleet needs:
+see :mod:`gateway.inbound.idempotency.store`), with two differences a fleet needs:
 
 * A claim is ``INSERT ... ON CONFLICT DO NOTHING``: of two replicas getting
   the same key at once exactly one inserts the row and runs the write; the
@@ -21,7 +21,7 @@ import time
 from datetime import timedelta
 
 from gateway.errors import IdempotencyConflict, IdempotencyInDoubt
-from gateway.inbound.idempotency import IdempotencyStore, Ident, StoredAnswer
+from gateway.inbound.idempotency.store import IdempotencyStore, Ident, StoredAnswer
 from gateway.plans.lease import holder_gone
 from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.pool import Connection, StatePool
@@ -38,7 +38,7 @@ def _now_ms() -> int:
 
 
 class PostgresIdempotencyStore(IdempotencyStore):
-    """An :class:`~gateway.inbound.idempotency.IdempotencyStore` whose rows live in the
+    """An :class:`~gateway.inbound.idempotency.store.IdempotencyStore` whose rows live in the
     shared ``idempotency`` table."""
 
     def __init__(self, dsn: PostgresDsn, agent_id: str) -> None:

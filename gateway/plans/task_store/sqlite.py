@@ -2,7 +2,7 @@
 approval requests and decisions, and failed attempts (digests only).
 
 ``TaskStore`` is the interface; ``SqliteTaskStore`` keeps it in one SQLite file
-(WAL, synchronous=NORMAL; layout in ``gateway.plans.sqlite_rows``, the records in
+(WAL, synchronous=NORMAL; layout in ``gateway.plans.task_store.rows``, the records in
 ``gateway.plans.records``) so an agent restarted mid-task resumes without
 re-running completed steps. Step outputs are the agent's own data and are
 kept for resume; nothing here is logged.
@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gateway.errors import AuditUnavailable, TaskLeased, TaskNotFound
-from gateway.plans import sqlite_rows as rows
 from gateway.plans.approval import ApprovalRequest, Decision
 from gateway.plans.lease import may_take
 from gateway.plans.model import Plan
 from gateway.plans.records import FailedAttempt, StoredTask, Usage, WritePin
 from gateway.plans.task import RevisionRecord, StepResult, TaskState
+from gateway.plans.task_store import rows as rows
 from gateway.private_files import connect_private
 
 __all__ = ["FailedAttempt", "SqliteTaskStore", "StoredTask", "TaskStore", "Usage", "WritePin"]

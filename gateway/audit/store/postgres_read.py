@@ -13,8 +13,8 @@ from datetime import timedelta
 
 import psycopg
 
-from gateway.audit._schema import CHAIN_COLUMNS, RECORD_COLUMNS, record_from_row
 from gateway.audit.record import AuditRecord
+from gateway.audit.store.sqlite_schema import CHAIN_COLUMNS, RECORD_COLUMNS, record_from_row
 from gateway.audit.verify import VerifyReport, verify_rows
 from gateway.errors import ConfigError
 from gateway.postgres.dsn import PostgresDsn
@@ -203,7 +203,7 @@ def chain_hashes_at(dsn: PostgresDsn, agent: str, seqs: list[int]) -> tuple[int,
 
 class PostgresAuditReader:
     """Reads the shared audit table, one REPEATABLE READ snapshot per call
-    (an :class:`~gateway.audit.reader.AuditReader`)."""
+    (an :class:`~gateway.audit.store.sqlite_read.AuditReader`)."""
 
     def __init__(self, dsn: PostgresDsn) -> None:
         """Read the database at ``dsn`` (nothing is opened yet)."""

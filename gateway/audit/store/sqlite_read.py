@@ -5,7 +5,7 @@
 checkpoint check take one instead of asking what kind of store a location is.
 :func:`gateway.storage.open_audit_reader` picks the implementation:
 :class:`SqliteAuditReader` here, or
-:class:`~gateway.audit.pg_read.PostgresAuditReader` for the shared table.
+:class:`~gateway.audit.store.postgres_read.PostgresAuditReader` for the shared table.
 
 Invariants every implementation keeps:
 

@@ -1,6 +1,6 @@
 """``TaskStore`` in PostgreSQL: the tasks of one agent id, shared by its replicas.
 
-The same checkpoints as :class:`gateway.plans.store.SqliteTaskStore`, keyed by
+The same checkpoints as :class:`gateway.plans.task_store.sqlite.SqliteTaskStore`, keyed by
 (agent id, task id), so any replica can resume a task another one started.
 Leases work as in SQLite: a lease row with an expiry, taken and checked in
 the same transaction as the write it fences; the lease row (and, for a new
@@ -16,13 +16,13 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from gateway.errors import TaskLeased, TaskNotFound
-from gateway.plans import sqlite_rows as rows
 from gateway.plans.approval import ApprovalRequest, Decision
 from gateway.plans.lease import Lease, may_take
 from gateway.plans.model import Plan
 from gateway.plans.records import FailedAttempt, StoredTask, Usage, WritePin
-from gateway.plans.store import TaskStore
 from gateway.plans.task import RevisionRecord, StepResult, TaskState
+from gateway.plans.task_store import rows as rows
+from gateway.plans.task_store.sqlite import TaskStore
 from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.pool import Connection, StatePool
 
@@ -94,7 +94,7 @@ class PostgresTaskStore(TaskStore):
 
     def _write_usage(self, conn: Connection, task_id: str, usage: Usage, now_ms: int) -> None:
         conn.execute(
-            # Usage only grows: see gateway.plans.sqlite_rows.write_usage.
+            # Usage only grows: see gateway.plans.task_store.rows.write_usage.
             "UPDATE tasks SET steps_used = GREATEST(steps_used, %s), "
             "peer_calls = GREATEST(peer_calls, %s), elapsed = GREATEST(elapsed, %s), "
             "updated_ms = GREATEST(updated_ms, %s), tool_calls = GREATEST(tool_calls, %s) "

@@ -32,7 +32,7 @@ from typing import Any, Literal, Protocol, TypeVar
 from capabilities.runner import CapabilityResult
 from gateway.audit.record import AuditRecord, checked_fields
 from gateway.errors import ConfigError, IdempotencyNotInDoubt, StateUnavailable
-from gateway.inbound.idempotency import Ident, open_store_db
+from gateway.inbound.idempotency.store import Ident, open_store_db
 from gateway.postgres.dsn import PostgresDsn
 from gateway.storage import open_chain_writer
 

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from gateway.errors import StateUnavailable
-from gateway.inbound.replay import DEFAULT_WINDOW_SECONDS, ReplayWindow
+from gateway.inbound.replay.store import DEFAULT_WINDOW_SECONDS, ReplayWindow
 from gateway.private_files import PRIVATE_FILE, private_file
 
 REPLAY_FILE = "replay.window"

@@ -13,7 +13,7 @@ owner process (``host:pid:nonce``): worker processes sharing the file
 (``workers > 1``) open it ``shared``, and then only the claims of owners that
 are gone are marked in doubt, never a sibling's attempt in flight.
 Only ``in_doubt`` rows may be changed by an operator
-(:mod:`gateway.inbound.idempotency_admin`); ``done`` rows are purged after the
+(:mod:`gateway.admin.idempotency.sqlite`); ``done`` rows are purged after the
 configured retention, ``in_doubt`` rows never are.
 """
 
@@ -117,7 +117,7 @@ class IdempotencyStore(ABC):
     (a duplicate call in this process waits for the first one's answer instead
     of reading the row). Implementations store the rows
     (:class:`SqliteIdempotencyStore`,
-    :class:`~gateway.inbound.pg_idempotency.PostgresIdempotencyStore`) and keep
+    :class:`~gateway.inbound.idempotency.postgres.PostgresIdempotencyStore`) and keep
     these invariants:
 
     - A claim is durable before ``claim`` returns None, and exactly one of two

@@ -1,11 +1,11 @@
 """Operator actions on idempotency keys kept in PostgreSQL (``state_db`` a DSN).
 
-The same actions and rules as :mod:`gateway.inbound.idempotency_admin`: list,
+The same actions and rules as :mod:`gateway.admin.idempotency.sqlite`: list,
 resolve (store the observed outcome) or release a key in doubt, each audited
 in the agent's audit log before the change is committed. The key's row is
 locked ``FOR UPDATE`` for the whole action, so no replica claims or
 completes it meanwhile. A ``claimed`` row whose owner process is gone (or
-that is older than :data:`~gateway.inbound.pg_idempotency.STALE_CLAIM`) is
+that is older than :data:`~gateway.inbound.idempotency.postgres.STALE_CLAIM`) is
 treated as in doubt: no replica can still be running it.
 """
 
@@ -19,9 +19,7 @@ from typing import Any
 import psycopg
 
 from capabilities.runner import CapabilityResult
-from gateway.errors import ConfigError, StateUnavailable
-from gateway.inbound.idempotency import Ident
-from gateway.inbound.idempotency_admin import (
+from gateway.admin.idempotency.sqlite import (
     RELEASED,
     RESOLVED,
     KeyEntry,
@@ -31,7 +29,9 @@ from gateway.inbound.idempotency_admin import (
     in_doubt_entry,
     key_entry,
 )
-from gateway.inbound.pg_idempotency import STALE_CLAIM
+from gateway.errors import ConfigError, StateUnavailable
+from gateway.inbound.idempotency.postgres import STALE_CLAIM
+from gateway.inbound.idempotency.store import Ident
 from gateway.plans.lease import holder_gone
 from gateway.postgres.dsn import PostgresDsn
 
@@ -81,7 +81,7 @@ def resolve_done_pg(
     reason: str,
     check_output: OutputCheck | None = None,
 ) -> Resolution:
-    """:func:`~gateway.inbound.idempotency_admin.resolve_done` for a PostgreSQL store."""
+    """:func:`~gateway.admin.idempotency.sqlite.resolve_done` for a PostgreSQL store."""
     if not isinstance(output, dict):
         raise ConfigError("the output must be a JSON object")
     result: list[CapabilityResult] = []
@@ -111,7 +111,7 @@ def resolve_done_pg(
 def release_key_pg(
     dsn: PostgresDsn, audit_db: Path | PostgresDsn, agent_id: str, ident: Ident, reason: str
 ) -> Resolution:
-    """:func:`~gateway.inbound.idempotency_admin.release_key` for a PostgreSQL store."""
+    """:func:`~gateway.admin.idempotency.sqlite.release_key` for a PostgreSQL store."""
 
     def delete(conn: Connection) -> None:
         conn.execute("DELETE FROM idempotency" + _KEY, (agent_id, *ident))
@@ -152,7 +152,7 @@ def _change(
 
 
 class PostgresKeyAdmin:
-    """:class:`~gateway.inbound.idempotency_admin.KeyAdmin` of the keys every
+    """:class:`~gateway.admin.idempotency.sqlite.KeyAdmin` of the keys every
     replica of an agent shares in PostgreSQL."""
 
     def __init__(self, dsn: PostgresDsn, audit_db: Path | PostgresDsn, agent_id: str) -> None:
