@@ -59,7 +59,7 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
     Raises:
         StateUnavailable: A store cannot be opened.
     """
-    from gateway.inbound.idempotency.store import SqliteIdempotencyStore
+    from gateway.inbound.idempotency.sqlite import SqliteIdempotencyStore
     from gateway.inbound.limit_table import LIMITS_FILE, LimitTable
     from gateway.inbound.limits import CallLimits
     from gateway.inbound.replay.mmap import REPLAY_FILE, ReplayTable
@@ -112,7 +112,7 @@ def prepare_shared_files(config: AgentConfig) -> None:
     from gateway.inbound.limit_table import LIMITS_FILE, create_limit_file
 
     if not isinstance(config.state_db, PostgresDsn):
-        from gateway.inbound.idempotency.store import SqliteIdempotencyStore
+        from gateway.inbound.idempotency.sqlite import SqliteIdempotencyStore
         from gateway.inbound.replay.mmap import REPLAY_FILE, size_replay_file
 
         SqliteIdempotencyStore(config.idempotency_store).close()

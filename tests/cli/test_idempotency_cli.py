@@ -21,7 +21,7 @@ from gateway.audit.checkpoint_verify import verify_checkpoints
 from gateway.client.peer_client import PeerClient
 from gateway.config import load_agent_config
 from gateway.errors import ConfigError, IdempotencyInDoubt, IdempotencyNotInDoubt
-from gateway.inbound.idempotency.store import SqliteIdempotencyStore
+from gateway.inbound.idempotency.sqlite import SqliteIdempotencyStore
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.faults.crash_window import appended_lines
 from tests.support import Pki, grant, spiffe, write_policy

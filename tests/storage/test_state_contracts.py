@@ -14,7 +14,8 @@ import pytest
 
 from gateway.errors import IdempotencyConflict, IdempotencyInDoubt
 from gateway.inbound.idempotency.postgres import PostgresIdempotencyStore
-from gateway.inbound.idempotency.store import IdempotencyStore, SqliteIdempotencyStore, StoredAnswer
+from gateway.inbound.idempotency.sqlite import SqliteIdempotencyStore
+from gateway.inbound.idempotency.store import IdempotencyStore, StoredAnswer
 from gateway.inbound.replay.mmap import ReplayTable
 from gateway.inbound.replay.postgres import PostgresReplayWindow
 from gateway.inbound.replay.store import ReplayWindow

@@ -14,7 +14,8 @@ from gateway.audit.store.postgres_read import PostgresAuditReader
 from gateway.audit.store.sqlite_append import ChainWriter, SqliteChainWriter
 from gateway.audit.store.sqlite_read import SqliteAuditReader
 from gateway.inbound.idempotency.postgres import PostgresIdempotencyStore
-from gateway.inbound.idempotency.store import IdempotencyStore, SqliteIdempotencyStore
+from gateway.inbound.idempotency.sqlite import SqliteIdempotencyStore
+from gateway.inbound.idempotency.store import IdempotencyStore
 from gateway.inbound.limits import CallLimits
 from gateway.inbound.replay.mmap import ReplayTable
 from gateway.inbound.replay.postgres import PostgresReplayWindow
