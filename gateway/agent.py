@@ -41,7 +41,7 @@ from gateway.plans.planner import Planner, RerouteOrStop
 from gateway.plans.runner import TaskRunner
 from gateway.plans.step_events import EventSink
 from gateway.plans.task import TaskResult
-from gateway.plans.task_store.sqlite import TaskStore
+from gateway.plans.task_store.store import TaskStore
 from gateway.private_files import private_dir
 from gateway.server.a2a import A2AServicer
 from gateway.server.a2a.card import CardIssuer, PublicCardCache

@@ -62,7 +62,8 @@ from gateway.plans.task import (
     TaskState,
     transition,
 )
-from gateway.plans.task_store.sqlite import FailedAttempt, StoredTask, TaskStore
+from gateway.plans.task_store.sqlite import FailedAttempt, StoredTask
+from gateway.plans.task_store.store import TaskStore
 from gateway.plans.verification import Confidence, comparison_digest
 from gateway.telemetry import Telemetry
 

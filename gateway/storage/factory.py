@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from gateway.inbound.limit_table import LimitTable
     from gateway.inbound.limits import CallLimiter
     from gateway.inbound.replay.store import ReplayWindow
-    from gateway.plans.task_store.sqlite import TaskStore
+    from gateway.plans.task_store.store import TaskStore
     from gateway.server.a2a.task_store.store import A2ATaskStore
 
 

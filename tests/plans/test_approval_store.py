@@ -14,7 +14,8 @@ from gateway.plans.model import Plan
 from gateway.plans.records import Usage
 from gateway.plans.task import TaskState
 from gateway.plans.task_store.postgres import PostgresTaskStore
-from gateway.plans.task_store.sqlite import SqliteTaskStore, TaskStore
+from gateway.plans.task_store.sqlite import SqliteTaskStore
+from gateway.plans.task_store.store import TaskStore
 from gateway.postgres.dsn import PostgresDsn
 
 PLAN = Plan.model_validate({"goal": "g", "steps": [{"id": "s", "capability": "a.b"}]})

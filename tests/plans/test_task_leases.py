@@ -29,7 +29,8 @@ from gateway.plans.planner import RerouteOrStop
 from gateway.plans.runner import TaskRunner
 from gateway.plans.task import StepResult, StepStatus, TaskState
 from gateway.plans.task_store.postgres import PostgresTaskStore
-from gateway.plans.task_store.sqlite import SqliteTaskStore, TaskStore, Usage, WritePin
+from gateway.plans.task_store.sqlite import SqliteTaskStore, Usage, WritePin
+from gateway.plans.task_store.store import TaskStore
 from gateway.postgres.dsn import PostgresDsn
 from policies.store import PolicyStore
 from tests.plans.test_routing_rules import BOB, FakePeer, router

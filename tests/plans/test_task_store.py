@@ -19,7 +19,8 @@ from gateway.plans.task import (
     transition,
 )
 from gateway.plans.task_store.postgres import PostgresTaskStore
-from gateway.plans.task_store.sqlite import SqliteTaskStore, TaskStore, Usage
+from gateway.plans.task_store.sqlite import SqliteTaskStore, Usage
+from gateway.plans.task_store.store import TaskStore
 from gateway.plans.verification import Confidence
 from gateway.postgres.dsn import PostgresDsn
 

@@ -17,9 +17,10 @@ import pytest
 from gateway.plans import Plan
 from gateway.plans.attempt_rules import written_note
 from gateway.plans.task import StepResult, StepStatus
-from gateway.plans.task_store import rows as rows
+from gateway.plans.task_store import rows
 from gateway.plans.task_store.postgres import PostgresTaskStore
-from gateway.plans.task_store.sqlite import SqliteTaskStore, TaskStore
+from gateway.plans.task_store.sqlite import SqliteTaskStore
+from gateway.plans.task_store.store import TaskStore
 from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.migrations import MIGRATIONS
 

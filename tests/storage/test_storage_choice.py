@@ -21,7 +21,8 @@ from gateway.inbound.replay.mmap import ReplayTable
 from gateway.inbound.replay.postgres import PostgresReplayWindow
 from gateway.inbound.replay.store import ReplayWindow
 from gateway.plans.task_store.postgres import PostgresTaskStore
-from gateway.plans.task_store.sqlite import SqliteTaskStore, TaskStore
+from gateway.plans.task_store.sqlite import SqliteTaskStore
+from gateway.plans.task_store.store import TaskStore
 from gateway.server.a2a.task_store.postgres import PostgresA2ATaskStore
 from gateway.server.a2a.task_store.store import A2ATaskStore, SqliteA2ATaskStore
 from gateway.storage import Stores, open_stores, prepare_shared_files

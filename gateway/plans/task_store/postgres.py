@@ -21,8 +21,8 @@ from gateway.plans.lease import Lease, may_take
 from gateway.plans.model import Plan
 from gateway.plans.records import FailedAttempt, StoredTask, Usage, WritePin
 from gateway.plans.task import RevisionRecord, StepResult, TaskState
-from gateway.plans.task_store import rows as rows
-from gateway.plans.task_store.sqlite import TaskStore
+from gateway.plans.task_store import rows
+from gateway.plans.task_store.store import TaskStore
 from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.pool import Connection, StatePool
 
