@@ -64,7 +64,7 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
     from gateway.inbound.limits import CallLimits
     from gateway.inbound.replay.mmap import REPLAY_FILE, ReplayTable
     from gateway.plans.task_store.sqlite import SqliteTaskStore
-    from gateway.server.a2a.task_store.store import SqliteA2ATaskStore
+    from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
 
     limit_table = None
     limits: CallLimiter = CallLimits(config.max_concurrent_calls)

@@ -24,7 +24,8 @@ from gateway.plans.task_store.postgres import PostgresTaskStore
 from gateway.plans.task_store.sqlite import SqliteTaskStore
 from gateway.plans.task_store.store import TaskStore
 from gateway.server.a2a.task_store.postgres import PostgresA2ATaskStore
-from gateway.server.a2a.task_store.store import A2ATaskStore, SqliteA2ATaskStore
+from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
+from gateway.server.a2a.task_store.store import A2ATaskStore
 from gateway.storage import Stores, open_stores, prepare_shared_files
 from tests.support import Pki, agent_config
 

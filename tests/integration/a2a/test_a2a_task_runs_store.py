@@ -18,12 +18,8 @@ import pytest
 from gateway.config import A2ASettings
 from gateway.postgres.dsn import PostgresDsn
 from gateway.server.a2a.task_store.postgres import PostgresA2ATaskStore
-from gateway.server.a2a.task_store.store import (
-    A2ATask,
-    A2ATaskStore,
-    SqliteA2ATaskStore,
-    TaskOutcome,
-)
+from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
+from gateway.server.a2a.task_store.store import A2ATask, A2ATaskStore, TaskOutcome
 from tests.integration.a2a.test_a2a_task_store import ALICE, BOB, task
 
 ME, GONE = "runner-me", "runner-gone"

@@ -11,10 +11,10 @@ import pytest
 from gateway.errors import InvalidRequest, StateUnavailable
 from gateway.postgres.dsn import PostgresDsn
 from gateway.server.a2a.task_store.postgres import PostgresA2ATaskStore
+from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
 from gateway.server.a2a.task_store.store import (
     A2ATask,
     A2ATaskStore,
-    SqliteA2ATaskStore,
     TaskFilter,
     TaskOutcome,
     token_task_id,
