@@ -40,7 +40,7 @@ from typing import Literal, Protocol
 
 from gateway.audit.checkpoint import Checkpointer
 from gateway.audit.record import AuditRecord, checked_fields
-from gateway.audit.store.sqlite_append import ChainWriter
+from gateway.audit.store.store import ChainWriter
 from gateway.errors import AuditUnavailable, ConfigError
 from gateway.postgres.dsn import PostgresDsn
 from gateway.storage import open_chain_writer

@@ -21,8 +21,7 @@ from gateway.postgres.dsn import PostgresDsn
 if TYPE_CHECKING:
     from gateway.admin.idempotency.sqlite import KeyAdmin
     from gateway.audit.follow import AuditFeed, FollowFilter
-    from gateway.audit.store.sqlite_append import ChainWriter
-    from gateway.audit.store.sqlite_read import AuditReader
+    from gateway.audit.store.store import AuditReader, ChainWriter
     from gateway.config import AgentConfig
     from gateway.inbound.idempotency.store import IdempotencyStore
     from gateway.inbound.limit_table import LimitTable

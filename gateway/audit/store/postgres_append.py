@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import psycopg
 
 from gateway.audit.chain import GENESIS_HASH, fields_hash
-from gateway.audit.store.sqlite_append import ChainWriter
 from gateway.audit.store.sqlite_schema import CHAIN_COLUMNS, RECORD_COLUMNS
+from gateway.audit.store.store import ChainWriter
 from gateway.errors import AuditUnavailable
 from gateway.postgres.dsn import PostgresDsn
 from gateway.postgres.migrations import migrate

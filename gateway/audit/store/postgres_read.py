@@ -203,7 +203,7 @@ def chain_hashes_at(dsn: PostgresDsn, agent: str, seqs: list[int]) -> tuple[int,
 
 class PostgresAuditReader:
     """Reads the shared audit table, one REPEATABLE READ snapshot per call
-    (an :class:`~gateway.audit.store.sqlite_read.AuditReader`)."""
+    (an :class:`~gateway.audit.store.store.AuditReader`)."""
 
     def __init__(self, dsn: PostgresDsn) -> None:
         """Read the database at ``dsn`` (nothing is opened yet)."""

@@ -9,7 +9,6 @@ owns the connection for its whole life. The PostgreSQL side is
 from __future__ import annotations
 
 import sqlite3
-from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,47 +20,9 @@ from gateway.audit.store.sqlite_schema import (
     ROWS_PER_INSERT,
     SCHEMA_VERSION,
 )
+from gateway.audit.store.store import ChainWriter
 from gateway.errors import AuditUnavailable
 from gateway.private_files import connect_private
-
-
-class ChainWriter(ABC):
-    """Appends batches of records to one hash chain, one committed transaction each.
-
-    Attributes:
-        count: Records stored so far (the seq of the last one).
-        last_hash: ``record_hash`` of the last record (GENESIS_HASH when empty).
-        recoverable: Whether a failed commit may be retried after reopening
-            (a database server that went away can come back; a broken local
-            file is for an operator to look at).
-    """
-
-    recoverable = False
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.last_hash = GENESIS_HASH
-
-    @property
-    @abstractmethod
-    def where(self) -> str:
-        """The store as named in messages (no secrets)."""
-
-    @abstractmethod
-    def open(self) -> None:
-        """Open the store and load the chain head; AuditUnavailable if it cannot."""
-
-    @abstractmethod
-    def append(self, records: Sequence[dict[str, object]]) -> None:
-        """Assign seqs, chain and commit ``records``; AuditUnavailable if not committed."""
-
-    @abstractmethod
-    def close(self) -> None:
-        """Release the store (idempotent)."""
-
-    def probe(self) -> None:
-        """Check the store is reachable; AuditUnavailable if not (a local file always is)."""
-        return None
 
 
 class SqliteChainWriter(ChainWriter):

@@ -22,44 +22,11 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Protocol
 
 from gateway.audit.checkpoint_verify import sqlite_hashes_at
 from gateway.audit.query import sqlite_query_records, sqlite_recent_request_ids
 from gateway.audit.record import AuditRecord
 from gateway.audit.verify import VerifyReport, sqlite_verify_chain
-
-
-class AuditReader(Protocol):
-    """Read-only access to one audit store (a SQLite file or a shared database)."""
-
-    @property
-    def many_chains(self) -> bool:
-        """True when the store holds the chains of many agents (one per agent id)."""
-
-    def query(
-        self,
-        *,
-        agent: str | None = None,
-        refusals_only: bool = False,
-        peer: str | None = None,
-        capability: str | None = None,
-        since: timedelta | None = None,
-        limit: int | None = None,
-        trace_id: str | None = None,
-    ) -> list[AuditRecord]:
-        """Records matching every given filter (see :func:`gateway.audit.query.query_records`)."""
-
-    def recent_request_ids(
-        self, *, agent: str, since: timedelta, limit: int, refusals: Collection[str]
-    ) -> Iterator[tuple[str, str, int]]:
-        """(peer, request id, time) of recent allowed or ``refusals`` calls, newest first."""
-
-    def verify(self, agent: str | None = None) -> VerifyReport:
-        """Check ``agent``'s chain (may be left out when the store holds one)."""
-
-    def hashes_at(self, agent: str, seqs: list[int]) -> tuple[int, dict[int, str]]:
-        """The last seq of ``agent``'s chain and the record hashes at ``seqs``."""
 
 
 class SqliteAuditReader:
