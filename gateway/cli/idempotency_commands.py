@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
 from capabilities.registry import CapabilityRegistry
-from gateway.admin.idempotency.sqlite import KeyEntry, OutputCheck, Resolution
+from gateway.admin.idempotency.store import KeyEntry, OutputCheck, Resolution
 from gateway.config import AgentConfig, load_agent_config
 from gateway.errors import ConfigError
 from gateway.storage import open_key_admin

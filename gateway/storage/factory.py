@@ -19,7 +19,7 @@ from gateway.errors import ConfigError
 from gateway.postgres.dsn import PostgresDsn
 
 if TYPE_CHECKING:
-    from gateway.admin.idempotency.sqlite import KeyAdmin
+    from gateway.admin.idempotency.store import KeyAdmin
     from gateway.audit.follow import AuditFeed, FollowFilter
     from gateway.audit.store.store import AuditReader, ChainWriter
     from gateway.config import AgentConfig

@@ -19,16 +19,8 @@ from typing import Any
 import psycopg
 
 from capabilities.runner import CapabilityResult
-from gateway.admin.idempotency.sqlite import (
-    RELEASED,
-    RESOLVED,
-    KeyEntry,
-    OutputCheck,
-    Resolution,
-    audit_action,
-    in_doubt_entry,
-    key_entry,
-)
+from gateway.admin.idempotency.sqlite import audit_action, in_doubt_entry, key_entry
+from gateway.admin.idempotency.store import RELEASED, RESOLVED, KeyEntry, OutputCheck, Resolution
 from gateway.errors import ConfigError, StateUnavailable
 from gateway.inbound.idempotency.postgres import STALE_CLAIM
 from gateway.inbound.idempotency.store import Ident
@@ -152,7 +144,7 @@ def _change(
 
 
 class PostgresKeyAdmin:
-    """:class:`~gateway.admin.idempotency.sqlite.KeyAdmin` of the keys every
+    """:class:`~gateway.admin.idempotency.store.KeyAdmin` of the keys every
     replica of an agent shares in PostgreSQL."""
 
     def __init__(self, dsn: PostgresDsn, audit_db: Path | PostgresDsn, agent_id: str) -> None:
