@@ -24,7 +24,7 @@ from gateway.outbound.router import Router
 from gateway.plans import Plan, PlanLimits
 from gateway.plans.attempt_rules import WRITE_IN_DOUBT
 from gateway.plans.executor import ExecutorParts
-from gateway.plans.lease import Lease, holder_gone, may_take
+from gateway.plans.lease import Lease, may_take
 from gateway.plans.planner import RerouteOrStop
 from gateway.plans.runner import TaskRunner
 from gateway.plans.task import StepResult, StepStatus, TaskState
@@ -32,6 +32,7 @@ from gateway.plans.task_store.postgres import PostgresTaskStore
 from gateway.plans.task_store.sqlite import SqliteTaskStore, Usage, WritePin
 from gateway.plans.task_store.store import TaskStore
 from gateway.postgres.dsn import PostgresDsn
+from gateway.process_owner import holder_gone
 from policies.store import PolicyStore
 from tests.plans.test_routing_rules import BOB, FakePeer, router
 from tests.support import WriteCounter, outbound_rule, spiffe, write_policy

@@ -24,8 +24,8 @@ from gateway.admin.idempotency.store import RELEASED, RESOLVED, KeyEntry, Output
 from gateway.errors import ConfigError, StateUnavailable
 from gateway.inbound.idempotency.postgres import STALE_CLAIM
 from gateway.inbound.idempotency.store import Ident
-from gateway.plans.lease import holder_gone
 from gateway.postgres.dsn import PostgresDsn
+from gateway.process_owner import holder_gone
 
 _SELECT = (
     "SELECT peer, capability, key, state, served_version, request_sha256, "
