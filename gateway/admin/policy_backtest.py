@@ -1,4 +1,8 @@
-"""Re-deciding recorded calls under a candidate policy, and explaining one decision.
+"""Backtesting a candidate policy on recorded calls (``policy backtest``), and explaining one
+decision.
+
+"Replay" in this package means request-id replay protection only; re-deciding
+the audit log under another policy is a *backtest*.
 
 Only the policy's own steps (``policies.decisions.POLICY_STEPS``) are
 re-decided, each over a ``PolicyQuery`` built from an audit record: the
@@ -141,7 +145,7 @@ class ChangedCall:
 
 
 @dataclass(slots=True)
-class ReplayReport:
+class BacktestReport:
     """Every change the candidate makes, and what was and was not re-decided.
 
     Attributes:
@@ -185,11 +189,11 @@ def recorded_policy_decision(record: AuditRecord) -> str | None:
     return "refuse" if record.reason in POLICY_REASONS else None
 
 
-def replay(
+def backtest(
     records: Iterable[AuditRecord], candidate: Policy, registry: CapabilityRegistry | None
-) -> ReplayReport:
+) -> BacktestReport:
     """Re-decide every policy decision in ``records`` under ``candidate``."""
-    report = ReplayReport(skipped_steps=tuple(sorted(REGISTRY_STEPS)) if registry is None else ())
+    report = BacktestReport(skipped_steps=tuple(sorted(REGISTRY_STEPS)) if registry is None else ())
     for record in records:
         before = recorded_policy_decision(record)
         if before is None:
@@ -223,7 +227,7 @@ def _past(decision: str) -> str:
     return "allowed" if decision == "allow" else "refused"
 
 
-def changes_as_json(report: ReplayReport) -> dict[str, object]:
+def changes_as_json(report: BacktestReport) -> dict[str, object]:
     """The report as exact JSON-ready data (no escaping; the caller serialises)."""
     return {
         "considered": report.considered,
