@@ -60,9 +60,9 @@ from grpc import aio
 from gateway.agent import Agent
 from gateway.audit import query_records
 from gateway.config import A2ASettings, AgentConfig
+from gateway.server.a2a import public_card
+from gateway.server.a2a_http import JSONRPC_PATH
 from gateway.storage import open_audit_reader
-from gateway.transport.a2a import public_card
-from gateway.transport.a2a_http import JSONRPC_PATH
 from gateway.transport.tls import TlsMaterial, channel_options, server_options
 
 SIZES = (256, 16 * 1024, 256 * 1024)

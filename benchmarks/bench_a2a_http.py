@@ -28,8 +28,8 @@ from a2a.server.routes import create_jsonrpc_routes
 from starlette.applications import Starlette
 
 from gateway.config import AgentConfig
-from gateway.transport.a2a_http import JSONRPC_PATH
-from gateway.transport.a2a_http.server import KEEP_ALIVE_SECONDS
+from gateway.server.a2a_http import JSONRPC_PATH
+from gateway.server.a2a_http.server import KEEP_ALIVE_SECONDS
 from gateway.transport.tls import TlsMaterial
 from policies.identity import svid_dns_name
 

@@ -72,8 +72,8 @@ from gateway.agent import Agent
 from gateway.audit import query_records
 from gateway.config import AgentConfig
 from gateway.devtools.pki import issue
+from gateway.server.a2a_http import JSONRPC_PATH
 from gateway.storage import open_audit_reader
-from gateway.transport.a2a_http import JSONRPC_PATH
 from gateway.transport.tls import TlsMaterial, channel_options
 from policies.grants import PolicyDocument
 from policies.identity import svid_dns_name

@@ -28,7 +28,7 @@ from typing import Any
 
 from bench_invoke import CONCURRENCY, ServerProcess, echo_payload, make_workspace
 
-from gateway.transport.client import PeerClient
+from gateway.client.peer_client import PeerClient
 from gateway.wire.v1 import gateway_pb2
 
 TARGET = 0.90

@@ -77,7 +77,7 @@ from gateway.audit.chain import GENESIS_HASH, chained_row
 from gateway.audit.record import AuditRecord, checked_fields
 from gateway.errors import CapabilityNotGranted
 from gateway.inbound.call import InvokeCall
-from gateway.inbound.replay_table import ReplayTable
+from gateway.inbound.replay.mmap import ReplayTable
 from gateway.transport.status import to_grpc_status
 from gateway.transport.tls import TlsMaterial, channel_options, server_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc

@@ -61,8 +61,8 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from gateway.agent import Agent
 from gateway.audit import query_records
-from gateway.audit._writer import SqliteChainWriter
 from gateway.audit.record import checked_fields
+from gateway.audit.store.sqlite_append import SqliteChainWriter
 from gateway.config import AgentConfig, MetricsSettings, TracingSettings
 from gateway.devtools.pki import init_ca, issue
 from gateway.errors import CapabilityNotGranted

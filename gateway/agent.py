@@ -20,15 +20,17 @@ from gateway import hotpath
 from gateway.audit import AuditLog
 from gateway.audit.checkpoint import Checkpointer, CheckpointSigner
 from gateway.audit.signer_archive import remember_signer, signers_file
+from gateway.client.a2a.upstream_client import UpstreamClient
+from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig, WorkloadApiTls
 from gateway.console import ConsoleServer
 from gateway.errors import AgentConfigError, AuditUnavailable, StateUnavailable, reasons_where
-from gateway.inbound.idempotency import IdempotencyStore
+from gateway.inbound.idempotency.store import IdempotencyStore
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.limit_audit import DEFAULT_INTERVAL_SECONDS, LimitRefusalLog
 from gateway.inbound.limit_table import LimitTable
 from gateway.inbound.limits import AdmissionControl, LimitStats, limit_refusal_counts
-from gateway.inbound.replay import ReplayWindow
+from gateway.inbound.replay.store import ReplayWindow
 from gateway.outbound.router import Router
 from gateway.outbound.upstream_capabilities import register_upstreams
 from gateway.plans.checks import PlanLimits
@@ -37,22 +39,20 @@ from gateway.plans.model import Plan
 from gateway.plans.planner import Planner, RerouteOrStop
 from gateway.plans.runner import PlanDriver
 from gateway.plans.step_events import EventSink
-from gateway.plans.store import TaskStore
 from gateway.plans.task import TaskResult
+from gateway.plans.task_store.store import TaskStore
 from gateway.private_files import private_dir
+from gateway.server.a2a import A2AServicer
+from gateway.server.a2a.card import CardIssuer, PublicCardCache
+from gateway.server.a2a.card_signing import card_signer
+from gateway.server.a2a.task_runs import BackgroundTasks
+from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH, A2AHttpServer, HttpEdge
+from gateway.server.grpc_server import GatewayServer
+from gateway.server.health import HealthMonitor
 from gateway.storage import open_audit_reader, open_chain_writer, open_stores
 from gateway.telemetry import Telemetry
 from gateway.telemetry.health_http import HealthState
-from gateway.transport.a2a import A2AServicer
-from gateway.transport.a2a.card import CardIssuer, PublicCardCache
-from gateway.transport.a2a.card_signing import card_signer
-from gateway.transport.a2a.task_runs import BackgroundTasks
-from gateway.transport.a2a.upstream_client import UpstreamClient
-from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH, A2AHttpServer, HttpEdge
-from gateway.transport.client import PeerClient
-from gateway.transport.health import HealthMonitor
 from gateway.transport.live_tls import LiveTls, TlsStats
-from gateway.transport.server import GatewayServer
 from gateway.transport.tls import TlsMaterial
 from gateway.transport.workload_api import WorkloadApiFeed
 from policies.store import PolicyStore
@@ -191,7 +191,7 @@ class Agent:
             },
             self._server.set_serving,
         )
-        """Keeps the gRPC health status true (see gateway.transport.health)."""
+        """Keeps the gRPC health status true (see gateway.server.health)."""
         self.audit.add_health_listener(lambda _healthy: self.health.poke())
         self._health_published = self._stopping = False
         self.telemetry.serve_health(self.health_state)

@@ -43,7 +43,7 @@ from a2a.types import (
 )
 from google.protobuf import json_format, struct_pb2
 
-from gateway.transport.a2a.card_signing import verify_card
+from gateway.server.a2a.card_signing import verify_card
 
 TERMINAL = {
     a2a_pb2.TASK_STATE_COMPLETED,

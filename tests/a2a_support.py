@@ -14,7 +14,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from gateway.agent import Agent
-from gateway.transport.a2a import public_card
+from gateway.server.a2a import public_card
 from gateway.transport.status import from_rpc_error
 from tests.support import Pki, raw_channel
 

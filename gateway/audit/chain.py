@@ -25,8 +25,8 @@ import operator
 from collections.abc import Callable, Iterator, Mapping
 from json.encoder import encode_basestring
 
-from gateway.audit._schema import RECORD_COLUMNS
 from gateway.audit.record import AuditRecord
+from gateway.audit.store.sqlite_schema import RECORD_COLUMNS
 
 GENESIS_HASH = "0" * 64
 """The ``prev_hash`` of the first record in a log."""

@@ -35,15 +35,15 @@ from typing import TYPE_CHECKING
 
 from cryptography import x509
 
-from gateway.audit._schema import connect_read_only
 from gateway.audit.checkpoint import Checkpoint, certificate_sha256, signature_valid
 from gateway.audit.checkpoint_cert import carried_certificate, load_trust_bundle
+from gateway.audit.store.sqlite_schema import connect_read_only
 from gateway.audit.verify import ChainProblem
 from gateway.errors import ConfigError, Unauthenticated
 from policies.identity import spiffe_id_from_pem
 
 if TYPE_CHECKING:
-    from gateway.audit.reader import AuditReader
+    from gateway.audit.store.store import AuditReader
 
 _FIELDS: dict[str, type] = {
     "agent": str,

@@ -19,9 +19,14 @@ from pathlib import Path
 
 import psycopg
 
-from gateway.audit._schema import RECORD_COLUMNS, SELECT_RECORDS, connect_read_only, record_from_row
 from gateway.audit.filter import AuditFilter
-from gateway.audit.pg_read import AgentRecord, _connect
+from gateway.audit.store.postgres_read import AgentRecord, _connect
+from gateway.audit.store.sqlite_schema import (
+    RECORD_COLUMNS,
+    SELECT_RECORDS,
+    connect_read_only,
+    record_from_row,
+)
 from gateway.errors import ConfigError
 from gateway.postgres.source import ConnectionSource
 

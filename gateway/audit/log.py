@@ -37,9 +37,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import Enum
 from typing import Protocol
 
-from gateway.audit._writer import ChainWriter
 from gateway.audit.checkpoint import Checkpointer
 from gateway.audit.record import AuditRecord, checked_fields
+from gateway.audit.store.store import ChainWriter
 from gateway.errors import AuditUnavailable, ConfigError
 
 _log = logging.getLogger(__name__)

@@ -11,14 +11,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gateway.audit._schema import SELECT_RECORDS, connect_read_only, record_from_row
 from gateway.audit.filter import AuditFilter
 from gateway.audit.record import AuditRecord
+from gateway.audit.store.sqlite_schema import SELECT_RECORDS, connect_read_only, record_from_row
 from gateway.display import json_for_terminals, printable
 from gateway.errors import ConfigError
 
 if TYPE_CHECKING:
-    from gateway.audit.reader import AuditReader
+    from gateway.audit.store.store import AuditReader
 
 _SINCE = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -58,7 +58,7 @@ def query_records(reader: AuditReader, wanted: AuditFilter | None = None) -> lis
     """Records of the store ``reader`` reads that match ``wanted`` (default: all).
 
     A SQLite file gives them in seq order; a store of many chains by time (see
-    :func:`gateway.audit.pg_read.query_agent_records` for the agent of each).
+    :func:`gateway.audit.store.postgres_read.query_agent_records` for the agent of each).
 
     Raises:
         ConfigError: The store is missing or not an audit log, or ``wanted.limit`` < 0.

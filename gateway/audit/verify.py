@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from gateway.audit._schema import SELECT_CHAINED, connect_read_only, record_from_row
 from gateway.audit.chain import GENESIS_HASH, fields_hash
 from gateway.audit.record import AuditRecord
+from gateway.audit.store.sqlite_schema import SELECT_CHAINED, connect_read_only, record_from_row
 from gateway.errors import ConfigError
 
 if TYPE_CHECKING:
-    from gateway.audit.reader import AuditReader
+    from gateway.audit.store.store import AuditReader
 
 ProblemKind = Literal[
     "modified",
@@ -96,7 +96,7 @@ def verify_chain(reader: AuditReader, agent: str | None = None) -> VerifyReport:
 
     Reads only; the log may be in use by a gateway meanwhile. A store of many
     chains checks ``agent``'s (``agent`` may be left out when it holds one
-    chain only; see :func:`gateway.audit.pg_read.verify_agent_chains` for all
+    chain only; see :func:`gateway.audit.store.postgres_read.verify_agent_chains` for all
     of them).
 
     Raises:

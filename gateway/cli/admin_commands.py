@@ -17,8 +17,8 @@ from gateway.audit import (
     verify_chain,
 )
 from gateway.audit.checkpoint_verify import verify_checkpoints
-from gateway.audit.pg_read import query_agent_records, verify_agent_chains
 from gateway.audit.signer_archive import read_signers, signers_file
+from gateway.audit.store.postgres_read import query_agent_records, verify_agent_chains
 from gateway.audit.summary import format_summary, format_summary_json, summarize
 from gateway.cli import audit_follow, policy_commands
 from gateway.config import WorkloadApiTls, load_agent_config

@@ -15,6 +15,7 @@ from typing import Any
 
 from capabilities.versions import VersionConstraint, VersionSyntaxError
 from gateway.agent import Agent
+from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig, TlsFiles, WorkloadApiTls, load_agent_config
 from gateway.display import printable
 from gateway.errors import AgentConfigError, ConfigError
@@ -22,7 +23,6 @@ from gateway.instance_lock import InstanceLock
 from gateway.postgres.dsn import is_dsn
 from gateway.supervisor import READY_MARK, Supervisor, check_workers
 from gateway.telemetry.json_logs import name_agent
-from gateway.transport.client import PeerClient
 from gateway.transport.tls import TlsMaterial
 from gateway.transport.workload_api import WorkloadApiFeed
 
@@ -228,10 +228,10 @@ def positive_seconds(text: str) -> float:
 def _card(args: argparse.Namespace) -> int:
     from google.protobuf import json_format
 
-    from gateway.transport.a2a import public_card
-    from gateway.transport.a2a.card import CardIssuer
-    from gateway.transport.a2a.card_signing import card_signer
-    from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH
+    from gateway.server.a2a import public_card
+    from gateway.server.a2a.card import CardIssuer
+    from gateway.server.a2a.card_signing import card_signer
+    from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 
     config = load_agent_config(args.config)
     if not isinstance(config.tls, TlsFiles):

@@ -1,4 +1,5 @@
-"""``policy replay`` and ``policy explain``: know what a policy decides before it is live."""
+"""``policy backtest`` (old name ``policy replay``) and ``policy explain``: know what a
+policy decides before it is live."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from typing import Any
 from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
 from capabilities.registry import CapabilityRegistry
 from capabilities.versions import VersionConstraint, VersionSyntaxError
+from gateway.admin.policy_backtest import backtest, changes_as_json, decide, reasons_in
 from gateway.audit import parse_since, query_records
 from gateway.audit.filter import AuditFilter
 from gateway.config import load_agent_config
 from gateway.display import json_for_terminals, printable
 from gateway.errors import AgentConfigError, ConfigError
-from gateway.inbound.policy_replay import changes_as_json, decide, reasons_in, replay
 from gateway.postgres.dsn import StoreLocation
 from gateway.storage import location, open_audit_reader
 from policies.policy_file import load_policy
@@ -27,29 +28,32 @@ EXIT_REFUSED = 1
 
 
 def add_actions(policy_sub: Any) -> None:
-    """Register ``replay`` and ``explain`` under ``policy``."""
-    replay_parser = policy_sub.add_parser(
-        "replay", help="re-decide recorded calls under a candidate policy; list what changes"
+    """Register ``backtest`` (alias ``replay``, its old name) and ``explain`` under ``policy``."""
+    backtest_parser = policy_sub.add_parser(
+        "backtest",
+        aliases=["replay"],
+        help="re-decide recorded calls under a candidate policy; list what changes "
+        "(old name: replay)",
     )
-    replay_parser.add_argument(
+    backtest_parser.add_argument(
         "--db",
         type=store_location,
         required=True,
         help="audit log: SQLite file, or postgresql://... (the shared table)",
     )
-    replay_parser.add_argument(
+    backtest_parser.add_argument(
         "--agent",
-        help="PostgreSQL: whose calls to replay (SPIFFE ID; default: --config's id)",
+        help="PostgreSQL: whose calls to backtest (SPIFFE ID; default: --config's id)",
     )
-    replay_parser.add_argument("--policy", type=Path, required=True, help="candidate policy")
-    replay_parser.add_argument("--since", help="only calls this recent, e.g. 24h, 7d")
-    replay_parser.add_argument(
+    backtest_parser.add_argument("--policy", type=Path, required=True, help="candidate policy")
+    backtest_parser.add_argument("--since", help="only calls this recent, e.g. 24h, 7d")
+    backtest_parser.add_argument(
         "--config",
         type=Path,
         help="agent config: load its capability modules to judge the version and risk steps",
     )
-    replay_parser.add_argument("--json", action="store_true", help="exact JSON")
-    replay_parser.set_defaults(run=_replay)
+    backtest_parser.add_argument("--json", action="store_true", help="exact JSON")
+    backtest_parser.set_defaults(run=_backtest)
 
     explain = policy_sub.add_parser(
         "explain", help="the decision for one call and the step that makes it"
@@ -73,14 +77,14 @@ def store_location(text: str) -> StoreLocation:
 def registry_of(config_path: Path | None) -> CapabilityRegistry | None:
     """The capabilities an agent config's modules register (None without a config).
 
-    Modules get a throw-away state folder: a replay never touches the agent's state.
+    Modules get a throw-away state folder: a backtest never touches the agent's state.
     Upstream capabilities are not loaded (they need the agent's key).
     """
     if config_path is None:
         return None
     config = load_agent_config(config_path)
     registry = CapabilityRegistry()
-    with tempfile.TemporaryDirectory(prefix="a2agw-replay-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="a2agw-backtest-") as scratch:
         try:
             load_capability_modules(
                 config.modules,
@@ -93,7 +97,7 @@ def registry_of(config_path: Path | None) -> CapabilityRegistry | None:
     return registry
 
 
-def _replay(args: argparse.Namespace) -> int:
+def _backtest(args: argparse.Namespace) -> int:
     candidate = load_policy(args.policy)
     registry = registry_of(args.config)
     since = parse_since(args.since) if args.since else None
@@ -102,11 +106,12 @@ def _replay(args: argparse.Namespace) -> int:
         if agent is None and args.config is not None:
             agent = load_agent_config(args.config).id
         if agent is None:
-            raise ConfigError("policy replay --db postgresql://...: name the agent with --agent ID")
+            command = f"policy {args.policy_command}"
+            raise ConfigError(f"{command} --db postgresql://...: name the agent with --agent ID")
     elif agent is not None:
         raise ConfigError("--agent: a SQLite audit log holds one agent; give a PostgreSQL DSN")
     recorded = query_records(open_audit_reader(args.db), AuditFilter(agent=agent, since=since))
-    report = replay(recorded, candidate, registry)
+    report = backtest(recorded, candidate, registry)
     if args.json:
         text = json.dumps(changes_as_json(report), sort_keys=True, ensure_ascii=False)
         print(json_for_terminals(text))

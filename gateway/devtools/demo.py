@@ -19,6 +19,7 @@ from capabilities.registry import CapabilityRegistry
 from gateway.agent import Agent
 from gateway.audit import format_table, query_records, verify_chain
 from gateway.audit.filter import AuditFilter
+from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig, PeerEntry
 from gateway.devtools.demo_plan import (
     DEMO_GRANTED,
@@ -30,7 +31,6 @@ from gateway.devtools.pki import init_ca, issue
 from gateway.errors import GatewayError
 from gateway.postgres.dsn import StoreLocation
 from gateway.storage import open_audit_reader
-from gateway.transport.client import PeerClient
 from gateway.transport.tls import TlsMaterial
 from policies.grants import PolicyDocument
 from policies.policy_file import render_policy

@@ -1,6 +1,6 @@
 """The protocol-neutral request handler: decision pipeline → run → audit.
 
-The gRPC servicer (``gateway.transport.server``) only adapts the wire to this module.
+The gRPC servicer (``gateway.server.grpc_server``) only adapts the wire to this module.
 Every call produces one outcome record; a call that ends in an error has it
 committed before the error is returned. A call to a ``write`` or ``external``
 capability also gets a write-ahead ``ADMITTED`` record, committed before the
@@ -30,7 +30,7 @@ from gateway.errors import (
     OutputTooLarge,
 )
 from gateway.inbound.call import REQUEST_ID, InvokeCall, deadline_from
-from gateway.inbound.idempotency import IdempotencyStore, StoredAnswer
+from gateway.inbound.idempotency.store import IdempotencyStore, StoredAnswer
 from gateway.inbound.limit_audit import LimitRefusalLog
 from gateway.inbound.limits import AdmissionControl, CallSlot, PeerCallLimits
 from gateway.inbound.pipeline import (
@@ -41,8 +41,8 @@ from gateway.inbound.pipeline import (
     PeerIssuerCheck,
     peer_id_from_cert,
 )
-from gateway.inbound.replay import ReplayWindow
-from gateway.inbound.replay_table import ReplayTable
+from gateway.inbound.replay.mmap import ReplayTable
+from gateway.inbound.replay.store import ReplayWindow
 from gateway.telemetry.tracing import current_trace_id
 from policies.decisions import Admission, visible_capabilities
 from policies.grants import PeerGrant

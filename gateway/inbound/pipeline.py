@@ -61,7 +61,7 @@ from gateway.errors import (
 )
 from gateway.inbound.call import REQUEST_ID, InvokeCall
 from gateway.inbound.limits import AdmissionControl, CallSlot
-from gateway.inbound.replay import ReplayWindow
+from gateway.inbound.replay.store import ReplayWindow
 from policies.decisions import (
     POLICY_STEPS,
     Admission,

@@ -35,6 +35,7 @@ from capabilities.context import PeerCall
 from capabilities.contract import Risk
 from capabilities.registry import Capability, CapabilityRegistry
 from capabilities.versions import Version, VersionConstraint, VersionSyntaxError
+from gateway.client.peer_client import InvokeResult, PeerClient, PeerDescription, RemoteCapability
 from gateway.errors import (
     DeadlineExceeded,
     GatewayError,
@@ -44,7 +45,6 @@ from gateway.errors import (
     PayloadTooLarge,
     PeerUnavailable,
 )
-from gateway.transport.client import InvokeResult, PeerClient, PeerDescription, RemoteCapability
 from policies.store import PolicyStore
 
 _log = logging.getLogger(__name__)

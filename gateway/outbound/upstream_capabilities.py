@@ -27,10 +27,10 @@ from capabilities.contract import CapabilityContract, ContractModel
 from capabilities.registry import Capability, CapabilityRegistry, DuplicateCapability, Handler
 from capabilities.schema_models import contract_model
 from capabilities.versions import Version
+from gateway.client.a2a.upstream_client import UpstreamClient
+from gateway.client.a2a.upstream_parts import data_part, first_data, joined_text, text_part
 from gateway.config import UpstreamSkill
 from gateway.errors import AgentConfigError
-from gateway.transport.a2a.upstream_client import UpstreamClient
-from gateway.transport.a2a.upstream_parts import data_part, first_data, joined_text, text_part
 
 
 class TextInput(ContractModel):

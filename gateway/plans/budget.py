@@ -6,7 +6,7 @@ import time
 
 from gateway.errors import BudgetExhausted
 from gateway.plans.model import Budget
-from gateway.plans.store import Usage
+from gateway.plans.task_store.sqlite import Usage
 
 
 class BudgetMeter:

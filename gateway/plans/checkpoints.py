@@ -25,8 +25,9 @@ from gateway.plans.approval import ApprovalRequest
 from gateway.plans.budget import BudgetMeter
 from gateway.plans.lease import RENEW_FRACTION
 from gateway.plans.model import Plan
-from gateway.plans.store import FailedAttempt, TaskStore, WritePin
 from gateway.plans.task import RevisionRecord, StepResult, TaskState
+from gateway.plans.task_store.sqlite import FailedAttempt, WritePin
+from gateway.plans.task_store.store import TaskStore
 
 _log = logging.getLogger(__name__)
 

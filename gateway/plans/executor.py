@@ -54,7 +54,6 @@ from gateway.plans.planner import Failure, Planner
 from gateway.plans.resume_point import resume_point
 from gateway.plans.step_events import EventSink, StepEvent
 from gateway.plans.step_runner import StepExecutor
-from gateway.plans.store import FailedAttempt, StoredTask, TaskStore
 from gateway.plans.task import (
     RevisionRecord,
     StepResult,
@@ -63,6 +62,8 @@ from gateway.plans.task import (
     TaskState,
     transition,
 )
+from gateway.plans.task_store.sqlite import FailedAttempt, StoredTask
+from gateway.plans.task_store.store import TaskStore
 from gateway.plans.verification import Confidence, comparison_digest
 from gateway.telemetry import Telemetry
 

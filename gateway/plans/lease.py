@@ -13,10 +13,9 @@ lost its lease cannot record a result, pin a write or change the state.
 
 from __future__ import annotations
 
-import os
-import socket
-import uuid
 from dataclasses import dataclass
+
+from gateway.process_owner import holder_gone
 
 LEASE_SECONDS = 30.0
 """How long a lease lasts without renewal."""
@@ -36,33 +35,6 @@ class Lease:
 
     owner: str
     expires_unix_ms: int
-
-
-def new_owner_id() -> str:
-    """A fresh owner id for this process: ``host:pid:nonce``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
-
-
-def holder_gone(owner: str) -> bool:
-    """True only if ``owner`` names a process on this host that no longer exists.
-
-    Anything unsure (another host, a malformed id, a pid that is alive or that
-    belongs to another user) is False: the lease then has to expire.
-    """
-    host, _, rest = owner.partition(":")
-    pid_text, _, _ = rest.partition(":")
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid() or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # e.g. PermissionError: it exists
-        return False
-    return False
 
 
 def may_take(current: Lease | None, owner: str, now_ms: int) -> bool:

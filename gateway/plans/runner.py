@@ -23,12 +23,12 @@ from gateway.audit import AuditLog
 from gateway.errors import AuditUnavailable, TaskNotFound
 from gateway.plans.approval import ApprovalRequest, Decision, audit_record, local_decider
 from gateway.plans.executor import ExecutorParts, TaskExecutor
-from gateway.plans.lease import new_owner_id
 from gateway.plans.model import Plan
 from gateway.plans.resume_point import stored_result
 from gateway.plans.step_events import EventSink, StepEvent
-from gateway.plans.store import StoredTask
 from gateway.plans.task import TaskResult
+from gateway.plans.task_store.sqlite import StoredTask
+from gateway.process_owner import new_owner_id
 
 _Prepare = Callable[[], Awaitable[StoredTask]]
 

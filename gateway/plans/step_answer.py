@@ -12,13 +12,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.client.peer_client import InvokeResult
 from gateway.errors import ExpectationFailed, InvalidOutput
 from gateway.outbound.router import Offer
 from gateway.plans.model import Step
 from gateway.plans.schema import SchemaMismatch, check_schema
 from gateway.plans.task import Evidence
 from gateway.plans.verification import Confidence, check_deterministic
-from gateway.transport.client import InvokeResult
 
 
 @dataclass(frozen=True, slots=True)

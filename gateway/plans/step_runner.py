@@ -90,8 +90,8 @@ from gateway.plans.step_answer import (
     now_ms,
     peer_answer,
 )
-from gateway.plans.store import WritePin
 from gateway.plans.task import Evidence, StepResult, StepStatus
+from gateway.plans.task_store.sqlite import WritePin
 from gateway.plans.verification import (
     Confidence,
     comparison_digest,

@@ -14,23 +14,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from gateway.admin.idempotency.store import AuditTarget, KeyAdmin
 from gateway.errors import ConfigError
 from gateway.postgres.dsn import PostgresDsn, StoreLocation, parse_location
 
 if TYPE_CHECKING:
-    from gateway.audit._writer import ChainWriter
     from gateway.audit.filter import AuditFilter
     from gateway.audit.follow import AuditFeed
-    from gateway.audit.reader import AuditReader
+    from gateway.audit.store.store import AuditReader, ChainWriter
     from gateway.config import AgentConfig
-    from gateway.inbound.idempotency import IdempotencyStore
-    from gateway.inbound.idempotency_admin import KeyAdmin
+    from gateway.inbound.idempotency.store import IdempotencyStore
     from gateway.inbound.limit_table import LimitTable
     from gateway.inbound.limits import AdmissionControl
-    from gateway.inbound.replay import ReplayWindow
-    from gateway.plans.store import TaskStore
+    from gateway.inbound.replay.store import ReplayWindow
+    from gateway.plans.task_store.store import TaskStore
     from gateway.postgres.source import ConnectionSource
-    from gateway.transport.a2a.task_store import A2ATaskStore
+    from gateway.server.a2a.task_store.store import A2ATaskStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +59,12 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
     Raises:
         StateUnavailable: A store cannot be opened.
     """
-    from gateway.inbound.idempotency import SqliteIdempotencyStore
+    from gateway.inbound.idempotency.sqlite import SqliteIdempotencyStore
     from gateway.inbound.limit_table import LIMITS_FILE, LimitTable
     from gateway.inbound.limits import PeerCallLimits
-    from gateway.inbound.replay_table import REPLAY_FILE, ReplayTable
-    from gateway.plans.store import SqliteTaskStore
-    from gateway.transport.a2a.task_store import SqliteA2ATaskStore
+    from gateway.inbound.replay.mmap import REPLAY_FILE, ReplayTable
+    from gateway.plans.task_store.sqlite import SqliteTaskStore
+    from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
 
     limit_table = None
     limits: AdmissionControl = PeerCallLimits(config.max_concurrent_calls)
@@ -75,11 +74,11 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
         )
         limits = limit_table
     if isinstance(config.state_db, PostgresDsn):
-        from gateway.inbound.pg_idempotency import PostgresIdempotencyStore
-        from gateway.inbound.pg_replay import PostgresReplayWindow
-        from gateway.plans.pg_store import PostgresTaskStore
+        from gateway.inbound.idempotency.postgres import PostgresIdempotencyStore
+        from gateway.inbound.replay.postgres import PostgresReplayWindow
+        from gateway.plans.task_store.postgres import PostgresTaskStore
         from gateway.postgres.pool import StatePool
-        from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
+        from gateway.server.a2a.task_store.postgres import PostgresA2ATaskStore
 
         # Shared by every replica of this agent id (see docs/fleet.md); one
         # pool per store, so a busy store cannot starve another of connections.
@@ -118,8 +117,8 @@ def prepare_shared_files(config: AgentConfig) -> None:
     from gateway.inbound.limit_table import LIMITS_FILE, create_limit_file
 
     if not isinstance(config.state_db, PostgresDsn):
-        from gateway.inbound.idempotency import SqliteIdempotencyStore
-        from gateway.inbound.replay_table import REPLAY_FILE, size_replay_file
+        from gateway.inbound.idempotency.sqlite import SqliteIdempotencyStore
+        from gateway.inbound.replay.mmap import REPLAY_FILE, size_replay_file
 
         SqliteIdempotencyStore(config.idempotency_store).close()
         size_replay_file(config.state_dir / REPLAY_FILE, config.replay_window_ids)
@@ -148,12 +147,12 @@ def open_chain_writer(
     if busy_timeout_ms < 0:
         raise ConfigError(f"audit busy_timeout_ms must be >= 0, not {busy_timeout_ms}")
     if isinstance(where, PostgresDsn):
-        from gateway.audit._pg_writer import PostgresChainWriter
+        from gateway.audit.store.postgres_append import PostgresChainWriter
 
         if not agent_id:
             raise ConfigError("an audit log in PostgreSQL needs the agent id of its chain")
         return PostgresChainWriter(connection_source(where), agent_id)
-    from gateway.audit._writer import SqliteChainWriter
+    from gateway.audit.store.sqlite_append import SqliteChainWriter
 
     return SqliteChainWriter(where, busy_timeout_ms=busy_timeout_ms, synchronous=sync.upper())
 
@@ -161,10 +160,10 @@ def open_chain_writer(
 def open_audit_reader(where: Path | PostgresDsn) -> AuditReader:
     """The reader of the audit store at ``where`` (opened per call, read-only)."""
     if isinstance(where, PostgresDsn):
-        from gateway.audit.pg_read import PostgresAuditReader
+        from gateway.audit.store.postgres_read import PostgresAuditReader
 
         return PostgresAuditReader(connection_source(where))
-    from gateway.audit.reader import SqliteAuditReader
+    from gateway.audit.store.sqlite_read import SqliteAuditReader
 
     return SqliteAuditReader(where)
 
@@ -172,12 +171,23 @@ def open_audit_reader(where: Path | PostgresDsn) -> AuditReader:
 def open_key_admin(config: AgentConfig) -> KeyAdmin:
     """The operator's view of ``config``'s idempotency keys (audited through its log)."""
     if isinstance(config.state_db, PostgresDsn):
-        from gateway.inbound.pg_idempotency_admin import PostgresKeyAdmin
+        from gateway.admin.idempotency.postgres import PostgresKeyAdmin
 
-        return PostgresKeyAdmin(connection_source(config.state_db), config.audit_db, config.id)
-    from gateway.inbound.idempotency_admin import SqliteKeyAdmin
+        return PostgresKeyAdmin(
+            connection_source(config.state_db), audit_target(config.audit_db), config.id
+        )
+    from gateway.admin.idempotency.sqlite import SqliteKeyAdmin
 
-    return SqliteKeyAdmin(config.idempotency_store, config.audit_db, config.id)
+    return SqliteKeyAdmin(config.idempotency_store, audit_target(config.audit_db), config.id)
+
+
+def audit_target(where: StoreLocation) -> AuditTarget:
+    """Where an operator's action on an idempotency key is recorded: the log at ``where``."""
+
+    def open_writer(agent_id: str) -> ChainWriter:
+        return open_chain_writer(where, agent_id=agent_id, busy_timeout_ms=5000)
+
+    return AuditTarget(where, open_writer)
 
 
 def open_audit_feed(

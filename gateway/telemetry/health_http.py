@@ -1,6 +1,6 @@
 """``/healthz`` and ``/readyz`` over plain HTTP, for orchestrators without a client certificate.
 
-They tell the truth of the gRPC health service (``gateway.transport.health``),
+They tell the truth of the gRPC health service (``gateway.server.health``),
 read from the same state at request time:
 
 - ``/readyz``: ``200 SERVING`` exactly while gRPC health says SERVING (the

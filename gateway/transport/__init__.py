@@ -1,5 +1,6 @@
-"""Transport: the gRPC servers and client, TLS material, and the wire status mapping.
+"""Transport: what the serving and calling sides share, the lowest layer that knows gRPC.
 
-The only layer that knows gRPC. Everything below it speaks the error tree of
-``gateway.errors`` and plain Python values.
+TLS material (files, live rotation, SPIFFE Workload API), SVID checks, and the
+one status table between the error tree of ``gateway.errors`` and gRPC status.
+The serving edge is ``gateway.server``; the calling side is ``gateway.client``.
 """

@@ -12,7 +12,7 @@ or ``BUDGET_EXHAUSTED``, a code that does not go with the reason, any status
 text) is mapped by its status code alone, to a class that never claims that
 nothing ran: the call reached the peer and may have run there. Whether the
 server is the identity asked for is decided before sending, by the handshake
-(``gateway.transport.handshake``), never from an answer.
+(``gateway.client.handshake``), never from an answer.
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from gateway.agent import Agent
 from gateway.audit import AuditLog, AuditRecord, verify_chain
-from gateway.audit._schema import RECORD_COLUMNS
 from gateway.audit.chain import GENESIS_HASH, fields_hash
 from gateway.audit.checkpoint import (
     Checkpoint,
@@ -32,10 +31,11 @@ from gateway.audit.checkpoint import (
     signature_valid,
 )
 from gateway.audit.checkpoint_verify import verify_checkpoints
+from gateway.audit.store.sqlite_schema import RECORD_COLUMNS
+from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig, AuditCheckpoints, load_agent_config
 from gateway.errors import AuditUnavailable, CapabilityNotGranted, ConfigError
 from gateway.storage import open_audit_reader, open_chain_writer
-from gateway.transport.client import PeerClient
 from tests.agent_process import write_agent_toml
 from tests.support import Pki, agent_config, grant, spiffe, write_policy
 

@@ -9,10 +9,10 @@ import psycopg
 import pytest
 
 from gateway.audit import AuditLog, AuditRecord, query_records, verify_chain
-from gateway.audit._pg_writer import audit_columns_covered
-from gateway.audit._schema import CHAIN_COLUMNS, RECORD_COLUMNS
 from gateway.audit.filter import AuditFilter
-from gateway.audit.pg_read import query_agent_records, verify_agent_chains
+from gateway.audit.store.postgres_append import audit_columns_covered
+from gateway.audit.store.postgres_read import query_agent_records, verify_agent_chains
+from gateway.audit.store.sqlite_schema import CHAIN_COLUMNS, RECORD_COLUMNS
 from gateway.errors import ConfigError
 from gateway.postgres.migrations import LATEST_VERSION
 from gateway.storage import connection_source, location, open_audit_reader, open_chain_writer

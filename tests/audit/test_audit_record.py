@@ -11,9 +11,9 @@ import pytest
 
 import gateway.audit
 from gateway.audit import AuditRecord
-from gateway.audit._schema import RECORD_COLUMNS
 from gateway.audit.chain import GENESIS_HASH, canonical_bytes, record_hash
 from gateway.audit.record import checked_fields
+from gateway.audit.store.sqlite_schema import RECORD_COLUMNS
 
 RecordFactory = Callable[..., AuditRecord]
 

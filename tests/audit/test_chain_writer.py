@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from gateway.audit import query_records, verify_chain
-from gateway.audit._schema import ROWS_PER_INSERT
-from gateway.audit._writer import SqliteChainWriter
 from gateway.audit.record import checked_fields
+from gateway.audit.store.sqlite_append import SqliteChainWriter
+from gateway.audit.store.sqlite_schema import ROWS_PER_INSERT
 from gateway.errors import AuditUnavailable
 from gateway.storage import open_audit_reader
 from tests.audit.conftest import RecordFactory

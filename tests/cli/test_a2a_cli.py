@@ -68,7 +68,7 @@ def test_the_printed_card_lists_the_https_bindings_and_is_signed(pki: Pki, tmp_p
     from a2a.types import a2a_pb2
     from google.protobuf import json_format
 
-    from gateway.transport.a2a.card_signing import verify_card
+    from gateway.server.a2a.card_signing import verify_card
 
     config = agent_files(pki, tmp_path, "alice", grants=[grant("bob", ["text.echo"])])
     config.write_text(config.read_text() + '\n[a2a]\nhttp_listen = "alice.example:7443"\n')

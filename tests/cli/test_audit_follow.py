@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from gateway.audit import AuditRecord, query_records
-from gateway.audit.pg_read import AgentRecord
+from gateway.audit.store.postgres_read import AgentRecord
 from gateway.cli.audit_follow import render_line
+from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError
 from gateway.storage import location, open_audit_reader, open_chain_writer
-from gateway.transport.client import PeerClient
 from tests.agent_process import REPO, AgentProcess, LineReader, write_agent_toml
 from tests.support import Pki, grant, spiffe, write_policy
 

@@ -9,7 +9,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from gateway.transport.client import PeerClient
+from gateway.client.peer_client import PeerClient
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.support import Pki, future, grant, spiffe, write_policy
 

@@ -13,9 +13,9 @@ import pytest
 
 from capabilities.versions import VersionConstraint, VersionSyntaxError
 from gateway.cli.main import main
+from gateway.client.peer_client import PeerClient
 from gateway.config import load_agent_config
 from gateway.errors import GatewayError
-from gateway.transport.client import PeerClient
 from tests.agent_process import REPO, write_agent_toml
 from tests.support import Pki, grant, spiffe, started, write_policy
 

@@ -10,12 +10,12 @@ import psycopg
 import pytest
 
 from gateway.audit import AuditLog, AuditRecord
-from gateway.audit.pg_read import verify_agent_chains
+from gateway.audit.store.postgres_read import verify_agent_chains
 from gateway.cli.main import main
+from gateway.client.peer_client import PeerClient
 from gateway.config import load_agent_config
 from gateway.postgres.migrations import LATEST_VERSION
 from gateway.storage import connection_source, location, open_chain_writer
-from gateway.transport.client import PeerClient
 from tests.agent_process import write_agent_toml
 from tests.support import Pki, grant, started, write_policy
 

@@ -14,15 +14,16 @@ from pathlib import Path
 
 import pytest
 
+from gateway.admin.idempotency.sqlite import list_keys, release_key, resolve_done
 from gateway.agent import Agent
 from gateway.audit import AuditRecord, query_records, verify_chain
 from gateway.audit.checkpoint_verify import verify_checkpoints
+from gateway.client.peer_client import PeerClient
 from gateway.config import load_agent_config
 from gateway.errors import ConfigError, IdempotencyInDoubt, IdempotencyNotInDoubt
-from gateway.inbound.idempotency import SqliteIdempotencyStore
-from gateway.inbound.idempotency_admin import list_keys, release_key, resolve_done
+from gateway.inbound.idempotency.sqlite import SqliteIdempotencyStore
 from gateway.storage import open_audit_reader
-from gateway.transport.client import PeerClient
+from gateway.storage.factory import audit_target
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.faults.crash_window import appended_lines
 from tests.support import Pki, grant, spiffe, write_policy
@@ -259,8 +260,10 @@ async def test_keys_not_in_doubt_are_never_changed(pki: Pki, running: tuple[Agen
         ]
         for key, why in cases:
             for act in (
-                lambda k: resolve_done(store, audit_db, (BOB, "kv.put", k), {"key": "k"}, "r"),
-                lambda k: release_key(store, audit_db, (BOB, "kv.put", k), "r"),
+                lambda k: resolve_done(
+                    store, audit_target(audit_db), (BOB, "kv.put", k), {"key": "k"}, "r"
+                ),
+                lambda k: release_key(store, audit_target(audit_db), (BOB, "kv.put", k), "r"),
             ):
                 with pytest.raises(IdempotencyNotInDoubt, match=why):
                     act(key)

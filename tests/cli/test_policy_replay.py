@@ -1,4 +1,5 @@
-"""`policy replay` and `policy explain` through the real CLI, on a real agent's audit log."""
+"""`policy backtest` (old name `policy replay`) and `policy explain` through the real CLI, on
+a real agent's audit log."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from typing import Any
 import pytest
 
 from gateway.agent import Agent
+from gateway.client.peer_client import PeerClient
 from gateway.config import load_agent_config
 from gateway.errors import GatewayError
-from gateway.transport.client import PeerClient
 from tests.agent_process import REPO, write_agent_toml
 from tests.support import Pki, grant, spiffe, write_policy
 
@@ -127,6 +128,22 @@ async def test_replay_lists_every_changed_decision_grouped_by_peer_and_capabilit
         "PAYLOAD_TOO_LARGE",
         len(b'{"text":""}') + 2000,
     )
+
+
+async def test_backtest_is_the_new_name_of_replay_and_answers_the_same(
+    recorded: tuple[Path, Path], tmp_path: Path
+) -> None:
+    db, _ = recorded
+    args = ("--db", str(db), "--policy", str(candidate(tmp_path)), "--json")
+    backtest = cli("policy", "backtest", *args)
+    replay = cli("policy", "replay", *args)
+    assert (backtest.returncode, backtest.stderr) == (0, "")
+    assert json.loads(backtest.stdout) == json.loads(replay.stdout)
+    assert (json.loads(backtest.stdout)["considered"], json.loads(backtest.stdout)["changed"]) == (
+        6,
+        4,
+    )
+    assert "backtest (replay)" in cli("policy", "--help").stdout
 
 
 async def test_replay_with_the_agent_config_judges_risk_and_versions(

@@ -12,9 +12,9 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.agent import Agent
+from gateway.client.peer_client import PeerClient
 from gateway.config import ConsoleSettings
 from gateway.errors import GatewayError
-from gateway.transport.client import PeerClient
 from tests.support import Pki, agent_config, grant, spiffe, started, write_policy
 
 

@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gateway.client.peer_client import PeerClient
 from gateway.config import load_agent_config
 from gateway.errors import GatewayError
-from gateway.transport.client import PeerClient
 from gateway.transport.tls import TlsMaterial
 
 

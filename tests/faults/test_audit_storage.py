@@ -26,9 +26,9 @@ import pytest
 
 from gateway.agent import Agent
 from gateway.audit import AuditRecord, query_records, verify_chain
+from gateway.client.peer_client import PeerClient
 from gateway.errors import AuditUnavailable, GatewayError, StateUnavailable
 from gateway.storage import open_audit_reader
-from gateway.transport.client import PeerClient
 from tests.agent_process import REPO, write_agent_toml
 from tests.support import (
     Pki,

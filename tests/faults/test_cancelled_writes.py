@@ -146,7 +146,7 @@ async def test_negative_deadline_is_invalid_request_not_no_deadline(
 async def test_call_cancelled_during_its_claim_leaves_the_key_free(
     pki: Pki, alice: Agent, counter: WriteCounter, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="gateway.inbound.idempotency")
+    caplog.set_level(logging.INFO, logger="gateway.inbound.idempotency.store")
     store = alice.idempotency
     key = f"k-{uuid.uuid4().hex}"
     ident = (BOB, "notes.write", key)

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from gateway.audit import query_records, verify_chain
+from gateway.client.peer_client import InvokeResult, PeerClient
 from gateway.errors import GatewayError, IdempotencyInDoubt
 from gateway.storage import open_audit_reader
-from gateway.transport.client import InvokeResult, PeerClient
 from tests.agent_process import AgentProcess, write_agent_toml
 from tests.faults.crash_window import appended_lines
 from tests.support import Pki, grant, spiffe, write_policy

@@ -32,9 +32,9 @@ from typing import Any
 import pytest
 
 from gateway.audit import query_records
+from gateway.client.peer_client import PeerClient
 from gateway.errors import DeadlineExceeded, GatewayError, PeerUnavailable
 from gateway.storage import open_audit_reader
-from gateway.transport.client import PeerClient
 from tests.agent_process import (
     REPO,
     SERVE_START_TIMEOUT,

@@ -47,8 +47,9 @@ import pytest
 
 from gateway.plans.attempt_rules import WRITE_IN_DOUBT
 from gateway.plans.crash_points import AFTER_FAILURE_RECORDED, CRASH_AT_ENV
-from gateway.plans.pg_store import PostgresTaskStore
-from gateway.plans.store import FailedAttempt, SqliteTaskStore, StoredTask, TaskStore
+from gateway.plans.task_store.postgres import PostgresTaskStore
+from gateway.plans.task_store.sqlite import FailedAttempt, SqliteTaskStore, StoredTask
+from gateway.plans.task_store.store import TaskStore
 from gateway.plans.verification import comparison_digest
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.faults.ledger_write import (

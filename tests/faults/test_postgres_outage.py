@@ -12,9 +12,9 @@ from capabilities.registry import CapabilityRegistry
 from gateway.agent import Agent
 from gateway.audit import query_records, verify_chain
 from gateway.audit.filter import AuditFilter
+from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError
 from gateway.storage import location, open_audit_reader
-from gateway.transport.client import PeerClient
 from gateway.transport.tls import channel_options
 from tests.postgres import PostgresCluster
 from tests.support import Pki, WriteCounter, agent_config, grant, started, write_policy

@@ -14,8 +14,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError, IdempotencyInDoubt
-from gateway.transport.client import PeerClient
 from tests.agent_process import AgentProcess, write_agent_toml
 from tests.faults.crash_window import appended_lines
 from tests.support import Pki, grant, spiffe, write_policy

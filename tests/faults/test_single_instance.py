@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 
 from gateway.cli.main import EXIT_USAGE
+from gateway.client.peer_client import PeerClient
 from gateway.instance_lock import LOCK_FILE
-from gateway.transport.client import PeerClient
 from tests.agent_process import AgentProcess, two_worker_agent, write_agent_toml
 from tests.support import Pki, audit_rows, grant, spiffe, write_policy
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError, IdempotencyInDoubt, ReplayedRequest
-from gateway.transport.client import PeerClient
 from tests.agent_process import REPO, AgentProcess, two_worker_agent
 from tests.faults.crash_window import appended_lines
 from tests.support import Pki, audit_rows, grant, spiffe

@@ -11,6 +11,7 @@ import pytest
 
 from capabilities import CallContext, CapabilityRegistry, ContractModel, capability
 from gateway.agent import Agent
+from gateway.client.peer_client import PeerClient
 from gateway.errors import (
     AuditUnavailable,
     CapabilityFailed,
@@ -21,7 +22,6 @@ from gateway.errors import (
     InvalidOutput,
     OutputTooLarge,
 )
-from gateway.transport.client import PeerClient
 from tests.support import Pki, WriteCounter, agent_config, audit_rows, grant, started, write_policy
 
 

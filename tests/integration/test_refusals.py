@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from gateway.agent import Agent
+from gateway.client.peer_client import PeerClient
 from gateway.errors import (
     CapabilityNotGranted,
     DeadlineExceeded,
@@ -23,7 +24,6 @@ from gateway.errors import (
     UnknownPeer,
     VersionNotAvailable,
 )
-from gateway.transport.client import PeerClient
 from gateway.transport.tls import channel_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.support import Pki, WriteCounter, audit_rows, raw_invoke, spiffe

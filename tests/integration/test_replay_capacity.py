@@ -7,9 +7,9 @@ from pathlib import Path
 import grpc
 import pytest
 
+from gateway.client.peer_client import PeerClient
 from gateway.config import load_agent_config
 from gateway.errors import AgentConfigError, GatewayError, StateUnavailable
-from gateway.transport.client import PeerClient
 from gateway.transport.status import from_rpc_error
 from gateway.wire.v1 import gateway_pb2
 from tests.agent_process import write_agent_toml

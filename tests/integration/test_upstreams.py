@@ -19,6 +19,7 @@ import pytest
 from capabilities.registry import CapabilityRegistry
 from capabilities.runner import canonical_json
 from gateway.agent import Agent
+from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig
 from gateway.errors import (
     CapabilityFailed,
@@ -29,7 +30,6 @@ from gateway.errors import (
 )
 from gateway.plans import Plan
 from gateway.plans.task import TaskState
-from gateway.transport.client import PeerClient
 from gateway.transport.tls import MESSAGE_CEILING
 from tests.a2a_upstream import SdkAgent, closed_port, grpc_upstream, jsonrpc_upstream
 from tests.support import (

@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives.serialization import (
 )
 from cryptography.x509 import load_pem_x509_certificate
 
-from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH
+from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from tests.a2a_http_support import V1_HEADERS, client_context, https_certificate, jsonrpc
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.support import Pki, audit_rows, grant, spiffe, write_policy

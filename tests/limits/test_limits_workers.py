@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError
-from gateway.transport.client import PeerClient
 from tests.agent_process import REPO, AgentProcess, two_worker_agent
 from tests.faults.crash_window import appended_lines
 from tests.support import Pki, grant, spiffe

@@ -11,10 +11,11 @@ from capabilities.contract import Risk
 from gateway.errors import TaskLeased, TaskNotFound
 from gateway.plans.approval import Decision, needs_approval, request_for, threshold
 from gateway.plans.model import Plan
-from gateway.plans.pg_store import PostgresTaskStore
 from gateway.plans.records import Usage
-from gateway.plans.store import SqliteTaskStore, TaskStore
 from gateway.plans.task import TaskState
+from gateway.plans.task_store.postgres import PostgresTaskStore
+from gateway.plans.task_store.sqlite import SqliteTaskStore
+from gateway.plans.task_store.store import TaskStore
 from tests.postgres import state_pool
 
 PLAN = Plan.model_validate({"goal": "g", "steps": [{"id": "s", "capability": "a.b"}]})

@@ -18,10 +18,11 @@ import pytest
 
 from gateway.errors import TaskLeased
 from gateway.plans import Plan
-from gateway.plans import sqlite_rows as rows
-from gateway.plans.pg_store import PostgresTaskStore
-from gateway.plans.store import FailedAttempt, SqliteTaskStore, TaskStore
 from gateway.plans.task import StepResult, StepStatus
+from gateway.plans.task_store import rows
+from gateway.plans.task_store.postgres import PostgresTaskStore
+from gateway.plans.task_store.sqlite import FailedAttempt, SqliteTaskStore
+from gateway.plans.task_store.store import TaskStore
 from gateway.plans.verification import comparison_digest
 from gateway.postgres.migrations import LATEST_VERSION, MIGRATIONS
 from tests.postgres import state_pool

@@ -13,10 +13,10 @@ import pytest
 from capabilities.contract import Risk
 from capabilities.registry import CapabilityRegistry
 from capabilities.versions import Version, VersionConstraint
+from gateway.client.peer_client import PeerDescription, RemoteCapability
 from gateway.errors import PlanInvalid
 from gateway.outbound.router import Offer, Router, Skipped, select_routes
 from gateway.plans import Plan, check_routes
-from gateway.transport.client import PeerDescription, RemoteCapability
 from policies.store import PolicyStore
 from tests.support import outbound_rule, spiffe, write_policy
 

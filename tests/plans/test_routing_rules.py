@@ -14,6 +14,7 @@ import pytest
 
 from capabilities.registry import CapabilityRegistry
 from capabilities.versions import VersionConstraint
+from gateway.client.peer_client import PeerDescription, RemoteCapability
 from gateway.errors import (
     DeadlineExceeded,
     GatewayError,
@@ -28,9 +29,8 @@ from gateway.plans.executor import ExecutorParts
 from gateway.plans.model import Step
 from gateway.plans.planner import Failure, RerouteOrStop
 from gateway.plans.runner import PlanDriver
-from gateway.plans.store import SqliteTaskStore
 from gateway.plans.task import StepStatus, TaskState
-from gateway.transport.client import PeerDescription, RemoteCapability
+from gateway.plans.task_store.sqlite import SqliteTaskStore
 from policies.store import PolicyStore
 from tests.support import outbound_rule, spiffe, write_policy
 

@@ -18,18 +18,20 @@ from typing import Any
 import pytest
 
 from capabilities.registry import CapabilityRegistry
+from gateway.client.peer_client import InvokeResult
 from gateway.errors import TaskLeased
 from gateway.outbound.router import Router
 from gateway.plans import Plan, PlanLimits
 from gateway.plans.attempt_rules import WRITE_IN_DOUBT
 from gateway.plans.executor import ExecutorParts
-from gateway.plans.lease import Lease, holder_gone, may_take
-from gateway.plans.pg_store import PostgresTaskStore
+from gateway.plans.lease import Lease, may_take
 from gateway.plans.planner import RerouteOrStop
 from gateway.plans.runner import PlanDriver
-from gateway.plans.store import SqliteTaskStore, TaskStore, Usage, WritePin
 from gateway.plans.task import StepResult, StepStatus, TaskState
-from gateway.transport.client import InvokeResult
+from gateway.plans.task_store.postgres import PostgresTaskStore
+from gateway.plans.task_store.sqlite import SqliteTaskStore, Usage, WritePin
+from gateway.plans.task_store.store import TaskStore
+from gateway.process_owner import holder_gone
 from policies.store import PolicyStore
 from tests.plans.test_routing_rules import BOB, FakePeer, router
 from tests.postgres import state_pool

@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 
 from gateway.plans import Plan, TaskNotFound
-from gateway.plans.pg_store import PostgresTaskStore
-from gateway.plans.store import SqliteTaskStore, TaskStore, Usage
 from gateway.plans.task import (
     Evidence,
     InvalidTransition,
@@ -20,6 +18,9 @@ from gateway.plans.task import (
     TaskState,
     transition,
 )
+from gateway.plans.task_store.postgres import PostgresTaskStore
+from gateway.plans.task_store.sqlite import SqliteTaskStore, Usage
+from gateway.plans.task_store.store import TaskStore
 from gateway.plans.verification import Confidence
 from tests.postgres import state_pool
 

@@ -15,11 +15,12 @@ import psycopg
 import pytest
 
 from gateway.plans import Plan
-from gateway.plans import sqlite_rows as rows
 from gateway.plans.attempt_rules import written_note
-from gateway.plans.pg_store import PostgresTaskStore
-from gateway.plans.store import SqliteTaskStore, TaskStore
 from gateway.plans.task import StepResult, StepStatus
+from gateway.plans.task_store import rows
+from gateway.plans.task_store.postgres import PostgresTaskStore
+from gateway.plans.task_store.sqlite import SqliteTaskStore
+from gateway.plans.task_store.store import TaskStore
 from gateway.postgres.migrations import MIGRATIONS
 from tests.postgres import state_pool
 

@@ -36,8 +36,8 @@ from hypothesis import strategies as st
 
 from gateway.errors import ERROR_DOMAIN, error_for_reason
 from gateway.inbound.invoke_handler import ADMITTED
-from gateway.transport.a2a.registration import a2a_method_names
-from gateway.transport.a2a.task_store import page_token
+from gateway.server.a2a.registration import a2a_method_names
+from gateway.server.a2a.task_store.store import page_token
 from gateway.transport.status import status_code_for
 from tests.security.conftest import (
     CAPABILITIES,

@@ -5,7 +5,7 @@ Shared by ``tests/security/test_fuzz_invoke.py`` (small, in CI) and
 
 The agent runs in its own thread with its own event loop, so hypothesis tests
 stay synchronous and drive it through blocking gRPC channels built exactly as
-``gateway.transport.client.PeerClient`` builds its own (same credentials, same options).
+``gateway.client.peer_client.PeerClient`` builds its own (same credentials, same options).
 Calls are made one at a time: every audit record (the outcome record, and the
 write-ahead ``ADMITTED`` record of an admitted write) and every run of the
 write capability is then attributable to exactly one call.

@@ -26,6 +26,7 @@ from grpc_status import rpc_status
 
 from capabilities.registry import CapabilityRegistry
 from gateway.agent import Agent
+from gateway.client.peer_client import PeerClient
 from gateway.errors import (
     ERROR_DOMAIN,
     DeadlineExceeded,
@@ -37,8 +38,7 @@ from gateway.errors import (
 from gateway.plans import Plan
 from gateway.plans.attempt_rules import WRITE_IN_DOUBT
 from gateway.plans.task import StepStatus, TaskResult, TaskState
-from gateway.transport.client import PeerClient
-from gateway.transport.server import PROTOCOL_VERSION
+from gateway.server.grpc_server import PROTOCOL_VERSION
 from gateway.transport.status import status_code_for
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.support import (

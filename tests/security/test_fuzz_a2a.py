@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, event, given, settings
 
 from gateway.agent import Agent
 from gateway.errors import error_for_reason
-from gateway.transport.a2a.registration import a2a_method_names
+from gateway.server.a2a.registration import a2a_method_names
 from gateway.transport.status import from_rpc_error, status_code_for
 from tests.a2a_support import data_request, raw_request
 from tests.security.a2a_fuzz import A2ACase, a2a_cases, check_a2a, describe_case

@@ -17,9 +17,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from capabilities.registry import CapabilityRegistry
+from gateway.client.peer_client import PeerClient
 from gateway.errors import AuditUnavailable, GatewayError, StateUnavailable
 from gateway.postgres.dsn import PostgresDsn, redact_credentials
-from gateway.transport.client import PeerClient
 from tests.agent_process import REPO, write_agent_toml
 from tests.postgres import PostgresCluster, state_pool
 from tests.support import Pki, WriteCounter, agent_config, grant, started, write_policy

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from gateway.agent import Agent
+from gateway.client.peer_client import PeerClient
 from gateway.inbound.limit_table import LIMITS_FILE, LimitTable, create_limit_file
-from gateway.inbound.replay_table import REPLAY_FILE, ReplayTable
-from gateway.transport.client import PeerClient
+from gateway.inbound.replay.mmap import REPLAY_FILE, ReplayTable
 from tests.a2a_support import A2APeer, data_request
 from tests.support import Pki, WriteCounter, agent_config, grant, mesh_registry, write_policy
 

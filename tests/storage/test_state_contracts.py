@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import IdempotencyConflict, IdempotencyInDoubt
-from gateway.inbound.idempotency import IdempotencyStore, SqliteIdempotencyStore, StoredAnswer
-from gateway.inbound.pg_idempotency import PostgresIdempotencyStore
-from gateway.inbound.pg_replay import PostgresReplayWindow
-from gateway.inbound.replay import ReplayWindow
-from gateway.inbound.replay_table import ReplayTable
+from gateway.inbound.idempotency.postgres import PostgresIdempotencyStore
+from gateway.inbound.idempotency.sqlite import SqliteIdempotencyStore
+from gateway.inbound.idempotency.store import IdempotencyStore, StoredAnswer
+from gateway.inbound.replay.mmap import ReplayTable
+from gateway.inbound.replay.postgres import PostgresReplayWindow
+from gateway.inbound.replay.store import ReplayWindow
 from tests.postgres import state_pool
 
 ALICE = "spiffe://example.org/agent/alice"

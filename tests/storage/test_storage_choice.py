@@ -9,21 +9,25 @@ from pathlib import Path
 import pytest
 
 import gateway
-from gateway.audit._pg_writer import PostgresChainWriter
-from gateway.audit._writer import ChainWriter, SqliteChainWriter
-from gateway.audit.pg_read import PostgresAuditReader
-from gateway.audit.reader import SqliteAuditReader
-from gateway.inbound.idempotency import IdempotencyStore, SqliteIdempotencyStore
+from gateway.audit.store.postgres_append import PostgresChainWriter
+from gateway.audit.store.postgres_read import PostgresAuditReader
+from gateway.audit.store.sqlite_append import SqliteChainWriter
+from gateway.audit.store.sqlite_read import SqliteAuditReader
+from gateway.audit.store.store import ChainWriter
+from gateway.inbound.idempotency.postgres import PostgresIdempotencyStore
+from gateway.inbound.idempotency.sqlite import SqliteIdempotencyStore
+from gateway.inbound.idempotency.store import IdempotencyStore
 from gateway.inbound.limits import PeerCallLimits
-from gateway.inbound.pg_idempotency import PostgresIdempotencyStore
-from gateway.inbound.pg_replay import PostgresReplayWindow
-from gateway.inbound.replay import ReplayWindow
-from gateway.inbound.replay_table import ReplayTable
-from gateway.plans.pg_store import PostgresTaskStore
-from gateway.plans.store import SqliteTaskStore, TaskStore
+from gateway.inbound.replay.mmap import ReplayTable
+from gateway.inbound.replay.postgres import PostgresReplayWindow
+from gateway.inbound.replay.store import ReplayWindow
+from gateway.plans.task_store.postgres import PostgresTaskStore
+from gateway.plans.task_store.sqlite import SqliteTaskStore
+from gateway.plans.task_store.store import TaskStore
+from gateway.server.a2a.task_store.postgres import PostgresA2ATaskStore
+from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
+from gateway.server.a2a.task_store.store import A2ATaskStore
 from gateway.storage import Stores, open_stores, prepare_shared_files
-from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
-from gateway.transport.a2a.task_store import A2ATaskStore, SqliteA2ATaskStore
 from tests.support import Pki, agent_config
 
 PACKAGE = Path(gateway.__file__).parent

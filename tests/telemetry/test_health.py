@@ -61,8 +61,8 @@ async def test_not_serving_while_the_audit_log_cannot_record_then_serving_again(
         async with raw_channel(pki, agent, "bob") as channel:
             await _becomes(channel, SERVING)
             locker.execute("BEGIN EXCLUSIVE")
+            from gateway.client.peer_client import PeerClient
             from gateway.errors import AuditUnavailable
-            from gateway.transport.client import PeerClient
 
             # mallory has no grant: her refusal must be durable before she hears of it.
             mallory_tls = pki.material("mallory")
@@ -112,7 +112,7 @@ async def test_not_serving_from_the_start_of_shutdown_while_calls_finish(
 ) -> None:
     probe = Probe()
     agent = await _agent(pki, tmp_path, probe)
-    from gateway.transport.client import PeerClient
+    from gateway.client.peer_client import PeerClient
 
     async with (
         raw_channel(pki, agent, "bob") as channel,

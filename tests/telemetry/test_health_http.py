@@ -10,10 +10,10 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway.agent import Agent
+from gateway.client.peer_client import PeerClient
 from gateway.config import MetricsSettings
 from gateway.errors import AuditUnavailable
 from gateway.telemetry.health_http import HealthState, health_answer
-from gateway.transport.client import PeerClient
 from tests.support import (
     Pki,
     Probe,

@@ -9,9 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.agent import Agent
+from gateway.client.peer_client import PeerClient
 from gateway.config import MetricsSettings
 from gateway.errors import CapabilityNotGranted, GatewayError
-from gateway.transport.client import PeerClient
 from tests.support import (
     Pki,
     WriteCounter,

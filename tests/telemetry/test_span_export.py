@@ -14,9 +14,9 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExportResult
 
+from gateway.client.peer_client import PeerClient
 from gateway.config import TracingSettings
 from gateway.telemetry.span_export import BackoffExporter, span_line
-from gateway.transport.client import PeerClient
 from tests.support import Pki, agent_config, audit_rows, grant, started, write_policy
 
 

@@ -6,8 +6,8 @@ import grpc
 from a2a.utils.errors import A2A_REASON_TO_ERROR, JSON_RPC_ERROR_CODE_MAP
 
 from gateway.errors import ERROR_DOMAIN, all_error_classes
-from gateway.transport.a2a.wire_errors import SPEC_DOMAIN, SPEC_REASONS, to_a2a_status
-from gateway.transport.a2a_http.wire_errors import (
+from gateway.server.a2a.wire_errors import SPEC_DOMAIN, SPEC_REASONS, to_a2a_status
+from gateway.server.a2a_http.wire_errors import (
     GATEWAY_REFUSAL_CODE,
     HTTP_STATUS,
     from_grpc_status,

@@ -16,14 +16,14 @@ from capabilities.builtin.search import SearchInput
 from capabilities.contract import ContractModel
 from gateway import errors
 from gateway.inbound.call import InvokeCall
+from gateway.server.a2a.messages import invoke_call, task_message
+from gateway.server.a2a.registration import a2a_method_names
+from gateway.server.a2a.request_checks import speaks_1x
+from gateway.server.a2a.servicer import A2AServicer
+from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome
+from gateway.server.a2a.wire_errors import SPEC_DOMAIN, SPEC_REASONS, to_a2a_status
 from gateway.transport.a2a.json_numbers import restore_integers
-from gateway.transport.a2a.messages import invoke_call, task_message
 from gateway.transport.a2a.part_payloads import TextPart
-from gateway.transport.a2a.registration import a2a_method_names
-from gateway.transport.a2a.request_checks import speaks_1x
-from gateway.transport.a2a.servicer import A2AServicer
-from gateway.transport.a2a.task_store import A2ATask, TaskOutcome
-from gateway.transport.a2a.wire_errors import SPEC_DOMAIN, SPEC_REASONS, to_a2a_status
 from gateway.transport.status import status_code_for
 from tests.a2a_support import data_request, raw_request
 
@@ -225,8 +225,8 @@ def test_our_own_errors_carry_only_our_reason() -> None:
 
 
 def test_outputs_travel_as_data_parts() -> None:
-    from gateway.transport.a2a.messages import task_message
-    from gateway.transport.a2a.task_store import A2ATask, TaskOutcome
+    from gateway.server.a2a.messages import task_message
+    from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome
 
     task = A2ATask(
         "t",

@@ -10,11 +10,11 @@ from a2a.types import a2a_pb2
 from google.protobuf import json_format, struct_pb2
 
 from capabilities.builtin.echo import EchoInput
+from gateway.client.a2a.upstream_parts import data_part, first_data
 from gateway.errors import InvalidRequest
-from gateway.transport.a2a.messages import output_artifact, task_message
+from gateway.server.a2a.messages import output_artifact, task_message
+from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome
 from gateway.transport.a2a.part_payloads import DataPart, plain_json
-from gateway.transport.a2a.task_store import A2ATask, TaskOutcome
-from gateway.transport.a2a.upstream_parts import data_part, first_data
 
 VALUES: list[Any] = [
     {"a": 1, "b": [1, 2.5, None, True, False, "s", {"c": {}}], "d": {"e": []}},

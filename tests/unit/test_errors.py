@@ -11,8 +11,8 @@ from google.rpc import status_pb2
 import gateway
 from gateway import errors
 from gateway.errors import GatewayError, all_error_classes, error_for_reason
-from gateway.transport.a2a.wire_errors import to_a2a_status
-from gateway.transport.server import GatewayServicer
+from gateway.server.a2a.wire_errors import to_a2a_status
+from gateway.server.grpc_server import GatewayServicer
 from gateway.transport.status import from_rpc_error, status_code_for, to_grpc_status
 from gateway.wire.v1 import gateway_pb2
 

@@ -8,7 +8,7 @@ from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from gateway.transport.received import GenericOnly
+from gateway.server.received import GenericOnly
 
 
 class RecordingServer:

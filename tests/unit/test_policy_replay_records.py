@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.admin.policy_backtest import backtest, recorded_policy_decision
 from gateway.audit import AuditRecord
-from gateway.inbound.policy_replay import recorded_policy_decision, replay
 from gateway.plans.approval import ApprovalRequest, audit_record
 from policies.policy_file import Policy, load_policy
 from tests.support import grant, spiffe, write_policy
@@ -66,7 +66,7 @@ def test_records_that_are_not_policy_decisions_are_left_alone(
 ) -> None:
     record = _record(decision, reason, detail)
     assert recorded_policy_decision(record) is None
-    report = replay([record], refuse_all, None)
+    report = backtest([record], refuse_all, None)
     assert (report.considered, report.not_policy, report.changes) == (0, 1, [])
 
 
@@ -84,7 +84,7 @@ def test_a_persons_approval_is_not_a_policy_decision(refuse_all: Policy) -> None
         audit_record(BOB, "t", request, approved=True, who="ops"),
         audit_record(BOB, "t", request, approved=False, who="ops"),
     ]
-    report = replay(records, refuse_all, None)
+    report = backtest(records, refuse_all, None)
     assert (report.considered, report.not_policy, report.changes) == (0, 2, [])
 
 
@@ -92,7 +92,7 @@ def test_served_calls_and_policy_refusals_are_re_decided(refuse_all: Policy) -> 
     served = _record("allow", "OK")
     replayed = _record("allow", "OK", "idempotent replay")
     refused = _record("refuse", "CAPABILITY_NOT_GRANTED")
-    report = replay([served, replayed, refused], refuse_all, None)
+    report = backtest([served, replayed, refused], refuse_all, None)
     assert (report.considered, report.not_policy) == (3, 0)
     assert [(c.record.request_id, c.direction) for c in report.changes] == [
         ("r-OK", "allowed → refused"),

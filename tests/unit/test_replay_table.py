@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import StateUnavailable
-from gateway.inbound.replay_table import REPLAY_FILE, ReplayTable, size_replay_file
+from gateway.inbound.replay.mmap import REPLAY_FILE, ReplayTable, size_replay_file
 from tests.agent_process import REPO
 
 SECOND_NS = 1_000_000_000
@@ -135,7 +135,7 @@ def test_a_file_that_is_not_a_window_is_refused(tmp_path: Path) -> None:
 _SIGHT_ALL = """
 import sys
 from pathlib import Path
-from gateway.inbound.replay_table import REPLAY_FILE, ReplayTable, size_replay_file
+from gateway.inbound.replay.mmap import REPLAY_FILE, ReplayTable, size_replay_file
 window = ReplayTable(Path(sys.argv[1]))
 ids = [f"r{n}" for n in range(int(sys.argv[2]))]
 if sys.argv[3] == "backwards":
@@ -163,7 +163,7 @@ def test_concurrent_processes_accept_each_id_exactly_once(tmp_path: Path) -> Non
 _RECORD_THEN_HOLD = """
 import fcntl, os, sys, time
 from pathlib import Path
-from gateway.inbound.replay_table import REPLAY_FILE, ReplayTable, size_replay_file
+from gateway.inbound.replay.mmap import REPLAY_FILE, ReplayTable, size_replay_file
 window = ReplayTable(Path(sys.argv[1]))
 assert window.sight("spiffe://example.org/agent/bob", "before-kill")
 fd = os.open(sys.argv[1], os.O_RDWR)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from gateway.client.peer_client import RequestIds
 from gateway.inbound.call import REQUEST_ID
-from gateway.transport.client import RequestIds
 
 
 def test_ids_of_one_client_never_repeat_and_are_valid_request_ids() -> None:

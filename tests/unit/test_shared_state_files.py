@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import IdempotencyInDoubt
-from gateway.inbound.idempotency import SqliteIdempotencyStore, StoredAnswer
+from gateway.inbound.idempotency.sqlite import SqliteIdempotencyStore
+from gateway.inbound.idempotency.store import StoredAnswer
 
 IDENT = ("spiffe://example.org/agent/bob", "notes.append", "k1")
 

@@ -7,8 +7,8 @@ import json
 import httpx
 import pytest
 
-from gateway.transport.a2a.upstream_answers import UnreadableAnswer, check_jsonrpc_answer
-from gateway.transport.a2a.upstream_http import BoundedTransport, CheckedResponse
+from gateway.client.a2a.upstream_answers import UnreadableAnswer, check_jsonrpc_answer
+from gateway.client.a2a.upstream_http import BoundedTransport, CheckedResponse
 from tests.a2a_hostile_upstream import RawHttpUpstream, http_response, raw_http_upstream
 
 TASK_ANSWER = b'{"jsonrpc":"2.0","id":1,"result":{"task":{"id":"t","status":{}}}}'

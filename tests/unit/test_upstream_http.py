@@ -14,8 +14,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from gateway.transport.a2a.upstream_answers import UnreadableAnswer, check_jsonrpc_answer
-from gateway.transport.a2a.upstream_http import BoundedTransport, decoded
+from gateway.client.a2a.upstream_answers import UnreadableAnswer, check_jsonrpc_answer
+from gateway.client.a2a.upstream_http import BoundedTransport, decoded
 from tests.a2a_hostile_upstream import RawHttpUpstream, http_response, raw_http_upstream
 
 LIMIT = 64 * 1024

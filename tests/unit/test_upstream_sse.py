@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from gateway.transport.a2a.upstream_answers import UnreadableAnswer
-from gateway.transport.a2a.upstream_sse import CheckedEventStream, check_stream_event
+from gateway.client.a2a.upstream_answers import UnreadableAnswer
+from gateway.client.a2a.upstream_sse import CheckedEventStream, check_stream_event
 
 STATUS = {"jsonrpc": "2.0", "id": 1, "result": {"statusUpdate": {"taskId": "t"}}}
 

@@ -15,10 +15,10 @@ from spiffe import TrustDomain, X509Bundle, X509BundleSet, X509Svid
 from spiffe.workloadapi.x509_context import X509Context
 
 from gateway.cli.main import main
+from gateway.client.a2a.upstream_links import client_tls_context
 from gateway.config import AgentConfig, TlsFiles, WorkloadApiTls
 from gateway.devtools.pki import CertificateAuthority
 from gateway.errors import AgentConfigError, ConfigError, PeerUnavailable, Unauthenticated
-from gateway.transport.a2a.upstream_links import client_tls_context
 from gateway.transport.live_tls import LiveTls
 from gateway.transport.workload_api import material_from_context, workload_api_socket
 from policies.identity import svid_dns_name

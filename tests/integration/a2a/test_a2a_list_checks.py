@@ -12,7 +12,7 @@ from a2a.types import a2a_pb2
 from google.protobuf import timestamp_pb2
 
 from gateway.agent import Agent
-from gateway.transport.a2a.task_store import page_token, token_task_id
+from gateway.server.a2a.task_store.store import page_token, token_task_id
 from gateway.transport.status import from_rpc_error
 from tests.a2a_support import V1, A2APeer, data_request, raw_request
 from tests.support import (

@@ -24,9 +24,9 @@ from a2a.utils import errors as a2a_errors
 from gateway.agent import Agent
 from gateway.audit import query_records
 from gateway.audit.filter import AuditFilter
+from gateway.server.a2a import task_follow
+from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome
 from gateway.storage import location, open_audit_reader
-from gateway.transport.a2a import task_follow
-from gateway.transport.a2a.task_store import A2ATask, TaskOutcome
 from tests.a2a_support import V1, A2APeer, data_request, error_infos
 from tests.support import (
     Pki,

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from gateway.config import A2ASettings
-from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
-from gateway.transport.a2a.task_store import A2ATask, A2ATaskStore, SqliteA2ATaskStore, TaskOutcome
+from gateway.server.a2a.task_store.postgres import PostgresA2ATaskStore
+from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
+from gateway.server.a2a.task_store.store import A2ATask, A2ATaskStore, TaskOutcome
 from tests.integration.a2a.test_a2a_task_store import ALICE, BOB, task
 from tests.postgres import state_pool
 

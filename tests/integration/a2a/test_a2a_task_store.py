@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import InvalidRequest, StateUnavailable
-from gateway.transport.a2a.pg_task_store import PostgresA2ATaskStore
-from gateway.transport.a2a.task_store import (
+from gateway.server.a2a.task_store.postgres import PostgresA2ATaskStore
+from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
+from gateway.server.a2a.task_store.store import (
     A2ATask,
     A2ATaskStore,
-    SqliteA2ATaskStore,
     TaskFilter,
     TaskOutcome,
     token_task_id,
@@ -188,7 +188,7 @@ async def test_an_unreachable_database_fails_reads_and_logs_no_payload(
         with caplog.at_level(logging.ERROR):
             store.put(task(1))
             await store.flush()
-        lost = [r for r in caplog.records if r.name.endswith("pg_task_store")]
+        lost = [r for r in caplog.records if r.name.endswith("task_store.postgres")]
         assert [r.getMessage().split(":")[:2] for r in lost] == [
             ["A2A task store", " 1 tasks not stored"]
         ]

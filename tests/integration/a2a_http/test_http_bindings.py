@@ -16,8 +16,8 @@ import pytest
 
 from gateway.agent import Agent
 from gateway.audit import AuditRecord
-from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH
-from gateway.transport.a2a_http.edge import ENVELOPE_BYTES
+from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
+from gateway.server.a2a_http.edge import ENVELOPE_BYTES
 from tests.a2a_http_support import (
     V1_HEADERS,
     client_context,

@@ -9,8 +9,8 @@ from google.protobuf import json_format
 
 from gateway.agent import Agent
 from gateway.errors import Unauthenticated
-from gateway.transport.a2a.card_signing import verify_card
-from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH
+from gateway.server.a2a.card_signing import verify_card
+from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from tests.a2a_http_support import V1_HEADERS, https_client, jsonrpc
 from tests.a2a_support import V1, A2APeer
 from tests.support import Pki, spiffe

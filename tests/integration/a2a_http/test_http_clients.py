@@ -35,8 +35,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.transport.a2a.task_store import A2ATask, SqliteA2ATaskStore, TaskOutcome
-from gateway.transport.a2a_http import JSONRPC_PATH
+from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
+from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome
+from gateway.server.a2a_http import JSONRPC_PATH
 from tests.a2a_http_support import V1_HEADERS, client_context, https_certificate, jsonrpc
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.support import Pki, audit_rows, grant, spiffe, write_policy

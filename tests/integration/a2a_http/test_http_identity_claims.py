@@ -16,8 +16,8 @@ from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
 from gateway.agent import Agent
-from gateway.transport.a2a.messages import IDENTITY_KEYS
-from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH
+from gateway.server.a2a.messages import IDENTITY_KEYS
+from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from tests.a2a_http_support import V1_HEADERS, https_client, jsonrpc, message_params, our_reason
 from tests.a2a_support import V1, A2APeer, gateway_reason
 from tests.support import Pki, WriteCounter, audit_rows, spiffe

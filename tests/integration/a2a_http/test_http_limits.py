@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from gateway.agent import Agent
+from gateway.client.peer_client import PeerClient
 from gateway.inbound.limit_audit import LimitRefusalLog
-from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH
-from gateway.transport.client import PeerClient
+from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from tests.a2a_http_support import (
     V1_HEADERS,
     https_client,

@@ -28,10 +28,10 @@ from a2a.client.errors import A2AClientError
 from a2a.types import SubscribeToTaskRequest
 
 from gateway.agent import Agent
-from gateway.transport.a2a import task_follow
-from gateway.transport.a2a.task_store import A2ATask, TaskOutcome
-from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH
-from gateway.transport.a2a_http.wire_errors import GATEWAY_REFUSAL_CODE
+from gateway.server.a2a import task_follow
+from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome
+from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
+from gateway.server.a2a_http.wire_errors import GATEWAY_REFUSAL_CODE
 from tests.a2a_http_support import V1_HEADERS, https_client, jsonrpc, serving_https
 from tests.support import (
     Pki,

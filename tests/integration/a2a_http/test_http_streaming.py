@@ -25,7 +25,7 @@ from google.protobuf import json_format
 
 from gateway.agent import Agent
 from gateway.audit import AuditRecord
-from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH
+from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from tests.a2a_http_support import (
     V1_HEADERS,
     https_client,

@@ -1,0 +1,1 @@
+"""Operator-only code, run by the CLI and never by a serving agent."""

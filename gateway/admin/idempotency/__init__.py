@@ -1,0 +1,1 @@
+"""Operator actions on idempotency keys: list, resolve, release; one backend per store."""

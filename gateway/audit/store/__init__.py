@@ -1,0 +1,1 @@
+"""Where the audit chain is appended and read: the interfaces (``store``) and backends."""

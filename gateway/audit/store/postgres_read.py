@@ -1,0 +1,229 @@
+"""Read the shared PostgreSQL audit table: query across agents, verify every agent's chain.
+
+Readers use their own connection in a REPEATABLE READ, read-only transaction,
+so rows and heads come from one snapshot while agents keep appending.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import psycopg
+
+from gateway.audit.filter import AuditFilter
+from gateway.audit.record import AuditRecord
+from gateway.audit.store.sqlite_schema import CHAIN_COLUMNS, RECORD_COLUMNS, record_from_row
+from gateway.audit.verify import VerifyReport, verify_rows
+from gateway.errors import ConfigError
+from gateway.postgres.migrations import LATEST_VERSION, schema_version
+from gateway.postgres.source import ConnectionSource
+
+_PAGE_ROWS = 10_000
+_SELECT = f"SELECT agent_id, {', '.join(RECORD_COLUMNS)} FROM audit_records"
+_SELECT_CHAINED = f"SELECT {', '.join(RECORD_COLUMNS + CHAIN_COLUMNS)} FROM audit_records"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRecord:
+    """An audit record and the agent whose chain holds it."""
+
+    agent_id: str
+    record: AuditRecord
+
+
+def _connect(dsn: ConnectionSource) -> psycopg.Connection[tuple[object, ...]]:
+    try:
+        conn = dsn.connect(timeout=10)
+    except psycopg.Error as err:
+        raise ConfigError(f"audit database {dsn}: cannot connect: {dsn.why(err)}") from err
+    version = schema_version(conn)
+    if version == 0:
+        conn.close()
+        raise ConfigError(f"audit database {dsn}: no audit schema (run a2a-gateway db init)")
+    if version > LATEST_VERSION:
+        conn.close()
+        raise ConfigError(
+            f"audit database {dsn}: schema version {version} is newer than this "
+            f"gateway knows ({LATEST_VERSION})"
+        )
+    conn.rollback()
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    conn.read_only = True
+    return conn
+
+
+def query_agent_records(dsn: ConnectionSource, wanted: AuditFilter) -> list[AgentRecord]:
+    """Records of every agent (or ``wanted.agent``) matching ``wanted``, oldest first.
+
+    Raises:
+        ConfigError: The database cannot be read or holds no audit schema.
+    """
+    wanted.check_limit()
+    where, params = wanted.clauses("%s")
+    if wanted.agent is not None:
+        where.append("agent_id = %s")
+        params.append(wanted.agent)
+    oldest_ms = wanted.oldest_ms()
+    if oldest_ms is not None:
+        where.append("time_unix_ms >= %s")
+        params.append(oldest_ms)
+    sql = _SELECT + (f" WHERE {' AND '.join(where)}" if where else "")
+    sql += " ORDER BY time_unix_ms DESC, agent_id, seq DESC"
+    if wanted.limit is not None:
+        sql += " LIMIT %s"
+        params.append(wanted.limit)
+    conn = _connect(dsn)
+    try:
+        rows = conn.execute(sql, params).fetchall()
+    except psycopg.Error as err:
+        raise ConfigError(f"audit database {dsn}: cannot read: {dsn.why(err)}") from err
+    finally:
+        conn.close()
+    return [AgentRecord(str(row[0]), record_from_row(row[1:])) for row in reversed(rows)]
+
+
+def recent_agent_request_ids(
+    dsn: ConnectionSource,
+    *,
+    agent: str,
+    since: timedelta,
+    limit: int,
+    refusals: Collection[str],
+) -> Iterator[tuple[str, str, int]]:
+    """:func:`gateway.audit.query.recent_request_ids` for one agent's chain in
+    PostgreSQL, through a server-side cursor (rows arrive in pages).
+
+    Raises:
+        ConfigError: The database cannot be read or holds no audit schema.
+    """
+    sql = (
+        "SELECT peer_id, request_id, time_unix_ms FROM audit_records "
+        "WHERE agent_id = %s AND time_unix_ms >= %s "
+        "AND (decision = 'allow' OR reason = ANY(%s)) "
+        "ORDER BY seq DESC LIMIT %s"
+    )
+    oldest_ms = int((time.time() - since.total_seconds()) * 1000)
+    conn = _connect(dsn)
+    try:
+        with conn.transaction(), conn.cursor(name="recent_request_ids") as cursor:
+            cursor.itersize = _PAGE_ROWS
+            cursor.execute(sql, (agent, oldest_ms, list(refusals), limit))
+            for peer_id, request_id, time_unix_ms in cursor:
+                yield str(peer_id), str(request_id), int(str(time_unix_ms))
+    except psycopg.Error as err:
+        raise ConfigError(f"audit database {dsn}: cannot read: {dsn.why(err)}") from err
+    finally:
+        conn.close()
+
+
+def verify_agent_chains(dsn: ConnectionSource, agent: str | None = None) -> dict[str, VerifyReport]:
+    """Verify the chain of every agent (or only ``agent``); reports by agent id.
+
+    Raises:
+        ConfigError: The database cannot be read, or ``agent`` has no chain there.
+    """
+    conn = _connect(dsn)
+    try:
+        with conn.transaction():
+            if agent is None:
+                heads = conn.execute(
+                    "SELECT agent_id, count, last_hash FROM audit_heads ORDER BY agent_id"
+                ).fetchall()
+                extra = conn.execute(
+                    "SELECT DISTINCT agent_id FROM audit_records "
+                    "WHERE agent_id NOT IN (SELECT agent_id FROM audit_heads)"
+                ).fetchall()
+            else:
+                heads = conn.execute(
+                    "SELECT agent_id, count, last_hash FROM audit_heads WHERE agent_id = %s",
+                    (agent,),
+                ).fetchall()
+                extra = []
+            chains: dict[str, tuple[int, str] | None] = {
+                str(h[0]): (int(str(h[1])), str(h[2])) for h in heads
+            }
+            chains.update({str(row[0]): None for row in extra})
+            if agent is not None and agent not in chains:
+                raise ConfigError(f"audit database {dsn}: no chain for agent {agent}")
+            reports = {}
+            for agent_id, head in sorted(chains.items()):
+                raw = conn.execute(
+                    _SELECT_CHAINED + " WHERE agent_id = %s ORDER BY seq", (agent_id,)
+                ).fetchall()
+                reports[agent_id] = verify_rows(raw, head)
+    except psycopg.Error as err:
+        raise ConfigError(f"audit database {dsn}: cannot read: {dsn.why(err)}") from err
+    finally:
+        conn.close()
+    return reports
+
+
+def chain_hashes_at(
+    dsn: ConnectionSource, agent: str, seqs: list[int]
+) -> tuple[int, dict[int, str]]:
+    """The last seq of ``agent``'s chain and its record hashes at ``seqs`` (one snapshot).
+
+    Raises:
+        ConfigError: The database cannot be read.
+    """
+    conn = _connect(dsn)
+    try:
+        with conn.transaction():
+            row = conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM audit_records WHERE agent_id = %s", (agent,)
+            ).fetchone()
+            found = conn.execute(
+                "SELECT seq, record_hash FROM audit_records WHERE agent_id = %s AND seq = ANY(%s)",
+                (agent, seqs),
+            ).fetchall()
+    except psycopg.Error as err:
+        raise ConfigError(f"audit database {dsn}: cannot read: {dsn.why(err)}") from err
+    finally:
+        conn.close()
+    last = int(str(row[0])) if row else 0
+    return last, {int(str(seq)): str(digest) for seq, digest in found}
+
+
+class PostgresAuditReader:
+    """Reads the shared audit table, one REPEATABLE READ snapshot per call
+    (an :class:`~gateway.audit.store.store.AuditReader`)."""
+
+    def __init__(self, dsn: ConnectionSource) -> None:
+        """Read the database ``dsn`` reaches (nothing is opened yet)."""
+        self._dsn = dsn
+
+    @property
+    def many_chains(self) -> bool:
+        """True: the table holds one chain per agent id."""
+        return True
+
+    def query(self, wanted: AuditFilter) -> list[AuditRecord]:
+        """Matching records, ordered by time (see :func:`query_agent_records` for their agents)."""
+        return [entry.record for entry in query_agent_records(self._dsn, wanted)]
+
+    def recent_request_ids(
+        self, *, agent: str, since: timedelta, limit: int, refusals: Collection[str]
+    ) -> Iterator[tuple[str, str, int]]:
+        """Through a server-side cursor, newest first."""
+        return recent_agent_request_ids(
+            self._dsn, agent=agent, since=since, limit=limit, refusals=refusals
+        )
+
+    def verify(self, agent: str | None = None) -> VerifyReport:
+        """Check ``agent``'s chain (``agent`` may be left out when the table holds one chain).
+
+        Raises:
+            ConfigError: The database cannot be read, or holds several chains and
+                no ``agent`` was named.
+        """
+        reports = verify_agent_chains(self._dsn, agent)
+        if len(reports) != 1:
+            raise ConfigError(f"audit database {self._dsn}: {len(reports)} chains; name one agent")
+        return next(iter(reports.values()))
+
+    def hashes_at(self, agent: str, seqs: list[int]) -> tuple[int, dict[int, str]]:
+        """See :func:`chain_hashes_at`."""
+        return chain_hashes_at(self._dsn, agent, seqs)

@@ -1,0 +1,79 @@
+"""The two sides of an audit store: ``ChainWriter`` appends, ``AuditReader`` reads.
+
+Backends: ``sqlite_append``/``sqlite_read`` (one agent's file) and
+``postgres_append``/``postgres_read`` (the shared table);
+:mod:`gateway.storage` picks one by location.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Iterator, Sequence
+from datetime import timedelta
+from typing import Protocol
+
+from gateway.audit.chain import GENESIS_HASH
+from gateway.audit.filter import AuditFilter
+from gateway.audit.record import AuditRecord
+from gateway.audit.verify import VerifyReport
+
+
+class AuditReader(Protocol):
+    """Read-only access to one audit store (a SQLite file or a shared database)."""
+
+    @property
+    def many_chains(self) -> bool:
+        """True when the store holds the chains of many agents (one per agent id)."""
+
+    def query(self, wanted: AuditFilter) -> list[AuditRecord]:
+        """Records matching ``wanted`` (see :func:`gateway.audit.query.query_records`)."""
+
+    def recent_request_ids(
+        self, *, agent: str, since: timedelta, limit: int, refusals: Collection[str]
+    ) -> Iterator[tuple[str, str, int]]:
+        """(peer, request id, time) of recent allowed or ``refusals`` calls, newest first."""
+
+    def verify(self, agent: str | None = None) -> VerifyReport:
+        """Check ``agent``'s chain (may be left out when the store holds one)."""
+
+    def hashes_at(self, agent: str, seqs: list[int]) -> tuple[int, dict[int, str]]:
+        """The last seq of ``agent``'s chain and the record hashes at ``seqs``."""
+
+
+class ChainWriter(ABC):
+    """Appends batches of records to one hash chain, one committed transaction each.
+
+    Attributes:
+        count: Records stored so far (the seq of the last one).
+        last_hash: ``record_hash`` of the last record (GENESIS_HASH when empty).
+        recoverable: Whether a failed commit may be retried after reopening
+            (a database server that went away can come back; a broken local
+            file is for an operator to look at).
+    """
+
+    recoverable = False
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last_hash = GENESIS_HASH
+
+    @property
+    @abstractmethod
+    def where(self) -> str:
+        """The store as named in messages (no secrets)."""
+
+    @abstractmethod
+    def open(self) -> None:
+        """Open the store and load the chain head; AuditUnavailable if it cannot."""
+
+    @abstractmethod
+    def append(self, records: Sequence[dict[str, object]]) -> None:
+        """Assign seqs, chain and commit ``records``; AuditUnavailable if not committed."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the store (idempotent)."""
+
+    def probe(self) -> None:
+        """Check the store is reachable; AuditUnavailable if not (a local file always is)."""
+        return None

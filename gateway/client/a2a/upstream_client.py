@@ -1,0 +1,195 @@
+"""Calling a skill of an upstream A2A agent and reading its answer.
+
+This is the boundary where a2a-sdk, gRPC and httpx failures are translated:
+
+* not reachable (connection refused, TLS handshake failed, the server not
+  holding a certificate for the upstream's SPIFFE ID: nothing was sent), or
+  ``UNAVAILABLE``/the connection lost once the call may have been sent ->
+  ``UpstreamUnavailable`` (PEER_UNAVAILABLE; the audit detail says which,
+  decided from the connection, never from the upstream's words: see
+  ``upstream_reach``);
+* an answer that is not A2A (undecodable bytes, over the size ceiling, not a
+  JSON-RPC response, an unknown payload) -> ``None``, which the capability's
+  output check reports as INVALID_OUTPUT;
+* anything else the upstream answered (an A2A error, any other status, a task
+  that failed, was rejected or wants more input) -> ``UpstreamFailed``, a
+  plain exception the capability runner reports as CAPABILITY_FAILED.
+
+Timeouts are the capability runner's (CAPABILITY_TIMEOUT): the SDK's own
+deadline is set a little later, so the cancellation comes from the runner.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+
+import httpx
+from a2a.client import ClientCallContext
+from a2a.types import Message, Part, Role, SendMessageRequest, StreamResponse, TaskState
+from google.protobuf import json_format
+
+from capabilities.context import CallEvents
+from gateway.client.a2a.upstream_answers import UnreadableAnswer
+from gateway.client.a2a.upstream_links import UpstreamLink, client_tls_context, open_link
+from gateway.client.a2a.upstream_reach import (
+    NOT_SENT,
+    exception_chain,
+    grpc_cause,
+    handshake_cause,
+    http_cause,
+)
+from gateway.client.a2a.upstream_tasks import followed, streamed
+from gateway.client.handshake import channel_connected
+from gateway.config import TlsSettings, UpstreamEntry
+from gateway.errors import UpstreamUnavailable
+from gateway.transport.tls import TlsMaterial
+from policies.identity import svid_dns_name
+
+_log = logging.getLogger(__name__)
+
+SKILL_METADATA_KEY = "a2agw.skill"
+"""Message metadata key carrying the upstream skill id (the only metadata sent)."""
+
+SDK_DEADLINE_MARGIN_SECONDS = 1.0
+"""The SDK call's own deadline trails the capability timeout by this much."""
+
+
+class UpstreamFailed(Exception):
+    """The upstream answered, but not with a completed result (never payload content)."""
+
+
+class UpstreamClient:
+    """One reused a2a-sdk client to one upstream; the connection opens on first use."""
+
+    def __init__(self, entry: UpstreamEntry, tls: TlsMaterial, files: TlsSettings) -> None:
+        self.entry = entry
+        self._tls = tls
+        self._files = files
+        self._link: UpstreamLink | None = None
+
+    @property
+    def name(self) -> str:
+        """The upstream's name (SPIFFE ID, else address or URL)."""
+        return self.entry.name
+
+    async def send(
+        self,
+        skill: str,
+        parts: Sequence[Part],
+        *,
+        timeout: float,
+        events: CallEvents | None = None,
+    ) -> list[Part] | None:
+        """Send one message to ``skill``; the answer's parts (None: no readable answer).
+
+        Sent with ``return_immediately``: a task the upstream is still running is
+        followed to its end (polled, its status texts passed to ``events`` as
+        progress, cancelled upstream if this call is). With ``streaming = true``
+        and ``events`` (the caller follows its task) it is streamed instead,
+        events passed on as they come; see ``upstream_tasks``.
+
+        Raises:
+            UpstreamUnavailable: the upstream could not be reached as the identity
+                it must have (nothing was sent), or answered UNAVAILABLE or was
+                lost once the call may have been sent; the detail says which.
+            UpstreamFailed: it answered with an error or an unfinished/failed task.
+        """
+        if self._link is None:
+            self._link = open_link(self.entry, self._tls, self._files)
+        link = self._link
+        if link.channel is not None and not await channel_connected(link.channel):
+            raise self._unreachable(await self._why_not_connected(timeout))  # nothing was sent
+        request = SendMessageRequest(
+            message=Message(
+                message_id=uuid.uuid4().hex,
+                role=Role.ROLE_USER,
+                parts=list(parts),
+                metadata={SKILL_METADATA_KEY: skill},
+            )
+        )
+        request.configuration.return_immediately = True
+        context = ClientCallContext(timeout=timeout + SDK_DEADLINE_MARGIN_SECONDS)
+        progress = None if events is None else events.progress
+        try:
+            if link.streaming is not None and events is not None:
+                return answer_parts(await streamed(link.streaming, request, events, context))
+            async for event in link.client.send_message(request, context=context):
+                return answer_parts(await followed(link.client, event, progress, timeout))
+        except UpstreamFailed:
+            raise
+        except Exception as err:
+            if _undecodable(err):
+                _log.warning("upstream %s sent an answer that is not A2A", self.name)
+                return None
+            raise self._translated(err) from err
+        return None
+
+    def _translated(self, err: Exception) -> Exception:
+        cause = grpc_cause(err) if self.entry.binding == "grpc" else http_cause(err)
+        if cause is None:
+            _log.warning("upstream %s answered %s", self.name, type(err).__name__)
+            return UpstreamFailed(f"the upstream answered {type(err).__name__}")
+        return self._unreachable(cause)
+
+    def _unreachable(self, cause: str) -> UpstreamUnavailable:
+        _log.warning("upstream %s unreachable: %s", self.name, cause)
+        return UpstreamUnavailable(
+            "the A2A agent behind this capability could not be reached",
+            upstream=self.name,
+            detail=cause,
+        )
+
+    async def _why_not_connected(self, timeout: float) -> str:
+        if self.entry.id is None or self.entry.address is None:  # plaintext: no identity
+            return NOT_SENT
+        context = client_tls_context(self._tls, self.entry.id, self._files)
+        context.set_alpn_protocols(["h2"])
+        name = svid_dns_name(self.entry.id)
+        return await handshake_cause(self.entry.address, context, name, timeout)
+
+    def use_tls(self, tls: TlsMaterial) -> UpstreamLink | None:
+        """Open later connections with ``tls`` (a rotated certificate).
+
+        Returns the current connection, now detached, for the caller to close
+        once the calls on it have had time to finish; the next call opens a
+        new one.
+        """
+        self._tls = tls
+        link, self._link = self._link, None
+        return link
+
+    async def close(self) -> None:
+        """Close the connection (a later call would open a new one)."""
+        link, self._link = self._link, None
+        if link is not None:
+            await link.aclose()
+
+
+def answer_parts(event: StreamResponse) -> list[Part] | None:
+    """The parts holding the answer: a message's, or a completed task's artifacts'
+    (its status message's if it has no artifacts). None if the event is neither.
+
+    Raises:
+        UpstreamFailed: the task did not complete (failed, rejected, cancelled,
+            waiting for input or authentication, still running).
+    """
+    kind = event.WhichOneof("payload")
+    if kind == "message":
+        return list(event.message.parts)
+    if kind == "task":
+        task = event.task
+        if task.status.state != TaskState.TASK_STATE_COMPLETED:
+            raise UpstreamFailed(f"upstream task ended {TaskState.Name(task.status.state)}")
+        parts = [part for artifact in task.artifacts for part in artifact.parts]
+        return parts or list(task.status.message.parts)
+    return None
+
+
+def _undecodable(err: BaseException) -> bool:
+    undecodable = (
+        UnreadableAnswer | json.JSONDecodeError | httpx.DecodingError | json_format.ParseError
+    )
+    return any(isinstance(c, undecodable) for c in exception_chain(err))

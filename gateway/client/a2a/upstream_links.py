@@ -1,0 +1,164 @@
+"""The connection to one upstream A2A agent: an a2a-sdk client bound to its identity.
+
+gRPC binding: a ``grpc.aio`` channel with this agent's certificate and
+``grpc.ssl_target_name_override`` set to the DNS name derived from the
+upstream's SPIFFE ID, exactly as ``PeerClient`` binds a peer: the TLS handshake
+itself proves the server holds a CA-signed certificate for that ID, before any
+request byte is sent.
+
+JSON-RPC binding over https: an httpx client with this agent's certificate and
+CA whose every connection asks for (SNI) and verifies that same derived name,
+so the same proof happens in the handshake.
+
+Both bindings check every answer before the SDK reads it (``upstream_answers``,
+``upstream_http``; over JSON-RPC each event of an SSE stream too, ``upstream_sse``).
+Plaintext (no ``id``) is only ever configured for loopback IPs (the config
+refuses anything else). The card is never fetched: the configured address or
+URL is the only place requests go, whatever an upstream's card might claim
+(and ``streaming = true`` in the config, not the card, says it streams).
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from a2a.client import Client, ClientConfig, ClientFactory, minimal_agent_card
+from a2a.utils.constants import TransportProtocol
+from grpc import aio
+
+from gateway.client.a2a.upstream_answers import AnswerCheck
+from gateway.client.a2a.upstream_http import BoundedTransport
+from gateway.config import TlsFiles, TlsSettings, UpstreamEntry
+from gateway.errors import PeerUnavailable
+from gateway.transport.tls import MESSAGE_CEILING, TlsMaterial, channel_options
+from policies.identity import svid_dns_name, trust_domain_of
+
+_CONNECTIONS = 32
+"""Most connections open to one JSON-RPC upstream (calls beyond wait for one)."""
+
+
+@dataclass(slots=True)
+class UpstreamLink:
+    """An open a2a-sdk client to one upstream, and what must be closed with it.
+
+    Attributes:
+        client: The SDK client (non-streaming, one binding).
+        http: The httpx client of a JSON-RPC link (the SDK does not close a
+            client it was given); None for gRPC, whose channel the SDK closes.
+        channel: The gRPC channel (calls wait for it to be READY); None for JSON-RPC.
+    """
+
+    client: Client
+    http: httpx.AsyncClient | None = None
+    channel: aio.Channel | None = None
+    streaming: Client | None = None
+    """A streaming SDK client on the same channel (``[[upstreams]] streaming = true``)."""
+
+    async def aclose(self) -> None:
+        """Close the SDK client and its channel or HTTP connections."""
+        await self.client.close()
+        if self.streaming is not None:
+            await self.streaming.close()  # the same channel: closing again is harmless
+        if self.http is not None:
+            await self.http.aclose()
+
+
+def open_link(entry: UpstreamEntry, tls: TlsMaterial, files: TlsSettings) -> UpstreamLink:
+    """A client for ``entry`` (no connection is made until the first call)."""
+    if entry.binding == "grpc":
+        assert entry.address is not None
+        channel = _grpc_channel(entry, tls)
+        config = ClientConfig(
+            streaming=False,
+            supported_protocol_bindings=[TransportProtocol.GRPC],
+            grpc_channel_factory=lambda _url: channel,  # never the card's URL
+        )
+        card = minimal_agent_card(entry.address, [TransportProtocol.GRPC])
+        link = UpstreamLink(ClientFactory(config).create(card), channel=channel)
+        if entry.streaming:
+            streaming_card = minimal_agent_card(entry.address, [TransportProtocol.GRPC])
+            streaming_card.capabilities.streaming = True  # as configured; never fetched
+            streams = ClientConfig(
+                streaming=True,
+                supported_protocol_bindings=[TransportProtocol.GRPC],
+                grpc_channel_factory=lambda _url: channel,
+            )
+            link.streaming = ClientFactory(streams).create(streaming_card)
+        return link
+    assert entry.url is not None
+    http = _http_client(entry, tls, files)
+    config = ClientConfig(
+        streaming=False, supported_protocol_bindings=[TransportProtocol.JSONRPC], httpx_client=http
+    )
+    card = minimal_agent_card(entry.url, [TransportProtocol.JSONRPC])
+    link = UpstreamLink(ClientFactory(config).create(card), http)
+    if entry.streaming:  # the same connections, so the same bounds and identity check
+        streaming_card = minimal_agent_card(entry.url, [TransportProtocol.JSONRPC])
+        streaming_card.capabilities.streaming = True  # as configured; never fetched
+        streams = ClientConfig(
+            streaming=True,
+            supported_protocol_bindings=[TransportProtocol.JSONRPC],
+            httpx_client=http,
+        )
+        link.streaming = ClientFactory(streams).create(streaming_card)
+    return link
+
+
+def _grpc_channel(entry: UpstreamEntry, tls: TlsMaterial) -> aio.Channel:
+    assert entry.address is not None
+    if entry.id is None:  # loopback only (checked when the config was loaded)
+        limits = [
+            ("grpc.max_receive_message_length", MESSAGE_CEILING),
+            ("grpc.max_send_message_length", MESSAGE_CEILING),
+        ]
+        return aio.insecure_channel(entry.address, options=limits, interceptors=[AnswerCheck()])
+    return aio.secure_channel(
+        entry.address,
+        tls.channel_credentials(entry.id),
+        options=channel_options(entry.id),
+        interceptors=[AnswerCheck()],
+    )
+
+
+def _http_client(entry: UpstreamEntry, tls: TlsMaterial, files: TlsSettings) -> httpx.AsyncClient:
+    # Every connection may stay open: with fewer kept alive than opened, a burst
+    # of calls closes the surplus when it ends and the next one pays a TLS
+    # handshake per connection again (idle ones still close after httpx's 5 s).
+    limits = httpx.Limits(max_connections=_CONNECTIONS, max_keepalive_connections=_CONNECTIONS)
+    if entry.id is None:  # http:// to a loopback IP (checked when the config was loaded)
+        transport = BoundedTransport(httpx.AsyncHTTPTransport(limits=limits, retries=0))
+    else:
+        context = client_tls_context(tls, entry.id, files)
+        inner = httpx.AsyncHTTPTransport(verify=context, limits=limits, retries=0)
+        transport = BoundedTransport(inner, server_name=svid_dns_name(entry.id))
+    return httpx.AsyncClient(transport=transport, timeout=None, follow_redirects=False)
+
+
+def client_tls_context(tls: TlsMaterial, upstream_id: str, files: TlsSettings) -> ssl.SSLContext:
+    """A client context presenting this agent's certificate, trusting only the upstream's
+    trust domain's bundle."""
+    roots = tls.roots_for(trust_domain_of(upstream_id))
+    if roots is None:
+        raise PeerUnavailable(f"no trust bundle for the trust domain of {upstream_id}")
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=roots.decode())
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    # Python's ssl loads a client certificate only from files: the agent's
+    # configured files, the ones its TlsMaterial was read from; an SVID from
+    # the Workload API lives in memory only, so it goes through a private
+    # temporary folder that is removed at once.
+    if isinstance(files, TlsFiles):
+        context.load_cert_chain(files.cert, files.key)
+        return context
+    with tempfile.TemporaryDirectory(prefix="a2agw-svid-") as folder:  # mode 0700
+        cert, key = Path(folder) / "svid.pem", Path(folder) / "svid.key"
+        cert.write_bytes(tls.cert_pem)
+        descriptor = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "wb") as out:
+            out.write(tls.key_pem)
+        context.load_cert_chain(cert, key)
+    return context

@@ -1,0 +1,267 @@
+"""Calling a peer: mTLS channel bound to the peer's SPIFFE ID, typed errors.
+
+A call is sent only once the channel's TLS handshake, which checks the peer's
+identity, has succeeded; a channel that cannot connect sent nothing, and only
+then does ``PEER_IDENTITY_MISMATCH`` come up, decided by a handshake of our own
+(``gateway.client.handshake``). What a peer answers after a call was sent
+never claims that nothing ran unless it is a refusal a peer may give
+(``gateway.transport.status.from_rpc_error``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import ssl
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from grpc import aio
+from opentelemetry.trace import SpanKind
+
+from capabilities.canonical import ascii_json
+from gateway.client.handshake import (
+    channel_connected,
+    identity_check_context,
+    serves_another_identity,
+)
+from gateway.errors import (
+    DeadlineExceeded,
+    GatewayError,
+    InvalidInput,
+    PeerIdentityMismatch,
+    PeerUnavailable,
+)
+from gateway.telemetry.tracing import AgentTracing, mark_refused, outgoing_metadata
+from gateway.transport.status import from_rpc_error
+from gateway.transport.tls import TlsMaterial, channel_options
+from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
+from policies.identity import svid_dns_name
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteCapability:
+    """A capability as a peer describes it to us."""
+
+    name: str
+    version: str
+    risk: str
+    timeout_seconds: float
+    idempotent: bool
+    description: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any]
+    preconditions: tuple[str, ...]
+    examples: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PeerDescription:
+    """A peer's answer to Describe: who it is and what we may call."""
+
+    agent_id: str
+    protocol_version: str
+    capabilities: tuple[RemoteCapability, ...]
+    max_payload_bytes: int
+    grant_expires_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class InvokeResult:
+    """A peer's successful answer."""
+
+    request_id: str
+    capability: str
+    served_version: str
+    payload: bytes
+    evidence_sha256: str
+    remembered: bool
+    """The peer served its idempotency store's answer again (the wire's ``replayed``)."""
+
+    def output(self) -> Any:
+        """The output parsed from JSON."""
+        return json.loads(self.payload)
+
+
+class RequestIds:
+    """Request ids for one client: a random prefix drawn once, then a counter.
+
+    A request id is the peer's replay-protection key for this caller, so what
+    matters is that it never repeats: the counter makes ids of one client
+    distinct, the 64-bit random prefix makes clients (and restarts) distinct.
+    Ids of one client are predictable from each other, which is fine: only
+    this caller's certificate can use them. Cheaper than ``uuid4()`` per call
+    (a ``getrandom`` system call each).
+    """
+
+    __slots__ = ("_counter", "_prefix")
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(8).hex() + "-"
+        self._counter = itertools.count(1)
+
+    def next(self) -> str:
+        """A new id: 16 hex digits, ``-``, the counter in hex (matches ``REQUEST_ID``)."""
+        return f"{self._prefix}{next(self._counter):x}"
+
+
+class PeerClient:
+    """One reusable mTLS channel to one peer.
+
+    The TLS handshake only succeeds if the server's certificate carries the
+    ``peer_id`` it is expected to be (see ``policies.identity.svid_dns_name``),
+    and no call is sent before it has.
+    """
+
+    def __init__(
+        self, peer_id: str, address: str, tls: TlsMaterial, tracing: AgentTracing | None = None
+    ) -> None:
+        self.peer_id = peer_id
+        self.address = address
+        self._tracing = tracing if tracing is not None else AgentTracing(peer_id, None)
+        self._channel = aio.secure_channel(
+            address, tls.channel_credentials(peer_id), options=channel_options(peer_id)
+        )
+        self._stub = gateway_pb2_grpc.PeerGatewayStub(self._channel)  # type: ignore[no-untyped-call]
+        self._ids = RequestIds()
+        self._ca_pem = tls.ca_pem
+        self._check_context: ssl.SSLContext | None = None
+
+    async def describe(self, *, timeout: float = 5.0) -> PeerDescription:
+        """Ask the peer what we may call there."""
+        timeout = await self._connected(timeout)
+        try:
+            reply = await self._stub.Describe(
+                gateway_pb2.DescribeRequest(), timeout=timeout, metadata=outgoing_metadata()
+            )
+        except grpc.RpcError as err:
+            raise from_rpc_error(err) from err
+        return PeerDescription(
+            agent_id=reply.agent_id,
+            protocol_version=reply.protocol_version,
+            capabilities=tuple(_remote_capability(c) for c in reply.capabilities),
+            max_payload_bytes=reply.max_payload_bytes,
+            grant_expires_at=reply.grant_expires_at,
+        )
+
+    async def invoke(
+        self,
+        capability: str,
+        payload: bytes | dict[str, Any],
+        *,
+        constraint: str = "",
+        timeout: float = 10.0,
+        request_id: str | None = None,
+        task_id: str = "",
+        step_id: str = "",
+        idempotency_key: str = "",
+    ) -> InvokeResult:
+        """Call ``capability`` on the peer; raises the GatewayError it answered with."""
+        if isinstance(payload, dict):
+            try:
+                payload = ascii_json(payload, sort_keys=False)
+            except (TypeError, ValueError) as err:
+                raise InvalidInput(f"payload is not JSON-serialisable: {err}") from err
+        request = gateway_pb2.InvokeRequest(
+            request_id=request_id or self._ids.next(),
+            capability=capability,
+            version_constraint=constraint,
+            payload=payload,
+            deadline_unix_ms=int((time.time() + timeout) * 1000),
+            task_id=task_id,
+            step_id=step_id,
+            idempotency_key=idempotency_key,
+        )
+        attributes: dict[str, str | int] = {
+            "rpc.method": "Invoke",
+            "peer.id": self.peer_id,
+            "a2agw.capability": capability,
+            "a2agw.request_id": request.request_id,
+            "a2agw.payload_size": len(payload),
+        }
+        with self._tracing.span("peer call", attributes, SpanKind.CLIENT) as span:
+            try:
+                left = await self._connected(timeout)
+            except GatewayError as err:
+                mark_refused(span, err)
+                raise
+            try:
+                reply = await self._stub.Invoke(request, timeout=left, metadata=outgoing_metadata())
+            except grpc.RpcError as err:
+                error = from_rpc_error(err)
+                mark_refused(span, error)
+                raise error from err
+        return InvokeResult(
+            request_id=reply.request_id,
+            capability=reply.capability,
+            served_version=reply.served_version,
+            payload=reply.payload,
+            evidence_sha256=reply.evidence_sha256,
+            remembered=reply.replayed,
+        )
+
+    async def _connected(self, timeout: float) -> float:
+        """Wait until the channel's handshake has succeeded; the time left for the call.
+
+        Raises:
+            PeerIdentityMismatch: our own handshake found the server's certificate
+                not valid for ``peer_id`` (nothing was sent).
+            PeerUnavailable: the channel could not connect (nothing was sent).
+            DeadlineExceeded: it did not connect within ``timeout``.
+        """
+        if self._channel.get_state(try_to_connect=True) is grpc.ChannelConnectivity.READY:
+            return timeout
+        started = time.monotonic()
+        try:
+            connected = await asyncio.wait_for(channel_connected(self._channel), timeout)
+        except TimeoutError as err:
+            raise DeadlineExceeded(f"DEADLINE_EXCEEDED: no connection to {self.address}") from err
+        left = timeout - (time.monotonic() - started)
+        if connected:
+            return left
+        if left > 0 and await self._serves_another_identity(left):
+            raise PeerIdentityMismatch(
+                "the server's certificate does not carry the expected peer's SPIFFE ID"
+            )
+        raise PeerUnavailable(f"UNAVAILABLE: could not connect to {self.address}")
+
+    async def _serves_another_identity(self, timeout: float) -> bool:
+        if self._check_context is None:
+            try:
+                self._check_context = identity_check_context(self._ca_pem)
+            except (ssl.SSLError, ValueError):  # a CA file Python's ssl cannot read
+                return False
+        name = svid_dns_name(self.peer_id)
+        return await serves_another_identity(self.address, self._check_context, name, timeout)
+
+    async def close(self, grace: float | None = None) -> None:
+        """Close the channel; with ``grace``, calls in flight get that long to finish."""
+        await self._channel.close(grace)
+
+    async def __aenter__(self) -> PeerClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _remote_capability(desc: gateway_pb2.CapabilityDescriptor) -> RemoteCapability:
+    try:
+        return RemoteCapability(
+            name=desc.name,
+            version=desc.version,
+            risk=desc.risk,
+            timeout_seconds=desc.timeout_seconds,
+            idempotent=desc.idempotent,
+            description=desc.description,
+            input_schema=json.loads(desc.input_schema_json or "{}"),
+            output_schema=json.loads(desc.output_schema_json or "{}"),
+            preconditions=tuple(desc.preconditions),
+            examples=tuple(json.loads(example) for example in desc.examples_json),
+        )
+    except json.JSONDecodeError as err:
+        raise GatewayError(f"peer described {desc.name} with malformed JSON schema") from err

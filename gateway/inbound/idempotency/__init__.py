@@ -1,0 +1,1 @@
+"""Idempotency keys: the interface (``store``) and its SQLite and PostgreSQL backends."""

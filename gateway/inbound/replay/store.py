@@ -1,0 +1,50 @@
+"""Replay protection: a (peer, request id) pair is accepted once within a window.
+
+``ReplayWindow`` is the interface; ``ReplayTable``
+(:mod:`gateway.inbound.replay.mmap`) keeps the window in a fixed-size table,
+in memory (one process, reloaded from the audit log at start) or in a
+memory-mapped file the worker processes of one agent share; a full table
+refuses new ids rather than forgetting live ones. ``PostgresReplayWindow``
+(:mod:`gateway.inbound.replay.postgres`) in a table every replica of the agent shares.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+
+DEFAULT_WINDOW_SECONDS = 600.0
+DEFAULT_MAX_ENTRIES = 200_000
+
+
+class ReplayWindow(ABC):
+    """Where the request ids seen recently are kept."""
+
+    shared = False
+    """True if other replicas see the same window (then nothing is reloaded at start)."""
+
+    @property
+    @abstractmethod
+    def window_seconds(self) -> float:
+        """How long a request id is remembered."""
+
+    @property
+    @abstractmethod
+    def max_entries(self) -> int:
+        """Most request ids remembered at once (a bound for reloading)."""
+
+    @abstractmethod
+    async def first_seen(self, peer_id: str, request_id: str) -> bool:
+        """Record the pair; False if it was already seen within the window.
+
+        Raises:
+            StateUnavailable: a shared window cannot be read or written.
+        """
+
+    def preload(self, entries: Iterable[tuple[str, str, float]]) -> None:
+        """Seed from history: (peer, request id, age in seconds); a shared window ignores it."""
+        del entries  # nothing to seed: the shared table outlives processes
+
+    def close(self) -> None:
+        """Release what the window holds."""
+        return None  # the in-memory window holds nothing to release

@@ -1,0 +1,1 @@
+"""Plan task checkpoints: the interface (``store``), rows both backends share, backends."""

@@ -1,0 +1,226 @@
+"""Agent cards: the public one (for registries) and the one each caller gets.
+
+The public card says how to reach and authenticate to the agent and nothing
+about what anyone may call there. The extended card (``GetExtendedAgentCard``)
+is built for the calling peer from its grant: one skill per capability it may
+call, and the contracts in the extension ``urn:a2agw:capability-contracts:v1``.
+
+Extension params (a JSON object)::
+
+    max_payload_bytes   the caller's payload cap here (input and output)
+    grant_expires_at    when the caller's grant ends (RFC 3339)
+    capabilities        {NAME: {version, versions, risk, idempotent, timeout_seconds,
+                                input_schema, output_schema, preconditions}}
+
+``version`` is the highest version the caller may call (what an empty
+constraint is served); ``versions`` lists every version it may call.
+
+Both cards list every interface the agent serves (:class:`CardIssuer`:
+gRPC, and JSON-RPC and HTTP+JSON when ``[a2a] http_listen`` is set) and,
+when the issuer has a signer, are signed (``gateway.server.a2a.card_signing``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+from a2a.types import a2a_pb2
+
+from capabilities.registry import Capability
+from policies.grants import PeerGrant
+from policies.identity import svid_dns_name
+
+CONTRACTS_EXTENSION_URI = "urn:a2agw:capability-contracts:v1"
+"""URI of the card extension carrying the caller's capability contracts."""
+PROTOCOL_BINDING = "GRPC"
+JSONRPC_BINDING = "JSONRPC"
+REST_BINDING = "HTTP+JSON"
+PROTOCOL_VERSION = "1.0"
+LEGACY_PROTOCOL_VERSION = "0.3"
+"""Listed for the HTTP bindings too when ``[a2a] v0_3_compat`` is on."""
+MTLS_SCHEME = "mtls"
+_MEDIA = "application/json"
+
+
+def _gateway_version() -> str:
+    try:
+        return metadata.version("a2a-peer-gateway")
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+@dataclass(frozen=True)
+class CardIssuer:
+    """Where the agent is served and who signs its cards.
+
+    Attributes:
+        grpc_address: ``host:port`` of the gRPC binding.
+        jsonrpc_url: URL of the JSON-RPC binding ("" when not served).
+        rest_url: Base URL of the HTTP+JSON binding ("" when not served).
+        v0_3: The HTTP bindings also serve A2A 0.3 (``[a2a] v0_3_compat``).
+        sign: Adds the agent's signature to a finished card (None: unsigned).
+    """
+
+    grpc_address: str
+    jsonrpc_url: str = ""
+    rest_url: str = ""
+    v0_3: bool = False
+    sign: Callable[[a2a_pb2.AgentCard], a2a_pb2.AgentCard] | None = None
+
+    def interfaces(self) -> list[a2a_pb2.AgentInterface]:
+        """Every interface served, gRPC first (the card's preferred one).
+
+        The 0.3 interfaces come after every 1.0 one, JSON-RPC first: a 1.0
+        client takes the first interface of its binding, and the a2a-sdk
+        makes the card's v0.3 fields (``url``, ``preferredTransport``) from
+        the first 0.3 interface, which 0.3 clients (a2a-go: JSON-RPC or
+        gRPC only) then call.
+        """
+        served = [
+            (PROTOCOL_BINDING, self.grpc_address, PROTOCOL_VERSION),
+            (JSONRPC_BINDING, self.jsonrpc_url, PROTOCOL_VERSION),
+            (REST_BINDING, self.rest_url, PROTOCOL_VERSION),
+        ]
+        if self.v0_3:
+            served += [
+                (JSONRPC_BINDING, self.jsonrpc_url, LEGACY_PROTOCOL_VERSION),
+                (REST_BINDING, self.rest_url, LEGACY_PROTOCOL_VERSION),
+            ]
+        return [
+            a2a_pb2.AgentInterface(url=url, protocol_binding=binding, protocol_version=version)
+            for binding, url, version in served
+            if url
+        ]
+
+    def signed(self, card: a2a_pb2.AgentCard) -> a2a_pb2.AgentCard:
+        """``card`` with the agent's signature, if this issuer signs."""
+        return card if self.sign is None else self.sign(card)
+
+
+class PublicCardCache:
+    """The signed public card, built once and again after ``invalidate`` (start, rotation)."""
+
+    def __init__(self, agent_id: str, issuer: Callable[[], CardIssuer]) -> None:
+        self._agent_id = agent_id
+        self._issuer = issuer
+        self._card: a2a_pb2.AgentCard | None = None
+
+    def get(self) -> a2a_pb2.AgentCard:
+        """The card for the interfaces and key in force (built and signed when first asked)."""
+        if self._card is None:
+            self._card = public_card(self._agent_id, self._issuer())
+        return self._card
+
+    def invalidate(self) -> None:
+        """Build the card anew when next asked for (a port was bound, the key rotated)."""
+        self._card = None
+
+
+def _issuer(address: str | CardIssuer) -> CardIssuer:
+    return address if isinstance(address, CardIssuer) else CardIssuer(address)
+
+
+def public_card(agent_id: str, address: str | CardIssuer) -> a2a_pb2.AgentCard:
+    """The card anyone may see: interfaces, security scheme, no skills (signed if so set)."""
+    issuer = _issuer(address)
+    return issuer.signed(_unsigned_public_card(agent_id, issuer))
+
+
+def _unsigned_public_card(agent_id: str, issuer: CardIssuer) -> a2a_pb2.AgentCard:
+    card = a2a_pb2.AgentCard(
+        name=agent_id,
+        description=(
+            "A2A Peer Gateway agent. Callers authenticate with an X.509-SVID client "
+            "certificate; the skills a caller may use are on its extended card."
+        ),
+        version=_gateway_version(),
+        supported_interfaces=issuer.interfaces(),
+        capabilities=a2a_pb2.AgentCapabilities(
+            streaming=True,
+            push_notifications=False,
+            extended_agent_card=True,
+            extensions=[
+                a2a_pb2.AgentExtension(
+                    uri=CONTRACTS_EXTENSION_URI,
+                    description="Contracts of what the caller may call (on its extended card).",
+                    required=False,
+                )
+            ],
+        ),
+        security_schemes={
+            MTLS_SCHEME: a2a_pb2.SecurityScheme(
+                mtls_security_scheme=a2a_pb2.MutualTlsSecurityScheme(
+                    description=(
+                        "Mutual TLS with X.509-SVIDs of this agent's trust domain. The "
+                        f"server certificate carries the DNS name {svid_dns_name(agent_id)}: "
+                        "use it as the TLS target name."
+                    )
+                )
+            )
+        },
+        security_requirements=[
+            a2a_pb2.SecurityRequirement(schemes={MTLS_SCHEME: a2a_pb2.StringList()})
+        ],
+        default_input_modes=[_MEDIA],
+        default_output_modes=[_MEDIA],
+    )
+    return card
+
+
+def extended_card(
+    agent_id: str, address: str | CardIssuer, grant: PeerGrant, visible: Sequence[Capability]
+) -> a2a_pb2.AgentCard:
+    """The card for one caller: its skills and their contracts, nothing it may not call."""
+    issuer = _issuer(address)
+    card = _unsigned_public_card(agent_id, issuer)
+    latest: dict[str, Capability] = {}
+    versions: dict[str, list[str]] = {}
+    for cap in visible:  # the registry yields versions in ascending order
+        latest[cap.name] = cap
+        versions.setdefault(cap.name, []).append(str(cap.version))
+    contracts: dict[str, Any] = {}
+    for name, cap in latest.items():
+        card.skills.append(_skill(cap))
+        contracts[name] = _contract(cap, versions[name])
+    extension = card.capabilities.extensions[0]
+    extension.params.update(
+        {
+            "max_payload_bytes": grant.max_payload_bytes,
+            "grant_expires_at": grant.expires_at.isoformat(),
+            "capabilities": contracts,
+        }
+    )
+    return issuer.signed(card)
+
+
+def _skill(cap: Capability) -> a2a_pb2.AgentSkill:
+    contract = cap.contract
+    return a2a_pb2.AgentSkill(
+        id=contract.name,
+        name=contract.name,
+        description=contract.description or contract.name,
+        tags=[
+            f"risk:{contract.risk.value}",
+            "idempotent" if contract.idempotent else "not-idempotent",
+        ],
+        examples=[example.to_json() for example in contract.examples],
+        input_modes=[_MEDIA],
+        output_modes=[_MEDIA],
+    )
+
+
+def _contract(cap: Capability, versions: list[str]) -> dict[str, Any]:
+    contract = cap.contract
+    return {
+        "version": str(contract.version),
+        "versions": versions,
+        "risk": contract.risk.value,
+        "idempotent": contract.idempotent,
+        "timeout_seconds": contract.timeout_seconds,
+        "input_schema": contract.input_schema(),
+        "output_schema": contract.output_schema(),
+        "preconditions": list(contract.preconditions),
+    }

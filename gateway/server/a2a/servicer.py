@@ -1,0 +1,482 @@
+"""``lf.a2a.v1.A2AService``: A2A 1.0 over gRPC, a thin adapter onto the InvokeHandler.
+
+Served on the same mTLS port as ``a2agw.v1``. Every method first passes the
+pipeline (SendMessage: every check, as Invoke; the others: the Describe
+prefix), so identity, policy, payload cap, replay and audit are those of
+Invoke; the task methods also take a token of the peer's rate, and a
+subscription a place in its ``max_in_flight`` while open. Then, in this
+order, a method refuses (audited) an ``a2a-version`` that is not 1.x
+(missing means 0.3, as the spec says), a request that did not parse, and a
+non-empty tenant. Push notifications are answered with the spec's error.
+
+SendMessage refusals before dispatch are gRPC errors; a capability that fails
+after admission is a ``TASK_STATE_FAILED`` task carrying the reason code.
+``return_immediately`` and ``SendStreamingMessage`` pass the same checks, then
+run in the background (:mod:`gateway.server.a2a.task_runs`);
+``SendStreamingMessage`` and ``SubscribeToTask`` are async generators of
+``StreamResponse`` (the task first, its events in order, the last terminal).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+from typing import Any, NoReturn, TypeVar
+
+from a2a.types import a2a_pb2, a2a_pb2_grpc
+from google.protobuf import empty_pb2
+from grpc import aio
+
+from capabilities.registry import CapabilityRegistry
+from gateway.errors import (
+    GatewayError,
+    PushNotificationNotSupported,
+    TaskNotCancelable,
+    TaskNotFound,
+    UnsupportedOperation,
+)
+from gateway.inbound.call import InvokeCall, deadline_from
+from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler, InvokeOutcome
+from gateway.inbound.limits import CallSlot
+from gateway.inbound.pipeline import InFlight
+from gateway.server.a2a.card import CardIssuer, extended_card
+from gateway.server.a2a.messages import invoke_call, list_answer, task_message
+from gateway.server.a2a.request_checks import (
+    SERVICE_NAME,
+    protocol_version,
+    request_problem,
+    safe_id,
+    speaks_1x,
+    task_filter,
+    task_id_of,
+)
+from gateway.server.a2a.task_events import BackgroundTask, Listener
+from gateway.server.a2a.task_follow import follow_deadline, followed
+from gateway.server.a2a.task_runs import BackgroundTasks
+from gateway.server.a2a.task_store.store import (
+    A2ATask,
+    A2ATaskStore,
+    TaskOutcome,
+    TaskPage,
+)
+from gateway.server.a2a.wire_errors import to_a2a_status
+from gateway.server.received import MalformedRequest, edge_slot, peer_cert
+from gateway.telemetry import Telemetry
+from gateway.telemetry.tracing import mark_refused
+
+_TASK_NOT_FOUND = "task not found"
+_FINISHED = "the task has already finished; use GetTask"
+_FINISHED_CANCEL = "the task has already finished"
+FALLBACK_TIMEOUT_SECONDS = 3600.0
+"""Followed tasks of a capability this process does not have (a different deployment)."""
+_T = TypeVar("_T")
+_log = logging.getLogger(__name__)
+
+
+async def _abort(context: aio.ServicerContext[Any, Any], error: GatewayError) -> NoReturn:
+    await context.abort_with_status(to_a2a_status(error))
+    raise AssertionError("abort_with_status returned")  # pragma: no cover
+
+
+class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
+    """Adapts ``A2AService`` RPCs to the InvokeHandler and the A2A task table."""
+
+    def __init__(
+        self,
+        agent_id: str,
+        handler: InvokeHandler,
+        tasks: A2ATaskStore,
+        registry: CapabilityRegistry,
+        address: Callable[[], str | CardIssuer],
+        telemetry: Telemetry | None = None,
+        default_capability: str = "",
+        runs: BackgroundTasks | None = None,
+    ) -> None:
+        self._default_capability = default_capability  # [a2a] default_capability
+        self._telemetry = telemetry if telemetry is not None else Telemetry.off(agent_id)
+        self._agent_id = agent_id
+        self._handler = handler
+        self._tasks = tasks
+        self._registry = registry
+        self._address = address
+        self.runs = runs if runs is not None else BackgroundTasks(handler, tasks)
+        """The background and streamed tasks this servicer started."""
+
+    # --- the common path ------------------------------------------------------
+
+    async def _answer(
+        self, context: aio.ServicerContext[Any, Any], operation: str, work: Awaitable[_T]
+    ) -> _T:
+        """Await ``work`` in a span; a GatewayError becomes its status, anything else INTERNAL."""
+        name = f"A2A {operation}"
+        with self._telemetry.inbound(
+            name, context.invocation_metadata(), {"rpc.method": operation}
+        ) as span:
+            try:
+                return await work
+            except GatewayError as err:
+                mark_refused(span, err)
+                await _abort(context, err)
+            except Exception:  # never a traceback on the wire; the log keeps it
+                _log.exception("A2A %s failed", operation)
+                await _abort(context, GatewayError("internal error"))
+
+    async def _admit(
+        self, request: object, context: aio.ServicerContext[Any, Any], operation: str
+    ) -> str:
+        """Describe prefix, then the A2A checks; returns the caller's SPIFFE ID."""
+        peer_id, _ = await self._handler.admit_peer(
+            peer_cert(context),
+            f"A2A {operation}",
+            task_id_of(request),
+            edge_slot=edge_slot(context),
+        )
+        await self._a2a_checks(request, context, peer_id, operation)
+        return peer_id
+
+    async def _admit_limited(
+        self,
+        request: object,
+        context: aio.ServicerContext[Any, Any],
+        operation: str,
+        *,
+        in_flight: bool = False,
+    ) -> tuple[str, CallSlot]:
+        """``_admit`` for a task operation, with the limits of its kind.
+
+        A poll (``in_flight`` false) takes a token of the peer's rate but needs no
+        room under its ``max_in_flight`` (its own running tasks may hold every
+        place); a subscription also holds the returned slot while open (release
+        it when it ends).
+        """
+        kind = InFlight.HOLD if in_flight else InFlight.POLL
+        peer_id, slot = await self._handler.admit_task_reader(
+            peer_cert(context),
+            f"A2A {operation}",
+            task_id_of(request),
+            kind,
+            edge_slot=edge_slot(context),
+        )
+        try:
+            await self._a2a_checks(request, context, peer_id, operation)
+        except BaseException:
+            slot.release()
+            raise
+        return peer_id, slot
+
+    async def _a2a_checks(
+        self, request: object, context: aio.ServicerContext[Any, Any], peer_id: str, operation: str
+    ) -> None:
+        """Protocol version, parsable request, no tenant; a refusal is audited."""
+        problem = request_problem(request, protocol_version(context), operation)
+        if problem is not None:
+            raise await self._handler.refuse(
+                peer_id, problem, f"A2A {operation}", task_id_of(request)
+            )
+
+    async def _refuse(
+        self,
+        context: aio.ServicerContext[Any, Any],
+        request: object,
+        operation: str,
+        error: GatewayError,
+    ) -> NoReturn:
+        async def work() -> None:
+            peer_id = await self._admit(request, context, operation)
+            raise await self._handler.refuse(peer_id, error, f"A2A {operation}")
+
+        await self._answer(context, operation, work())
+        raise AssertionError("refusal answered")  # pragma: no cover
+
+    # --- SendMessage ----------------------------------------------------------
+
+    async def SendMessage(
+        self, request: a2a_pb2.SendMessageRequest, context: aio.ServicerContext[Any, Any]
+    ) -> a2a_pb2.SendMessageResponse:
+        """Run one capability for the calling peer; the answer is a finished task."""
+        return await self._answer(context, "SendMessage", self._send(request, context))
+
+    async def _send(
+        self,
+        request: a2a_pb2.SendMessageRequest | MalformedRequest,
+        context: aio.ServicerContext[Any, Any],
+    ) -> a2a_pb2.SendMessageResponse:
+        admitted, submitted = await self._admit_message(request, context, "SendMessage")
+        if not isinstance(request, MalformedRequest) and request.configuration.return_immediately:
+            run = await self._start(submitted, admitted, "SendMessage")
+            return a2a_pb2.SendMessageResponse(task=task_message(run.task))
+        outcome: InvokeOutcome | None = None
+        failure: GatewayError | None = None
+        try:
+            outcome = await self._handler.run(admitted)
+        except GatewayError as err:  # after admission: a failed task, not a gRPC error
+            failure = err
+        task = replace(
+            submitted,
+            state=TaskOutcome.FAILED if outcome is None else TaskOutcome.COMPLETED,
+            output=b"" if outcome is None else outcome.payload,
+            evidence_sha256="" if outcome is None else outcome.evidence_sha256,
+            remembered=outcome is not None and outcome.remembered,
+            reason="OK" if failure is None else failure.reason,
+            message="" if failure is None else failure.message,
+            updated_ms=int(time.time() * 1000),
+        )
+        self._tasks.put(task)
+        return a2a_pb2.SendMessageResponse(task=task_message(task))
+
+    async def _admit_message(
+        self,
+        request: a2a_pb2.SendMessageRequest | MalformedRequest,
+        context: aio.ServicerContext[Any, Any],
+        operation: str,
+    ) -> tuple[AdmittedCall, A2ATask]:
+        """Every check of the pipeline for a message; the admitted call and its new task."""
+        if not speaks_1x(protocol_version(context)):
+            await self._admit(request, context, operation)  # refuses, audited
+        malformed = isinstance(request, MalformedRequest)
+        parsed = a2a_pb2.SendMessageRequest() if malformed else request
+        assert isinstance(parsed, a2a_pb2.SendMessageRequest)
+        task_id = str(uuid.uuid4())
+        call = invoke_call(
+            parsed,
+            peer_cert_pem=peer_cert(context),
+            deadline=deadline_from(context.time_remaining(), 0),
+            task_id=task_id,
+            default_capability=self._default_capability,
+        )
+        if malformed:
+            call = _with_problem(call, f"the request is not a valid {SERVICE_NAME} {operation}")
+        admitted = await self._handler.admit(call, edge_slot=edge_slot(context))
+        now_ms = int(time.time() * 1000)
+        task = A2ATask(
+            task_id=task_id,
+            owner=admitted.admission.peer_id,
+            context_id=parsed.message.context_id or str(uuid.uuid4()),
+            state=TaskOutcome.SUBMITTED,
+            capability=call.capability,
+            served_version=str(admitted.admission.capability.version),
+            output=b"",
+            evidence_sha256="",
+            remembered=False,
+            reason="",
+            message="",
+            created_ms=now_ms,
+            updated_ms=now_ms,
+        )
+        return admitted, task
+
+    async def _start(self, task: A2ATask, admitted: AdmittedCall, operation: str) -> BackgroundTask:
+        """Start ``admitted`` in the background; a failure to start is audited and raised."""
+        try:
+            return await self.runs.start(task, _unhurried(admitted))
+        except GatewayError as err:  # nothing ran: one refusal record, as before dispatch
+            raise await self._handler.refuse(
+                task.owner, err, f"A2A {operation}", task.task_id
+            ) from err
+
+    # --- streams --------------------------------------------------------------
+
+    async def SendStreamingMessage(
+        self, request: a2a_pb2.SendMessageRequest, context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[a2a_pb2.StreamResponse]:
+        """SendMessage run in the background, streamed: the task, then its events."""
+
+        async def work() -> Listener:
+            admitted, submitted = await self._admit_message(
+                request, context, "SendStreamingMessage"
+            )
+            run = await self._start(submitted, admitted, "SendStreamingMessage")
+            return run.listen()  # no await since start: every event is seen
+
+        listener = await self._answer(context, "SendStreamingMessage", work())
+        async for event in listener.events():
+            yield event
+
+    async def SubscribeToTask(
+        self, request: a2a_pb2.SubscribeToTaskRequest, context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[a2a_pb2.StreamResponse]:
+        """Follow one of the caller's running tasks: the task as it is now, then its events.
+
+        Counts as one call in flight of the caller while open. A task another
+        process of this agent runs (workers, replicas) is followed through the
+        store (:mod:`gateway.server.a2a.task_follow`). A finished task is
+        UNSUPPORTED_OPERATION.
+        """
+
+        async def work() -> tuple[AsyncIterator[a2a_pb2.StreamResponse], str, CallSlot]:
+            # The events, the caller, and the place it holds while they flow.
+            peer_id, slot = await self._admit_limited(
+                request, context, "SubscribeToTask", in_flight=True
+            )
+            try:
+                stored = await self._owned(peer_id, request.id, "SubscribeToTask")
+                run = self.runs.running(stored.task_id)
+                if run is not None and not run.task.state.finished:
+                    return run.listen().events(), peer_id, slot
+                if run is None and not stored.state.finished:
+                    deadline = follow_deadline(stored, self._timeout_of(stored))
+                    events = followed(self._tasks, stored, deadline, self.runs.stopping)
+                    return events, peer_id, slot
+                raise await self._handler.refuse(
+                    peer_id, UnsupportedOperation(_FINISHED), "A2A SubscribeToTask", stored.task_id
+                )
+            except BaseException:
+                slot.release()
+                raise
+
+        events, peer_id, slot = await self._answer(context, "SubscribeToTask", work())
+        try:
+            async for event in events:
+                yield event
+        except GatewayError as err:  # after the first event: the stream ends with this error
+            slot.release()  # before the caller hears the end, so its next call finds the room
+            await self._handler.refuse(peer_id, err, "A2A SubscribeToTask", safe_id(request.id))
+            await _abort(context, err)
+        finally:
+            slot.release()
+
+    def _timeout_of(self, task: A2ATask) -> float:
+        """The contract timeout of the capability version that runs ``task``."""
+        for cap in self._registry:
+            if cap.name == task.capability and str(cap.version) == task.served_version:
+                return cap.contract.timeout_seconds
+        return FALLBACK_TIMEOUT_SECONDS
+
+    # --- the card -------------------------------------------------------------
+
+    async def GetExtendedAgentCard(
+        self, request: a2a_pb2.GetExtendedAgentCardRequest, context: aio.ServicerContext[Any, Any]
+    ) -> a2a_pb2.AgentCard:
+        """The card for the calling peer: the skills its grant allows, and their contracts."""
+
+        async def work() -> a2a_pb2.AgentCard:
+            grant, admissions = await self._handler.describe(
+                peer_cert(context), "A2A GetExtendedAgentCard", edge_slot=edge_slot(context)
+            )
+            await self._a2a_checks(request, context, grant.peer, "GetExtendedAgentCard")
+            visible = [admission.capability for admission in admissions]
+            return extended_card(self._agent_id, self._address(), grant, visible)
+
+        return await self._answer(context, "GetExtendedAgentCard", work())
+
+    # --- tasks ----------------------------------------------------------------
+
+    async def GetTask(
+        self, request: a2a_pb2.GetTaskRequest, context: aio.ServicerContext[Any, Any]
+    ) -> a2a_pb2.Task:
+        """One of the caller's own tasks; another peer's is TASK_NOT_FOUND."""
+
+        async def work() -> a2a_pb2.Task:
+            peer_id, _ = await self._admit_limited(request, context, "GetTask")
+            stored = await self._owned(peer_id, request.id, "GetTask")
+            run = self.runs.running(stored.task_id)
+            return task_message(stored if run is None else run.task)
+
+        return await self._answer(context, "GetTask", work())
+
+    async def CancelTask(
+        self, request: a2a_pb2.CancelTaskRequest, context: aio.ServicerContext[Any, Any]
+    ) -> a2a_pb2.Task:
+        """Cancel one of the caller's running tasks; a finished one is TASK_NOT_CANCELABLE."""
+
+        async def work() -> a2a_pb2.Task:
+            peer_id, _ = await self._admit_limited(request, context, "CancelTask")
+            stored = await self._owned(peer_id, request.id, "CancelTask")
+            run = self.runs.running(stored.task_id)
+            try:
+                if run is not None:
+                    return task_message(await self.runs.cancel(run, peer_id))
+                if stored.state.finished:
+                    raise TaskNotCancelable(_FINISHED_CANCEL)
+                return task_message(await self.runs.cancel_elsewhere(stored, peer_id))
+            except TaskNotCancelable as err:
+                raise await self._handler.refuse(
+                    peer_id, err, "A2A CancelTask", stored.task_id
+                ) from err
+
+        return await self._answer(context, "CancelTask", work())
+
+    async def ListTasks(
+        self, request: a2a_pb2.ListTasksRequest, context: aio.ServicerContext[Any, Any]
+    ) -> a2a_pb2.ListTasksResponse:
+        """The caller's own tasks, newest first."""
+
+        async def work() -> a2a_pb2.ListTasksResponse:
+            peer_id, _ = await self._admit_limited(request, context, "ListTasks")
+            try:
+                wanted = task_filter(request)
+                page = (
+                    TaskPage([], "", 0)
+                    if wanted is None
+                    else await self._tasks.list(peer_id, wanted)
+                )
+            except GatewayError as err:
+                raise await self._handler.refuse(peer_id, err, "A2A ListTasks") from err
+            include = request.include_artifacts if request.HasField("include_artifacts") else False
+            return list_answer(page, include_artifacts=include)
+
+        return await self._answer(context, "ListTasks", work())
+
+    async def _owned(self, peer_id: str, task_id: str, operation: str) -> A2ATask:
+        # One query names both owner and id, so another peer's task and a task
+        # that never existed take the same path to the same answer.
+        try:
+            task = await self._tasks.get(peer_id, task_id)
+        except GatewayError as err:
+            raise await self._handler.refuse(peer_id, err, f"A2A {operation}") from err
+        if task is None:
+            raise await self._handler.refuse(
+                peer_id, TaskNotFound(_TASK_NOT_FOUND), f"A2A {operation}", safe_id(task_id)
+            )
+        return task
+
+    # --- what we do not offer -------------------------------------------------
+
+    async def CreateTaskPushNotificationConfig(
+        self, request: Any, context: aio.ServicerContext[Any, Any]
+    ) -> a2a_pb2.TaskPushNotificationConfig:
+        """PUSH_NOTIFICATION_NOT_SUPPORTED."""
+        await self._no_push(request, context, "CreateTaskPushNotificationConfig")
+
+    async def GetTaskPushNotificationConfig(
+        self, request: Any, context: aio.ServicerContext[Any, Any]
+    ) -> a2a_pb2.TaskPushNotificationConfig:
+        """PUSH_NOTIFICATION_NOT_SUPPORTED."""
+        await self._no_push(request, context, "GetTaskPushNotificationConfig")
+
+    async def ListTaskPushNotificationConfigs(
+        self, request: Any, context: aio.ServicerContext[Any, Any]
+    ) -> a2a_pb2.ListTaskPushNotificationConfigsResponse:
+        """PUSH_NOTIFICATION_NOT_SUPPORTED."""
+        await self._no_push(request, context, "ListTaskPushNotificationConfigs")
+
+    async def DeleteTaskPushNotificationConfig(
+        self, request: Any, context: aio.ServicerContext[Any, Any]
+    ) -> empty_pb2.Empty:
+        """PUSH_NOTIFICATION_NOT_SUPPORTED."""
+        await self._no_push(request, context, "DeleteTaskPushNotificationConfig")
+
+    async def _no_push(
+        self, request: Any, context: aio.ServicerContext[Any, Any], operation: str
+    ) -> NoReturn:
+        await self._refuse(
+            context,
+            request,
+            operation,
+            PushNotificationNotSupported("push notifications are not supported by this agent"),
+        )
+
+
+def _with_problem(call: InvokeCall, problem: str) -> InvokeCall:
+    return replace(call, problem=problem)
+
+
+def _unhurried(admitted: AdmittedCall) -> AdmittedCall:
+    """``admitted`` with the contract timeout as its only deadline (it outlives the RPC)."""
+    timeout = admitted.admission.capability.contract.timeout_seconds
+    # A second past the timeout, so the contract timeout is what fires.
+    deadline = time.monotonic() + timeout + 1.0
+    return replace(admitted, call=replace(admitted.call, deadline=deadline))

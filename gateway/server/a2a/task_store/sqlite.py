@@ -1,0 +1,112 @@
+"""The A2A tasks of one agent in a SQLite file (``a2a-tasks.sqlite``, WAL)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from gateway.errors import StateUnavailable
+from gateway.private_files import connect_private
+from gateway.server.a2a.task_store.store import TASK_COLUMNS, A2ATask, A2ATaskStore, Scope, task_row
+
+_log = logging.getLogger(__name__)
+
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS a2a_tasks (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+    "task_id TEXT NOT NULL UNIQUE, owner TEXT NOT NULL, context_id TEXT NOT NULL, "
+    "state TEXT NOT NULL, capability TEXT NOT NULL, served_version TEXT NOT NULL, "
+    "output BLOB, evidence_sha256 TEXT NOT NULL, replayed INTEGER NOT NULL, "
+    "reason TEXT NOT NULL, message TEXT NOT NULL, created_ms INTEGER NOT NULL, "
+    "updated_ms INTEGER NOT NULL, runner TEXT NOT NULL DEFAULT '', "
+    "lease_ms INTEGER NOT NULL DEFAULT 0, cancel_by TEXT NOT NULL DEFAULT '')",
+    "CREATE INDEX IF NOT EXISTS a2a_tasks_owner ON a2a_tasks (owner, seq)",
+)
+_UNFINISHED_INDEX = (
+    "CREATE INDEX IF NOT EXISTS a2a_tasks_unfinished ON a2a_tasks (lease_ms) "
+    "WHERE state IN ('submitted', 'working')"
+)
+"""Finds orphans without a scan; finished rows (nearly all) are not in it."""
+_RUN_COLUMNS = (
+    ("runner", "TEXT NOT NULL DEFAULT ''"),
+    ("lease_ms", "INTEGER NOT NULL DEFAULT 0"),
+    ("cancel_by", "TEXT NOT NULL DEFAULT ''"),
+)
+"""Columns added for background tasks (older files get them when opened)."""
+
+
+class SqliteA2ATaskStore(A2ATaskStore):
+    """The A2A tasks of one agent in a SQLite file (``a2a-tasks.sqlite``, WAL)."""
+
+    _mark = "?"
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        try:
+            self._db = connect_private(path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA busy_timeout=5000")
+            for statement in _SCHEMA:
+                self._db.execute(statement)
+            present = {row[1] for row in self._db.execute("PRAGMA table_info(a2a_tasks)")}
+            for name, ddl in _RUN_COLUMNS:
+                if name not in present:
+                    self._db.execute(f"ALTER TABLE a2a_tasks ADD COLUMN {name} {ddl}")
+            self._db.execute(_UNFINISHED_INDEX)
+        except sqlite3.Error as err:
+            raise StateUnavailable(f"A2A task store {path}: {err}") from err
+
+    async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        def work() -> list[tuple[Any, ...]]:
+            with self._lock:
+                return self._db.execute(sql, params).fetchall()
+
+        try:
+            return await asyncio.to_thread(work)
+        except sqlite3.Error as err:
+            raise StateUnavailable(f"A2A task store: {err}") from err
+
+    async def _drain(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                await asyncio.to_thread(self._insert, batch)
+            except sqlite3.Error as err:  # answered already: the log is all that is left
+                _log.error("A2A task store: %d tasks not stored: %s", len(batch), err)
+
+    def _insert(self, batch: list[A2ATask]) -> None:
+        rows = [task_row(task) for task in batch]
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                self._db.executemany(
+                    f"INSERT INTO a2a_tasks ({TASK_COLUMNS}) VALUES "
+                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def _scope(self, owner: str) -> Scope:
+        """The conditions (and their values) every read of ``owner``'s tasks starts with."""
+        return [f"owner = {self._mark}"], [owner]
+
+    def _key(self) -> tuple[str, ...]:
+        """Values of the key columns besides ``task_id`` (none in a SQLite file)."""
+        return ()
+
+    def _key_names(self) -> tuple[str, ...]:
+        return ()
+
+    def close(self) -> None:
+        """Release the store (``flush`` first: queued tasks are not written here)."""
+        with self._lock:
+            self._db.close()

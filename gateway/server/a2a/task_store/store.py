@@ -1,0 +1,422 @@
+"""The A2A tasks this agent answered, per owner, in SQLite under ``state_dir``.
+
+Every SendMessage that passes the pipeline becomes one task. A blocking one is
+written once when it ends (the call runs inside SendMessage, so no one can see
+it earlier), by a background writer that commits in batches, like the audit
+log's allowed records; every read waits for that queue first. A background or
+streamed task (:mod:`gateway.server.a2a.task_runs`) is written with
+:meth:`A2ATaskStore.save` at once, before its id is answered, and again at
+each change of state; a finished task never changes again (the update is
+conditional on the stored state), so a late write cannot undo an end.
+Unfinished rows name the process running them (the ``runner`` column) and carry a lease
+it renews; ``fail_orphans`` ends those of a process that is gone.
+Every read names the owner: a task of another peer is never returned, and the
+query for it is the same query as for an id that never existed. WAL with
+``synchronous=NORMAL``: tasks survive a restart (``flush`` on stop); a crash
+may lose the tasks of the last few milliseconds, as it may their allowed audit
+records. The output is the caller's own answer, kept for
+GetTask; nothing here is logged.
+
+A page token names the last task of its page, one of the caller's own, in
+base64url; the next page is the owner's tasks stored before that one. It holds
+no row number or count, so paging reveals nothing of other peers' tasks, and
+it is resolved only among the caller's own tasks: another owner's token (or a
+forged one) is refused exactly as garbage is. Tokens need no key, so they hold
+across restarts and replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from gateway.errors import InvalidRequest
+from gateway.inbound.call import REQUEST_ID
+
+_log = logging.getLogger(__name__)
+
+MAX_PAGE_SIZE = 100
+DEFAULT_PAGE_SIZE = 50
+_MAX_TOKEN_CHARS = 256
+_BAD_TOKEN = "page_token is not a token this agent handed out to this caller"
+
+TASK_COLUMNS = (
+    "task_id, owner, context_id, state, capability, served_version, output, "
+    "evidence_sha256, replayed, reason, message, created_ms, updated_ms"
+)
+"""The task columns of ``a2a_tasks`` in ``A2ATask`` field order (both stores)."""
+UNFINISHED = ("submitted", "working")
+"""The states of a task that has not ended (``TaskOutcome`` values)."""
+
+
+Scope = tuple[list[str], list[Any]]
+"""SQL conditions and their parameter values (a method named ``list`` shadows the type)."""
+
+
+class TaskOutcome(StrEnum):
+    """A task's state: how it ended, or (background and streamed tasks) that it has not yet."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELED = "canceled"
+    SUBMITTED = "submitted"
+    WORKING = "working"
+
+    @property
+    def finished(self) -> bool:
+        """True once the task has ended (it never changes again)."""
+        return self.value not in UNFINISHED
+
+
+@dataclass(frozen=True, slots=True)
+class A2ATask:
+    """One task (finished, or a background task's latest state).
+
+    Attributes:
+        task_id: Server-chosen id.
+        owner: SPIFFE ID of the peer that sent the message.
+        context_id: The message's context id (or one chosen for it).
+        state: How it ended (or that it has not yet).
+        capability: The capability it called.
+        served_version: The version that ran ("" if none was chosen).
+        output: Output JSON bytes (completed tasks).
+        evidence_sha256: Digest of the output.
+        remembered: The answer came from the idempotency store (column ``replayed``).
+        reason: ``OK`` or the failure's reason code.
+        message: The failure's message (never payload content).
+        created_ms: Unix ms when the message arrived.
+        updated_ms: Unix ms of its latest change (when it ended, once it has).
+    """
+
+    task_id: str
+    owner: str
+    context_id: str
+    state: TaskOutcome
+    capability: str
+    served_version: str
+    output: bytes
+    evidence_sha256: str
+    remembered: bool
+    reason: str
+    message: str
+    created_ms: int
+    updated_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFilter:
+    """What ListTasks asks for, besides its owner (all optional)."""
+
+    context_id: str = ""
+    state: TaskOutcome | None = None
+    updated_after_ms: int = 0
+    page_size: int = DEFAULT_PAGE_SIZE
+    page_token: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPage:
+    """One page of ListTasks, newest first."""
+
+    tasks: list[A2ATask]
+    next_page_token: str
+    total_size: int
+
+
+class A2ATaskStore(ABC):
+    """Finished (and background) A2A tasks; safe to share between threads.
+
+    The interface of every backend and the statements they share
+    (:class:`SqliteA2ATaskStore`,
+    :class:`~gateway.server.a2a.task_store.postgres.PostgresA2ATaskStore`).
+    Invariants every implementation keeps: every read waits for this
+    process's queued tasks first; a read names the owner, so another peer's
+    task is the same empty answer as an id that never existed; ``seq`` orders
+    tasks newest first and is the page token; an unreadable store raises
+    :class:`~gateway.errors.StateUnavailable`, a batch that cannot be written
+    is logged by its size (its calls were answered already).
+    """
+
+    _mark: ClassVar[str]
+    """The SQL parameter placeholder of the store's driver."""
+
+    def __init__(self) -> None:
+        self._pending: list[A2ATask] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    @abstractmethod
+    async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """Rows of one statement, run in a thread; StateUnavailable if it fails."""
+
+    @abstractmethod
+    async def _drain(self) -> None:
+        """Write the queued tasks in batches until none is left (log a failed batch)."""
+
+    def put(self, task: A2ATask) -> None:
+        """Queue a finished task; a background writer commits queued tasks in batches.
+
+        Reads (``get``, ``list``) wait for the queue first, so a caller sees its
+        task as soon as SendMessage has answered.
+        """
+        self._pending.append(task)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._drain())
+
+    async def flush(self) -> None:
+        """Wait until every queued task is committed (or its batch failed and was logged)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+
+    async def get(self, owner: str, task_id: str) -> A2ATask | None:
+        """``owner``'s task ``task_id``; None if it has none by that id (whoever else might).
+
+        Raises:
+            StateUnavailable: the store could not be read (a shared database).
+        """
+        await self.flush()
+        if not REQUEST_ID.fullmatch(task_id):  # never an id this store made (nor a query's text)
+            return None
+        where, params = self._scope(owner)
+        rows = await self._query(
+            f"SELECT {TASK_COLUMNS} FROM a2a_tasks WHERE {' AND '.join(where)} "
+            f"AND task_id = {self._mark}",
+            (*params, task_id),
+        )
+        return task_from_row(rows[0]) if rows else None
+
+    async def list(self, owner: str, wanted: TaskFilter) -> TaskPage:
+        """A page of ``owner``'s tasks, newest first.
+
+        Raises:
+            InvalidRequest: the page token is not one this store handed out.
+            StateUnavailable: the store could not be read (a shared database).
+        """
+        await self.flush()
+        mark = self._mark
+        where, params = self._scope(owner)
+        if wanted.context_id:
+            where.append(f"context_id = {mark}")
+            params.append(wanted.context_id)
+        if wanted.state is not None:
+            where.append(f"state = {mark}")
+            params.append(wanted.state.value)
+        if wanted.updated_after_ms:
+            where.append(f"updated_ms >= {mark}")
+            params.append(wanted.updated_after_ms)
+        condition = " AND ".join(where)
+        total = await self._query(f"SELECT COUNT(*) FROM a2a_tasks WHERE {condition}", (*params,))
+        page_where, page_params = condition, list(params)
+        if wanted.page_token:
+            page_where += f" AND seq < {mark}"
+            page_params.append(await self._cursor(owner, wanted.page_token))
+        size = page_size(wanted)
+        rows = await self._query(
+            f"SELECT {TASK_COLUMNS}, seq FROM a2a_tasks WHERE {page_where} "
+            f"ORDER BY seq DESC LIMIT {mark}",
+            (*page_params, size + 1),
+        )
+        more = len(rows) > size
+        rows = rows[:size]
+        tasks = [task_from_row(row[:-1]) for row in rows]
+        token = page_token(tasks[-1].task_id) if more and tasks else ""
+        return TaskPage(tasks, token, int(total[0][0]))
+
+    async def _cursor(self, owner: str, token: str) -> int:
+        """Where the page after ``token`` starts: the row order of the owner's task it names."""
+        where, params = self._scope(owner)
+        rows = await self._query(
+            f"SELECT seq FROM a2a_tasks WHERE {' AND '.join(where)} AND task_id = {self._mark}",
+            (*params, token_task_id(token)),
+        )
+        if not rows:
+            raise InvalidRequest(_BAD_TOKEN)
+        return int(rows[0][0])
+
+    @abstractmethod
+    def _scope(self, owner: str) -> Scope:
+        """The conditions (and their values) every read of ``owner``'s tasks starts with."""
+
+    # --- background and streamed tasks (see gateway.server.a2a.task_runs) ---
+
+    async def save(self, task: A2ATask, process_id: str = "", lease_ms: int = 0) -> bool:
+        """Write ``task`` now (insert, or update its row unless that row has ended).
+
+        Args:
+            task: The task's new state.
+            process_id: The process running it (``BackgroundTasks.process_id``) while unfinished.
+            lease_ms: Unix ms until which that process vouches for it.
+
+        Returns:
+            False if the stored task had already ended (nothing changed).
+
+        Raises:
+            StateUnavailable: the store could not be written.
+        """
+        marks = ", ".join([self._mark] * (len(task_row(task)) + 2 + len(self._key())))
+        finished = ", ".join(f"'{state.value}'" for state in TaskOutcome if state.finished)
+        updates = ", ".join(
+            f"{column} = excluded.{column}"
+            for column in (*TASK_COLUMNS.split(", ")[3:], "runner", "lease_ms")
+        )
+        rows = await self._query(
+            f"INSERT INTO a2a_tasks ({self._key_columns()}{TASK_COLUMNS}, runner, lease_ms) "
+            f"VALUES ({marks}) ON CONFLICT ({self._key_columns()}task_id) DO UPDATE SET "
+            f"{updates} WHERE a2a_tasks.state NOT IN ({finished}) RETURNING task_id",
+            (*self._key(), *task_row(task), process_id, lease_ms),
+        )
+        return bool(rows)
+
+    async def renew_leases(self, process_id: str, lease_ms: int) -> None:
+        """Extend the lease of every unfinished task process ``process_id`` runs to ``lease_ms``."""
+        mark = self._mark
+        await self._query(
+            f"UPDATE a2a_tasks SET lease_ms = {mark} WHERE {self._key_where()}runner = {mark} "
+            f"AND state IN {UNFINISHED!r} RETURNING task_id",
+            (lease_ms, *self._key(), process_id),
+        )
+
+    async def fail_orphans(
+        self, process_id: str, now_ms: int, reason: str, message: str, *, any_lease: bool
+    ) -> tuple[A2ATask, ...]:
+        """End as FAILED the unfinished tasks no live process runs; returns them.
+
+        A task is orphaned when another process holds it and its lease has
+        passed, or (``any_lease``: no other process can be running tasks of
+        this store, e.g. at the start of a lone process) whatever its lease.
+        """
+        mark = self._mark
+        lease = "" if any_lease else f" AND lease_ms < {mark}"
+        rows = await self._query(
+            f"UPDATE a2a_tasks SET state = 'failed', reason = {mark}, message = {mark}, "
+            f"updated_ms = {mark}, runner = '' WHERE {self._key_where()}state IN {UNFINISHED!r} "
+            f"AND runner <> {mark}{lease} RETURNING {TASK_COLUMNS}",
+            (reason, message, now_ms, *self._key(), process_id, *(() if any_lease else (now_ms,))),
+        )
+        return tuple(task_from_row(row) for row in rows)
+
+    async def request_cancel(self, owner: str, task_id: str, canceller: str) -> bool:
+        """Ask the process running ``owner``'s unfinished task to cancel it for ``canceller``.
+
+        Returns:
+            False if it has no such unfinished task (nothing changed).
+        """
+        mark = self._mark
+        where, params = self._scope(owner)
+        rows = await self._query(
+            f"UPDATE a2a_tasks SET cancel_by = {mark} WHERE {' AND '.join(where)} "
+            f"AND task_id = {mark} AND state IN {UNFINISHED!r} RETURNING task_id",
+            (canceller, *params, task_id),
+        )
+        return bool(rows)
+
+    async def cancel_requests(self, process_id: str) -> tuple[tuple[str, str], ...]:
+        """(task id, canceller) of ``process_id``'s unfinished tasks that another
+        process asked to cancel."""
+        mark = self._mark
+        rows = await self._query(
+            f"SELECT task_id, cancel_by FROM a2a_tasks WHERE {self._key_where()}"
+            f"runner = {mark} AND state IN {UNFINISHED!r} AND cancel_by <> ''",
+            (*self._key(), process_id),
+        )
+        return tuple((str(row[0]), str(row[1])) for row in rows)
+
+    async def prune(self, before_ms: int) -> int:
+        """Delete the finished tasks that last changed before ``before_ms``; returns how many."""
+        await self.flush()
+        mark = self._mark
+        rows = await self._query(
+            f"DELETE FROM a2a_tasks WHERE {self._key_where()}state NOT IN {UNFINISHED!r} "
+            f"AND updated_ms < {mark} RETURNING task_id",
+            (*self._key(), before_ms),
+        )
+        return len(rows)
+
+    @abstractmethod
+    def _key(self) -> tuple[str, ...]:
+        """Values of the key columns besides ``task_id``."""
+
+    def _key_columns(self) -> str:
+        return "".join(f"{column}, " for column in self._key_names())
+
+    def _key_where(self) -> str:
+        return "".join(f"{column} = {self._mark} AND " for column in self._key_names())
+
+    @abstractmethod
+    def _key_names(self) -> tuple[str, ...]:
+        """Names of the key columns besides ``task_id``."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the store (``flush`` first: queued tasks are not written here)."""
+
+
+def page_token(task_id: str) -> str:
+    """The opaque token of the page that follows the task ``task_id`` (base64url, no padding)."""
+    return base64.urlsafe_b64encode(task_id.encode()).rstrip(b"=").decode()
+
+
+def token_task_id(token: str) -> str:
+    """The task id a page token names (whose it is, the store decides).
+
+    Raises:
+        InvalidRequest: the token cannot be one :func:`page_token` made.
+    """
+    if len(token) > _MAX_TOKEN_CHARS or not token.isascii():
+        raise InvalidRequest(_BAD_TOKEN)
+    try:
+        raw = base64.b64decode(token + "=" * (-len(token) % 4), altchars=b"-_", validate=True)
+        task_id = raw.decode()
+    except (binascii.Error, UnicodeDecodeError) as err:
+        raise InvalidRequest(_BAD_TOKEN) from err
+    if not REQUEST_ID.fullmatch(task_id) or page_token(task_id) != token:  # one spelling only
+        raise InvalidRequest(_BAD_TOKEN)
+    return task_id
+
+
+def page_size(wanted: TaskFilter) -> int:
+    """The asked page size, clamped to 1..``MAX_PAGE_SIZE``."""
+    return min(max(wanted.page_size, 1), MAX_PAGE_SIZE)
+
+
+def task_row(task: A2ATask) -> tuple[object, ...]:
+    """``task``'s columns in ``A2ATask`` field order (the inverse of :func:`task_from_row`)."""
+    return (
+        task.task_id,
+        task.owner,
+        task.context_id,
+        task.state.value,
+        task.capability,
+        task.served_version,
+        task.output,
+        task.evidence_sha256,
+        task.remembered,
+        task.reason,
+        task.message,
+        task.created_ms,
+        task.updated_ms,
+    )
+
+
+def task_from_row(row: tuple[Any, ...]) -> A2ATask:
+    """An ``A2ATask`` from a row holding the task's columns in ``A2ATask`` field order."""
+    return A2ATask(
+        task_id=row[0],
+        owner=row[1],
+        context_id=row[2],
+        state=TaskOutcome(row[3]),
+        capability=row[4],
+        served_version=row[5],
+        output=bytes(row[6] or b""),
+        evidence_sha256=row[7],
+        remembered=bool(row[8]),
+        reason=row[9],
+        message=row[10],
+        created_ms=row[11],
+        updated_ms=row[12],
+    )

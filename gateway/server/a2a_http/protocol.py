@@ -1,0 +1,51 @@
+"""uvicorn's h11 protocol, telling the app which client certificate the handshake verified.
+
+uvicorn does not put the TLS peer into the ASGI scope. This protocol reads it
+from the connection once the handshake is done (``connection_made`` runs
+after it) and adds it to every request's scope as the ASGI TLS extension
+(``scope["extensions"]["tls"]["client_cert_chain"]``, PEM strings, leaf
+first). Nothing a client sends can put it there: the app reads the
+certificate from this key only, and ignores headers such as
+``X-Forwarded-Client-Cert``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from gateway.server.a2a_http.tls import peer_certificate_pem
+
+ASGIApp = Any
+
+
+def client_certificate(scope: Mapping[str, Any]) -> bytes | None:
+    """The verified client certificate (PEM) of the request's connection, or None."""
+    tls = scope.get("extensions", {}).get("tls") or {}
+    chain = tls.get("client_cert_chain") or []
+    return chain[0].encode("ascii") if len(chain) >= 1 else None
+
+
+def _with_certificate(app: ASGIApp, pem: bytes | None) -> ASGIApp:
+    chain = [pem.decode("ascii")] if pem is not None else []
+
+    async def bound(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        # Replaced, never merged: whatever was there did not come from this handshake.
+        scope["extensions"] = {**scope.get("extensions", {}), "tls": {"client_cert_chain": chain}}
+        await app(scope, receive, send)
+
+    return bound
+
+
+class VerifiedPeerProtocol(H11Protocol):
+    """``H11Protocol`` whose requests carry the connection's verified client certificate."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        """Bind this connection's requests to the certificate its handshake verified."""
+        super().connection_made(transport)
+        self.app = _with_certificate(
+            self.config.loaded_app, peer_certificate_pem(transport.get_extra_info("ssl_object"))
+        )
