@@ -292,3 +292,41 @@ def test_a_text_part_fits_fronted_skills_without_a_schema_and_schemas_of_one_tex
     for schema in (two, not_string):
         with pytest.raises(errors.InvalidInput):
             part.decode(contract_model("NotText", schema))
+
+
+@pytest.mark.parametrize(
+    ("state", "output", "reason", "message"),
+    [
+        (TaskOutcome.COMPLETED, b'{"s":"' + b"x" * 300_000 + b'","n":[1,2.5]}', "OK", ""),
+        (TaskOutcome.FAILED, b"", "CAPABILITY_FAILED", "text.echo@1.0.0 failed"),
+        (TaskOutcome.WORKING, b"", "", "half way"),
+        (TaskOutcome.CANCELED, b"", "CANCELLED", "cancelled by its owner"),
+    ],
+)
+def test_answers_built_in_place_are_the_messages_built_by_constructors(
+    state: TaskOutcome, output: bytes, reason: str, message: str
+) -> None:
+    # The in-place builders (fast at 256 KB) must send exactly what the
+    # constructor form sent: same fields, same bytes on the wire.
+    from gateway.transport.a2a.messages import output_artifact, send_answer, task_event
+    from gateway.transport.a2a.task_events import output_event
+
+    task = A2ATask(
+        "t9", "o", "c9", state, "text.echo", "1.0.0", output, "ab" * 32, True, reason, message, 5, 7
+    )
+    built = task_message(task)
+    assert send_answer(task) == a2a_pb2.SendMessageResponse(task=built)
+    assert task_event(task) == a2a_pb2.StreamResponse(task=built)
+    assert send_answer(task).SerializeToString(deterministic=True) == (
+        a2a_pb2.SendMessageResponse(task=built).SerializeToString(deterministic=True)
+    )
+    if state is TaskOutcome.COMPLETED:
+        assert built.artifacts[0].parts[0].data.struct_value.fields["s"].string_value == (
+            "x" * 300_000
+        )
+        old_event = a2a_pb2.StreamResponse(
+            artifact_update=a2a_pb2.TaskArtifactUpdateEvent(
+                task_id="t9", context_id="c9", artifact=output_artifact(task), last_chunk=True
+            )
+        )
+        assert output_event(task) == old_event
