@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import grpc
 import pytest
@@ -330,3 +331,31 @@ def test_answers_built_in_place_are_the_messages_built_by_constructors(
             )
         )
         assert output_event(task) == old_event
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"text": "x" * 300_000},
+        {"n": 2**70, "m": -(2**63) - 1, "f": [1.5, -0.0, 1e-7, float("nan")], "e": None},
+        {"nested": {"b": [{"c": 9007199254740993, "t": True}]}, "s": "\u00e9\u2028"},
+    ],
+)
+def test_an_output_that_keeps_its_value_makes_the_part_its_bytes_make(value: Any) -> None:
+    from capabilities.canonical import CanonicalJson
+
+    kept = CanonicalJson.of(value)
+
+    def part(output: bytes) -> struct_pb2.Value:
+        task = A2ATask(
+            "t", "o", "c", TaskOutcome.COMPLETED, "x.y", "1.0.0", output, "e" * 64, False, "OK",
+            "", 1, 2,
+        )  # fmt: skip
+        return task_message(task).artifacts[0].parts[0].data
+
+    from_value, from_bytes = part(kept), part(bytes(kept))
+    # Compared on the wire: a NaN is not equal to itself.
+    assert from_value.SerializeToString(deterministic=True) == from_bytes.SerializeToString(
+        deterministic=True
+    )
+    assert from_value.ByteSize() > 0

@@ -39,6 +39,7 @@ import orjson
 from a2a.types import a2a_pb2
 from google.protobuf import json_format, struct_pb2
 
+from capabilities.canonical import CanonicalJson
 from gateway.display import printable
 from gateway.inbound.call import REQUEST_ID, InvokeCall
 from gateway.transport.a2a.part_payloads import DataPart, TextPart
@@ -299,6 +300,8 @@ def _set_json(value: struct_pb2.Value, payload: bytes) -> None:
 
 
 def _decoded(payload: bytes) -> Any:
+    if isinstance(payload, CanonicalJson):  # an output just run: its value, not a re-read
+        return payload.value
     # orjson reads an integer beyond 64 bits as a float where json keeps an int;
     # a Value holds every number as a double, so the Value comes out the same.
     try:
