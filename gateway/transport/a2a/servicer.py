@@ -479,4 +479,4 @@ def _unhurried(admitted: AdmittedCall) -> AdmittedCall:
     timeout = admitted.admission.capability.contract.timeout_seconds
     # A second past the timeout, so the contract timeout is what fires.
     deadline = time.monotonic() + timeout + 1.0
-    return replace(admitted, call=replace(admitted.call, deadline=deadline))
+    return replace(admitted, call=admitted.call.with_deadline(deadline))
