@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from capabilities.canonical import CanonicalJson
+from capabilities.canonical import CanonicalJson, canonical_json  # noqa: F401 (tests import it from here)
 from capabilities.context import CallContext
 from capabilities.registry import Capability
 from gateway.errors import (
