@@ -41,6 +41,31 @@ def canonical_json(value: Any, *, allow_nan: bool = True) -> bytes:
     ).encode()
 
 
+class CanonicalJson(bytes):
+    """:func:`canonical_json` bytes that still hold the value they encode (``value``).
+
+    A capability's output is encoded once for its digest and the wire; a
+    transport that needs it as a value again (A2A builds a ``data`` part from
+    it) takes ``value`` instead of decoding 256 KB it has just encoded. The
+    bytes are the bytes, whoever reads them: ``value`` is only a shortcut, the
+    same JSON value (a ``dict`` of plain JSON types) that ``json.loads`` of
+    these bytes makes, and must never be changed.
+    """
+
+    value: Any
+
+    @classmethod
+    def of(cls, value: Any) -> CanonicalJson:
+        """``canonical_json(value)``, remembering ``value`` (plain JSON, owned from here on).
+
+        One copy of the bytes (a ``bytes`` subclass cannot adopt the encoder's
+        buffer): ~20-60 µs at 256 KB, against ~200-350 µs to decode them again.
+        """
+        encoded = cls(canonical_json(value))
+        encoded.value = value
+        return encoded
+
+
 def ascii_json(value: Any, *, sort_keys: bool) -> bytes:
     """Exactly ``json.dumps(value, separators=(",", ":"), sort_keys=sort_keys).encode()``.
 

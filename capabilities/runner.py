@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from capabilities.canonical import canonical_json
+from capabilities.canonical import CanonicalJson, canonical_json  # noqa: F401 (tests import it from here)
 from capabilities.context import CallContext
 from capabilities.registry import Capability
 from gateway.errors import (
@@ -35,7 +35,8 @@ class CapabilityResult:
     """A validated output, ready for the wire.
 
     Attributes:
-        payload: Canonical JSON bytes of the output.
+        payload: Canonical JSON bytes of the output (a :class:`CanonicalJson`
+            when made by :meth:`from_output`: its ``value`` is the output).
         evidence_sha256: Hex SHA-256 of ``payload``.
     """
 
@@ -44,8 +45,8 @@ class CapabilityResult:
 
     @classmethod
     def from_output(cls, output: dict[str, Any]) -> CapabilityResult:
-        """Canonicalise a validated output dict and digest it."""
-        payload = canonical_json(output)
+        """Canonicalise a validated output dict (kept with its bytes) and digest it."""
+        payload = CanonicalJson.of(output)
         return cls(payload=payload, evidence_sha256=hashlib.sha256(payload).hexdigest())
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import grpc
 import pytest
@@ -292,3 +293,95 @@ def test_a_text_part_fits_fronted_skills_without_a_schema_and_schemas_of_one_tex
     for schema in (two, not_string):
         with pytest.raises(errors.InvalidInput):
             part.decode(contract_model("NotText", schema))
+
+
+@pytest.mark.parametrize(
+    ("state", "output", "reason", "message"),
+    [
+        (TaskOutcome.COMPLETED, b'{"s":"' + b"x" * 300_000 + b'","n":[1,2.5]}', "OK", ""),
+        (TaskOutcome.FAILED, b"", "CAPABILITY_FAILED", "text.echo@1.0.0 failed"),
+        (TaskOutcome.WORKING, b"", "", "half way"),
+        (TaskOutcome.CANCELED, b"", "CANCELLED", "cancelled by its owner"),
+    ],
+)
+def test_answers_built_in_place_are_the_messages_built_by_constructors(
+    state: TaskOutcome, output: bytes, reason: str, message: str
+) -> None:
+    # The in-place builders (fast at 256 KB) must send exactly what the
+    # constructor form sent: same fields, same bytes on the wire.
+    from gateway.server.a2a.messages import output_artifact, send_answer, task_event
+    from gateway.server.a2a.task_events import output_event
+
+    task = A2ATask(
+        "t9", "o", "c9", state, "text.echo", "1.0.0", output, "ab" * 32, True, reason, message, 5, 7
+    )
+    built = task_message(task)
+    assert send_answer(task) == a2a_pb2.SendMessageResponse(task=built)
+    assert task_event(task) == a2a_pb2.StreamResponse(task=built)
+    assert send_answer(task).SerializeToString(deterministic=True) == (
+        a2a_pb2.SendMessageResponse(task=built).SerializeToString(deterministic=True)
+    )
+    if state is TaskOutcome.COMPLETED:
+        assert built.artifacts[0].parts[0].data.struct_value.fields["s"].string_value == (
+            "x" * 300_000
+        )
+        old_event = a2a_pb2.StreamResponse(
+            artifact_update=a2a_pb2.TaskArtifactUpdateEvent(
+                task_id="t9", context_id="c9", artifact=output_artifact(task), last_chunk=True
+            )
+        )
+        assert output_event(task) == old_event
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"text": "x" * 300_000},
+        {"n": 2**70, "m": -(2**63) - 1, "f": [1.5, -0.0, 1e-7, float("nan")], "e": None},
+        {"nested": {"b": [{"c": 9007199254740993, "t": True}]}, "s": "\u00e9\u2028"},
+    ],
+)
+def test_an_output_that_keeps_its_value_makes_the_part_its_bytes_make(value: Any) -> None:
+    from capabilities.canonical import CanonicalJson
+
+    kept = CanonicalJson.of(value)
+
+    def part(output: bytes) -> struct_pb2.Value:
+        task = A2ATask(
+            "t", "o", "c", TaskOutcome.COMPLETED, "x.y", "1.0.0", output, "e" * 64, False, "OK",
+            "", 1, 2,
+        )  # fmt: skip
+        return task_message(task).artifacts[0].parts[0].data
+
+    from_value, from_bytes = part(kept), part(bytes(kept))
+    # Compared on the wire: a NaN is not equal to itself.
+    assert from_value.SerializeToString(deterministic=True) == from_bytes.SerializeToString(
+        deterministic=True
+    )
+    assert from_value.ByteSize() > 0
+
+
+def test_a_call_given_a_new_deadline_keeps_its_digest_without_hashing_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A background or streamed task outlives its RPC's deadline: the call is
+    # copied with the contract's, and a 256 KB payload must not be hashed twice.
+    import hashlib
+
+    from gateway.inbound import call as call_module
+
+    payload = b'{"text":"' + b"x" * 262_000 + b'"}'
+    call = InvokeCall(None, "r-1", "text.echo", "", payload, 5.0, task_id="t-1")
+    hashed: list[int] = []
+    sha256 = hashlib.sha256
+
+    def counting(data: bytes) -> Any:
+        hashed.append(len(data))
+        return sha256(data)
+
+    monkeypatch.setattr(call_module.hashlib, "sha256", counting)
+    later = call.with_deadline(99.0)
+    assert hashed == []
+    assert later.deadline == 99.0 and call.deadline == 5.0
+    assert later.payload_sha256 == call.payload_sha256 == sha256(payload).hexdigest()
+    assert (later.payload, later.task_id, later.capability) == (payload, "t-1", "text.echo")

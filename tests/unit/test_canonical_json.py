@@ -6,13 +6,14 @@ every value must canonicalise to those bytes (or fail the same way).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from typing import Any
 
 import pytest
 
-from capabilities.canonical import ascii_json, canonical_json
+from capabilities.canonical import CanonicalJson, ascii_json, canonical_json
 
 
 def reference(value: Any) -> bytes:
@@ -110,3 +111,19 @@ def test_allow_nan_false_refuses_nan_and_keeps_the_fast_path() -> None:
         canonical_json({"x": [float("-inf")]}, allow_nan=False)
     value = {"b": "é", "a": [1, None]}
     assert canonical_json(value, allow_nan=False) == reference(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"text": "x" * 300_000},
+        {"n": 2**70, "m": -(2**63) - 1, "f": [1.5, -0.0, 1e-7, float("nan")], "é": None},
+        {"nested": {"b": [{"c": 9007199254740993, "t": True}]}, "s": "\u2028\ufeff"},
+    ],
+)
+def test_canonical_json_of_is_the_canonical_bytes_and_keeps_the_value(value: Any) -> None:
+    encoded = CanonicalJson.of(value)
+    assert bytes(encoded) == canonical_json(value) == reference(value)
+    assert encoded == reference(value)  # compares as the bytes it is
+    assert encoded.value is value
+    assert hashlib.sha256(encoded).hexdigest() == hashlib.sha256(reference(value)).hexdigest()

@@ -4,11 +4,13 @@ keeps its timeout, its deadline and cancellation exactly as before."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from typing import Any
 
 import pytest
 
+from capabilities.canonical import CanonicalJson
 from capabilities.context import CallContext
 from capabilities.contract import ContractModel
 from capabilities.registry import Capability, capability
@@ -141,3 +143,14 @@ async def test_an_error_after_suspending_is_a_failure() -> None:
     cap = _made(broken_later)
     with pytest.raises(CapabilityFailed):
         await run_capability(cap, Text(text="x"), _context())
+
+
+async def test_the_result_keeps_the_validated_output_with_its_canonical_bytes() -> None:
+    async def shout(inp: Text, ctx: CallContext) -> Text:
+        return Text(text=inp.text.upper())
+
+    result = await run_capability(_made(shout), Text(text="ab" * 70_000), _context())
+    assert result.payload == b'{"text":"' + b"AB" * 70_000 + b'"}'
+    assert isinstance(result.payload, CanonicalJson)
+    assert result.payload.value == {"text": "AB" * 70_000}
+    assert result.evidence_sha256 == hashlib.sha256(result.payload).hexdigest()

@@ -84,7 +84,7 @@ async def followed(
     except asyncio.CancelledError:
         await asyncio.shield(_cancel_upstream(client, task.id))
         raise
-    return StreamResponse(task=task)
+    return _task_event(task)
 
 
 async def _passed_on(task: Task, said: str, progress: Progress | None) -> str:
@@ -148,8 +148,10 @@ async def streamed(
             await asyncio.shield(_cancel_upstream(client, task.id))
         raise
     del task.artifacts[:]
-    task.artifacts.add(artifact_id="answer", parts=[p for ps in artifacts.values() for p in ps])
-    return StreamResponse(task=task)
+    answer = task.artifacts.add(artifact_id="answer")
+    for part in (p for ps in artifacts.values() for p in ps):
+        answer.parts.add().CopyFrom(part)  # parts=[...] or extend would merge each part: slow
+    return _task_event(task)
 
 
 async def _chunk(part: Part, events: CallEvents) -> None:
@@ -157,3 +159,10 @@ async def _chunk(part: Part, events: CallEvents) -> None:
         await events.chunk(json_format.MessageToDict(part.data.struct_value))
     elif part.HasField("text"):
         await events.chunk({"text": part.text})
+
+
+def _task_event(task: Task) -> StreamResponse:
+    """``task`` as a stream event, copied in (``StreamResponse(task=...)`` merges: slow)."""
+    event = StreamResponse()
+    event.task.CopyFrom(task)
+    return event

@@ -39,6 +39,7 @@ import orjson
 from a2a.types import a2a_pb2
 from google.protobuf import json_format, struct_pb2
 
+from capabilities.canonical import CanonicalJson
 from gateway.display import printable
 from gateway.inbound.call import REQUEST_ID, InvokeCall
 from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome, TaskPage, page_token
@@ -177,17 +178,45 @@ def _payload(message: a2a_pb2.Message) -> tuple[bytes, DataPart | TextPart | Non
 
 def task_message(task: A2ATask, *, include_artifacts: bool = True) -> a2a_pb2.Task:
     """The A2A ``Task`` for a stored task (SendMessage, GetTask, ListTasks, CancelTask)."""
-    answer = a2a_pb2.Task(id=task.task_id, context_id=task.context_id)
+    answer = a2a_pb2.Task()
+    fill_task(answer, task, include_artifacts=include_artifacts)
+    return answer
+
+
+def send_answer(task: A2ATask) -> a2a_pb2.SendMessageResponse:
+    """The SendMessage answer holding ``task``, built where it is sent."""
+    response = a2a_pb2.SendMessageResponse()
+    fill_task(response.task, task)
+    return response
+
+
+def task_event(task: A2ATask) -> a2a_pb2.StreamResponse:
+    """The stream event holding ``task`` (a stream's first event), built where it is sent."""
+    event = a2a_pb2.StreamResponse()
+    fill_task(event.task, task)
+    return event
+
+
+def fill_task(answer: a2a_pb2.Task, task: A2ATask, *, include_artifacts: bool = True) -> None:
+    """Write ``task`` into the empty ``answer`` in place (see :func:`task_message`).
+
+    In place because handing a built ``Task`` to a message constructor
+    (``SendMessageResponse(task=...)``) merges it field by field: ~1 ms for a
+    256 KB output here, against ~20 µs for ``CopyFrom`` and nothing at all
+    for a task written where it is sent.
+    """
+    answer.id = task.task_id
+    answer.context_id = task.context_id
     answer.status.timestamp.FromMilliseconds(task.updated_ms)
     answer.metadata.update({"a2agw.capability": task.capability})
     if task.served_version:
         answer.metadata[SERVED_VERSION_KEY] = task.served_version
     if task.state is not TaskOutcome.COMPLETED:
-        return _unfinished_or_failed(answer, task)
+        _unfinished_or_failed(answer, task)
+        return
     answer.status.state = a2a_pb2.TASK_STATE_COMPLETED
     if include_artifacts:
-        _fill_artifact(answer.artifacts.add(), task)  # in place: appending copies the output
-    return answer
+        fill_artifact(answer.artifacts.add(), task)  # in place: appending copies the output
 
 
 _WIRE_STATES = {
@@ -198,7 +227,7 @@ _WIRE_STATES = {
 }
 
 
-def _unfinished_or_failed(answer: a2a_pb2.Task, task: A2ATask) -> a2a_pb2.Task:
+def _unfinished_or_failed(answer: a2a_pb2.Task, task: A2ATask) -> None:
     """A failed or canceled task carries its reason; a running one its latest progress text."""
     answer.status.state = _WIRE_STATES[task.state]
     if task.state.finished or task.message:
@@ -214,7 +243,6 @@ def _unfinished_or_failed(answer: a2a_pb2.Task, task: A2ATask) -> a2a_pb2.Task:
     if task.state.finished:
         answer.status.message.metadata[REASON_KEY] = task.reason
         answer.metadata[REASON_KEY] = task.reason
-    return answer
 
 
 def list_answer(page: TaskPage, *, include_artifacts: bool) -> a2a_pb2.ListTasksResponse:
@@ -223,31 +251,31 @@ def list_answer(page: TaskPage, *, include_artifacts: bool) -> a2a_pb2.ListTasks
     A page of large outputs can exceed what gRPC sends; the page then ends at
     the last task that fits and its token continues right after that task.
     """
-    answers: list[a2a_pb2.Task] = []
+    response = a2a_pb2.ListTasksResponse(total_size=page.total_size)
+    answers = response.tasks  # each task written in place: passing built ones copies them
     used, token = 0, page.next_page_token
     for task in page.tasks:
-        answer = task_message(task, include_artifacts=include_artifacts)
+        answer = answers.add()
+        fill_task(answer, task, include_artifacts=include_artifacts)
         used += answer.ByteSize() + _FIELD_OVERHEAD
-        if answers and used > MAX_LIST_BYTES:
+        if len(answers) > 1 and used > MAX_LIST_BYTES:
+            del answers[-1]
             token = page_token(answers[-1].id)
             break
-        answers.append(answer)
-    return a2a_pb2.ListTasksResponse(
-        tasks=answers,
-        next_page_token=token,
-        page_size=len(answers),
-        total_size=page.total_size,
-    )
+    response.next_page_token = token
+    response.page_size = len(answers)
+    return response
 
 
 def output_artifact(task: A2ATask) -> a2a_pb2.Artifact:
     """A completed task's one artifact: the capability's output and its evidence."""
     artifact = a2a_pb2.Artifact()
-    _fill_artifact(artifact, task)
+    fill_artifact(artifact, task)
     return artifact
 
 
-def _fill_artifact(artifact: a2a_pb2.Artifact, task: A2ATask) -> None:
+def fill_artifact(artifact: a2a_pb2.Artifact, task: A2ATask) -> None:
+    """Write a completed task's one artifact into the empty ``artifact`` in place."""
     # The output is decoded straight into the part's Value: every copy of a
     # message holding it (CopyFrom, append) copies the whole output again.
     artifact.artifact_id = f"{task.task_id}-output"
@@ -272,6 +300,8 @@ def _set_json(value: struct_pb2.Value, payload: bytes) -> None:
 
 
 def _decoded(payload: bytes) -> Any:
+    if isinstance(payload, CanonicalJson):  # an output just run: its value, not a re-read
+        return payload.value
     # orjson reads an integer beyond 64 bits as a float where json keeps an int;
     # a Value holds every number as a double, so the Value comes out the same.
     try:

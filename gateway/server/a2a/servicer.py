@@ -43,7 +43,7 @@ from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler, InvokeOu
 from gateway.inbound.limits import CallSlot
 from gateway.inbound.pipeline import InFlight
 from gateway.server.a2a.card import CardIssuer, extended_card
-from gateway.server.a2a.messages import invoke_call, list_answer, task_message
+from gateway.server.a2a.messages import invoke_call, list_answer, send_answer, task_message
 from gateway.server.a2a.request_checks import (
     SERVICE_NAME,
     protocol_version,
@@ -207,7 +207,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         admitted, submitted = await self._admit_message(request, context, "SendMessage")
         if not isinstance(request, MalformedRequest) and request.configuration.return_immediately:
             run = await self._start(submitted, admitted, "SendMessage")
-            return a2a_pb2.SendMessageResponse(task=task_message(run.task))
+            return send_answer(run.task)
         outcome: InvokeOutcome | None = None
         failure: GatewayError | None = None
         try:
@@ -225,7 +225,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             updated_ms=int(time.time() * 1000),
         )
         self._tasks.put(task)
-        return a2a_pb2.SendMessageResponse(task=task_message(task))
+        return send_answer(task)
 
     async def _admit_message(
         self,
@@ -479,4 +479,4 @@ def _unhurried(admitted: AdmittedCall) -> AdmittedCall:
     timeout = admitted.admission.capability.contract.timeout_seconds
     # A second past the timeout, so the contract timeout is what fires.
     deadline = time.monotonic() + timeout + 1.0
-    return replace(admitted, call=replace(admitted.call, deadline=deadline))
+    return replace(admitted, call=admitted.call.with_deadline(deadline))

@@ -24,7 +24,12 @@ from capabilities.canonical import canonical_json
 from capabilities.contract import Risk
 from gateway.errors import GatewayError, OutputTooLarge
 from gateway.inbound.invoke_handler import AdmittedCall
-from gateway.server.a2a.messages import JSON_MEDIA_TYPE, output_artifact, task_message
+from gateway.server.a2a.messages import (
+    JSON_MEDIA_TYPE,
+    fill_artifact,
+    task_event,
+    task_message,
+)
 from gateway.server.a2a.task_store.store import A2ATask
 
 MAX_BEHIND = 1024
@@ -47,7 +52,7 @@ class Listener:
         if self._closed:
             return
         if len(self._events) >= MAX_BEHIND:  # let go: the task as it is now, then the end
-            self._events.append(a2a_pb2.StreamResponse(task=task_message(self.run.task)))
+            self._events.append(task_event(self.run.task))
             last = True
         else:
             self._events.append(event)
@@ -106,7 +111,7 @@ class BackgroundTask:
         """A new listener, whose first event is the task as it is now."""
         listener = Listener(self)
         ended = self.ended.is_set()
-        listener.push(a2a_pb2.StreamResponse(task=task_message(self.task)), last=ended)
+        listener.push(task_event(self.task), last=ended)
         if not ended:
             self.listeners.add(listener)
         return listener
@@ -133,20 +138,14 @@ class RunEvents:
             raise OutputTooLarge(f"output chunks exceed this peer's cap of {cap} bytes")
         first = run.chunk_bytes == 0
         run.chunk_bytes += size
-        artifact = a2a_pb2.Artifact(artifact_id=f"{run.task.task_id}-chunks", name="chunks")
-        part = artifact.parts.add(media_type=JSON_MEDIA_TYPE)
+        event = a2a_pb2.StreamResponse()
+        update = event.artifact_update  # built in place: a built artifact would be merged in
+        update.task_id, update.context_id = run.task.task_id, run.task.context_id
+        update.append, update.last_chunk = not first, False
+        update.artifact.artifact_id, update.artifact.name = f"{run.task.task_id}-chunks", "chunks"
+        part = update.artifact.parts.add(media_type=JSON_MEDIA_TYPE)
         json_format.ParseDict(data, part.data)
-        run.publish(
-            a2a_pb2.StreamResponse(
-                artifact_update=a2a_pb2.TaskArtifactUpdateEvent(
-                    task_id=run.task.task_id,
-                    context_id=run.task.context_id,
-                    artifact=artifact,
-                    append=not first,
-                    last_chunk=False,
-                )
-            )
-        )
+        run.publish(event)
 
 
 def status_event(task: A2ATask) -> a2a_pb2.StreamResponse:
@@ -161,11 +160,8 @@ def status_event(task: A2ATask) -> a2a_pb2.StreamResponse:
 
 def output_event(task: A2ATask) -> a2a_pb2.StreamResponse:
     """The artifact update carrying a completed ``task``'s output (``last_chunk``)."""
-    return a2a_pb2.StreamResponse(
-        artifact_update=a2a_pb2.TaskArtifactUpdateEvent(
-            task_id=task.task_id,
-            context_id=task.context_id,
-            artifact=output_artifact(task),
-            last_chunk=True,
-        )
-    )
+    event = a2a_pb2.StreamResponse()
+    update = event.artifact_update
+    update.task_id, update.context_id, update.last_chunk = task.task_id, task.context_id, True
+    fill_artifact(update.artifact, task)  # in place: a built artifact would be merged in (slow)
+    return event

@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator
 from a2a.types import a2a_pb2
 
 from gateway.errors import AgentStopping, DeadlineExceeded, TaskNotFound
-from gateway.server.a2a.messages import task_message
+from gateway.server.a2a.messages import task_event
 from gateway.server.a2a.task_events import output_event, status_event
 from gateway.server.a2a.task_runs import LEASE_RENEW_SECONDS, LEASE_SECONDS
 from gateway.server.a2a.task_store.store import A2ATask, A2ATaskStore, TaskOutcome
@@ -66,7 +66,7 @@ async def followed(
         StateUnavailable: the store could not be read.
         TaskNotFound: the row is gone (it cannot be, unfinished, unless deleted by hand).
     """
-    yield a2a_pb2.StreamResponse(task=task_message(task))
+    yield task_event(task)
     seen = task.state
     pause = FIRST_POLL_SECONDS
     while True:
