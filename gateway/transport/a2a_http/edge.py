@@ -177,7 +177,7 @@ class HttpEdge:
             Route(AGENT_CARD_WELL_KNOWN_PATH, self._card, methods=["GET"]),
             *(self._guard(route, Binding.JSONRPC) for route in jsonrpc),
             *(self._guard(route, Binding.REST) for route in rest),
-            Route("/{path:path}", self._unknown_path, methods=_METHODS),
+            _every_method(self._unknown_path),
         ]
         return Starlette(routes=routes)
 
@@ -194,8 +194,7 @@ class HttpEdge:
             # The SDK's tenant mount (``/{tenant}/...``) takes every path of two or
             # more segments: one it does not serve is refused and audited here too.
             inner = [self._guard(r, binding) for r in route.routes]
-            unknown = Route("/{path:path}", self._unknown_path, methods=_METHODS)
-            return Mount(route.path, routes=[*inner, unknown])
+            return Mount(route.path, routes=[*inner, _every_method(self._unknown_path)])
         assert isinstance(route, Route)
         operation = _operation(route.path) if binding is Binding.REST else binding.value
         v0_3 = route.path.startswith(REST_PATH + V0_3_REST_PREFIX + "/")
@@ -315,7 +314,10 @@ class HttpEdge:
 
     async def _unknown_path(self, request: Request) -> Response:
         exchange = Exchange(client_certificate(request.scope), _metadata(request), "A2A HTTP")
-        binding = Binding.JSONRPC if request.url.path == JSONRPC_PATH else Binding.REST
+        # A method outside _METHODS gets an HTTP status, never JSON-RPC's 200:
+        # a 2xx answer to CONNECT would turn the connection into a tunnel.
+        json_rpc = request.url.path == JSONRPC_PATH and request.method in _METHODS
+        binding = Binding.JSONRPC if json_rpc else Binding.REST
         try:
             peer_id, _ = await self._handler.admit_peer(exchange.peer_cert_pem, exchange.operation)
             error = InvalidRequest(f"no A2A method at {request.method} {request.url.path[:64]}")
@@ -327,7 +329,7 @@ class HttpEdge:
             )
 
 
-async def _started(response: EventSourceResponse, exchange: Exchange) -> EventSourceResponse:
+async def _started(response: EventSourceResponse, exchange: Exchange) -> Response:
     """``response`` with its stream run to the first event (the SDK's 0.3 adapters start
     it only once the response is sent): the servicer has then admitted or refused it."""
     events = aiter(response.body_iterator)
@@ -339,6 +341,13 @@ async def _started(response: EventSourceResponse, exchange: Exchange) -> EventSo
         if exchange.refusal is None:
             raise
         return response
+    except Exception:
+        if exchange.reached:
+            raise
+        # The 0.3 REST adapter parses the body inside its stream: a body it cannot
+        # parse is the SDK's refusal (audited, 400), not a 500 with a traceback
+        # that quotes the body in the log.
+        return JSONResponse({"error": {"code": -32602, "message": _UNPARSED}}, status_code=400)
     if exchange.refusal is not None:  # the 0.3 JSON-RPC adapter made it an event: ours is sent
         aclose = getattr(events, "aclose", None)
         if aclose is not None:
@@ -346,6 +355,20 @@ async def _started(response: EventSourceResponse, exchange: Exchange) -> EventSo
         return response
     response.body_iterator = _chained(first, events)
     return response
+
+
+_UNPARSED = "the request body is not a valid A2A 0.3 request"
+
+
+def _every_method(endpoint: _ENDPOINT) -> Route:
+    """The route of every other path, for every method (OPTIONS, TRACE, PROPFIND ...).
+
+    Without it the router answers a method no route lists ``405`` itself:
+    before identity, to a caller without a certificate, and unaudited.
+    """
+    route = Route("/{path:path}", endpoint, methods=_METHODS)
+    route.methods = None  # matches whatever the method
+    return route
 
 
 async def _chained(first: Any, rest: Any) -> Any:

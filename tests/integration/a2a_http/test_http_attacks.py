@@ -1,0 +1,135 @@
+"""What an attacker tries on the HTTPS port, beyond what a client library would send.
+
+Each case found a defect before its fix: a method no route lists answered
+``405`` by the router (no certificate needed, nothing audited); a 0.3 REST
+stream whose body the SDK cannot parse answered ``500`` (unaudited, the body
+quoted in the log's traceback); the SDK's parse message, which quotes the
+body, copied into the audit record's detail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import astuple
+
+import httpx
+import pytest
+
+from gateway.agent import Agent
+from gateway.audit.record import AuditRecord
+from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH
+from tests.a2a_http_support import V1_HEADERS, https_client, jsonrpc, our_reason
+from tests.support import Pki, WriteCounter, audit_rows, spiffe
+
+BOB = spiffe("bob")
+SECRET = "s3cr3t-payload-7f1c"
+"""A value only the request body holds: it must not reach the audit log."""
+ODD_METHODS = ["OPTIONS", "TRACE", "PROPFIND", "CONNECT"]
+PATHS = [JSONRPC_PATH, REST_PATH + "/message:send", REST_PATH + "/t1/tasks/x", "/nowhere"]
+
+
+async def records(agent: Agent) -> list[AuditRecord]:
+    await agent.audit.flush()
+    return audit_rows(agent.config.audit_db)
+
+
+async def still_serving(pki: Pki, agent: Agent) -> None:
+    """The agent answers the next call: nothing crashed."""
+    async with https_client(pki, "bob") as client:
+        answer = await client.post(
+            agent.https_url + JSONRPC_PATH,
+            json=jsonrpc("ListTasks", {}),
+            headers=V1_HEADERS,
+        )
+    assert (answer.status_code, "result" in answer.json()) == (200, True)
+
+
+def assert_rest_refusal(response: httpx.Response, reason: str, status: int) -> None:
+    error = response.json()["error"]
+    assert (response.status_code, error["code"], our_reason(error["details"])) == (
+        status,
+        status,
+        reason,
+    )
+    assert error["message"].startswith(f"{reason}: ")
+
+
+@pytest.mark.parametrize("method", ODD_METHODS)
+@pytest.mark.parametrize("path", PATHS)
+async def test_any_method_without_a_certificate_is_unauthenticated_and_audited(
+    pki: Pki, alice: Agent, method: str, path: str
+) -> None:
+    before = len(await records(alice))
+    async with https_client(pki, None) as client:
+        response = await client.request(method, alice.https_url + path, headers=V1_HEADERS)
+    # An HTTP status even on the JSON-RPC path: a 2xx answer to CONNECT opens a tunnel.
+    assert_rest_refusal(response, "UNAUTHENTICATED", 401)
+    added = (await records(alice))[before:]
+    assert [(r.peer_id, r.decision, r.reason) for r in added] == [("", "refuse", "UNAUTHENTICATED")]
+
+
+@pytest.mark.parametrize("method", ODD_METHODS)
+async def test_any_method_a_route_does_not_serve_is_invalid_request_audited(
+    pki: Pki, alice: Agent, method: str
+) -> None:
+    before = len(await records(alice))
+    async with https_client(pki, "bob") as client:
+        for path in PATHS:
+            response = await client.request(method, alice.https_url + path)
+            assert_rest_refusal(response, "INVALID_REQUEST", 404)
+    added = (await records(alice))[before:]
+    assert [(r.peer_id, r.reason) for r in added] == [(BOB, "INVALID_REQUEST")] * len(PATHS)
+    await still_serving(pki, alice)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"message": 5}',
+        b"not json",
+        b"[]",
+        b'{"message": {"content": [{"data": {"data": "' + SECRET.encode() + b'"}}]}}',
+    ],
+)
+async def test_a_0_3_rest_stream_the_sdk_cannot_parse_is_invalid_request_audited(
+    pki: Pki, alice: Agent, counter: WriteCounter, body: bytes
+) -> None:
+    before = len(await records(alice))
+    async with https_client(pki, "bob") as client:
+        response = await client.post(
+            alice.https_url + REST_PATH + "/v1/message:stream",
+            content=body,
+            headers={"content-type": "application/json"},
+        )
+    assert_rest_refusal(response, "INVALID_REQUEST", 400)
+    assert SECRET not in response.text
+    added = (await records(alice))[before:]
+    assert [(r.peer_id, r.decision, r.reason) for r in added] == [
+        (BOB, "refuse", "INVALID_REQUEST")
+    ]
+    assert counter.calls == 0
+    await still_serving(pki, alice)
+
+
+async def test_the_audit_never_holds_what_the_sdk_quoted_from_the_body(
+    pki: Pki, alice: Agent
+) -> None:
+    # Metadata that is not an object: the SDK's parse error quotes its value.
+    message = {"messageId": "m-1", "role": "ROLE_USER", "parts": [], "metadata": SECRET}
+    before = len(await records(alice))
+    async with https_client(pki, "bob") as client:
+        rest = await client.post(
+            alice.https_url + REST_PATH + "/message:send",
+            json={"message": message},
+            headers=V1_HEADERS,
+        )
+        rpc = await client.post(
+            alice.https_url + JSONRPC_PATH,
+            json=jsonrpc("SendMessage", {"message": message}),
+            headers=V1_HEADERS,
+        )
+    assert_rest_refusal(rest, "INVALID_REQUEST", 400)
+    assert our_reason(rpc.json()["error"]["data"]) == "INVALID_REQUEST"
+    added = (await records(alice))[before:]
+    assert [(r.peer_id, r.reason) for r in added] == [(BOB, "INVALID_REQUEST")] * 2
+    for record in added:
+        assert not any(SECRET in str(field) for field in astuple(record)), record
