@@ -20,7 +20,8 @@ Before the SDK sees a request, the edge (in this order, each refusal audited onc
    plus :data:`ENVELOPE_BYTES` (JSON escapes and base64 make a payload larger
    on the wire than the bytes the cap counts); a longer body is refused
    ``PAYLOAD_TOO_LARGE`` without being decoded, from its ``Content-Length``
-   when it has one.
+   when it has one; a body that takes longer than :data:`BODY_SECONDS` is
+   refused ``DEADLINE_EXCEEDED``.
 
 Then the SDK parses the request and calls ``ServicerRequestHandler``, i.e. the
 same servicer method, decision path and audit record as on gRPC. A request
@@ -39,6 +40,7 @@ answered and the limit slot adopted before the response goes out.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from enum import Enum
@@ -61,7 +63,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge, Unauthenticated
+from gateway.errors import (
+    DeadlineExceeded,
+    GatewayError,
+    InvalidRequest,
+    PayloadTooLarge,
+    Unauthenticated,
+)
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.pipeline import InFlight
 from gateway.transport.a2a.servicer import A2AServicer
@@ -88,6 +96,10 @@ V0_3_REST_PREFIX = "/v1"
 """Where the SDK's 0.3 REST routes live under :data:`REST_PATH` (``/v1/message:send`` ...)."""
 ENVELOPE_BYTES = 64 * 1024
 """What a request may hold besides its payload (ids, metadata, JSON-RPC framing)."""
+BODY_SECONDS = 30.0
+"""How long a request's body may take to arrive once its headers have: a body sent
+slowly (or never finished) would otherwise hold its connection and buffer for good,
+and a JSON-RPC request holds no place under ``max_in_flight`` while it is read."""
 IDENTITY_HEADERS = frozenset(
     {
         "authorization",
@@ -285,7 +297,12 @@ class HttpEdge:
         exchange.peer_id = peer_id
         try:
             self._no_identity_headers(request)
-            body = await _body_within(request, 2 * grant.max_payload_bytes + ENVELOPE_BYTES)
+            async with asyncio.timeout(BODY_SECONDS):
+                body = await _body_within(request, 2 * grant.max_payload_bytes + ENVELOPE_BYTES)
+        except TimeoutError as err:
+            slot.slot.release()
+            late = DeadlineExceeded(f"the request body did not arrive within {BODY_SECONDS:g} s")
+            raise await self._handler.refuse(peer_id, late, exchange.operation) from err
         except GatewayError as err:
             slot.slot.release()
             raise await self._handler.refuse(peer_id, err, exchange.operation) from err

@@ -9,6 +9,8 @@ body, copied into the audit record's detail.
 
 from __future__ import annotations
 
+import asyncio
+import json
 from dataclasses import astuple
 
 import httpx
@@ -16,8 +18,8 @@ import pytest
 
 from gateway.agent import Agent
 from gateway.audit.record import AuditRecord
-from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH
-from tests.a2a_http_support import V1_HEADERS, https_client, jsonrpc, our_reason
+from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH, edge
+from tests.a2a_http_support import V1_HEADERS, client_context, https_client, jsonrpc, our_reason
 from tests.support import Pki, WriteCounter, audit_rows, spiffe
 
 BOB = spiffe("bob")
@@ -133,3 +135,45 @@ async def test_the_audit_never_holds_what_the_sdk_quoted_from_the_body(
     assert [(r.peer_id, r.reason) for r in added] == [(BOB, "INVALID_REQUEST")] * 2
     for record in added:
         assert not any(SECRET in str(field) for field in astuple(record)), record
+
+
+async def send_without_finishing(pki: Pki, agent: Agent, path: str) -> bytes:
+    """Headers announcing 1000 bytes, then 10 of them; what the agent answers."""
+    port = int(agent.https_url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection(
+        "localhost", port, ssl=client_context(pki, "bob"), server_hostname="localhost"
+    )
+    try:
+        writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            "A2A-Version: 1.0\r\nContent-Length: 1000\r\n\r\n".encode()
+            + b'{"jsonrpc"'
+        )
+        await writer.drain()
+        # Bounded: the old edge waited for the rest of the body for ever.
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
+        length = int(head.lower().split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
+        return head + await asyncio.wait_for(reader.readexactly(length), 20)
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("path", [JSONRPC_PATH, REST_PATH + "/message:send"])
+async def test_a_body_that_never_finishes_is_deadline_exceeded_audited(
+    pki: Pki, alice: Agent, counter: WriteCounter, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    monkeypatch.setattr(edge, "BODY_SECONDS", 0.5, raising=False)
+    before = len(await records(alice))
+    answer = await send_without_finishing(pki, alice, path)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    error = json.loads(body)["error"]
+    if path == JSONRPC_PATH:
+        assert (head.split(b" ")[1], our_reason(error["data"])) == (b"200", "DEADLINE_EXCEEDED")
+    else:
+        assert (head.split(b" ")[1], our_reason(error["details"])) == (b"504", "DEADLINE_EXCEEDED")
+    added = (await records(alice))[before:]
+    assert [(r.peer_id, r.decision, r.reason) for r in added] == [
+        (BOB, "refuse", "DEADLINE_EXCEEDED")
+    ]
+    assert counter.calls == 0
+    await still_serving(pki, alice)
