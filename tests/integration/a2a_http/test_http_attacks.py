@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from dataclasses import astuple
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,8 +22,27 @@ import pytest
 from gateway.agent import Agent
 from gateway.audit.record import AuditRecord
 from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH, edge
-from tests.a2a_http_support import V1_HEADERS, client_context, https_client, jsonrpc, our_reason
-from tests.support import Pki, WriteCounter, audit_rows, spiffe
+from tests.a2a_http_support import (
+    V1_HEADERS,
+    client_context,
+    https_client,
+    jsonrpc,
+    message_params,
+    our_reason,
+    serving_https,
+)
+from tests.limits.test_limits_served import until
+from tests.support import (
+    Pki,
+    Probe,
+    WriteCounter,
+    agent_config,
+    audit_rows,
+    grant,
+    mesh_registry,
+    spiffe,
+    write_policy,
+)
 
 BOB = spiffe("bob")
 SECRET = "s3cr3t-payload-7f1c"
@@ -177,3 +199,61 @@ async def test_a_body_that_never_finishes_is_deadline_exceeded_audited(
     ]
     assert counter.calls == 0
     await still_serving(pki, alice)
+
+
+@pytest.fixture
+async def slow_alice(pki: Pki, tmp_path: Path) -> AsyncIterator[tuple[Agent, Probe]]:
+    """alice on HTTPS with bob granted ``slow.wait`` (it waits for the probe's release)."""
+    probe = Probe()
+    policy = write_policy(tmp_path / "alice-policy.toml", [grant("bob", ["slow.wait"])])
+    config = serving_https(agent_config(pki, tmp_path, "alice", policy), pki, tmp_path / "h")
+    agent = Agent(config, mesh_registry(WriteCounter(), tmp_path / "alice-state", probe))
+    await agent.start(watch_policy=False)
+    yield agent, probe
+    await agent.stop()
+
+
+async def first_event_then_hang_up(
+    client: httpx.AsyncClient, agent: Agent, binding: str, method: str, params: dict[str, Any]
+) -> dict[str, Any]:
+    """Open ``method``'s SSE stream, read its first event, and drop the connection."""
+    if binding == "jsonrpc":
+        url, body = agent.https_url + JSONRPC_PATH, jsonrpc(method, params)
+    elif method == "SendStreamingMessage":
+        url, body = agent.https_url + REST_PATH + "/message:stream", params
+    else:
+        url, body = f"{agent.https_url}{REST_PATH}/tasks/{params['id']}:subscribe", None
+    headers = {**V1_HEADERS, "Accept": "text/event-stream"}
+    async with client.stream("POST", url, json=body, headers=headers) as stream:
+        assert stream.status_code == 200
+        async for line in stream.aiter_lines():
+            if line.startswith("data:"):
+                first: dict[str, Any] = json.loads(line[5:])
+                return first.get("result", first)
+    raise AssertionError("the stream ended without an event")
+
+
+@pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
+async def test_a_client_that_hangs_up_mid_stream_frees_its_place_and_the_task_runs_on(
+    pki: Pki, slow_alice: tuple[Agent, Probe], binding: str
+) -> None:
+    agent, probe = slow_alice
+    params = message_params("slow.wait", {})
+    async with https_client(pki, "bob") as client:
+        first = await first_event_then_hang_up(
+            client, agent, binding, "SendStreamingMessage", params
+        )
+    task_id = first["task"]["id"]
+    await until(lambda: probe.waits == 1, "the streamed task")
+    await until(lambda: agent.limit_stats().in_flight_total == 1, "the task's place only")
+    async with https_client(pki, "bob") as client:
+        await first_event_then_hang_up(client, agent, binding, "SubscribeToTask", {"id": task_id})
+        await until(lambda: agent.limit_stats().in_flight_total == 1, "the subscription's back")
+        probe.release.set()
+        await until(lambda: agent.limit_stats().in_flight_total == 0, "every place back")
+        got = await client.post(
+            agent.https_url + JSONRPC_PATH,
+            json=jsonrpc("GetTask", {"id": task_id}),
+            headers=V1_HEADERS,
+        )
+    assert got.json()["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
