@@ -325,6 +325,12 @@ class HttpEdge:
         self, exchange: Exchange, binding: Binding, response: Response, request: Request
     ) -> Response:
         code, message, request_id = _sdk_error(response, binding)
+        if code in (_JSONRPC_INTERNAL, 500):
+            # The SDK failed on input it never handed on (a JSON nesting deeper than
+            # Python's recursion limit): the request is invalid, and the failure's
+            # text is not the client's business.
+            code = _JSONRPC_INVALID if binding is Binding.JSONRPC else 400
+            message = ""
         error = InvalidRequest(message or "the request is not a valid A2A request")
         await self._handler.refuse(exchange.peer_id, error, exchange.operation)
         return self._render(binding, error, request, exchange, request_id, sdk_code=code)
@@ -375,6 +381,8 @@ async def _started(response: EventSourceResponse, exchange: Exchange) -> Respons
 
 
 _UNPARSED = "the request body is not a valid A2A 0.3 request"
+_JSONRPC_INTERNAL = -32603
+_JSONRPC_INVALID = -32600
 
 
 def _every_method(endpoint: _ENDPOINT) -> Route:

@@ -257,3 +257,28 @@ async def test_a_client_that_hangs_up_mid_stream_frees_its_place_and_the_task_ru
             headers=V1_HEADERS,
         )
     assert got.json()["result"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+DEEP = b"[" * 30000 + b"]" * 30000
+"""Nested past Python's recursion limit, and within bob's body limit."""
+
+
+async def test_json_nested_past_the_recursion_limit_is_invalid_request_without_its_text(
+    pki: Pki, alice: Agent
+) -> None:
+    message = b'{"messageId": "m", "role": "ROLE_USER", "parts": [{"data": ' + DEEP + b"}]}"
+    in_params = b'{"jsonrpc": "2.0", "id": 7, "method": "SendMessage", "params": {"message": '
+    before = len(await records(alice))
+    async with https_client(pki, "bob") as client:
+        answers = [
+            await client.post(alice.https_url + JSONRPC_PATH, content=body, headers=V1_HEADERS)
+            for body in (DEEP, in_params + message + b"}}")
+        ]
+    for answer in answers:
+        error = answer.json()["error"]
+        assert (answer.status_code, error["code"]) == (200, -32600)
+        assert our_reason(error["data"]) == "INVALID_REQUEST"
+        assert "recursion" not in answer.text
+    added = (await records(alice))[before:]
+    assert [(r.peer_id, r.reason) for r in added] == [(BOB, "INVALID_REQUEST")] * 2
+    await still_serving(pki, alice)
