@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import astuple
 from pathlib import Path
@@ -45,6 +46,7 @@ from tests.support import (
 )
 
 BOB = spiffe("bob")
+CAROL = spiffe("carol")
 SECRET = "s3cr3t-payload-7f1c"
 """A value only the request body holds: it must not reach the audit log."""
 ODD_METHODS = ["OPTIONS", "TRACE", "PROPFIND", "CONNECT"]
@@ -282,3 +284,57 @@ async def test_json_nested_past_the_recursion_limit_is_invalid_request_without_i
     added = (await records(alice))[before:]
     assert [(r.peer_id, r.reason) for r in added] == [(BOB, "INVALID_REQUEST")] * 2
     await still_serving(pki, alice)
+
+
+def v0_3_send(meta: dict[str, Any], params_meta: dict[str, Any] | None, *, rest: bool) -> Any:
+    """A 0.3 ``message/send`` params object (JSON-RPC) or REST body, writing ``notes.write``."""
+    meta = {"a2agw.capability": "notes.write", **meta}
+    if rest:
+        content = [{"data": {"data": {"note": "n"}}}]
+        message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "content": content}
+    else:
+        parts = [{"kind": "data", "data": {"note": "n"}}]
+        message = {
+            "kind": "message",
+            "messageId": str(uuid.uuid4()),
+            "role": "user",
+            "parts": parts,
+        }
+    params: dict[str, Any] = {"message": {**message, "metadata": meta}}
+    if params_meta is not None:
+        params["metadata"] = params_meta
+    return params
+
+
+@pytest.mark.parametrize(
+    ("meta", "params_meta"),
+    [({"a2agw.peer": CAROL}, None), ({"a2agw.spiffe_id": 5}, None), ({}, {"a2agw.identity": "x"})],
+)
+@pytest.mark.parametrize(
+    "kind", ["message/send", "message/stream", "v1/message:send", "v1/message:stream"]
+)
+async def test_an_identity_claimed_in_a_0_3_request_is_refused_and_nothing_runs(
+    pki: Pki,
+    alice: Agent,
+    counter: WriteCounter,
+    kind: str,
+    meta: dict[str, Any],
+    params_meta: dict[str, Any] | None,
+) -> None:
+    before = len(await records(alice))
+    async with https_client(pki, "bob") as client:
+        if kind.startswith("v1/"):
+            answer = await client.post(
+                f"{alice.https_url}{REST_PATH}/{kind}", json=v0_3_send(meta, params_meta, rest=True)
+            )
+            assert_rest_refusal(answer, "UNAUTHENTICATED", 401)
+        else:
+            body = {"jsonrpc": "2.0", "id": 1, "method": kind}
+            answer = await client.post(
+                alice.https_url + JSONRPC_PATH,
+                json={**body, "params": v0_3_send(meta, params_meta, rest=False)},
+            )
+            assert answer.json()["error"]["data"]["reason"] == "UNAUTHENTICATED"  # the 0.3 form
+    added = (await records(alice))[before:]
+    assert [(r.peer_id, r.reason) for r in added] == [(BOB, "UNAUTHENTICATED")]
+    assert counter.calls == 0
