@@ -3,8 +3,12 @@
 Each case found a defect before its fix: a method no route lists answered
 ``405`` by the router (no certificate needed, nothing audited); a 0.3 REST
 stream whose body the SDK cannot parse answered ``500`` (unaudited, the body
-quoted in the log's traceback); the SDK's parse message, which quotes the
-body, copied into the audit record's detail.
+quoted in the log's traceback); a body that never finished held its
+connection for ever; JSON nested past the recursion limit answered the SDK's
+internal error with its exception text. Cases that held already stay as
+regression tests: the SDK's parse message quotes the body to its sender, never
+into the audit record; a client that hangs up mid-stream frees its place and
+the task runs on; an identity claimed in a 0.3 request is refused.
 """
 
 from __future__ import annotations
