@@ -109,6 +109,24 @@ IDENTITY_HEADERS = frozenset(
         "ssl-client-cert",
         "x-client-certificate",
         "x-spiffe-id",
+        # What TLS-terminating proxies and auth proxies put in front of a backend
+        # (nginx, Traefik, AWS ALB, Azure, Apache, oauth2-proxy), and proxy credentials.
+        "proxy-authorization",
+        "x-forwarded-tls-client-cert",
+        "x-forwarded-tls-client-cert-info",
+        "x-amzn-mtls-clientcert",
+        "x-arr-clientcert",
+        "x-ssl-client-dn",
+        "x-ssl-client-s-dn",
+        "x-ssl-client-verify",
+        "x-client-dn",
+        "x-client-verify",
+        "remote-user",
+        "x-remote-user",
+        "x-forwarded-user",
+        "x-forwarded-email",
+        "x-auth-request-user",
+        "x-auth-request-email",
     }
 )
 """Headers that claim an identity: refused, since only the handshake names the caller."""

@@ -342,3 +342,36 @@ async def test_an_identity_claimed_in_a_0_3_request_is_refused_and_nothing_runs(
     added = (await records(alice))[before:]
     assert [(r.peer_id, r.reason) for r in added] == [(BOB, "UNAUTHENTICATED")]
     assert counter.calls == 0
+
+
+PROXY_IDENTITY_HEADERS = [
+    "Proxy-Authorization",
+    "X-Forwarded-Tls-Client-Cert",
+    "X-Amzn-Mtls-Clientcert",
+    "X-ARR-ClientCert",
+    "X-SSL-Client-DN",
+    "X-SSL-Client-Verify",
+    "Remote-User",
+    "X-Forwarded-User",
+    "X-Auth-Request-Email",
+]
+
+
+@pytest.mark.parametrize("header", PROXY_IDENTITY_HEADERS)
+async def test_an_identity_a_proxy_would_add_is_refused_before_the_body_is_read(
+    pki: Pki, alice: Agent, counter: WriteCounter, header: str
+) -> None:
+    body = jsonrpc("SendMessage", message_params("notes.write", {"note": "n"}))
+    before = len(await records(alice))
+    async with https_client(pki, "bob") as client:
+        answer = await client.post(
+            alice.https_url + JSONRPC_PATH,
+            json=body,
+            headers={**V1_HEADERS, header: CAROL},
+        )
+    error = answer.json()["error"]
+    assert our_reason(error["data"]) == "UNAUTHENTICATED"
+    assert error["message"].endswith(f"remove the header {header.lower()}")
+    added = (await records(alice))[before:]
+    assert [(r.peer_id, r.reason) for r in added] == [(BOB, "UNAUTHENTICATED")]
+    assert counter.calls == 0
