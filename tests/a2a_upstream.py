@@ -198,12 +198,14 @@ async def jsonrpc_upstream(
     *,
     garbage: int = 0,
     sse: Sequence[bytes] = (),
+    sse_type: str = "text/event-stream",
 ) -> AsyncIterator[str]:
     """Serve ``agent`` over JSON-RPC (https with client certs if ``pki``); yields the URL.
 
     ``garbage``: instead, the endpoint answers every POST with that many bytes:
     non-JSON below 1000, else a well-formed answer (a message of that much text).
-    ``sse``: instead, it answers every POST with an SSE stream of these chunks.
+    ``sse``: instead, it answers every POST with an SSE stream of these chunks
+    (``Content-Type: sse_type``, with ``; charset=utf-8`` unless it names one).
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -214,7 +216,7 @@ async def jsonrpc_upstream(
     if garbage:
         app = Starlette(routes=[Route(JSONRPC_PATH, _not_a2a(garbage), methods=["POST"])])
     elif sse:
-        app = Starlette(routes=[Route(JSONRPC_PATH, _streamed(sse), methods=["POST"])])
+        app = Starlette(routes=[Route(JSONRPC_PATH, _streamed(sse, sse_type), methods=["POST"])])
     else:
         handler = _handler(agent, url, "JSONRPC")
         app = Starlette(
@@ -256,13 +258,13 @@ def _not_a2a(size: int) -> Callable[[Request], Awaitable[Response]]:
     return answer
 
 
-def _streamed(chunks: Sequence[bytes]) -> Callable[[Request], Awaitable[Response]]:
+def _streamed(chunks: Sequence[bytes], media_type: str) -> Callable[[Request], Awaitable[Response]]:
     async def answer(request: Request) -> Response:
         async def body() -> AsyncIterator[bytes]:
             for chunk in chunks:
                 yield chunk
 
-        return StreamingResponse(body(), media_type="text/event-stream")
+        return StreamingResponse(body(), media_type=media_type)
 
     return answer
 

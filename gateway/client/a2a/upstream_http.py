@@ -109,6 +109,11 @@ class BoundedTransport(httpx.AsyncBaseTransport):
         if any(c.strip().lower() not in ("", "identity") for c in codings):
             await response.aclose()
             raise UnreadableAnswer("the upstream's stream has a content coding")
+        if (response.charset_encoding or "utf-8").lower() not in ("utf-8", "utf8"):
+            # SSE is UTF-8; the SDK would decode another charset into other events
+            # than the ones upstream_sse checks.
+            await response.aclose()
+            raise UnreadableAnswer("the upstream's stream is not UTF-8")
         assert isinstance(response.stream, httpx.AsyncByteStream)
         return httpx.Response(
             response.status_code,

@@ -22,6 +22,7 @@ cut. A JSON-RPC error in the stream is left to the SDK (CAPABILITY_FAILED).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -34,6 +35,10 @@ STREAM_CEILING = 8 * MESSAGE_CEILING
 """Bytes one upstream stream may carry in all (events of status text and chunks)."""
 STREAM_PAYLOADS = ("task", "message", "statusUpdate", "artifactUpdate")
 """The keys of a ``StreamResponse`` in JSON (one of them per event)."""
+_LINE_END = re.compile(rb"\r\n|[\n\r\x0b\x0c\x1c-\x1e]|\xc2\x85|\xe2\x80[\xa8\xa9]")
+"""Where httpx's line reader (the SDK's SSE parser) ends a line of UTF-8 text."""
+_UNFINISHED_END = re.compile(rb"(\r|\xc2|\xe2|\xe2\x80)\Z")
+"""A chunk's last bytes that may begin a line end the next chunk completes."""
 
 
 def is_event_stream(response: httpx.Response) -> bool:
@@ -59,6 +64,7 @@ class CheckedEventStream(httpx.AsyncByteStream):
         self._data: list[bytes] = []
         self._event_bytes = 0
         self._total = 0
+        self._held = b""
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for chunk in self._inner:
@@ -70,11 +76,20 @@ class CheckedEventStream(httpx.AsyncByteStream):
         self._take(b"\n\n")  # a last event without its blank line is checked too
 
     def _take(self, chunk: bytes) -> None:
+        # Lines end where the SDK's reader ends them (httpx splits the UTF-8 text
+        # as str.splitlines does: CR, LF, CRLF, VT, FF, FS, GS, RS, NEL, LS, PS),
+        # or a stream framed otherwise would be events there, unchecked here. A
+        # terminator that may continue in the next chunk waits for it.
+        chunk = self._held + chunk
+        held = _UNFINISHED_END.search(chunk)
+        self._held = chunk[held.start() :] if held else b""
+        if held:
+            chunk = chunk[: held.start()]
         start = 0
-        while (end := chunk.find(b"\n", start)) != -1:
-            self._add(chunk[start:end])
+        for end in _LINE_END.finditer(chunk):
+            self._add(chunk[start : end.start()])
             self._end_line()
-            start = end + 1
+            start = end.end()
         self._add(chunk[start:])
 
     def _add(self, part: bytes) -> None:

@@ -20,7 +20,8 @@ Before the SDK sees a request, the edge (in this order, each refusal audited onc
    plus :data:`ENVELOPE_BYTES` (JSON escapes and base64 make a payload larger
    on the wire than the bytes the cap counts); a longer body is refused
    ``PAYLOAD_TOO_LARGE`` without being decoded, from its ``Content-Length``
-   when it has one.
+   when it has one; a body that takes longer than :data:`BODY_SECONDS` is
+   refused ``DEADLINE_EXCEEDED``.
 
 Then the SDK parses the request and calls ``ServicerRequestHandler``, i.e. the
 same servicer method, decision path and audit record as on gRPC. A request
@@ -39,6 +40,7 @@ answered and the limit slot adopted before the response goes out.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from enum import Enum
@@ -61,7 +63,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
-from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge, Unauthenticated
+from gateway.errors import (
+    DeadlineExceeded,
+    GatewayError,
+    InvalidRequest,
+    PayloadTooLarge,
+    Unauthenticated,
+)
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.pipeline import InFlight
 from gateway.server.a2a.servicer import A2AServicer
@@ -88,6 +96,10 @@ V0_3_REST_PREFIX = "/v1"
 """Where the SDK's 0.3 REST routes live under :data:`REST_PATH` (``/v1/message:send`` ...)."""
 ENVELOPE_BYTES = 64 * 1024
 """What a request may hold besides its payload (ids, metadata, JSON-RPC framing)."""
+BODY_SECONDS = 30.0
+"""How long a request's body may take to arrive once its headers have: a body sent
+slowly (or never finished) would otherwise hold its connection and buffer for good,
+and a JSON-RPC request holds no place under ``max_in_flight`` while it is read."""
 IDENTITY_HEADERS = frozenset(
     {
         "authorization",
@@ -97,6 +109,24 @@ IDENTITY_HEADERS = frozenset(
         "ssl-client-cert",
         "x-client-certificate",
         "x-spiffe-id",
+        # What TLS-terminating proxies and auth proxies put in front of a backend
+        # (nginx, Traefik, AWS ALB, Azure, Apache, oauth2-proxy), and proxy credentials.
+        "proxy-authorization",
+        "x-forwarded-tls-client-cert",
+        "x-forwarded-tls-client-cert-info",
+        "x-amzn-mtls-clientcert",
+        "x-arr-clientcert",
+        "x-ssl-client-dn",
+        "x-ssl-client-s-dn",
+        "x-ssl-client-verify",
+        "x-client-dn",
+        "x-client-verify",
+        "remote-user",
+        "x-remote-user",
+        "x-forwarded-user",
+        "x-forwarded-email",
+        "x-auth-request-user",
+        "x-auth-request-email",
     }
 )
 """Headers that claim an identity: refused, since only the handshake names the caller."""
@@ -177,7 +207,7 @@ class HttpEdge:
             Route(AGENT_CARD_WELL_KNOWN_PATH, self._card, methods=["GET"]),
             *(self._guard(route, Binding.JSONRPC) for route in jsonrpc),
             *(self._guard(route, Binding.REST) for route in rest),
-            Route("/{path:path}", self._unknown_path, methods=_METHODS),
+            _every_method(self._unknown_path),
         ]
         return Starlette(routes=routes)
 
@@ -194,8 +224,7 @@ class HttpEdge:
             # The SDK's tenant mount (``/{tenant}/...``) takes every path of two or
             # more segments: one it does not serve is refused and audited here too.
             inner = [self._guard(r, binding) for r in route.routes]
-            unknown = Route("/{path:path}", self._unknown_path, methods=_METHODS)
-            return Mount(route.path, routes=[*inner, unknown])
+            return Mount(route.path, routes=[*inner, _every_method(self._unknown_path)])
         assert isinstance(route, Route)
         operation = _operation(route.path) if binding is Binding.REST else binding.value
         v0_3 = route.path.startswith(REST_PATH + V0_3_REST_PREFIX + "/")
@@ -286,7 +315,12 @@ class HttpEdge:
         exchange.peer_id = peer_id
         try:
             self._no_identity_headers(request)
-            body = await _body_within(request, 2 * grant.max_payload_bytes + ENVELOPE_BYTES)
+            async with asyncio.timeout(BODY_SECONDS):
+                body = await _body_within(request, 2 * grant.max_payload_bytes + ENVELOPE_BYTES)
+        except TimeoutError as err:
+            slot.slot.release()
+            late = DeadlineExceeded(f"the request body did not arrive within {BODY_SECONDS:g} s")
+            raise await self._handler.refuse(peer_id, late, exchange.operation) from err
         except GatewayError as err:
             slot.slot.release()
             raise await self._handler.refuse(peer_id, err, exchange.operation) from err
@@ -309,13 +343,22 @@ class HttpEdge:
         self, exchange: Exchange, binding: Binding, response: Response, request: Request
     ) -> Response:
         code, message, request_id = _sdk_error(response, binding)
+        if code in (_JSONRPC_INTERNAL, 500):
+            # The SDK failed on input it never handed on (a JSON nesting deeper than
+            # Python's recursion limit): the request is invalid, and the failure's
+            # text is not the client's business.
+            code = _JSONRPC_INVALID if binding is Binding.JSONRPC else 400
+            message = ""
         error = InvalidRequest(message or "the request is not a valid A2A request")
         await self._handler.refuse(exchange.peer_id, error, exchange.operation)
         return self._render(binding, error, request, exchange, request_id, sdk_code=code)
 
     async def _unknown_path(self, request: Request) -> Response:
         exchange = Exchange(client_certificate(request.scope), _metadata(request), "A2A HTTP")
-        binding = Binding.JSONRPC if request.url.path == JSONRPC_PATH else Binding.REST
+        # A method outside _METHODS gets an HTTP status, never JSON-RPC's 200:
+        # a 2xx answer to CONNECT would turn the connection into a tunnel.
+        json_rpc = request.url.path == JSONRPC_PATH and request.method in _METHODS
+        binding = Binding.JSONRPC if json_rpc else Binding.REST
         try:
             peer_id, _ = await self._handler.admit_peer(exchange.peer_cert_pem, exchange.operation)
             error = InvalidRequest(f"no A2A method at {request.method} {request.url.path[:64]}")
@@ -327,7 +370,7 @@ class HttpEdge:
             )
 
 
-async def _started(response: EventSourceResponse, exchange: Exchange) -> EventSourceResponse:
+async def _started(response: EventSourceResponse, exchange: Exchange) -> Response:
     """``response`` with its stream run to the first event (the SDK's 0.3 adapters start
     it only once the response is sent): the servicer has then admitted or refused it."""
     events = aiter(response.body_iterator)
@@ -339,6 +382,13 @@ async def _started(response: EventSourceResponse, exchange: Exchange) -> EventSo
         if exchange.refusal is None:
             raise
         return response
+    except Exception:
+        if exchange.reached:
+            raise
+        # The 0.3 REST adapter parses the body inside its stream: a body it cannot
+        # parse is the SDK's refusal (audited, 400), not a 500 with a traceback
+        # that quotes the body in the log.
+        return JSONResponse({"error": {"code": -32602, "message": _UNPARSED}}, status_code=400)
     if exchange.refusal is not None:  # the 0.3 JSON-RPC adapter made it an event: ours is sent
         aclose = getattr(events, "aclose", None)
         if aclose is not None:
@@ -346,6 +396,22 @@ async def _started(response: EventSourceResponse, exchange: Exchange) -> EventSo
         return response
     response.body_iterator = _chained(first, events)
     return response
+
+
+_UNPARSED = "the request body is not a valid A2A 0.3 request"
+_JSONRPC_INTERNAL = -32603
+_JSONRPC_INVALID = -32600
+
+
+def _every_method(endpoint: _ENDPOINT) -> Route:
+    """The route of every other path, for every method (OPTIONS, TRACE, PROPFIND ...).
+
+    Without it the router answers a method no route lists ``405`` itself:
+    before identity, to a caller without a certificate, and unaudited.
+    """
+    route = Route("/{path:path}", endpoint, methods=_METHODS)
+    route.methods = None  # matches whatever the method
+    return route
 
 
 async def _chained(first: Any, rest: Any) -> Any:
