@@ -20,8 +20,8 @@ import pytest
 from a2a.client.transports.http_helpers import parse_sse_stream
 from a2a.types import a2a_pb2
 
-from gateway.transport.a2a.upstream_answers import UnreadableAnswer
-from gateway.transport.a2a.upstream_sse import CheckedEventStream
+from gateway.client.a2a.upstream_answers import UnreadableAnswer
+from gateway.client.a2a.upstream_sse import CheckedEventStream
 from tests.a2a_support import V1, A2APeer, data_request
 from tests.a2a_upstream import SdkAgent, jsonrpc_upstream
 from tests.integration.test_upstreams import LEGACY, fronted, outcome, records

@@ -26,7 +26,7 @@ import pytest
 
 from gateway.agent import Agent
 from gateway.audit.record import AuditRecord
-from gateway.transport.a2a_http import JSONRPC_PATH, REST_PATH, edge
+from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH, edge
 from tests.a2a_http_support import (
     V1_HEADERS,
     client_context,
