@@ -34,18 +34,18 @@ from gateway.inbound.replay.store import ReplayWindow
 from gateway.outbound.router import Router
 from gateway.outbound.upstream_capabilities import register_upstreams
 from gateway.plans.checks import PlanLimits
+from gateway.plans.driver import PlanDriver
 from gateway.plans.executor import ExecutorParts
 from gateway.plans.model import Plan
 from gateway.plans.planner import Planner, RerouteOrStop
-from gateway.plans.runner import PlanDriver
 from gateway.plans.step_events import EventSink
 from gateway.plans.task import TaskResult
 from gateway.plans.task_store.store import TaskStore
 from gateway.private_files import private_dir
 from gateway.server.a2a import A2AServicer
+from gateway.server.a2a.background_tasks import BackgroundTasks
 from gateway.server.a2a.card import CardIssuer, PublicCardCache
 from gateway.server.a2a.card_signing import card_signer
-from gateway.server.a2a.task_runs import BackgroundTasks
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH, A2AHttpServer, HttpEdge
 from gateway.server.grpc_server import GatewayServer
 from gateway.server.health import HealthMonitor

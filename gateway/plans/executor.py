@@ -46,14 +46,14 @@ from gateway.outbound.router import Router
 from gateway.plans.approval import ApprovalRequest, AwaitingApproval, threshold
 from gateway.plans.attempt_rules import StepProgress, abandoned_result
 from gateway.plans.budget import BudgetMeter
-from gateway.plans.checkpoints import StoredProgress
 from gateway.plans.checks import PlanLimits, check_routes, check_structure
 from gateway.plans.crash_points import AFTER_FAILURE_RECORDED, crash_point
 from gateway.plans.model import Plan, Step, resolve_input
 from gateway.plans.planner import Failure, Planner
+from gateway.plans.progress import StoredProgress
 from gateway.plans.resume_point import resume_point
 from gateway.plans.step_events import EventSink, StepEvent
-from gateway.plans.step_runner import StepExecutor
+from gateway.plans.step_executor import StepExecutor
 from gateway.plans.task import (
     RevisionRecord,
     StepResult,

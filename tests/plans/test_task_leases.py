@@ -23,10 +23,10 @@ from gateway.errors import TaskLeased
 from gateway.outbound.router import Router
 from gateway.plans import Plan, PlanLimits
 from gateway.plans.attempt_rules import WRITE_IN_DOUBT
+from gateway.plans.driver import PlanDriver
 from gateway.plans.executor import ExecutorParts
 from gateway.plans.lease import Lease, may_take
 from gateway.plans.planner import RerouteOrStop
-from gateway.plans.runner import PlanDriver
 from gateway.plans.task import StepResult, StepStatus, TaskState
 from gateway.plans.task_store.postgres import PostgresTaskStore
 from gateway.plans.task_store.sqlite import SqliteTaskStore, Usage, WritePin

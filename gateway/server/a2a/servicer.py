@@ -12,7 +12,7 @@ non-empty tenant. Push notifications are answered with the spec's error.
 SendMessage refusals before dispatch are gRPC errors; a capability that fails
 after admission is a ``TASK_STATE_FAILED`` task carrying the reason code.
 ``return_immediately`` and ``SendStreamingMessage`` pass the same checks, then
-run in the background (:mod:`gateway.server.a2a.task_runs`);
+run in the background (:mod:`gateway.server.a2a.background_tasks`);
 ``SendStreamingMessage`` and ``SubscribeToTask`` are async generators of
 ``StreamResponse`` (the task first, its events in order, the last terminal).
 """
@@ -42,6 +42,7 @@ from gateway.inbound.call import InvokeCall, deadline_from
 from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler, InvokeOutcome
 from gateway.inbound.limits import CallSlot
 from gateway.inbound.pipeline import InFlight
+from gateway.server.a2a.background_tasks import BackgroundTasks
 from gateway.server.a2a.card import CardIssuer, extended_card
 from gateway.server.a2a.messages import invoke_call, list_answer, send_answer, task_message
 from gateway.server.a2a.request_checks import (
@@ -55,7 +56,6 @@ from gateway.server.a2a.request_checks import (
 )
 from gateway.server.a2a.task_events import BackgroundTask, Listener
 from gateway.server.a2a.task_follow import follow_deadline, followed
-from gateway.server.a2a.task_runs import BackgroundTasks
 from gateway.server.a2a.task_store.store import (
     A2ATask,
     A2ATaskStore,

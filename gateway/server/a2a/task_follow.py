@@ -1,7 +1,7 @@
 """Following a task that another process of this agent runs, through the shared store.
 
 A subscription reaches any worker or replica, but a run's events live only in
-the process running it (:mod:`gateway.server.a2a.task_runs`). Elsewhere,
+the process running it (:mod:`gateway.server.a2a.background_tasks`). Elsewhere,
 :func:`followed` reads the task's row: the task as it is, then a status
 update at each change of state it sees, and at the end the output artifact
 (when it completed) and the terminal status, as a local listener would.
@@ -33,9 +33,9 @@ from collections.abc import AsyncIterator
 from a2a.types import a2a_pb2
 
 from gateway.errors import AgentStopping, DeadlineExceeded, TaskNotFound
+from gateway.server.a2a.background_tasks import LEASE_RENEW_SECONDS, LEASE_SECONDS
 from gateway.server.a2a.messages import task_event
 from gateway.server.a2a.task_events import output_event, status_event
-from gateway.server.a2a.task_runs import LEASE_RENEW_SECONDS, LEASE_SECONDS
 from gateway.server.a2a.task_store.store import A2ATask, A2ATaskStore, TaskOutcome
 
 FIRST_POLL_SECONDS = 0.05

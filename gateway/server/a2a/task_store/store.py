@@ -4,7 +4,7 @@ Every SendMessage that passes the pipeline becomes one task. A blocking one is
 written once when it ends (the call runs inside SendMessage, so no one can see
 it earlier), by a background writer that commits in batches, like the audit
 log's allowed records; every read waits for that queue first. A background or
-streamed task (:mod:`gateway.server.a2a.task_runs`) is written with
+streamed task (:mod:`gateway.server.a2a.background_tasks`) is written with
 :meth:`A2ATaskStore.save` at once, before its id is answered, and again at
 each change of state; a finished task never changes again (the update is
 conditional on the stored state), so a late write cannot undo an end.
@@ -242,7 +242,7 @@ class A2ATaskStore(ABC):
     def _scope(self, owner: str) -> Scope:
         """The conditions (and their values) every read of ``owner``'s tasks starts with."""
 
-    # --- background and streamed tasks (see gateway.server.a2a.task_runs) ---
+    # --- background and streamed tasks (see gateway.server.a2a.background_tasks) ---
 
     async def save(self, task: A2ATask, process_id: str = "", lease_ms: int = 0) -> bool:
         """Write ``task`` now (insert, or update its row unless that row has ended).

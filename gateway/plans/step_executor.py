@@ -74,7 +74,6 @@ from gateway.plans.attempt_rules import (
     written_note,
 )
 from gateway.plans.budget import BudgetMeter
-from gateway.plans.checkpoints import StoredProgress
 from gateway.plans.crash_points import (
     AFTER_ANSWER,
     AFTER_CHECKPOINT_BEFORE_SEND,
@@ -83,6 +82,7 @@ from gateway.plans.crash_points import (
 )
 from gateway.plans.local_step_audit import LocalStepAudit
 from gateway.plans.model import Plan, Step
+from gateway.plans.progress import StoredProgress
 from gateway.plans.step_answer import (
     StepAnswer,
     check_expect,
