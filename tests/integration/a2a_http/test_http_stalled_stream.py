@@ -36,6 +36,7 @@ from tests.a2a_http_support import (
     message_params,
     serving_https,
 )
+from tests.integration.a2a_http.test_http_attacks import still_serving
 from tests.limits.test_limits_served import until
 from tests.support import (
     Pki,
@@ -68,15 +69,33 @@ class Text(ContractModel):
     text: str
 
 
-@capability("big.output", "1.0.0", risk="read", timeout=30.0, idempotent=True)
-async def big_output(inp: Size, ctx: CallContext) -> Text:
+async def streamed(ctx: CallContext) -> Text:
     """Stream CHUNKS chunks of CHUNK characters, then return OUTPUT characters."""
     for _ in range(CHUNKS):
         await ctx.emit_chunk({"text": "x" * CHUNK})
     return Text(text="x" * OUTPUT)
 
 
+@capability("big.output", "1.0.0", risk="read", timeout=30.0, idempotent=True)
+async def big_output(inp: Size, ctx: CallContext) -> Text:
+    """A large output, streamed."""
+    return await streamed(ctx)
+
+
 EDGE_LOGGER = "gateway.server.a2a_http.edge"
+
+
+class Gate:
+    """Lets ``big.later`` go on (a new event per test: an event belongs to one loop)."""
+
+    release = asyncio.Event()
+
+
+@capability("big.later", "1.0.0", risk="read", timeout=30.0, idempotent=True)
+async def big_later(inp: Size, ctx: CallContext) -> Text:
+    """``big.output``, once the gate is open."""
+    await Gate.release.wait()
+    return await streamed(ctx)
 
 
 @pytest.fixture
@@ -84,7 +103,13 @@ async def alice(pki: Pki, tmp_path: Path, counter: WriteCounter) -> AsyncIterato
     """alice on HTTPS, bob granted ``big.output`` and ``text.echo``, streams' writes bounded to 1 s."""
     policy = write_policy(
         tmp_path / "alice-policy.toml",
-        [grant("bob", ["big.output", "text.echo"], max_payload_bytes=MAX_PAYLOAD_CEILING)],
+        [
+            grant(
+                "bob",
+                ["big.output", "big.later", "text.echo"],
+                max_payload_bytes=MAX_PAYLOAD_CEILING,
+            )
+        ],
     )
     config = serving_https(agent_config(pki, tmp_path, "alice", policy), pki, tmp_path / "https")
     config = config.model_copy(
@@ -92,13 +117,15 @@ async def alice(pki: Pki, tmp_path: Path, counter: WriteCounter) -> AsyncIterato
     )
     registry = standard_registry(counter, tmp_path / "alice-state")
     registry.register(big_output)
+    registry.register(big_later)
     agent = await started(config, registry)
     yield agent
     await agent.stop()
 
 
-def open_stream(pki: Pki, agent: Agent, binding: str) -> ssl.SSLSocket:
-    """bob's blocking HTTPS socket (4 KiB receive buffer) with a streamed ``big.output`` sent."""
+def open_stream(pki: Pki, agent: Agent, binding: str, task_id: str | None = None) -> ssl.SSLSocket:
+    """bob's blocking HTTPS socket (4 KiB receive buffer) with a request for a stream sent:
+    a streamed ``big.output``, or (``task_id``) a subscription to that task."""
     url = urlsplit(agent.https_url)
     raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: the window
@@ -106,11 +133,16 @@ def open_stream(pki: Pki, agent: Agent, binding: str) -> ssl.SSLSocket:
     raw.connect(("127.0.0.1", url.port or 443))
     sock = client_context(pki, "bob").wrap_socket(raw, server_hostname=url.hostname)
     params = message_params("big.output", {})
-    if binding == "jsonrpc":
+    body: dict[str, object] | None
+    if binding == "jsonrpc" and task_id is not None:
+        path, body = JSONRPC_PATH, jsonrpc("SubscribeToTask", {"id": task_id})
+    elif binding == "jsonrpc":
         path, body = JSONRPC_PATH, jsonrpc("SendStreamingMessage", params)
+    elif task_id is not None:
+        path, body = f"{REST_PATH}/tasks/{task_id}:subscribe", None
     else:
         path, body = REST_PATH + "/message:stream", params
-    data = json.dumps(body).encode()
+    data = json.dumps(body).encode() if body is not None else b""
     head = (
         f"POST {path} HTTP/1.1\r\nHost: {url.netloc}\r\nContent-Type: application/json\r\n"
         f"Accept: text/event-stream\r\nA2A-Version: 1.0\r\nContent-Length: {len(data)}\r\n\r\n"
@@ -194,3 +226,45 @@ async def test_a_stream_whose_client_stops_reading_ends_and_the_agent_serves_on(
         assert echoed.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     # Nothing crashed: no traceback or unfinished response in the server's log.
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+@pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
+async def test_a_stalled_subscription_holds_its_place_until_its_stream_ends(
+    pki: Pki, alice: Agent, binding: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    Gate.release = asyncio.Event()
+    params = message_params("big.later", {})
+    params["configuration"] = {"returnImmediately": True}
+    async with https_client(pki, "bob") as client:
+        sent = await client.post(
+            alice.https_url + JSONRPC_PATH, json=jsonrpc("SendMessage", params), headers=V1_HEADERS
+        )
+    task_id = sent.json()["result"]["task"]["id"]
+    await until(lambda: alice.limit_stats().in_flight_total == 1, "the task's place")
+    sock = await asyncio.to_thread(open_stream, pki, alice, binding, task_id)
+    try:
+        await asyncio.to_thread(read_first_event, sock)
+        await until(lambda: alice.limit_stats().in_flight_total == 2, "the subscription's place")
+        Gate.release.set()
+        # The task ends and gives its place back; the stalled subscription keeps its own.
+        await until(
+            lambda: (
+                alice.limit_stats().in_flight_total == 1
+                and not any(r.name == EDGE_LOGGER for r in caplog.records)
+            ),
+            "the task's end, with its subscription stalled",
+        )
+        await until(
+            lambda: any(r.name == EDGE_LOGGER for r in caplog.records), "the stalled stream's end"
+        )
+        await until(lambda: alice.limit_stats().in_flight_total == 0, "the subscription's place")
+        rest = await asyncio.to_thread(read_to_the_end, sock)
+    finally:
+        sock.close()
+    assert b"TASK_STATE_COMPLETED" not in rest
+    [ended] = [r.getMessage() for r in caplog.records if r.name == EDGE_LOGGER]
+    operation = "JSON-RPC" if binding == "jsonrpc" else "SubscribeToTask"
+    assert ended == f"ended the A2A {operation} stream of {BOB}: its client read nothing for 1 s"
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    await still_serving(pki, alice)
