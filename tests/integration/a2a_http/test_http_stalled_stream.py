@@ -7,7 +7,9 @@ nothing and each held its output in the server's buffers. Here bob opens a
 stream of a large output on a socket with a small receive buffer, reads the
 first event and stops reading: the server's write then waits on a full
 buffer, and the stream is ended (the connection dropped) once a write has
-waited ``stream_send_timeout`` seconds.
+waited ``stream_send_timeout`` seconds. A streamed task's place is the
+task's (given back when it ends, the stream still stalled); a subscription's
+is its stream's, held while it stalls and given back when it is ended.
 """
 
 from __future__ import annotations
@@ -165,7 +167,7 @@ def read_to_the_end(sock: ssl.SSLSocket) -> bytes:
     """Whatever the client still gets once it reads again, until the connection or stream ends."""
     got = b""
     try:
-        while (chunk := sock.recv(65536)) and not got.endswith(b"\r\n0\r\n\r\n"):
+        while not got.endswith(b"\r\n0\r\n\r\n") and (chunk := sock.recv(65536)):
             got += chunk
     except (ConnectionResetError, ssl.SSLError, OSError):
         pass
@@ -196,7 +198,6 @@ async def test_a_stream_whose_client_stops_reading_ends_and_the_agent_serves_on(
             f"ended the A2A {'JSON-RPC' if binding == 'jsonrpc' else 'SendStreamingMessage'} "
             f"stream of {BOB}: its client read nothing for {SEND_TIMEOUT:g} s"
         )
-        assert "xxxx" not in ended.getMessage()
         rest = await asyncio.to_thread(read_to_the_end, sock)
     finally:
         sock.close()
@@ -209,8 +210,8 @@ async def test_a_stream_whose_client_stops_reading_ends_and_the_agent_serves_on(
         (r.peer_id, r.capability, r.decision, r.reason) for r in (await records(alice))[before:]
     ]
     assert added == [(BOB, "big.output", "allow", "OK")]
-    task_id = json.loads(first.split(b"data:", 1)[1].split(b"\r\n", 1)[0])
-    task_id = task_id.get("result", task_id)["task"]["id"]
+    event = json.loads(first.split(b"data:", 1)[1].split(b"\r\n", 1)[0])
+    task_id = event.get("result", event)["task"]["id"]
     async with https_client(pki, "bob") as client:
         got = await client.post(
             alice.https_url + JSONRPC_PATH,
