@@ -19,7 +19,7 @@ import json
 import logging
 import socket
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -98,6 +98,16 @@ async def big_later(inp: Size, ctx: CallContext) -> Text:
     """``big.output``, once the gate is open."""
     await Gate.release.wait()
     return await streamed(ctx)
+
+
+@pytest.fixture
+def server_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """``caplog`` at WARNING, uvicorn's own log included (its logger does not propagate)."""
+    caplog.set_level(logging.WARNING)
+    uvicorn_log = logging.getLogger("uvicorn")
+    uvicorn_log.addHandler(caplog.handler)
+    yield caplog
+    uvicorn_log.removeHandler(caplog.handler)
 
 
 @pytest.fixture
@@ -181,9 +191,9 @@ async def records(agent: Agent) -> list[AuditRecord]:
 
 @pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
 async def test_a_stream_whose_client_stops_reading_ends_and_the_agent_serves_on(
-    pki: Pki, alice: Agent, binding: str, caplog: pytest.LogCaptureFixture
+    pki: Pki, alice: Agent, binding: str, server_log: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING)
+    caplog = server_log
     before = len(await records(alice))
     sock = await asyncio.to_thread(open_stream, pki, alice, binding)
     try:
@@ -231,9 +241,9 @@ async def test_a_stream_whose_client_stops_reading_ends_and_the_agent_serves_on(
 
 @pytest.mark.parametrize("binding", ["jsonrpc", "rest"])
 async def test_a_stalled_subscription_holds_its_place_until_its_stream_ends(
-    pki: Pki, alice: Agent, binding: str, caplog: pytest.LogCaptureFixture
+    pki: Pki, alice: Agent, binding: str, server_log: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING)
+    caplog = server_log
     Gate.release = asyncio.Event()
     params = message_params("big.later", {})
     params["configuration"] = {"returnImmediately": True}
