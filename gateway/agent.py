@@ -181,6 +181,7 @@ class Agent:
             a2a_servicer,
             self.public_card.get,
             v0_3_compat=config.a2a.v0_3_compat,
+            stream_send_timeout=config.a2a.stream_send_timeout,
         )
         """The A2A HTTP bindings: same servicer, handler and audit as gRPC (served if so set)."""
         self.health = HealthMonitor(

@@ -266,6 +266,10 @@ class A2ASettings(_Frozen):
             the 0.3 interfaces (and v0.3 card fields) on the cards. Default
             True: most deployed A2A clients speak 0.3, and the translation
             adds no authority (docs/a2a-v0_3.md).
+        stream_send_timeout: Seconds one write of an SSE stream may wait for
+            its client to read (default 30, at most 3600): a stream whose client
+            stops reading is ended then, so it holds no connection and buffer
+            for longer (docs/a2a-http.md).
     """
 
     http_listen: ListenAddress | None = None
@@ -273,6 +277,7 @@ class A2ASettings(_Frozen):
     default_capability: str | None = None
     task_retention: Duration = timedelta(days=7)
     v0_3_compat: bool = True
+    stream_send_timeout: float = Field(default=30.0, gt=0, le=3600, allow_inf_nan=False)
 
     @field_validator("default_capability")
     @classmethod

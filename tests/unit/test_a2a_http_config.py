@@ -58,3 +58,11 @@ def test_v0_3_compat_is_on_by_default_and_only_a_bool() -> None:
     assert config(a2a={"v0_3_compat": False}).a2a.v0_3_compat is False
     with pytest.raises(ValidationError, match="v0_3_compat"):
         config(a2a={"v0_3_compat": "sometimes"})
+
+
+def test_stream_send_timeout_is_30_s_by_default_and_a_positive_finite_number() -> None:
+    assert config().a2a.stream_send_timeout == 30.0
+    assert config(a2a={"stream_send_timeout": 2.5}).a2a.stream_send_timeout == 2.5
+    for wrong in (0, -1, float("inf"), float("nan"), 3601, "soon"):
+        with pytest.raises(ValidationError, match="stream_send_timeout"):
+            config(a2a={"stream_send_timeout": wrong})

@@ -36,12 +36,19 @@ is guarded, and a JSON-RPC request is checked before its method is known);
 the SDK translates them to 1.0 and calls the same handler. A 0.3 stream the
 SDK does not start itself is run to its first event here, so a refusal is
 answered and the limit slot adopted before the response goes out.
+
+Every SSE stream's writes wait at most ``[a2a] stream_send_timeout`` seconds
+for the client to read (:class:`_SendBounded`): a client that stops reading
+has its connection dropped, with what was buffered for it, and the stream's
+done callbacks run, so its subscription's place is given back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from enum import Enum
 from typing import Any
@@ -56,12 +63,13 @@ from a2a.server.routes import (
 from a2a.types import a2a_pb2
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from a2a.utils.errors import A2AError
-from sse_starlette.sse import EventSourceResponse
+from sse_starlette.sse import EventSourceResponse, SendTimeoutError
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
+from starlette.types import Message, Receive, Scope, Send
 
 from gateway.errors import (
     DeadlineExceeded,
@@ -81,7 +89,7 @@ from gateway.server.a2a_http.context import (
     run_done_callbacks,
 )
 from gateway.server.a2a_http.handler import ServicerRequestHandler, speaks_v0_3
-from gateway.server.a2a_http.protocol import client_certificate
+from gateway.server.a2a_http.protocol import client_certificate, connection_abort
 from gateway.server.a2a_http.stream_errors import ErrorBody, with_our_stream_errors
 from gateway.server.a2a_http.wire_errors import (
     http_status,
@@ -89,6 +97,8 @@ from gateway.server.a2a_http.wire_errors import (
     jsonrpc_v0_3_error,
     rest_error,
 )
+
+_log = logging.getLogger(__name__)
 
 JSONRPC_PATH = "/a2a/jsonrpc"
 REST_PATH = "/a2a/rest"
@@ -183,9 +193,11 @@ class HttpEdge:
         public_card: Callable[[], a2a_pb2.AgentCard],
         *,
         v0_3_compat: bool = False,
+        stream_send_timeout: float = 30.0,
     ) -> None:
         self._handler = handler
         self._v0_3_compat = v0_3_compat
+        self._stream_send_timeout = stream_send_timeout
         self._public_card = public_card
         self._sdk_handler = ServicerRequestHandler(servicer)
         self._card_served: tuple[a2a_pb2.AgentCard, dict[str, Any]] | None = None
@@ -271,7 +283,10 @@ class HttpEdge:
             if not exchange.reached:  # the SDK refused it before our handler ran
                 return await self._sdk_refusal(exchange, binding, response, request)
             error_body = _error_body(binding, exchange, v0_3=self._v0_3_compat and exchange.v0_3)
-            return _then(with_our_stream_errors(response, exchange, error_body), exchange)
+            response = _then(with_our_stream_errors(response, exchange, error_body), exchange)
+            if isinstance(response, EventSourceResponse):
+                return _SendBounded(response, exchange, self._stream_send_timeout)
+            return response
 
         return guarded
 
@@ -396,6 +411,63 @@ async def _started(response: EventSourceResponse, exchange: Exchange) -> Respons
         return response
     response.body_iterator = _chained(first, events)
     return response
+
+
+class _SendBounded(Response):
+    """``stream``, each of whose writes waits at most ``timeout`` seconds for its client.
+
+    A write waits while the connection's send buffer is full, i.e. while the
+    client does not read: without a bound, a client that stops reading holds
+    its connection and everything buffered for it for as long as it likes,
+    after its task has ended and given back its place. Every write is bounded,
+    the stream's last one too (sse_starlette's own ``send_timeout`` skips
+    it). A write that times out raises ``SendTimeoutError`` out of the stream
+    (whose background task, which runs the done callbacks, then does not
+    run): the connection is aborted, which frees its buffer at once (a close
+    would wait for the client to read it), and the done callbacks run.
+    """
+
+    def __init__(self, stream: EventSourceResponse, exchange: Exchange, timeout: float) -> None:
+        # No Response.__init__: this response only forwards to ``stream``,
+        # which holds the status, headers and background task.
+        self.stream = stream
+        self.exchange = exchange
+        self.timeout = timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Send ``stream``; on a write that timed out, drop the connection and end the call."""
+
+        async def bounded(message: Message) -> None:
+            try:
+                async with asyncio.timeout(self.timeout):
+                    await send(message)
+            except TimeoutError as err:
+                raise SendTimeoutError from err
+
+        try:
+            await self.stream(scope, receive, bounded)
+            return
+        except SendTimeoutError:
+            pass
+        exchange = self.exchange
+        # Ids only: what the stream held is the caller's business.
+        _log.warning(
+            "ended the %s stream of %s: its client read nothing for %g s",
+            exchange.operation,
+            exchange.peer_id,
+            self.timeout,
+        )
+        abort = connection_abort(scope)
+        if abort is not None:
+            abort()
+            # uvicorn hears of the abort on a later turn of the loop; once it has,
+            # a response left unfinished is not logged as the app's error.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+        if self.stream.background is not None:
+            await self.stream.background()
 
 
 _UNPARSED = "the request body is not a valid A2A 0.3 request"

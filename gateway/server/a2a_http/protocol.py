@@ -6,13 +6,15 @@ after it) and adds it to every request's scope as the ASGI TLS extension
 (``scope["extensions"]["tls"]["client_cert_chain"]``, PEM strings, leaf
 first). Nothing a client sends can put it there: the app reads the
 certificate from this key only, and ignores headers such as
-``X-Forwarded-Client-Cert``.
+``X-Forwarded-Client-Cert``. The scope also carries the connection's
+``abort`` (:data:`ABORT_KEY`), so the edge can drop a connection whose
+client stopped reading without waiting for its send buffer to drain.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -20,6 +22,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from gateway.server.a2a_http.tls import peer_certificate_pem
 
 ASGIApp = Any
+ABORT_KEY = "a2agw.abort"
+"""Where a request's scope holds its connection's ``abort`` (drop it and its send buffer now)."""
 
 
 def client_certificate(scope: Mapping[str, Any]) -> bytes | None:
@@ -29,12 +33,19 @@ def client_certificate(scope: Mapping[str, Any]) -> bytes | None:
     return chain[0].encode("ascii") if len(chain) >= 1 else None
 
 
-def _with_certificate(app: ASGIApp, pem: bytes | None) -> ASGIApp:
+def connection_abort(scope: Mapping[str, Any]) -> Callable[[], None] | None:
+    """``abort`` of the request's connection (None outside :class:`VerifiedPeerProtocol`)."""
+    abort: Callable[[], None] | None = scope.get(ABORT_KEY)
+    return abort
+
+
+def _with_certificate(app: ASGIApp, pem: bytes | None, abort: Callable[[], None]) -> ASGIApp:
     chain = [pem.decode("ascii")] if pem is not None else []
 
     async def bound(scope: dict[str, Any], receive: Any, send: Any) -> None:
         # Replaced, never merged: whatever was there did not come from this handshake.
         scope["extensions"] = {**scope.get("extensions", {}), "tls": {"client_cert_chain": chain}}
+        scope[ABORT_KEY] = abort
         await app(scope, receive, send)
 
     return bound
@@ -47,5 +58,7 @@ class VerifiedPeerProtocol(H11Protocol):
         """Bind this connection's requests to the certificate its handshake verified."""
         super().connection_made(transport)
         self.app = _with_certificate(
-            self.config.loaded_app, peer_certificate_pem(transport.get_extra_info("ssl_object"))
+            self.config.loaded_app,
+            peer_certificate_pem(transport.get_extra_info("ssl_object")),
+            transport.abort,
         )
