@@ -1,4 +1,4 @@
-"""The snippets of docs/a2a-http.md, a2a-jsonrpc.md and a2a-rest.md, run against a served agent.
+"""The snippets of docs/a2a-http.md, a2a-jsonrpc.md, a2a-rest.md and a2a-v0_3.md, run served.
 
 Every Python and JavaScript block is run as its own process (Python with this
 interpreter, JavaScript with Node from tests/interop/node-a2a, where the SDK is
@@ -24,7 +24,7 @@ from gateway.agent import Agent
 from tests.agent_process import REPO
 from tests.support import Pki, spiffe
 
-DOCS = ("docs/a2a-http.md", "docs/a2a-jsonrpc.md", "docs/a2a-rest.md")
+DOCS = ("docs/a2a-http.md", "docs/a2a-jsonrpc.md", "docs/a2a-rest.md", "docs/a2a-v0_3.md")
 NODE_DIR = REPO / "tests" / "interop" / "node-a2a"
 NOT_RUNNABLE = "<!-- snippet: not-runnable -->"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
