@@ -1,4 +1,4 @@
-"""The snippets of docs/a2a-http.md, a2a-jsonrpc.md and a2a-rest.md, run against a served agent.
+"""The snippets of docs/a2a-http.md, a2a-jsonrpc.md, a2a-rest.md and a2a-v0_3.md, run served.
 
 Every Python and JavaScript block is run as its own process (Python with this
 interpreter, JavaScript with Node from tests/interop/node-a2a, where the SDK is
@@ -24,7 +24,10 @@ from gateway.agent import Agent
 from tests.agent_process import REPO
 from tests.support import Pki, spiffe
 
-DOCS = ("docs/a2a-http.md", "docs/a2a-jsonrpc.md", "docs/a2a-rest.md")
+DOCS = ("docs/a2a-http.md", "docs/a2a-jsonrpc.md", "docs/a2a-rest.md", "docs/a2a-v0_3.md")
+# Pages whose shell and Python blocks tests/docs/test_snippets.py runs (against the tour's
+# agent); only their JavaScript blocks run here, pointed at the served agent by the environment.
+JS_ONLY = ("docs/a2a.md",)
 NODE_DIR = REPO / "tests" / "interop" / "node-a2a"
 NOT_RUNNABLE = "<!-- snippet: not-runnable -->"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
@@ -35,7 +38,7 @@ SHELL_OR_PYTHON = {"python", "py", "sh", "bash", "shell", "console"}
 def blocks() -> list[tuple[str, int, str, str, bool]]:
     """(doc, number, language, code, marked not-runnable) of every fenced block."""
     found = []
-    for doc in DOCS:
+    for doc in DOCS + JS_ONLY:
         text = (REPO / doc).read_text()
         for number, match in enumerate(FENCE.finditer(text)):
             marked = text[: match.start()].rstrip().endswith(NOT_RUNNABLE)
@@ -43,7 +46,9 @@ def blocks() -> list[tuple[str, int, str, str, bool]]:
     return found
 
 
-RUNNABLE = [b for b in blocks() if b[2] in RUN and not b[4]]
+RUNNABLE = [
+    b for b in blocks() if b[2] in RUN and not b[4] and (b[0] not in JS_ONLY or b[2] == "js")
+]
 
 
 def test_every_shell_or_python_snippet_is_run_or_marked() -> None:
@@ -51,7 +56,7 @@ def test_every_shell_or_python_snippet_is_run_or_marked() -> None:
     unrun = [
         (doc, n, lang)
         for doc, n, lang, _, marked in blocks()
-        if lang in SHELL_OR_PYTHON and lang not in RUN and not marked
+        if lang in SHELL_OR_PYTHON and lang not in RUN and not marked and doc not in JS_ONLY
     ]
     assert not unrun
 
@@ -68,6 +73,7 @@ async def test_the_snippet_runs_against_a_served_agent(
     env = {
         **os.environ,
         "A2A_URL": alice.https_url,
+        "A2A_GRPC_ADDRESS": alice.address,
         "A2A_AGENT_ID": spiffe("alice"),
         "A2A_CA": str(pki.dir / "ca.pem"),
         "A2A_CERT": str(pki.dir / "carol.pem"),
