@@ -3,7 +3,8 @@
 The modules in :data:`COMPILED_MODULES` are strictly typed code every call
 runs (the audit record's checked fields, its canonical bytes and chain hash,
 the pipeline's checks and policy steps, the call as the transport hands it
-over, the handler that admits, runs and audits it, and the capability runner).
+over, the handler that admits, runs and audits it, the capability runner and
+the context it hands the capability, and the gRPC servicer around them).
 ``python scripts/build_hotpath.py`` compiles them with mypyc into
 ``gateway/_compiled/`` (not in git, not needed: a machine without a compiler
 simply runs the Python). :func:`install`, called once by ``gateway/__init__``
@@ -40,6 +41,8 @@ COMPILED_MODULES = (
     "gateway.inbound.call",
     "policies.decisions",
     "capabilities.runner",
+    "capabilities.context",
+    "gateway.server.grpc_server",
 )
 """The modules the build compiles (each strictly typed, run by every call)."""
 PURE_PYTHON_ENV = "A2AGW_PURE_PYTHON"

@@ -22,7 +22,7 @@ from gateway.telemetry import Telemetry
 from gateway.telemetry.tracing import mark_refused
 from gateway.transport.status import to_grpc_status
 from gateway.transport.tls import server_options
-from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
+from gateway.wire.v1 import gateway_pb2
 
 PROTOCOL_VERSION = "a2agw.v1"
 SERVICE_NAME = "a2agw.v1.PeerGateway"
@@ -52,8 +52,13 @@ def add_gateway_servicer(servicer: GatewayServicer, server: aio.Server) -> None:
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
 
 
-class GatewayServicer(gateway_pb2_grpc.PeerGatewayServicer):
-    """Adapts ``PeerGateway`` RPCs to the InvokeHandler; errors become rich statuses."""
+class GatewayServicer:
+    """Adapts ``PeerGateway`` RPCs to the InvokeHandler; errors become rich statuses.
+
+    Every RPC of the service is defined here (``add_gateway_servicer``
+    registers them by name), so it needs no generated base class: without
+    one, mypyc compiles it as a native class.
+    """
 
     def __init__(
         self, agent_id: str, handler: InvokeHandler, telemetry: Telemetry | None = None

@@ -5,8 +5,10 @@ record and chain functions answer (bytes, hashes, errors) for a fixed set of
 records, valid and not, as JSON. ``write DB``: a log of the same valid records
 written by this path. ``verify DB``: this path's verification of a log, and
 its stored hashes. ``calls DIR``: a real agent's ``InvokeHandler`` (certificates
-minted in DIR) given a fixed set of calls, allowed, refused and failing: each
-answer, the audit records they left and how often the write capability ran.
+minted in DIR) given a fixed set of calls, allowed, refused and failing, then
+a few more over real gRPC through its servicer (Invoke, a corrupt message,
+Describe): each answer, the audit records they left and how often the write
+capability ran.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sqlite3
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +169,53 @@ CALLS: list[dict[str, Any]] = [
     {"capability": "test.slow", "payload": b"{}"},
 ]
 """Calls every path must answer, audit and run (or not) alike."""
+GRPC_CALLS: list[dict[str, Any]] = [
+    {"capability": "text.echo", "payload": b'{"text":"hi"}'},
+    {"capability": "text.echo", "payload": b'{"text":"hi"}', "request_id": "grpc-0"},
+    {"capability": "text.search", "payload": b'{"query":"x"}'},
+    {"capability": "text.echo", "payload": b"not json"},
+    {"capability": "notes.write", "payload": b'{"note":"g"}', "idempotency_key": "g1"},
+]
+"""The same kinds of call over gRPC: the servicer (compiled too) answers them alike."""
+
+
+async def _grpc_calls(pki: Any, agent: Any) -> list[Any]:
+    import grpc
+
+    from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
+    from tests.support import raw_channel
+
+    answers: list[Any] = []
+    async with raw_channel(pki, agent, "bob") as channel:
+        stub = gateway_pb2_grpc.PeerGatewayStub(channel)
+        corrupt = channel.unary_unary("/a2agw.v1.PeerGateway/Invoke")
+        requests = [
+            gateway_pb2.InvokeRequest(
+                request_id=spec.get("request_id", f"grpc-{n}"),
+                capability=spec["capability"],
+                payload=spec["payload"],
+                idempotency_key=spec.get("idempotency_key", ""),
+            )
+            for n, spec in enumerate(GRPC_CALLS)
+        ]
+        sends: list[Any] = [partial(stub.Invoke, request, timeout=30) for request in requests]
+        sends.append(partial(corrupt, b"\xff\xff\xff", timeout=30))  # not an InvokeRequest
+        sends.append(partial(stub.Describe, gateway_pb2.DescribeRequest(), timeout=30))
+        for send in sends:  # one at a time, in order: the replay must follow its first
+            try:
+                response = await send()
+            except grpc.aio.AioRpcError as err:
+                trailers = {
+                    k: v.hex() if isinstance(v, bytes) else v
+                    for k, v in err.trailing_metadata() or ()
+                }
+                answers.append([err.code().name, err.details(), trailers])
+            else:
+                if isinstance(response, gateway_pb2.DescribeResponse):
+                    assert response.grant_expires_at  # the policy's, written at each run's time
+                    response.ClearField("grant_expires_at")
+                answers.append(response.SerializeToString(deterministic=True).hex())
+    return answers
 
 
 async def _calls(base: Path) -> dict[str, Any]:
@@ -208,6 +258,7 @@ async def _calls(base: Path) -> dict[str, Any]:
                 answers.append([type(err).__name__, err.reason, str(err), err.detail])
             else:
                 answers.append([outcome.served_version, outcome.payload.hex(), outcome.remembered])
+        over_grpc = await _grpc_calls(pki, agent)
         await agent.audit.flush()
     finally:
         await agent.stop()
@@ -218,6 +269,7 @@ async def _calls(base: Path) -> dict[str, Any]:
     return {
         "active": hotpath.ACTIVE,
         "answers": answers,
+        "grpc": over_grpc,
         "records": records,
         "writes": counter.calls,
     }

@@ -102,8 +102,8 @@ def test_a_log_written_by_either_path_verifies_under_both(
 
 
 def test_both_paths_decide_run_and_audit_calls_alike(tmp_path: Path) -> None:
-    # The handler and the pipeline are compiled too: a real agent's handler,
-    # given the same calls on each path, must answer, record and run alike.
+    # The handler, the pipeline and the servicer are compiled too: a real
+    # agent, given the same calls on each path, must answer, record and run alike.
     pure_calls = probe(True, "calls", str(tmp_path))
     reasons = [answer[1] if len(answer) == 4 else "OK" for answer in pure_calls["answers"]]
     assert reasons == [
@@ -126,13 +126,28 @@ def test_both_paths_decide_run_and_audit_calls_alike(tmp_path: Path) -> None:
         "CAPABILITY_TIMEOUT",
     ]
     assert pure_calls["answers"][13][2] is True  # the idempotent replay
-    assert pure_calls["writes"] == 2  # the replay and the conflict ran nothing
+    assert pure_calls["writes"] == 3  # the replay and the conflict ran nothing (one over gRPC)
     # One record per call, plus the write-ahead ADMITTED of each admitted write.
-    assert len(pure_calls["records"]) == len(reasons) + 4
+    # Over gRPC: the servicer (compiled too) turns the same outcomes into the
+    # same statuses; the corrupt message and Describe go through it as well.
+    grpc_codes = [answer[0] if isinstance(answer, list) else "OK" for answer in pure_calls["grpc"]]
+    assert grpc_codes == [
+        "OK",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "INVALID_ARGUMENT",
+        "OK",
+        "INVALID_ARGUMENT",
+        "OK",
+    ]
+    # One record per call, plus the write-ahead ADMITTED of each admitted write
+    # (Describe leaves none).
+    assert len(pure_calls["records"]) == len(reasons) + 4 + 6 + 1
     compiled_calls = probe(False, "calls", str(tmp_path))
     if not compiled_calls["active"].startswith("compiled"):
         pytest.skip(f"no compiled hot path here ({compiled_calls['active']})")
     assert compiled_calls["answers"] == pure_calls["answers"]
+    assert compiled_calls["grpc"] == pure_calls["grpc"]
     assert compiled_calls["records"] == pure_calls["records"]
     assert compiled_calls["writes"] == pure_calls["writes"]
 
