@@ -15,6 +15,7 @@ from grpc_status import rpc_status
 
 from gateway.agent import Agent
 from gateway.server.a2a import public_card
+from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome
 from gateway.transport.status import from_rpc_error
 from tests.support import Pki, raw_channel
 
@@ -135,3 +136,37 @@ def error_infos(err: grpc.aio.AioRpcError) -> list[tuple[str, str]]:
         assert detail.Unpack(info)
         found.append((info.domain, info.reason))
     return found
+
+
+def a2a_task(
+    task_id: str,
+    owner: str,
+    capability: str,
+    *,
+    state: TaskOutcome = TaskOutcome.WORKING,
+    context_id: str = "ctx",
+    served_version: str = "1.0.0",
+    output: bytes = b"",
+    evidence_sha256: str = "",
+    remembered: bool = False,
+    reason: str = "",
+    message: str = "",
+    created_ms: int = 0,
+    updated_ms: int | None = None,
+) -> A2ATask:
+    """A task row as the A2A task store keeps it (``updated_ms`` defaults to ``created_ms``)."""
+    return A2ATask(
+        task_id=task_id,
+        owner=owner,
+        context_id=context_id,
+        state=state,
+        capability=capability,
+        served_version=served_version,
+        output=output,
+        evidence_sha256=evidence_sha256,
+        remembered=remembered,
+        reason=reason,
+        message=message,
+        created_ms=created_ms,
+        updated_ms=created_ms if updated_ms is None else updated_ms,
+    )

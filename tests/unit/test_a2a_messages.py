@@ -26,7 +26,7 @@ from gateway.server.a2a.wire_errors import SPEC_DOMAIN, SPEC_REASONS, to_a2a_sta
 from gateway.transport.a2a.json_numbers import restore_integers
 from gateway.transport.a2a.part_payloads import TextPart
 from gateway.transport.status import status_code_for
-from tests.a2a_support import data_request, raw_request
+from tests.a2a_support import a2a_task, data_request, raw_request
 
 
 class Inner(ContractModel):
@@ -259,18 +259,15 @@ def test_outputs_travel_as_data_parts() -> None:
     ],
 )
 def test_a_task_output_becomes_the_value_json_would_make(output: bytes) -> None:
-    task = A2ATask(
-        task_id="t1",
-        owner="spiffe://example.org/agent/a",
+    task = a2a_task(
+        "t1",
+        "spiffe://example.org/agent/a",
+        "text.echo",
         context_id="c1",
         state=TaskOutcome.COMPLETED,
-        capability="text.echo",
-        served_version="1.0.0",
         output=output,
         evidence_sha256="0" * 64,
-        remembered=False,
         reason="OK",
-        message="",
         created_ms=1,
         updated_ms=2,
     )

@@ -13,8 +13,9 @@ from capabilities.builtin.echo import EchoInput
 from gateway.client.a2a.upstream_parts import data_part, first_data
 from gateway.errors import InvalidRequest
 from gateway.server.a2a.messages import output_artifact, task_message
-from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome
+from gateway.server.a2a.task_store.store import TaskOutcome
 from gateway.transport.a2a.part_payloads import DataPart, plain_json
+from tests.a2a_support import a2a_task
 
 VALUES: list[Any] = [
     {"a": 1, "b": [1, 2.5, None, True, False, "s", {"c": {}}], "d": {"e": []}},
@@ -68,18 +69,15 @@ def test_a_fronted_data_part_is_the_value_parse_dict_makes() -> None:
 
 
 def test_the_output_artifact_is_the_same_in_a_task_and_on_its_own() -> None:
-    task = A2ATask(
-        task_id="t-1",
-        owner="spiffe://example.org/agent/alice",
+    task = a2a_task(
+        "t-1",
+        "spiffe://example.org/agent/alice",
+        "text.echo",
         context_id="c-1",
         state=TaskOutcome.COMPLETED,
-        capability="text.echo",
-        served_version="1.0.0",
         output=b'{"text":"' + b"x" * 70000 + b'"}',
         evidence_sha256="ab" * 32,
-        remembered=False,
         reason="OK",
-        message="",
         created_ms=1,
         updated_ms=2,
     )

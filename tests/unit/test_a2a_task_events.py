@@ -13,21 +13,16 @@ from a2a.types import a2a_pb2
 from gateway.server.a2a.messages import task_message
 from gateway.server.a2a.task_events import MAX_BEHIND, BackgroundTask, status_event
 from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome
+from tests.a2a_support import a2a_task
 
 
 def _task(state: TaskOutcome = TaskOutcome.SUBMITTED, **changes: object) -> A2ATask:
-    task = A2ATask(
-        task_id="t-1",
-        owner="spiffe://example.org/agent/bob",
+    task = a2a_task(
+        "t-1",
+        "spiffe://example.org/agent/bob",
+        "job.run",
         context_id="c-1",
         state=state,
-        capability="job.run",
-        served_version="1.0.0",
-        output=b"",
-        evidence_sha256="",
-        remembered=False,
-        reason="",
-        message="",
         created_ms=1,
         updated_ms=2,
     )

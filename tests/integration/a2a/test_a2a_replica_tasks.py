@@ -25,9 +25,9 @@ from gateway.agent import Agent
 from gateway.audit import query_records
 from gateway.audit.filter import AuditFilter
 from gateway.server.a2a import task_follow
-from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome
+from gateway.server.a2a.task_store.store import TaskOutcome
 from gateway.storage import location, open_audit_reader
-from tests.a2a_support import V1, A2APeer, data_request, error_infos
+from tests.a2a_support import V1, A2APeer, a2a_task, data_request, error_infos
 from tests.support import (
     Pki,
     WriteCounter,
@@ -205,21 +205,7 @@ async def test_a_follow_of_a_task_that_never_changes_ends_past_its_timeout_and_l
     now_ms = int(time.time() * 1000)
     # Created so that its timeout (0.2 s), 1 s and the lease sweep pass a second from now.
     created_ms = now_ms - int((0.2 + 1.0 + task_follow.SWEEP_SECONDS) * 1000) + 1000
-    stuck = A2ATask(
-        task_id="stuck-1",
-        owner=spiffe("bob"),
-        context_id="ctx",
-        state=TaskOutcome.WORKING,
-        capability="job.brief",  # a 0.2 s contract timeout
-        served_version="1.0.0",
-        output=b"",
-        evidence_sha256="",
-        remembered=False,
-        reason="",
-        message="",
-        created_ms=created_ms,
-        updated_ms=created_ms,
-    )
+    stuck = a2a_task("stuck-1", spiffe("bob"), "job.brief", created_ms=created_ms)
     await one.a2a_tasks.save(stuck, "a-process-that-hangs", now_ms + 600_000)
     async with A2APeer(pki, two, "bob") as bob:
         stream = bob.stub.SubscribeToTask(

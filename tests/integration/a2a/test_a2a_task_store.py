@@ -18,6 +18,7 @@ from gateway.server.a2a.task_store.store import (
     TaskOutcome,
     token_task_id,
 )
+from tests.a2a_support import a2a_task
 from tests.postgres import state_pool
 
 ALICE = "spiffe://example.org/agent/alice"
@@ -33,13 +34,12 @@ def task(
     context_id: str = "ctx-a",
     state: TaskOutcome = TaskOutcome.COMPLETED,
 ) -> A2ATask:
-    return A2ATask(
-        task_id=f"task-{n}",
-        owner=owner,
+    return a2a_task(
+        f"task-{n}",
+        owner,
+        "text.echo",
         context_id=context_id,
         state=state,
-        capability="text.echo",
-        served_version="1.0.0",
         output=SECRET if state is TaskOutcome.COMPLETED else b"",
         evidence_sha256="ab" * 32,
         remembered=n % 2 == 1,

@@ -36,9 +36,9 @@ import httpx
 import pytest
 
 from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
-from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome
 from gateway.server.a2a_http import JSONRPC_PATH
 from tests.a2a_http_support import V1_HEADERS, client_context, https_certificate, jsonrpc
+from tests.a2a_support import a2a_task
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.support import Pki, audit_rows, grant, spiffe, write_policy
 
@@ -131,21 +131,7 @@ def _stuck_task(state_dir: Path, task_id: str) -> None:
     """A WORKING ``job.watch`` row of bob's, leased by a live-looking process, created so long
     ago that its timeout and lease sweep have passed: a subscription fails after its first event."""
     long_ago = int((time.time() - 7200) * 1000)
-    task = A2ATask(
-        task_id=task_id,
-        owner=BOB,
-        context_id="ctx",
-        state=TaskOutcome.WORKING,
-        capability="job.watch",
-        served_version="1.0.0",
-        output=b"",
-        evidence_sha256="",
-        remembered=False,
-        reason="",
-        message="",
-        created_ms=long_ago,
-        updated_ms=long_ago,
-    )
+    task = a2a_task(task_id, BOB, "job.watch", created_ms=long_ago)
     store = SqliteA2ATaskStore(state_dir / "a2a-tasks.sqlite")
     try:
         asyncio.run(store.save(task, "a-process-that-hangs", int((time.time() + 3600) * 1000)))

@@ -29,10 +29,10 @@ from a2a.types import SubscribeToTaskRequest
 
 from gateway.agent import Agent
 from gateway.server.a2a import task_follow
-from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from gateway.server.a2a_http.wire_errors import GATEWAY_REFUSAL_CODE
 from tests.a2a_http_support import V1_HEADERS, https_client, jsonrpc, serving_https
+from tests.a2a_support import a2a_task
 from tests.support import (
     Pki,
     WriteCounter,
@@ -69,21 +69,7 @@ async def run_elsewhere(agent: Agent, task_id: str, *, bound_in: float = 1.0) ->
     created so that its follow bound passes ``bound_in`` seconds from now."""
     now_ms = int(time.time() * 1000)
     created_ms = now_ms - int((0.2 + 1.0 + task_follow.SWEEP_SECONDS - bound_in) * 1000)
-    task = A2ATask(
-        task_id=task_id,
-        owner=BOB,
-        context_id="ctx",
-        state=TaskOutcome.WORKING,
-        capability="job.brief",
-        served_version="1.0.0",
-        output=b"",
-        evidence_sha256="",
-        remembered=False,
-        reason="",
-        message="",
-        created_ms=created_ms,
-        updated_ms=created_ms,
-    )
+    task = a2a_task(task_id, BOB, "job.brief", created_ms=created_ms)
     await agent.a2a_tasks.save(task, "another-process", now_ms + 600_000)
 
 
