@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import re
 import time
@@ -102,9 +101,12 @@ class InvokeCall:
         claimed_identity: str = "",
         deadline_unix_ms: int = 0,
         pending_payload: PendingPayload | None = None,
+        payload_sha256: str | None = None,
     ) -> None:
-        # Written out (init=False) because the generated __init__ stays Python
-        # even where this module is compiled: ~35 k instructions a call.
+        # ``payload_sha256``: the digest of this very payload, already computed
+        # (``with_deadline``); None hashes it. Written out (init=False) because
+        # the generated __init__ stays Python even where this module is
+        # compiled: ~35 k instructions a call.
         setter = object.__setattr__
         setter(self, "peer_cert_pem", peer_cert_pem)
         setter(self, "request_id", request_id)
@@ -122,18 +124,36 @@ class InvokeCall:
         setter(self, "pending_payload", pending_payload)
         # Needed by every audit record of the call and by the idempotency
         # claim: hash the payload once (a pending one once it is decoded).
-        pending = pending_payload is not None
-        setter(self, "payload_sha256", "" if pending else hashlib.sha256(payload).hexdigest())
+        if payload_sha256 is None:
+            pending = pending_payload is not None
+            payload_sha256 = "" if pending else hashlib.sha256(payload).hexdigest()
+        setter(self, "payload_sha256", payload_sha256)
 
     def with_deadline(self, deadline: float) -> InvokeCall:
         """This call with another ``deadline``; its digest is kept, not computed again.
 
-        ``dataclasses.replace`` would run ``__post_init__`` and hash the
-        payload a second time (a 256 KB payload: ~0.3 ms on the event loop).
+        ``dataclasses.replace`` would hash the payload a second time (a 256 KB
+        payload: ~0.3 ms on the event loop); ``copy.copy`` cannot copy the
+        compiled class (mypyc's native classes have no ``__reduce__`` that
+        rebuilds them), so the call is built again with the digest it has.
         """
-        moved = copy.copy(self)
-        object.__setattr__(moved, "deadline", deadline)
-        return moved
+        return InvokeCall(
+            self.peer_cert_pem,
+            self.request_id,
+            self.capability,
+            self.version_constraint,
+            self.payload,
+            deadline,
+            self.task_id,
+            self.step_id,
+            self.idempotency_key,
+            self.malformed,
+            self.problem,
+            self.claimed_identity,
+            self.deadline_unix_ms,
+            self.pending_payload,
+            payload_sha256=self.payload_sha256,
+        )
 
     @property
     def payload_size(self) -> int:
