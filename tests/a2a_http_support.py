@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from gateway.config import AgentConfig
+from gateway.server.a2a_http import JSONRPC_PATH
 from policies.identity import svid_dns_name
 from tests.support import Pki, spiffe
 
@@ -87,3 +88,21 @@ def our_reason(details: list[dict[str, Any]]) -> str:
     reason = ours["reason"]
     assert isinstance(reason, str)
     return reason
+
+
+def carol_task(pki: Pki, url: str) -> str:
+    """The id of a task carol (a peer of her own) leaves on the agent at ``url`` (JSON-RPC)."""
+    params = {
+        "message": {
+            "messageId": str(uuid.uuid4()),
+            "role": "ROLE_USER",
+            "parts": [{"data": {"text": "carol's"}}],
+            "metadata": {"a2agw.capability": "text.echo"},
+        }
+    }
+    with httpx.Client(verify=client_context(pki, "carol"), timeout=20.0) as client:
+        answer = client.post(
+            url + JSONRPC_PATH, json=jsonrpc("SendMessage", params), headers=V1_HEADERS
+        )
+    task_id: str = answer.json()["result"]["task"]["id"]
+    return task_id

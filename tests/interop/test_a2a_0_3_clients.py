@@ -19,13 +19,11 @@ import os
 import shutil
 import subprocess
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from cryptography.hazmat.primitives.serialization import (
     BestAvailableEncryption,
@@ -35,7 +33,7 @@ from cryptography.hazmat.primitives.serialization import (
 from cryptography.x509 import load_pem_x509_certificate
 
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
-from tests.a2a_http_support import V1_HEADERS, client_context, https_certificate, jsonrpc
+from tests.a2a_http_support import carol_task, https_certificate
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.support import Pki, audit_rows, grant, spiffe, write_policy
 
@@ -116,26 +114,9 @@ def _serve(pki: Pki, tmp_path: Path, compat: bool | None) -> Iterator[Served]:
     process = AgentProcess(config)
     try:
         process.start()
-        yield Served(process, audit_db, _carol_task(pki, process.https_url))
+        yield Served(process, audit_db, carol_task(pki, process.https_url))
     finally:
         process.ensure_stopped()
-
-
-def _carol_task(pki: Pki, url: str) -> str:
-    params = {
-        "message": {
-            "messageId": str(uuid.uuid4()),
-            "role": "ROLE_USER",
-            "parts": [{"data": {"text": "carol's"}}],
-            "metadata": {"a2agw.capability": "text.echo"},
-        }
-    }
-    with httpx.Client(verify=client_context(pki, "carol"), timeout=20.0) as client:
-        answer = client.post(
-            url + JSONRPC_PATH, json=jsonrpc("SendMessage", params), headers=V1_HEADERS
-        )
-    task_id: str = answer.json()["result"]["task"]["id"]
-    return task_id
 
 
 @pytest.fixture

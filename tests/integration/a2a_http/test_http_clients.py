@@ -26,18 +26,15 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
-from gateway.server.a2a_http import JSONRPC_PATH
-from tests.a2a_http_support import V1_HEADERS, client_context, https_certificate, jsonrpc
+from tests.a2a_http_support import carol_task, https_certificate
 from tests.a2a_support import a2a_task
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.support import Pki, audit_rows, grant, spiffe, write_policy
@@ -104,27 +101,10 @@ def served(pki: Pki, tmp_path: Path) -> Iterator[Served]:
         process.start()
         assert process.https_url.startswith("https://localhost:")
         yield Served(
-            process, audit_db, tmp_path / "alice-state", _carol_task(pki, process.https_url)
+            process, audit_db, tmp_path / "alice-state", carol_task(pki, process.https_url)
         )
     finally:
         process.ensure_stopped()
-
-
-def _carol_task(pki: Pki, url: str) -> str:
-    params = {
-        "message": {
-            "messageId": str(uuid.uuid4()),
-            "role": "ROLE_USER",
-            "parts": [{"data": {"text": "carol's"}}],
-            "metadata": {"a2agw.capability": "text.echo"},
-        }
-    }
-    with httpx.Client(verify=client_context(pki, "carol"), timeout=20.0) as client:
-        answer = client.post(
-            url + JSONRPC_PATH, json=jsonrpc("SendMessage", params), headers=V1_HEADERS
-        )
-    task_id: str = answer.json()["result"]["task"]["id"]
-    return task_id
 
 
 def _stuck_task(state_dir: Path, task_id: str) -> None:
