@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Protocol
+from typing import NoReturn, Protocol
 
 import grpc
 from grpc import aio
@@ -28,6 +28,20 @@ PROTOCOL_VERSION = "a2agw.v1"
 SERVICE_NAME = "a2agw.v1.PeerGateway"
 
 _log = logging.getLogger(__name__)
+
+
+async def _refuse(context: aio.ServicerContext[object, object], err: GatewayError) -> NoReturn:
+    """End the RPC with ``err``'s status (``abort_with_status`` raises, always).
+
+    Called after the ``except`` block that caught ``err``, never inside it:
+    this module is compiled, and a mypyc coroutine that awaits inside an
+    ``except`` block leaves the exception it handles set on the thread while it
+    is suspended. Every other call's exception then took it as ``__context__``,
+    the chain grew by one per concurrent refusal (memory, and a walk of the
+    whole chain at every raise). tests/unit/test_hotpath_exceptions.py guards it.
+    """
+    await context.abort_with_status(to_grpc_status(err))
+    raise AssertionError("abort_with_status returned")  # unreachable: it raises
 
 
 def add_gateway_servicer(servicer: GatewayServicer, server: aio.Server) -> None:
@@ -78,7 +92,11 @@ class GatewayServicer:
                 grant, admissions = await self._handler.describe(peer_cert(context))
             except GatewayError as err:
                 mark_refused(span, err)
-                await context.abort_with_status(to_grpc_status(err))
+                refusal: GatewayError | None = err
+            else:
+                refusal = None
+            if refusal is not None:
+                await _refuse(context, refusal)
         response = gateway_pb2.DescribeResponse(
             agent_id=self._agent_id,
             protocol_version=PROTOCOL_VERSION,
@@ -134,7 +152,11 @@ class GatewayServicer:
                 outcome = await self._handler.invoke(call)
             except GatewayError as err:
                 mark_refused(span, err)
-                await context.abort_with_status(to_grpc_status(err))
+                refusal: GatewayError | None = err
+            else:
+                refusal = None
+            if refusal is not None:
+                await _refuse(context, refusal)
         return gateway_pb2.InvokeResponse(
             request_id=request.request_id,
             capability=request.capability,
