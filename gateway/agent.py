@@ -52,6 +52,7 @@ from gateway.server.health import HealthMonitor
 from gateway.storage import open_audit_reader, open_chain_writer, open_stores
 from gateway.telemetry import Telemetry
 from gateway.telemetry.health_http import HealthState
+from gateway.telemetry.sdk_logs import withhold_a2a_sdk_text
 from gateway.transport.live_tls import LiveTls, TlsStats
 from gateway.transport.tls import TlsMaterial
 from gateway.transport.workload_api import WorkloadApiFeed
@@ -359,6 +360,7 @@ class Agent:
         ``watch_policy`` / ``watch_tls`` (default: as ``watch_policy``) poll the
         policy file / the certificate files and reload them on change.
         """
+        withhold_a2a_sdk_text()
         self.live_tls.warn_if_expiring()
         await self.telemetry.start()
         await self.audit.start()

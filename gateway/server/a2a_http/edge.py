@@ -364,6 +364,10 @@ class HttpEdge:
             # text is not the client's business.
             code = _JSONRPC_INVALID if binding is Binding.JSONRPC else 400
             message = ""
+        if message not in _SDK_FIXED_TEXTS:
+            # The SDK's parse errors quote the request ("Struct must be in a dict
+            # which is <the caller's value>"): never sent back or logged as ours.
+            message = ""
         error = InvalidRequest(message or "the request is not a valid A2A request")
         await self._handler.refuse(exchange.peer_id, error, exchange.operation)
         return self._render(binding, error, request, exchange, request_id, sdk_code=code)
@@ -471,6 +475,19 @@ class _SendBounded(Response):
 
 
 _UNPARSED = "the request body is not a valid A2A 0.3 request"
+_SDK_FIXED_TEXTS = frozenset(
+    {
+        *(kind.message for kind in A2AError.__subclasses__() if isinstance(kind.message, str)),
+        A2AError.message,
+        "Batch requests are not supported",
+        "Invalid request: 'jsonrpc' must be exactly '2.0'",
+        "Invalid request: id must be a string, integer, or null",
+        "Method is required",
+        "Payload too large",
+        "Parse error",
+    }
+)
+"""The SDK's error messages that are fixed texts: the only ones passed on to the caller."""
 _JSONRPC_INTERNAL = -32603
 _JSONRPC_INVALID = -32600
 

@@ -1,0 +1,59 @@
+"""The a2a-sdk's own log lines, kept as facts, without the request text they quote.
+
+The a2a-sdk logs a request it cannot parse at ERROR or WARNING with the
+parser's message and traceback, and pydantic's ``input_value=...`` or
+protobuf's ``ParseError`` text quote the request's values: a metadata string,
+a role, a ``historyLength``, a data part, each verbatim in our log. It logs
+whole request bodies at DEBUG. The gateway decides and audits every such
+request itself (reason code, sizes, no content), so of the SDK's lines only
+the facts are kept: which SDK module, the level, the exception's type. The
+text, its arguments and the traceback are withheld.
+
+:func:`withhold_a2a_sdk_text` puts one handler on the ``a2a`` logger (every
+SDK module logs under it) and stops its records from reaching other handlers
+as they are; each becomes a new record, with a fixed message, handed to the
+``gateway.a2a_sdk`` logger and so to the process's handlers. Idempotent; an
+agent calls it when it starts. A handler someone attached to an ``a2a.*``
+logger directly still sees the SDK's own records: that is their choice.
+"""
+
+from __future__ import annotations
+
+import logging
+
+SDK_LOGGER = "a2a"
+"""The a2a-sdk's top logger: its modules log as ``a2a.server...``, ``a2a.client...``."""
+
+RELAY_LOGGER = "gateway.a2a_sdk"
+"""Where the kept facts are logged (propagates to the process's handlers)."""
+
+WITHHELD = "a2a-sdk %s: %s (text withheld: it may quote the request; the audit has the decision)"
+"""The message of every relayed line: the SDK module and the exception type (or 'no exception')."""
+
+
+class _FactsOnly(logging.Handler):
+    """Relays each SDK record as its logger, level and exception type, nothing else."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        kind = record.exc_info[0] if record.exc_info else None
+        relay = logging.getLogger(RELAY_LOGGER)
+        relay.handle(
+            relay.makeRecord(
+                RELAY_LOGGER,
+                record.levelno,
+                record.pathname,
+                record.lineno,
+                WITHHELD,
+                (record.name, kind.__name__ if kind is not None else "no exception"),
+                None,
+                func=record.funcName,
+            )
+        )
+
+
+def withhold_a2a_sdk_text() -> None:
+    """Route the a2a-sdk's log records through :class:`_FactsOnly` (once per process)."""
+    sdk = logging.getLogger(SDK_LOGGER)
+    if not any(isinstance(handler, _FactsOnly) for handler in sdk.handlers):
+        sdk.addHandler(_FactsOnly())
+    sdk.propagate = False

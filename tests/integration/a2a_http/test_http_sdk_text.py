@@ -1,0 +1,135 @@
+"""What the a2a-sdk quotes of a request reaches neither our log nor the answer.
+
+Found by sending requests the SDK cannot parse with a value only the body held:
+the SDK logged it at ERROR and WARNING (protobuf's ``ParseError`` text,
+pydantic's ``input_value=...``, the tracebacks), and over REST its parse
+message carried it back in the error. The gateway had audited each of them
+without the value all along; now the SDK's log lines keep only their facts
+(``gateway.telemetry.sdk_logs``) and only the SDK's fixed texts reach a caller.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import astuple
+from typing import Any
+
+import pytest
+
+from gateway.agent import Agent
+from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
+from gateway.telemetry.sdk_logs import RELAY_LOGGER
+from tests.a2a_http_support import V1_HEADERS, https_client, jsonrpc, our_reason
+from tests.support import Pki, WriteCounter, audit_rows, spiffe
+
+SECRET = "s3cr3t-payload-7f1c"
+BOB = spiffe("bob")
+
+
+def message(**fields: Any) -> dict[str, Any]:
+    return {"messageId": "m-1", "role": "ROLE_USER", "parts": [], **fields}
+
+
+CASES = {
+    "jsonrpc metadata not an object": (
+        JSONRPC_PATH,
+        jsonrpc("SendMessage", {"message": message(metadata=SECRET)}),
+        V1_HEADERS,
+    ),
+    "jsonrpc historyLength not a number": (
+        JSONRPC_PATH,
+        jsonrpc("GetTask", {"id": "t-1", "historyLength": SECRET}),
+        V1_HEADERS,
+    ),
+    "rest metadata not an object": (
+        REST_PATH + "/message:send",
+        {"message": message(metadata=SECRET)},
+        V1_HEADERS,
+    ),
+    "0.3 jsonrpc role and data part invalid": (
+        JSONRPC_PATH,
+        jsonrpc(
+            "message/send",
+            {"message": {**message(role=SECRET), "parts": [{"kind": "data", "data": SECRET}]}},
+        ),
+        {},
+    ),
+    "0.3 jsonrpc historyLength not a number": (
+        JSONRPC_PATH,
+        jsonrpc("tasks/get", {"id": "t-1", "historyLength": SECRET}),
+        {},
+    ),
+}
+
+
+class OperatorLog(logging.Handler):
+    """What a handler on the root logger writes (as ``a2a-gateway serve``'s does), traceback too.
+
+    Not ``caplog``: pytest also attaches its handler to every logger that does not
+    propagate, so it sees the SDK's own records, which no handler of ours does.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+        self.lines: list[str] = []
+        self.names: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+        self.names.append(record.name)
+
+
+@pytest.fixture
+def operator_log() -> Iterator[OperatorLog]:
+    root = logging.getLogger()
+    handler, level = OperatorLog(), root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+async def test_a_request_the_sdk_cannot_parse_is_refused_without_its_text(
+    pki: Pki,
+    alice: Agent,
+    counter: WriteCounter,
+    operator_log: OperatorLog,
+    case: str,
+) -> None:
+    path, body, headers = CASES[case]
+    await alice.audit.flush()
+    before = len(audit_rows(alice.config.audit_db))
+    async with https_client(pki, "bob") as client:
+        response = await client.post(alice.https_url + path, json=body, headers=headers)
+    await alice.audit.flush()
+    assert SECRET not in response.text
+    error = response.json()["error"]
+    if path == JSONRPC_PATH and not headers:  # 0.3: its error form
+        assert (response.status_code, error["data"]["reason"]) == (200, "INVALID_REQUEST")
+    elif path == JSONRPC_PATH:
+        assert (response.status_code, our_reason(error["data"])) == (200, "INVALID_REQUEST")
+    else:
+        assert (response.status_code, our_reason(error["details"])) == (400, "INVALID_REQUEST")
+    assert error["message"].startswith("INVALID_REQUEST: ")
+    server_lines = [
+        line
+        for name, line in zip(operator_log.names, operator_log.lines, strict=True)
+        if not name.startswith(("httpx", "httpcore"))  # the test's own client
+    ]
+    assert not [line for line in server_lines if SECRET in line]
+    relayed = [line for line in server_lines if line.startswith(RELAY_LOGGER + " ")]
+    assert relayed, "the SDK logged nothing: the case no longer reaches its parser"
+    assert all(" a2a-sdk a2a." in line and "text withheld" in line for line in relayed)
+    assert not [name for name in operator_log.names if name.startswith("a2a.")]
+    added = audit_rows(alice.config.audit_db)[before:]
+    assert [(r.peer_id, r.decision, r.reason) for r in added] == [
+        (BOB, "refuse", "INVALID_REQUEST")
+    ]
+    assert not any(SECRET in str(field) for field in astuple(added[0]))
+    assert counter.calls == 0
