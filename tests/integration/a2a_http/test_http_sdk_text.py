@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import astuple
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -104,7 +105,9 @@ async def test_a_request_the_sdk_cannot_parse_is_refused_without_its_text(
 ) -> None:
     path, body, headers = CASES[case]
     await alice.audit.flush()
-    before = len(audit_rows(alice.config.audit_db))
+    db = alice.config.audit_db
+    assert isinstance(db, Path)
+    before = len(audit_rows(db))
     async with https_client(pki, "bob") as client:
         response = await client.post(alice.https_url + path, json=body, headers=headers)
     await alice.audit.flush()
@@ -127,7 +130,7 @@ async def test_a_request_the_sdk_cannot_parse_is_refused_without_its_text(
     assert relayed, "the SDK logged nothing: the case no longer reaches its parser"
     assert all(" a2a-sdk a2a." in line and "text withheld" in line for line in relayed)
     assert not [name for name in operator_log.names if name.startswith("a2a.")]
-    added = audit_rows(alice.config.audit_db)[before:]
+    added = audit_rows(db)[before:]
     assert [(r.peer_id, r.decision, r.reason) for r in added] == [
         (BOB, "refuse", "INVALID_REQUEST")
     ]
