@@ -66,7 +66,7 @@ from a2a.utils.errors import A2AError
 from sse_starlette.sse import EventSourceResponse, SendTimeoutError
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Message, Receive, Scope, Send
@@ -339,7 +339,14 @@ class HttpEdge:
         except GatewayError as err:
             slot.slot.release()
             raise await self._handler.refuse(peer_id, err, exchange.operation) from err
-        except BaseException:  # the client went away while sending
+        except ClientDisconnect as err:
+            # uvicorn ends the body this way when the connection closes or its
+            # chunked encoding is invalid (it has answered 400 itself then): a
+            # refusal like any other, not a traceback in the log.
+            slot.slot.release()
+            cut = InvalidRequest(CUT_OFF_BODY)
+            raise await self._handler.refuse(peer_id, cut, exchange.operation) from err
+        except BaseException:  # cancelled while the body was being read
             slot.slot.release()
             raise
         exchange.slot = slot
@@ -475,6 +482,7 @@ class _SendBounded(Response):
 
 
 _UNPARSED = "the request body is not a valid A2A 0.3 request"
+CUT_OFF_BODY = "the request body was cut off (connection closed, or invalid chunked encoding)"
 _SDK_FIXED_TEXTS = frozenset(
     {
         *(kind.message for kind in A2AError.__subclasses__() if isinstance(kind.message, str)),

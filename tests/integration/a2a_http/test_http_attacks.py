@@ -5,7 +5,9 @@ Each case found a defect before its fix: a method no route lists answered
 stream whose body the SDK cannot parse answered ``500`` (unaudited, the body
 quoted in the log's traceback); a body that never finished held its
 connection for ever; JSON nested past the recursion limit answered the SDK's
-internal error with its exception text. Cases that held already stay as
+internal error with its exception text; a body cut off (invalid chunked
+encoding, or the connection closed mid-body) escaped the edge as an
+exception (unaudited, a traceback at ERROR). Cases that held already stay as
 regression tests: the SDK's parse message quotes the body to its sender, never
 into the audit record; a client that hangs up mid-stream frees its place and
 the task runs on; an identity claimed in a 0.3 request is refused.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import astuple
@@ -203,6 +206,65 @@ async def test_a_body_that_never_finishes_is_deadline_exceeded_audited(
     assert [(r.peer_id, r.decision, r.reason) for r in added] == [
         (BOB, "refuse", "DEADLINE_EXCEEDED")
     ]
+    assert counter.calls == 0
+    await still_serving(pki, alice)
+
+
+async def send_raw(pki: Pki, agent: Agent, raw: bytes, *, close: bool) -> bytes:
+    """Write ``raw`` on a fresh TLS connection as bob, closing it at once if ``close``;
+    what the agent answers (nothing when it could not)."""
+    port = int(agent.https_url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection(
+        "localhost", port, ssl=client_context(pki, "bob"), server_hostname="localhost"
+    )
+    try:
+        writer.write(raw)
+        await writer.drain()
+        if close:
+            return b""
+        return await asyncio.wait_for(reader.read(65536), 20)
+    finally:
+        writer.close()
+
+
+CUT_OFF_BODIES = {
+    "invalid chunked encoding": (
+        b"Transfer-Encoding: chunked\r\n\r\nzz-not-a-chunk-size\r\n",
+        False,
+    ),
+    "connection closed mid-body": (b"Content-Length: 1000\r\n\r\n" + b'{"jsonrpc"', True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CUT_OFF_BODIES))
+@pytest.mark.parametrize("path", [JSONRPC_PATH, REST_PATH + "/message:send"])
+async def test_a_body_cut_off_is_invalid_request_audited_without_a_traceback(
+    pki: Pki,
+    alice: Agent,
+    counter: WriteCounter,
+    caplog: pytest.LogCaptureFixture,
+    path: str,
+    case: str,
+) -> None:
+    # Found by an attack round: uvicorn ends such a body with ClientDisconnect,
+    # which escaped the edge (nothing audited, "Exception in ASGI application" and
+    # its traceback at ERROR).
+    tail, close = CUT_OFF_BODIES[case]
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        "A2A-Version: 1.0\r\n"
+    ).encode()
+    before = len(await records(alice))
+    with caplog.at_level(logging.WARNING):
+        answer = await send_raw(pki, alice, head + tail, close=close)
+        await until(lambda: len(audit_rows(alice.config.audit_db)) > before, "its record")
+    if not close:
+        assert answer.startswith(b"HTTP/1.1 400 ")  # uvicorn's own answer to the bad chunk
+    added = (await records(alice))[before:]
+    assert [(r.peer_id, r.decision, r.reason) for r in added] == [
+        (BOB, "refuse", "INVALID_REQUEST")
+    ]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
     assert counter.calls == 0
     await still_serving(pki, alice)
 
