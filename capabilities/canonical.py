@@ -85,6 +85,24 @@ def ascii_json(value: Any, *, sort_keys: bool) -> bytes:
     return json.dumps(value, separators=(",", ":"), sort_keys=sort_keys).encode()
 
 
+def compact_json(value: Any) -> bytes:
+    """Exactly ``json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))``
+    encoded to UTF-8: Starlette's ``JSONResponse`` body. Same bytes, same errors.
+
+    Keys keep their order. The fast encoder writes that form for values made of
+    the types :func:`canonical_json` trusts it with (at 256 KB ~10 µs instead of
+    ~590 µs); anything else goes the ``json`` way.
+    """
+    if _orjson_agrees(value):
+        try:
+            return orjson.dumps(value)
+        except orjson.JSONEncodeError:
+            pass
+    return json.dumps(
+        value, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
+    ).encode("utf-8")
+
+
 def _orjson_agrees(value: Any) -> bool:
     """True when ``value`` holds only types both encoders write the same way."""
     pending = [value]

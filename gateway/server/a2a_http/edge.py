@@ -88,6 +88,7 @@ from gateway.server.a2a_http.context import (
     is_v0_3_version,
     run_done_callbacks,
 )
+from gateway.server.a2a_http.fast_json import ParsedJsonRequest, use_fast_json
 from gateway.server.a2a_http.handler import ServicerRequestHandler, speaks_v0_3
 from gateway.server.a2a_http.protocol import client_certificate, connection_abort
 from gateway.server.a2a_http.stream_errors import ErrorBody, with_our_stream_errors
@@ -204,6 +205,7 @@ class HttpEdge:
 
     def app(self) -> Starlette:
         """The Starlette app: public card, JSON-RPC, REST, and a refusal for any other path."""
+        use_fast_json()
         builder = _ContextBuilder()
         compat = self._v0_3_compat
         jsonrpc = create_jsonrpc_routes(
@@ -263,7 +265,7 @@ class HttpEdge:
             scope = {**request.scope, EXCHANGE_KEY: exchange}
             try:
                 response: Response = await endpoint(
-                    Request(scope, receive=_replay(body, request.receive))
+                    ParsedJsonRequest(scope, receive=_replay(body, request.receive))
                 )
                 if isinstance(response, EventSourceResponse) and not exchange.reached:
                     response = await _started(response, exchange)
