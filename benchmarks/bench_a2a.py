@@ -9,7 +9,10 @@ Run ``python benchmarks/bench_a2a.py --help``. One run:
    a2a-sdk's ``DefaultRequestHandler`` (``InMemoryTaskStore``) behind its
    ``GrpcHandler``, same mTLS credentials (``require_client_auth``), same server
    options; its executor answers each message with one completed task whose
-   artifact holds the message's data part (the least an A2A agent can do);
+   artifact holds the message's data part (the least an A2A agent can do;
+   in this process the sdk's JSON-RPC routes answer through the gateway's
+   faster JSON classes too, ``gateway/server/a2a_http/fast_json.py``, which are
+   module-wide: the JSON-RPC ratios understate the gateway);
    with the ``jsonrpc`` binding also the gateway's ``[a2a] http_listen`` and the
    same sdk agent behind the a2a-sdk's own JSON-RPC routes under uvicorn with
    TLS (``bench_a2a_http``);

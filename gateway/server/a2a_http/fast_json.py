@@ -17,6 +17,8 @@ cost ~590 µs and ~180 µs of every call; orjson does the same in ~10 µs and ~8
 :func:`use_fast_json` points the SDK's route modules at these two classes (it
 replaces their module-level ``JSONResponse`` / ``A2AJSONResponse`` names);
 the edge builds the requests it hands the routes as :class:`ParsedJsonRequest`.
+Those names are module-wide: any other a2a-sdk server in the same process
+answers through the same classes from then on (the same bytes, sooner).
 tests/integration/a2a_http/test_fast_json.py checks the names are still
 there, and compares both directions with ``json`` on odd values.
 """
