@@ -32,13 +32,15 @@ class JobOutput(ContractModel):
 class TaskGate:
     """``job.run`` (read) and ``job.write`` (write) wait for ``release``.
 
-    ``job.run`` reports progress and emits one chunk before waiting; both set
+    ``job.run`` reports progress and emits one chunk before waiting; ``job.steps``
+    reports "step 1", waits for ``next_step``, reports "step 2", then waits; all set
     ``started`` once running, count their runs, and set ``cancelled`` when
     their call is cancelled. ``job.flood`` emits chunks past any cap; ``job.brief``
     waits under a 0.2 s timeout.
     """
 
     release: asyncio.Event = field(default_factory=asyncio.Event)
+    next_step: asyncio.Event = field(default_factory=asyncio.Event)
     started: asyncio.Event = field(default_factory=asyncio.Event)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     runs: int = 0
@@ -74,7 +76,26 @@ class TaskGate:
             await self._wait()
             return JobOutput(done=inp.tag)
 
-        return [run, write, flood, brief]
+        @capability("job.steps", "1.0.0", risk="read", timeout=60.0)
+        async def steps(inp: JobInput, ctx: CallContext) -> JobOutput:
+            """Report two steps, the second once ``next_step`` is set, then wait."""
+            self.runs += 1
+            await ctx.report_progress("step 1")
+            self.started.set()
+            await self.next_step.wait()
+            await ctx.report_progress("step 2")
+            await self._wait()
+            return JobOutput(done=inp.tag)
+
+        @capability("job.chatty", "1.0.0", risk="read", timeout=60.0)
+        async def chatty(inp: JobInput, ctx: CallContext) -> JobOutput:
+            """Report 500 progress texts in a row, then finish a second later."""
+            for n in range(1, 501):
+                await ctx.report_progress(f"{n}/500")
+            await asyncio.sleep(1.0)  # time for the throttled save of the last text
+            return JobOutput(done=inp.tag)
+
+        return [run, write, flood, brief, steps, chatty]
 
     async def _wait(self) -> None:
         self.started.set()

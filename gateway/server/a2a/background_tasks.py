@@ -55,6 +55,8 @@ LEASE_SECONDS = 3 * LEASE_RENEW_SECONDS
 """How long a running process vouches for its unfinished tasks."""
 PRUNE_EVERY_SECONDS = 3600.0
 CANCEL_POLL_SECONDS = 1.0
+PROGRESS_SAVE_SECONDS = 0.25
+"""Least time between two saves of a running task's row (its latest progress text)."""
 """How often a process with a shared store looks for cancel requests of its tasks."""
 CANCEL_WAIT_SECONDS = 10.0
 """How long CancelTask of a task run elsewhere waits for its end before answering."""
@@ -126,6 +128,7 @@ class BackgroundTasks:
                 admitted.slot.release()
             raise
         run = BackgroundTask(task, admitted)
+        run.progressed = lambda: self._save_latest(run)
         self._runs[task.task_id] = run
         run.job = asyncio.get_running_loop().create_task(self._drive(run))
         return run
@@ -154,7 +157,33 @@ class BackgroundTasks:
         """A running task's new state: published now, saved in the background."""
         run.task = task
         run.publish(status_event(task))
-        self._spawn(self._save_quietly(task))
+        self._save_latest(run)
+
+    def _save_latest(self, run: BackgroundTask) -> None:
+        """Save ``run.task`` as it is (state, latest progress text) for other processes.
+
+        One save per run at a time, in order, at most every ``PROGRESS_SAVE_SECONDS``
+        after the first: a capability reporting progress in a tight loop costs
+        its row a few writes a second, and the latest text always lands. The end
+        is saved by ``_end`` (a row that has ended is never changed again).
+        """
+        if run.saving:
+            run.save_wanted = True
+            return
+        run.saving = True
+        self._spawn(self._saver(run))
+
+    async def _saver(self, run: BackgroundTask) -> None:
+        try:
+            while not run.task.state.finished:
+                run.save_wanted = False
+                started = time.monotonic()
+                await self._save_quietly(run.task)
+                if not run.save_wanted:
+                    return
+                await asyncio.sleep(max(0.0, started + PROGRESS_SAVE_SECONDS - time.monotonic()))
+        finally:
+            run.saving = False
 
     async def _save_quietly(self, task: A2ATask) -> None:
         try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -86,6 +86,10 @@ class BackgroundTask:
         job: The asyncio task running the call.
         started: The job has taken its first step (a cancel now reaches the call).
         chunk_bytes: Bytes of output chunks sent so far (capped like the output).
+        progressed: Called after each progress text (the runner saves it to the
+            task's row, for followers in other processes).
+        saving: A save of this run's row is under way (the runner's, one at a time).
+        save_wanted: ``task`` changed while it was: save it again after.
     """
 
     task: A2ATask
@@ -96,6 +100,9 @@ class BackgroundTask:
     job: asyncio.Task[None] | None = None
     started: asyncio.Event = field(default_factory=asyncio.Event)
     chunk_bytes: int = 0
+    progressed: Callable[[], None] | None = None
+    saving: bool = False
+    save_wanted: bool = False
 
     @property
     def writes(self) -> bool:
@@ -127,6 +134,8 @@ class RunEvents:
         run = self._run
         run.task = replace(run.task, message=str(text)[:MAX_PROGRESS_CHARS])
         run.publish(status_event(run.task))
+        if run.progressed is not None:
+            run.progressed()
 
     async def chunk(self, data: dict[str, Any]) -> None:
         run = self._run

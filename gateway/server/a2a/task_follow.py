@@ -3,10 +3,12 @@
 A subscription reaches any worker or replica, but a run's events live only in
 the process running it (:mod:`gateway.server.a2a.background_tasks`). Elsewhere,
 :func:`followed` reads the task's row: the task as it is, then a status
-update at each change of state it sees, and at the end the output artifact
-(when it completed) and the terminal status, as a local listener would.
-Progress texts and output chunks are not stored, so they do not reach such a
-follower.
+update at each change of state it sees and at each new progress text (the
+running process saves the latest one to the row, at most every
+``PROGRESS_SAVE_SECONDS``; texts reported between two polls come as the
+latest), and at the end the output artifact (when it completed) and the
+terminal status, as a local listener would. Output chunks are not stored, so
+they do not reach such a follower: its artifact is the whole output, at the end.
 
 The row is polled (``FIRST_POLL_SECONDS``, doubling to ``MAX_POLL_SECONDS``,
 back to the first pause after each change), not pushed: the same reads work
@@ -67,7 +69,7 @@ async def followed(
         TaskNotFound: the row is gone (it cannot be, unfinished, unless deleted by hand).
     """
     yield task_event(task)
-    seen = task.state
+    seen, said = task.state, task.message
     pause = FIRST_POLL_SECONDS
     while True:
         left = deadline - time.time()
@@ -85,8 +87,8 @@ async def followed(
                 yield output_event(latest)
             yield status_event(latest)
             return
-        if latest.state is not seen:
-            seen = latest.state
+        if latest.state is not seen or latest.message != said:
+            seen, said = latest.state, latest.message
             pause = FIRST_POLL_SECONDS
             yield status_event(latest)
         else:

@@ -35,7 +35,15 @@ from tests.support import (
 from tests.task_capabilities import TaskGate
 
 BOB = spiffe("bob")
-JOBS = ["job.run", "job.write", "job.flood", "job.brief", "text.echo", "notes.write"]
+JOBS = [
+    "job.run",
+    "job.write",
+    "job.flood",
+    "job.brief",
+    "job.chatty",
+    "text.echo",
+    "notes.write",
+]
 
 
 async def start_alice(
@@ -527,3 +535,35 @@ async def test_a_subscription_ends_cleanly_when_the_agent_stops(
     assert summary(rest[-1]).startswith("status:FAILED:the agent stopped")
     assert await stream.code() is grpc.StatusCode.OK
     assert alice.limit_stats().in_flight.get(BOB) is None  # both places given back
+
+
+async def test_a_burst_of_progress_texts_costs_the_row_a_save_or_two_and_ends_completed(
+    pki: Pki, alice: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The running process saves a task's latest progress text for followers in
+    # other processes, one save at a time and at most every PROGRESS_SAVE_SECONDS:
+    # 500 texts reported in one turn of the loop are one or two writes, not 500.
+    store = alice.a2a_tasks
+    saved: list[tuple[str, str]] = []
+    save = store.save
+
+    async def counted(task: Any, *args: Any, **kwargs: Any) -> bool:
+        saved.append((task.state.value, task.message))
+        return await save(task, *args, **kwargs)
+
+    monkeypatch.setattr(store, "save", counted)
+    request = data_request("job.chatty", {"tag": "burst"})
+    request.configuration.return_immediately = True
+    async with A2APeer(pki, alice, "bob") as bob:
+        task = await bob.send(request)
+        for _ in range(200):
+            seen = await bob.client.get_task(a2a_pb2.GetTaskRequest(id=task.id))
+            if seen.status.state == a2a_pb2.TASK_STATE_COMPLETED:
+                break
+            await asyncio.sleep(0.05)
+    assert seen.status.state == a2a_pb2.TASK_STATE_COMPLETED
+    working = [message for state, message in saved if state == "working"]
+    assert 1 <= len(working) <= 2 and working[-1] == "500/500", saved
+    assert saved[0] == ("submitted", "") and saved[-1] == ("completed", "")
+    stored = await store.get(BOB, task.id)
+    assert stored is not None and stored.state.value == "completed"

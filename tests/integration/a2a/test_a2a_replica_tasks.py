@@ -51,7 +51,8 @@ async def replicas(
     pki: Pki, tmp_path: Path, pg_dsn: str, gate: TaskGate
 ) -> AsyncIterator[list[Agent]]:
     policy = write_policy(
-        tmp_path / "policy.toml", [grant("bob", ["job.run"]), grant("carol", ["job.run"])]
+        tmp_path / "policy.toml",
+        [grant("bob", ["job.run", "job.steps"]), grant("carol", ["job.run"])],
     )
     agents = []
     for n in range(2):
@@ -123,18 +124,34 @@ async def _rest(stream: grpc.aio.UnaryStreamCall) -> list[a2a_pb2.StreamResponse
     return events
 
 
-async def _started_elsewhere(pki: Pki, agent: Agent, gate: TaskGate, tag: str) -> a2a_pb2.Task:
-    request = data_request("job.run", {"tag": tag})
+async def _started_elsewhere(
+    pki: Pki,
+    agent: Agent,
+    gate: TaskGate,
+    tag: str,
+    capability: str = "job.run",
+    progress: str = "halfway",
+) -> a2a_pb2.Task:
+    request = data_request(capability, {"tag": tag})
     request.configuration.return_immediately = True
     async with A2APeer(pki, agent, "bob") as bob:
         task = await bob.send(request)
     await asyncio.wait_for(gate.started.wait(), 10)
-    for _ in range(200):  # its WORKING row is saved in the background: wait for it
-        stored = await agent.a2a_tasks.get(spiffe("bob"), task.id)
-        if stored is not None and stored.state is TaskOutcome.WORKING:
-            return task
+    await _stored(agent, task.id, progress)
+    return task
+
+
+async def _stored(agent: Agent, task_id: str, progress: str) -> None:
+    """Wait until the task's row says WORKING with ``progress`` (saved in the background)."""
+    for _ in range(200):
+        stored = await agent.a2a_tasks.get(spiffe("bob"), task_id)
+        if stored is not None and (stored.state, stored.message) == (
+            TaskOutcome.WORKING,
+            progress,
+        ):
+            return
         await asyncio.sleep(0.05)
-    raise AssertionError("the task's WORKING state was never saved")
+    raise AssertionError(f"the task's WORKING state with {progress!r} was never saved")
 
 
 async def test_subscribe_on_one_replica_follows_the_task_running_on_the_other(
@@ -171,6 +188,37 @@ async def test_subscribe_on_one_replica_follows_the_task_running_on_the_other(
     assert dict(output.parts[0].data.struct_value) == {"done": "followed"}
     assert await stream.code() is grpc.StatusCode.OK
     assert two.limit_stats().in_flight_total == 0
+    assert gate.runs == 1
+
+
+async def test_a_follower_on_the_other_replica_sees_each_progress_text(
+    pki: Pki, replicas: list[Agent], gate: TaskGate
+) -> None:
+    one, two = replicas
+    task = await _started_elsewhere(pki, one, gate, "stepped", "job.steps", "step 1")
+    async with A2APeer(pki, two, "bob") as bob:
+        stream = bob.stub.SubscribeToTask(
+            a2a_pb2.SubscribeToTaskRequest(id=task.id), metadata=V1, timeout=30
+        )
+        events = [await stream.read()]
+        gate.next_step.set()  # the capability reports "step 2" on replica one
+        await _stored(one, task.id, "step 2")
+        events.append(await stream.read())
+        gate.release.set()
+        events += await _rest(stream)
+    assert _kinds(events) == [
+        ("task", a2a_pb2.TASK_STATE_WORKING),
+        ("status_update", a2a_pb2.TASK_STATE_WORKING),
+        ("artifact_update", 0),
+        ("status_update", a2a_pb2.TASK_STATE_COMPLETED),
+    ]
+    assert events[0].task.status.message.parts[0].text == "step 1"
+    assert events[1].status_update.status.message.parts[0].text == "step 2"
+    assert dict(events[2].artifact_update.artifact.parts[0].data.struct_value) == {
+        "done": "stepped"
+    }
+    assert await stream.code() is grpc.StatusCode.OK
+    assert two.a2a_runs.running(task.id) is None
     assert gate.runs == 1
 
 

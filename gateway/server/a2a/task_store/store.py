@@ -89,7 +89,8 @@ class A2ATask:
         evidence_sha256: Digest of the output.
         remembered: The answer came from the idempotency store (column ``replayed``).
         reason: ``OK`` or the failure's reason code.
-        message: The failure's message (never payload content).
+        message: The failure's message (never payload content); while the task runs,
+            its latest progress text (``ctx.report_progress``).
         created_ms: Unix ms when the message arrived.
         updated_ms: Unix ms of its latest change (when it ended, once it has).
     """
