@@ -55,9 +55,9 @@ LEASE_SECONDS = 3 * LEASE_RENEW_SECONDS
 """How long a running process vouches for its unfinished tasks."""
 PRUNE_EVERY_SECONDS = 3600.0
 CANCEL_POLL_SECONDS = 1.0
+"""How often a process with a shared store looks for cancel requests of its tasks."""
 PROGRESS_SAVE_SECONDS = 0.25
 """Least time between two saves of a running task's row (its latest progress text)."""
-"""How often a process with a shared store looks for cancel requests of its tasks."""
 CANCEL_WAIT_SECONDS = 10.0
 """How long CancelTask of a task run elsewhere waits for its end before answering."""
 INTERRUPTED_MESSAGE = (
