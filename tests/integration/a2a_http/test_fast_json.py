@@ -58,6 +58,8 @@ BODIES: list[bytes] = [
     b'"\\ud800"',  # a lone surrogate: json keeps it
     b"\xef\xbb\xbf{}",  # a BOM: json.loads of bytes skips it
     b'{"a": 1, "a": 2}',
+    b'{"a": 1, "b": 0, "a": 2}',  # a repeated key keeps its first place
+    b'{"e": "\\ud83d\\ude00", "\\u00e9": "\\u2028"}',  # escaped pairs and non-ASCII keys
     b"1e400",
     b'  {"spaced" : [ 1 , 2 ] }  ',
 ]
