@@ -36,22 +36,23 @@ from starlette.responses import JSONResponse
 from capabilities.canonical import compact_json
 
 
-class CompactJsonResponse(JSONResponse):
-    """``JSONResponse`` whose body is rendered by :func:`compact_json` (same bytes)."""
+class _CompactRender:
+    """``render`` by :func:`compact_json`: the bytes ``JSONResponse.render`` writes, sooner."""
 
     def render(self, content: Any) -> bytes:
         return compact_json(content)
+
+
+class CompactJsonResponse(_CompactRender, JSONResponse):
+    """``JSONResponse`` whose body is rendered by :func:`compact_json` (same bytes)."""
 
 
 _SDK_REST_RESPONSE: type[JSONResponse] = getattr(rest_dispatcher, "A2AJSONResponse")  # noqa: B009
 """The REST route's own response class (``application/a2a+json``, say), named only at run time."""
 
 
-class _RestJsonResponse(_SDK_REST_RESPONSE):  # type: ignore[misc,valid-type]
+class _RestJsonResponse(_CompactRender, _SDK_REST_RESPONSE):  # type: ignore[misc,valid-type]
     """The REST route's response class (its media type kept), rendered the same way."""
-
-    def render(self, content: Any) -> bytes:
-        return compact_json(content)
 
 
 def json_value(body: bytes) -> Any:

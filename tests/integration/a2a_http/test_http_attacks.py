@@ -16,6 +16,7 @@ the task runs on; an identity claimed in a 0.3 request is refused.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
@@ -168,13 +169,24 @@ async def test_the_audit_never_holds_what_the_sdk_quoted_from_the_body(
         assert not any(SECRET in str(field) for field in astuple(record)), record
 
 
-async def send_without_finishing(pki: Pki, agent: Agent, path: str) -> bytes:
-    """Headers announcing 1000 bytes, then 10 of them; what the agent answers."""
+@contextlib.asynccontextmanager
+async def bob_connection(
+    pki: Pki, agent: Agent
+) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A fresh TLS connection to ``agent``'s HTTPS port as bob, closed on exit."""
     port = int(agent.https_url.rsplit(":", 1)[1])
     reader, writer = await asyncio.open_connection(
         "localhost", port, ssl=client_context(pki, "bob"), server_hostname="localhost"
     )
     try:
+        yield reader, writer
+    finally:
+        writer.close()
+
+
+async def send_without_finishing(pki: Pki, agent: Agent, path: str) -> bytes:
+    """Headers announcing 1000 bytes, then 10 of them; what the agent answers."""
+    async with bob_connection(pki, agent) as (reader, writer):
         writer.write(
             f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             "A2A-Version: 1.0\r\nContent-Length: 1000\r\n\r\n".encode()
@@ -185,8 +197,6 @@ async def send_without_finishing(pki: Pki, agent: Agent, path: str) -> bytes:
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
         length = int(head.lower().split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
         return head + await asyncio.wait_for(reader.readexactly(length), 20)
-    finally:
-        writer.close()
 
 
 @pytest.mark.parametrize("path", [JSONRPC_PATH, REST_PATH + "/message:send"])
@@ -213,18 +223,12 @@ async def test_a_body_that_never_finishes_is_deadline_exceeded_audited(
 async def send_raw(pki: Pki, agent: Agent, raw: bytes, *, close: bool) -> bytes:
     """Write ``raw`` on a fresh TLS connection as bob, closing it at once if ``close``;
     what the agent answers (nothing when it could not)."""
-    port = int(agent.https_url.rsplit(":", 1)[1])
-    reader, writer = await asyncio.open_connection(
-        "localhost", port, ssl=client_context(pki, "bob"), server_hostname="localhost"
-    )
-    try:
+    async with bob_connection(pki, agent) as (reader, writer):
         writer.write(raw)
         await writer.drain()
         if close:
             return b""
         return await asyncio.wait_for(reader.read(65536), 20)
-    finally:
-        writer.close()
 
 
 CUT_OFF_BODIES = {
