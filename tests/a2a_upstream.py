@@ -232,7 +232,9 @@ async def jsonrpc_upstream(
             "ssl_ca_certs": str(pki.dir / "ca.pem"),
             "ssl_cert_reqs": ssl.CERT_REQUIRED,
         }
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", **tls))
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_config=None, log_level="warning", lifespan="off", **tls)
+    )
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         for _ in range(400):  # bounded: up to ~20 s on a busy runner

@@ -9,6 +9,11 @@ certificate from this key only, and ignores headers such as
 ``X-Forwarded-Client-Cert``. The scope also carries the connection's
 ``abort`` (:data:`ABORT_KEY`), so the edge can drop a connection whose
 client stopped reading without waiting for its send buffer to drain.
+
+At shutdown an idle connection is closed as uvicorn closes it (TLS
+close_notify), and dropped if it is still open ``IDLE_CLOSE_SECONDS`` later:
+a client that never answers close_notify (a pooled connection nobody reads)
+would otherwise hold the server's stop for its whole grace period.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from gateway.server.a2a_http.tls import peer_certificate_pem
 
 ASGIApp = Any
+IDLE_CLOSE_SECONDS = 0.5
+"""How long an idle connection has, once shut down, to finish its TLS close before it is dropped."""
 ABORT_KEY = "a2agw.abort"
 """Where a request's scope holds its connection's ``abort`` (drop it and its send buffer now)."""
 
@@ -62,3 +69,14 @@ class VerifiedPeerProtocol(H11Protocol):
             peer_certificate_pem(transport.get_extra_info("ssl_object")),
             transport.abort,
         )
+
+    def shutdown(self) -> None:
+        """Close this connection for the server's stop; an idle one is dropped if it lingers."""
+        idle = self.cycle is None or self.cycle.response_complete
+        super().shutdown()
+        if idle:
+            asyncio.get_running_loop().call_later(IDLE_CLOSE_SECONDS, self._drop_if_open)
+
+    def _drop_if_open(self) -> None:
+        if self in self.connections:  # connection_lost has not run: the close is not done
+            self.transport.abort()

@@ -69,6 +69,9 @@ class A2AHttpServer:
             app,
             http=VerifiedPeerProtocol,
             lifespan="off",
+            # No logging config of uvicorn's own: its records propagate to the
+            # process's handler (JSON or escaped text), not to a stderr handler of its own.
+            log_config=None,
             log_level="warning",
             access_log=False,
             ssl_context_factory=self._context,

@@ -102,12 +102,9 @@ async def big_later(inp: Size, ctx: CallContext) -> Text:
 
 @pytest.fixture
 def server_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    """``caplog`` at WARNING, uvicorn's own log included (its logger does not propagate)."""
+    """``caplog`` at WARNING, uvicorn's own log included (it propagates to the root)."""
     caplog.set_level(logging.WARNING)
-    uvicorn_log = logging.getLogger("uvicorn")
-    uvicorn_log.addHandler(caplog.handler)
     yield caplog
-    uvicorn_log.removeHandler(caplog.handler)
 
 
 @pytest.fixture
