@@ -36,7 +36,8 @@ class TaskGate:
     reports "step 1", waits for ``next_step``, reports "step 2", then waits; all set
     ``started`` once running, count their runs, and set ``cancelled`` when
     their call is cancelled. ``job.flood`` emits chunks past any cap; ``job.brief``
-    waits under a 0.2 s timeout.
+    waits under a 0.2 s timeout; ``job.chunks`` emits ``{"part": 1}``, waits for
+    ``next_step``, emits parts 2 and 3, then waits.
     """
 
     release: asyncio.Event = field(default_factory=asyncio.Event)
@@ -95,7 +96,19 @@ class TaskGate:
             await asyncio.sleep(1.0)  # time for the throttled save of the last text
             return JobOutput(done=inp.tag)
 
-        return [run, write, flood, brief, steps, chatty]
+        @capability("job.chunks", "1.0.0", risk="read", timeout=60.0)
+        async def chunks(inp: JobInput, ctx: CallContext) -> JobOutput:
+            """Emit a chunk, two more once ``next_step`` is set, then wait."""
+            self.runs += 1
+            await ctx.emit_chunk({"part": 1})
+            self.started.set()
+            await self.next_step.wait()
+            await ctx.emit_chunk({"part": 2})
+            await ctx.emit_chunk({"part": 3})
+            await self._wait()
+            return JobOutput(done=inp.tag)
+
+        return [run, write, flood, brief, steps, chatty, chunks]
 
     async def _wait(self) -> None:
         self.started.set()

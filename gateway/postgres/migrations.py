@@ -163,6 +163,12 @@ _V6 = (
     "WHERE state IN ('submitted', 'working')",
 )
 
+_V7 = (
+    "CREATE TABLE a2a_task_chunks (agent_id TEXT NOT NULL, task_id TEXT NOT NULL, "
+    "owner TEXT NOT NULL, n INTEGER NOT NULL, chunk BYTEA NOT NULL, "
+    "PRIMARY KEY (agent_id, task_id, n))",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "audit, idempotency, replay window, tasks", _V1, _V1_RECORD_COLUMNS),
     Migration(
@@ -175,6 +181,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "failed plan attempts (digests), remembered across restarts", _V4),
     Migration(5, "a failed plan step's 'may have written' as a column of its own", _V5),
     Migration(6, "A2A background tasks: unfinished states, runner, lease, cancel requests", _V6),
+    Migration(7, "output chunks of running A2A tasks, for followers in other processes", _V7),
 )
 """Every schema version in order; append, never edit a released one."""
 

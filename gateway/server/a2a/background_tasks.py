@@ -127,7 +127,7 @@ class BackgroundTasks:
             if admitted.slot is not None:
                 admitted.slot.release()
             raise
-        run = BackgroundTask(task, admitted)
+        run = BackgroundTask(task, admitted, keeps_chunks=self._shared)
         run.progressed = lambda: self._save_latest(run)
         self._runs[task.task_id] = run
         run.job = asyncio.get_running_loop().create_task(self._drive(run))
@@ -160,7 +160,8 @@ class BackgroundTasks:
         self._save_latest(run)
 
     def _save_latest(self, run: BackgroundTask) -> None:
-        """Save ``run.task`` as it is (state, latest progress text) for other processes.
+        """Save ``run.task`` as it is (state, latest progress text) for other processes,
+        and the output chunks emitted since the last save (a shared store only).
 
         One save per run at a time, in order, at most every ``PROGRESS_SAVE_SECONDS``
         after the first: a capability reporting progress in a tight loop costs
@@ -178,6 +179,7 @@ class BackgroundTasks:
             while not run.task.state.finished:
                 run.save_wanted = False
                 started = time.monotonic()
+                await self._keep_chunks(run)  # first: a follower that sees the row has them
                 await self._save_quietly(run.task)
                 if not run.save_wanted:
                     return
@@ -191,6 +193,19 @@ class BackgroundTasks:
         except StateUnavailable as err:  # the end is saved (or retried) all the same
             _log.warning("A2A task %s: state %s not saved: %s", task.task_id, task.state, err)
 
+    async def _keep_chunks(self, run: BackgroundTask) -> None:
+        """Keep the chunks emitted since the last save; on failure, try them again next time."""
+        chunks, run.unsaved_chunks = run.unsaved_chunks, []
+        if not chunks:
+            return
+        try:
+            await self._store.add_chunks(run.task.owner, run.task.task_id, run.chunks_kept, chunks)
+        except StateUnavailable as err:
+            _log.warning("A2A task %s: %d chunks not kept: %s", run.task.task_id, len(chunks), err)
+            run.unsaved_chunks[:0] = chunks
+            return
+        run.chunks_kept += len(chunks)
+
     async def _end(self, run: BackgroundTask, ended: A2ATask) -> None:
         run.task = ended
         try:
@@ -198,6 +213,10 @@ class BackgroundTasks:
         except StateUnavailable as err:
             _log.error("A2A task %s: end not saved yet (retried): %s", ended.task_id, err)
             self._unsaved.append(ended)
+        else:
+            if run.chunks_kept:  # the output holds them all; prune drops them otherwise
+                with contextlib.suppress(StateUnavailable):
+                    await self._store.drop_chunks(ended.task_id)
         if ended.state is TaskOutcome.COMPLETED:
             run.publish(output_event(ended))
         run.publish(status_event(ended), last=True)

@@ -90,6 +90,10 @@ class BackgroundTask:
             task's row, for followers in other processes).
         saving: A save of this run's row is under way (the runner's, one at a time).
         save_wanted: ``task`` changed while it was: save it again after.
+        keeps_chunks: Other processes share the task store: output chunks are kept
+            there too, for their followers.
+        unsaved_chunks: Chunks (canonical JSON) emitted and not yet kept.
+        chunks_kept: How many chunks are kept (the next one's number).
     """
 
     task: A2ATask
@@ -103,6 +107,9 @@ class BackgroundTask:
     progressed: Callable[[], None] | None = None
     saving: bool = False
     save_wanted: bool = False
+    keeps_chunks: bool = False
+    unsaved_chunks: list[bytes] = field(default_factory=list)
+    chunks_kept: int = 0
 
     @property
     def writes(self) -> bool:
@@ -141,20 +148,29 @@ class RunEvents:
         run = self._run
         if not isinstance(data, dict):
             raise TypeError("an output chunk is a JSON object")
-        size = len(canonical_json(data, allow_nan=False))
+        encoded = canonical_json(data, allow_nan=False)
         cap = run.admitted.admission.grant.max_payload_bytes
-        if run.chunk_bytes + size > cap:
+        if run.chunk_bytes + len(encoded) > cap:
             raise OutputTooLarge(f"output chunks exceed this peer's cap of {cap} bytes")
         first = run.chunk_bytes == 0
-        run.chunk_bytes += size
-        event = a2a_pb2.StreamResponse()
-        update = event.artifact_update  # built in place: a built artifact would be merged in
-        update.task_id, update.context_id = run.task.task_id, run.task.context_id
-        update.append, update.last_chunk = not first, False
-        update.artifact.artifact_id, update.artifact.name = f"{run.task.task_id}-chunks", "chunks"
-        part = update.artifact.parts.add(media_type=JSON_MEDIA_TYPE)
-        json_format.ParseDict(data, part.data)
-        run.publish(event)
+        run.chunk_bytes += len(encoded)
+        run.publish(chunk_event(run.task, data, first=first))
+        if run.keeps_chunks:
+            run.unsaved_chunks.append(encoded)
+            if run.progressed is not None:
+                run.progressed()
+
+
+def chunk_event(task: A2ATask, data: dict[str, Any], *, first: bool) -> a2a_pb2.StreamResponse:
+    """The artifact update carrying one output chunk of ``task`` (``append`` after the first)."""
+    event = a2a_pb2.StreamResponse()
+    update = event.artifact_update  # built in place: a built artifact would be merged in
+    update.task_id, update.context_id = task.task_id, task.context_id
+    update.append, update.last_chunk = not first, False
+    update.artifact.artifact_id, update.artifact.name = f"{task.task_id}-chunks", "chunks"
+    part = update.artifact.parts.add(media_type=JSON_MEDIA_TYPE)
+    json_format.ParseDict(data, part.data)
+    return event
 
 
 def status_event(task: A2ATask) -> a2a_pb2.StreamResponse:

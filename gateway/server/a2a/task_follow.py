@@ -6,9 +6,11 @@ the process running it (:mod:`gateway.server.a2a.background_tasks`). Elsewhere,
 update at each change of state it sees and at each new progress text (the
 running process saves the latest one to the row, at most every
 ``PROGRESS_SAVE_SECONDS``; texts reported between two polls come as the
-latest), and at the end the output artifact (when it completed) and the
-terminal status, as a local listener would. Output chunks are not stored, so
-they do not reach such a follower: its artifact is the whole output, at the end.
+latest), each output chunk emitted after the follow began (the running
+process keeps them in the store, with the same saves), and at the end the
+output artifact (when it completed) and the terminal status, as a local
+listener would. Chunks still unread when the task ends are not sent: the
+output artifact holds them all.
 
 The row is polled (``FIRST_POLL_SECONDS``, doubling to ``MAX_POLL_SECONDS``,
 back to the first pause after each change), not pushed: the same reads work
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator
 
@@ -37,7 +40,7 @@ from a2a.types import a2a_pb2
 from gateway.errors import AgentStopping, DeadlineExceeded, TaskNotFound
 from gateway.server.a2a.background_tasks import LEASE_RENEW_SECONDS, LEASE_SECONDS
 from gateway.server.a2a.messages import task_event
-from gateway.server.a2a.task_events import output_event, status_event
+from gateway.server.a2a.task_events import chunk_event, output_event, status_event
 from gateway.server.a2a.task_store.store import A2ATask, A2ATaskStore, TaskOutcome
 
 FIRST_POLL_SECONDS = 0.05
@@ -70,6 +73,7 @@ async def followed(
     """
     yield task_event(task)
     seen, said = task.state, task.message
+    chunks = await store.chunk_count(task.owner, task.task_id)  # those after this moment
     pause = FIRST_POLL_SECONDS
     while True:
         left = deadline - time.time()
@@ -87,9 +91,13 @@ async def followed(
                 yield output_event(latest)
             yield status_event(latest)
             return
+        changed = False
         if latest.state is not seen or latest.message != said:
             seen, said = latest.state, latest.message
-            pause = FIRST_POLL_SECONDS
+            changed = True
             yield status_event(latest)
-        else:
-            pause = min(pause * 2, MAX_POLL_SECONDS)
+        for chunk in await store.chunks_from(task.owner, task.task_id, chunks):
+            changed = True
+            yield chunk_event(latest, json.loads(chunk), first=chunks == 0)
+            chunks += 1
+        pause = FIRST_POLL_SECONDS if changed else min(pause * 2, MAX_POLL_SECONDS)

@@ -5,7 +5,8 @@ CancelTask sent to the other cancels it where it runs (a recorded request
 that replica carries out); a replica's tasks are never taken for orphans
 while its lease is live. A SubscribeToTask sent to the other replica follows
 the task through the shared table to its terminal event (owner only, one
-place in flight while open), and ends with a precise error when that replica
+place in flight while open), with the progress texts and the output chunks
+emitted after it began, and ends with a precise error when that replica
 stops or the task outlives its timeout and lease.
 """
 
@@ -52,7 +53,7 @@ async def replicas(
 ) -> AsyncIterator[list[Agent]]:
     policy = write_policy(
         tmp_path / "policy.toml",
-        [grant("bob", ["job.run", "job.steps"]), grant("carol", ["job.run"])],
+        [grant("bob", ["job.run", "job.steps", "job.chunks"]), grant("carol", ["job.run"])],
     )
     agents = []
     for n in range(2):
@@ -220,6 +221,62 @@ async def test_a_follower_on_the_other_replica_sees_each_progress_text(
     assert await stream.code() is grpc.StatusCode.OK
     assert two.a2a_runs.running(task.id) is None
     assert gate.runs == 1
+
+
+async def test_a_follower_on_the_other_replica_gets_the_chunks_emitted_after_it_began(
+    pki: Pki, replicas: list[Agent], gate: TaskGate
+) -> None:
+    one, two = replicas
+    request = data_request("job.chunks", {"tag": "chunked"})
+    request.configuration.return_immediately = True
+    async with A2APeer(pki, one, "bob") as bob:
+        task = await bob.send(request)
+    await asyncio.wait_for(gate.started.wait(), 10)
+    await _until_kept(one, task.id, 1)  # part 1, emitted before the follow begins
+    async with A2APeer(pki, two, "bob") as bob:
+        stream = bob.stub.SubscribeToTask(
+            a2a_pb2.SubscribeToTaskRequest(id=task.id), metadata=V1, timeout=30
+        )
+        events = [await stream.read()]
+        gate.next_step.set()  # parts 2 and 3, on replica one
+        events += [await stream.read(), await stream.read()]
+        assert await two.a2a_tasks.chunks_from(spiffe("carol"), task.id, 0) == ()
+        gate.release.set()
+        events += await _rest(stream)
+    assert _kinds(events) == [
+        ("task", a2a_pb2.TASK_STATE_WORKING),
+        ("artifact_update", 0),
+        ("artifact_update", 0),
+        ("artifact_update", 0),
+        ("status_update", a2a_pb2.TASK_STATE_COMPLETED),
+    ]
+    chunks = [event.artifact_update for event in events[1:3]]
+    assert [
+        (
+            c.artifact.artifact_id,
+            c.append,
+            c.last_chunk,
+            dict(c.artifact.parts[0].data.struct_value),
+        )
+        for c in chunks
+    ] == [
+        (f"{task.id}-chunks", True, False, {"part": 2}),
+        (f"{task.id}-chunks", True, False, {"part": 3}),
+    ]
+    output = events[3].artifact_update
+    assert (output.artifact.artifact_id, output.last_chunk) == (f"{task.id}-output", True)
+    assert await stream.code() is grpc.StatusCode.OK
+    assert two.a2a_runs.running(task.id) is None
+    await _until_kept(one, task.id, 0)  # dropped once the end is saved
+    assert gate.runs == 1
+
+
+async def _until_kept(agent: Agent, task_id: str, count: int) -> None:
+    for _ in range(200):
+        if await agent.a2a_tasks.chunk_count(spiffe("bob"), task_id) == count:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the task's kept chunks never numbered {count}")
 
 
 async def test_a_follow_ends_with_agent_stopping_when_its_replica_stops(

@@ -2,7 +2,9 @@
 
 A finished row never changes; orphans of a dead process end FAILED with
 TASK_INTERRUPTED (any lease at a lone process's start, else only once the
-lease has passed); retention deletes finished tasks only.
+lease has passed); retention deletes finished tasks only. A running task's
+output chunks are kept in order, for its owner only, once each, and go with
+the task's end.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from gateway.config import A2ASettings
 from gateway.server.a2a.task_store.postgres import PostgresA2ATaskStore
 from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
 from gateway.server.a2a.task_store.store import A2ATask, A2ATaskStore, TaskOutcome
-from tests.integration.a2a.test_a2a_task_store import ALICE, BOB, task
+from tests.integration.a2a.test_a2a_task_store import ALICE, BOB, CAROL, task
 from tests.postgres import state_pool
 
 ME, GONE = "runner-me", "runner-gone"
@@ -118,6 +120,40 @@ async def test_retention_deletes_finished_tasks_only(
         assert await store.get(BOB, "task-3") is None
         assert await store.get(BOB, "task-2") == recent
         assert (await store.get(BOB, "task-4")) is not None  # unfinished: never pruned
+    finally:
+        store.close()
+
+
+async def test_chunks_are_kept_in_order_for_their_owner_once_each_until_the_end(
+    open_store: Callable[[], A2ATaskStore],
+) -> None:
+    store = open_store()
+    chunks = [b'{"n":%d}' % n for n in range(450)]  # more than one statement's worth
+    try:
+        await store.save(running(1), ME, 10**13)
+        await store.save(running(2), ME, 10**13)
+        assert await store.chunk_count(BOB, "task-1") == 0
+        await store.add_chunks(BOB, "task-1", 0, chunks[:300])
+        await store.add_chunks(BOB, "task-1", 250, chunks[250:])  # a retry overlapping
+        await store.add_chunks(BOB, "task-2", 0, [b'{"other":1}'])
+        assert await store.chunk_count(BOB, "task-1") == 450
+        read = [
+            *await store.chunks_from(BOB, "task-1", 0),
+            *await store.chunks_from(BOB, "task-1", 200),
+        ]
+        read += await store.chunks_from(BOB, "task-1", 400)
+        assert read == chunks
+        assert await store.chunks_from(CAROL, "task-1", 0) == ()  # another peer's task
+        assert await store.chunk_count(CAROL, "task-1") == 0
+        await store.drop_chunks("task-1")
+        assert await store.chunks_from(BOB, "task-1", 0) == ()
+        await store.add_chunks(BOB, "task-3", 0, [b'{"left":1}'])  # its row never written
+        assert await store.prune(before_ms=0) == 0
+        assert await store.chunks_from(BOB, "task-2", 0) == (b'{"other":1}',)  # running: kept
+        assert await store.chunks_from(BOB, "task-3", 0) == ()  # no running task: pruned
+        await store.save(task(2))
+        await store.prune(before_ms=0)
+        assert await store.chunks_from(BOB, "task-2", 0) == ()  # ended: pruned
     finally:
         store.close()
 

@@ -25,6 +25,8 @@ _SCHEMA = (
     "updated_ms INTEGER NOT NULL, runner TEXT NOT NULL DEFAULT '', "
     "lease_ms INTEGER NOT NULL DEFAULT 0, cancel_by TEXT NOT NULL DEFAULT '')",
     "CREATE INDEX IF NOT EXISTS a2a_tasks_owner ON a2a_tasks (owner, seq)",
+    "CREATE TABLE IF NOT EXISTS a2a_task_chunks (task_id TEXT NOT NULL, owner TEXT NOT NULL, "
+    "n INTEGER NOT NULL, chunk BLOB NOT NULL, PRIMARY KEY (task_id, n))",
 )
 _UNFINISHED_INDEX = (
     "CREATE INDEX IF NOT EXISTS a2a_tasks_unfinished ON a2a_tasks (lease_ms) "

@@ -9,7 +9,11 @@ streamed task (:mod:`gateway.server.a2a.background_tasks`) is written with
 each change of state; a finished task never changes again (the update is
 conditional on the stored state), so a late write cannot undo an end.
 Unfinished rows name the process running them (the ``runner`` column) and carry a lease
-it renews; ``fail_orphans`` ends those of a process that is gone.
+it renews; ``fail_orphans`` ends those of a process that is gone. With other
+processes sharing the store, a running task's output chunks are kept as well
+(``a2a_task_chunks``, numbered from 0, each its canonical JSON), for a follower
+in another process; they are dropped once the task has ended (its output
+holds them all) and by ``prune``.
 Every read names the owner: a task of another peer is never returned, and the
 query for it is the same query as for an id that never existed. WAL with
 ``synchronous=NORMAL``: tasks survive a restart (``flush`` on stop); a crash
@@ -32,6 +36,7 @@ import base64
 import binascii
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -45,6 +50,8 @@ MAX_PAGE_SIZE = 100
 DEFAULT_PAGE_SIZE = 50
 _MAX_TOKEN_CHARS = 256
 _BAD_TOKEN = "page_token is not a token this agent handed out to this caller"
+CHUNKS_PER_STATEMENT = 200
+"""Chunk rows written or read by one statement (well under SQLite's parameter limit)."""
 
 TASK_COLUMNS = (
     "task_id, owner, context_id, state, capability, served_version, output, "
@@ -328,7 +335,8 @@ class A2ATaskStore(ABC):
         return tuple((str(row[0]), str(row[1])) for row in rows)
 
     async def prune(self, before_ms: int) -> int:
-        """Delete the finished tasks that last changed before ``before_ms``; returns how many."""
+        """Delete the finished tasks that last changed before ``before_ms``, and the chunks
+        of every task that is not running (ended, or gone); returns how many tasks."""
         await self.flush()
         mark = self._mark
         rows = await self._query(
@@ -336,7 +344,81 @@ class A2ATaskStore(ABC):
             f"AND updated_ms < {mark} RETURNING task_id",
             (*self._key(), before_ms),
         )
+        await self._query(
+            f"DELETE FROM a2a_task_chunks WHERE {self._key_where()}task_id NOT IN "
+            f"(SELECT task_id FROM a2a_tasks WHERE {self._key_where()}state IN {UNFINISHED!r}) "
+            "RETURNING n",
+            (*self._key(), *self._key()),
+        )
         return len(rows)
+
+    async def add_chunks(
+        self, owner: str, task_id: str, first: int, chunks: Sequence[bytes]
+    ) -> None:
+        """Keep ``chunks`` (canonical JSON objects) of a running task, numbered from ``first``.
+
+        A number already kept is left as it is (a retried save writes nothing twice).
+
+        Raises:
+            StateUnavailable: the store could not be written.
+        """
+        mark = self._mark
+        row = f"({', '.join([mark] * (len(self._key()) + 4))})"
+        for start in range(0, len(chunks), CHUNKS_PER_STATEMENT):
+            batch = chunks[start : start + CHUNKS_PER_STATEMENT]
+            params = [
+                value
+                for n, chunk in enumerate(batch, first + start)
+                for value in (*self._key(), task_id, owner, n, chunk)
+            ]
+            await self._query(
+                f"INSERT INTO a2a_task_chunks ({self._key_columns()}task_id, owner, n, chunk) "
+                f"VALUES {', '.join([row] * len(batch))} "
+                f"ON CONFLICT ({self._key_columns()}task_id, n) DO NOTHING RETURNING n",
+                tuple(params),
+            )
+
+    async def chunks_from(self, owner: str, task_id: str, first: int) -> tuple[bytes, ...]:
+        """``owner``'s kept chunks of ``task_id`` numbered ``first`` on, in order (at most
+        ``CHUNKS_PER_STATEMENT``); none for another owner's task.
+
+        Raises:
+            StateUnavailable: the store could not be read.
+        """
+        where, params = self._scope(owner)
+        mark = self._mark
+        rows = await self._query(
+            f"SELECT chunk FROM a2a_task_chunks WHERE {' AND '.join(where)} "
+            f"AND task_id = {mark} AND n >= {mark} ORDER BY n LIMIT {CHUNKS_PER_STATEMENT}",
+            (*params, task_id, first),
+        )
+        return tuple(bytes(row[0]) for row in rows)
+
+    async def chunk_count(self, owner: str, task_id: str) -> int:
+        """How many chunks of ``owner``'s ``task_id`` are kept (the next one's number).
+
+        Raises:
+            StateUnavailable: the store could not be read.
+        """
+        where, params = self._scope(owner)
+        rows = await self._query(
+            f"SELECT COALESCE(MAX(n) + 1, 0) FROM a2a_task_chunks WHERE {' AND '.join(where)} "
+            f"AND task_id = {self._mark}",
+            (*params, task_id),
+        )
+        return int(rows[0][0])
+
+    async def drop_chunks(self, task_id: str) -> None:
+        """Forget the kept chunks of ``task_id`` (it has ended: its output holds them).
+
+        Raises:
+            StateUnavailable: the store could not be written.
+        """
+        await self._query(
+            f"DELETE FROM a2a_task_chunks WHERE {self._key_where()}task_id = {self._mark} "
+            "RETURNING n",
+            (*self._key(), task_id),
+        )
 
     @abstractmethod
     def _key(self) -> tuple[str, ...]:
