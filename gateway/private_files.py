@@ -8,6 +8,15 @@ umask (a umask of 022 or 000 would make them world-readable).
 SQLite creates a database's ``-wal`` and ``-shm`` files with the mode of the
 database file itself, so a database made private here keeps them private
 too; side files left by an earlier run are tightened as well.
+
+A file that exists is checked and tightened by its path, never opened: closing
+any descriptor of a file drops every POSIX (``fcntl``) lock this process holds
+on it, and SQLite's locks are such locks. Opening and closing a database that
+another connection of this process holds (the console's live feed while the
+audit writer reopens the log) dropped that connection's locks, so another
+process took itself for the last one, checkpointed and deleted the ``-wal``
+and ``-shm`` files in use: every record written afterwards went to a deleted
+file.
 """
 
 from __future__ import annotations
@@ -55,20 +64,20 @@ def private_file(path: Path) -> None:
     Raises:
         OSError: the file cannot be created or its mode changed.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_CREAT, PRIVATE_FILE)
     try:
-        _tighten(fd)
-    finally:
-        os.close(fd)
-    for suffix in SQLITE_SIDE_FILES:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
+    except FileExistsError:  # maybe open in this process: by its path only (see above)
+        _tighten(path)
+    else:  # a new file: no lock of this process is on it
         try:
-            fd = os.open(f"{path}{suffix}", os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            _tighten(fd)
+            os.fchmod(fd, PRIVATE_FILE)  # the mode os.open was given passes through the umask
         finally:
             os.close(fd)
+    for suffix in SQLITE_SIDE_FILES:
+        try:
+            _tighten(Path(f"{path}{suffix}"))
+        except FileNotFoundError:
+            continue
 
 
 def connect_private(path: Path, **kwargs: Any) -> sqlite3.Connection:
@@ -86,7 +95,8 @@ def connect_private(path: Path, **kwargs: Any) -> sqlite3.Connection:
     return conn
 
 
-def _tighten(fd: int) -> None:
+def _tighten(path: Path) -> None:
     # Only when needed: a read-only file system refuses even a no-op chmod.
-    if stat.S_IMODE(os.fstat(fd).st_mode) & ~PRIVATE_FILE:
-        os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) & PRIVATE_FILE)
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if mode & ~PRIVATE_FILE:
+        os.chmod(path, mode & PRIVATE_FILE)

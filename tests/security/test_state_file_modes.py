@@ -3,13 +3,17 @@
 The umask is 000 here (what a service manager may leave), so any file left
 to SQLite's or the kernel's defaults would come out 0644 or wider. SQLite's
 ``-wal`` and ``-shm`` files take the database file's mode, so they are
-checked too; files an earlier run left with a wider mode are tightened.
+checked too; files an earlier run left with a wider mode are tightened, by
+their path: a file this process holds keeps its locks.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +23,7 @@ from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.inbound.limit_table import LIMITS_FILE, LimitTable, create_limit_file
 from gateway.inbound.replay.mmap import REPLAY_FILE, ReplayTable
+from gateway.private_files import connect_private, private_file
 from tests.a2a_support import A2APeer, data_request
 from tests.support import Pki, WriteCounter, agent_config, grant, mesh_registry, write_policy
 
@@ -137,3 +142,63 @@ def test_the_workers_tables_are_private(tmp_path: Path) -> None:
         REPLAY_FILE: "0o600",
         "other.window": "0o600",
     }
+
+
+def _locked_elsewhere(path: Path) -> bool:
+    """Whether another process finds ``path`` locked (it tries an exclusive POSIX lock)."""
+    probe = (
+        "import fcntl, os, sys\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+        "try:\n"
+        "    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+        "except OSError:\n"
+        "    sys.exit(3)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(path)], timeout=30, check=False)
+    return done.returncode == 3
+
+
+def test_making_an_open_file_private_keeps_this_processs_locks_on_it(tmp_path: Path) -> None:
+    # Closing any descriptor of a file drops every POSIX lock the process holds on
+    # it: private_file must not open one that exists.
+    path = tmp_path / "held.sqlite"
+    path.write_bytes(b"")
+    os.chmod(path, 0o644)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX)
+        private_file(path)
+        assert _mode(path) == 0o600
+        assert _locked_elsewhere(path)
+    finally:
+        os.close(fd)
+
+
+def test_a_second_connection_of_this_process_keeps_the_first_ones_wal_alive(
+    tmp_path: Path,
+) -> None:
+    # Found by an attack round: the audit writer reopened its log while the
+    # console's feed held it; the reopen's private_file dropped the feed's locks
+    # on the -shm file, another process closing its own connection took itself
+    # for the last one and deleted -wal and -shm, and every record written
+    # afterwards went to a deleted file (lost on a crash).
+    path = tmp_path / "log.sqlite"
+    feed = connect_private(path, isolation_level=None)
+    feed.execute("PRAGMA journal_mode=WAL")
+    feed.execute("CREATE TABLE t (n INTEGER)")
+    feed.execute("INSERT INTO t VALUES (1)")
+    assert feed.execute("SELECT COUNT(*) FROM t").fetchone() == (1,)
+    writer = connect_private(path, isolation_level=None)
+    try:
+        outside = "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT 1 FROM t'); c.close()"
+        subprocess.run([sys.executable, "-c", outside, str(path)], timeout=30, check=True)
+        writer.execute("INSERT INTO t VALUES (2)")
+        count = "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT COUNT(*) FROM t').fetchone()[0])"
+        seen = subprocess.run(
+            [sys.executable, "-c", count, str(path)], timeout=30, check=True, capture_output=True
+        )
+        assert seen.stdout.strip() == b"2"
+        assert Path(f"{path}-wal").exists()
+    finally:
+        writer.close()
+        feed.close()
