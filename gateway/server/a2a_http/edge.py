@@ -203,8 +203,23 @@ class HttpEdge:
         self._sdk_handler = ServicerRequestHandler(servicer)
         self._card_served: tuple[a2a_pb2.AgentCard, dict[str, Any]] | None = None
 
-    def app(self) -> Starlette:
-        """The Starlette app: public card, JSON-RPC, REST, and a refusal for any other path."""
+    def app(self) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+        """The ASGI app: public card, JSON-RPC, REST, and a refusal for any other target."""
+        routed = self._routed()
+
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "http" and not scope["path"].startswith("/"):
+                # "*", "host:port" (CONNECT) or an absolute URL: uvicorn passes such a
+                # target on as the path, which no route (not even "/{path:path}")
+                # matches, and the router would answer 404 itself: unaudited.
+                response = await self._unknown_path(Request(scope, receive))
+                await response(scope, receive, send)
+                return
+            await routed(scope, receive, send)
+
+        return app
+
+    def _routed(self) -> Starlette:
         use_fast_json()
         builder = _ContextBuilder()
         compat = self._v0_3_compat
@@ -385,11 +400,12 @@ class HttpEdge:
         exchange = Exchange(client_certificate(request.scope), _metadata(request), "A2A HTTP")
         # A method outside _METHODS gets an HTTP status, never JSON-RPC's 200:
         # a 2xx answer to CONNECT would turn the connection into a tunnel.
-        json_rpc = request.url.path == JSONRPC_PATH and request.method in _METHODS
+        json_rpc = request.scope["path"] == JSONRPC_PATH and request.method in _METHODS
         binding = Binding.JSONRPC if json_rpc else Binding.REST
         try:
             peer_id, _ = await self._handler.admit_peer(exchange.peer_cert_pem, exchange.operation)
-            error = InvalidRequest(f"no A2A method at {request.method} {request.url.path[:64]}")
+            target = request.scope["path"][:64]
+            error = InvalidRequest(f"no A2A method at {request.method} {target}")
             raise await self._handler.refuse(peer_id, error, exchange.operation)
         except GatewayError as err:
             not_found = isinstance(err, InvalidRequest) and binding is Binding.REST

@@ -1,7 +1,8 @@
 """What an attacker tries on the HTTPS port, beyond what a client library would send.
 
 Each case found a defect before its fix: a method no route lists answered
-``405`` by the router (no certificate needed, nothing audited); a 0.3 REST
+``405`` by the router (no certificate needed, nothing audited), and a target
+that is not a path (``*``, ``host:port``, an absolute URL) ``404`` by it; a 0.3 REST
 stream whose body the SDK cannot parse answered ``500`` (unaudited, the body
 quoted in the log's traceback); a body that never finished held its
 connection for ever; JSON nested past the recursion limit answered the SDK's
@@ -113,6 +114,48 @@ async def test_any_method_a_route_does_not_serve_is_invalid_request_audited(
     added = (await records(alice))[before:]
     assert [(r.peer_id, r.reason) for r in added] == [(BOB, "INVALID_REQUEST")] * len(PATHS)
     await still_serving(pki, alice)
+
+
+NON_ORIGIN_TARGETS = [
+    "OPTIONS *",
+    "CONNECT 127.0.0.1:22",
+    "POST https://localhost/a2a/jsonrpc",
+    "GET a2a/rest/tasks",
+]
+
+
+@pytest.mark.parametrize("caller", [None, "bob"])
+@pytest.mark.parametrize("target", NON_ORIGIN_TARGETS)
+async def test_a_target_that_is_not_a_path_is_refused_and_audited(
+    pki: Pki, alice: Agent, counter: WriteCounter, caller: str | None, target: str
+) -> None:
+    # Found by an attack round: uvicorn passes such a target on as the path, no
+    # route matches it, and the router answered "404 Not Found" itself, with or
+    # without a certificate, unaudited.
+    before = len(await records(alice))
+    port = int(alice.https_url.rsplit(":", 1)[1])
+    reader, writer = await asyncio.open_connection(
+        "localhost", port, ssl=client_context(pki, caller), server_hostname="localhost"
+    )
+    try:
+        writer.write(f"{target} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n".encode())
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
+        length = int(head.lower().split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
+        error = json.loads(await asyncio.wait_for(reader.readexactly(length), 20))["error"]
+    finally:
+        writer.close()
+    reason, status = ("UNAUTHENTICATED", 401) if caller is None else ("INVALID_REQUEST", 404)
+    assert (head.split(b" ")[1], error["code"], our_reason(error["details"])) == (
+        str(status).encode(),
+        status,
+        reason,
+    )
+    added = (await records(alice))[before:]
+    assert [(r.peer_id, r.decision, r.reason) for r in added] == [
+        (BOB if caller else "", "refuse", reason)
+    ]
+    assert counter.calls == 0
 
 
 @pytest.mark.parametrize(
