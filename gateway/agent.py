@@ -47,6 +47,7 @@ from gateway.server.a2a.background_tasks import BackgroundTasks
 from gateway.server.a2a.card import CardIssuer, PublicCardCache
 from gateway.server.a2a.card_signing import card_signer
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH, A2AHttpServer, HttpEdge
+from gateway.server.a2a_http.protocol import ConnectionBudget
 from gateway.server.grpc_server import GatewayServer
 from gateway.server.health import HealthMonitor
 from gateway.storage import open_audit_reader, open_chain_writer, open_stores
@@ -342,6 +343,12 @@ class Agent:
             return ""
         host = self._https.host
         return f"https://{f'[{host}]' if ':' in host else host}:{self._https.port}"
+
+    @property
+    def https_connections(self) -> ConnectionBudget | None:
+        """The HTTPS server's connections: open now, of which anonymous, and its bounds
+        (None when the HTTP bindings are not served)."""
+        return None if self._https is None else self._https.budget
 
     def card_issuer(self) -> CardIssuer:
         """The interfaces the agent serves and its card signer, for the A2A cards."""

@@ -1,7 +1,8 @@
 """The HTTPS server of the A2A HTTP bindings: uvicorn on our own socket, TLS from ``LiveTls``.
 
-uvicorn serves the edge's Starlette app with :class:`VerifiedPeerProtocol`
-(so requests carry the verified client certificate) and the listening
+uvicorn serves the edge's app with :class:`VerifiedPeerProtocol` (so
+requests carry the verified client certificate, and connections are bounded
+in number and in how long a request head may take) and the listening
 context of :class:`LiveServerContext` (so each handshake uses the
 certificate in force). The agent owns the signals: uvicorn's ``serve()``
 would install its own, so the server is driven by ``startup`` / ``main_loop``
@@ -21,7 +22,7 @@ from typing import Any
 import uvicorn
 
 from gateway.errors import ConfigError
-from gateway.server.a2a_http.protocol import VerifiedPeerProtocol
+from gateway.server.a2a_http.protocol import budgeted, connection_budget
 from gateway.server.a2a_http.tls import LiveServerContext
 from gateway.transport.tls import TlsMaterial
 
@@ -65,9 +66,11 @@ class A2AHttpServer:
 
     def __init__(self, app: Any, material: TlsMaterial) -> None:
         self._tls = LiveServerContext(material)
+        self.budget = connection_budget()
+        """The connections this server holds, and their bounds."""
         self._config = uvicorn.Config(
             app,
-            http=VerifiedPeerProtocol,
+            http=budgeted(self.budget),
             lifespan="off",
             # No logging config of uvicorn's own: its records propagate to the
             # process's handler (JSON or escaped text), not to a stderr handler of its own.
