@@ -7,7 +7,14 @@ a role, a ``historyLength``, a data part, each verbatim in our log. It logs
 whole request bodies at DEBUG. The gateway decides and audits every such
 request itself (reason code, sizes, no content), so of the SDK's lines only
 the facts are kept: which SDK module, the level, the exception's type. The
-text, its arguments and the traceback are withheld.
+text, its arguments and the traceback are withheld. And the level is at
+most WARNING: what the SDK calls an error here is a request it could not
+read or one the gateway refused (both answered and audited by the edge);
+the gateway's own failures are logged as ERROR under ``gateway.*``. Once
+the gateway has refused the request in hand (:func:`gateway_refused`, in
+the request's own context), the SDK's lines about it are kept at DEBUG: a
+refusal is not the agent's error, and a refused stream would otherwise log
+a line that a refused ``SendMessage`` does not.
 
 :func:`withhold_a2a_sdk_text` puts one handler on the ``a2a`` logger (every
 SDK module logs under it) and stops its records from reaching other handlers
@@ -20,6 +27,7 @@ logger directly still sees the SDK's own records: that is their choice.
 from __future__ import annotations
 
 import logging
+from contextvars import ContextVar
 
 SDK_LOGGER = "a2a"
 """The a2a-sdk's top logger: its modules log as ``a2a.server...``, ``a2a.client...``."""
@@ -31,16 +39,28 @@ WITHHELD = "a2a-sdk %s: %s (text withheld: it may quote the request; the audit h
 """The message of every relayed line: the SDK module and the exception type (or 'no exception')."""
 
 
+_REFUSED = ContextVar("a2agw_refused_by_the_gateway", default=False)
+"""Set in a request's context once the gateway has refused it (each request has its own)."""
+
+
+def gateway_refused() -> None:
+    """The request in hand is refused by the gateway (answered and audited with its reason)."""
+    _REFUSED.set(True)
+
+
 class _FactsOnly(logging.Handler):
-    """Relays each SDK record as its logger, level and exception type, nothing else."""
+    """Relays each SDK record as its logger, level (see above) and exception type, nothing else."""
 
     def emit(self, record: logging.LogRecord) -> None:
         kind = record.exc_info[0] if record.exc_info else None
         relay = logging.getLogger(RELAY_LOGGER)
+        level = logging.DEBUG if _REFUSED.get() else min(record.levelno, logging.WARNING)
+        if not relay.isEnabledFor(level):
+            return
         relay.handle(
             relay.makeRecord(
                 RELAY_LOGGER,
-                record.levelno,
+                level,
                 record.pathname,
                 record.lineno,
                 WITHHELD,

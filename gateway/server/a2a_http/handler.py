@@ -37,6 +37,7 @@ from gateway.server.a2a_http.wire_errors import (
     message_of,
     v0_3_error_data,
 )
+from gateway.telemetry.sdk_logs import gateway_refused
 
 _Response = TypeVar("_Response")
 _STREAM_EVENTS = ("task", "message", "status_update", "artifact_update")
@@ -107,6 +108,7 @@ class ServicerRequestHandler(RequestHandler):
     def _refused(exchange: Exchange, aborted: Aborted) -> Refused:
         error = from_grpc_status(aborted.status)
         exchange.refusal = error
+        gateway_refused()  # the SDK logs what follows as its error: it is not the agent's
         return Refused(error, v0_3_error_data(error) if exchange.v0_3 else None)
 
     async def on_message_send(

@@ -6,6 +6,9 @@ pydantic's ``input_value=...``, the tracebacks), and over REST its parse
 message carried it back in the error. The gateway had audited each of them
 without the value all along; now the SDK's log lines keep only their facts
 (``gateway.telemetry.sdk_logs``) and only the SDK's fixed texts reach a caller.
+A later round found every stream the gateway refused logged at ERROR (the SDK
+takes the refusal for its own internal error): such lines are now DEBUG, and
+the SDK's lines are never above WARNING (the gateway logs its own errors).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import pytest
 from gateway.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from gateway.telemetry.sdk_logs import RELAY_LOGGER
-from tests.a2a_http_support import V1_HEADERS, https_client, jsonrpc, our_reason
+from tests.a2a_http_support import V1_HEADERS, https_client, jsonrpc, message_params, our_reason
 from tests.support import Pki, WriteCounter, audit_rows, spiffe
 
 SECRET = "s3cr3t-payload-7f1c"
@@ -136,3 +139,59 @@ async def test_a_request_the_sdk_cannot_parse_is_refused_without_its_text(
     ]
     assert not any(SECRET in str(field) for field in astuple(added[0]))
     assert counter.calls == 0
+
+
+def relayed_levels(operator_log: OperatorLog) -> list[str]:
+    """The level of each relayed SDK line."""
+    return [
+        line.split(" ", 2)[1]
+        for name, line in zip(operator_log.names, operator_log.lines, strict=True)
+        if name == RELAY_LOGGER
+    ]
+
+
+REFUSED_STREAMS = {
+    "a stream of a capability not granted": (
+        jsonrpc("SendStreamingMessage", message_params("admin.wipe", {})),
+        "CAPABILITY_NOT_GRANTED",
+    ),
+    "a subscription to a task that is not there": (
+        jsonrpc("SubscribeToTask", {"id": "no-such-task"}),
+        "TASK_NOT_FOUND",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_STREAMS))
+async def test_the_sdks_lines_about_a_refused_stream_are_debug_not_error(
+    pki: Pki, alice: Agent, counter: WriteCounter, operator_log: OperatorLog, case: str
+) -> None:
+    # Found by an attack round: the SDK logs a stream the gateway refused as its
+    # own internal error, so every refused stream wrote an ERROR line (a refused
+    # SendMessage writes none).
+    body, reason = REFUSED_STREAMS[case]
+    before = len(audit_rows(alice.config.audit_db))
+    async with https_client(pki, "bob") as client:
+        response = await client.post(
+            alice.https_url + JSONRPC_PATH,
+            json=body,
+            headers={**V1_HEADERS, "Accept": "text/event-stream"},
+        )
+    assert our_reason(response.json()["error"]["data"]) == reason
+    levels = relayed_levels(operator_log)
+    assert levels and set(levels) == {"DEBUG"}
+    await alice.audit.flush()
+    added = audit_rows(alice.config.audit_db)[before:]
+    assert [(r.peer_id, r.decision, r.reason) for r in added] == [(BOB, "refuse", reason)]
+    assert counter.calls == 0
+
+
+async def test_the_sdks_lines_about_a_request_it_cannot_read_are_warnings_at_most(
+    pki: Pki, alice: Agent, operator_log: OperatorLog
+) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": None}
+    async with https_client(pki, "bob") as client:
+        response = await client.post(alice.https_url + JSONRPC_PATH, json=body, headers=V1_HEADERS)
+    assert our_reason(response.json()["error"]["data"]) == "INVALID_REQUEST"
+    levels = relayed_levels(operator_log)
+    assert levels and set(levels) <= {"DEBUG", "INFO", "WARNING"}
