@@ -121,11 +121,17 @@ class TlsMaterial:
         )
 
 
+HANDSHAKE_SECONDS = 10.0
+"""How long a connection to the gRPC port has to finish its TLS and HTTP/2 handshake
+(gRPC's own default is 120 s: long enough for silent connections to pile up)."""
+
+
 def server_options() -> list[tuple[str, int]]:
-    """gRPC server options: the message ceiling in both directions."""
+    """gRPC server options: the message ceiling in both directions, the handshake deadline."""
     return [
         ("grpc.max_receive_message_length", MESSAGE_CEILING),
         ("grpc.max_send_message_length", MESSAGE_CEILING),
+        ("grpc.server_handshake_timeout_ms", int(HANDSHAKE_SECONDS * 1000)),
     ]
 
 
