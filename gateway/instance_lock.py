@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 
 from gateway.errors import AgentConfigError
+from gateway.private_files import private_dir
 
 LOCK_FILE = "serve.lock"
 
@@ -43,7 +44,7 @@ class InstanceLock:
         """
         path = state_dir / LOCK_FILE
         try:
-            state_dir.mkdir(parents=True, exist_ok=True)
+            private_dir(state_dir)  # 0700, as the agent makes it: the lock comes first
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as err:
             raise AgentConfigError(f"state_dir lock {path}: {err.strerror or err}") from err

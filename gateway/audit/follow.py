@@ -25,7 +25,7 @@ from gateway.audit.store.sqlite_schema import (
     RECORD_COLUMNS,
     SELECT_RECORDS,
     connect_read_only,
-    record_from_row,
+    readable_record,
 )
 from gateway.errors import ConfigError
 from gateway.postgres.source import ConnectionSource
@@ -41,7 +41,8 @@ class AuditFeed(ABC):
         """Records committed since the last poll that match the filter (may be empty).
 
         Raises:
-            ConfigError: The store cannot be read.
+            ConfigError: The store cannot be read, or holds a record that
+                cannot be read.
         """
 
     @abstractmethod
@@ -98,7 +99,7 @@ class SqliteAuditFeed(AuditFeed):
         while True:
             rows = self._read(self._sql, (self._last, *self._params))
             for row in rows:
-                record = record_from_row(row)
+                record = readable_record(row, f"audit log {self._path}", str(self._path))
                 self._last = max(self._last, record.seq)
                 found.append(AgentRecord(self._agent, record))
             if len(rows) < _BATCH_ROWS:
@@ -160,7 +161,8 @@ class PostgresAuditFeed(AuditFeed):
             marks = [self._marks[agent] for agent in agents]
             rows = self._read(self._sql, [agents, marks, *self._params])
             for row in rows:
-                entry = AgentRecord(str(row[0]), record_from_row(row[1:]))
+                record = readable_record(row[1:], f"audit database {self._dsn}", str(self._dsn))
+                entry = AgentRecord(str(row[0]), record)
                 seen = self._marks.get(entry.agent_id, 0)
                 self._marks[entry.agent_id] = max(seen, entry.record.seq)
                 found.append(entry)

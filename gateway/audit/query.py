@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from gateway.audit.filter import AuditFilter
 from gateway.audit.record import AuditRecord
-from gateway.audit.store.sqlite_schema import SELECT_RECORDS, connect_read_only, record_from_row
+from gateway.audit.store.sqlite_schema import SELECT_RECORDS, connect_read_only, readable_record
 from gateway.display import json_for_terminals, printable
 from gateway.errors import ConfigError
 
@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 _SINCE = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 _PAGE_ROWS = 10_000
+_YEAR_1 = datetime.min.replace(tzinfo=UTC)
+_MAX_DIGITS = 18
+"""More digits than any count a timedelta holds (999,999,999 days is 14 digits of seconds)."""
 
 TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("TIME (UTC)", "<"),
@@ -44,14 +47,27 @@ def parse_since(text: str) -> timedelta:
 
     Raises:
         ConfigError: ``text`` is not a positive whole number followed by one of
-            ``s``, ``m``, ``h``, ``d``.
+            ``s``, ``m``, ``h``, ``d``, or reaches back before the year 1.
     """
     match = _SINCE.fullmatch(text.strip())
-    if match is None or int(match.group(1)) == 0:
+    window = _window(match.group(1), match.group(2)) if match is not None else timedelta(0)
+    if window == timedelta(0):
         raise ConfigError(
             f"--since {text!r}: expected a positive number and a unit s, m, h or d (e.g. 10m)"
         )
-    return timedelta(**{_UNITS[match.group(2)]: int(match.group(1))})
+    if window is None or window > datetime.now(UTC) - _YEAR_1:
+        raise ConfigError(f"--since {text!r}: too far back (it reaches before the year 1)")
+    return window
+
+
+def _window(digits: str, unit: str) -> timedelta | None:
+    """The window, or None if no timedelta holds it (nor would int() read so many digits)."""
+    if len(digits.lstrip("0")) > _MAX_DIGITS:
+        return None
+    try:
+        return timedelta(**{_UNITS[unit]: int(digits)})
+    except OverflowError:
+        return None
 
 
 def query_records(reader: AuditReader, wanted: AuditFilter | None = None) -> list[AuditRecord]:
@@ -61,7 +77,9 @@ def query_records(reader: AuditReader, wanted: AuditFilter | None = None) -> lis
     :func:`gateway.audit.store.postgres_read.query_agent_records` for the agent of each).
 
     Raises:
-        ConfigError: The store is missing or not an audit log, or ``wanted.limit`` < 0.
+        ConfigError: The store is missing or not an audit log, holds a record
+            that cannot be read (altered: see ``audit verify``), or
+            ``wanted.limit`` < 0.
     """
     return reader.query(wanted if wanted is not None else AuditFilter())
 
@@ -86,7 +104,8 @@ def sqlite_query_records(path: Path, wanted: AuditFilter) -> list[AuditRecord]:
         raise ConfigError(f"audit log {path}: cannot read: {err}") from err
     finally:
         conn.close()
-    return [record_from_row(row) for row in reversed(rows)]
+    log = f"audit log {path}"
+    return [readable_record(row, log, str(path)) for row in reversed(rows)]
 
 
 def recent_request_ids(

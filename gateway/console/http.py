@@ -16,6 +16,10 @@ from urllib.parse import parse_qsl, urlsplit
 
 MAX_HEAD_BYTES = 16 * 1024
 READ_TIMEOUT = 10.0
+MAX_FIELDS = 20
+"""Query parameters a request may carry (a page reads five)."""
+DRAIN_TIMEOUT = 10.0
+"""Seconds a client may take to accept what was written before it is dropped."""
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -72,7 +76,10 @@ async def read_request(reader: asyncio.StreamReader) -> Request:
     if len(words) != 3 or not words[2].startswith("HTTP/1."):
         raise BadRequest("400 Bad Request")
     target = urlsplit(words[1])
-    query = dict(parse_qsl(target.query, keep_blank_values=False, max_num_fields=20))
+    try:
+        query = dict(parse_qsl(target.query, keep_blank_values=False, max_num_fields=MAX_FIELDS))
+    except ValueError:  # more than MAX_FIELDS parameters
+        raise BadRequest("400 Bad Request") from None
     return Request(words[0], target.path or "/", query)
 
 
@@ -95,10 +102,25 @@ async def respond(
     await close_quietly(writer)
 
 
+async def drain(writer: asyncio.StreamWriter) -> None:
+    """Wait until the client takes what was written.
+
+    Raises:
+        TimeoutError: It took nothing for ``DRAIN_TIMEOUT`` seconds (a stalled
+            client must not hold its connection for as long as TCP would).
+        ConnectionError: It went away.
+    """
+    await asyncio.wait_for(writer.drain(), DRAIN_TIMEOUT)
+
+
 async def close_quietly(writer: asyncio.StreamWriter) -> None:
-    """Flush and close; a client that went away is not an error."""
-    with contextlib.suppress(ConnectionError, OSError):
-        await writer.drain()
+    """Flush and close; a client that went away, or stalls, is not an error."""
+    try:
+        await drain(writer)
+    except TimeoutError:
+        writer.transport.abort()  # close() would wait for the unsent bytes
+    except (ConnectionError, OSError):
+        pass
     writer.close()
     with contextlib.suppress(ConnectionError, OSError):
         await writer.wait_closed()

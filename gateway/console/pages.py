@@ -54,8 +54,13 @@ def href(path: str, params: Mapping[str, str]) -> str:
 
 
 def utc(time_unix_ms: int | float) -> str:
-    """Milliseconds since the epoch as ISO 8601 UTC."""
-    moment = datetime.fromtimestamp(time_unix_ms / 1000, tz=UTC)
+    """Milliseconds since the epoch as ISO 8601 UTC (said so, past what a datetime holds)."""
+    try:
+        moment = datetime.fromtimestamp(time_unix_ms / 1000, tz=UTC)
+    except (OverflowError, ValueError, OSError):
+        # Readers refuse such records; a chart's start a hair before the year 1
+        # (a window given to the second) must still not take the page down.
+        return f"{time_unix_ms} ms since the epoch (out of range)"
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -117,9 +122,14 @@ def filter_form(action: str, values: Mapping[str, str], problem: str = "") -> st
     )
     trace = values.get("trace", "")
     keep = f'<input type="hidden" name="trace" value="{esc(trace)}">' if trace else ""
-    note = f'<p class="problem">{esc(problem)}</p>' if problem else ""
+    note = problem_note(problem) if problem else ""
     form = f'<form class="filters" method="get" action="{esc(action)}">'
     return f"{form}{fields}{keep}<button>Filter</button></form>{note}"
+
+
+def problem_note(problem: str) -> str:
+    """A problem the page ran into, as a highlighted paragraph."""
+    return f'<p class="problem">{esc(problem)}</p>'
 
 
 def facts(rows: Sequence[tuple[str, str]]) -> str:

@@ -15,6 +15,7 @@ import ssl
 from collections.abc import Awaitable, Callable
 from importlib import resources
 
+from gateway.audit.record import AuditRecord
 from gateway.config import ConsoleSettings, TlsFiles
 from gateway.console import status_views, views
 from gateway.console.http import (
@@ -23,13 +24,14 @@ from gateway.console.http import (
     BadRequest,
     Request,
     close_quietly,
+    drain,
     read_request,
     respond,
     response_head,
 )
 from gateway.console.live import LiveDecisions, event_data
-from gateway.console.pages import layout
-from gateway.errors import AgentConfigError, GatewayError, Unauthenticated
+from gateway.console.pages import layout, problem_note
+from gateway.errors import AgentConfigError, ConfigError, GatewayError, Unauthenticated
 from gateway.telemetry.health_http import HEALTH_PATHS, health_answer
 from policies.identity import spiffe_id_from_pem
 
@@ -129,7 +131,7 @@ class ConsoleServer:
                 await respond(writer, "403 Forbidden", TEXT, "not an operator of this agent\n")
                 return
             request = await read_request(reader)
-            await self._route(request, writer)
+            await self._route(request, reader, writer)
         except BadRequest as err:
             await respond(writer, err.status, TEXT, "")
         except (ConnectionError, ssl.SSLError):
@@ -152,7 +154,9 @@ class ConsoleServer:
             return False
         return caller in self._settings.operators
 
-    async def _route(self, request: Request, writer: asyncio.StreamWriter) -> None:
+    async def _route(
+        self, request: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         if request.method != "GET":
             await respond(writer, "405 Method Not Allowed", TEXT, "read-only: GET only\n")
         elif request.path in HEALTH_PATHS:
@@ -161,7 +165,7 @@ class ConsoleServer:
         elif request.path == "/events" and len(self._streams) >= MAX_STREAMS:
             await respond(writer, "503 Service Unavailable", TEXT, "too many live pages\n")
         elif request.path == "/events":
-            await self._stream(request, writer)
+            await self._stream(request, reader, writer)
         elif request.path.startswith("/static/"):
             name = request.path.removeprefix("/static/")
             if name not in _STATIC:
@@ -171,38 +175,77 @@ class ConsoleServer:
             await respond(writer, "200 OK", _STATIC[name], data)
         elif request.path in _PAGES:
             title, view = _PAGES[request.path]
-            produced = view(self._source, request)
-            body = produced if isinstance(produced, str) else await produced
+            body = await _page_body(view, self._source, request)
             page = layout(title, request.path, self._source.config.id, body)
             await respond(writer, "200 OK", HTML, page)
         else:
             await respond(writer, "404 Not Found", TEXT, "not found\n")
 
-    async def _stream(self, request: Request, writer: asyncio.StreamWriter) -> None:
-        """Server-sent events: one ``decision`` event per new record that passes the filters."""
-        wanted = views.Filters.of(request)
+    async def _stream(
+        self, request: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Server-sent events: one ``decision`` event per new record that passes the filters.
+
+        Ends when the live feed ends, the client stalls, or the client closes
+        its side (watched for at once, so the slot is free for the next page).
+        """
         queue = self._live.subscribe()
         task = asyncio.current_task()
         assert task is not None
         self._streams.add(task)
+        events = asyncio.ensure_future(_send_events(views.Filters.of(request), queue, writer))
+        closed = asyncio.ensure_future(_until_closed(reader))
         try:
-            writer.write(response_head("200 OK", "text/event-stream; charset=utf-8", None))
-            writer.write(b"retry: 2000\n: connected\n\n")
-            await writer.drain()
-            while True:
-                try:
-                    rec = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
-                except TimeoutError:
-                    writer.write(b": keepalive\n\n")
-                else:
-                    if rec is None:
-                        break
-                    if wanted.matches(rec):
-                        writer.write(
-                            f"id: {rec.seq}\nevent: decision\ndata: {event_data(rec)}\n\n".encode()
-                        )
-                await writer.drain()
+            await asyncio.wait((events, closed), return_when=asyncio.FIRST_COMPLETED)
+            if events.done():
+                events.result()  # re-raises a fault of ours (a client that went is none)
         finally:
             self._live.unsubscribe(queue)
             self._streams.discard(task)
+            for side in (events, closed):
+                side.cancel()
+            await asyncio.gather(events, closed, return_exceptions=True)
             await close_quietly(writer)
+
+
+async def _page_body(
+    view: Callable[[views.ConsoleSource, Request], Awaitable[str] | str],
+    source: views.ConsoleSource,
+    request: Request,
+) -> str:
+    """The view's HTML, or the problem that kept it from reading (e.g. an altered audit log)."""
+    try:
+        produced = view(source, request)
+        return produced if isinstance(produced, str) else await produced
+    except ConfigError as err:  # the operator's store or files, named on the page, not a 500
+        return problem_note(err.message)
+
+
+async def _send_events(
+    wanted: views.Filters, queue: asyncio.Queue[AuditRecord | None], writer: asyncio.StreamWriter
+) -> None:
+    """Write the stream until the feed ends it (None) or the client stalls or goes."""
+    writer.write(response_head("200 OK", "text/event-stream; charset=utf-8", None))
+    writer.write(b"retry: 2000\n: connected\n\n")
+    with contextlib.suppress(TimeoutError, ConnectionError, OSError):
+        await drain(writer)
+        while True:
+            try:
+                rec = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
+            except TimeoutError:
+                writer.write(b": keepalive\n\n")
+            else:
+                if rec is None:
+                    return
+                if wanted.matches(rec):
+                    writer.write(
+                        f"id: {rec.seq}\nevent: decision\ndata: {event_data(rec)}\n\n".encode()
+                    )
+            await drain(writer)
+
+
+async def _until_closed(reader: asyncio.StreamReader) -> None:
+    """Return once the client closes its side (anything it sends is ignored)."""
+    with contextlib.suppress(ConnectionError, OSError):
+        while await reader.read(4096):
+            pass

@@ -14,10 +14,12 @@ from pathlib import Path
 
 from gateway.audit import query_records, verify_chain
 from gateway.audit.filter import AuditFilter
+from gateway.audit.store.sqlite_schema import TIME_RANGE_MS
 from gateway.config import TlsFiles, TlsSettings
 from gateway.console.http import Request
-from gateway.console.pages import esc, facts, href, table, trace_link, utc
+from gateway.console.pages import esc, facts, href, problem_note, table, trace_link, utc
 from gateway.console.views import ConsoleSource, agent_filter
+from gateway.errors import ConfigError
 from gateway.storage import open_audit_reader
 
 
@@ -117,21 +119,17 @@ async def audit_status(source: ConsoleSource, request: Request) -> str:
     last = await asyncio.to_thread(
         query_records, log, AuditFilter(agent=agent_filter(config), limit=1)
     )
-    checkpoint = await asyncio.to_thread(_last_checkpoint, config.checkpoint_file)
+    records = last[-1].seq if last else 0
+    checkpoint = await _checkpoint_fact(config.checkpoint_file, records)
     health = source.health_state()
     rows = [
         ("Audit log", esc(config.audit_db)),
         ("Health", esc("SERVING" if health.serving else f"NOT_SERVING: {health.why_not()}")),
-        ("Records", esc(last[-1].seq if last else 0)),
+        ("Records", esc(records)),
         ("Last record", esc(utc(last[-1].time_unix_ms)) if last else "-"),
         ("Checkpoint file", esc(config.checkpoint_file)),
+        ("Last checkpoint", checkpoint),
     ]
-    if checkpoint is None:
-        rows.append(("Last checkpoint", "none yet"))
-    else:
-        seq, when = checkpoint
-        behind = (last[-1].seq if last else 0) - seq
-        rows.append(("Last checkpoint", esc(f"seq {seq} at {utc(when)}; {behind} record(s) since")))
     if request.param("verify") == "1" and not log.many_chains:
         report = await asyncio.to_thread(verify_chain, log)
         verdict = (
@@ -145,8 +143,28 @@ async def audit_status(source: ConsoleSource, request: Request) -> str:
     return facts(rows)
 
 
+async def _checkpoint_fact(path: Path, records: int) -> str:
+    """The last checkpoint and how far the log is past it, as page HTML."""
+    try:
+        checkpoint = await asyncio.to_thread(_last_checkpoint, path)
+    except ConfigError as err:  # named in its row: the rest of the page still holds
+        return problem_note(err.message)
+    if checkpoint is None:
+        return "none yet"
+    seq, when = checkpoint
+    return esc(f"seq {seq} at {utc(when)}; {records - seq} record(s) since")
+
+
 def _last_checkpoint(path: Path) -> tuple[int, int] | None:
-    """(seq, time_unix_ms) of the file's last line, if it has a readable one."""
+    """(seq, time_unix_ms) of the file's last checkpoint line, if it has one.
+
+    Lines that are not JSON objects with both fields are passed over: the
+    tail read may begin mid-line, and a line may be half written.
+
+    Raises:
+        ConfigError: That line's seq or time is no number a checkpoint could
+            hold (the file was altered).
+    """
     try:
         with path.open("rb") as file:
             file.seek(0, 2)
@@ -157,10 +175,21 @@ def _last_checkpoint(path: Path) -> tuple[int, int] | None:
     for line in reversed(lines):
         try:
             entry = json.loads(line)
-            return int(entry["seq"]), int(entry["time_unix_ms"])
+            seq, when = entry["seq"], entry["time_unix_ms"]
         except (ValueError, KeyError, TypeError):
             continue
+        if type(seq) is not int or seq < 0 or type(when) is not int or not _in_range(when):
+            raise ConfigError(
+                f"checkpoint file {path}: its last checkpoint cannot be read (seq or "
+                "time_unix_ms is not a whole number in range); check the file with: "
+                "a2a-gateway audit verify --config AGENT.toml"
+            )
+        return seq, when
     return None
+
+
+def _in_range(time_unix_ms: int) -> bool:
+    return TIME_RANGE_MS[0] <= time_unix_ms <= TIME_RANGE_MS[1]
 
 
 def in_flight(source: ConsoleSource) -> str:

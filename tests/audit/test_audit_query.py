@@ -250,3 +250,12 @@ def test_parse_since_accepts(text: str, expected: timedelta) -> None:
 def test_parse_since_rejects(text: str) -> None:
     with pytest.raises(ConfigError, match="since"):
         parse_since(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["1000000000d", "99999999999d", "999999999d", "740000d", "9" * 5000 + "s"]
+)
+def test_parse_since_refuses_a_window_reaching_before_the_year_1(text: str) -> None:
+    with pytest.raises(ConfigError, match=r"too far back \(it reaches before the year 1\)$"):
+        parse_since(text)
+    assert parse_since("730000d") == timedelta(days=730_000)  # back to the year 27 or so

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import socket
+import sqlite3
 import ssl
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,8 +16,10 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.agent import Agent
+from gateway.audit.record import AuditRecord
 from gateway.client.peer_client import PeerClient
 from gateway.config import ConsoleSettings
+from gateway.console.pages import esc
 from gateway.errors import GatewayError
 from tests.support import Pki, agent_config, grant, spiffe, started, write_policy
 
@@ -230,3 +236,167 @@ async def test_live_pages_are_capped(console_agent: Agent, monkeypatch: pytest.M
         assert (status, body) == ("HTTP/1.1 503 Service Unavailable", "too many live pages\n")
     finally:
         writer.close()
+
+
+def _errors_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR]
+
+
+async def _one_allowed_one_refused(agent: Agent, pki: Pki) -> None:
+    async with PeerClient(agent.config.id, agent.address, pki.material("bob")) as bob:
+        await bob.invoke("text.echo", {"text": "x"})
+        with pytest.raises(GatewayError):
+            await bob.invoke("kv.get", {"key": "k"})
+    await agent.audit.flush()
+
+
+async def test_a_since_too_far_back_is_named_on_the_page(
+    console_agent: Agent, pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    console = console_agent.console
+    assert console is not None
+    await _one_allowed_one_refused(console_agent, pki)  # the chart has a refusal to place
+    for path, since in (
+        ("/", "1000000000d"),
+        ("/", "99999999999d"),
+        ("/refusals", "999999999d"),
+        ("/refusals", "99999999999999999999999s"),
+    ):
+        status, _, body = await _get(console.address, f"{path}?since={since}")
+        assert status == "HTTP/1.1 200 OK", (path, since)
+        assert (
+            f'<p class="problem">--since &#x27;{since}&#x27;: too far back '
+            "(it reaches before the year 1)</p>"
+        ) in body
+    assert _errors_logged(caplog) == []
+
+
+async def test_too_many_query_parameters_are_a_bad_request(
+    console_agent: Agent, caplog: pytest.LogCaptureFixture
+) -> None:
+    console = console_agent.console
+    assert console is not None
+    twenty = "&".join(f"p{n}={n}" for n in range(20))
+    assert (await _get(console.address, f"/?{twenty}"))[0] == "HTTP/1.1 200 OK"
+    status, _, body = await _get(console.address, f"/?{twenty}&p20=20")
+    assert (status, body) == ("HTTP/1.1 400 Bad Request", "")
+    assert _errors_logged(caplog) == []
+
+
+async def _open_live_page(
+    address: str, sock: socket.socket | None = None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    host, port = address.rsplit(":", 1)
+    if sock is None:
+        reader, writer = await asyncio.open_connection(host, int(port))
+    else:
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
+        reader, writer = await asyncio.open_connection(sock=sock)
+    writer.write(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    await asyncio.wait_for(reader.readuntil(b": connected\n\n"), 10)
+    return reader, writer
+
+
+async def _live_page_status(address: str, attempts: int = 100) -> str:
+    """The first answer to a new live page that is not 503 (bounded: ``attempts`` tries)."""
+    host, port = address.rsplit(":", 1)
+    status = ""
+    for _ in range(attempts):
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        status = (await asyncio.wait_for(reader.readuntil(b"\r\n"), 10)).decode().strip()
+        writer.close()
+        if status != "HTTP/1.1 503 Service Unavailable":
+            break
+        await asyncio.sleep(0.1)
+    return status
+
+
+async def test_a_closed_live_page_frees_its_slot_at_once(
+    console_agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.console import server
+
+    monkeypatch.setattr(server, "MAX_STREAMS", 1)
+    monkeypatch.setattr(server, "KEEPALIVE_SECONDS", 3600.0)  # no write will find it gone
+    console = console_agent.console
+    assert console is not None
+    _, writer = await _open_live_page(console.address)
+    writer.close()
+    await writer.wait_closed()
+    assert await _live_page_status(console.address) == "HTTP/1.1 200 OK"
+
+
+def _bulky(n: int) -> AuditRecord:
+    return AuditRecord(
+        time_unix_ms=int(time.time() * 1000),
+        request_id=f"{n}-" + "r" * 100_000,  # 100 kB of event each
+        peer_id=spiffe("bob"),
+        capability="text.echo",
+        version_constraint="",
+        served_version="1.0.0",
+        decision="allow",
+        reason="OK",
+        payload_size=1,
+        payload_sha256="0" * 64,
+        latency_ms=1.0,
+    )
+
+
+async def test_a_live_page_that_stops_reading_is_dropped(
+    console_agent: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.console import http, server
+
+    monkeypatch.setattr(server, "MAX_STREAMS", 1)
+    monkeypatch.setattr(http, "DRAIN_TIMEOUT", 0.5, raising=False)
+    console = console_agent.console
+    assert console is not None
+    stalled = socket.socket()
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    _, writer = await _open_live_page(console.address, stalled)
+    try:
+        for n in range(100):  # 10 MB of events it never reads, socket open
+            console_agent.audit.record(_bulky(n))
+        await console_agent.audit.flush()
+        assert await _live_page_status(console.address) == "HTTP/1.1 200 OK"
+    finally:
+        writer.close()
+
+
+async def test_altered_audit_files_are_named_on_the_pages(
+    console_agent: Agent, pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    console = console_agent.console
+    assert console is not None
+    config = console_agent.config
+    await _one_allowed_one_refused(console_agent, pki)
+    with config.checkpoint_file.open("a") as file:
+        file.write('{"seq": 1e999, "time_unix_ms": 1}\n')
+    status, _, body = await _get(console.address, "/audit")
+    assert status == "HTTP/1.1 200 OK"
+    assert "<dt>Records</dt><dd>2</dd>" in body
+    checkpoint = (
+        f"checkpoint file {config.checkpoint_file}: its last checkpoint cannot be read (seq or "
+        "time_unix_ms is not a whole number in range); check the file with: "
+        "a2a-gateway audit verify --config AGENT.toml"
+    )
+    assert f'<dt>Last checkpoint</dt><dd><p class="problem">{esc(checkpoint)}</p></dd>' in body
+
+    conn = sqlite3.connect(config.audit_db)
+    conn.execute("UPDATE audit_records SET time_unix_ms = 99999999999999999 WHERE seq = 2")
+    conn.commit()
+    conn.close()
+    record = (
+        f"audit log {config.audit_db}: holds a record that cannot be read (seq 2: time_unix_ms "
+        "99999999999999999 is out of range); check the log with: "
+        f"a2a-gateway audit verify --db {config.audit_db}"
+    )
+    for path in ("/", "/refusals", "/audit"):
+        status, _, body = await _get(console.address, path)
+        assert status == "HTTP/1.1 200 OK", path
+        assert f'<p class="problem">{esc(record)}</p>' in body, path
+    assert _errors_logged(caplog) == []

@@ -15,7 +15,7 @@ import psycopg
 
 from gateway.audit.filter import AuditFilter
 from gateway.audit.record import AuditRecord
-from gateway.audit.store.sqlite_schema import CHAIN_COLUMNS, RECORD_COLUMNS, record_from_row
+from gateway.audit.store.sqlite_schema import CHAIN_COLUMNS, RECORD_COLUMNS, readable_record
 from gateway.audit.verify import VerifyReport, verify_rows
 from gateway.errors import ConfigError
 from gateway.postgres.migrations import LATEST_VERSION, schema_version
@@ -59,7 +59,8 @@ def query_agent_records(dsn: ConnectionSource, wanted: AuditFilter) -> list[Agen
     """Records of every agent (or ``wanted.agent``) matching ``wanted``, oldest first.
 
     Raises:
-        ConfigError: The database cannot be read or holds no audit schema.
+        ConfigError: The database cannot be read, holds no audit schema or a
+            record that cannot be read.
     """
     wanted.check_limit()
     where, params = wanted.clauses("%s")
@@ -82,7 +83,10 @@ def query_agent_records(dsn: ConnectionSource, wanted: AuditFilter) -> list[Agen
         raise ConfigError(f"audit database {dsn}: cannot read: {dsn.why(err)}") from err
     finally:
         conn.close()
-    return [AgentRecord(str(row[0]), record_from_row(row[1:])) for row in reversed(rows)]
+    log = f"audit database {dsn}"
+    return [
+        AgentRecord(str(row[0]), readable_record(row[1:], log, str(dsn))) for row in reversed(rows)
+    ]
 
 
 def recent_agent_request_ids(

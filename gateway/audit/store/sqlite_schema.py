@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
-from gateway.audit.record import AuditRecord, Decision
+from gateway.audit.record import AuditRecord, Decision, checked_fields
 from gateway.errors import ConfigError
 
 SCHEMA_VERSION = 2
@@ -96,6 +97,41 @@ def record_from_row(row: Sequence[Any]) -> AuditRecord:
     fields = dict(zip(RECORD_COLUMNS, row, strict=False))
     fields["decision"] = cast(Decision, fields["decision"])
     return AuditRecord(**fields)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+TIME_RANGE_MS = (
+    (datetime.min.replace(tzinfo=UTC) - _EPOCH) // _MS,
+    (datetime.max.replace(tzinfo=UTC) - _EPOCH) // _MS,
+)
+"""The ``time_unix_ms`` a record may hold: the years 1 to 9999, all a datetime can show."""
+
+
+def readable_record(row: Sequence[Any], log: str, db: str) -> AuditRecord:
+    """:func:`record_from_row` for a reader that shows or re-decides records.
+
+    The chain check reads rows as stored, whatever they hold; a reader that
+    formats, sorts or re-decides them needs each value of its declared type
+    and a time a datetime can hold. ``log`` names the store in the message
+    (``audit log PATH``), ``db`` is its ``--db`` argument.
+
+    Raises:
+        ConfigError: The row is not a record this gateway could have written
+            (the store was altered: ``audit verify`` names how).
+    """
+    rec = record_from_row(row)
+    try:
+        values = checked_fields(rec)
+        time_unix_ms = values["time_unix_ms"]
+        if not TIME_RANGE_MS[0] <= cast(int, time_unix_ms) <= TIME_RANGE_MS[1]:
+            raise ValueError(f"time_unix_ms {time_unix_ms} is out of range")
+    except (TypeError, ValueError) as err:
+        raise ConfigError(
+            f"{log}: holds a record that cannot be read (seq {rec.seq}: {err}); "
+            f"check the log with: a2a-gateway audit verify --db {db}"
+        ) from err
+    return record_from_row([values[name] for name in RECORD_COLUMNS])
 
 
 def connect_read_only(path: Path) -> sqlite3.Connection:
