@@ -5,7 +5,11 @@
   a status (plain or rich) of the test's choosing.
 * ``RawHttpUpstream``: a bare HTTP/1.1 server on 127.0.0.1 that reads one
   request and writes the raw bytes a test builds from the request's JSON-RPC
-  id (any status, headers, encoding), or closes the connection unanswered.
+  id (any status, headers, encoding), or closes the connection unanswered;
+  with ``hold_open``, it then keeps the connection (an unfinished body) until
+  the client closes it.
+* ``scripted_grpc_upstream``: serves a test's own ``A2AServiceServicer``
+  (any answer, stream or stall per RPC) with mTLS.
 
 Both count the requests they received, so a test can prove the call reached
 the upstream (and may have run there).
@@ -18,8 +22,10 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
+from a2a.types import a2a_pb2_grpc
 from google.rpc import status_pb2
 from grpc_status import rpc_status
 
@@ -68,6 +74,26 @@ async def raw_grpc_upstream(
         await server.stop(0)
 
 
+@contextlib.asynccontextmanager
+async def scripted_grpc_upstream(
+    servicer: a2a_pb2_grpc.A2AServiceServicer,
+    pki: Pki,
+    cert_name: str = "legacy",
+    *,
+    options: tuple[tuple[str, Any], ...] = (),
+) -> AsyncIterator[str]:
+    """Serve ``servicer`` with mTLS on 127.0.0.1:0 as ``cert_name``; yields ``host:port``."""
+    server = grpc.aio.server(options=list(options))
+    pki.ensure(cert_name)
+    port = server.add_secure_port("127.0.0.1:0", pki.material(cert_name).server_credentials())
+    a2a_pb2_grpc.add_A2AServiceServicer_to_server(servicer, server)
+    await server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        await server.stop(0)
+
+
 def http_response(
     body: bytes, *, status: str = "200 OK", headers: dict[str, str] | None = None
 ) -> bytes:
@@ -90,6 +116,8 @@ class RawHttpUpstream:
 
     answer: HttpAnswer
     received: int = 0
+    hold_open: bool = False
+    """Keep the connection after the answer's bytes until the client closes it (30 s at most)."""
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -105,6 +133,9 @@ class RawHttpUpstream:
             if raw is not None:
                 writer.write(raw)
                 await writer.drain()
+            if self.hold_open:
+                with contextlib.suppress(ConnectionError, TimeoutError):
+                    await asyncio.wait_for(reader.read(), 30)
         finally:
             writer.close()
             with contextlib.suppress(ConnectionError):

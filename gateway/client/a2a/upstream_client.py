@@ -15,12 +15,18 @@ This is the boundary where a2a-sdk, gRPC and httpx failures are translated:
   that failed, was rejected or wants more input) -> ``UpstreamFailed``, a
   plain exception the capability runner reports as CAPABILITY_FAILED.
 
+The gateway's own errors raised while the answer is passed on (a streamed
+chunk over the caller's cap: ``OutputTooLarge``) are not the upstream's
+answer: they pass through unchanged, and the runner reports them as for a
+local capability (CAPABILITY_FAILED, the audit detail their reason).
+
 Timeouts are the capability runner's (CAPABILITY_TIMEOUT): the SDK's own
 deadline is set a little later, so the cancellation comes from the runner.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -41,10 +47,10 @@ from gateway.client.a2a.upstream_reach import (
     handshake_cause,
     http_cause,
 )
-from gateway.client.a2a.upstream_tasks import followed, streamed
+from gateway.client.a2a.upstream_tasks import Abandon, UpstreamCancels, followed, streamed
 from gateway.client.handshake import channel_connected
 from gateway.config import TlsSettings, UpstreamEntry
-from gateway.errors import UpstreamUnavailable
+from gateway.errors import GatewayError, UpstreamUnavailable
 from gateway.transport.tls import TlsMaterial
 from policies.identity import svid_dns_name
 
@@ -69,6 +75,7 @@ class UpstreamClient:
         self._tls = tls
         self._files = files
         self._link: UpstreamLink | None = None
+        self._cancels = UpstreamCancels()
 
     @property
     def name(self) -> str:
@@ -87,16 +94,20 @@ class UpstreamClient:
 
         Sent with ``return_immediately``: a task the upstream is still running is
         followed to its end (polled, its status texts passed to ``events`` as
-        progress, cancelled upstream if this call is). With ``streaming = true``
-        and ``events`` (the caller follows its task) it is streamed instead,
-        events passed on as they come; see ``upstream_tasks``.
+        progress, cancelled upstream if this call is cancelled, times out or
+        fails). With ``streaming = true`` and ``events`` (the caller follows
+        its task) it is streamed instead, events passed on as they come; see
+        ``upstream_tasks``.
 
         Raises:
             UpstreamUnavailable: the upstream could not be reached as the identity
                 it must have (nothing was sent), or answered UNAVAILABLE or was
                 lost once the call may have been sent; the detail says which.
             UpstreamFailed: it answered with an error or an unfinished/failed task.
+            GatewayError: raised by ``events`` (a chunk over the caller's cap), unchanged.
         """
+        # Before any await: the runner's timeout for this call ends about now + timeout.
+        abandon = Abandon(self._cancels, asyncio.get_running_loop().time() + timeout)
         if self._link is None:
             self._link = open_link(self.entry, self._tls, self._files)
         link = self._link
@@ -115,10 +126,12 @@ class UpstreamClient:
         progress = None if events is None else events.progress
         try:
             if link.streaming is not None and events is not None:
-                return answer_parts(await streamed(link.streaming, request, events, context))
+                return answer_parts(
+                    await streamed(link.streaming, request, events, context, abandon)
+                )
             async for event in link.client.send_message(request, context=context):
-                return answer_parts(await followed(link.client, event, progress, timeout))
-        except UpstreamFailed:
+                return answer_parts(await followed(link.client, event, progress, timeout, abandon))
+        except (UpstreamFailed, GatewayError):  # GatewayError: ours, e.g. OutputTooLarge
             raise
         except Exception as err:
             if _undecodable(err):
@@ -162,7 +175,9 @@ class UpstreamClient:
         return link
 
     async def close(self) -> None:
-        """Close the connection (a later call would open a new one)."""
+        """Close the connection once the upstream cancels in flight have ended (each
+        within ``CANCEL_SECONDS``); a later call would open a new one."""
+        await self._cancels.wait()
         link, self._link = self._link, None
         if link is not None:
             await link.aclose()

@@ -8,9 +8,12 @@ inflating (a 40 KB gzip body inflating to 40 MiB stops at the ceiling, never
 allocating more). Any other content coding (``br``, ``zstd``, unknown) is
 refused rather than handed to httpx, whose decoders have no such cap. A
 successful (2xx) answer must also be shaped like a JSON-RPC response (see
-``upstream_answers``). A 2xx ``text/event-stream`` (a streamed answer) is
-the exception: it is handed on as it arrives, each event bounded and checked
-(``upstream_sse``). Every refusal is ``UnreadableAnswer``: INVALID_OUTPUT.
+``upstream_answers``; a streaming call's answer read whole, like one stream
+event, as the SDK parses it). A 2xx ``text/event-stream`` answering a call
+that asked for a stream is the exception: it is handed on as it arrives, each
+event bounded and checked (``upstream_sse``, which also refuses a stream no
+call asked for and a media type the SDK would read otherwise, before any of
+the body is read). Every refusal is ``UnreadableAnswer``: INVALID_OUTPUT.
 """
 
 from __future__ import annotations
@@ -21,7 +24,12 @@ from typing import Any
 import httpx
 
 from gateway.client.a2a.upstream_answers import UnreadableAnswer, check_jsonrpc_answer
-from gateway.client.a2a.upstream_sse import CheckedEventStream, is_event_stream
+from gateway.client.a2a.upstream_sse import (
+    CheckedEventStream,
+    asks_for_stream,
+    check_stream_event,
+    is_streamed,
+)
 from gateway.transport.tls import MESSAGE_CEILING
 
 _GZIP_WBITS = 16 + zlib.MAX_WBITS  # gzip header and trailer
@@ -73,7 +81,8 @@ class BoundedTransport(httpx.AsyncBaseTransport):
 
         Raises:
             UnreadableAnswer: the answer is too large, in an unsupported
-                encoding, or (2xx) not a JSON-RPC response.
+                encoding, (2xx) not a JSON-RPC response, or a stream the call
+                did not ask for or with an ambiguous media type.
         """
         if self._server_name:
             # httpcore checks the certificate against sni_hostname (check_hostname
@@ -81,7 +90,12 @@ class BoundedTransport(httpx.AsyncBaseTransport):
             request.extensions["sni_hostname"] = self._server_name
         request.headers["Accept-Encoding"] = "identity"
         response = await self._inner.handle_async_request(request)
-        if is_event_stream(response):
+        try:
+            streamed = is_streamed(request, response)
+        except UnreadableAnswer:
+            await response.aclose()  # nothing of the body is read
+            raise
+        if streamed:
             return await self._event_stream(response)
         try:
             raw = await self._read(response)
@@ -89,7 +103,10 @@ class BoundedTransport(httpx.AsyncBaseTransport):
             await response.aclose()
         codings = response.headers.get_list("content-encoding", split_commas=True)
         body = decoded(raw, codings, self._limit)
-        parsed = check_jsonrpc_answer(body) if 200 <= response.status_code < 300 else None
+        parsed = None
+        if 200 <= response.status_code < 300:
+            check = check_stream_event if asks_for_stream(request) else check_jsonrpc_answer
+            parsed = check(body)
         headers = [
             (name, value)
             for name, value in response.headers.multi_items()

@@ -12,6 +12,8 @@ so the same proof happens in the handshake.
 
 Both bindings check every answer before the SDK reads it (``upstream_answers``,
 ``upstream_http``; over JSON-RPC each event of an SSE stream too, ``upstream_sse``).
+A gRPC channel also records its server streams, so that each is cancelled as
+soon as the gateway stops reading it (``upstream_streams``).
 Plaintext (no ``id``) is only ever configured for loopback IPs (the config
 refuses anything else). The card is never fetched: the configured address or
 URL is the only place requests go, whatever an upstream's card might claim
@@ -33,6 +35,7 @@ from grpc import aio
 
 from gateway.client.a2a.upstream_answers import AnswerCheck
 from gateway.client.a2a.upstream_http import BoundedTransport
+from gateway.client.a2a.upstream_streams import StreamCalls
 from gateway.config import TlsFiles, TlsSettings, UpstreamEntry
 from gateway.errors import PeerUnavailable
 from gateway.transport.tls import MESSAGE_CEILING, TlsMaterial, channel_options
@@ -116,13 +119,17 @@ def _grpc_channel(entry: UpstreamEntry, tls: TlsMaterial) -> aio.Channel:
             ("grpc.max_receive_message_length", MESSAGE_CEILING),
             ("grpc.max_send_message_length", MESSAGE_CEILING),
         ]
-        return aio.insecure_channel(entry.address, options=limits, interceptors=[AnswerCheck()])
+        return aio.insecure_channel(entry.address, options=limits, interceptors=_interceptors())
     return aio.secure_channel(
         entry.address,
         tls.channel_credentials(entry.id),
         options=channel_options(entry.id),
-        interceptors=[AnswerCheck()],
+        interceptors=_interceptors(),
     )
+
+
+def _interceptors() -> list[AnswerCheck | StreamCalls]:
+    return [AnswerCheck(), StreamCalls()]
 
 
 def _http_client(entry: UpstreamEntry, tls: TlsMaterial, files: TlsSettings) -> httpx.AsyncClient:

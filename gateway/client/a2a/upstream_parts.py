@@ -33,8 +33,12 @@ def joined_text(parts: Sequence[Part]) -> dict[str, Any] | None:
 
 
 def first_data(parts: Sequence[Part]) -> Any:
-    """The first ``data`` part as plain JSON values; None when there is none."""
+    """The first ``data`` part as plain JSON values; None when there is none, or when it
+    holds a number JSON cannot carry (NaN, infinity): no output, so INVALID_OUTPUT."""
     for part in parts:
         if part.WhichOneof("content") == "data":
-            return plain_json(part.data)
+            try:
+                return plain_json(part.data)
+            except ValueError:
+                return None
     return None

@@ -17,6 +17,14 @@ parse without limit:
 
 Anything else raises ``UnreadableAnswer`` (INVALID_OUTPUT) and the stream is
 cut. A JSON-RPC error in the stream is left to the SDK (CAPABILITY_FAILED).
+
+What is a stream is decided so that this check and the SDK's parse always
+read the same body the same way (:func:`is_streamed`): the SDK parses an
+answer as SSE when its Content-Type holds ``text/event-stream`` anywhere, so
+an answer that is a stream to one reading and not to the other
+(``application/json; profile=text/event-stream``, ``Text/Event-Stream``) is
+refused, and so is a stream answering a call that asked for none (a
+non-streaming call reads its answer whole, as JSON).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from gateway.transport.tls import MESSAGE_CEILING
 
 STREAM_CEILING = 8 * MESSAGE_CEILING
 """Bytes one upstream stream may carry in all (events of status text and chunks)."""
+EVENT_STREAM = "text/event-stream"
 STREAM_PAYLOADS = ("task", "message", "statusUpdate", "artifactUpdate")
 """The keys of a ``StreamResponse`` in JSON (one of them per event)."""
 _LINE_END = re.compile(rb"\r\n|[\n\r\x0b\x0c\x1c-\x1e]|\xc2\x85|\xe2\x80[\xa8\xa9]")
@@ -41,10 +50,35 @@ _UNFINISHED_END = re.compile(rb"(\r|\xc2|\xe2|\xe2\x80)\Z")
 """A chunk's last bytes that may begin a line end the next chunk completes."""
 
 
-def is_event_stream(response: httpx.Response) -> bool:
-    """The answer is an SSE stream (a 2xx ``text/event-stream``)."""
-    kind = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    return 200 <= response.status_code < 300 and kind == "text/event-stream"
+def asks_for_stream(request: httpx.Request) -> bool:
+    """The call asked for an SSE stream (the SDK's streaming calls, and only they,
+    send ``Accept: text/event-stream``)."""
+    return EVENT_STREAM in request.headers.get("accept", "")
+
+
+def is_streamed(request: httpx.Request, response: httpx.Response) -> bool:
+    """``response`` is an SSE stream to hand on as it comes (False: an answer to read whole).
+
+    A 2xx answer is one when its media type is ``text/event-stream`` and, as
+    the SDK tests it, its Content-Type holds that text; only a call that asked
+    for a stream may get one.
+
+    Raises:
+        UnreadableAnswer: a 2xx answer that is a stream to one of those readings
+            and not to the other, or a stream the call did not ask for.
+    """
+    if not 200 <= response.status_code < 300:
+        return False
+    header = response.headers.get("content-type", "")
+    ours = header.split(";", 1)[0].strip().lower() == EVENT_STREAM
+    sdks = EVENT_STREAM in header  # a2a-sdk's send_http_stream_request
+    if not ours and not sdks:
+        return False
+    if ours != sdks:
+        raise UnreadableAnswer("the upstream's answer has an ambiguous media type")
+    if not asks_for_stream(request):
+        raise UnreadableAnswer("the upstream answered a stream to a call that asked for none")
+    return True
 
 
 class CheckedEventStream(httpx.AsyncByteStream):
@@ -116,8 +150,10 @@ class CheckedEventStream(httpx.AsyncByteStream):
         await self._inner.aclose()
 
 
-def check_stream_event(data: bytes) -> None:
-    """Check one event's data: a JSON-RPC response with an error or one stream payload.
+def check_stream_event(data: bytes) -> dict[str, Any]:
+    """One event's data, parsed, once checked to be a JSON-RPC response with an error
+    or one stream payload (also how a streaming call's answer read whole is checked:
+    the SDK parses it as one event).
 
     Raises:
         UnreadableAnswer: it is not.
@@ -132,10 +168,11 @@ def check_stream_event(data: bytes) -> None:
     if error is not None:
         if not isinstance(error, dict):
             raise UnreadableAnswer("the upstream's JSON-RPC error is not an object")
-        return
+        return answer
     result = answer.get("result")
     if (
         not isinstance(result, dict)
         or [isinstance(result.get(k), dict) for k in STREAM_PAYLOADS].count(True) != 1
     ):
         raise UnreadableAnswer("an event of the upstream's stream is not an A2A stream event")
+    return answer
