@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Annotated
 
@@ -60,6 +61,41 @@ def svid_dns_name(spiffe_id: str) -> str:
     """
     digest = hashlib.sha256(spiffe_id.encode()).hexdigest()[:32]
     return f"id-{digest}.{SVID_DNS_SUFFIX}"
+
+
+@dataclass(frozen=True, slots=True)
+class PeerCertificate:
+    """What a verified peer certificate says: its one SPIFFE ID and its validity.
+
+    The TLS stack checks the validity once, at the handshake; a connection
+    (a gRPC channel, an HTTPS keep-alive) may outlive the certificate, so the
+    decision path checks it again at every call.
+
+    Attributes:
+        spiffe_id: The certificate's one SPIFFE ID.
+        not_before: Epoch seconds from which it is valid.
+        not_after: Epoch seconds after which it is not.
+    """
+
+    spiffe_id: str
+    not_before: float
+    not_after: float
+
+
+@lru_cache(maxsize=1024)
+def peer_certificate(pem: bytes) -> PeerCertificate:
+    """The SPIFFE ID (see :func:`spiffe_id_from_pem`) and validity of a PEM certificate.
+
+    Raises:
+        Unauthenticated: as :func:`spiffe_id_from_pem`.
+    """
+    spiffe_id = spiffe_id_from_pem(pem)
+    certificate = x509.load_pem_x509_certificate(pem)  # parsed cleanly just above
+    return PeerCertificate(
+        spiffe_id,
+        certificate.not_valid_before_utc.timestamp(),
+        certificate.not_valid_after_utc.timestamp(),
+    )
 
 
 @lru_cache(maxsize=1024)

@@ -70,7 +70,7 @@ from policies.decisions import (
     known_peer,
     payload_within_cap,
 )
-from policies.identity import spiffe_id_from_pem
+from policies.identity import peer_certificate
 from policies.store import PolicyStore
 
 _ANY_VERSION = VersionConstraint.parse("")
@@ -169,17 +169,19 @@ class NamedCheck:
 
 
 def peer_id_from_cert(pem: bytes | None) -> str:
-    """The caller's SPIFFE ID from its verified certificate; Unauthenticated otherwise.
+    """The caller's SPIFFE ID from its verified certificate, valid now; Unauthenticated
+    otherwise.
 
     Whatever a certificate does to the parser, the caller is only ever
     unauthenticated: an exception of any other type is logged as one line
     (its type only, never certificate content or a traceback) and refused, so
-    it cannot escape as an unaudited UNKNOWN on any protocol.
+    it cannot escape as an unaudited UNKNOWN on any protocol. The TLS stack
+    checked the validity at the handshake only; a connection may outlive it.
     """
     if not pem:
         raise Unauthenticated("no verified client certificate")
     try:
-        return spiffe_id_from_pem(pem)
+        certificate = peer_certificate(pem)
     except Unauthenticated:
         raise
     except Exception as err:
@@ -192,6 +194,15 @@ def peer_id_from_cert(pem: bytes | None) -> str:
             "peer certificate could not be read",
             detail=f"unreadable certificate ({type(err).__name__})",
         ) from err
+    now = time.time()
+    if now > certificate.not_after:
+        raise Unauthenticated(
+            "peer certificate has expired (after this connection was made)",
+            detail="certificate expired on an open connection",
+        )
+    if now < certificate.not_before:  # the handshake's clock disagreed: still refused
+        raise Unauthenticated("peer certificate is not valid yet")
+    return certificate.spiffe_id
 
 
 class DecisionPipeline:
