@@ -37,7 +37,8 @@ class TaskGate:
     ``started`` once running, count their runs, and set ``cancelled`` when
     their call is cancelled. ``job.flood`` emits chunks past any cap; ``job.brief``
     waits under a 0.2 s timeout; ``job.chunks`` emits ``{"part": 1}``, waits for
-    ``next_step``, emits parts 2 and 3, then waits.
+    ``next_step``, emits parts 2 and 3, then waits; ``job.linger``, cancelled,
+    sets ``cancelled`` and cleans up until ``next_step`` is set.
     """
 
     release: asyncio.Event = field(default_factory=asyncio.Event)
@@ -108,7 +109,20 @@ class TaskGate:
             await self._wait()
             return JobOutput(done=inp.tag)
 
-        return [run, write, flood, brief, steps, chatty, chunks]
+        @capability("job.linger", "1.0.0", risk="read", timeout=60.0)
+        async def linger(inp: JobInput, ctx: CallContext) -> JobOutput:
+            """Wait until released; cancelled, clean up until ``next_step`` is set."""
+            self.runs += 1
+            self.started.set()
+            try:
+                await self.release.wait()
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                await self.next_step.wait()
+                raise
+            return JobOutput(done=inp.tag)
+
+        return [run, write, flood, brief, steps, chatty, chunks, linger]
 
     async def _wait(self) -> None:
         self.started.set()

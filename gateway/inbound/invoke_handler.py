@@ -281,6 +281,23 @@ class InvokeHandler:
         )
         return error
 
+    async def abandon(self, admitted: AdmittedCall, error: GatewayError) -> None:
+        """Audit an admitted call given up before it ran (decision ``allow``, as a call
+        that failed: ``error``'s reason and detail). Its slot is the caller's to give back."""
+        call, admission = admitted.call, admitted.admission
+        served = str(admission.capability.version)
+        await self._audit.record_durable(
+            self._record(
+                call,
+                admission.peer_id,
+                served,
+                "allow",
+                error.reason,
+                admitted.started,
+                error.detail,
+            )
+        )
+
     async def invoke(self, call: InvokeCall) -> InvokeOutcome:
         """Run one call end to end; raises a GatewayError on refusal or failure."""
         return await self.run(await self.admit(call))

@@ -60,6 +60,10 @@ PROGRESS_SAVE_SECONDS = 0.25
 """Least time between two saves of a running task's row (its latest progress text)."""
 CANCEL_WAIT_SECONDS = 10.0
 """How long CancelTask of a task run elsewhere waits for its end before answering."""
+ABANDONED_MESSAGE = (
+    "the call was cancelled (its deadline passed, or its caller went) while its task was "
+    "being saved; nothing ran"
+)
 INTERRUPTED_MESSAGE = (
     "the agent stopped while the task ran; it was not resumed, and a write capability "
     "may have run partly or fully"
@@ -122,7 +126,14 @@ class BackgroundTasks:
                 raise AgentStopping(
                     "the agent is stopping; send the message again later, with a new message_id"
                 )
-            await self._store.save(task, self.process_id, _lease_ms())
+            saving = asyncio.ensure_future(self._store.save(task, self.process_id, _lease_ms()))
+            try:
+                await asyncio.shield(saving)
+            except asyncio.CancelledError:
+                # The row is written in a thread, which a cancel does not stop: it
+                # may land all the same. End it and audit the call, never run it.
+                self._spawn(self._abandon(saving, task, admitted))
+                raise
         except BaseException:
             if admitted.slot is not None:
                 admitted.slot.release()
@@ -193,6 +204,24 @@ class BackgroundTasks:
         except StateUnavailable as err:  # the end is saved (or retried) all the same
             _log.warning("A2A task %s: state %s not saved: %s", task.task_id, task.state, err)
 
+    async def _abandon(
+        self, saving: asyncio.Future[bool], task: A2ATask, admitted: AdmittedCall
+    ) -> None:
+        """End the row of a task whose caller went while it was saved; audit the call once."""
+        stop = Cancelled(ABANDONED_MESSAGE, detail="cancelled while its task was saved")
+        try:
+            saved = await saving
+        except StateUnavailable:
+            saved = False
+        if saved:
+            ended = _failed(task, TaskOutcome.CANCELED, stop)
+            try:
+                await self._store.save(ended)
+            except StateUnavailable as err:
+                _log.error("A2A task %s: end not saved yet (retried): %s", task.task_id, err)
+                self._unsaved.append(ended)
+        await self._handler.abandon(admitted, stop)
+
     async def _keep_chunks(self, run: BackgroundTask) -> None:
         """Keep the chunks emitted since the last save; on failure, try them again next time."""
         chunks, run.unsaved_chunks = run.unsaved_chunks, []
@@ -226,12 +255,22 @@ class BackgroundTasks:
     async def cancel(self, run: BackgroundTask, canceller: str) -> A2ATask:
         """Cancel ``run`` for ``canceller`` (its owner) and wait until it has ended.
 
+        A cancel already under way (another ``CancelTask``) is waited for, and its
+        end answered: the task is ending as this one asked.
+
         Raises:
-            TaskNotCancelable: it ended before it could be cancelled.
+            TaskNotCancelable: it ended before it could be cancelled (or is ending
+                for another cause: the agent's stop).
         """
+        if isinstance(run.stop, Cancelled):
+            await asyncio.shield(run.ended.wait())
+            return run.task
         if run.task.state.finished or run.job is None or run.stop is not None:
             raise TaskNotCancelable("the task has already finished")
         await _started(run)
+        if isinstance(run.stop, Cancelled):
+            await asyncio.shield(run.ended.wait())
+            return run.task
         if run.task.state.finished or run.stop is not None:
             raise TaskNotCancelable("the task has already finished")
         may_have_run = "; a write capability may have run" if run.writes else ""
