@@ -21,6 +21,7 @@ from gateway.errors import (
     DeadlineExceeded,
     GatewayError,
     InvalidOutput,
+    OutputChunksTooLarge,
     UpstreamUnavailable,
 )
 
@@ -82,9 +83,11 @@ async def run_capability(cap: Capability, payload: BaseModel, ctx: CallContext) 
         # Raised inside the capability (e.g. by a nested ctx.call_peer): passing
         # it on unchanged would make a refusal by some further peer look like
         # this agent's own policy answer, and hide that the capability ran.
-        raise CapabilityFailed(
-            f"{contract.key} failed: a call it made was answered {err.reason}", detail=err.reason
-        ) from err
+        if isinstance(err, OutputChunksTooLarge):  # its own output, through ctx.emit_chunk
+            said = "its output chunks exceed the caller's cap"
+        else:
+            said = f"a call it made was answered {err.reason}"
+        raise CapabilityFailed(f"{contract.key} failed: {said}", detail=err.reason) from err
     except Exception as err:
         _log.warning(
             "capability %s raised %s",

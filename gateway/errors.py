@@ -204,6 +204,11 @@ class OutputTooLarge(GatewayError):
     peer_specific = True
 
 
+class OutputChunksTooLarge(OutputTooLarge):
+    """The chunks a capability streamed exceed the caller's cap (its own output, not an
+    answer it was given)."""
+
+
 class LimitRefusal(GatewayError):
     """A call refused by a rate or concurrency limit, before any parsing.
 

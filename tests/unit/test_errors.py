@@ -37,6 +37,7 @@ def test_subclass_inherits_its_nearest_listed_ancestor() -> None:
 _ALIASES = {
     errors.AgentConfigError: errors.ConfigError,
     errors.UpstreamUnavailable: errors.PeerUnavailable,
+    errors.OutputChunksTooLarge: errors.OutputTooLarge,
 }
 
 

@@ -22,7 +22,7 @@ from google.protobuf import json_format
 
 from capabilities.canonical import canonical_json
 from capabilities.contract import Risk
-from gateway.errors import GatewayError, OutputTooLarge
+from gateway.errors import GatewayError, OutputChunksTooLarge
 from gateway.inbound.invoke_handler import AdmittedCall
 from gateway.server.a2a.messages import (
     JSON_MEDIA_TYPE,
@@ -151,7 +151,7 @@ class RunEvents:
         encoded = canonical_json(data, allow_nan=False)
         cap = run.admitted.admission.grant.max_payload_bytes
         if run.chunk_bytes + len(encoded) > cap:
-            raise OutputTooLarge(f"output chunks exceed this peer's cap of {cap} bytes")
+            raise OutputChunksTooLarge(f"output chunks exceed this peer's cap of {cap} bytes")
         first = run.chunk_bytes == 0
         run.chunk_bytes += len(encoded)
         run.publish(chunk_event(run.task, data, first=first))

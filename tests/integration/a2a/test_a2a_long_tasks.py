@@ -212,7 +212,13 @@ async def test_chunks_over_the_callers_cap_fail_the_task_with_its_reason(
     assert kinds[:2] == ["task:SUBMITTED", "status:WORKING"]
     assert set(kinds[2:-1]) == {"artifact:chunks"} and kinds[-1].startswith("status:FAILED:")
     assert 4 <= len(kinds[2:-1]) <= 7  # 10 KB chunks under bob's 64 KiB cap
-    assert seen[-1].status_update.status.message.metadata["a2agw.reason"] == "CAPABILITY_FAILED"
+    status = seen[-1].status_update.status
+    assert status.message.metadata["a2agw.reason"] == "CAPABILITY_FAILED"
+    # Its own chunks, not an answer it was given (an attack round found "a call it
+    # made was answered OUTPUT_TOO_LARGE" for a capability that made no call).
+    assert status.message.parts[0].text == (
+        "job.flood@1.0.0 failed: its output chunks exceed the caller's cap"
+    )
     ran = [r for r in await records(alice) if r.capability == "job.flood"]
     assert [(r.reason, r.detail) for r in ran] == [("CAPABILITY_FAILED", "OUTPUT_TOO_LARGE")]
 
