@@ -81,8 +81,13 @@ def _report(findings: list[Finding]) -> int:
 
 
 def _errors(subject: str, err: GatewayError) -> list[Finding]:
-    """A ConfigError's message, one finding per problem line."""
-    return [Finding("error", subject, line.strip()) for line in err.message.split("\n") if line]
+    """A ConfigError's message, one finding per problem line (each line's own leading
+    ``subject:`` dropped: the finding names it once)."""
+    return [
+        Finding("error", subject, line.strip().removeprefix(f"{subject}: "))
+        for line in err.message.split("\n")
+        if line.strip()
+    ]
 
 
 def _config_check(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ from gateway.display import EscapingFormatter, printable
 from gateway.errors import ConfigError, GatewayError, TaskNotFound
 from gateway.postgres.dsn import redact_credentials
 from gateway.telemetry.json_logs import JsonFormatter
+from gateway.telemetry.sdk_logs import withhold_a2a_sdk_text
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -76,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = logging.StreamHandler()
     handler.setFormatter(log_formatter(args.log_format))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
+    withhold_a2a_sdk_text()  # every command, not only serve: the SDK's text may quote values
     try:
         result = args.run(args)
         if asyncio.iscoroutine(result):
@@ -100,6 +102,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_REFUSED
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went (`| head`): not an error; and keep the exit-time flush quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as err:  # the CLI boundary: never a traceback for the user
         if os.environ.get("A2A_GATEWAY_DEBUG"):
             raise

@@ -113,7 +113,15 @@ def test_config_check_reports_a_config_that_does_not_parse(tmp_path: Path) -> No
     assert result.returncode == 1
     lines = result.stdout.splitlines()
     assert lines and all(line.startswith(f"error: {config}: ") for line in lines)
+    assert not any(line.startswith(f"error: {config}: {config}: ") for line in lines)  # once
     assert any("not a SPIFFE ID" in line for line in lines)
+
+
+def test_config_check_names_a_missing_file_once(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    result = run("config", "check", "--config", str(missing))
+    assert result.returncode == 1
+    assert result.stdout == f"error: {missing}: agent config file not found\n"
 
 
 def test_config_check_reach_tries_peers_only_when_asked(pki: Pki, tmp_path: Path) -> None:
@@ -279,3 +287,20 @@ def test_policy_check_warns_of_expired_grants_and_shows_limits(tmp_path: Path) -
         f"warning: grant of {spiffe('carol')} expired 2020-01-01T00:00:00+00:00: "
         "its calls are refused GRANT_EXPIRED\n"
     )
+
+
+def test_output_to_a_reader_that_went_is_no_internal_error(tmp_path: Path) -> None:
+    # Found by a newcomer walkthrough: `policy backtest ... | head -c 100` ended
+    # "internal error: BrokenPipeError" with exit 70.
+    policy = write_policy(tmp_path / "policy.toml", [grant("bob", ["text.echo"])])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli.main", "policy", "check", str(policy)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # before the command has started: its output meets a closed pipe
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 0
+    assert stderr == ""
