@@ -48,13 +48,21 @@ def gateway_refused() -> None:
     _REFUSED.set(True)
 
 
+def _skill_less_card_notice(record: logging.LogRecord) -> bool:
+    """The SDK's notice that a card has no skills: the public card has none by design
+    (a caller's skills are on its extended card), so it is no warning here."""
+    args = record.args if isinstance(record.args, tuple) else ()
+    return record.name == "a2a.utils.proto_utils" and args[1:3] == ("AgentCard", "skills")
+
+
 class _FactsOnly(logging.Handler):
     """Relays each SDK record as its logger, level (see above) and exception type, nothing else."""
 
     def emit(self, record: logging.LogRecord) -> None:
         kind = record.exc_info[0] if record.exc_info else None
         relay = logging.getLogger(RELAY_LOGGER)
-        level = logging.DEBUG if _REFUSED.get() else min(record.levelno, logging.WARNING)
+        quiet = _REFUSED.get() or _skill_less_card_notice(record)
+        level = logging.DEBUG if quiet else min(record.levelno, logging.WARNING)
         if not relay.isEnabledFor(level):
             return
         relay.handle(

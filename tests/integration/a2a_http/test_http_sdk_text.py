@@ -195,3 +195,17 @@ async def test_the_sdks_lines_about_a_request_it_cannot_read_are_warnings_at_mos
     assert our_reason(response.json()["error"]["data"]) == "INVALID_REQUEST"
     levels = relayed_levels(operator_log)
     assert levels and set(levels) <= {"DEBUG", "INFO", "WARNING"}
+
+
+async def test_the_sdks_notice_that_the_public_card_has_no_skills_is_debug(
+    pki: Pki, alice: Agent, operator_log: OperatorLog
+) -> None:
+    # Found by a newcomer walkthrough: building the public card (no skills, by
+    # design) logged a WARNING saying the text was withheld because "it may quote
+    # the request", with no request behind it.
+    alice.public_card.invalidate()  # built anew by this request
+    async with https_client(pki, None) as client:
+        card = await client.get(alice.https_url + "/.well-known/agent-card.json")
+    assert card.status_code == 200 and not card.json().get("skills")
+    levels = relayed_levels(operator_log)
+    assert levels and set(levels) == {"DEBUG"}
