@@ -29,7 +29,8 @@ DOCS = ("docs/a2a-http.md", "docs/a2a-jsonrpc.md", "docs/a2a-rest.md", "docs/a2a
 # agent); only their JavaScript blocks run here, pointed at the served agent by the environment.
 JS_ONLY = ("docs/a2a.md",)
 NODE_DIR = REPO / "tests" / "interop" / "node-a2a"
-NOT_RUNNABLE = "<!-- snippet: not-runnable -->"
+NOT_RUNNABLE = re.compile(r"<!-- snippet: not-runnable(?:: [^>]*)? -->\Z")
+"""The marker, with or without its reason (the form tests/docs/snippets.py asks for)."""
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 RUN = {"python": "python", "js": "js"}
 SHELL_OR_PYTHON = {"python", "py", "sh", "bash", "shell", "console"}
@@ -41,7 +42,7 @@ def blocks() -> list[tuple[str, int, str, str, bool]]:
     for doc in DOCS + JS_ONLY:
         text = (REPO / doc).read_text()
         for number, match in enumerate(FENCE.finditer(text)):
-            marked = text[: match.start()].rstrip().endswith(NOT_RUNNABLE)
+            marked = NOT_RUNNABLE.search(text[: match.start()].rstrip()) is not None
             found.append((doc, number, match.group(1), match.group(2), marked))
     return found
 
