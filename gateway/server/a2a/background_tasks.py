@@ -214,13 +214,18 @@ class BackgroundTasks:
         except StateUnavailable:
             saved = False
         if saved:
-            ended = _failed(task, TaskOutcome.CANCELED, stop)
-            try:
-                await self._store.save(ended)
-            except StateUnavailable as err:
-                _log.error("A2A task %s: end not saved yet (retried): %s", task.task_id, err)
-                self._unsaved.append(ended)
+            await self._save_end(_failed(task, TaskOutcome.CANCELED, stop))
         await self._handler.abandon(admitted, stop)
+
+    async def _save_end(self, ended: A2ATask) -> bool:
+        """Save a task's end; if the store cannot take it now, retry it in the upkeep."""
+        try:
+            await self._store.save(ended)
+        except StateUnavailable as err:
+            _log.error("A2A task %s: end not saved yet (retried): %s", ended.task_id, err)
+            self._unsaved.append(ended)
+            return False
+        return True
 
     async def _keep_chunks(self, run: BackgroundTask) -> None:
         """Keep the chunks emitted since the last save; on failure, try them again next time."""
@@ -237,15 +242,10 @@ class BackgroundTasks:
 
     async def _end(self, run: BackgroundTask, ended: A2ATask) -> None:
         run.task = ended
-        try:
-            await self._store.save(ended)
-        except StateUnavailable as err:
-            _log.error("A2A task %s: end not saved yet (retried): %s", ended.task_id, err)
-            self._unsaved.append(ended)
-        else:
-            if run.chunks_kept:  # the output holds them all; prune drops them otherwise
-                with contextlib.suppress(StateUnavailable):
-                    await self._store.drop_chunks(ended.task_id)
+        if await self._save_end(ended) and run.chunks_kept:
+            # The output holds them all; prune drops them otherwise.
+            with contextlib.suppress(StateUnavailable):
+                await self._store.drop_chunks(ended.task_id)
         if ended.state is TaskOutcome.COMPLETED:
             run.publish(output_event(ended))
         run.publish(status_event(ended), last=True)

@@ -142,9 +142,7 @@ class VerifiedPeerProtocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         """Give the connection's place back."""
         super().connection_lost(exc)
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+        self._stop_head_timer()
         if self._counted and self.budget is not None:
             self._counted = False
             self.budget.give_back(self._anonymous)
@@ -153,11 +151,14 @@ class VerifiedPeerProtocol(H11Protocol):
         """Handle ``data``; a head still incomplete after it is timed from its first byte."""
         super().data_received(data)
         if not self._awaiting_head():
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
+            self._stop_head_timer()
         elif self._head_timer is None:
             self._head_timer = self.loop.call_later(HEAD_SECONDS, self._head_late)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
 
     def _awaiting_head(self) -> bool:
         no_request = self.cycle is None or self.cycle.response_complete
