@@ -83,6 +83,7 @@ from gateway.inbound.pipeline import InFlight
 from gateway.server.a2a.servicer import A2AServicer
 from gateway.server.a2a_http.context import (
     EXCHANGE_KEY,
+    VERSION_METADATA,
     Exchange,
     claimed_version,
     is_v0_3_version,
@@ -586,7 +587,14 @@ def _then(response: Response, exchange: Exchange) -> Response:
 
 
 def _metadata(request: Request) -> tuple[tuple[str, str], ...]:
-    return tuple((name, value) for name, value in request.headers.items())
+    """The headers as gRPC metadata pairs, and the ``A2A-Version`` request parameter if no header
+    names the version: A2A 1.0 lets a client send it either way (section 3.6.1; the header wins)."""
+    metadata = tuple((name, value) for name, value in request.headers.items())
+    if claimed_version(metadata) is None:
+        for name, value in request.query_params.multi_items():
+            if name.lower() == VERSION_METADATA:
+                return (*metadata, (VERSION_METADATA, value))
+    return metadata
 
 
 async def _body_within(request: Request, limit: int) -> bytes:

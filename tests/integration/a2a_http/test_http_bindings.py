@@ -248,6 +248,30 @@ async def test_a_missing_version_header_is_refused_after_identity(pki: Pki, alic
     )
 
 
+async def test_the_version_may_be_a_request_parameter_instead_of_a_header(
+    pki: Pki, alice: Agent
+) -> None:
+    # A2A 1.0 section 3.6.1: "Clients MAY provide the A2A-Version as a request parameter
+    # instead of a header" (GET /tasks/task-123?A2A-Version=1.0). The header, when sent, wins.
+    params = message_params("text.echo", {"text": "by parameter"})
+    async with https_client(pki, "bob") as client:
+        sent = await client.post(
+            alice.https_url + JSONRPC_PATH + "?A2A-Version=1.0", json=jsonrpc("SendMessage", params)
+        )
+        task_id = sent.json()["result"]["task"]["id"]
+        got = await client.get(f"{alice.https_url}{REST_PATH}/tasks/{task_id}?a2a-version=1.0")
+        before = len(await records(alice))
+        overridden = await client.get(
+            f"{alice.https_url}{REST_PATH}/tasks/{task_id}?A2A-Version=1.0",
+            headers={"A2A-Version": "0.2"},
+        )
+    assert sent.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert (got.status_code, got.json()["id"]) == (200, task_id)
+    assert_rest_refusal(overridden, "VERSION_NOT_SUPPORTED", 400)
+    [record] = await new_records(alice, before)
+    assert record.reason == "VERSION_NOT_SUPPORTED"
+
+
 async def test_another_peers_task_is_not_found_on_both_bindings(pki: Pki, alice: Agent) -> None:
     async with https_client(pki, "bob") as bob:
         answer = await post_jsonrpc(
