@@ -20,6 +20,7 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
     │   └── ServerBusy                SERVER_BUSY
     ├── InvalidInput                  INVALID_ARGUMENT   INVALID_INPUT
     ├── InvalidRequest                INVALID_ARGUMENT   INVALID_REQUEST
+    │   └── UnknownMethod             UNIMPLEMENTED      UNKNOWN_METHOD        (gRPC)
     ├── DeadlineExceeded              DEADLINE_EXCEEDED  DEADLINE_EXCEEDED
     │   └── CapabilityTimeout         DEADLINE_EXCEEDED  CAPABILITY_TIMEOUT
     ├── ReplayedRequest               ALREADY_EXISTS     REPLAYED_REQUEST
@@ -256,6 +257,16 @@ class InvalidRequest(GatewayError):
     reason = "INVALID_REQUEST"
     peer_may_answer = True
     nothing_ran = True
+
+
+class UnknownMethod(InvalidRequest):
+    """A gRPC method this agent does not serve; gRPC clients expect ``UNIMPLEMENTED``.
+
+    (The HTTPS port refuses an unknown path or JSON-RPC method as its parent,
+    ``INVALID_REQUEST``, with the binding's own status.)
+    """
+
+    reason = "UNKNOWN_METHOD"
 
 
 class DeadlineExceeded(GatewayError):

@@ -18,6 +18,7 @@ from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.server.a2a import SERVICE_NAME as A2A_SERVICE_NAME
 from gateway.server.a2a import A2AServicer, add_a2a_servicer
 from gateway.server.received import GenericOnly, MalformedRequest, peer_cert, tolerant
+from gateway.server.unknown_methods import UnknownMethods
 from gateway.telemetry import Telemetry
 from gateway.telemetry.tracing import mark_refused
 from gateway.transport.status import to_grpc_status
@@ -200,6 +201,8 @@ class GatewayServer:
             self._services.append(A2A_SERVICE_NAME)
         self._health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, GenericOnly(self._server))
+        # Last: every method no handler above serves is refused and audited here.
+        self._server.add_generic_rpc_handlers((UnknownMethods(handler),))
         self._tls = tls
         self.port = 0
 

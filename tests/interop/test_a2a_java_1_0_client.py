@@ -30,8 +30,8 @@ What Alpha3 cannot do, asserted as it is so that a fixed release shows up here:
 
 - gRPC: its stubs are the pre-1.0 draft proto (package ``a2a.v1``, not ``lf.a2a.v1``, and other
   field numbers, e.g. SendMessageRequest.message is 1, tenant 1 in 1.0), so no 1.0 server can
-  serve it: the call is UNIMPLEMENTED ("Method not found!"), answered by grpc before the
-  gateway, so it leaves no audit record.
+  serve it: the call is refused UNIMPLEMENTED (``UNKNOWN_METHOD``, audited: the gateway
+  answers every method it does not serve itself, tests/security/test_unknown_grpc_methods.py).
 - HTTP+JSON errors: its HTTP client turns 401/403 into "Authorization failed" without the body,
   and its RestErrorMapper expects ``{"error": "<Java class>", "message": ...}``, not the spec's
   ``google.rpc.Status`` form (11.6): ``error`` is an object, and it throws
@@ -281,10 +281,12 @@ def test_the_java_sdk_1_0_client_on_json_rpc_http_json_and_grpc(
         "JsonObject",  # Alpha3's RestErrorMapper on the spec's google.rpc.Status body
     )
     grpc_call = answer[("GRPC", "send_data")]  # Alpha3's draft a2a.v1 stubs
-    assert grpc_call["error"] == "Failed to send message: Method not found!", grpc_call
+    assert grpc_call["error"] == (
+        "Failed to send message: no method /a2a.v1.A2AService/SendMessage on this agent"
+    ), grpc_call
     assert grpc_call["a2a_error"] == "UnsupportedOperationError"
-    # One record per call (a read that succeeds has none), none for the card nor for the
-    # gRPC call grpc itself answered UNIMPLEMENTED.
+    # One record per call (a read that succeeds has none), none for the card; the draft
+    # gRPC method is refused UNKNOWN_METHOD.
     per_binding = Counter(
         {
             (BOB, "text.echo", "allow", "OK"): 3,
@@ -297,6 +299,7 @@ def test_the_java_sdk_1_0_client_on_json_rpc_http_json_and_grpc(
     expected = per_binding + per_binding
     expected[CAROLS] = 1
     expected[("", "", "refuse", "UNAUTHENTICATED")] = 1
+    expected[(BOB, "", "refuse", "UNKNOWN_METHOD")] = 1
     assert served.records_once_committed(expected) == expected
 
 
