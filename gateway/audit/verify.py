@@ -12,6 +12,11 @@ with, found by recomputing its hash)::
                 the chain head; or a valid-looking fork nothing links to
     reordered   rows whose written seqs are a permutation of their stored seqs
     truncated   the chain head counts more records than the last one present
+                (also when its hash names an earlier record: a cut tail
+                with a rewritten hash); a head counting fewer than the
+                record its hash names is ``modified`` there, unless the
+                rows were renumbered to end at the count (a deletion or
+                insertion, reported as such)
 
 Rows renumbered only to make room for an inserted row (or to close the gap
 of a deleted one) are explained by that problem, not reported again. A log
@@ -135,6 +140,7 @@ class _ChainAnalysis:
     def __init__(self, rows: list[_Row], head: tuple[int, str] | None) -> None:
         self._rows = rows
         self._head = head
+        self._stored_count = 0 if head is None else head[0]
         self._by_hash: dict[str, _Row] = {}
         for row in rows:
             self._by_hash.setdefault(row.record_hash, row)
@@ -165,6 +171,32 @@ class _ChainAnalysis:
         last = self._by_hash.get(self._head[1])
         if last is not None and last.written is not None:
             self._head = (last.written, self._head[1])
+            self._check_head_count(last, last.written)
+
+    def _check_head_count(self, last: _Row, anchored: int) -> None:
+        """Report a head whose count matches neither its hash's record nor the stored rows.
+
+        A count that still names the last stored row goes with renumbered rows
+        (a deletion or insertion, reported as such); any other count was edited
+        alone, or the tail was cut and the hash rewritten: the writer refuses to
+        open such a log, so it is never intact.
+        """
+        count = self._stored_count
+        if count == anchored or count == max(row.seq for row in self._rows):
+            return
+        if count > anchored:
+            self._report(
+                last.seq + 1,
+                "truncated",
+                f"chain head counts {count} records but ends at the record written as "
+                f"{anchored}; seqs {anchored + 1}..{count} are missing",
+            )
+        else:
+            self._report(
+                last.seq,
+                "modified",
+                f"chain head counts {count} records but ends at the record written as {anchored}",
+            )
 
     def _report(self, seq: int, kind: ProblemKind, message: str) -> None:
         self._found.append(ChainProblem(seq, kind, message))
@@ -226,7 +258,7 @@ class _ChainAnalysis:
 
     def _check_missing(self, positions: set[int]) -> None:
         last = max(positions, default=0)
-        for first, end in _runs(sorted(set(range(1, last)) - positions)):
+        for first, end in _gaps(positions):
             span = f"seq {first}" if first == end else f"seqs {first}..{end}"
             self._report(first, "deleted", f"{span} missing from the chain")
         if self._head is None:
@@ -316,11 +348,16 @@ def _hashes_as(row: _Row, seq: int) -> bool:
         return False  # a stored value no canonical form accepts: edited
 
 
-def _runs(values: list[int]) -> list[tuple[int, int]]:
-    runs: list[tuple[int, int]] = []
-    for value in values:
-        if runs and runs[-1][1] == value - 1:
-            runs[-1] = (runs[-1][0], value)
-        else:
-            runs.append((value, value))
-    return runs
+def _gaps(positions: set[int]) -> list[tuple[int, int]]:
+    """The runs ``(first, last)`` of seqs from 1 up to ``max(positions)`` not in ``positions``.
+
+    Computed between neighbours, never by listing every seq: a row edited to
+    seq 2**62 must cost one gap, not memory for 2**62 numbers.
+    """
+    gaps: list[tuple[int, int]] = []
+    expected = 1
+    for seq in sorted(seq for seq in positions if seq >= 1):
+        if seq > expected:
+            gaps.append((expected, seq - 1))
+        expected = max(expected, seq + 1)
+    return gaps
