@@ -142,7 +142,7 @@ def verify_checkpoints(
 def _parse(line: str) -> Checkpoint | None:
     try:
         data = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json can read
         return None
     if not isinstance(data, dict) or not set(_FIELDS) <= set(data) <= {*_FIELDS, *_OPTIONAL_FIELDS}:
         return None

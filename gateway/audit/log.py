@@ -348,7 +348,7 @@ class AuditLog:
             return
         if not self._reopen_where_it_was() or not self._write_unwritten():
             return
-        _log.warning("audit log %s: writable again, accepting records", self._writer.where)
+        _log.warning("%s: writable again, accepting records", self._writer.where)
         self._state, self._accepting, self._recoverable = _State.OPEN, True, False
         self._tell(True)
 
@@ -365,7 +365,7 @@ class AuditLog:
             self._writer.count == count and self._writer.last_hash != last_hash
         ):
             self._recoverable = False
-            self._fail(f"audit log {self._writer.where}: chain head moved back while failed", None)
+            self._fail(f"{self._writer.where}: chain head moved back while failed", None)
             return False
         return True
 
@@ -392,7 +392,7 @@ class AuditLog:
             written = self._write_unwritten()
         if not written:
             _log.error(
-                "audit log %s: %d records of answered calls could not be written",
+                "%s: %d records of answered calls could not be written",
                 self._writer.where,
                 len(self._unwritten),
                 extra={"reason": "AUDIT_UNAVAILABLE"},

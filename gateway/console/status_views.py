@@ -176,7 +176,7 @@ def _last_checkpoint(path: Path) -> tuple[int, int] | None:
         try:
             entry = json.loads(line)
             seq, when = entry["seq"], entry["time_unix_ms"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):  # Recursion: nested too deep
             continue
         if type(seq) is not int or seq < 0 or type(when) is not int or not _in_range(when):
             raise ConfigError(
