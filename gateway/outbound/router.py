@@ -27,7 +27,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from capabilities.canonical import ascii_json
@@ -69,6 +69,8 @@ class Offer:
         local: The local capability, when ``where`` is ``"local"``.
         timeout_seconds: The peer's advertised contract timeout (None for local, or
             if the peer advertised none): bounds one attempt there.
+        input_schema: JSON Schema of the input: inside the declared fields, only what
+            it declares is sent (``gateway.plans.minimise``).
     """
 
     capability: str
@@ -81,6 +83,7 @@ class Offer:
     max_payload_bytes: int | None = None
     local: Capability | None = None
     timeout_seconds: float | None = None
+    input_schema: dict[str, Any] = field(default_factory=dict)
 
     @property
     def retryable(self) -> bool:
@@ -150,6 +153,7 @@ def local_offer(cap: Capability) -> Offer:
         input_fields=contract.input_fields(),
         output_schema=contract.output_schema(),
         local=cap,
+        input_schema=contract.input_schema(),
     )
 
 
@@ -160,6 +164,8 @@ def remote_offer(peer_id: str, cap: RemoteCapability, max_payload_bytes: int) ->
         risk = Risk(cap.risk)
     except (VersionSyntaxError, ValueError):
         return None
+    if not isinstance(cap.input_schema, dict) or not isinstance(cap.output_schema, dict):
+        return None  # JSON, but not a schema object: nothing to minimise or check against
     properties = cap.input_schema.get("properties", {})
     return Offer(
         capability=cap.name,
@@ -171,6 +177,7 @@ def remote_offer(peer_id: str, cap: RemoteCapability, max_payload_bytes: int) ->
         output_schema=cap.output_schema,
         max_payload_bytes=max_payload_bytes,
         timeout_seconds=cap.timeout_seconds if cap.timeout_seconds > 0 else None,
+        input_schema=cap.input_schema,
     )
 
 

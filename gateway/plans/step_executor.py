@@ -1,7 +1,8 @@
 """Running one step: pick a route, send the minimal payload, retry, fail over, verify.
 
 * Minimal payload: exactly the fields the route's input schema declares, taken
-  from the resolved step input; nothing else leaves the agent.
+  from the resolved step input, and inside them only what their schemas declare
+  (``gateway.plans.minimise``); nothing else leaves the agent.
 * Retries: only transient failures (unavailable, timeout), only for ``read``
   or idempotent capabilities, with one idempotency key ``task:step:revision``.
 * Deadlines: one attempt at a peer gets the contract timeout the peer advertised
@@ -81,6 +82,7 @@ from gateway.plans.crash_points import (
     crash_point,
 )
 from gateway.plans.local_step_audit import LocalStepAudit
+from gateway.plans.minimise import declared_part
 from gateway.plans.model import Plan, Step
 from gateway.plans.progress import StoredProgress
 from gateway.plans.step_answer import (
@@ -105,8 +107,20 @@ _MAX_BACKOFF_SECONDS = 0.5
 
 
 def minimal_payload(resolved: dict[str, Any], offer: Offer) -> dict[str, Any]:
-    """The fields of ``resolved`` the route's contract declares, and nothing else."""
-    return {name: resolved[name] for name in sorted(offer.input_fields) if name in resolved}
+    """The fields of ``resolved`` the route's contract declares, and nothing else, nested
+    fields included.
+
+    Raises:
+        InvalidInput: the contract's input schema cannot be followed (nothing is sent).
+    """
+    schema = offer.input_schema
+    properties = schema.get("properties")
+    declared = properties if isinstance(properties, dict) else {}
+    return {
+        name: declared_part(resolved[name], declared.get(name, True), schema)
+        for name in sorted(offer.input_fields)
+        if name in resolved
+    }
 
 
 class StepExecutor:
