@@ -263,5 +263,5 @@ def _remote_capability(desc: gateway_pb2.CapabilityDescriptor) -> RemoteCapabili
             preconditions=tuple(desc.preconditions),
             examples=tuple(json.loads(example) for example in desc.examples_json),
         )
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, RecursionError) as err:  # not JSON, or nested past parsing
         raise GatewayError(f"peer described {desc.name} with malformed JSON schema") from err

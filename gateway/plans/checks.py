@@ -7,9 +7,10 @@ or authorized peer offers, or whose every offer is above the task's risk. A
 route is what ``select_routes`` picks, the same function the run-time choice uses.
 A step that asks for ``verify`` needs a read or idempotent capability (it runs
 on several sources) and at least ``quorum`` distinct places offering it.
-Each problem is reported as a PlanInvalid whose message names the step; but
-when a peer that might offer it could not be asked, that is not a fault of the
-plan: PeerUnavailable, naming the peers.
+Each problem is reported as a PlanInvalid whose message names the step (and
+the peers whose Describe refused, with the reason, e.g. an identity mismatch);
+but when a peer that might offer it could not be reached, that is not a fault
+of the plan: PeerUnavailable, naming the peers.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ def check_routes(
         if not matching:
             raise PlanInvalid(
                 f"step {step.id!r}: no local capability or authorized peer offers "
-                f"{step.capability}@{step.constraint}"
+                f"{step.capability}@{step.constraint}{_not_asked(step, skipped)}"
             )
         within = select_routes(offers, step.constraint, avoid=step.avoid, max_risk=plan.max_risk)
         if not within:
@@ -143,6 +144,16 @@ def check_routes(
             )
         if step.verify is not None:
             _check_quorum(step, within, bool(unreachable))
+
+
+def _not_asked(step: Step, skipped: Mapping[str, Sequence[Skipped]] | None) -> str:
+    """The peers whose Describe refused (e.g. ``PEER_IDENTITY_MISMATCH``), as a message tail."""
+    refused = [
+        f"{s.where} ({s.reason})"
+        for s in (skipped or {}).get(step.capability, ())
+        if not s.unreachable and s.where not in step.avoid
+    ]
+    return f"; could not ask {', '.join(refused)}" if refused else ""
 
 
 def _check_quorum(step: Step, routes: Sequence[Offer], some_unreachable: bool) -> None:

@@ -34,6 +34,7 @@ from capabilities.contract import CapabilityName, Risk
 from capabilities.versions import ConstraintText, VersionConstraint
 from gateway.errors import PlanInvalid
 from gateway.plans.json_paths import PATH_PATTERN, read_path
+from gateway.plans.schema import SchemaMismatch, check_well_formed
 
 STEP_ID_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
 REFERENCE_KEY = "$from"
@@ -76,6 +77,16 @@ class Expect(_Frozen):
     json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
     equals: dict[JsonPath, Any] = Field(default_factory=dict)
     range: dict[JsonPath, Bounds] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _schema_applies(self) -> Expect:
+        # Found now, not once the step has run (and a write has happened).
+        if self.json_schema is not None:
+            try:
+                check_well_formed(self.json_schema)
+            except SchemaMismatch as err:
+                raise ValueError(f"schema is malformed: {err}") from None
+        return self
 
     @property
     def deterministic(self) -> bool:
@@ -217,7 +228,7 @@ def parse_plan(text: str | bytes, source: str = "<plan>") -> Plan:
 def _describe(source: str, err: ValidationError, text: str | bytes) -> str:
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past what pydantic parsed: no step ids
         data = None
     lines = []
     for problem in err.errors(include_url=False, include_input=False)[:10]:

@@ -30,21 +30,104 @@ _TYPES: dict[str, Callable[[Any], bool]] = {
 }
 
 
-def check_schema(value: Any, schema: dict[str, Any]) -> None:
-    """Raise SchemaMismatch unless ``value`` satisfies ``schema``."""
+def check_schema(value: Any, schema: Any, root: dict[str, Any] | None = None) -> None:
+    """Raise SchemaMismatch unless ``value`` satisfies ``schema``.
+
+    ``root`` is the document that local ``$ref`` pointers resolve in (default:
+    ``schema`` itself), for checking against a part of a larger schema.
+    """
     try:
-        _check(value, schema, schema, "$", 0)
+        _check(value, schema, schema if root is None else root, "$", 0)
     except (TypeError, KeyError, re.error, RecursionError) as err:
         raise SchemaMismatch(f"schema cannot be applied: {type(err).__name__}") from err
 
 
-def matches(value: Any, schema: dict[str, Any]) -> bool:
-    """True if ``value`` satisfies ``schema``."""
+def matches(value: Any, schema: Any, root: dict[str, Any] | None = None) -> bool:
+    """True if ``value`` satisfies ``schema`` (``$ref`` pointers resolved in ``root``)."""
     try:
-        check_schema(value, schema)
+        check_schema(value, schema, root)
     except SchemaMismatch:
         return False
     return True
+
+
+_COUNTS = ("minLength", "maxLength", "minItems", "maxItems")
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf")
+_SCHEMA_MAPS = ("properties", "$defs", "definitions")
+
+
+def check_well_formed(schema: Any) -> None:
+    """Raise SchemaMismatch naming the keyword if ``schema`` is not one this checker can apply.
+
+    For schemas written in plans (``expect.schema``): a mistake there must be found
+    before the step runs, not after (a write would already have happened).
+    """
+    if not isinstance(schema, dict):
+        raise SchemaMismatch("$: a schema must be an object")
+    _well_formed(schema, schema, "$", 0)
+
+
+def _well_formed(schema: Any, root: dict[str, Any], path: str, depth: int) -> None:
+    if depth > 64:
+        raise SchemaMismatch(f"{path}: schema nests too deeply")
+    if isinstance(schema, bool):
+        return
+    if not isinstance(schema, dict):
+        raise SchemaMismatch(f"{path}: a schema must be an object or a boolean")
+    if "$ref" in schema and not _resolvable(schema["$ref"], root):
+        raise SchemaMismatch(f"{path}.$ref: not a reference into this schema")
+    wanted = schema.get("type", [])
+    names = [wanted] if isinstance(wanted, str) else wanted
+    if not isinstance(names, list) or not all(name in _TYPES for name in names):
+        raise SchemaMismatch(f"{path}.type: not a JSON type (or list of them)")
+    _well_formed_values(schema, path)
+    for key in _SCHEMA_LISTS:
+        subs = schema.get(key, [])
+        if not isinstance(subs, list):
+            raise SchemaMismatch(f"{path}.{key}: must be a list of schemas")
+        for index, sub in enumerate(subs):
+            _well_formed(sub, root, f"{path}.{key}[{index}]", depth + 1)
+    for key in _SCHEMA_MAPS:
+        subs = schema.get(key, {})
+        if not isinstance(subs, dict):
+            raise SchemaMismatch(f"{path}.{key}: must map names to schemas")
+        for name, sub in subs.items():
+            _well_formed(sub, root, f"{path}.{key}.{name}", depth + 1)
+    for key in ("items", "additionalProperties"):
+        if key in schema:
+            _well_formed(schema[key], root, f"{path}.{key}", depth + 1)
+
+
+def _resolvable(ref: Any, root: dict[str, Any]) -> bool:
+    if not isinstance(ref, str):
+        return False
+    try:
+        _resolve(ref, root)
+    except (SchemaMismatch, KeyError, TypeError):
+        return False
+    return True
+
+
+def _well_formed_values(schema: dict[str, Any], path: str) -> None:
+    for key in _COUNTS:
+        value = schema.get(key, 0)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise SchemaMismatch(f"{path}.{key}: must be an integer")
+    for key in _BOUNDS:
+        value = schema.get(key, 0)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise SchemaMismatch(f"{path}.{key}: must be a number")
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
+        raise SchemaMismatch(f"{path}.required: must be a list of field names")
+    if not isinstance(schema.get("enum", []), list):
+        raise SchemaMismatch(f"{path}.enum: must be a list")
+    if "pattern" in schema:
+        try:
+            re.compile(schema["pattern"])
+        except (re.error, TypeError) as err:
+            raise SchemaMismatch(f"{path}.pattern: not a regular expression") from err
 
 
 def _check(value: Any, schema: Any, root: dict[str, Any], path: str, depth: int) -> None:

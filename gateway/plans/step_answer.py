@@ -73,6 +73,8 @@ def peer_answer(step: Step, offer: Offer, result: InvokeResult) -> StepAnswer:
         check_schema(output, offer.output_schema)
     except (ValueError, SchemaMismatch) as err:
         raise InvalidOutput(f"peer output violates the contract: {err}") from err
+    except RecursionError as err:  # JSON nested deeper than the parser can follow
+        raise InvalidOutput("peer output violates the contract: it nests too deeply") from err
     evidence = Evidence(step.id, offer.where, result.served_version, now_ms(), digest)
     return StepAnswer(output, evidence, result.remembered)
 
