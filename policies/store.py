@@ -27,8 +27,8 @@ class PolicyStore:
 
     def __init__(self, path: Path) -> None:
         self._path = path
+        self._stamp = self._file_stamp()  # before reading: a change while it is read is seen
         self._policy = load_policy(path)
-        self._stamp = self._file_stamp()
         self.reloads_ok = 0
         self.reloads_rejected = 0
 
@@ -78,9 +78,22 @@ class PolicyStore:
         return self.reload()
 
     async def watch(self, interval: float = 1.0) -> None:
-        """Poll the file and reload on change, until cancelled."""
+        """Poll the file and reload a change once it has settled, until cancelled.
+
+        A change is taken at the first poll that finds the file as the poll
+        before found it: a file being rewritten in place is never read half
+        written, so long as its writer pauses less than ``interval`` between
+        writes. A file cut short at a grant's end is valid TOML with that
+        grant's later restrictions (``max_risk``, limits) missing, and would
+        allow what the whole file refuses.
+        """
+        seen = self._file_stamp()
         while True:
             await asyncio.sleep(interval)
+            stamp = self._file_stamp()
+            if stamp != seen:  # still changing (or just changed): look again next time
+                seen = stamp
+                continue
             try:
                 self.reload_if_changed()
             except Exception:  # never let one bad file stop all future reloads
