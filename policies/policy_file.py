@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,6 +18,9 @@ from gateway.errors import ConfigError, PolicyFileError
 from policies.grants import OutboundRule, PeerGrant, PolicyDocument
 
 M = TypeVar("M", bound=BaseModel)
+
+MAX_FILE_BYTES = 16 * 1024 * 1024
+"""Largest policy or agent config file read (about 100,000 grants); a larger one is refused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +104,33 @@ def parse_toml_model(
 
 
 def read_text(path: Path, what: str, error: type[ConfigError]) -> str:
-    """Read a UTF-8 file, translating OS errors into ``error``."""
+    """Read a UTF-8 regular file of at most ``MAX_FILE_BYTES``; OS errors become ``error``.
+
+    The file is opened without blocking and must be a regular file: a FIFO
+    would block the reader (the agent's event loop, on a reload) forever, and
+    a device such as ``/dev/zero``, or a huge file, would be read until memory
+    ran out. Either is refused as ``error``, before anything is parsed.
+    """
     try:
-        return path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError as err:
         raise error(printable(f"{path}: {what} file not found")) from err
-    except (OSError, UnicodeDecodeError) as err:
+    except OSError as err:
+        raise error(printable(f"{path}: {what} file unreadable: {err}")) from err
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise error(printable(f"{path}: {what} file is not a regular file"))
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            data = file.read(MAX_FILE_BYTES + 1)
+    except OSError as err:
+        raise error(printable(f"{path}: {what} file unreadable: {err}")) from err
+    finally:
+        os.close(fd)
+    if len(data) > MAX_FILE_BYTES:
+        raise error(printable(f"{path}: {what} file is larger than {MAX_FILE_BYTES} bytes"))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
         raise error(printable(f"{path}: {what} file unreadable: {err}")) from err
 
 
