@@ -75,6 +75,7 @@ Relative paths are resolved against the config file's folder.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -700,7 +701,11 @@ class AgentConfig(_Frozen):
         """A copy with every relative path made absolute against ``base``."""
 
         def fix(path: Path) -> Path:
-            return path if path.is_absolute() else (base / path).resolve()
+            # Made absolute, symlinks kept: a policy or certificate that is a symlink
+            # (a mounted ConfigMap or Secret: file -> ..data/file) is re-read through
+            # the link, so an update that swaps ..data is seen; resolved here, the
+            # agent would keep watching the old target after the update deleted it.
+            return path if path.is_absolute() else Path(os.path.abspath(base / path))
 
         def fix_store(where: StoreLocation) -> StoreLocation:
             file = local_file(where)
