@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,6 +28,7 @@ class PolicyStore:
 
     def __init__(self, path: Path) -> None:
         self._path = path
+        self._loading = threading.Lock()  # one load at a time: the watcher's thread, SIGHUP
         self._stamp = self._file_stamp()  # before reading: a change while it is read is seen
         self._policy = load_policy(path)
         self.reloads_ok = 0
@@ -54,7 +56,14 @@ class PolicyStore:
         return self._path
 
     def reload(self) -> PolicyFileError | None:
-        """Re-read the file; returns the error if it was rejected, else None."""
+        """Re-read the file; returns the error if it was rejected, else None.
+
+        Loads are serialised, so the last one to finish read the file last.
+        """
+        with self._loading:
+            return self._reload()
+
+    def _reload(self) -> PolicyFileError | None:
         self._stamp = self._file_stamp()
         try:
             policy = load_policy(self._path)
@@ -73,9 +82,10 @@ class PolicyStore:
 
     def reload_if_changed(self) -> PolicyFileError | None:
         """Reload when the file's identity, size or mtime changed."""
-        if self._file_stamp() == self._stamp:
-            return None
-        return self.reload()
+        with self._loading:
+            if self._file_stamp() == self._stamp:
+                return None
+            return self._reload()
 
     async def watch(self, interval: float = 1.0) -> None:
         """Poll the file and reload a change once it has settled, until cancelled.
@@ -86,6 +96,10 @@ class PolicyStore:
         writes. A file cut short at a grant's end is valid TOML with that
         grant's later restrictions (``max_risk``, limits) missing, and would
         allow what the whole file refuses.
+
+        The file is read and checked on a worker thread: a large policy (tens
+        of thousands of grants take seconds) must not hold the event loop, and
+        calls go on under the policy in force until the new one is swapped in.
         """
         seen = self._file_stamp()
         while True:
@@ -95,7 +109,7 @@ class PolicyStore:
                 seen = stamp
                 continue
             try:
-                self.reload_if_changed()
+                await asyncio.to_thread(self.reload_if_changed)
             except Exception:  # never let one bad file stop all future reloads
                 _log.exception("policy reload failed; keeping the previous policy")
 

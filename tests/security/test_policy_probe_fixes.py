@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import types
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -29,7 +30,7 @@ from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.config import load_agent_config
 from gateway.errors import GatewayError, RiskNotGranted, UnknownPeer
-from policies.policy_file import MAX_FILE_BYTES
+from policies.policy_file import MAX_FILE_BYTES, Policy
 from tests.agent_process import write_agent_toml
 from tests.support import (
     Pki,
@@ -106,7 +107,11 @@ async def test_a_policy_written_in_two_steps_is_not_loaded_half_written(
     pki: Pki, alice: Agent, counter: WriteCounter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     polls = _Polls()
-    monkeypatch.setattr(policies.store, "asyncio", types.SimpleNamespace(sleep=polls.sleep))
+    monkeypatch.setattr(
+        policies.store,
+        "asyncio",
+        types.SimpleNamespace(sleep=polls.sleep, to_thread=asyncio.to_thread),
+    )
     watcher = asyncio.ensure_future(alice.policies.watch())
     try:
         await polls.started()
@@ -214,3 +219,35 @@ async def test_a_policy_in_a_mounted_configmap_folder_follows_its_updates(
     assert counter.calls == 1
     reasons = [r.reason for r in audit_rows(_audit_file(agent)) if r.capability == "notes.write"]
     assert reasons == ["ADMITTED", "OK", UnknownPeer.reason]
+
+
+async def test_the_watcher_reads_a_changed_policy_off_the_event_loop(
+    alice: Agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A policy of tens of thousands of grants takes seconds to read and check: on the
+    # loop, every call of every peer waited for it. The real load, only observed here.
+    polls = _Polls()
+    monkeypatch.setattr(
+        policies.store,
+        "asyncio",
+        types.SimpleNamespace(sleep=polls.sleep, to_thread=asyncio.to_thread),
+    )
+    loaded_on: list[int] = []
+    real_load = policies.store.load_policy
+
+    def observed_load(path: Path) -> Policy:
+        loaded_on.append(threading.get_ident())
+        return real_load(path)
+
+    monkeypatch.setattr(policies.store, "load_policy", observed_load)
+    watcher = asyncio.ensure_future(alice.policies.watch())
+    try:
+        await polls.started()
+        alice.config.policy.write_text(HEAD + RESTRICTION.replace("read", "write"))
+        await polls.poll()  # the change seen
+        await polls.poll()  # settled: loaded
+    finally:
+        watcher.cancel()
+    assert alice.policies.current.grants[spiffe("bob")].max_risk == "write"
+    assert alice.policies.reloads_ok == 1
+    assert len(loaded_on) == 1 and loaded_on[0] != threading.get_ident()
