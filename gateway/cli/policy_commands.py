@@ -22,6 +22,7 @@ from gateway.display import json_for_terminals, printable
 from gateway.errors import AgentConfigError, ConfigError
 from gateway.postgres.dsn import StoreLocation
 from gateway.storage import location, open_audit_reader
+from policies.grants import MAX_PAYLOAD_CEILING
 from policies.policy_file import load_policy
 
 EXIT_REFUSED = 1
@@ -61,12 +62,23 @@ def add_actions(policy_sub: Any) -> None:
     explain.add_argument("--policy", type=Path, required=True)
     explain.add_argument("--peer", required=True, help="caller's SPIFFE ID")
     explain.add_argument("capability", help="NAME or NAME@CONSTRAINT")
-    explain.add_argument("--size", type=int, default=0, help="payload bytes (default 0)")
+    explain.add_argument("--size", type=byte_count, default=0, help="payload bytes (default 0)")
     explain.add_argument(
         "--config", type=Path, help="agent config: judge versions and risks with its capabilities"
     )
     explain.add_argument("--json", action="store_true", help="exact JSON")
     explain.set_defaults(run=_explain)
+
+
+def byte_count(text: str) -> int:
+    """An argparse type: a size in bytes, 0 up to the largest payload any grant may allow."""
+    try:
+        size = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of bytes: {text!r}") from None
+    if not 0 <= size <= MAX_PAYLOAD_CEILING:
+        raise argparse.ArgumentTypeError(f"must be 0..{MAX_PAYLOAD_CEILING} bytes, not {size}")
+    return size
 
 
 def store_location(text: str) -> StoreLocation:

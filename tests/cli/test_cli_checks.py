@@ -9,6 +9,8 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
+
 from gateway.client.peer_client import PeerClient
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.support import Pki, future, grant, spiffe, write_policy
@@ -304,3 +306,20 @@ def test_output_to_a_reader_that_went_is_no_internal_error(tmp_path: Path) -> No
     stderr = process.stderr.read().decode()
     assert process.wait(timeout=60) == 0
     assert stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("size", "said"),
+    [("-5", "must be 0..4194304 bytes, not -5"), ("4194305", "not 4194305"), ("1k", "'1k'")],
+)
+def test_policy_explain_refuses_a_size_no_payload_can_have(
+    tmp_path: Path, size: str, said: str
+) -> None:
+    policy = write_policy(tmp_path / "policy.toml", [grant("bob", ["text.echo"])])
+    explained = run(
+        "policy", "explain", "--policy", str(policy), "--peer", spiffe("bob"), "text.echo",
+        "--size", size,
+    )  # fmt: skip
+    assert explained.returncode == 2
+    assert said in explained.stderr
+    assert "Traceback" not in explained.stderr
