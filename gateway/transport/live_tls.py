@@ -32,7 +32,12 @@ import grpc
 
 from gateway.config import TlsFiles, TlsSettings, WorkloadApiTls
 from gateway.errors import AgentConfigError, ConfigError, Unauthenticated
-from gateway.transport.svid_checks import CertificateFacts, chains_to, check_material
+from gateway.transport.svid_checks import (
+    CertificateFacts,
+    chains_to,
+    check_material,
+    dropped_roots,
+)
 from gateway.transport.tls import TlsMaterial
 from policies.identity import trust_domain_of
 
@@ -91,6 +96,8 @@ class LiveTls:
         except ConfigError as err:
             raise AgentConfigError(err.message) from err
         self._material, self._facts = material, facts
+        self._dropped_roots = b""
+        """PEM of roots trusted before and dropped from the trust bundle since."""
         self._generation = 0
         self._served_generation = 0
         self._listeners: list[Callable[[TlsMaterial], None]] = []
@@ -148,7 +155,9 @@ class LiveTls:
             return err
         if material == self._material:
             return None
+        dropped = dropped_roots(self._material.ca_pem, material.ca_pem, self._dropped_roots)
         self._material, self._facts = material, facts  # one assignment each: old or new
+        self._dropped_roots = dropped
         self._generation += 1
         self._ok += 1
         _log.info("certificate reloaded: serial %x, expires %s", facts.serial, facts.not_after)
@@ -171,15 +180,29 @@ class LiveTls:
 
         The TLS stack verifies a client against every bundle at once; with
         more than one trust domain (federation), a federated domain's CA could
-        otherwise vouch for an identity of another domain. A CA file (one set
-        of roots) has nothing to add to the handshake's verification.
+        otherwise vouch for an identity of another domain. With one set of
+        roots (a CA file, or one bundle) the handshake verified the chain; what
+        it cannot know is a root dropped from the bundle since (a revoked
+        SPIRE authority, a CA removed from the file): a connection opened
+        before must not keep it trusted, so a certificate issued directly by a
+        dropped root, and by no root in force, is refused.
 
         Raises:
-            Unauthenticated: no bundle for the peer's trust domain, or the
-                certificate does not chain to it.
+            Unauthenticated: no bundle for the peer's trust domain, the
+                certificate does not chain to it, or it was issued by a root
+                dropped from the bundle after the connection was made.
         """
-        material = self._material
+        material, dropped = self._material, self._dropped_roots
         if len(material.bundles) < 2:
+            if (
+                dropped
+                and chains_to(peer_cert_pem, dropped)
+                and not chains_to(peer_cert_pem, material.ca_pem)
+            ):
+                raise Unauthenticated(
+                    "the caller's certificate was issued by a CA the trust bundle no longer holds",
+                    detail="issuer dropped from the trust bundle after this connection was made",
+                )
             return
         domain = trust_domain_of(peer_id)
         roots_pem = material.roots_for(domain)

@@ -21,6 +21,9 @@ from policies.identity import svid_dns_name, trust_domain_of
 
 _PUBLIC = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
+DROPPED_ROOTS_KEPT = 64
+"""How many roots dropped from the trust bundle an agent remembers (``dropped_roots``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class CertificateFacts:
@@ -128,6 +131,27 @@ def _is_ca(certificate: x509.Certificate, now: datetime | None) -> bool:
     ):
         return False
     return constraints.value.ca
+
+
+def dropped_roots(before_pem: bytes, after_pem: bytes, dropped_pem: bytes = b"") -> bytes:
+    """PEM of the roots ``after_pem`` no longer holds: those of ``before_pem``, and those
+    dropped earlier (``dropped_pem``), the latest ``DROPPED_ROOTS_KEPT`` of them.
+
+    A root that comes back into ``after_pem`` is no longer counted as dropped.
+    """
+    try:
+        kept = set(x509.load_pem_x509_certificates(after_pem))
+        earlier = x509.load_pem_x509_certificates(dropped_pem) if dropped_pem else []
+        gone = x509.load_pem_x509_certificates(before_pem)
+    except ValueError:  # checked sets always parse: keep what is known
+        return dropped_pem
+    dropped: list[x509.Certificate] = []
+    for root in [*earlier, *gone]:
+        if root not in kept and root not in dropped:
+            dropped.append(root)
+    return b"".join(
+        root.public_bytes(serialization.Encoding.PEM) for root in dropped[-DROPPED_ROOTS_KEPT:]
+    )
 
 
 @lru_cache(maxsize=1024)
