@@ -23,13 +23,14 @@ from urllib.parse import urlsplit
 from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
 from capabilities.registry import CapabilityRegistry
 from capabilities.versions import VersionConstraint
-from gateway.config import AgentConfig, TlsFiles, load_agent_config
+from gateway.config import AgentConfig, TlsFiles, WorkloadApiTls, load_agent_config
 from gateway.display import printable
 from gateway.errors import ConfigError, GatewayError
 from gateway.plans.checks import PlanLimits, check_structure
 from gateway.plans.model import Plan, parse_plan
 from gateway.transport.svid_checks import check_material
 from gateway.transport.tls import TlsMaterial
+from gateway.transport.workload_api import workload_api_socket
 from policies.policy_file import Policy, load_policy
 
 EXIT_PROBLEMS = 1
@@ -133,12 +134,7 @@ def _check_policy(config: AgentConfig, findings: list[Finding]) -> Policy | None
 
 def _check_certificate(config: AgentConfig, findings: list[Finding]) -> None:
     if not isinstance(config.tls, TlsFiles):
-        socket = config.tls.socket or "SPIFFE_ENDPOINT_SOCKET"
-        findings.append(
-            Finding(
-                "ok", "certificate", f"from the SPIFFE Workload API ({socket}), checked at start"
-            )
-        )
+        findings.append(_workload_api_finding(config.tls))
         return
     subject = f"certificate {config.tls.cert}"
     now = datetime.now(UTC)
@@ -154,6 +150,26 @@ def _check_certificate(config: AgentConfig, findings: list[Finding]) -> None:
         Finding(
             level, subject, f"{config.id}, expires {facts.not_after.isoformat()} ({left.days}d)"
         )
+    )
+
+
+def _workload_api_finding(tls: WorkloadApiTls) -> Finding:
+    """Where the SVID will come from: an error if ``serve`` would find no address (no
+    ``socket`` and no ``SPIFFE_ENDPOINT_SOCKET`` here), a warning if no socket is there now.
+    The SVID itself is checked at start."""
+    try:
+        socket = workload_api_socket(tls.socket)
+    except ConfigError as err:
+        return Finding("error", "certificate", err.message)
+    if not Path(socket.removeprefix("unix://")).is_socket():
+        return Finding(
+            "warning",
+            "certificate",
+            f"from the SPIFFE Workload API ({socket}): no socket there now "
+            "(is the SPIRE agent running?)",
+        )
+    return Finding(
+        "ok", "certificate", f"from the SPIFFE Workload API ({socket}), checked at start"
     )
 
 

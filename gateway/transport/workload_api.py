@@ -43,7 +43,7 @@ from gateway.config import WorkloadApiTls, check_workload_api_socket
 from gateway.errors import AgentConfigError, ConfigError
 from gateway.transport.live_tls import LiveTls
 from gateway.transport.tls import TlsMaterial
-from policies.identity import trust_domain_of
+from policies.identity import svid_dns_name, trust_domain_of
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -77,17 +77,22 @@ def workload_api_socket(configured: str | None) -> str:
 def material_from_context(context: X509Context, agent_id: str) -> TlsMaterial:
     """The agent's SVID (the one for ``agent_id``) and every bundle, as PEM.
 
+    Several registration entries may give the workload SVIDs of ``agent_id``
+    (in an order that varies): the first that carries the DNS name peers verify
+    it by is taken, else the first (whose lack :class:`LiveTls` then names).
+
     Raises:
         ConfigError: the update holds no SVID for ``agent_id`` (names those it holds).
     """
-    svids = {str(svid.spiffe_id): svid for svid in context.x509_svids}
-    svid = svids.get(agent_id)
-    if svid is None:
-        held = ", ".join(sorted(svids)) or "none"
+    mine = [svid for svid in context.x509_svids if str(svid.spiffe_id) == agent_id]
+    if not mine:
+        held = ", ".join(sorted({str(svid.spiffe_id) for svid in context.x509_svids})) or "none"
         raise ConfigError(
             f"the Workload API holds no SVID for {agent_id} (it holds: {held}); "
             "check the SPIRE registration entry's SPIFFE ID and selectors"
         )
+    name = svid_dns_name(agent_id)
+    svid = next((svid for svid in mine if _carries_dns_name(svid.leaf, name)), mine[0])
     cert_pem = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in svid.cert_chain)
     key_pem = svid.private_key.private_bytes(
         serialization.Encoding.PEM,
@@ -108,6 +113,14 @@ def material_from_context(context: X509Context, agent_id: str) -> TlsMaterial:
         key_pem=key_pem,
         bundles=tuple(bundles),
     )
+
+
+def _carries_dns_name(leaf: x509.Certificate, name: str) -> bool:
+    try:
+        san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (x509.ExtensionNotFound, ValueError):
+        return False
+    return name in san.get_values_for_type(x509.DNSName)
 
 
 def _bundle_pem(authorities: Iterable[x509.Certificate]) -> bytes:
