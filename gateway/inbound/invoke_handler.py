@@ -365,17 +365,34 @@ class InvokeHandler:
         served = str(admission.capability.version)
         if admission.capability.contract.risk is not Risk.READ:
             # Write-ahead: a side effect never happens without a committed record.
-            await self._audit.record_durable(
-                self._record(call, peer_id, served, "allow", ADMITTED, started)
-            )
+            try:
+                await self._audit.record_durable(
+                    self._record(call, peer_id, served, "allow", ADMITTED, started)
+                )
+            except asyncio.CancelledError as err:
+                # Cut off while its ADMITTED record commits (a deadline, a hang-up,
+                # CancelTask): that record lands all the same, so its outcome must too.
+                self._audit.record(
+                    self._record(
+                        call,
+                        peer_id,
+                        served,
+                        "allow",
+                        Cancelled.reason,
+                        started,
+                        _cancel_detail(err, NOT_STARTED),
+                    )
+                )
+                raise
         try:
             outcome = await self._execute(call, admission, admitted.payload, ctx)
         except GatewayError as err:
             failure: GatewayError | None = err
         except asyncio.CancelledError as err:
-            detail = str(err.args[0]) if err.args and isinstance(err.args[0], str) else ""
             self._audit.record(
-                self._record(call, peer_id, served, "allow", Cancelled.reason, started, detail)
+                self._record(
+                    call, peer_id, served, "allow", Cancelled.reason, started, _cancel_detail(err)
+                )
             )
             raise
         else:
@@ -517,6 +534,13 @@ class InvokeHandler:
             detail=detail,
             trace_id=current_trace_id(),
         )
+
+
+def _cancel_detail(err: asyncio.CancelledError, note: str = "") -> str:
+    """A cancelled call's audit detail: the text given to ``Task.cancel(msg)`` (who
+    cancelled), then ``note`` (e.g. that the capability never started)."""
+    given = str(err.args[0]) if err.args and isinstance(err.args[0], str) else ""
+    return "; ".join(part for part in (given, note) if part)
 
 
 def _shown(text: str) -> str:
