@@ -15,31 +15,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives.serialization import (
-    BestAvailableEncryption,
-    load_pem_private_key,
-    pkcs12,
-)
-from cryptography.x509 import load_pem_x509_certificate
 
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
-from tests.a2a_http_support import carol_task, https_certificate
-from tests.agent_process import REPO, AgentProcess, write_agent_toml
-from tests.support import Pki, audit_rows, grant, spiffe, write_policy
+from tests.agent_process import REPO
+from tests.interop.served_agent import TOOL_CACHE, Served, java_classpath, pkcs12_of, serve_alice
+from tests.support import Pki, spiffe
 
 GO_DIR = REPO / "tests" / "interop" / "go"
 JAVA_DIR = REPO / "tests" / "interop" / "java"
-GO_CACHE = Path(os.environ.get("A2AGW_INTEROP_GO_CACHE", "/var/cache/a2agw/interop-go"))
 BOB = spiffe("bob")
 CAP = 1024
 """bob's max_payload_bytes on alice."""
@@ -52,7 +43,7 @@ def go_client() -> Path:
     digest = hashlib.sha256()
     for name in ("go.mod", "go.sum", "main.go"):
         digest.update((GO_DIR / name).read_bytes())
-    binary = GO_CACHE / digest.hexdigest()[:16] / "a2a03client"
+    binary = TOOL_CACHE / digest.hexdigest()[:16] / "a2a03client"
     if not binary.is_file():
         binary.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(
@@ -64,59 +55,10 @@ def go_client() -> Path:
     return binary
 
 
-class Served:
-    def __init__(self, process: AgentProcess, audit_db: Path, carol_task: str) -> None:
-        self.process = process
-        self.audit_db = audit_db
-        self.carol_task = carol_task
-
-    def records(self) -> list[tuple[str, str, str, str]]:
-        """(peer, capability, decision, reason) of every audit record committed so far."""
-        return [(r.peer_id, r.capability, r.decision, r.reason) for r in audit_rows(self.audit_db)]
-
-    def records_once_committed(self, expected: Counter[Any]) -> Counter[Any]:
-        """The records, read again (for up to 10 s) until ``expected`` is committed:
-        the agent commits allowed calls in batches."""
-        deadline = time.monotonic() + 10.0
-        while True:
-            got = Counter(self.records())
-            if got == expected or time.monotonic() > deadline:
-                return got
-            time.sleep(0.1)
-
-
 def _serve(pki: Pki, tmp_path: Path, compat: bool | None) -> Iterator[Served]:
-    policy = write_policy(
-        tmp_path / "alice-policy.toml",
-        [
-            grant("bob", ["text.echo@^1", "text.search@^1"], max_payload_bytes=CAP),
-            grant("carol", ["text.echo"]),
-        ],
+    yield from serve_alice(
+        pki, tmp_path, bob_may=["text.echo@^1", "text.search@^1"], bob_cap=CAP, compat=compat
     )
-    audit_db = tmp_path / "alice-audit.sqlite"
-    config = write_agent_toml(
-        tmp_path / "alice.toml",
-        pki,
-        "alice",
-        listen="127.0.0.1:0",
-        policy=policy,
-        audit_db=audit_db,
-        state_dir=tmp_path / "alice-state",
-    )
-    cert, key = https_certificate(pki, "alice", tmp_path / "https")
-    text = config.read_text()
-    text = text.replace(str(pki.dir / "alice.pem"), str(cert))
-    text = text.replace(str(pki.dir / "alice.key"), str(key))
-    text += '\n[a2a]\nhttp_listen = "localhost:0"\n'
-    if compat is not None:
-        text += f"v0_3_compat = {str(compat).lower()}\n"
-    config.write_text(text)
-    process = AgentProcess(config)
-    try:
-        process.start()
-        yield Served(process, audit_db, carol_task(pki, process.https_url))
-    finally:
-        process.ensure_stopped()
 
 
 @pytest.fixture
@@ -208,49 +150,17 @@ def test_with_v0_3_compat_off_the_go_client_cannot_read_the_card(
     assert served_1_0_only.records_once_committed(expected) == expected
 
 
-def java_classpath() -> str:
-    """The Java client's classpath, resolved by Maven from tests/interop/java/pom.xml (cached)."""
-    if shutil.which("java") is None or shutil.which("mvn") is None:
-        pytest.skip("java/mvn not installed (.ci/run resolves the Java client)")
-    digest = hashlib.sha256((JAVA_DIR / "pom.xml").read_bytes()).hexdigest()[:16]
-    saved = GO_CACHE.parent / "interop-java" / digest / "classpath.txt"
-    stale = saved.is_file() and not all(map(os.path.isfile, saved.read_text().split(":")))
-    if not saved.is_file() or stale:  # stale: the local Maven repository was emptied
-        saved.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            ["mvn", "-q", "-B", "dependency:build-classpath", f"-Dmdep.outputFile={saved}"],
-            cwd=JAVA_DIR,
-            check=True,
-            timeout=600,
-        )
-    return saved.read_text().strip()
-
-
-def _pkcs12(pki: Pki, name: str, path: Path, password: bytes) -> Path:
-    key = load_pem_private_key((pki.dir / f"{name}.key").read_bytes(), None)
-    cert = load_pem_x509_certificate((pki.dir / f"{name}.pem").read_bytes())
-    blob = pkcs12.serialize_key_and_certificates(
-        name.encode(),
-        key,
-        cert,
-        None,
-        BestAvailableEncryption(password),  # type: ignore[arg-type]
-    )
-    path.write_bytes(blob)
-    return path
-
-
 def test_the_java_sdk_0_3_client_with_its_defaults(
     pki: Pki, served: Served, tmp_path: Path
 ) -> None:
-    classpath = java_classpath()
+    classpath = java_classpath(JAVA_DIR, "interop-java")
     config = tmp_path / "java-client.json"
     config.write_text(
         json.dumps(
             {
                 "base_url": served.process.https_url,
                 "ca": str(pki.dir / "ca.pem"),
-                "p12": str(_pkcs12(pki, "bob", tmp_path / "bob.p12", b"interop")),
+                "p12": str(pkcs12_of(pki, "bob", tmp_path / "bob.p12", b"interop")),
                 "p12_password": "interop",
                 "other_task_id": served.carol_task,
                 "refused_capability": "notes.delete",

@@ -46,107 +46,24 @@ What Alpha3 cannot do, asserted as it is so that a fixed release shows up here:
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
 import subprocess
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.hazmat.primitives.serialization import (
-    BestAvailableEncryption,
-    load_pem_private_key,
-    pkcs12,
-)
-from cryptography.x509 import load_pem_x509_certificate
 
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from policies.identity import svid_dns_name
-from tests.a2a_http_support import carol_task, https_certificate
-from tests.agent_process import REPO, AgentProcess, write_agent_toml
-from tests.support import Pki, audit_rows, grant, spiffe, write_policy
+from tests.agent_process import REPO
+from tests.interop.served_agent import Served, java_classpath, pkcs12_of, serve_alice
+from tests.support import Pki, spiffe
 
 JAVA_DIR = REPO / "tests" / "interop" / "java1"
-CACHE = Path(os.environ.get("A2AGW_INTEROP_GO_CACHE", "/var/cache/a2agw/interop-go")).parent
 BOB = spiffe("bob")
 HTTP_BINDINGS = ("JSONRPC", "HTTP+JSON")
-
-
-def java_classpath() -> str:
-    """The client's classpath, resolved by Maven from tests/interop/java1/pom.xml (cached)."""
-    if shutil.which("java") is None or shutil.which("mvn") is None:
-        pytest.skip("java/mvn not installed (.ci/run resolves the Java 1.0 client)")
-    digest = hashlib.sha256((JAVA_DIR / "pom.xml").read_bytes()).hexdigest()[:16]
-    saved = CACHE / "interop-java1" / digest / "classpath.txt"
-    stale = saved.is_file() and not all(map(os.path.isfile, saved.read_text().strip().split(":")))
-    if not saved.is_file() or stale:  # stale: the local Maven repository was emptied
-        saved.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            ["mvn", "-q", "-B", "dependency:build-classpath", f"-Dmdep.outputFile={saved}"],
-            cwd=JAVA_DIR,
-            check=True,
-            timeout=600,
-        )
-    return saved.read_text().strip()
-
-
-class Served:
-    def __init__(self, process: AgentProcess, audit_db: Path, carol_task: str) -> None:
-        self.process = process
-        self.audit_db = audit_db
-        self.carol_task = carol_task
-
-    def records_once_committed(self, expected: Counter[Any]) -> Counter[Any]:
-        """(peer, capability, decision, reason) of every record, read again (for up to 10 s)
-        until ``expected`` is committed: the agent commits allowed calls in batches."""
-        deadline = time.monotonic() + 10.0
-        while True:
-            rows = audit_rows(self.audit_db)
-            got = Counter((r.peer_id, r.capability, r.decision, r.reason) for r in rows)
-            if got == expected or time.monotonic() > deadline:
-                return got
-            time.sleep(0.1)
-
-
-def _serve(pki: Pki, tmp_path: Path, compat: bool | None) -> Iterator[Served]:
-    policy = write_policy(
-        tmp_path / "alice-policy.toml",
-        [
-            grant("bob", ["text.echo@^1", "job.pause", "job.watch"], max_payload_bytes=1024),
-            grant("carol", ["text.echo"]),
-        ],
-    )
-    audit_db = tmp_path / "alice-audit.sqlite"
-    config = write_agent_toml(
-        tmp_path / "alice.toml",
-        pki,
-        "alice",
-        listen="127.0.0.1:0",
-        policy=policy,
-        audit_db=audit_db,
-        state_dir=tmp_path / "alice-state",
-        modules=("tests.task_capabilities",),  # the built-ins, job.pause, job.watch
-    )
-    cert, key = https_certificate(pki, "alice", tmp_path / "https")
-    text = config.read_text()
-    text = text.replace(str(pki.dir / "alice.pem"), str(cert))
-    text = text.replace(str(pki.dir / "alice.key"), str(key))
-    text += '\n[a2a]\nhttp_listen = "localhost:0"\n'
-    if compat is not None:
-        text += f"v0_3_compat = {str(compat).lower()}\n"
-    config.write_text(text)
-    process = AgentProcess(config)
-    try:
-        process.start()
-        yield Served(process, audit_db, carol_task(pki, process.https_url))
-    finally:
-        process.ensure_stopped()
 
 
 @pytest.fixture
@@ -160,33 +77,29 @@ def served_1_0_only(pki: Pki, tmp_path: Path) -> Iterator[Served]:
     yield from _serve(pki, tmp_path, False)
 
 
-def _pkcs12(pki: Pki, name: str, path: Path, password: bytes) -> Path:
-    key = load_pem_private_key((pki.dir / f"{name}.key").read_bytes(), None)
-    assert isinstance(key, (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey))
-    cert = load_pem_x509_certificate((pki.dir / f"{name}.pem").read_bytes())
-    blob = pkcs12.serialize_key_and_certificates(
-        name.encode(),
-        key,
-        cert,
-        None,
-        BestAvailableEncryption(password),
+def _serve(pki: Pki, tmp_path: Path, compat: bool | None) -> Iterator[Served]:
+    yield from serve_alice(
+        pki,
+        tmp_path,
+        bob_may=["text.echo@^1", "job.pause", "job.watch"],
+        bob_cap=1024,
+        compat=compat,
+        modules=("tests.task_capabilities",),  # the built-ins, job.pause, job.watch
     )
-    path.write_bytes(blob)
-    return path
 
 
 def run_java_client(
     pki: Pki, served: Served, tmp_path: Path, bindings: list[str], *, no_cert: bool
 ) -> dict[tuple[str, str], dict[str, Any]]:
     """The client's answers, by (binding, step); binding "" for the card steps."""
-    classpath = java_classpath()
+    classpath = java_classpath(JAVA_DIR, "interop-java1")
     config = tmp_path / "java1-client.json"
     config.write_text(
         json.dumps(
             {
                 "base_url": served.process.https_url,
                 "ca": str(pki.dir / "ca.pem"),
-                "p12": str(_pkcs12(pki, "bob", tmp_path / "bob.p12", b"interop")),
+                "p12": str(pkcs12_of(pki, "bob", tmp_path / "bob.p12", b"interop")),
                 "p12_password": "interop",
                 "cert": str(pki.dir / "bob.pem"),
                 "key": str(pki.dir / "bob.key"),
