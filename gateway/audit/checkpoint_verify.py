@@ -55,6 +55,8 @@ _FIELDS: dict[str, type] = {
     "sig": str,
 }
 _OPTIONAL_FIELDS: dict[str, type] = {"cert": str}
+UNKNOWN_SIGNER = "signed by another certificate"
+"""Why a line fails when its signer is none of the certificates given (nor carried)."""
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,7 @@ def _signature_problem(
             return why
         cert_pem = carried
     else:
-        return "signed by another certificate"
+        return UNKNOWN_SIGNER
     if checkpoint.agent != agent:
         return "names another agent"
     if not signature_valid(checkpoint, cert_pem):

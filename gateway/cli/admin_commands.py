@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,11 @@ from gateway.audit import (
     query_records,
     verify_chain,
 )
-from gateway.audit.checkpoint_verify import verify_checkpoints
+from gateway.audit.checkpoint_verify import UNKNOWN_SIGNER, verify_checkpoints
 from gateway.audit.signer_archive import read_signers, signers_file
 from gateway.audit.store.postgres_read import query_agent_records, verify_agent_chains
 from gateway.audit.summary import format_summary, format_summary_json, summarize
+from gateway.audit.verify import ChainProblem
 from gateway.cli import audit_follow, policy_commands
 from gateway.config import WorkloadApiTls, load_agent_config
 from gateway.devtools import pki
@@ -179,6 +181,7 @@ def _audit_verify_agents(args: argparse.Namespace) -> int:
     for problem in checked.problems:
         print(f"{checkpoints}: seq {problem.seq}: {problem.kind}: {problem.message}")
     print(f"{checkpoints}: {checked.valid} of {checked.checkpoints} checkpoints valid")
+    _hint_signers(checked.problems)
     return 1 if broken or not checked.ok else 0
 
 
@@ -220,7 +223,19 @@ def _audit_verify(args: argparse.Namespace) -> int:
     for problem in problems:
         print(f"{args.db}: seq {problem.seq}: {problem.kind}: {problem.message}")
     print(f"{args.db}: chain BROKEN ({len(problems)} problem(s); {summary})", file=sys.stderr)
+    _hint_signers(problems)
     return 1
+
+
+def _hint_signers(problems: Sequence[ChainProblem]) -> None:
+    """After a rotation, lines signed by the older certificate are not verified by the new
+    one alone: say how to give the verifier what it lacks (the problems stay reported)."""
+    if any(p.message.endswith(UNKNOWN_SIGNER) for p in problems):
+        print(
+            "hint: checkpoints signed by a certificate not given (one from before a rotation?):"
+            " pass it as another --cert, or the CA with --ca, or the agent's --config",
+            file=sys.stderr,
+        )
 
 
 def _checkpoint_sources(

@@ -297,5 +297,8 @@ async def test_checkpoints_are_signed_with_the_rotated_key(tmp_path: Path) -> No
     new_only, old_only, both = verify(new_cert), verify(old_cert), verify(old_cert, new_cert)
     assert new_only.returncode == 1 and "signed by another certificate" in new_only.stdout
     assert old_only.returncode == 1 and "signed by another certificate" in old_only.stdout
+    hint = "hint: checkpoints signed by a certificate not given (one from before a rotation?)"
+    assert hint in new_only.stderr and hint in old_only.stderr  # what to pass, said
     assert both.returncode == 0, both.stdout + both.stderr
+    assert "hint:" not in both.stderr
     assert "chain intact" in both.stdout
