@@ -305,3 +305,23 @@ def test_the_dev_pki_doc_commands_run(tmp_path: Path, monkeypatch: pytest.Monkey
     carol = x509.load_pem_x509_certificate((tmp_path / "pki" / "carol.pem").read_bytes())
     san = carol.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert san.get_values_for_type(x509.DNSName)[1:] == ["api.example.test", "localhost"]
+
+
+def test_re_issuing_without_the_extra_names_says_which_it_drops(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A newcomer re-issued alice's localhost certificate with 'pki issue alice --force' to
+    # rotate it: the new one lost DNS:localhost, and every HTTPS client failed its hostname
+    # check from the reload on, with nothing said when it was issued.
+    directory = str(tmp_path / "pki")
+    assert main(["pki", "init", "--dir", directory, "--trust-domain", DOMAIN]) == 0
+    issue = ["pki", "issue", "alpha", "--dir", directory]
+    assert main([*issue, "--dns", "localhost", "--ip", "127.0.0.1"]) == 0
+    capsys.readouterr()
+    assert main([*issue, "--force", "--dns", "localhost"]) == 0
+    assert capsys.readouterr().err == (
+        "warning: the certificate replaced also named IP:127.0.0.1; this one does not "
+        "(pass the same --dns / --ip / --loopback-sans to keep them)\n"
+    )
+    assert main([*issue, "--force", "--dns", "localhost"]) == 0  # same names: nothing to say
+    assert capsys.readouterr().err == ""

@@ -157,6 +157,12 @@ def _pki_issue(args: argparse.Namespace) -> int:
         ip_addresses=args.ip,
     )
     print(f"{issued.spiffe_id}: {issued.cert_path} {issued.key_path}")
+    if issued.dropped_names:
+        print(
+            f"warning: the certificate replaced also named {', '.join(issued.dropped_names)};"
+            " this one does not (pass the same --dns / --ip / --loopback-sans to keep them)",
+            file=sys.stderr,
+        )
     return 0
 
 

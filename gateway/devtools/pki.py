@@ -71,6 +71,9 @@ class IssuedIdentity:
     """The PEM certificate (leaf only; the CA is ``ca.pem`` beside it)."""
     key_path: Path
     """The unencrypted PKCS8 PEM private key, mode 0o600."""
+    dropped_names: tuple[str, ...] = ()
+    """Extra names (``DNS:...``, ``IP:...``) of the certificate this one replaced that it
+    does not carry: an HTTPS client dialling one of them fails its hostname check."""
 
 
 @dataclass(frozen=True)
@@ -328,9 +331,23 @@ def issue(
         raise ConfigError(
             f"{existing[0]} already exists (pass --force to re-issue over it, e.g. to rotate)"
         )
+    dropped = _extra_names(cert_path, spiffe_id) - _extra_names(cert_pem, spiffe_id)
     _write_atomic(key_path, key_pem, mode=0o600)
     _write_atomic(cert_path, cert_pem, mode=0o644)
-    return IssuedIdentity(spiffe_id=spiffe_id, cert_path=cert_path, key_path=key_path)
+    return IssuedIdentity(spiffe_id, cert_path, key_path, tuple(sorted(dropped)))
+
+
+def _extra_names(source: Path | bytes, spiffe_id: str) -> set[str]:
+    """The DNS and IP names of a certificate beside its SVID name (none if unreadable)."""
+    try:
+        pem = source.read_bytes() if isinstance(source, Path) else source
+        extension = x509.load_pem_x509_certificate(pem).extensions
+        san = extension.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (OSError, ValueError, x509.ExtensionNotFound):
+        return set()
+    names = {f"DNS:{name}" for name in san.get_values_for_type(x509.DNSName)}
+    names |= {f"IP:{address}" for address in san.get_values_for_type(x509.IPAddress)}
+    return names - {f"DNS:{svid_dns_name(spiffe_id)}"}
 
 
 def _check_trust_domain(trust_domain: str) -> None:
