@@ -171,6 +171,7 @@ def _validated_output(cap: Capability, output: Any) -> dict[str, Any]:
             f"({err.error_count()} problem(s))"
         ) from err
     if validated is None:
-        raise InvalidOutput(f"{cap.contract.key} returned {type(output).__name__}, not an object")
+        what = "nothing" if output is None else type(output).__name__
+        raise InvalidOutput(f"{cap.contract.key} returned {what}, not an object")
     result: dict[str, Any] = validated.model_dump(mode="json")
     return result

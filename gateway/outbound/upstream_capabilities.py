@@ -17,6 +17,7 @@ Contracts (both directions) default to ``{"text": string}``:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,6 +32,8 @@ from gateway.client.a2a.upstream_client import UpstreamClient
 from gateway.client.a2a.upstream_parts import data_part, first_data, joined_text, text_part
 from gateway.config import UpstreamSkill
 from gateway.errors import AgentConfigError
+
+_log = logging.getLogger(__name__)
 
 
 class TextInput(ContractModel):
@@ -93,6 +96,18 @@ def _handler(skill: UpstreamSkill, client: UpstreamClient) -> Handler:
         answer = await client.send(skill.skill, parts, timeout=budget, events=ctx.events)
         if answer is None:
             return None  # not an object: the runner answers INVALID_OUTPUT
-        return first_data(answer) if structured_out else joined_text(answer)
+        output = first_data(answer) if structured_out else joined_text(answer)
+        if output is None:
+            _log.warning(
+                "upstream %s answered skill %s without a %s part (%s)",
+                client.name,
+                skill.skill,
+                "data" if structured_out else "text",
+                "a skill with output_schema reads the first data part"
+                if structured_out
+                else "a skill without output_schema reads text parts: declare output_schema "
+                "for an answer in a data part",
+            )
+        return output
 
     return call_upstream

@@ -271,12 +271,19 @@ async def test_slow_upstream_is_capability_timeout(
 
 
 async def test_answers_outside_the_contract_are_invalid_output(
-    pki: Pki, grpc_bob: Agent, legacy: SdkAgent
+    pki: Pki, grpc_bob: Agent, legacy: SdkAgent, caplog: pytest.LogCaptureFixture
 ) -> None:
     legacy.mode = "garbage"  # a data part where text is expected; "hits" not a list
     async with client(pki, grpc_bob) as peer:
-        with pytest.raises(InvalidOutput):
+        with pytest.raises(InvalidOutput) as no_text:
             await peer.invoke("legacy.echo", {"text": "hi"})
+        # Said to the caller and to the operator, who can fix it (a newcomer could not).
+        assert no_text.value.message == "legacy.echo@1.0.0 returned nothing, not an object"
+        assert any(
+            "without a text part (a skill without output_schema reads text parts: declare "
+            "output_schema for an answer in a data part)" in r.getMessage()
+            for r in caplog.records
+        )
         with pytest.raises(InvalidOutput):
             await peer.invoke("legacy.search", {"query": "q"})
         legacy.mode = "fail"
