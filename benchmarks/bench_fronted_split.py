@@ -1,0 +1,143 @@
+"""Where a fronted A2A call's time goes: the direct call, the gateway's own, and the hop.
+
+Run ``python benchmarks/bench_fronted_split.py`` (about 20 s). The a2a-sdk echo
+agent of ``bench_a2a_paths`` runs in a child process; a real gateway
+:class:`~gateway.agent.Agent` fronting it over gRPC (``[[upstreams]]``, full
+policy and audit) and the client run in this process. One call at a time,
+``--calls`` each (after a tenth as warm-up), p50 of:
+
+* ``direct``: SendMessage to the sdk agent from a raw A2A stub;
+* ``fronted``: the same through the gateway (``sdk.echo``);
+* ``gateway_echo``: the gateway's own ``text.echo`` (a whole gateway call, no hop);
+* ``upstream_send``: inside ``fronted``, the gateway's call to the upstream
+  (``UpstreamClient.send``: the a2a-sdk client, its channel, the sdk agent).
+
+``fronted - upstream_send`` is what the gateway adds around the hop, and
+``upstream_send - direct`` what the a2a-sdk client adds over a raw stub. Client
+and gateway share one event loop here, so the absolute times are not those of
+``bench_a2a_paths.py`` (separate processes); the split is what this is for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import bench_a2a_paths as paths
+from a2a.types import a2a_pb2, a2a_pb2_grpc
+from bench_a2a import ServerProcess
+from bench_invoke import make_workspace
+from grpc import aio
+
+import gateway.client.a2a.upstream_client as upstream_client
+from gateway.agent import Agent
+from gateway.devtools.pki import issue
+from gateway.transport.tls import channel_options
+
+VERSION = (("a2a-version", "1.0"),)
+
+
+def message(capability: str, *, data: bool) -> a2a_pb2.SendMessageRequest:
+    """One message of ``hello`` for ``capability``: a data part ``{"text": ...}`` or text."""
+    request = a2a_pb2.SendMessageRequest()
+    request.message.message_id = uuid.uuid4().hex
+    request.message.role = a2a_pb2.ROLE_USER
+    part = request.message.parts.add()
+    if data:
+        part.data.struct_value.update({"text": "hello"})
+    else:
+        part.text = "hello"
+    request.message.metadata["a2agw.capability"] = capability
+    return request
+
+
+async def p50_ms(stub: Any, capability: str, calls: int, *, data: bool = False) -> float:
+    """Median milliseconds of ``calls`` sequential SendMessage, after a tenth as warm-up."""
+    times = []
+    for _ in range(calls + calls // 10):
+        request = message(capability, data=data)
+        start = time.perf_counter()
+        await stub.SendMessage(request, metadata=VERSION, timeout=10)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times[calls // 10 :])
+
+
+async def measure(base: Path, calls: int) -> dict[str, float]:
+    """The four p50s (see the module doc)."""
+    ws = make_workspace(base, paths.PAYLOAD_CAP // 2, "full")
+    paths.grant_both(ws)
+    issue(base / "pki", paths.LEGACY)
+    issue(base / "pki", paths.LEGACY_HTTP)
+    sends: list[float] = []
+    real_send = upstream_client.UpstreamClient.send
+
+    async def timed_send(self: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return await real_send(self, *args, **kwargs)
+        finally:
+            sends.append((time.perf_counter() - start) * 1e3)
+
+    upstream_client.UpstreamClient.send = timed_send  # type: ignore[method-assign]
+    sdk = ServerProcess(ws.config, paths.serve_sdk)
+    try:
+        ports = sdk.start()
+        agent = Agent(paths.fronting_config(ws.config, ports))
+        await agent.start(watch_policy=False)
+
+        def channel(port: int, server_id: str) -> aio.Channel:
+            credentials = ws.caller_tls.channel_credentials()
+            return aio.secure_channel(
+                f"127.0.0.1:{port}", credentials, options=channel_options(server_id)
+            )
+
+        to_sdk = channel(ports["sdk_port"], paths.LEGACY_ID)
+        to_gateway = channel(agent.port, ws.config.id)
+        try:
+            sdk_stub = a2a_pb2_grpc.A2AServiceStub(to_sdk)  # type: ignore[no-untyped-call]
+            gateway_stub = a2a_pb2_grpc.A2AServiceStub(to_gateway)  # type: ignore[no-untyped-call]
+            fronted = paths.FRONTED["grpc"]
+            result = {
+                "direct": await p50_ms(sdk_stub, fronted, calls),
+                "fronted": await p50_ms(gateway_stub, fronted, calls),
+            }
+            result["upstream_send"] = statistics.median(sends[calls // 10 :])
+            result["gateway_echo"] = await p50_ms(gateway_stub, "text.echo", calls, data=True)
+        finally:
+            await to_sdk.close()
+            await to_gateway.close()
+            await agent.stop(1.0)
+    finally:
+        sdk.stop()
+        upstream_client.UpstreamClient.send = real_send  # type: ignore[method-assign]
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run once and print the split."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=300, help="calls per target (default 300)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-fronted-") as tmp:
+        result = asyncio.run(measure(Path(tmp), args.calls))
+    print(f"fronted A2A call, 256 B-ish text, {args.calls} sequential calls each, p50 ms:")
+    for name in ("direct", "fronted", "gateway_echo", "upstream_send"):
+        print(f"  {name:<14} {result[name]:7.3f}")
+    added = result["fronted"] - result["upstream_send"]
+    client = result["upstream_send"] - result["direct"]
+    print(
+        f"  gateway around the hop {added:.3f} ms; a2a-sdk client over a raw stub {client:.3f} ms"
+    )
+    print(f"  fronted/direct {result['direct'] / result['fronted']:.2f} (one at a time)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
