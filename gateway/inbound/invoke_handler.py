@@ -372,16 +372,8 @@ class InvokeHandler:
             except asyncio.CancelledError as err:
                 # Cut off while its ADMITTED record commits (a deadline, a hang-up,
                 # CancelTask): that record lands all the same, so its outcome must too.
-                self._audit.record(
-                    self._record(
-                        call,
-                        peer_id,
-                        served,
-                        "allow",
-                        Cancelled.reason,
-                        started,
-                        _cancel_detail(err, NOT_STARTED),
-                    )
+                self._record_cancelled(
+                    call, peer_id, served, started, _cancel_detail(err, NOT_STARTED)
                 )
                 raise
         try:
@@ -389,11 +381,7 @@ class InvokeHandler:
         except GatewayError as err:
             failure: GatewayError | None = err
         except asyncio.CancelledError as err:
-            self._audit.record(
-                self._record(
-                    call, peer_id, served, "allow", Cancelled.reason, started, _cancel_detail(err)
-                )
-            )
+            self._record_cancelled(call, peer_id, served, started, _cancel_detail(err))
             raise
         else:
             failure = None
@@ -416,6 +404,15 @@ class InvokeHandler:
             )
         )
         return outcome
+
+    def _record_cancelled(
+        self, call: InvokeCall, peer_id: str, served: str, started: float, detail: str
+    ) -> None:
+        """Queue an admitted call's ``CANCELLED`` record (never awaited: it is called
+        from ``except`` blocks, see ``_AWAIT_OUTSIDE_EXCEPT``)."""
+        self._audit.record(
+            self._record(call, peer_id, served, "allow", Cancelled.reason, started, detail)
+        )
 
     def _context(
         self, call: InvokeCall, admission: Admission, events: CallEvents | None = None

@@ -103,15 +103,21 @@ class _Polls:
         await asyncio.wait_for(self._waiting.get(), 5.0)
 
 
-async def test_a_policy_written_in_two_steps_is_not_loaded_half_written(
-    pki: Pki, alice: Agent, counter: WriteCounter, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    polls = _Polls()
+@pytest.fixture
+def polls(monkeypatch: pytest.MonkeyPatch) -> _Polls:
+    """The policy watcher's sleeps, driven by the test (its reads still on a thread)."""
+    driven = _Polls()
     monkeypatch.setattr(
         policies.store,
         "asyncio",
-        types.SimpleNamespace(sleep=polls.sleep, to_thread=asyncio.to_thread),
+        types.SimpleNamespace(sleep=driven.sleep, to_thread=asyncio.to_thread),
     )
+    return driven
+
+
+async def test_a_policy_written_in_two_steps_is_not_loaded_half_written(
+    pki: Pki, alice: Agent, counter: WriteCounter, polls: _Polls
+) -> None:
     watcher = asyncio.ensure_future(alice.policies.watch())
     try:
         await polls.started()
@@ -222,16 +228,10 @@ async def test_a_policy_in_a_mounted_configmap_folder_follows_its_updates(
 
 
 async def test_the_watcher_reads_a_changed_policy_off_the_event_loop(
-    alice: Agent, monkeypatch: pytest.MonkeyPatch
+    alice: Agent, polls: _Polls, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A policy of tens of thousands of grants takes seconds to read and check: on the
     # loop, every call of every peer waited for it. The real load, only observed here.
-    polls = _Polls()
-    monkeypatch.setattr(
-        policies.store,
-        "asyncio",
-        types.SimpleNamespace(sleep=polls.sleep, to_thread=asyncio.to_thread),
-    )
     loaded_on: list[int] = []
     real_load = policies.store.load_policy
 
