@@ -64,6 +64,10 @@ CONTEXT_ID_RULE = "context_id must be empty or 1-128 characters of [A-Za-z0-9._:
 MAX_LIST_BYTES = MAX_PAYLOAD_CEILING
 """Most bytes of tasks in one ListTasks answer (the gRPC message ceiling less the envelope's)."""
 _FIELD_OVERHEAD = 16  # a repeated field's tag and length, generously
+MAX_METADATA_KEYS = 256
+"""Most keys a request's and its message's metadata may hold together. Each key is read
+(``a2agw.*`` values checked, identity claims looked for); a peer granted a few bytes of payload
+could otherwise send a 4 MiB map of 270,000 keys and hold the event loop for it."""
 
 
 class _Problem(Exception):
@@ -113,8 +117,8 @@ def invoke_call(
 
 def claimed_identity(*metadata: struct_pb2.Struct) -> str:
     """The first :data:`IDENTITY_KEYS` key any of ``metadata`` holds ("" if none)."""
-    for struct in metadata:
-        claimed = sorted(IDENTITY_KEYS.intersection(struct.fields.keys()))
+    for struct in metadata:  # looked up, not scanned: the map may be large
+        claimed = sorted(key for key in IDENTITY_KEYS if key in struct.fields)
         if claimed:
             return claimed[0]
     return ""
@@ -131,6 +135,9 @@ def _check_envelope(request: a2a_pb2.SendMessageRequest) -> None:
         raise _Problem(CONTEXT_ID_RULE)
     if request.configuration.HasField("task_push_notification_config"):
         raise _Problem("push notifications are not supported by this agent")
+    keys = len(request.metadata.fields) + len(request.message.metadata.fields)
+    if keys > MAX_METADATA_KEYS:
+        raise _Problem(f"metadata holds {keys} keys; at most {MAX_METADATA_KEYS} are read")
 
 
 def _check_gateway_metadata(message: a2a_pb2.Message) -> None:

@@ -16,6 +16,7 @@ from google.protobuf import struct_pb2
 
 from gateway.agent import Agent
 from gateway.audit import AuditRecord
+from gateway.server.a2a.messages import MAX_METADATA_KEYS
 from gateway.transport.status import from_rpc_error
 from gateway.wire.v1 import gateway_pb2
 from tests.a2a_support import V1, A2APeer, data_request, output_of, poisoned
@@ -304,3 +305,36 @@ async def test_string_gateway_metadata_and_foreign_metadata_are_accepted(
     request.message.metadata["client.flags"] = {"x": True}
     task = await bob.send(request)
     assert output_of(task) == {"stored": 1} and counter.calls == 1
+
+
+async def test_metadata_maps_past_the_bound_are_refused_before_their_keys_are_read(
+    pki: Pki, alice: Agent, counter: WriteCounter
+) -> None:
+    # Found by a resource probe: a peer granted 4 KB of payload sent a 4 MiB metadata map
+    # (270,000 keys) with a small note; every key was read on the event loop (0.8 s of
+    # CPU per call, every other peer waiting), and the write ran.
+    request = data_request("notes.write", {"note": "n"})
+    for n in range(MAX_METADATA_KEYS):  # 128 on the request, 128 on its message, plus one
+        (request.metadata if n % 2 else request.message.metadata)[f"k{n}"] = "v"
+    before = len(audit_rows(alice.config.audit_db))
+    async with A2APeer(pki, alice, "bob") as peer:
+        err = await refusal(peer, request)
+        del request.message.metadata["k0"]  # exactly at the bound: read and run
+        request.message.message_id = "at-the-bound"
+        answer = await peer.stub.SendMessage(request, metadata=V1, timeout=20)
+    assert (err.code(), from_rpc_error(err).reason) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "INVALID_REQUEST",
+    )
+    assert f"metadata holds {MAX_METADATA_KEYS + 1} keys; at most {MAX_METADATA_KEYS}" in (
+        err.details() or ""
+    )
+    assert answer.task.status.state == a2a_pb2.TASK_STATE_COMPLETED
+    await alice.audit.flush()
+    rows = audit_rows(alice.config.audit_db)[before:]
+    assert [(r.peer_id, r.decision, r.reason) for r in rows] == [
+        (spiffe("bob"), "refuse", "INVALID_REQUEST"),
+        (spiffe("bob"), "allow", "ADMITTED"),
+        (spiffe("bob"), "allow", "OK"),
+    ]
+    assert counter.calls == 1
