@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from gateway.display import printable
 from gateway.errors import ConfigError, PolicyFileError
+from gateway.regular_files import NOT_REGULAR, read_regular_file
 from policies.grants import OutboundRule, PeerGrant, PolicyDocument
 
 M = TypeVar("M", bound=BaseModel)
@@ -112,20 +111,13 @@ def read_text(path: Path, what: str, error: type[ConfigError]) -> str:
     ran out. Either is refused as ``error``, before anything is parsed.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        data = read_regular_file(path, MAX_FILE_BYTES + 1)
     except FileNotFoundError as err:
         raise error(printable(f"{path}: {what} file not found")) from err
     except OSError as err:
+        if err.strerror == NOT_REGULAR:
+            raise error(printable(f"{path}: {what} file is not a regular file")) from err
         raise error(printable(f"{path}: {what} file unreadable: {err}")) from err
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise error(printable(f"{path}: {what} file is not a regular file"))
-        with os.fdopen(fd, "rb", closefd=False) as file:
-            data = file.read(MAX_FILE_BYTES + 1)
-    except OSError as err:
-        raise error(printable(f"{path}: {what} file unreadable: {err}")) from err
-    finally:
-        os.close(fd)
     if len(data) > MAX_FILE_BYTES:
         raise error(printable(f"{path}: {what} file is larger than {MAX_FILE_BYTES} bytes"))
     try:

@@ -40,6 +40,7 @@ from gateway.audit.checkpoint_cert import carried_certificate, load_trust_bundle
 from gateway.audit.store.sqlite_schema import connect_read_only
 from gateway.audit.verify import ChainProblem
 from gateway.errors import ConfigError, Unauthenticated
+from gateway.regular_files import read_regular_file
 from policies.identity import spiffe_id_from_pem
 
 if TYPE_CHECKING:
@@ -114,7 +115,7 @@ def verify_checkpoints(
         raise ConfigError("checkpoint certificates: give the certificates of one agent")
     (agent,) = agents
     try:
-        lines = checkpoints.read_text(encoding="utf-8", errors="replace").splitlines()
+        lines = read_regular_file(checkpoints).decode("utf-8", errors="replace").splitlines()
     except OSError as err:
         raise ConfigError(f"checkpoint file {checkpoints}: cannot read: {err.strerror}") from err
     problems: list[ChainProblem] = []

@@ -28,6 +28,7 @@ from gateway.display import printable
 from gateway.errors import ConfigError, GatewayError
 from gateway.plans.checks import PlanLimits, check_structure
 from gateway.plans.model import Plan, parse_plan
+from gateway.regular_files import read_regular_file
 from gateway.transport.svid_checks import check_material
 from gateway.transport.tls import TlsMaterial
 from gateway.transport.workload_api import workload_api_socket
@@ -252,7 +253,7 @@ def _plan_check(args: argparse.Namespace) -> int:
     config = load_agent_config(args.config)
     findings: list[Finding] = []
     try:
-        text = args.plan.read_bytes()
+        text = read_regular_file(args.plan)
     except OSError as err:
         raise ConfigError(f"{args.plan}: plan file unreadable: {err.strerror or err}") from err
     try:

@@ -23,6 +23,7 @@ from gateway.errors import PlanInvalid
 from gateway.plans.model import parse_plan, resolve_input
 from gateway.plans.step_events import StepEvent
 from gateway.plans.task import TaskResult, TaskState
+from gateway.regular_files import read_regular_file
 
 EXIT_TASK_FAILED = 1
 EXIT_WAITING_APPROVAL = 3
@@ -77,7 +78,7 @@ async def _with_agent(config_path: Path, work: Callable[[Agent], Awaitable[int]]
 
 def _read_plan(path: Path) -> bytes:
     try:
-        return path.read_bytes()
+        return read_regular_file(path)
     except OSError as err:
         raise PlanInvalid(f"{path}: plan file unreadable: {err.strerror or err}") from err
 

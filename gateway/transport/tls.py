@@ -10,6 +10,7 @@ import grpc
 from cryptography import x509
 
 from gateway.errors import ConfigError, PeerUnavailable, Unauthenticated
+from gateway.regular_files import read_regular_file
 from policies.grants import MAX_PAYLOAD_CEILING
 from policies.identity import spiffe_id_from_pem, svid_dns_name, trust_domain_of
 
@@ -183,7 +184,7 @@ def load_pem_file(path: Path, what: str) -> bytes:
         ConfigError: the file is missing, unreadable, or holds no PEM block.
     """
     try:
-        data = path.read_bytes()
+        data = read_regular_file(path)
     except FileNotFoundError as err:
         raise ConfigError(f"{what} file {path}: not found") from err
     except OSError as err:

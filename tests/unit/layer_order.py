@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # helpers with no gateway state of their own
     (
         "gateway.private_files",
+        "gateway.regular_files",
         "gateway.host_port",
         "gateway.process_owner",
         "gateway.instance_lock",
