@@ -52,7 +52,9 @@ def add_commands(commands: Any) -> None:
     issue = pki_sub.add_parser("issue", help="issue spiffe://DOMAIN/agent/NAME")
     issue.add_argument("name")
     issue.add_argument("--dir", type=Path, required=True)
-    issue.add_argument("--days", type=int, default=30)
+    issue.add_argument(
+        "--days", type=certificate_days, default=30, help=f"1..{MAX_DAYS} (default 30)"
+    )
     issue.add_argument(
         "--loopback-sans",
         action="store_true",
@@ -136,11 +138,26 @@ def add_commands(commands: Any) -> None:
     audit.set_defaults(run=_audit)
 
 
+MAX_DAYS = 36500
+"""The longest ``pki issue --days`` (a hundred years; later dates overflow X.509 times)."""
+
+
+def certificate_days(text: str) -> int:
+    """An argparse type: a certificate lifetime in whole days, 1..``MAX_DAYS``."""
+    try:
+        days = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of days: {text!r}") from None
+    if not 1 <= days <= MAX_DAYS:
+        raise argparse.ArgumentTypeError(f"must be 1..{MAX_DAYS} days, not {days}")
+    return days
+
+
 def _pki_init(args: argparse.Namespace) -> int:
     path = pki.init_ca(
         args.dir, args.trust_domain, overwrite=args.force, permit_dns=args.permit_dns
     )
-    print(f"CA for spiffe://{args.trust_domain} written to {path}")
+    print(f"CA for spiffe://{args.trust_domain} written to {printable(str(path))}")
     return 0
 
 
@@ -156,7 +173,7 @@ def _pki_issue(args: argparse.Namespace) -> int:
         dns_names=args.dns,
         ip_addresses=args.ip,
     )
-    print(f"{issued.spiffe_id}: {issued.cert_path} {issued.key_path}")
+    print(printable(f"{issued.spiffe_id}: {issued.cert_path} {issued.key_path}"))
     if issued.dropped_names:
         print(
             f"warning: the certificate replaced also named {', '.join(issued.dropped_names)};"
@@ -179,14 +196,18 @@ def _audit_verify_agents(args: argparse.Namespace) -> int:
         for problem in report.problems:
             print(f"{shown}: seq {problem.seq}: {problem.kind}: {problem.message}")
         print(f"{shown}: chain BROKEN ({len(report.problems)} problem(s))", file=sys.stderr)
-    print(f"{args.db}: {len(reports)} chain(s), {broken} broken")
+    print(f"{printable(str(args.db))}: {len(reports)} chain(s), {broken} broken")
     if checkpoints is None or not pems:
         return 1 if broken else 0
     # The certificates name the agent whose chain the checkpoints sign.
     checked = verify_checkpoints(open_audit_reader(args.db), checkpoints, pems, ca_pem=ca_pem)
     for problem in checked.problems:
-        print(f"{checkpoints}: seq {problem.seq}: {problem.kind}: {problem.message}")
-    print(f"{checkpoints}: {checked.valid} of {checked.checkpoints} checkpoints valid")
+        print(
+            f"{printable(str(checkpoints))}: seq {problem.seq}: {problem.kind}: {problem.message}"
+        )
+    print(
+        f"{printable(str(checkpoints))}: {checked.valid} of {checked.checkpoints} checkpoints valid"
+    )
     _hint_signers(checked.problems)
     return 1 if broken or not checked.ok else 0
 
@@ -224,11 +245,14 @@ def _audit_verify(args: argparse.Namespace) -> int:
         problems.extend(checked.problems)
         summary += f"; {checked.valid} of {checked.checkpoints} checkpoints valid"
     if not problems:
-        print(f"{args.db}: chain intact ({summary})")
+        print(f"{printable(str(args.db))}: chain intact ({summary})")
         return 0
     for problem in problems:
-        print(f"{args.db}: seq {problem.seq}: {problem.kind}: {problem.message}")
-    print(f"{args.db}: chain BROKEN ({len(problems)} problem(s); {summary})", file=sys.stderr)
+        print(f"{printable(str(args.db))}: seq {problem.seq}: {problem.kind}: {problem.message}")
+    print(
+        f"{printable(str(args.db))}: chain BROKEN ({len(problems)} problem(s); {summary})",
+        file=sys.stderr,
+    )
     _hint_signers(problems)
     return 1
 
@@ -275,7 +299,8 @@ def _policy_check(args: argparse.Namespace) -> int:
     policy = load_policy(args.file)
     document = policy.document
     print(
-        f"{args.file}: ok ({len(document.grants)} grants, {len(document.outbound)} outbound rules)"
+        f"{printable(str(args.file))}: ok ({len(document.grants)} grants, "
+        f"{len(document.outbound)} outbound rules)"
     )
     now = datetime.now(UTC)
     for grant in document.grants:

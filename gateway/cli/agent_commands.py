@@ -214,14 +214,21 @@ async def _call(args: argparse.Namespace) -> int:
     return 0
 
 
+MAX_CALL_SECONDS = 86400.0
+"""The longest ``call --timeout`` (a day; a capability's own timeout is at most an hour)."""
+
+
 def positive_seconds(text: str) -> float:
-    """An argparse type: a finite number of seconds above zero (else a usage error)."""
+    """An argparse type: a number of seconds above zero, at most ``MAX_CALL_SECONDS``
+    (else a usage error: a deadline further off overflows the transport's clock)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0 seconds")
+    if value > MAX_CALL_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at most {MAX_CALL_SECONDS:g} seconds")
     return value
 
 

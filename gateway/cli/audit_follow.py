@@ -40,7 +40,7 @@ def audit_filter(args: argparse.Namespace) -> AuditFilter:
         peer=args.peer,
         capability=args.capability,
         trace_id=args.trace,
-        since=parse_since(args.since) if args.since else None,
+        since=parse_since(args.since) if args.since is not None else None,
     )
 
 

@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 from importlib import metadata
+from typing import NoReturn
 
 from pydantic import ValidationError
 
@@ -32,9 +33,18 @@ EXIT_USAGE = 2
 EXIT_INTERNAL = 70
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its usage errors escaped: they can quote an argument
+    (``unrecognized arguments: ...``) that holds terminal control characters."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the usage and the escaped ``message``; exit 2."""
+        super().error(printable(message))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The full argument parser (every subcommand)."""
-    parser = argparse.ArgumentParser(
+    """The full argument parser (every subcommand; each subparser is a ``_Parser`` too)."""
+    parser = _Parser(
         prog="a2a-gateway", description="mTLS gRPC gateway for agents calling each other."
     )
     parser.add_argument("--version", action="version", version=f"a2a-gateway {_version()}")
@@ -70,10 +80,37 @@ def log_formatter(choice: str | None) -> logging.Formatter:
     return JsonFormatter()
 
 
+def _open_closed_standard_streams() -> None:
+    """A standard stream the caller closed (``>&-``) becomes /dev/null: printing to it
+    then loses the text instead of failing, and no file the command opens takes its
+    descriptor (and with it, what is printed)."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is None:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))
+
+
+def _check_utf8(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """A usage error for an argument that is not UTF-8 (the OS passes such bytes through
+    as surrogates, which no peer, database or file format takes). The value is not shown:
+    it may be a DSN with a password."""
+    for number, arg in enumerate(argv, start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as err:
+            parser.error(f"argument {number} is not valid UTF-8 (at character {err.start + 1})")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
+    _open_closed_standard_streams()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    _check_utf8(parser, arguments)
+    args = parser.parse_args(arguments)
     handler = logging.StreamHandler()
     handler.setFormatter(log_formatter(args.log_format))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])

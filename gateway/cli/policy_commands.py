@@ -112,7 +112,7 @@ def registry_of(config_path: Path | None) -> CapabilityRegistry | None:
 def _backtest(args: argparse.Namespace) -> int:
     candidate = load_policy(args.policy)
     registry = registry_of(args.config)
-    since = parse_since(args.since) if args.since else None
+    since = parse_since(args.since) if args.since is not None else None
     agent = args.agent
     if open_audit_reader(args.db).many_chains:
         if agent is None and args.config is not None:
