@@ -21,11 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway.audit import AuditLog, AuditRecord
+from gateway.audit import AuditLog
 from gateway.config import AgentConfig
 from gateway.console.status_views import _last_checkpoint
 from gateway.errors import AuditUnavailable
 from gateway.storage import open_chain_writer
+from tests.audit.conftest import RecordFactory
 from tests.audit.test_audit_checkpoints import _checked, alice_log  # noqa: F401
 from tests.audit.test_audit_verify import (  # noqa: F401  (fixtures)
     RECORDS,
@@ -117,23 +118,11 @@ def test_the_console_passes_over_a_checkpoint_line_nested_too_deep(tmp_path: Pat
 
 
 async def test_the_recovery_message_names_the_log_once(
-    db_path: Path, caplog: pytest.LogCaptureFixture
+    db_path: Path, caplog: pytest.LogCaptureFixture, make_record: RecordFactory
 ) -> None:
     log = AuditLog(open_chain_writer(db_path, busy_timeout_ms=200), retry_seconds=0.05)
     await log.start()
-    record = AuditRecord(
-        time_unix_ms=1_700_000_000_000,
-        request_id="r",
-        peer_id="",
-        capability="c",
-        version_constraint="",
-        served_version="",
-        decision="refuse",
-        reason="X",
-        payload_size=0,
-        payload_sha256="0" * 64,
-        latency_ms=0.0,
-    )
+    record = make_record(decision="refuse", reason="X")
     with caplog.at_level(logging.WARNING, logger="gateway.audit.log"):
         with closing(sqlite3.connect(db_path, isolation_level=None)) as blocker:
             blocker.execute("BEGIN EXCLUSIVE")  # the next commit fails: locked
