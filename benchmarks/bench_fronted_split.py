@@ -10,7 +10,13 @@ policy and audit) and the client run in this process. One call at a time,
 * ``fronted``: the same through the gateway (``sdk.echo``);
 * ``gateway_echo``: the gateway's own ``text.echo`` (a whole gateway call, no hop);
 * ``upstream_send``: inside ``fronted``, the gateway's call to the upstream
-  (``UpstreamClient.send``: the a2a-sdk client, its channel, the sdk agent).
+  (``UpstreamClient.send``: the a2a-sdk client, its channel, the sdk agent);
+* ``raw_proxy``: the same call through a pass-through ``grpc.aio`` proxy in this
+  process (mTLS both sides, the request's bytes forwarded as they came, no
+  parsing, policy or audit): the least one more gRPC hop in Python costs.
+
+``direct / raw_proxy`` is the ceiling of ``fronted/direct`` for any gateway that
+fronts the agent over one more ``grpc.aio`` hop in Python on this machine.
 
 ``fronted - upstream_send`` is what the gateway adds around the hop, and
 ``upstream_send - direct`` what the a2a-sdk client adds over a raw stub. Client
@@ -31,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import bench_a2a_paths as paths
+import grpc
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from bench_a2a import ServerProcess
 from bench_invoke import make_workspace
@@ -39,9 +46,27 @@ from grpc import aio
 import gateway.client.a2a.upstream_client as upstream_client
 from gateway.agent import Agent
 from gateway.devtools.pki import issue
-from gateway.transport.tls import channel_options
+from gateway.transport.tls import channel_options, server_options
 
 VERSION = (("a2a-version", "1.0"),)
+SEND_MESSAGE = "/lf.a2a.v1.A2AService/SendMessage"
+
+
+async def start_raw_proxy(tls: Any, upstream: aio.Channel) -> tuple[aio.Server, int]:
+    """A ``grpc.aio`` server forwarding SendMessage bytes to ``upstream``, untouched."""
+    forward = upstream.unary_unary(SEND_MESSAGE)  # no serializers: bytes in, bytes out
+
+    async def send(request: bytes, context: aio.ServicerContext[bytes, bytes]) -> bytes:
+        return await forward(request, metadata=VERSION, timeout=10)  # type: ignore[no-any-return]
+
+    handler = grpc.method_handlers_generic_handler(
+        "lf.a2a.v1.A2AService", {"SendMessage": grpc.unary_unary_rpc_method_handler(send)}
+    )
+    server = aio.server(options=server_options())
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_secure_port("127.0.0.1:0", tls.server_credentials())
+    await server.start()
+    return server, port
 
 
 def message(capability: str, *, data: bool) -> a2a_pb2.SendMessageRequest:
@@ -70,7 +95,7 @@ async def p50_ms(stub: Any, capability: str, calls: int, *, data: bool = False) 
 
 
 async def measure(base: Path, calls: int) -> dict[str, float]:
-    """The four p50s (see the module doc)."""
+    """The five p50s (see the module doc)."""
     ws = make_workspace(base, paths.PAYLOAD_CAP // 2, "full")
     paths.grant_both(ws)
     issue(base / "pki", paths.LEGACY)
@@ -100,6 +125,9 @@ async def measure(base: Path, calls: int) -> dict[str, float]:
 
         to_sdk = channel(ports["sdk_port"], paths.LEGACY_ID)
         to_gateway = channel(agent.port, ws.config.id)
+        proxy_to_sdk = channel(ports["sdk_port"], paths.LEGACY_ID)  # its own, as the gateway's
+        proxy, proxy_port = await start_raw_proxy(agent.tls, proxy_to_sdk)
+        to_proxy = channel(proxy_port, ws.config.id)
         try:
             sdk_stub = a2a_pb2_grpc.A2AServiceStub(to_sdk)  # type: ignore[no-untyped-call]
             gateway_stub = a2a_pb2_grpc.A2AServiceStub(to_gateway)  # type: ignore[no-untyped-call]
@@ -110,9 +138,12 @@ async def measure(base: Path, calls: int) -> dict[str, float]:
             }
             result["upstream_send"] = statistics.median(sends[calls // 10 :])
             result["gateway_echo"] = await p50_ms(gateway_stub, "text.echo", calls, data=True)
+            proxy_stub = a2a_pb2_grpc.A2AServiceStub(to_proxy)  # type: ignore[no-untyped-call]
+            result["raw_proxy"] = await p50_ms(proxy_stub, fronted, calls)
         finally:
-            await to_sdk.close()
-            await to_gateway.close()
+            for open_channel in (to_sdk, to_gateway, to_proxy, proxy_to_sdk):
+                await open_channel.close()
+            await proxy.stop(1.0)
             await agent.stop(1.0)
     finally:
         sdk.stop()
@@ -128,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-fronted-") as tmp:
         result = asyncio.run(measure(Path(tmp), args.calls))
     print(f"fronted A2A call, 256 B-ish text, {args.calls} sequential calls each, p50 ms:")
-    for name in ("direct", "fronted", "gateway_echo", "upstream_send"):
+    for name in ("direct", "fronted", "gateway_echo", "upstream_send", "raw_proxy"):
         print(f"  {name:<14} {result[name]:7.3f}")
     added = result["fronted"] - result["upstream_send"]
     client = result["upstream_send"] - result["direct"]
@@ -136,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
         f"  gateway around the hop {added:.3f} ms; a2a-sdk client over a raw stub {client:.3f} ms"
     )
     print(f"  fronted/direct {result['direct'] / result['fronted']:.2f} (one at a time)")
+    print(
+        f"  raw pass-through proxy/direct {result['direct'] / result['raw_proxy']:.2f}: "
+        "the ceiling of fronted/direct for one more grpc.aio hop in Python"
+    )
     return 0
 
 
