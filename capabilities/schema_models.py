@@ -52,8 +52,10 @@ class SchemaContractModel(ContractModel):
     """
 
     @model_serializer(mode="wrap")
-    def _only_present_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
+    def _only_present_fields(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if not isinstance(data, dict):  # an absent optional object (None): its parent drops it
+            return data
         return {key: value for key, value in data.items() if key in self.model_fields_set}
 
 
