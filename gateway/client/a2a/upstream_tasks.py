@@ -70,6 +70,9 @@ _ENDED = frozenset(
         TaskState.TASK_STATE_REJECTED,
     }
 )
+_INTERRUPTED = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
+"""Parked upstream, waiting for more input: this call never sends any, so it gives up."""
+_STOPS = _ENDED | _INTERRUPTED
 
 Progress = Callable[[str], Awaitable[None]]
 """Where an upstream task's status texts go (``ctx.report_progress``)."""
@@ -141,9 +144,13 @@ async def followed(
     whole). Left by an exception (cancelled included), the task is cancelled
     upstream (``abandon``).
     """
-    if first.WhichOneof("payload") != "task" or first.task.status.state not in _RUNNING:
+    if first.WhichOneof("payload") != "task":
+        return first
+    if first.task.status.state not in _RUNNING:
+        _given_up_unless_ended(client, first.task, abandon)
         return first
     task = first.task
+    task_id = task.id  # every poll, and the cancel, are about this task only
     said = ""
     pause = FIRST_POLL_SECONDS
     try:
@@ -152,12 +159,22 @@ async def followed(
             await asyncio.sleep(pause)
             pause = min(pause * 2, MAX_POLL_SECONDS)
             task = await client.get_task(
-                GetTaskRequest(id=task.id), context=ClientCallContext(timeout=call_timeout)
+                GetTaskRequest(id=task_id), context=ClientCallContext(timeout=call_timeout)
             )
+            if task.id != task_id:
+                raise UnreadableAnswer("the upstream answered GetTask with another task")
     except BaseException as err:
-        await abandon.task(client, task.id, err)
+        await abandon.task(client, task_id, err)
         raise
+    _given_up_unless_ended(client, task, abandon)
     return _task_event(task)
+
+
+def _given_up_unless_ended(client: Client, task: Task, abandon: Abandon) -> None:
+    """Cancel ``task`` upstream (in the background) if it has not ended: it waits for
+    input or authentication, or a stream ended while it ran; this call leaves it."""
+    if task.id and task.status.state not in _ENDED:
+        abandon.cancels.start(client, task.id)
 
 
 async def _passed_on(task: Task, said: str, progress: Progress | None) -> str:
@@ -206,12 +223,13 @@ async def streamed(
                 if event.WhichOneof("payload") == "message":
                     return event
                 await _take(event, task, collected, events)
-                if task.status.state in _ENDED:
+                if task.status.state in _STOPS:
                     break
     except BaseException as err:
         if task.id and task.status.state not in _ENDED:
             await abandon.task(client, task.id, err)
         raise
+    _given_up_unless_ended(client, task, abandon)
     answer = task.artifacts.add(artifact_id="answer")
     for part in collected.parts():
         answer.parts.add().CopyFrom(part)  # parts=[...] or extend would merge each part: slow
@@ -223,6 +241,9 @@ async def _take(
 ) -> None:
     """Fold one stream event (not a message) into ``task`` and ``collected``; pass it on."""
     kind = event.WhichOneof("payload")
+    about = event.task.id if kind == "task" else getattr(event, kind).task_id if kind else ""
+    if task.id and about and about != task.id:
+        raise UnreadableAnswer("an event of the upstream's stream is about another task")
     if kind == "task":
         task.CopyFrom(event.task)
         del task.artifacts[:]  # held (and counted) in collected only
