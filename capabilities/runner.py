@@ -57,7 +57,8 @@ async def run_capability(cap: Capability, payload: BaseModel, ctx: CallContext) 
     Raises:
         CapabilityTimeout: the contract timeout elapsed first.
         DeadlineExceeded: the call's deadline elapsed first.
-        InvalidOutput: the output violates the contract's output model.
+        InvalidOutput: the output violates the contract's output model, or cannot
+            be read as JSON at all.
         UpstreamUnavailable: ``cap`` fronts an upstream A2A agent and could not reach it.
         CapabilityFailed: the capability raised (details are logged, not returned).
     """
@@ -96,7 +97,20 @@ async def run_capability(cap: Capability, payload: BaseModel, ctx: CallContext) 
             extra={"capability": contract.name, "reason": CapabilityFailed.reason},
         )
         raise CapabilityFailed(f"{contract.key} failed") from err
-    return CapabilityResult.from_output(_validated_output(cap, output))
+    try:
+        return CapabilityResult.from_output(_validated_output(cap, output))
+    except GatewayError:
+        raise
+    except Exception as err:  # e.g. a model whose own serializer raises: never UNKNOWN
+        _log.warning(
+            "capability %s returned output that could not be read: %s",
+            contract.key,
+            type(err).__name__,
+            extra={"capability": contract.name, "reason": InvalidOutput.reason},
+        )
+        raise InvalidOutput(
+            f"{contract.key} returned output that cannot be read as JSON ({type(err).__name__})"
+        ) from err
 
 
 async def _within(work: Awaitable[Any], when: float) -> Any:

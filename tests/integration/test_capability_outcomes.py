@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import field_serializer
 
 from capabilities import CallContext, CapabilityRegistry, ContractModel, capability
 from gateway.agent import Agent
@@ -50,6 +51,20 @@ async def liar(inp: Size, ctx: CallContext) -> Count:
     return {"count": "many", "secret": "s3cr3t"}  # type: ignore[return-value]
 
 
+class Unreadable(ContractModel):
+    data: str
+
+    @field_serializer("data")
+    def _fails(self, value: str) -> str:
+        raise ValueError("internal path /etc/secret")
+
+
+@capability("test.unreadable", "1.0.0", risk="read")
+async def unreadable(inp: Size, ctx: CallContext) -> Blob:
+    """Returns a model that raises when it is turned into JSON."""
+    return Unreadable(data="x")  # type: ignore[return-value]
+
+
 @capability("test.big", "1.0.0", risk="read")
 async def big(inp: Size, ctx: CallContext) -> Blob:
     """Returns n bytes of data."""
@@ -73,14 +88,22 @@ async def agent(
     pki: Pki, tmp_path: Path, counter: WriteCounter, stores: dict[str, str]
 ) -> AsyncIterator[Agent]:
     registry = CapabilityRegistry()
-    for cap in (slow, liar, big, crash, nested, counter.capability()):
+    for cap in (slow, liar, unreadable, big, crash, nested, counter.capability()):
         registry.register(cap)
     policy = write_policy(
         tmp_path / "policy.toml",
         [
             grant(
                 "bob",
-                ["test.slow", "test.liar", "test.big", "test.crash", "test.nested", "notes.write"],
+                [
+                    "test.slow",
+                    "test.liar",
+                    "test.unreadable",
+                    "test.big",
+                    "test.crash",
+                    "test.nested",
+                    "notes.write",
+                ],
                 max_payload_bytes=1000,
             )
         ],
@@ -101,6 +124,7 @@ async def bob(pki: Pki, agent: Agent) -> AsyncIterator[PeerClient]:
     [
         ("test.slow", {"n": 1}, CapabilityTimeout),
         ("test.liar", {"n": 1}, InvalidOutput),
+        ("test.unreadable", {"n": 1}, InvalidOutput),
         ("test.big", {"n": 5000}, OutputTooLarge),
         ("test.crash", {"n": 1}, CapabilityFailed),
     ],
