@@ -76,8 +76,9 @@ def claimed_version(metadata: tuple[tuple[str, str], ...]) -> str | None:
 
 
 def is_v0_3_version(version: str | None) -> bool:
-    """True for what a 0.3 client sends: no ``A2A-Version`` (the spec's 0.3), ``0.3``, ``0.3.x``."""
-    return version is None or version == "0.3" or version.startswith("0.3.")
+    """True for what a 0.3 client sends: no ``A2A-Version`` or an empty one (the spec's 0.3,
+    section 3.6.2: "Agents MUST interpret empty value as 0.3 version"), ``0.3``, ``0.3.x``."""
+    return not version or version == "0.3" or version.startswith("0.3.")
 
 
 def translated_metadata(metadata: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
