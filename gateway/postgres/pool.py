@@ -17,7 +17,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from gateway.errors import StateUnavailable
 from gateway.postgres.migrations import migrate
-from gateway.postgres.source import ConnectionSource
+from gateway.postgres.source import BoundedConnection, ConnectionSource, NoAnswer
 
 _T = TypeVar("_T")
 _POOL_LOG = logging.getLogger("psycopg.pool")
@@ -70,6 +70,7 @@ class StatePool:
             min_size=1,
             max_size=max_size,
             open=False,
+            connection_class=BoundedConnection,
             kwargs={"connect_timeout": int(WAIT_SECONDS)},
             name=what,
         )
@@ -105,7 +106,7 @@ class StatePool:
         except _StaleConnection as stale:
             err = stale.cause
             self._down_until = time.monotonic() + FAIL_FAST_SECONDS
-        except PoolTimeout as timeout:
+        except (PoolTimeout, NoAnswer) as timeout:
             err = timeout
             self._down_until = time.monotonic() + FAIL_FAST_SECONDS
         except psycopg.Error as failed:
@@ -123,7 +124,7 @@ class StatePool:
                 with conn.transaction():
                     return work(conn)
             except psycopg.OperationalError as err:
-                if conn.broken:
+                if conn.broken and not isinstance(err, NoAnswer):  # a silent server: no retry
                     raise _StaleConnection(err) from err
                 raise
 

@@ -66,7 +66,9 @@ class PostgresChainWriter(ChainWriter):
             ConfigError: Its schema is newer than this gateway knows.
         """
         try:
-            self._conn = self._dsn.connect(timeout=CONNECT_TIMEOUT_SECONDS, autocommit=True)
+            self._conn = self._dsn.connect(
+                timeout=CONNECT_TIMEOUT_SECONDS, autocommit=True, bounded=True
+            )
             migrate(self._conn, str(self._dsn))
             self._conn.execute(
                 "INSERT INTO audit_heads VALUES (%s, 0, %s) ON CONFLICT DO NOTHING",
