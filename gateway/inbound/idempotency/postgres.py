@@ -104,16 +104,19 @@ class PostgresIdempotencyStore(IdempotencyStore):
             ).fetchone()
             if inserted is not None:
                 return None
-            return conn.execute(
+            found = conn.execute(
                 "SELECT request_sha256, state, served_version, payload, evidence_sha256 "
                 f"FROM idempotency WHERE {_KEY}",
                 (self._agent, *ident),
             ).fetchone()
+            return () if found is None else found
 
         row = self._pool.run(work)
         if row is None:
             self._claims[ident] = claim_id
             return None
+        if not row:  # released between the two statements (each sees a new snapshot): retry
+            return self._claim_row(ident, request_sha256, served_version)
         if row[1] != "done":
             if row[0] != request_sha256:
                 raise IdempotencyConflict("idempotency key already used with a different payload")
