@@ -145,7 +145,11 @@ def verify_agent_chains(dsn: ConnectionSource, agent: str | None = None) -> dict
                     "SELECT agent_id, count, last_hash FROM audit_heads WHERE agent_id = %s",
                     (agent,),
                 ).fetchall()
-                extra = []
+                extra = conn.execute(  # records whose head row is gone: tampering, not absence
+                    "SELECT DISTINCT agent_id FROM audit_records WHERE agent_id = %s "
+                    "AND agent_id NOT IN (SELECT agent_id FROM audit_heads)",
+                    (agent,),
+                ).fetchall()
             chains: dict[str, tuple[int, str] | None] = {
                 str(h[0]): (int(str(h[1])), str(h[2])) for h in heads
             }
