@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from pydantic import BaseModel
-
-from gateway.inbound.payload_digest import PayloadDigest
 
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 """What a request id may be (a2agw.v1 ``request_id``, A2A ``message_id``)."""
@@ -66,10 +65,8 @@ class InvokeCall:
             so a negative one is refused rather than read as "no deadline".
         pending_payload: A payload still to be decoded (``payload`` is then
             empty); the pipeline replaces the call with the decoded one.
-        payload_digest: The SHA-256 of ``payload``, started once, on
-            construction (a large payload's on a hashing thread; see
-            :mod:`gateway.inbound.payload_digest`); read it as
-            ``payload_sha256``.
+        payload_sha256: Hex SHA-256 of ``payload`` (computed once, on
+            construction); "" while the payload is pending.
     """
 
     peer_cert_pem: bytes | None
@@ -86,7 +83,7 @@ class InvokeCall:
     claimed_identity: str = ""
     deadline_unix_ms: int = 0
     pending_payload: PendingPayload | None = None
-    payload_digest: PayloadDigest = field(init=False)
+    payload_sha256: str = field(init=False)
 
     def __init__(
         self,
@@ -104,10 +101,10 @@ class InvokeCall:
         claimed_identity: str = "",
         deadline_unix_ms: int = 0,
         pending_payload: PendingPayload | None = None,
-        payload_digest: PayloadDigest | None = None,
+        payload_sha256: str | None = None,
     ) -> None:
-        # ``payload_digest``: the digest of this very payload, already started
-        # (``with_deadline``); None starts it. Written out (init=False) because
+        # ``payload_sha256``: the digest of this very payload, already computed
+        # (``with_deadline``); None hashes it. Written out (init=False) because
         # the generated __init__ stays Python even where this module is
         # compiled: ~35 k instructions a call.
         setter = object.__setattr__
@@ -127,10 +124,10 @@ class InvokeCall:
         setter(self, "pending_payload", pending_payload)
         # Needed by every audit record of the call and by the idempotency
         # claim: hash the payload once (a pending one once it is decoded).
-        if payload_digest is None:
+        if payload_sha256 is None:
             pending = pending_payload is not None
-            payload_digest = PayloadDigest("") if pending else PayloadDigest.of(payload)
-        setter(self, "payload_digest", payload_digest)
+            payload_sha256 = "" if pending else hashlib.sha256(payload).hexdigest()
+        setter(self, "payload_sha256", payload_sha256)
 
     def with_deadline(self, deadline: float) -> InvokeCall:
         """This call with another ``deadline``; its digest is kept, not computed again.
@@ -155,16 +152,8 @@ class InvokeCall:
             self.claimed_identity,
             self.deadline_unix_ms,
             self.pending_payload,
-            payload_digest=self.payload_digest,
+            payload_sha256=self.payload_sha256,
         )
-
-    @property
-    def payload_sha256(self) -> str:
-        """Hex SHA-256 of ``payload`` ("" while the payload is pending).
-
-        A large payload's may still be hashing on its thread: this waits for it.
-        """
-        return self.payload_digest.hex()
 
     @property
     def payload_size(self) -> int:
