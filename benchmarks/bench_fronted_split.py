@@ -4,7 +4,9 @@ Run ``python benchmarks/bench_fronted_split.py`` (about 20 s). The a2a-sdk echo
 agent of ``bench_a2a_paths`` runs in a child process; a real gateway
 :class:`~gateway.agent.Agent` fronting it over gRPC (``[[upstreams]]``, full
 policy and audit) and the client run in this process. One call at a time,
-``--calls`` each (after a tenth as warm-up), p50 of:
+``--calls`` each (after a tenth as warm-up), taking turns in ``--rounds`` rounds
+(the order rotated each round, so a load that drifts hits every target alike),
+p50 of:
 
 * ``direct``: SendMessage to the sdk agent from a raw A2A stub;
 * ``fronted``: the same through the gateway (``sdk.echo``);
@@ -83,19 +85,19 @@ def message(capability: str, *, data: bool) -> a2a_pb2.SendMessageRequest:
     return request
 
 
-async def p50_ms(stub: Any, capability: str, calls: int, *, data: bool = False) -> float:
-    """Median milliseconds of ``calls`` sequential SendMessage, after a tenth as warm-up."""
+async def timed_ms(stub: Any, capability: str, calls: int, *, data: bool = False) -> list[float]:
+    """Milliseconds of each of ``calls`` sequential SendMessage."""
     times = []
-    for _ in range(calls + calls // 10):
+    for _ in range(calls):
         request = message(capability, data=data)
         start = time.perf_counter()
         await stub.SendMessage(request, metadata=VERSION, timeout=10)
         times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times[calls // 10 :])
+    return times
 
 
-async def measure(base: Path, calls: int) -> dict[str, float]:
-    """The five p50s (see the module doc)."""
+async def measure(base: Path, calls: int, rounds: int) -> dict[str, float]:
+    """The five p50s (see the module doc), the targets taking turns round by round."""
     ws = make_workspace(base, paths.PAYLOAD_CAP // 2, "full")
     paths.grant_both(ws)
     issue(base / "pki", paths.LEGACY)
@@ -131,15 +133,26 @@ async def measure(base: Path, calls: int) -> dict[str, float]:
         try:
             sdk_stub = a2a_pb2_grpc.A2AServiceStub(to_sdk)  # type: ignore[no-untyped-call]
             gateway_stub = a2a_pb2_grpc.A2AServiceStub(to_gateway)  # type: ignore[no-untyped-call]
-            fronted = paths.FRONTED["grpc"]
-            result = {
-                "direct": await p50_ms(sdk_stub, fronted, calls),
-                "fronted": await p50_ms(gateway_stub, fronted, calls),
-            }
-            result["upstream_send"] = statistics.median(sends[calls // 10 :])
-            result["gateway_echo"] = await p50_ms(gateway_stub, "text.echo", calls, data=True)
             proxy_stub = a2a_pb2_grpc.A2AServiceStub(to_proxy)  # type: ignore[no-untyped-call]
-            result["raw_proxy"] = await p50_ms(proxy_stub, fronted, calls)
+            fronted = paths.FRONTED["grpc"]
+            targets = {
+                "direct": (sdk_stub, fronted, False),
+                "fronted": (gateway_stub, fronted, False),
+                "gateway_echo": (gateway_stub, "text.echo", True),
+                "raw_proxy": (proxy_stub, fronted, False),
+            }
+            for stub, capability, data in targets.values():  # warm-up: channels, caches
+                await timed_ms(stub, capability, max(10, calls // 10), data=data)
+            sends.clear()
+            times: dict[str, list[float]] = {name: [] for name in targets}
+            names = list(targets)
+            per_round = max(1, calls // rounds)
+            for number in range(rounds):  # a drifting load hits every target alike
+                for name in names[number % len(names) :] + names[: number % len(names)]:
+                    stub, capability, data = targets[name]
+                    times[name] += await timed_ms(stub, capability, per_round, data=data)
+            result = {name: statistics.median(samples) for name, samples in times.items()}
+            result["upstream_send"] = statistics.median(sends)
         finally:
             for open_channel in (to_sdk, to_gateway, to_proxy, proxy_to_sdk):
                 await open_channel.close()
@@ -155,9 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run once and print the split."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300, help="calls per target (default 300)")
+    parser.add_argument("--rounds", type=int, default=6, help="turns each target takes (default 6)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-fronted-") as tmp:
-        result = asyncio.run(measure(Path(tmp), args.calls))
+        result = asyncio.run(measure(Path(tmp), args.calls, max(1, args.rounds)))
     print(f"fronted A2A call, 256 B-ish text, {args.calls} sequential calls each, p50 ms:")
     for name in ("direct", "fronted", "gateway_echo", "upstream_send", "raw_proxy"):
         print(f"  {name:<14} {result[name]:7.3f}")
