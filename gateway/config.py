@@ -527,7 +527,7 @@ class ConsoleSettings(_Frozen):
             with ``allow_remote``; meaningless without it, so refused there).
     """
 
-    listen: str = "127.0.0.1:9465"
+    listen: ListenAddress = "127.0.0.1:9465"
     allow_remote: bool = False
     operators: tuple[SpiffeId, ...] = ()
 
