@@ -68,6 +68,9 @@ class MetricsServer:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT)
             status, body, kind = self._answer(head)
+        except ConnectionError:  # the client went (a reset): nobody to answer, nothing failed
+            writer.close()
+            return
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             status, body, kind = "400 Bad Request", "", CONTENT_TYPE
         except Exception:  # a broken render must not take the endpoint down
