@@ -37,8 +37,9 @@ class AuditFeed(ABC):
     """New records of one audit store, oldest first, one batch per :meth:`poll`."""
 
     @abstractmethod
-    def poll(self) -> list[AgentRecord]:
-        """Records committed since the last poll that match the filter (may be empty).
+    def poll(self, most: int | None = None) -> list[AgentRecord]:
+        """Records committed since the last poll that match the filter (may be empty);
+        with ``most``, about that many at most (whole batches), the rest left for the next.
 
         Raises:
             ConfigError: The store cannot be read, or holds a record that
@@ -59,9 +60,11 @@ class SqliteAuditFeed(AuditFeed):
         where: AuditFilter,
         *,
         agent_id: str = "",
+        after_seq: int | None = None,
     ) -> None:
         """Open ``path`` read-only; start after its current last record, or
-        ``where.since`` ago if given (then the records of that window come first).
+        ``where.since`` ago if given (then the records of that window come first),
+        or after record ``after_seq`` if given.
 
         Raises:
             ConfigError: The file is missing or not an audit log.
@@ -79,7 +82,10 @@ class SqliteAuditFeed(AuditFeed):
             + "".join(f" AND {c}" for c in clauses)
             + f" ORDER BY seq LIMIT {_BATCH_ROWS}"
         )
-        self._last = 0 if where.since is not None else self._max_seq()
+        if after_seq is not None:
+            self._last = after_seq
+        else:
+            self._last = 0 if where.since is not None else self._max_seq()
 
     def _max_seq(self) -> int:
         row = self._read("SELECT COALESCE(MAX(seq), 0) FROM audit_records", ())
@@ -93,7 +99,7 @@ class SqliteAuditFeed(AuditFeed):
         except sqlite3.Error as err:
             raise ConfigError(f"audit log {self._path}: cannot read: {err}") from err
 
-    def poll(self) -> list[AgentRecord]:
+    def poll(self, most: int | None = None) -> list[AgentRecord]:
         """Records above the last seq handed out (see :meth:`AuditFeed.poll`)."""
         found: list[AgentRecord] = []
         while True:
@@ -102,7 +108,7 @@ class SqliteAuditFeed(AuditFeed):
                 record = readable_record(row, f"audit log {self._path}", str(self._path))
                 self._last = max(self._last, record.seq)
                 found.append(AgentRecord(self._agent, record))
-            if len(rows) < _BATCH_ROWS:
+            if len(rows) < _BATCH_ROWS or (most is not None and len(found) >= most):
                 return found
 
     def close(self) -> None:
@@ -115,8 +121,11 @@ class SqliteAuditFeed(AuditFeed):
 class PostgresAuditFeed(AuditFeed):
     """Follows the shared PostgreSQL table: every agent's chain (or one, by filter)."""
 
-    def __init__(self, dsn: ConnectionSource, where: AuditFilter) -> None:
-        """Connect; start after each chain's current last record, or ``where.since`` ago.
+    def __init__(
+        self, dsn: ConnectionSource, where: AuditFilter, *, after_seq: int | None = None
+    ) -> None:
+        """Connect; start after each chain's current last record, or ``where.since`` ago,
+        or after record ``after_seq`` of the chain of ``where.agent`` (required then).
 
         Raises:
             ConfigError: The database cannot be read or holds no audit schema.
@@ -140,7 +149,11 @@ class PostgresAuditFeed(AuditFeed):
             + f" ORDER BY a.agent_id, a.seq LIMIT {_BATCH_ROWS}"
         )
         self._marks: dict[str, int] = {}
-        if where.since is None:
+        if after_seq is not None:
+            if where.agent is None:
+                raise ConfigError("an audit feed from a seq follows one agent's chain")
+            self._marks = {where.agent: after_seq}
+        elif where.since is None:
             rows = self._read("SELECT agent_id, MAX(seq) FROM audit_records GROUP BY agent_id", [])
             self._marks = {str(agent): int(str(seq)) for agent, seq in rows}
 
@@ -153,7 +166,7 @@ class PostgresAuditFeed(AuditFeed):
         except psycopg.Error as err:
             raise ConfigError(f"audit database {self._dsn}: cannot read: {err}") from err
 
-    def poll(self) -> list[AgentRecord]:
+    def poll(self, most: int | None = None) -> list[AgentRecord]:
         """Records above each chain's last seq handed out (see :meth:`AuditFeed.poll`)."""
         found: list[AgentRecord] = []
         while True:
@@ -166,7 +179,7 @@ class PostgresAuditFeed(AuditFeed):
                 seen = self._marks.get(entry.agent_id, 0)
                 self._marks[entry.agent_id] = max(seen, entry.record.seq)
                 found.append(entry)
-            if len(rows) < _BATCH_ROWS:
+            if len(rows) < _BATCH_ROWS or (most is not None and len(found) >= most):
                 found.sort(key=lambda e: (e.record.time_unix_ms, e.agent_id, e.record.seq))
                 return found
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
 
@@ -52,6 +53,10 @@ class Request:
     method: str
     path: str
     query: dict[str, str] = field(default_factory=dict)
+    host: str | None = None
+    """The ``Host`` header (None when the request has none)."""
+    last_event_id: str | None = None
+    """The ``Last-Event-ID`` header of a reconnecting event stream (None: none)."""
 
     def param(self, name: str) -> str:
         """The query parameter ``name``, stripped (``""`` when absent)."""
@@ -72,15 +77,52 @@ async def read_request(reader: asyncio.StreamReader) -> Request:
         raise BadRequest("400 Bad Request") from None
     if len(head) > MAX_HEAD_BYTES:
         raise BadRequest("431 Request Header Fields Too Large")
-    words = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
+    first, *fields = head[:-4].decode("latin-1").split("\r\n")
+    words = first.split(" ")
     if len(words) != 3 or not words[2].startswith("HTTP/1."):
+        raise BadRequest("400 Bad Request")
+    headers: dict[str, list[str]] = {}
+    for name, _, value in (f.partition(":") for f in fields):
+        headers.setdefault(name.strip().lower(), []).append(value.strip())
+    hosts, resume = headers.get("host", []), headers.get("last-event-id", [])
+    if len(hosts) > 1:
         raise BadRequest("400 Bad Request")
     target = urlsplit(words[1])
     try:
         query = dict(parse_qsl(target.query, keep_blank_values=False, max_num_fields=MAX_FIELDS))
     except ValueError:  # more than MAX_FIELDS parameters
         raise BadRequest("400 Bad Request") from None
-    return Request(words[0], target.path or "/", query)
+    return Request(
+        words[0],
+        target.path or "/",
+        query,
+        hosts[0] if hosts else None,
+        resume[-1] if resume else None,
+    )
+
+
+def names_this_machine(host: str) -> bool:
+    """Whether a ``Host`` value is an IP literal or ``localhost`` (port or not).
+
+    Any other name may be one an attacker's DNS points at 127.0.0.1 (DNS
+    rebinding): a browser would then let that name's pages read the answers.
+    """
+    name = host
+    if name.startswith("["):
+        name, bracket, rest = name[1:].partition("]")
+        if not bracket or (rest and not (rest[0] == ":" and rest[1:].isdigit())):
+            return False
+    elif name.count(":") == 1:
+        name, _, port = name.partition(":")
+        if not port.isdigit():
+            return False
+    if name.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def response_head(status: str, content_type: str, length: int | None) -> bytes:

@@ -3,7 +3,7 @@
 The feed (``gateway.audit.follow``) reads only what committed after the last
 poll, so a record appears once it is durable, never before. Each subscriber
 has a bounded queue; one that falls behind (a stalled browser) loses its
-stream rather than hold memory: the page reconnects and reloads.
+stream rather than hold memory: the page reconnects and resumes (``Last-Event-ID``).
 """
 
 from __future__ import annotations
@@ -60,12 +60,31 @@ class LiveDecisions:
 
     async def start(self) -> None:
         """Open the feed at the log's current end and start polling (the log must exist)."""
-        agent = self._config.id if open_audit_reader(self._config.audit_db).many_chains else None
-        where = AuditFilter(agent=agent)
         self._feed = await asyncio.get_running_loop().run_in_executor(
-            self._thread, lambda: open_audit_feed(self._config.audit_db, where)
+            self._thread, lambda: open_audit_feed(self._config.audit_db, self._where())
         )
         self._task = asyncio.create_task(self._run())
+
+    def _where(self) -> AuditFilter:
+        agent = self._config.id if open_audit_reader(self._config.audit_db).many_chains else None
+        return AuditFilter(agent=agent)
+
+    async def after(self, seq: int) -> list[AuditRecord]:
+        """Committed records above ``seq``, oldest first: at most ``QUEUE_RECORDS``
+        (a page that resumes from further back gets the rest when it reconnects).
+
+        Raises:
+            ConfigError: The store cannot be read.
+        """
+
+        def read() -> list[AuditRecord]:
+            feed = open_audit_feed(self._config.audit_db, self._where(), after_seq=seq)
+            try:
+                return [entry.record for entry in feed.poll(most=QUEUE_RECORDS)][:QUEUE_RECORDS]
+            finally:
+                feed.close()
+
+        return await asyncio.get_running_loop().run_in_executor(self._thread, read)
 
     async def stop(self) -> None:
         """Stop polling; every subscriber's stream ends."""
@@ -108,7 +127,7 @@ class LiveDecisions:
             for entry in entries:
                 for queue in list(self._subscribers):
                     if queue.qsize() >= QUEUE_RECORDS:
-                        self._end(queue)  # too slow: it reconnects and reloads
+                        self._end(queue)  # too slow: it reconnects and resumes
                     else:
                         queue.put_nowait(entry.record)
             await asyncio.sleep(POLL_SECONDS)

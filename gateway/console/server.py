@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
@@ -17,7 +18,7 @@ from importlib import resources
 
 from gateway.audit.record import AuditRecord
 from gateway.config import ConsoleSettings, TlsFiles
-from gateway.console import status_views, views
+from gateway.console import live, status_views, views
 from gateway.console.http import (
     HTML,
     TEXT,
@@ -25,6 +26,7 @@ from gateway.console.http import (
     Request,
     close_quietly,
     drain,
+    names_this_machine,
     read_request,
     respond,
     response_head,
@@ -131,6 +133,9 @@ class ConsoleServer:
                 await respond(writer, "403 Forbidden", TEXT, "not an operator of this agent\n")
                 return
             request = await read_request(reader)
+            if not self._settings.allow_remote and not _for_this_listener(request):
+                await respond(writer, "421 Misdirected Request", TEXT, _MISDIRECTED)
+                return
             await self._route(request, reader, writer)
         except BadRequest as err:
             await respond(writer, err.status, TEXT, "")
@@ -193,7 +198,11 @@ class ConsoleServer:
         task = asyncio.current_task()
         assert task is not None
         self._streams.add(task)
-        events = asyncio.ensure_future(_send_events(views.Filters.of(request), queue, writer))
+        resume = _resume_after(request.last_event_id)
+        backlog = functools.partial(self._live.after, resume) if resume is not None else None
+        events = asyncio.ensure_future(
+            _send_events(views.Filters.of(request), queue, writer, backlog)
+        )
         closed = asyncio.ensure_future(_until_closed(reader))
         try:
             await asyncio.wait((events, closed), return_when=asyncio.FIRST_COMPLETED)
@@ -206,6 +215,14 @@ class ConsoleServer:
                 side.cancel()
             await asyncio.gather(events, closed, return_exceptions=True)
             await close_quietly(writer)
+
+
+_MISDIRECTED = "this console answers only requests for its own address\n"
+
+
+def _for_this_listener(request: Request) -> bool:
+    """Whether a loopback console's request names this machine (no Host: not a browser)."""
+    return request.host is None or names_this_machine(request.host)
 
 
 async def _page_body(
@@ -221,14 +238,44 @@ async def _page_body(
         return problem_note(err.message)
 
 
+def _resume_after(last_event_id: str | None) -> int | None:
+    """The seq a reconnecting page last got (its ``Last-Event-ID``), if it is one."""
+    if last_event_id is None or not last_event_id.isascii() or not last_event_id.isdigit():
+        return None
+    return int(last_event_id) if len(last_event_id) <= 18 else None  # a seq is an SQL bigint
+
+
 async def _send_events(
-    wanted: views.Filters, queue: asyncio.Queue[AuditRecord | None], writer: asyncio.StreamWriter
+    wanted: views.Filters,
+    queue: asyncio.Queue[AuditRecord | None],
+    writer: asyncio.StreamWriter,
+    backlog: Callable[[], Awaitable[list[AuditRecord]]] | None = None,
 ) -> None:
-    """Write the stream until the feed ends it (None) or the client stalls or goes."""
+    """Write the stream until the feed ends it (None) or the client stalls or goes.
+
+    A reconnecting page (``backlog``: what committed after its last event) gets
+    that first; then the feed, without what the backlog held already (``queue``
+    was subscribed before the backlog was read, so nothing falls between). A
+    backlog cut at its bound ends the stream: the page reconnects from there.
+    """
     writer.write(response_head("200 OK", "text/event-stream; charset=utf-8", None))
     writer.write(b"retry: 2000\n: connected\n\n")
+    sent = 0
     with contextlib.suppress(TimeoutError, ConnectionError, OSError):
         await drain(writer)
+        if backlog is not None:
+            try:
+                missed = await backlog()
+            except ConfigError as err:  # the store is away: no gap filled, named in the log
+                _log.warning("console: cannot resume a live page: %s", err.message)
+                missed = []
+            for earlier in missed:
+                sent = max(sent, earlier.seq)
+                if wanted.matches(earlier):
+                    writer.write(_event(earlier))
+                    await drain(writer)
+            if len(missed) >= live.QUEUE_RECORDS:
+                return
         while True:
             try:
                 rec = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
@@ -237,11 +284,13 @@ async def _send_events(
             else:
                 if rec is None:
                     return
-                if wanted.matches(rec):
-                    writer.write(
-                        f"id: {rec.seq}\nevent: decision\ndata: {event_data(rec)}\n\n".encode()
-                    )
+                if rec.seq > sent and wanted.matches(rec):
+                    writer.write(_event(rec))
             await drain(writer)
+
+
+def _event(rec: AuditRecord) -> bytes:
+    return f"id: {rec.seq}\nevent: decision\ndata: {event_data(rec)}\n\n".encode()
 
 
 async def _until_closed(reader: asyncio.StreamReader) -> None:

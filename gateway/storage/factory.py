@@ -191,7 +191,11 @@ def audit_target(where: StoreLocation) -> AuditTarget:
 
 
 def open_audit_feed(
-    where: Path | PostgresDsn, wanted: AuditFilter, *, agent_id: str = ""
+    where: Path | PostgresDsn,
+    wanted: AuditFilter,
+    *,
+    agent_id: str = "",
+    after_seq: int | None = None,
 ) -> AuditFeed:
     """The ``audit --follow`` feed of the store at ``where`` (see :mod:`gateway.audit.follow`).
 
@@ -199,6 +203,7 @@ def open_audit_feed(
         where: The SQLite file, or a PostgreSQL DSN.
         wanted: Which records (``since``: start that far back; no ``limit``).
         agent_id: The agent of a SQLite file's one chain (named in each record).
+        after_seq: Start after this record (of ``wanted.agent``'s chain in PostgreSQL).
 
     Raises:
         ConfigError: The store cannot be opened, ``wanted.agent`` is given for a
@@ -207,10 +212,10 @@ def open_audit_feed(
     from gateway.audit.follow import PostgresAuditFeed, SqliteAuditFeed
 
     if isinstance(where, PostgresDsn):
-        return PostgresAuditFeed(connection_source(where), wanted)
+        return PostgresAuditFeed(connection_source(where), wanted, after_seq=after_seq)
     if wanted.agent is not None:
         raise ConfigError("--agent: a SQLite audit log holds one agent; give a PostgreSQL DSN")
-    return SqliteAuditFeed(where, wanted, agent_id=agent_id)
+    return SqliteAuditFeed(where, wanted, agent_id=agent_id, after_seq=after_seq)
 
 
 def location(text: str) -> StoreLocation:

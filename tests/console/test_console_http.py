@@ -110,7 +110,7 @@ async def test_pages_carry_strict_headers_and_escape_what_they_reflect(
     assert 'value="&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;"' in body
     assert "--since &#x27;soon&#x27;: expected a positive number" in body
     for method in ("POST", "DELETE"):
-        answer = await _exchange(console.address, f"{method} / HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = await _exchange(console.address, f"{method} / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert answer[0] == "HTTP/1.1 405 Method Not Allowed"
     assert (await _get(console.address, "/static/../config.py"))[0] == "HTTP/1.1 404 Not Found"
     status, headers, script = await _get(console.address, "/static/console.js")
@@ -138,7 +138,7 @@ async def _one_refusal_streamed(console_agent: Agent, pki: Pki) -> None:
     assert console is not None
     host, port = console.address.rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
-    writer.write(b"GET /events?reason=capability_not_granted HTTP/1.1\r\nHost: x\r\n\r\n")
+    writer.write(b"GET /events?reason=capability_not_granted HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     await writer.drain()
     head = await asyncio.wait_for(reader.readuntil(b": connected\n\n"), 10)
     assert b"Content-Type: text/event-stream" in head
@@ -228,7 +228,7 @@ async def test_live_pages_are_capped(console_agent: Agent, monkeypatch: pytest.M
     assert console is not None
     host, port = console.address.rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
-    writer.write(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+    writer.write(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     await writer.drain()
     try:
         await asyncio.wait_for(reader.readuntil(b": connected\n\n"), 10)
@@ -293,7 +293,7 @@ async def _open_live_page(
         sock.setblocking(False)
         await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
         reader, writer = await asyncio.open_connection(sock=sock)
-    writer.write(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+    writer.write(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     await writer.drain()
     await asyncio.wait_for(reader.readuntil(b": connected\n\n"), 10)
     return reader, writer
@@ -305,7 +305,7 @@ async def _live_page_status(address: str, attempts: int = 100) -> str:
     status = ""
     for _ in range(attempts):
         reader, writer = await asyncio.open_connection(host, int(port))
-        writer.write(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+        writer.write(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         await writer.drain()
         status = (await asyncio.wait_for(reader.readuntil(b"\r\n"), 10)).decode().strip()
         writer.close()
