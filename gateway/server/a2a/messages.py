@@ -260,7 +260,7 @@ def list_answer(page: TaskPage, *, include_artifacts: bool) -> a2a_pb2.ListTasks
     """
     response = a2a_pb2.ListTasksResponse(total_size=page.total_size)
     answers = response.tasks  # each task written in place: passing built ones copies them
-    used, token = 0, page.next_page_token
+    used, token, size = 0, page.next_page_token, page.page_size
     for task in page.tasks:
         answer = answers.add()
         fill_task(answer, task, include_artifacts=include_artifacts)
@@ -268,9 +268,10 @@ def list_answer(page: TaskPage, *, include_artifacts: bool) -> a2a_pb2.ListTasks
         if len(answers) > 1 and used > MAX_LIST_BYTES:
             del answers[-1]
             token = page_token(answers[-1].id)
+            size = len(answers)  # the page size this answer used: what one message holds
             break
     response.next_page_token = token
-    response.page_size = len(answers)
+    response.page_size = size  # the spec's "page size used", not the tasks a last page holds
     return response
 
 

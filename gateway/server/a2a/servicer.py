@@ -59,8 +59,10 @@ from gateway.server.a2a.task_follow import follow_deadline, followed
 from gateway.server.a2a.task_store.store import (
     A2ATask,
     A2ATaskStore,
+    TaskFilter,
     TaskOutcome,
     TaskPage,
+    page_size,
 )
 from gateway.server.a2a.wire_errors import to_a2a_status
 from gateway.server.received import MalformedRequest, edge_slot, peer_cert
@@ -402,17 +404,18 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
     async def ListTasks(
         self, request: a2a_pb2.ListTasksRequest, context: aio.ServicerContext[Any, Any]
     ) -> a2a_pb2.ListTasksResponse:
-        """The caller's own tasks, newest first."""
+        """The caller's own tasks, last updated first."""
 
         async def work() -> a2a_pb2.ListTasksResponse:
             peer_id, _ = await self._admit_limited(request, context, "ListTasks")
             try:
                 wanted = task_filter(request)
-                page = (
-                    TaskPage([], "", 0)
-                    if wanted is None
-                    else await self._tasks.list(peer_id, wanted)
-                )
+                if wanted is None:  # a state no task here is ever in: an empty page
+                    has_size = request.HasField("page_size")
+                    asked = TaskFilter(page_size=request.page_size) if has_size else TaskFilter()
+                    page = TaskPage([], "", 0, page_size(asked))
+                else:
+                    page = await self._tasks.list(peer_id, wanted)
             except GatewayError as err:
                 raise await self._handler.refuse(peer_id, err, "A2A ListTasks") from err
             include = request.include_artifacts if request.HasField("include_artifacts") else False

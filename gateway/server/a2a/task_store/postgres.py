@@ -6,8 +6,8 @@ read waits for this process's queue first and names the owner, so a task of
 another peer is the same empty answer as an id that never existed), in the
 shared ``a2a_tasks`` table keyed by (agent id, task id). A task answered by
 one replica is visible on the others once its batch commits (milliseconds
-after the answer). ``seq`` (an identity column) orders the tasks newest first
-and is the page token, as SQLite's row sequence is. If the database cannot be
+after the answer). ``seq`` (an identity column) breaks ties of the last-update order as
+SQLite's row sequence does. If the database cannot be
 read, reads raise ``StateUnavailable``; a batch that cannot be written is
 logged by its size (the calls were answered already). Background and streamed
 tasks (``save``, leases, orphans, retention) use the same statements as SQLite,

@@ -22,7 +22,11 @@ records. The output is the caller's own answer, kept for
 GetTask; nothing here is logged.
 
 A page token names the last task of its page, one of the caller's own, in
-base64url; the next page is the owner's tasks stored before that one. It holds
+base64url; the next page is the owner's tasks listed after that one. Tasks are
+listed by last update, newest first, as the A2A spec requires (ties: ``seq``,
+newest first); the token's task is placed where it is when the next page is
+asked for, so a task updated while a client pages (the token's own too) moves
+to the top of the listing. It holds
 no row number or count, so paging reveals nothing of other peers' tasks, and
 it is resolved only among the caller's own tasks: another owner's token (or a
 forged one) is refused exactly as garbage is. Tokens need no key, so they hold
@@ -130,11 +134,13 @@ class TaskFilter:
 
 @dataclass(frozen=True, slots=True)
 class TaskPage:
-    """One page of ListTasks, newest first."""
+    """One page of ListTasks, last updated first."""
 
     tasks: list[A2ATask]
     next_page_token: str
     total_size: int
+    page_size: int = DEFAULT_PAGE_SIZE
+    """The page size used (the one asked for, clamped), however many tasks the page holds."""
 
 
 class A2ATaskStore(ABC):
@@ -145,8 +151,9 @@ class A2ATaskStore(ABC):
     :class:`~gateway.server.a2a.task_store.postgres.PostgresA2ATaskStore`).
     Invariants every implementation keeps: every read waits for this
     process's queued tasks first; a read names the owner, so another peer's
-    task is the same empty answer as an id that never existed; ``seq`` orders
-    tasks newest first and is the page token; an unreadable store raises
+    task is the same empty answer as an id that never existed; ``updated_ms``
+    then ``seq`` order tasks newest first, and the page token names a task; an
+    unreadable store raises
     :class:`~gateway.errors.StateUnavailable`, a batch that cannot be written
     is logged by its size (its calls were answered already).
     """
@@ -199,7 +206,8 @@ class A2ATaskStore(ABC):
         return task_from_row(rows[0]) if rows else None
 
     async def list(self, owner: str, wanted: TaskFilter) -> TaskPage:
-        """A page of ``owner``'s tasks, newest first.
+        """A page of ``owner``'s tasks, last updated first (the A2A spec's order; ties:
+        newest first).
 
         Raises:
             InvalidRequest: the page token is not one this store handed out.
@@ -220,31 +228,34 @@ class A2ATaskStore(ABC):
         condition = " AND ".join(where)
         total = await self._query(f"SELECT COUNT(*) FROM a2a_tasks WHERE {condition}", (*params,))
         page_where, page_params = condition, list(params)
-        if wanted.page_token:
-            page_where += f" AND seq < {mark}"
-            page_params.append(await self._cursor(owner, wanted.page_token))
+        if wanted.page_token:  # the tasks listed after the token's task, in the order below
+            updated_ms, seq = await self._cursor(owner, wanted.page_token)
+            page_where += f" AND (updated_ms < {mark} OR (updated_ms = {mark} AND seq < {mark}))"
+            page_params += [updated_ms, updated_ms, seq]
         size = page_size(wanted)
-        rows = await self._query(
+        rows = await self._query(  # the spec's order: last updated first (ties: newest first)
             f"SELECT {TASK_COLUMNS}, seq FROM a2a_tasks WHERE {page_where} "
-            f"ORDER BY seq DESC LIMIT {mark}",
+            f"ORDER BY updated_ms DESC, seq DESC LIMIT {mark}",
             (*page_params, size + 1),
         )
         more = len(rows) > size
         rows = rows[:size]
         tasks = [task_from_row(row[:-1]) for row in rows]
         token = page_token(tasks[-1].task_id) if more and tasks else ""
-        return TaskPage(tasks, token, int(total[0][0]))
+        return TaskPage(tasks, token, int(total[0][0]), size)
 
-    async def _cursor(self, owner: str, token: str) -> int:
-        """Where the page after ``token`` starts: the row order of the owner's task it names."""
+    async def _cursor(self, owner: str, token: str) -> tuple[int, int]:
+        """Where the page after ``token`` starts: (last update, row order) of the owner's
+        task it names, as that task is now."""
         where, params = self._scope(owner)
         rows = await self._query(
-            f"SELECT seq FROM a2a_tasks WHERE {' AND '.join(where)} AND task_id = {self._mark}",
+            f"SELECT updated_ms, seq FROM a2a_tasks WHERE {' AND '.join(where)} "
+            f"AND task_id = {self._mark}",
             (*params, token_task_id(token)),
         )
         if not rows:
             raise InvalidRequest(_BAD_TOKEN)
-        return int(rows[0][0])
+        return int(rows[0][0]), int(rows[0][1])
 
     @abstractmethod
     def _scope(self, owner: str) -> Scope:
