@@ -354,7 +354,7 @@ class Agent:
         """The interfaces the agent serves and its card signer, for the A2A cards."""
         base = self.config.a2a.http_url or self.https_url
         return CardIssuer(
-            self.address,
+            self.config.a2a.grpc_address or self.address,
             jsonrpc_url=f"{base}{JSONRPC_PATH}" if base else "",
             rest_url=f"{base}{REST_PATH}" if base else "",
             v0_3=self.config.a2a.v0_3_compat,

@@ -252,6 +252,9 @@ class A2ASettings(_Frozen):
         http_url: ``https://NAME[:PORT]`` clients use, as the cards list it
             (default: ``https://HOST:PORT`` of ``http_listen`` as bound), for
             an agent that listens on ``0.0.0.0`` or behind a name.
+        grpc_address: ``NAME:PORT`` clients use for the gRPC binding, as the
+            cards list it (default: ``listen``'s host and the bound port), for
+            an agent that listens on ``0.0.0.0`` or behind a name.
         default_capability: ``NAME`` or ``NAME@CONSTRAINT`` called for a
             SendMessage whose metadata names no capability (``a2agw.capability``),
             so a client that knows nothing of this gateway can still call the
@@ -275,6 +278,7 @@ class A2ASettings(_Frozen):
 
     http_listen: ListenAddress | None = None
     http_url: str | None = None
+    grpc_address: DialAddress | None = None
     default_capability: str | None = None
     task_retention: Duration = timedelta(days=7)
     v0_3_compat: bool = True

@@ -250,7 +250,7 @@ def _card(args: argparse.Namespace) -> int:
     listen = config.a2a.http_listen
     base = args.https_url or config.a2a.http_url or (f"https://{listen}" if listen else "")
     issuer = CardIssuer(
-        args.url or config.listen,
+        args.url or config.a2a.grpc_address or config.listen,
         jsonrpc_url=f"{base}{JSONRPC_PATH}" if base else "",
         rest_url=f"{base}{REST_PATH}" if base else "",
         v0_3=config.a2a.v0_3_compat,

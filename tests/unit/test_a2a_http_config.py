@@ -53,6 +53,14 @@ def test_the_public_url_must_be_https_without_a_path() -> None:
             A2ASettings(http_url=wrong)
 
 
+def test_the_public_grpc_address_is_a_host_and_port() -> None:
+    assert A2ASettings().grpc_address is None
+    assert A2ASettings(grpc_address="agent.example:7000").grpc_address == "agent.example:7000"
+    for wrong in ("agent.example", "agent.example:0", "agent.example:70000", "https://a:1"):
+        with pytest.raises(ValidationError, match="grpc_address"):
+            A2ASettings(grpc_address=wrong)
+
+
 def test_v0_3_compat_is_on_by_default_and_only_a_bool() -> None:
     assert config().a2a.v0_3_compat is True
     assert config(a2a={"v0_3_compat": False}).a2a.v0_3_compat is False

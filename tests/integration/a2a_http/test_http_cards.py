@@ -103,11 +103,19 @@ async def test_a_card_does_not_verify_for_another_id_or_after_a_change(
 
 
 async def test_the_cards_list_the_configured_public_url(pki: Pki, alice: Agent) -> None:
-    public = alice.config.a2a.model_copy(update={"http_url": "https://alice.example:443"})
+    bound = [i.url for i in alice.public_card.get().supported_interfaces]
+    assert bound[0] == alice.address  # gRPC: listen's host and the bound port, by default
+    public = alice.config.a2a.model_copy(
+        update={"http_url": "https://alice.example:443", "grpc_address": "alice.example:8443"}
+    )
     alice.config = alice.config.model_copy(update={"a2a": public})
     alice.public_card.invalidate()
     card = alice.public_card.get()
-    assert [i.url for i in card.supported_interfaces][1:] == 2 * [
-        "https://alice.example:443" + JSONRPC_PATH,
-        "https://alice.example:443" + REST_PATH,
+    assert [i.url for i in card.supported_interfaces] == [
+        "alice.example:8443",
+        *2
+        * [
+            "https://alice.example:443" + JSONRPC_PATH,
+            "https://alice.example:443" + REST_PATH,
+        ],
     ]
