@@ -9,7 +9,6 @@ import socket
 import sqlite3
 import ssl
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -51,15 +50,6 @@ async def _agent(
     policy = write_policy(tmp_path / "alice-policy.toml", [grant("bob", ["text.echo"])])
     config = agent_config(pki, tmp_path, "alice", policy, stores=stores)
     return await started(config.model_copy(update={"console": settings}))
-
-
-@pytest.fixture
-async def console_agent(pki: Pki, tmp_path: Path) -> AsyncIterator[Agent]:
-    agent = await _agent(pki, tmp_path, ConsoleSettings(listen="127.0.0.1:0"))
-    try:
-        yield agent
-    finally:
-        await agent.stop()
 
 
 @pytest.mark.parametrize(

@@ -12,32 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
 from a2a.types import a2a_pb2
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import FileDescriptor
 
 from gateway.agent import Agent
 from gateway.wire.v1 import gateway_pb2
+from tests.interop.node_projects import GRPC_JS, node_ready
 from tests.support import Pki, WriteCounter, audit_rows, spiffe
 
-NODE_DIR = Path(__file__).parent / "node"
-
-
-def _node_ready() -> None:
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node/npm not installed (.ci/run installs them)")
-    if not (NODE_DIR / "node_modules" / "@grpc" / "grpc-js").is_dir():
-        subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund", "--silent"],
-            cwd=NODE_DIR,
-            check=True,
-            timeout=300,
-        )
+NODE_DIR = GRPC_JS
 
 
 def _descriptor_set(root: FileDescriptor, path: Path) -> Path:
@@ -61,7 +47,7 @@ def _descriptor_set(root: FileDescriptor, path: Path) -> Path:
 async def test_node_grpc_client_calls_both_services_as_the_readme_says(
     pki: Pki, alice: Agent, counter: WriteCounter, tmp_path: Path
 ) -> None:
-    _node_ready()
+    node_ready(NODE_DIR, "@grpc/grpc-js")
     config = {
         "address": alice.address,
         "ca": str(pki.dir / "ca.pem"),

@@ -14,7 +14,6 @@ answer the page size asked for, not the number of tasks on the page).
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
@@ -22,25 +21,13 @@ from typing import Any
 
 import pytest
 
-from tests.agent_process import REPO
+from tests.interop.node_projects import A2A_JS, node_ready
 from tests.interop.served_agent import Served, serve_alice
 from tests.support import Pki, spiffe
 
-NODE_DIR = REPO / "tests" / "interop" / "node-a2a"
+NODE_DIR = A2A_JS
 BINDINGS = ("JSONRPC", "HTTP+JSON", "GRPC")
 BOB = spiffe("bob")
-
-
-def _node_ready() -> None:
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node/npm not installed (.ci/run installs them)")
-    if not (NODE_DIR / "node_modules" / "@a2a-js" / "sdk").is_dir():
-        subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund", "--silent"],
-            cwd=NODE_DIR,
-            check=True,
-            timeout=300,
-        )
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +44,7 @@ def served(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
 
 @pytest.fixture(scope="module")
 def listed(pki: Pki, served: Served, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    _node_ready()
+    node_ready(NODE_DIR, "@a2a-js/sdk")
     config = tmp_path_factory.mktemp("probe-list-js") / "config.json"
     config.write_text(
         json.dumps(

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -37,9 +36,10 @@ from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
 from tests.a2a_http_support import carol_task, https_certificate
 from tests.a2a_support import a2a_task
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
+from tests.interop.node_projects import A2A_JS, node_ready
 from tests.support import Pki, audit_rows, grant, spiffe, write_policy
 
-NODE_DIR = REPO / "tests" / "interop" / "node-a2a"
+NODE_DIR = A2A_JS
 BOB = spiffe("bob")
 
 
@@ -180,22 +180,10 @@ def test_the_python_sdk_client_in_its_own_process(pki: Pki, served: Served, bind
     assert served.refusals() - before == expected
 
 
-def _node_ready() -> None:
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node/npm not installed (.ci/run installs them)")
-    if not (NODE_DIR / "node_modules" / "@a2a-js" / "sdk").is_dir():
-        subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund", "--silent"],
-            cwd=NODE_DIR,
-            check=True,
-            timeout=300,
-        )
-
-
 def test_the_javascript_sdk_client_on_three_bindings(
     pki: Pki, served: Served, tmp_path: Path
 ) -> None:
-    _node_ready()
+    node_ready(NODE_DIR, "@a2a-js/sdk")
     stuck = {binding: f"stuck-{n}" for n, binding in enumerate(("JSONRPC", "HTTP+JSON", "GRPC"))}
     for task_id in stuck.values():
         _stuck_task(served.cancelled_dir.parent, task_id)

@@ -11,30 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
-from gateway.config import ConsoleSettings
 from gateway.console import live
 from gateway.errors import GatewayError
-from tests.support import Pki, agent_config, grant, started, write_policy
-
-
-@pytest.fixture
-async def console_agent(pki: Pki, tmp_path: Path) -> AsyncIterator[Agent]:
-    policy = write_policy(tmp_path / "alice-policy.toml", [grant("bob", ["text.echo"])])
-    config = agent_config(pki, tmp_path, "alice", policy)
-    agent = await started(
-        config.model_copy(update={"console": ConsoleSettings(listen="127.0.0.1:0")})
-    )
-    try:
-        yield agent
-    finally:
-        await agent.stop()
+from tests.support import Pki
 
 
 async def _open(

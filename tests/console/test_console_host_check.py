@@ -13,14 +13,11 @@ this listener.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from gateway.agent import Agent
-from gateway.config import ConsoleSettings
-from tests.support import Pki, agent_config, grant, spiffe, started, write_policy
+from tests.support import spiffe
 
 
 async def _exchange(address: str, head: str) -> tuple[str, str]:
@@ -32,19 +29,6 @@ async def _exchange(address: str, head: str) -> tuple[str, str]:
     writer.close()
     status_and_headers, _, body = answer.partition("\r\n\r\n")
     return status_and_headers.split("\r\n", 1)[0], body
-
-
-@pytest.fixture
-async def console_agent(pki: Pki, tmp_path: Path) -> AsyncIterator[Agent]:
-    policy = write_policy(tmp_path / "alice-policy.toml", [grant("bob", ["text.echo"])])
-    config = agent_config(pki, tmp_path, "alice", policy)
-    agent = await started(
-        config.model_copy(update={"console": ConsoleSettings(listen="127.0.0.1:0")})
-    )
-    try:
-        yield agent
-    finally:
-        await agent.stop()
 
 
 @pytest.mark.parametrize(
