@@ -47,6 +47,11 @@ def load_capability_modules(
             config's folder), after the normal import path: a module beside
             the config imports without ``PYTHONPATH``, and an installed
             package of the same name still wins.
+
+    Raises:
+        CapabilityModuleError: a module cannot be imported (whatever it raised,
+            a syntax error too) or cannot register (a capability registered
+            twice, a bad version or risk, a ``register()`` that raises).
     """
     if search_dir is not None and str(search_dir) not in sys.path:
         sys.path.append(str(search_dir))
@@ -54,18 +59,32 @@ def load_capability_modules(
     for name in modules:
         try:
             module = importlib.import_module(name)
-        except ImportError as err:
+        except Exception as err:  # also a syntax error, or anything its top level raises
+            why = str(err) if isinstance(err, ImportError) else f"{type(err).__name__}: {err}"
             raise CapabilityModuleError(
-                f"capability module {name!r} cannot be imported: {err}"
+                f"capability module {name!r} cannot be imported: {why}"
             ) from err
-        register = getattr(module, "register", None)
-        if callable(register):
-            register(registry, env)
-            continue
-        found = [value for value in vars(module).values() if isinstance(value, Capability)]
-        if not found:
+        try:
+            _register(module, name, registry, env)
+        except CapabilityModuleError:
+            raise
+        except Exception as err:  # e.g. a capability registered twice, a register() that raises
             raise CapabilityModuleError(
-                f"capability module {name!r} has no register() and no @capability functions"
-            )
-        for cap in found:
-            registry.register(cap)
+                f"capability module {name!r} cannot register: {type(err).__name__}: {err}"
+            ) from err
+
+
+def _register(
+    module: object, name: str, registry: CapabilityRegistry, env: AgentEnvironment
+) -> None:
+    register = getattr(module, "register", None)
+    if callable(register):
+        register(registry, env)
+        return
+    found = [value for value in vars(module).values() if isinstance(value, Capability)]
+    if not found:
+        raise CapabilityModuleError(
+            f"capability module {name!r} has no register() and no @capability functions"
+        )
+    for cap in found:
+        registry.register(cap)

@@ -323,3 +323,64 @@ def test_policy_explain_refuses_a_size_no_payload_can_have(
     assert explained.returncode == 2
     assert said in explained.stderr
     assert "Traceback" not in explained.stderr
+
+
+_GREET = (
+    "from capabilities.contract import ContractModel\n"
+    "from capabilities.registry import capability\n\n\n"
+    "class Words(ContractModel):\n    text: str\n\n\n"
+    '@capability("demo.greet", {version!r}, risk={risk!r})\n'
+    "async def greet(inp: Words) -> Words:\n"
+    '    """Hello."""\n'
+    "    return inp\n"
+)
+BROKEN_MODULES = {
+    "twice": (  # two modules registering one capability
+        {
+            "greet_a": _GREET.format(version="1.2.0", risk="read"),
+            "greet_b": _GREET.format(version="1.2.0", risk="read"),
+        },
+        "capability module 'greet_b' cannot register: DuplicateCapability: ",
+    ),
+    "bad_version": (
+        {"greet_v": _GREET.format(version="1.2", risk="read")},
+        "capability module 'greet_v' cannot be imported: VersionSyntaxError: ",
+    ),
+    "bad_risk": (
+        {"greet_r": _GREET.format(version="1.2.0", risk="reed")},
+        "capability module 'greet_r' cannot be imported: ValueError: ",
+    ),
+    "syntax_error": (
+        {"greet_s": "def broken(:\n"},
+        "capability module 'greet_s' cannot be imported: SyntaxError: ",
+    ),
+    "register_raises": (
+        {"greet_x": "def register(registry, env):\n    raise RuntimeError('no database')\n"},
+        "capability module 'greet_x' cannot register: RuntimeError: no database",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_MODULES))
+def test_a_broken_capability_module_is_a_clear_error_not_an_internal_one(
+    pki: Pki, tmp_path: Path, case: str
+) -> None:
+    sources, expected = BROKEN_MODULES[case]
+    suffix = uuid.uuid4().hex[:8]  # a fresh module name: the import cache spans tests
+    names = []
+    for name, source in sources.items():
+        (tmp_path / f"{name}_{suffix}.py").write_text(source)
+        names.append(f"{name}_{suffix}")
+    expected = expected.replace("' cannot", f"_{suffix}' cannot")
+    config = config_file(pki, tmp_path, grants=[grant("bob", ["demo.greet"])], modules=tuple(names))
+    checked = run("config", "check", "--config", str(config))
+    assert checked.returncode == 1, checked.stdout
+    assert any(
+        line.startswith(f"error: modules: {expected}") for line in checked.stdout.splitlines()
+    )
+    served = run("serve", "--config", str(config))
+    assert served.returncode == 2, served.stderr
+    assert expected in served.stderr
+    for result in (checked, served):
+        assert "internal error" not in result.stdout + result.stderr
+        assert "Traceback" not in result.stdout + result.stderr
