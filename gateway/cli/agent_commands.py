@@ -10,6 +10,7 @@ import math
 import os
 import signal
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from gateway.instance_lock import InstanceLock
 from gateway.postgres.dsn import is_dsn
 from gateway.supervisor import READY_MARK, Supervisor, check_workers
 from gateway.telemetry.json_logs import name_agent
+from gateway.transport.svid_checks import check_material
 from gateway.transport.tls import TlsMaterial
 from gateway.transport.workload_api import WorkloadApiFeed
 
@@ -131,6 +133,10 @@ def _client(config_path: Path, peer_id: str) -> PeerClient:
         tls = WorkloadApiFeed(config.id, config.tls).first
     else:
         tls = TlsMaterial.from_files(config.tls.ca, config.tls.cert, config.tls.key)
+        try:  # as serve checks it: an expired or mismatched SVID is ours, not the peer's fault
+            check_material(tls, config.id, datetime.now(UTC))
+        except ConfigError as err:
+            raise AgentConfigError(f"certificate {config.tls.cert}: {err.message}") from err
     return PeerClient(peer_id, config.peer(peer_id).address, tls)
 
 

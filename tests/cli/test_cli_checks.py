@@ -384,3 +384,18 @@ def test_a_broken_capability_module_is_a_clear_error_not_an_internal_one(
     for result in (checked, served):
         assert "internal error" not in result.stdout + result.stderr
         assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("command", ["call", "describe"])
+def test_call_and_describe_name_our_own_bad_certificate_not_the_peer(
+    pki: Pki, tmp_path: Path, command: str
+) -> None:
+    # alice's certificate with carol's key: nothing is sent, and the fault named is ours.
+    config = config_file(pki, tmp_path, peers=[("bob", f"127.0.0.1:{closed_port()}")])
+    config.write_text(config.read_text().replace("alice.key", "carol.key"))
+    extra = ["text.echo", "--input", '{"text": "x"}'] if command == "call" else []
+    result = run(command, "--config", str(config), "--peer", spiffe("bob"), *extra)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stderr.startswith(f"error: certificate {pki.dir / 'alice.pem'}: "), result.stderr
+    assert "PEER_UNAVAILABLE" not in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
