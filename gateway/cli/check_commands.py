@@ -32,6 +32,7 @@ from gateway.regular_files import read_regular_file
 from gateway.transport.svid_checks import check_material
 from gateway.transport.tls import TlsMaterial
 from gateway.transport.workload_api import workload_api_socket
+from policies.identity import svid_dns_name
 from policies.policy_file import Policy, load_policy
 
 EXIT_PROBLEMS = 1
@@ -145,6 +146,18 @@ def _check_certificate(config: AgentConfig, findings: list[Finding]) -> None:
     except ConfigError as err:
         findings.extend(_errors(subject, err))
         return
+    try:  # passed every other check above: only the DNS name can fail here
+        check_material(material, config.id, now, require_dns_name=True)
+    except ConfigError:
+        findings.append(
+            Finding(
+                "warning",
+                subject,
+                f"lacks the DNS name {svid_dns_name(config.id)} that peers verify "
+                f"{config.id} by: every caller will fail PEER_IDENTITY_MISMATCH "
+                "(a2a-gateway pki issue adds it)",
+            )
+        )
     left = facts.not_after - now
     level: Level = "warning" if left <= config.tls.expiry_warning else "ok"
     findings.append(

@@ -225,7 +225,8 @@ class PeerClient:
             return left
         if left > 0 and await self._serves_another_identity(left):
             raise PeerIdentityMismatch(
-                "the server's certificate does not carry the expected peer's SPIFFE ID"
+                f"the server's certificate is not valid for {self.peer_id}: it must carry "
+                f"that SPIFFE ID and the DNS name {svid_dns_name(self.peer_id)} made from it"
             )
         raise PeerUnavailable(f"UNAVAILABLE: could not connect to {self.address}")
 

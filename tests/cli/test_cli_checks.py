@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from gateway.client.peer_client import PeerClient
+from gateway.devtools.pki import CertificateAuthority
+from policies.identity import svid_dns_name
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.support import Pki, future, grant, spiffe, write_policy
 
@@ -399,3 +401,20 @@ def test_call_and_describe_name_our_own_bad_certificate_not_the_peer(
     assert result.stderr.startswith(f"error: certificate {pki.dir / 'alice.pem'}: "), result.stderr
     assert "PEER_UNAVAILABLE" not in result.stdout + result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_config_check_warns_of_a_certificate_without_its_dns_name(pki: Pki, tmp_path: Path) -> None:
+    # A certificate of the CA for alice's SPIFFE ID, without the DNS name peers verify it by.
+    cert, key = CertificateAuthority.load(pki.dir).mint(uris=[spiffe("alice")])
+    (tmp_path / "alice-nodns.pem").write_bytes(cert)
+    (tmp_path / "alice-nodns.key").write_bytes(key)
+    config = config_file(pki, tmp_path)
+    text = config.read_text().replace(str(pki.dir / "alice.pem"), str(tmp_path / "alice-nodns.pem"))
+    config.write_text(text.replace(str(pki.dir / "alice.key"), str(tmp_path / "alice-nodns.key")))
+    result = run("config", "check", "--config", str(config))
+    assert result.returncode == 0, result.stdout
+    assert (
+        f"warning: certificate {tmp_path / 'alice-nodns.pem'}: lacks the DNS name "
+        f"{svid_dns_name(spiffe('alice'))} that peers verify {spiffe('alice')} by: every "
+        "caller will fail PEER_IDENTITY_MISMATCH (a2a-gateway pki issue adds it)"
+    ) in result.stdout.splitlines()
