@@ -6,41 +6,13 @@
 // subscription that fails after its first event (stuck_tasks[binding]: an error mid-stream).
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import tls from 'node:tls';
-import * as grpc from '@grpc/grpc-js';
-import {
-  ClientFactory,
-  ClientFactoryOptions,
-  DefaultAgentCardResolver,
-  JsonRpcTransportFactory,
-  RestTransportFactory,
-} from '@a2a-js/sdk/client';
-import { GrpcTransportFactory } from '@a2a-js/sdk/client/grpc';
 import { AgentCard, verifyAgentCardSignature } from '@a2a-js/sdk';
 import { BinaryReader } from '@bufbuild/protobuf/wire';
-import { Agent, fetch as undiciFetch } from 'undici';
+import { mtlsFactories } from './mtls_clients.mjs';
 
 const config = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
-const [ca, cert, key] = [config.ca, config.cert, config.key].map((p) => fs.readFileSync(p));
-
-// HTTPS with our client certificate; the server's name is checked against the URL as usual.
-function fetchWith(clientCert) {
-  const dispatcher = new Agent({ connect: clientCert ? { ca, cert, key } : { ca } });
-  return (url, init) => undiciFetch(url, { ...init, dispatcher });
-}
-
-// gRPC: the server must hold the SVID of the SPIFFE ID we want (its DNS name and URI SAN).
-function svidName(spiffeId) {
-  return 'id-' + crypto.createHash('sha256').update(spiffeId).digest('hex').slice(0, 32) + '.svid.a2agw.invalid';
-}
-const grpcCredentials = grpc.credentials.createSsl(ca, key, cert, {
-  checkServerIdentity: (_host, peer) => {
-    const err = tls.checkServerIdentity(svidName(config.server_id), peer);
-    if (err) return err;
-    const uris = (peer.subjectaltname || '').split(', ').filter((s) => s.startsWith('URI:'));
-    return uris.length === 1 && uris[0] === `URI:${config.server_id}` ? undefined : new Error('wrong server');
-  },
-});
+const ca = fs.readFileSync(config.ca);
+const factoryFor = mtlsFactories(config);
 
 // A card signed by the holder of server_id: the JWS must verify with the key of the
 // certificate in its x5c header, and that certificate must chain to our CA and name server_id.
@@ -56,21 +28,6 @@ async function checkCard(received) {
   }
   await verifyAgentCardSignature(async () => leaf.publicKey)(card);
   return 'verified';
-}
-
-function factoryFor(binding, clientCert = true) {
-  const fetchImpl = fetchWith(clientCert);
-  return new ClientFactory(
-    ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
-      transports: [
-        new JsonRpcTransportFactory({ fetchImpl }),
-        new RestTransportFactory({ fetchImpl }),
-        new GrpcTransportFactory({ grpcChannelCredentials: grpcCredentials }),
-      ],
-      preferredTransports: [binding],
-      cardResolver: new DefaultAgentCardResolver({ fetchImpl }),
-    }),
-  );
 }
 
 // Every field given: the gRPC transport encodes the object as it is (no defaults filled in).

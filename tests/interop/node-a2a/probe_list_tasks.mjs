@@ -6,46 +6,10 @@
 // pageSize 2 (ids, pageSize, totalSize, whether a next page token came).
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import tls from 'node:tls';
-import * as grpc from '@grpc/grpc-js';
-import {
-  ClientFactory,
-  ClientFactoryOptions,
-  DefaultAgentCardResolver,
-  JsonRpcTransportFactory,
-  RestTransportFactory,
-} from '@a2a-js/sdk/client';
-import { GrpcTransportFactory } from '@a2a-js/sdk/client/grpc';
-import { Agent, fetch as undiciFetch } from 'undici';
+import { mtlsFactories } from './mtls_clients.mjs';
 
 const config = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
-const [ca, cert, key] = [config.ca, config.cert, config.key].map((p) => fs.readFileSync(p));
-const dispatcher = new Agent({ connect: { ca, cert, key } });
-const fetchImpl = (url, init) => undiciFetch(url, { ...init, dispatcher });
-const svidName = (id) =>
-  'id-' + crypto.createHash('sha256').update(id).digest('hex').slice(0, 32) + '.svid.a2agw.invalid';
-const grpcCredentials = grpc.credentials.createSsl(ca, key, cert, {
-  checkServerIdentity: (_host, peer) => {
-    const err = tls.checkServerIdentity(svidName(config.server_id), peer);
-    if (err) return err;
-    const uris = (peer.subjectaltname || '').split(', ').filter((s) => s.startsWith('URI:'));
-    return uris.length === 1 && uris[0] === `URI:${config.server_id}` ? undefined : new Error('wrong server');
-  },
-});
-
-function factoryFor(binding) {
-  return new ClientFactory(
-    ClientFactoryOptions.createFrom(ClientFactoryOptions.default, {
-      transports: [
-        new JsonRpcTransportFactory({ fetchImpl }),
-        new RestTransportFactory({ fetchImpl }),
-        new GrpcTransportFactory({ grpcChannelCredentials: grpcCredentials }),
-      ],
-      preferredTransports: [binding],
-      cardResolver: new DefaultAgentCardResolver({ fetchImpl }),
-    }),
-  );
-}
+const factoryFor = mtlsFactories(config);
 
 // Every field given: the gRPC transport encodes the object as it is.
 function message(capability, value, contextId, returnImmediately = false) {
