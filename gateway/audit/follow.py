@@ -40,6 +40,8 @@ class AuditFeed(ABC):
     def poll(self, most: int | None = None) -> list[AgentRecord]:
         """Records committed since the last poll that match the filter (may be empty);
         with ``most``, about that many at most (whole batches), the rest left for the next.
+        A record that cannot be read ends the batch: those before it are handed out, and
+        the next poll raises at it.
 
         Raises:
             ConfigError: The store cannot be read, or holds a record that
@@ -105,7 +107,12 @@ class SqliteAuditFeed(AuditFeed):
         while True:
             rows = self._read(self._sql, (self._last, *self._params))
             for row in rows:
-                record = readable_record(row, f"audit log {self._path}", str(self._path))
+                try:
+                    record = readable_record(row, f"audit log {self._path}", str(self._path))
+                except ConfigError:
+                    if found:  # those before the bad row first; the next poll stops at it
+                        return found
+                    raise
                 self._last = max(self._last, record.seq)
                 found.append(AgentRecord(self._agent, record))
             if len(rows) < _BATCH_ROWS or (most is not None and len(found) >= most):
@@ -174,7 +181,14 @@ class PostgresAuditFeed(AuditFeed):
             marks = [self._marks[agent] for agent in agents]
             rows = self._read(self._sql, [agents, marks, *self._params])
             for row in rows:
-                record = readable_record(row[1:], f"audit database {self._dsn}", str(self._dsn))
+                try:
+                    where = f"audit database {self._dsn}"
+                    record = readable_record(row[1:], where, str(self._dsn))
+                except ConfigError:
+                    if found:  # those before the bad row first; the next poll stops at it
+                        found.sort(key=lambda e: (e.record.time_unix_ms, e.agent_id, e.record.seq))
+                        return found
+                    raise
                 entry = AgentRecord(str(row[0]), record)
                 seen = self._marks.get(entry.agent_id, 0)
                 self._marks[entry.agent_id] = max(seen, entry.record.seq)

@@ -118,12 +118,16 @@ class LiveDecisions:
     async def _run(self) -> None:
         feed = self._feed
         assert feed is not None
+        said = ""
         while True:
             try:
                 entries = await asyncio.get_running_loop().run_in_executor(self._thread, feed.poll)
             except ConfigError as err:  # the store is away for now; the next poll retries
-                _log.warning("console: audit log not readable: %s", err.message)
-                entries = []
+                if err.message != said:  # once per problem, not every POLL_SECONDS
+                    _log.warning("console: audit log not readable: %s", err.message)
+                said, entries = err.message, []
+            else:
+                said = ""
             for entry in entries:
                 for queue in list(self._subscribers):
                     if queue.qsize() >= QUEUE_RECORDS:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -61,6 +62,29 @@ async def test_sqlite_feed_hands_out_each_new_record_once(tmp_path: Path) -> Non
         await log.close()
     with pytest.raises(ConfigError, match="holds one agent"):
         open_audit_feed(db, AuditFilter(agent="spiffe://example.org/agent/alice"))
+
+
+async def test_a_row_that_cannot_be_read_ends_the_batch_after_the_rows_before_it(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "audit.sqlite"
+    log = AuditLog(open_chain_writer(db))
+    await log.start()
+    try:
+        feed = open_audit_feed(db, AuditFilter())
+        try:
+            await _write(log, _record(1), _record(2), _record(3))
+            with sqlite3.connect(db) as conn:  # someone altered the log: seq 2 is no record
+                conn.execute("UPDATE audit_records SET time_unix_ms = 9e18 WHERE seq = 2")
+            # The records before the bad row are handed out, not lost with it.
+            assert [e.record.request_id for e in feed.poll()] == ["req-1"]
+            for _ in range(2):  # then every poll stops at it, naming the problem
+                with pytest.raises(ConfigError, match="audit log"):
+                    feed.poll()
+        finally:
+            feed.close()
+    finally:
+        await log.close()
 
 
 async def test_postgres_feed_follows_every_chain_or_one(pg_dsn: str) -> None:

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import sqlite3
+import threading
 
 import pytest
 
@@ -110,5 +113,33 @@ async def test_an_unusable_last_event_id_starts_from_now(
     try:
         await _refusals(console_agent, pki, ["kv.put"])
         assert await _events(reader, 1) == [(2, "kv.put")]
+    finally:
+        writer.close()
+
+
+async def test_a_row_that_cannot_be_read_is_warned_of_once_and_the_rows_before_it_shown(
+    console_agent: Agent, pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    reader, writer = await _open(console_agent)
+    try:
+        await _refusals(console_agent, pki, ["kv.get"])
+        [(first, _)] = await _events(reader, 1)
+        # Two more decisions, and the second of them altered in the log before the feed reads
+        # it: the feed's one thread is held meanwhile, so no poll comes between.
+        console = console_agent.console
+        assert console is not None
+        held = threading.Event()
+        console._live._thread.submit(held.wait, 10)
+        with caplog.at_level(logging.WARNING, logger="gateway.console.live"):
+            await _refusals(console_agent, pki, ["kv.put", "kv.get"])
+            with sqlite3.connect(console_agent.config.audit_db) as conn:
+                conn.execute(
+                    "UPDATE audit_records SET time_unix_ms = 9e18 WHERE seq = ?", (first + 2,)
+                )
+            held.set()
+            assert await _events(reader, 1) == [(first + 1, "kv.put")]  # not lost with it
+            await asyncio.sleep(10 * live.POLL_SECONDS)  # ten polls, each stopped at the row
+        warned = [r for r in caplog.records if "audit log not readable" in r.getMessage()]
+        assert len(warned) == 1
     finally:
         writer.close()
