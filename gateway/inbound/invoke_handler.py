@@ -386,11 +386,22 @@ class InvokeHandler:
         else:
             failure = None
         if failure is not None:  # awaited outside the handler: see _AWAIT_OUTSIDE_EXCEPT
-            await self._audit.record_durable(
-                self._record(
-                    call, peer_id, served, "allow", failure.reason, started, failure.detail
+            cut_off = False
+            try:
+                await self._audit.record_durable(
+                    self._record(
+                        call, peer_id, served, "allow", failure.reason, started, failure.detail
+                    )
                 )
-            )
+            except asyncio.CancelledError:
+                # The call has already ended and its record lands all the same
+                # (record_durable): a cancel now (CancelTask, shutdown) must not
+                # make the answer say CANCELLED while the audit says the failure.
+                cut_off = True
+            if cut_off:
+                current = asyncio.current_task()
+                if current is not None:
+                    current.uncancel()
             raise failure
         self._audit.record(
             self._record(
