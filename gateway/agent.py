@@ -476,6 +476,9 @@ class Agent:
         if self._https is not None:
             await self._https.stop(grace)
         await self._server.stop(grace)
+        # The server has cancelled the calls still running; their outcome
+        # records are queued as they unwind, before the audit log closes.
+        await self.handler.wait_running(grace)
         if self._workload_api is not None:
             await self._workload_api.stop()
         try:  # counted refusals reach the log before it closes

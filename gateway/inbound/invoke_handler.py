@@ -121,6 +121,8 @@ class InvokeHandler:
         self._audit = audit
         self._idempotency = idempotency
         self._bind_peer_call = bind_peer_call
+        self._running: set[asyncio.Future[object]] = set()
+        """Tasks inside :meth:`run` (their outcome record is still to be queued)."""
         self.limits: AdmissionControl = limits if limits is not None else PeerCallLimits(256)
         """Per-peer rate/in-flight limits and the server-wide cap (``stats()``)."""
         self.limit_refusals = (
@@ -352,11 +354,26 @@ class InvokeHandler:
         is audited ``CANCELLED`` with the text given to ``Task.cancel(msg)`` as
         its detail (who cancelled), then raised.
         """
+        task = asyncio.current_task()
+        if task is not None:
+            self._running.add(task)
         try:
             return await self._run(admitted, events)
         finally:
+            if task is not None:
+                self._running.discard(task)
             if admitted.slot is not None:
                 admitted.slot.release()
+
+    async def wait_running(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` s) until no call is inside :meth:`run`.
+
+        At shutdown, after the server cancelled the calls still running: each
+        queues its ``CANCELLED`` record as its cancellation unwinds, which must
+        happen before the audit log closes.
+        """
+        if self._running:
+            await asyncio.wait(set(self._running), timeout=timeout)
 
     async def _run(self, admitted: AdmittedCall, events: CallEvents | None) -> InvokeOutcome:
         call, admission, started = admitted.call, admitted.admission, admitted.started
