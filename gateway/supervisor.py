@@ -62,6 +62,14 @@ READY_MARK = " ready on "
 """A worker's first stdout line: ``worker I ready on HOST:PORT``."""
 
 
+_CONFIG_REFUSED = 2
+"""A worker's exit when it refuses its config (``serve``'s usage/config exit)."""
+
+
+class _WorkerRefusedConfig(AgentConfigError):
+    """A worker exited ``_CONFIG_REFUSED`` before serving: the config is at fault."""
+
+
 class Supervisor:
     """Starts, watches and stops the worker processes of one agent."""
 
@@ -79,7 +87,8 @@ class Supervisor:
         self._cpus = sorted(os.sched_getaffinity(0)) if config.pin_workers else []
 
     def run(self) -> int:
-        """Serve until SIGTERM/SIGINT (0) or until workers keep dying (1).
+        """Serve until SIGTERM/SIGINT (0) or until workers keep dying (1); 2 if a worker
+        refused the config at start (as ``serve`` with one process does).
 
         Raises:
             AgentConfigError: another process listens on the configured port.
@@ -98,7 +107,9 @@ class Supervisor:
         except AgentConfigError as err:
             print(f"error: {err.message}", file=sys.stderr, flush=True)
             self._stop_all()
-            return 1
+            # A worker refused the config (its error: line is above): the exit of a
+            # one-process serve with that config, not a supervisor failure.
+            return _CONFIG_REFUSED if isinstance(err, _WorkerRefusedConfig) else 1
         print(
             f"{self._config.id} ({len(self._workers)} workers) serving on "
             f"{self._host}:{self._port}",
@@ -132,7 +143,10 @@ class Supervisor:
         if port is None:
             proc.kill()
             proc.wait()
-            raise AgentConfigError(f"worker {index} did not start (exit {proc.returncode})")
+            why = f"worker {index} did not start (exit {proc.returncode})"
+            if proc.returncode == _CONFIG_REFUSED:
+                raise _WorkerRefusedConfig(why)
+            raise AgentConfigError(why)
         self._port = port
         if self._cpus:
             # After the ready line: pinning only the loop thread leaves gRPC's

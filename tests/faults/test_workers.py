@@ -244,3 +244,20 @@ async def test_pinned_workers_run_their_loops_on_a_cpu_each(pki: Pki, tmp_path: 
         assert agent.terminate() == 0
     finally:
         agent.ensure_stopped()
+
+
+def test_a_config_the_workers_refuse_exits_as_one_process_would(pki: Pki, tmp_path: Path) -> None:
+    agent = _agent(pki, tmp_path)
+    (tmp_path / "policy.toml").unlink()  # every worker refuses to start without its policy
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(agent.config)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr  # a usage/config error, as with workers = 1
+    assert "error: " in result.stderr and "policy" in result.stderr
+    assert "error: worker 0 did not start (exit 2)" in result.stderr
+    assert "Traceback" not in result.stderr
