@@ -66,10 +66,6 @@ _CONFIG_REFUSED = 2
 """A worker's exit when it refuses its config (``serve``'s usage/config exit)."""
 
 
-class _WorkerRefusedConfig(AgentConfigError):
-    """A worker exited ``_CONFIG_REFUSED`` before serving: the config is at fault."""
-
-
 class Supervisor:
     """Starts, watches and stops the worker processes of one agent."""
 
@@ -81,6 +77,8 @@ class Supervisor:
         self._host = config.listen.rsplit(":", 1)[0]
         self._port = int(config.listen.rsplit(":", 1)[1])
         self._workers: list[subprocess.Popen[str] | None] = [None] * config.workers
+        self._config_refused = False
+        """A worker exited ``_CONFIG_REFUSED`` before serving: the config is at fault."""
         self._restarts: deque[float] = deque()
         self._signals: deque[int] = deque()
         self._wake = threading.Event()
@@ -109,7 +107,7 @@ class Supervisor:
             self._stop_all()
             # A worker refused the config (its error: line is above): the exit of a
             # one-process serve with that config, not a supervisor failure.
-            return _CONFIG_REFUSED if isinstance(err, _WorkerRefusedConfig) else 1
+            return _CONFIG_REFUSED if self._config_refused else 1
         print(
             f"{self._config.id} ({len(self._workers)} workers) serving on "
             f"{self._host}:{self._port}",
@@ -143,10 +141,8 @@ class Supervisor:
         if port is None:
             proc.kill()
             proc.wait()
-            why = f"worker {index} did not start (exit {proc.returncode})"
-            if proc.returncode == _CONFIG_REFUSED:
-                raise _WorkerRefusedConfig(why)
-            raise AgentConfigError(why)
+            self._config_refused = proc.returncode == _CONFIG_REFUSED
+            raise AgentConfigError(f"worker {index} did not start (exit {proc.returncode})")
         self._port = port
         if self._cpus:
             # After the ready line: pinning only the loop thread leaves gRPC's
