@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from cryptography import x509
+
 from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
 from capabilities.registry import CapabilityRegistry
 from capabilities.versions import VersionConstraint
@@ -29,7 +31,7 @@ from gateway.errors import ConfigError, GatewayError
 from gateway.plans.checks import PlanLimits, check_structure
 from gateway.plans.model import Plan, parse_plan
 from gateway.regular_files import read_regular_file
-from gateway.transport.svid_checks import check_material
+from gateway.transport.svid_checks import check_material, require_svid_dns_name
 from gateway.transport.tls import TlsMaterial
 from gateway.transport.workload_api import workload_api_socket
 from policies.identity import svid_dns_name
@@ -146,8 +148,8 @@ def _check_certificate(config: AgentConfig, findings: list[Finding]) -> None:
     except ConfigError as err:
         findings.extend(_errors(subject, err))
         return
-    try:  # passed every other check above: only the DNS name can fail here
-        check_material(material, config.id, now, require_dns_name=True)
+    try:  # the leaf check_material has just read: only its DNS name is looked at here
+        require_svid_dns_name(x509.load_pem_x509_certificate(material.cert_pem), config.id)
     except ConfigError:
         findings.append(
             Finding(
