@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 
 class PeerCall(Protocol):
@@ -37,7 +37,8 @@ class CallEvents(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+# A compiled value class: hand-written __init__, Final fields (see gateway.hotpath).
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class CallContext:
     """Facts about one call, handed to the capability function.
 
@@ -54,14 +55,34 @@ class CallContext:
             nobody watches this call, and both do nothing).
     """
 
-    peer_id: str
-    request_id: str
-    deadline: float
-    task_id: str = ""
-    step_id: str = ""
-    idempotency_key: str = ""
-    call_peer: PeerCall | None = None
-    events: CallEvents | None = None
+    peer_id: Final[str]
+    request_id: Final[str]
+    deadline: Final[float]
+    task_id: Final[str]
+    step_id: Final[str]
+    idempotency_key: Final[str]
+    call_peer: Final[PeerCall | None]
+    events: Final[CallEvents | None]
+
+    def __init__(
+        self,
+        peer_id: str,
+        request_id: str,
+        deadline: float,
+        task_id: str = "",
+        step_id: str = "",
+        idempotency_key: str = "",
+        call_peer: PeerCall | None = None,
+        events: CallEvents | None = None,
+    ) -> None:
+        self.peer_id = peer_id
+        self.request_id = request_id
+        self.deadline = deadline
+        self.task_id = task_id
+        self.step_id = step_id
+        self.idempotency_key = idempotency_key
+        self.call_peer = call_peer
+        self.events = events
 
     async def report_progress(self, text: str) -> None:
         """Tell a watching caller how the work goes (a status update of its task).

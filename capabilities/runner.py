@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import Awaitable, Coroutine, Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from pydantic import BaseModel, ValidationError
 
@@ -31,7 +31,8 @@ NOT_STARTED = "capability not started"
 """Audit detail of a DeadlineExceeded raised before the capability ran."""
 
 
-@dataclass(frozen=True, slots=True)
+# A compiled value class: hand-written __init__, Final fields (see gateway.hotpath).
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class CapabilityResult:
     """A validated output, ready for the wire.
 
@@ -41,8 +42,12 @@ class CapabilityResult:
         evidence_sha256: Hex SHA-256 of ``payload``.
     """
 
-    payload: bytes
-    evidence_sha256: str
+    payload: Final[bytes]
+    evidence_sha256: Final[str]
+
+    def __init__(self, payload: bytes, evidence_sha256: str) -> None:
+        self.payload = payload
+        self.evidence_sha256 = evidence_sha256
 
     @classmethod
     def from_output(cls, output: dict[str, Any]) -> CapabilityResult:

@@ -17,6 +17,16 @@ each module's current source: a source edited after the build runs as Python
 (and :data:`ACTIVE` says so) rather than as stale machine code.
 ``A2AGW_PURE_PYTHON=1`` forces the Python. Both paths give the same bytes and
 hashes (``tests/unit/test_hotpath.py`` runs both and compares).
+
+Value classes a call builds (the call, its admission, context, result and
+outcome) are written for this: a dataclass's generated ``__init__`` stays
+interpreted even in a compiled module, and a frozen one sets every field
+through ``object.__setattr__`` (~400 instructions a field). So they are
+``@dataclass(slots=True, init=False)`` with a hand-written ``__init__`` that
+compiles to plain stores, and ``Final`` fields in place of ``frozen=True``:
+read-only to the type checker on both paths and, compiled, at run time too
+(an assignment raises ``AttributeError``); ``unsafe_hash=True`` keeps them
+hashable as frozen ones were.
 """
 
 from __future__ import annotations

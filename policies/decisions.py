@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Final
 
 from capabilities.registry import Capability, CapabilityRegistry
 from capabilities.versions import VersionConstraint
@@ -36,13 +37,19 @@ from policies.grants import CapabilityGrant, PeerGrant
 from policies.policy_file import Policy
 
 
-@dataclass(frozen=True, slots=True)
+# A compiled value class: hand-written __init__, Final fields (see gateway.hotpath).
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class Admission:
     """A call the policy allows: who, under which grant, served by which version."""
 
-    peer_id: str
-    grant: PeerGrant
-    capability: Capability
+    peer_id: Final[str]
+    grant: Final[PeerGrant]
+    capability: Final[Capability]
+
+    def __init__(self, peer_id: str, grant: PeerGrant, capability: Capability) -> None:
+        self.peer_id = peer_id
+        self.grant = grant
+        self.capability = capability
 
 
 _NO_CAPABILITIES = CapabilityRegistry()
@@ -63,7 +70,8 @@ def grant_for(policy: Policy, peer_id: str, now: datetime) -> PeerGrant:
     return query.grant
 
 
-@dataclass(slots=True)
+# A compiled value class: hand-written __init__ (see gateway.hotpath).
+@dataclass(slots=True, init=False)
 class PolicyQuery:
     """One call as the policy steps see it; each step reads it and may fill in a field.
 
@@ -88,9 +96,33 @@ class PolicyQuery:
     constraint: VersionConstraint
     payload_size: int
     now: datetime
-    grant: PeerGrant | None = None
-    chosen: Capability | None = None
-    entries: tuple[CapabilityGrant, ...] | None = None
+    grant: PeerGrant | None
+    chosen: Capability | None
+    entries: tuple[CapabilityGrant, ...] | None
+
+    def __init__(
+        self,
+        policy: Policy,
+        registry: CapabilityRegistry,
+        peer_id: str,
+        capability: str,
+        constraint: VersionConstraint,
+        payload_size: int,
+        now: datetime,
+        grant: PeerGrant | None = None,
+        chosen: Capability | None = None,
+        entries: tuple[CapabilityGrant, ...] | None = None,
+    ) -> None:
+        self.policy = policy
+        self.registry = registry
+        self.peer_id = peer_id
+        self.capability = capability
+        self.constraint = constraint
+        self.payload_size = payload_size
+        self.now = now
+        self.grant = grant
+        self.chosen = chosen
+        self.entries = entries
 
     def admission(self) -> Admission:
         """The admission, once every step has passed."""

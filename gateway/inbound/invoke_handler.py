@@ -13,6 +13,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from pydantic import BaseModel
 
@@ -71,7 +72,8 @@ PeerCallBinder = Callable[[float, str, str], PeerCall]
 # handler here only notes the error; the await and the ``raise`` come after it.
 
 
-@dataclass(frozen=True, slots=True)
+# A compiled value class: hand-written __init__, Final fields (see gateway.hotpath).
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class AdmittedCall:
     """A call every check of the pipeline has passed; nothing has run yet.
 
@@ -83,22 +85,45 @@ class AdmittedCall:
         slot: Its in-flight places; ``run`` gives them back when the call ends.
     """
 
-    call: InvokeCall
-    admission: Admission
-    payload: BaseModel
-    started: float
-    slot: CallSlot | None = None
+    call: Final[InvokeCall]
+    admission: Final[Admission]
+    payload: Final[BaseModel]
+    started: Final[float]
+    slot: Final[CallSlot | None]
+
+    def __init__(
+        self,
+        call: InvokeCall,
+        admission: Admission,
+        payload: BaseModel,
+        started: float,
+        slot: CallSlot | None = None,
+    ) -> None:
+        self.call = call
+        self.admission = admission
+        self.payload = payload
+        self.started = started
+        self.slot = slot
 
 
-@dataclass(frozen=True, slots=True)
+# A compiled value class: hand-written __init__, Final fields (see gateway.hotpath).
+@dataclass(slots=True, init=False, unsafe_hash=True)
 class InvokeOutcome:
     """A successful Invoke's answer (``remembered``: the idempotency store's answer,
     served again without running the capability; sent as ``replayed`` on the wire)."""
 
-    served_version: str
-    payload: bytes
-    evidence_sha256: str
-    remembered: bool = False
+    served_version: Final[str]
+    payload: Final[bytes]
+    evidence_sha256: Final[str]
+    remembered: Final[bool]
+
+    def __init__(
+        self, served_version: str, payload: bytes, evidence_sha256: str, remembered: bool = False
+    ) -> None:
+        self.served_version = served_version
+        self.payload = payload
+        self.evidence_sha256 = evidence_sha256
+        self.remembered = remembered
 
 
 class InvokeHandler:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
 from functools import lru_cache
@@ -90,7 +90,8 @@ class InFlight(Enum):
     """A subscription: needs a free place and holds it while open."""
 
 
-@dataclass(slots=True)
+# A compiled value class: hand-written __init__ (see gateway.hotpath).
+@dataclass(slots=True, init=False)
 class EdgeSlot:
     """A request's limit slot, taken by a transport's edge before it read the request.
 
@@ -109,7 +110,12 @@ class EdgeSlot:
 
     slot: CallSlot
     kind: InFlight
-    adopted: bool = False
+    adopted: bool
+
+    def __init__(self, slot: CallSlot, kind: InFlight, adopted: bool = False) -> None:
+        self.slot = slot
+        self.kind = kind
+        self.adopted = adopted
 
     def release_unless_adopted(self) -> None:
         """The edge's end of the request: give the slot back unless the pipeline owns it."""
@@ -117,7 +123,8 @@ class EdgeSlot:
             self.slot.release()
 
 
-@dataclass(slots=True)
+# A compiled value class: hand-written __init__ (see gateway.hotpath).
+@dataclass(slots=True, init=False)
 class Inbound:
     """What the checks learn about one call as it passes them.
 
@@ -136,12 +143,30 @@ class Inbound:
     """
 
     call: InvokeCall
-    peer_id: str = ""
-    query: PolicyQuery | None = None
-    payload: BaseModel | None = None
-    slot: CallSlot | None = None
-    in_flight: InFlight = InFlight.ROOM
-    edge_slot: EdgeSlot | None = None
+    peer_id: str
+    query: PolicyQuery | None
+    payload: BaseModel | None
+    slot: CallSlot | None
+    in_flight: InFlight
+    edge_slot: EdgeSlot | None
+
+    def __init__(
+        self,
+        call: InvokeCall,
+        peer_id: str = "",
+        query: PolicyQuery | None = None,
+        payload: BaseModel | None = None,
+        slot: CallSlot | None = None,
+        in_flight: InFlight = InFlight.ROOM,
+        edge_slot: EdgeSlot | None = None,
+    ) -> None:
+        self.call = call
+        self.peer_id = peer_id
+        self.query = query
+        self.payload = payload
+        self.slot = slot
+        self.in_flight = in_flight
+        self.edge_slot = edge_slot
 
     @property
     def admission(self) -> Admission:
@@ -340,7 +365,7 @@ class DecisionPipeline:
         if pending is None:
             return
         model = inbound.admission.capability.contract.input_model
-        inbound.call = replace(inbound.call, payload=pending.decode(model), pending_payload=None)
+        inbound.call = inbound.call.with_decoded_payload(pending.decode(model))
         assert inbound.query is not None
         inbound.query.payload_size = len(inbound.call.payload)
         payload_within_cap(inbound.query)

@@ -474,7 +474,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
 
 
 def _with_problem(call: InvokeCall, problem: str) -> InvokeCall:
-    return replace(call, problem=problem)
+    return call.with_problem(problem)
 
 
 def _unhurried(admitted: AdmittedCall) -> AdmittedCall:
