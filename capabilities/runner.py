@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ValidationError
 
-from capabilities.canonical import CanonicalJson, canonical_json  # noqa: F401 (tests import it from here)
+from capabilities.canonical import CanonicalJson, canonical_json
 from capabilities.context import CallContext
 from capabilities.registry import Capability
 from gateway.errors import (
@@ -183,7 +183,7 @@ def _validated_output(cap: Capability, output: Any) -> dict[str, Any]:
     raw = output.model_dump(mode="json") if isinstance(output, BaseModel) else output
     try:
         # Re-validate even model instances: model_construct() and mutation skip checks.
-        validated = model.model_validate(raw, strict=False) if isinstance(raw, dict) else None
+        validated = _strictly_validated(model, raw) if isinstance(raw, dict) else None
     except ValidationError as err:
         raise InvalidOutput(
             f"{cap.contract.key} returned output that violates its contract "
@@ -194,3 +194,21 @@ def _validated_output(cap: Capability, output: Any) -> dict[str, Any]:
         raise InvalidOutput(f"{cap.contract.key} returned {what}, not an object")
     result: dict[str, Any] = validated.model_dump(mode="json")
     return result
+
+
+def _strictly_validated(model: type[BaseModel], raw: dict[str, Any]) -> BaseModel:
+    """``raw`` checked by ``model`` with the model's own strictness, never loosened.
+
+    No coercion: ``"5"`` is no integer, ``1`` no boolean, so the caller gets and
+    the digest covers exactly what the capability returned. JSON's own forms
+    of strict values (an array for a tuple, a string for a datetime) are read
+    as the JSON they are.
+
+    Raises:
+        ValidationError: ``raw`` violates the model.
+        TypeError, ValueError: ``raw`` is no JSON (the runner says INVALID_OUTPUT).
+    """
+    try:
+        return model.model_validate(raw)
+    except ValidationError:
+        return model.model_validate_json(canonical_json(raw))

@@ -32,6 +32,7 @@ from gateway.client.a2a.upstream_client import UpstreamClient
 from gateway.client.a2a.upstream_parts import data_part, first_data, joined_text, text_part
 from gateway.config import UpstreamSkill
 from gateway.errors import AgentConfigError
+from gateway.transport.a2a.json_numbers import restore_integers
 
 _log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ def upstream_capability(skill: UpstreamSkill, client: UpstreamClient) -> Capabil
         output_model=output_model,
         description=skill.description or f"A2A skill {skill.skill!r} of an upstream agent",
     )
-    return Capability(contract, _handler(skill, client), upstream=client.name)
+    return Capability(contract, _handler(skill, client, output_model), upstream=client.name)
 
 
 def register_upstreams(registry: CapabilityRegistry, clients: Sequence[UpstreamClient]) -> None:
@@ -86,7 +87,9 @@ def _model(
     return contract_model(f"{name}{role}", schema)
 
 
-def _handler(skill: UpstreamSkill, client: UpstreamClient) -> Handler:
+def _handler(
+    skill: UpstreamSkill, client: UpstreamClient, output_model: type[ContractModel]
+) -> Handler:
     structured_in = skill.input_schema is not None
     structured_out = skill.output_schema is not None
 
@@ -96,7 +99,12 @@ def _handler(skill: UpstreamSkill, client: UpstreamClient) -> Handler:
         answer = await client.send(skill.skill, parts, timeout=budget, events=ctx.events)
         if answer is None:
             return None  # not an object: the runner answers INVALID_OUTPUT
-        output = first_data(answer) if structured_out else joined_text(answer)
+        if structured_out:
+            # google.protobuf.Value carries every number as a double: whole ones
+            # become integers where the schema says integer (the runner is strict).
+            output = restore_integers(first_data(answer), [output_model])
+        else:
+            output = joined_text(answer)
         if output is None:
             _log.warning(
                 "upstream %s answered skill %s without a %s part (%s)",
