@@ -12,6 +12,7 @@ Rules: a host (a name, an IPv4 literal or a bracketed IPv6 literal such as
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Annotated
 
 from pydantic import AfterValidator
@@ -54,3 +55,27 @@ ListenAddress = Annotated[str, AfterValidator(_listen)]
 
 DialAddress = Annotated[str, AfterValidator(_dial)]
 """``host:port`` to connect to; port 1..65535."""
+
+
+def names_this_machine(host: str) -> bool:
+    """Whether a ``Host`` value is an IP literal or ``localhost`` (port or not).
+
+    Any other name may be one an attacker's DNS points at 127.0.0.1 (DNS
+    rebinding): a browser would then let that name's pages read the answers.
+    """
+    name = host
+    if name.startswith("["):
+        name, bracket, rest = name[1:].partition("]")
+        if not bracket or (rest and not (rest[0] == ":" and rest[1:].isdigit())):
+            return False
+    elif name.count(":") == 1:
+        name, _, port = name.partition(":")
+        if not port.isdigit():
+            return False
+    if name.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
 
@@ -99,30 +98,6 @@ async def read_request(reader: asyncio.StreamReader) -> Request:
         hosts[0] if hosts else None,
         resume[-1] if resume else None,
     )
-
-
-def names_this_machine(host: str) -> bool:
-    """Whether a ``Host`` value is an IP literal or ``localhost`` (port or not).
-
-    Any other name may be one an attacker's DNS points at 127.0.0.1 (DNS
-    rebinding): a browser would then let that name's pages read the answers.
-    """
-    name = host
-    if name.startswith("["):
-        name, bracket, rest = name[1:].partition("]")
-        if not bracket or (rest and not (rest[0] == ":" and rest[1:].isdigit())):
-            return False
-    elif name.count(":") == 1:
-        name, _, port = name.partition(":")
-        if not port.isdigit():
-            return False
-    if name.lower().rstrip(".") == "localhost":
-        return True
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
 
 
 def response_head(status: str, content_type: str, length: int | None) -> bytes:

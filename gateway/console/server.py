@@ -26,7 +26,6 @@ from gateway.console.http import (
     Request,
     close_quietly,
     drain,
-    names_this_machine,
     read_request,
     respond,
     response_head,
@@ -34,6 +33,7 @@ from gateway.console.http import (
 from gateway.console.live import LiveDecisions, event_data
 from gateway.console.pages import layout, problem_note
 from gateway.errors import AgentConfigError, ConfigError, GatewayError, Unauthenticated
+from gateway.host_port import names_this_machine
 from gateway.telemetry.health_http import HEALTH_PATHS, health_answer
 from policies.identity import spiffe_id_from_pem
 

@@ -34,7 +34,11 @@ class Telemetry:
         self.metrics = AgentMetrics(agent_id, metrics)
         self.tracing = AgentTracing(agent_id, tracing, span_exporter)
         self._server = (
-            None if metrics is None else MetricsServer(metrics.listen, self.metrics.prometheus_text)
+            None
+            if metrics is None
+            else MetricsServer(
+                metrics.listen, self.metrics.prometheus_text, any_host=metrics.allow_remote
+            )
         )
         self._quiet = not (self.metrics.enabled or self.tracing.enabled)
 

@@ -3,7 +3,10 @@
 Only what a Prometheus scraper needs: one request per connection, ``GET
 /metrics`` answered 200, any other path 404, anything else 405. With a health
 source it also answers ``/healthz`` and ``/readyz`` (``health_http``). It binds the
-configured address only (loopback unless ``[metrics] allow_remote``).
+configured address only (loopback unless ``[metrics] allow_remote``); on loopback
+it answers only a ``Host`` that names this machine (an IP literal or ``localhost``;
+``421`` otherwise), so a page whose name an attacker points at 127.0.0.1 (DNS
+rebinding) cannot read the metrics, as for the console.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import logging
 from collections.abc import Callable
 
 from gateway.errors import GatewayError
+from gateway.host_port import names_this_machine
 from gateway.telemetry.health_http import HEALTH_PATHS, TEXT, HealthSource, health_answer
 from gateway.telemetry.prometheus_text import CONTENT_TYPE
 
@@ -25,11 +29,13 @@ _READ_TIMEOUT = 5.0
 class MetricsServer:
     """Serves ``render()`` at ``/metrics`` on ``host:port`` (port 0 picks one)."""
 
-    def __init__(self, listen: str, render: Callable[[], str]) -> None:
+    def __init__(self, listen: str, render: Callable[[], str], *, any_host: bool = False) -> None:
+        """``any_host``: answer whatever ``Host`` a request names (``allow_remote``)."""
         host, _, port = listen.rpartition(":")
         self._host = host.strip("[]")
         self._port = int(port)
         self._render = render
+        self._any_host = any_host
         self._server: asyncio.Server | None = None
         self.port = 0
         self.health: HealthSource | None = None
@@ -91,8 +97,19 @@ class MetricsServer:
     def _answer(self, head: bytes) -> tuple[str, str, str]:
         if len(head) > _MAX_HEADER_BYTES:
             return "431 Request Header Fields Too Large", "", CONTENT_TYPE
-        method, _, rest = head.split(b"\r\n", 1)[0].decode("latin-1").partition(" ")
+        first, *fields = head.decode("latin-1").split("\r\n")
+        method, _, rest = first.partition(" ")
         path = rest.split(" ", 1)[0].split("?", 1)[0]
+        if not self._any_host:
+            hosts = [
+                v.strip()
+                for n, _, v in (f.partition(":") for f in fields)
+                if n.strip().lower() == "host"
+            ]
+            if len(hosts) > 1:
+                return "400 Bad Request", "", TEXT
+            if hosts and not names_this_machine(hosts[0]):  # no Host: not a browser
+                return "421 Misdirected Request", "", TEXT
         if method != "GET":
             return "405 Method Not Allowed", "", CONTENT_TYPE
         if path in HEALTH_PATHS and self.health is not None:
