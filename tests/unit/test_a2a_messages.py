@@ -19,7 +19,7 @@ from gateway import errors
 from gateway.inbound.call import InvokeCall
 from gateway.server.a2a.messages import invoke_call, task_message
 from gateway.server.a2a.registration import a2a_method_names
-from gateway.server.a2a.request_checks import speaks_1x
+from gateway.server.a2a.request_checks import speaks_1_0
 from gateway.server.a2a.servicer import A2AServicer
 from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome
 from gateway.server.a2a.wire_errors import SPEC_DOMAIN, SPEC_REASONS, to_a2a_status
@@ -191,14 +191,16 @@ def test_every_a2a_rpc_has_a_servicer_method() -> None:
     assert len(a2a_method_names()) == 11
 
 
-@pytest.mark.parametrize("version", ["1", "1.0", "1.1", "1.0.3"])
-def test_1x_versions_are_spoken(version: str) -> None:
-    assert speaks_1x(version)
+@pytest.mark.parametrize("version", ["1", "1.0", "1.0.3"])
+def test_1_0_is_spoken_whatever_the_patch(version: str) -> None:
+    assert speaks_1_0(version)
 
 
-@pytest.mark.parametrize("version", ["0.3", "", "2.0", "10", "1x", " 1.0"])
+@pytest.mark.parametrize(
+    "version", ["0.3", "", "2.0", "10", "1x", " 1.0", "1.1", "1.99", "1.x", "1.", "1.00"]
+)
 def test_other_versions_are_not(version: str) -> None:
-    assert not speaks_1x(version)
+    assert not speaks_1_0(version)
 
 
 @pytest.mark.parametrize("cls", list(SPEC_REASONS))

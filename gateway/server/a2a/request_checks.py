@@ -49,15 +49,20 @@ def protocol_version(context: aio.ServicerContext[Any, Any]) -> str:
     return "0.3"
 
 
-def speaks_1x(version: str) -> bool:
-    """True for ``1``, ``1.0``, ``1.1``... (the spec ignores patch; majors differ)."""
-    major, _, _ = version.partition(".")
-    return major == "1"
+def speaks_1_0(version: str) -> bool:
+    """True for ``1``, ``1.0`` and ``1.0.N``: the spec matches Major.Minor, ignoring patch.
+
+    A2A 1.0, 3.6.2: an agent processes a request with the semantics of the
+    version it names, or answers VersionNotSupportedError; this agent has
+    only 1.0's (so ``1.1`` is refused, as the a2a-sdk's own servers do).
+    """
+    major, dot, rest = version.partition(".")
+    return major == "1" and (not dot or rest.partition(".")[0] == "0")
 
 
 def request_problem(request: object, version: str, operation: str) -> GatewayError | None:
     """Why this agent refuses ``request`` whatever the method (None if it does not)."""
-    if not speaks_1x(version):
+    if not speaks_1_0(version):
         return ProtocolVersionNotSupported(
             f"A2A version {version[:16]!r} is not supported; this agent speaks 1.0"
         )

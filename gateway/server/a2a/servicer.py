@@ -50,7 +50,7 @@ from gateway.server.a2a.request_checks import (
     protocol_version,
     request_problem,
     safe_id,
-    speaks_1x,
+    speaks_1_0,
     task_filter,
     task_id_of,
 )
@@ -236,7 +236,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         operation: str,
     ) -> tuple[AdmittedCall, A2ATask]:
         """Every check of the pipeline for a message; the admitted call and its new task."""
-        if not speaks_1x(protocol_version(context)):
+        if not speaks_1_0(protocol_version(context)):
             await self._admit(request, context, operation)  # refuses, audited
         malformed = isinstance(request, MalformedRequest)
         parsed = a2a_pb2.SendMessageRequest() if malformed else request

@@ -194,7 +194,7 @@ async def test_a2a_versions_other_than_1x_are_refused(
         assert (record.reason, record.detail) == ("VERSION_NOT_SUPPORTED", f"A2A {method}")
     assert counter.calls == 0
     ok = await bob.stub.SendMessage(
-        data_request("text.echo", {"text": "x"}), metadata=(("a2a-version", "1.1"),), timeout=10
+        data_request("text.echo", {"text": "x"}), metadata=(("a2a-version", "1.0.3"),), timeout=10
     )
     assert ok.task.status.state == a2a_pb2.TASK_STATE_COMPLETED
 
