@@ -183,9 +183,9 @@ class Supervisor:
                     try:
                         self._start(index)
                     except AgentConfigError as err:
+                        # E.g. the policy file is bad right now: the siblings serve on under
+                        # the last good one, and the next round tries again (same budget).
                         print(f"error: {err.message}", file=sys.stderr, flush=True)
-                        self._stop_all()
-                        return 1
 
     def _may_restart(self) -> bool:
         now = time.monotonic()
