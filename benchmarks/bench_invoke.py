@@ -162,7 +162,8 @@ def serve_main(
     """Child process entry: serve both servers until told to stop.
 
     Commands read from ``conn``: ``"cpu"`` (flushes the audit log, then answers
-    this process's CPU seconds, all threads), ``"profile-on"`` / ``"profile-off"``
+    this process's CPU seconds, all threads), ``"batches"`` (audit commits so
+    far), ``"profile-on"`` / ``"profile-off"``
     (cProfile of the event loop thread, dumped to ``profile_path`` at the end)
     and ``"stop"``.
     """
@@ -200,6 +201,8 @@ async def _serve(
                 for each in agents:
                     await each.audit.flush()
                 conn.send(sum(os.times()[:2]))
+            elif command == "batches":  # audit commits so far (records per batch)
+                conn.send(sum(each.audit.batches_committed for each in agents))
             elif profiler is not None and command == "profile-on":
                 profiler.enable()
             elif profiler is not None and command == "profile-off":
@@ -247,6 +250,12 @@ class ServerProcess:
         self._conn.send("cpu")
         used: float = self._conn.recv()
         return used
+
+    def audit_batches(self) -> int:
+        """Audit transactions the server's agents have committed so far."""
+        self._conn.send("batches")
+        batches: int = self._conn.recv()
+        return batches
 
     def profile(self, on: bool) -> None:
         """Switch the server's profiler on or off (no-op without --profile-server)."""
