@@ -32,6 +32,10 @@ _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s:@/?#]*:)\S*@")
 _QUERY = re.compile(rf"(?i)([?&]{_SECRET_KEYS}=)[^&\s#]*")
 # password=SECRET, password = 'SE CRET' (keyword/value conninfo, environment).
 _KEYWORD = re.compile(rf"(?i)(?<![?&\w])({_SECRET_KEYS}\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s&]*)")
+# The same two forms in one whole URL, where whitespace is part of the value (libpq
+# takes ``u:sec ret@host``), not the end of a token as in free text.
+_URL_USERINFO = re.compile(r"(?is)^([a-z][a-z0-9+.-]*://[^:@/?#]*:).*@")
+_URL_QUERY = re.compile(rf"(?i)([?&]{_SECRET_KEYS}=)[^&#]*")
 
 
 def redact_credentials(text: str) -> str:
@@ -61,8 +65,9 @@ class PostgresDsn:
 
     @property
     def redacted(self) -> str:
-        """The URL without its credentials."""
-        return redact_credentials(self.url)
+        """The URL without its credentials (a password holding whitespace too)."""
+        url = _URL_USERINFO.sub(rf"\g<1>{REDACTED}@", self.url)
+        return redact_credentials(_URL_QUERY.sub(rf"\g<1>{REDACTED}", url))
 
     def scrub(self, text: str) -> str:
         """``text`` (e.g. a driver's message) without this DSN's secrets in any form."""

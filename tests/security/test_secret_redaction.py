@@ -66,6 +66,23 @@ def test_a_driver_message_repeating_the_secret_is_scrubbed(
     assert secret not in dsn.why(ValueError(driver_says + "\nsecond line"))
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://gw:S3cret pw@db/a", "postgresql://gw:***@db/a"),
+        ("postgresql://gw:S3cret\tpw@db/a", "postgresql://gw:***@db/a"),
+        ("postgresql://gw:S3cret\npw@db/a", "postgresql://gw:***@db/a"),
+        ("postgresql://gw:a b/c@db/a", "postgresql://gw:***@db/a"),
+        ("postgresql://gw@db/a?password=S3cret pw&sslmode=require", "postgresql://gw@db/a?password=***&sslmode=require"),
+        ("postgresql://gw@db/a?application_name=a b", "postgresql://gw@db/a?application_name=a b"),
+    ],
+)  # fmt: skip
+def test_a_dsn_password_holding_whitespace_is_redacted(url: str, shown: str) -> None:
+    # Whitespace ended the token redact_credentials looks at: `S3cret pw` was shown whole.
+    dsn = PostgresDsn(url)
+    assert str(dsn) == shown and repr(dsn) == f"PostgresDsn({shown!r})"
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "gateway.cli.main", *args],
