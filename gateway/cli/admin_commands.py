@@ -331,7 +331,18 @@ def _limits_of(grant: PeerGrant) -> list[str]:
     return [f"{key} {value:g}" for key, value in shown if value is not None]
 
 
+_VERIFY_ONLY = ("checkpoints", "cert", "ca", "config")
+"""``audit`` options that only ``audit verify`` reads."""
+
+
 def _audit(args: argparse.Namespace) -> int:
+    if args.action != "verify":  # listing would ignore them: the log looks checked, unchecked
+        given = [f"--{name}" for name in _VERIFY_ONLY if getattr(args, name) is not None]
+        if given:
+            raise ConfigError(
+                f"{', '.join(given)}: used only by audit verify "
+                "(a2a-gateway audit verify --db ...); listing records checks no checkpoint"
+            )
     if args.follow:
         if args.action == "verify" or args.summary:
             raise ConfigError("--follow prints records; it does not go with verify or --summary")

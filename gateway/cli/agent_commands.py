@@ -5,14 +5,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ipaddress
 import json
 import math
 import os
+import re
 import signal
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
 
 from capabilities.versions import VersionConstraint, VersionSyntaxError
 from gateway.agent import Agent
@@ -20,13 +25,17 @@ from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig, TlsFiles, WorkloadApiTls, load_agent_config
 from gateway.display import printable
 from gateway.errors import AgentConfigError, ConfigError
+from gateway.host_port import MAX_PORT
 from gateway.instance_lock import InstanceLock
-from gateway.postgres.dsn import is_dsn
+from gateway.postgres.dsn import is_dsn, redact_credentials
+from gateway.regular_files import read_regular_file
+from gateway.storage import connection_source, location
 from gateway.supervisor import READY_MARK, Supervisor, check_workers
 from gateway.telemetry.json_logs import name_agent
 from gateway.transport.svid_checks import check_material
 from gateway.transport.tls import TlsMaterial
 from gateway.transport.workload_api import WorkloadApiFeed
+from policies.grants import MAX_PAYLOAD_CEILING
 
 
 def add_commands(commands: Any) -> None:
@@ -48,7 +57,9 @@ def add_commands(commands: Any) -> None:
     call.add_argument("--config", type=Path, required=True)
     call.add_argument("--peer", required=True, help="peer SPIFFE ID from [[peers]]")
     call.add_argument("capability", help="NAME or NAME@CONSTRAINT")
-    call.add_argument("--input", required=True, help="JSON text, or @FILE")
+    call.add_argument(
+        "--input", required=True, help="JSON text, or @FILE (a regular file, at most 4 MiB)"
+    )
     call.add_argument("--timeout", type=positive_seconds, default=10.0, help="seconds (default 10)")
     call.add_argument("--idempotency-key", default="")
     call.set_defaults(run=_call)
@@ -62,7 +73,8 @@ def add_commands(commands: Any) -> None:
     )
     card.add_argument(
         "--https-url",
-        help="https://HOST:PORT of the HTTP bindings (default: [a2a] http_url or http_listen)",
+        type=https_base_url,
+        help="https://HOST[:PORT] of the HTTP bindings (default: [a2a] http_url or http_listen)",
     )
     card.set_defaults(run=_card)
 
@@ -186,12 +198,21 @@ async def _describe(args: argparse.Namespace) -> int:
 
 
 def _read_input(text: str) -> bytes:
+    """``--input``: the JSON text, or the bytes of the regular file ``@FILE`` names (a FIFO
+    or device is refused, not waited on or read for ever, like every file an operator
+    names); a file over the largest payload any grant allows is refused unsent."""
     if text.startswith("@"):
         path = Path(text[1:])
         try:
-            return path.read_bytes()
+            payload = read_regular_file(path, MAX_PAYLOAD_CEILING + 1)
         except OSError as err:
             raise ConfigError(f"input file {path}: {err.strerror or err}") from err
+        if len(payload) > MAX_PAYLOAD_CEILING:
+            raise ConfigError(
+                f"input file {path}: larger than {MAX_PAYLOAD_CEILING} bytes, "
+                "the most any grant allows"
+            )
+        return payload
     return text.encode()
 
 
@@ -238,6 +259,46 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+_HOST_NAME = re.compile(
+    r"(?i)[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*"
+)
+
+
+def https_base_url(text: str) -> str:
+    """An argparse type: ``https://HOST[:PORT]``, the base the card's HTTP binding URLs
+    (``/a2a/jsonrpc``, ``/a2a/rest``) are appended to; else a usage error, as another
+    scheme, a path, query or fragment, a user, whitespace or a bad port would be signed
+    into the card as interfaces no client can use."""
+    expected = f"{redact_credentials(repr(text))}: expected https://HOST[:PORT]"
+    if not text.startswith("https://"):
+        raise argparse.ArgumentTypeError(f"{expected} (the HTTP bindings are served over TLS)")
+    if any(c.isspace() or not c.isprintable() for c in text):
+        raise argparse.ArgumentTypeError(f"{expected} (no whitespace or control characters)")
+    try:
+        parts = urlsplit(text)
+    except ValueError:  # an unclosed or invalid [IPv6] literal
+        raise argparse.ArgumentTypeError(f"{expected} (not an IPv6 address)") from None
+    try:
+        port = parts.port
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{expected} (a port is 1..{MAX_PORT})") from None
+    if parts.path or parts.query or parts.fragment or text.endswith(("?", "#")):
+        raise argparse.ArgumentTypeError(f"{expected} (no path, query or fragment)")
+    host = parts.hostname or ""
+    if "@" in parts.netloc or parts.netloc.endswith(":") or not host:
+        raise argparse.ArgumentTypeError(expected)
+    if port == 0:
+        raise argparse.ArgumentTypeError(f"{expected} (a port is 1..{MAX_PORT})")
+    if parts.netloc.startswith("["):
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{expected} (not an IPv6 address)") from None
+    elif not _HOST_NAME.fullmatch(host):
+        raise argparse.ArgumentTypeError(f"{expected} (not a host name)")
+    return text
+
+
 def _card(args: argparse.Namespace) -> int:
     from google.protobuf import json_format
 
@@ -270,7 +331,21 @@ async def _demo(args: argparse.Namespace) -> int:
     from gateway.devtools.demo import run_demo
 
     with contextlib.suppress(BrokenPipeError):
-        if args.postgres is not None and not is_dsn(args.postgres):
-            raise ConfigError(f"--postgres {args.postgres!r}: expected postgresql://...")
+        if args.postgres is not None:
+            _check_demo_database(args.postgres)
         return await run_demo(args.postgres)
     return 0
+
+
+def _check_demo_database(text: str) -> None:
+    """``demo --postgres``: a DSN the demo can connect to now, else a usage error (exit 2,
+    as ``db init`` says it); the agents would otherwise fail to start with
+    ``refused: AUDIT_UNAVAILABLE`` (exit 1), which nobody refused."""
+    if not is_dsn(text):
+        raise ConfigError(f"--postgres {text!r}: expected postgresql://...")
+    database = connection_source(location(text))
+    try:
+        with database.connect(timeout=10):
+            pass
+    except psycopg.Error as err:
+        raise ConfigError(f"--postgres {database}: cannot connect: {database.why(err)}") from err

@@ -12,11 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gateway.audit import AuditLog
 from gateway.storage import open_chain_writer
-from tests.agent_process import REPO
+from policies.grants import MAX_PAYLOAD_CEILING
+from tests.agent_process import REPO, write_agent_toml
 from tests.cli.test_cli_checks import config_file
-from tests.support import Pki, grant, write_policy
+from tests.support import Pki, grant, spiffe, write_policy
 
 EXIT_USAGE = 2
 
@@ -175,3 +178,152 @@ def test_an_empty_since_is_refused_not_ignored(tmp_path: Path) -> None:
     result = run("audit", "--db", str(audit), "--since", "")
     assert result.returncode == EXIT_USAGE
     assert last_line(result).startswith("error: --since '': expected a positive number")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory", "oversize"])
+def test_call_input_file_must_be_a_regular_file_a_peer_could_take(
+    pki: Pki, tmp_path: Path, kind: str
+) -> None:
+    # A FIFO with no writer hung `call` for ever and /dev/zero was read until memory ran
+    # out; a file over the payload ceiling was read whole to be refused by every peer.
+    if kind == "fifo":
+        source = tmp_path / "input.json"
+        os.mkfifo(source)
+    elif kind == "device":
+        source = Path("/dev/zero")
+    elif kind == "directory":
+        source = tmp_path
+    else:
+        source = tmp_path / "input.json"
+        source.write_bytes(b" " * (MAX_PAYLOAD_CEILING + 1))
+    config = config_file(pki, tmp_path, peers=[("bob", "127.0.0.1:1")])
+    result = run(
+        "call", "--config", str(config), "--peer", spiffe("bob"), "text.echo",
+        "--input", f"@{source}",
+    )  # fmt: skip
+    assert result.returncode == EXIT_USAGE
+    why = (
+        f"larger than {MAX_PAYLOAD_CEILING} bytes, the most any grant allows"
+        if kind == "oversize"
+        else "not a regular file"
+    )
+    assert result.stderr == f"error: input file {source}: {why}\n"
+
+
+def test_call_input_file_at_the_payload_ceiling_is_read(pki: Pki, tmp_path: Path) -> None:
+    source = tmp_path / "input.json"
+    source.write_bytes(b" " * MAX_PAYLOAD_CEILING)
+    config = config_file(pki, tmp_path, peers=[("bob", "127.0.0.1:1")])
+    result = run(
+        "call", "--config", str(config), "--peer", spiffe("bob"), "text.echo",
+        "--input", f"@{source}", "--timeout", "5",
+    )  # fmt: skip
+    assert result.returncode == 1  # read and sent: nobody listens on port 1
+    assert result.stderr.startswith("failed: PEER_UNAVAILABLE: ")
+
+
+SPACED_SECRET = "S3cret pw"  # libpq takes a space in a URL password; it ended the redaction
+
+
+def test_a_dsn_password_with_a_space_is_not_shown(pki: Pki, tmp_path: Path) -> None:
+    dsn = f"postgresql://gw:{SPACED_SECRET}@127.0.0.1:1/audit"
+    shown = "postgresql://gw:***@127.0.0.1:1/audit"
+    config = write_agent_toml(
+        tmp_path / "alice.toml", pki, "alice", listen="127.0.0.1:0",
+        policy=write_policy(tmp_path / "policy.toml", []),
+        audit_db=dsn, state_dir=tmp_path / "state",
+    )  # fmt: skip
+    for args, says in (
+        (("audit", "--db", dsn), f"error: audit database {shown}: cannot connect: "),
+        (("audit", "verify", "--db", dsn), f"error: audit database {shown}: cannot connect: "),
+        (("db", "init", "--dsn", dsn), f"error: database {shown}: "),
+        (("demo", "--postgres", dsn), f"error: --postgres {shown}: cannot connect: "),
+        (
+            ("serve", "--config", str(config)),
+            f"refused: AUDIT_UNAVAILABLE: audit database {shown}: ",
+        ),
+    ):
+        result = run(*args)
+        assert result.returncode == (1 if args[0] == "serve" else EXIT_USAGE), result
+        assert last_line(result).startswith(says), result.stderr
+        for piece in SPACED_SECRET.split():
+            assert piece not in result.stderr + result.stdout, result.stderr
+
+
+def test_demo_names_a_database_it_cannot_reach_as_a_usage_error() -> None:
+    # It started the agents anyway, logged the pool's warning and exited 1 with
+    # `refused: AUDIT_UNAVAILABLE`, though nobody refused anything.
+    result = run("demo", "--postgres", "postgresql://gw:S3cret-pw@127.0.0.1:1/demo")
+    assert result.returncode == EXIT_USAGE
+    assert result.stderr.startswith(
+        "error: --postgres postgresql://gw:***@127.0.0.1:1/demo: cannot connect: "
+    )
+    assert result.stderr.count("\n") == 1 and "S3cret-pw" not in result.stderr
+    assert result.stdout == ""  # no agent was started
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("agent.example.org:7443", " (the HTTP bindings are served over TLS)"),
+        ("http://agent.example.org:7443", " (the HTTP bindings are served over TLS)"),
+        ("https://agent example.org", " (no whitespace or control characters)"),
+        ("https://agent.example.org/a2a?x=1", " (no path, query or fragment)"),
+        ("https://agent.example.org/", " (no path, query or fragment)"),
+        ("https://agent.example.org:70000", " (a port is 1..65535)"),
+        ("https://gw:pw@agent.example.org", ""),
+        ("https://", ""),
+    ],
+)
+def test_card_refuses_an_https_url_its_clients_could_not_use(
+    pki: Pki, tmp_path: Path, url: str, why: str
+) -> None:
+    # Each was signed into the card: e.g. `https://agent.example.org/a2a?x=1/a2a/jsonrpc`.
+    config = config_file(pki, tmp_path)
+    result = run("card", "--config", str(config), "--https-url", url)
+    assert result.returncode == EXIT_USAGE
+    shown = url.replace(":pw@", ":***@")
+    assert last_line(result) == (
+        f"a2a-gateway card: error: argument --https-url: '{shown}': "
+        f"expected https://HOST[:PORT]{why}"
+    )
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("url", ["https://agent.example.org:7443", "https://[::1]:7443"])
+def test_card_lists_a_good_https_url_under_each_binding(pki: Pki, tmp_path: Path, url: str) -> None:
+    config = config_file(pki, tmp_path)
+    result = run("card", "--config", str(config), "--https-url", url)
+    assert result.returncode == 0, result.stderr
+    assert f'"url": "{url}/a2a/jsonrpc"' in result.stdout
+    assert f'"url": "{url}/a2a/rest"' in result.stdout
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--checkpoints", "CHECKPOINTS", "--cert", "CERT"],
+        ["--cert", "CERT"],
+        ["--config", "CONFIG"],
+        ["--follow", "--checkpoints", "CHECKPOINTS", "--ca", "CERT"],
+    ],
+)
+def test_checkpoint_options_without_verify_are_refused_not_ignored(
+    pki: Pki, tmp_path: Path, extra: list[str]
+) -> None:
+    # `audit --db X --checkpoints F --cert C` listed the records and exited 0: the log
+    # looked checked against its checkpoints, and nothing was checked.
+    audit = empty_audit_log(tmp_path / "audit.sqlite")
+    files = {
+        "CHECKPOINTS": str(tmp_path / "audit.sqlite.checkpoints.jsonl"),
+        "CERT": str(pki.dir / "alice.pem"),
+        "CONFIG": str(config_file(pki, tmp_path)),
+    }
+    result = run("audit", "--db", str(audit), *(files.get(arg, arg) for arg in extra))
+    assert result.returncode == EXIT_USAGE
+    named = ", ".join(arg for arg in extra if arg.startswith("--") and arg != "--follow")
+    assert result.stderr == (
+        f"error: {named}: used only by audit verify (a2a-gateway audit verify --db ...); "
+        "listing records checks no checkpoint\n"
+    )
+    assert result.stdout == ""
