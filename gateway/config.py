@@ -98,7 +98,7 @@ from capabilities.schema_models import SchemaNotSupported, contract_model
 from capabilities.versions import Version, VersionConstraint, VersionSyntaxError
 from gateway.display import has_unsafe_characters
 from gateway.errors import AgentConfigError
-from gateway.host_port import DialAddress, ListenAddress, split_host_port
+from gateway.host_port import DialAddress, ListenAddress, https_base_url_problem, split_host_port
 from gateway.postgres.dsn import StoreLocation, local_file
 from policies.identity import SpiffeId
 from policies.policy_file import parse_toml_model, read_text
@@ -309,8 +309,9 @@ class A2ASettings(_Frozen):
     @field_validator("http_url")
     @classmethod
     def _https_url(cls, value: str | None) -> str | None:
-        if value is not None and (not value.startswith("https://") or value.endswith("/")):
-            raise ValueError(f"a2a.http_url {value!r}: expected https://NAME[:PORT]")
+        problem = None if value is None else https_base_url_problem(value)
+        if problem is not None:
+            raise ValueError(f"a2a.http_url {value!r}: expected https://NAME[:PORT] ({problem})")
         return value
 
 

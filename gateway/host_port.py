@@ -13,7 +13,9 @@ Rules: a host (a name, an IPv4 literal or a bracketed IPv6 literal such as
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator
 
@@ -79,3 +81,45 @@ def names_this_machine(host: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+_HOST_NAME = re.compile(
+    r"(?i)[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*"
+)
+
+
+def https_base_url_problem(text: str) -> str | None:
+    """Why ``text`` is not ``https://HOST[:PORT]`` (None if it is).
+
+    The base the cards' HTTP binding URLs (``/a2a/jsonrpc``, ``/a2a/rest``) are
+    appended to: another scheme, a path, query or fragment, a user,
+    whitespace or a bad port would be signed into a card as interfaces no
+    client can use. HOST is a name, an IPv4 or a bracketed IPv6 literal.
+    """
+    if not text.startswith("https://"):
+        return "the HTTP bindings are served over TLS"
+    if any(c.isspace() or not c.isprintable() for c in text):
+        return "no whitespace or control characters"
+    try:
+        parts = urlsplit(text)
+    except ValueError:  # an unclosed or invalid [IPv6] literal
+        return "not an IPv6 address"
+    try:
+        port = parts.port
+    except ValueError:
+        return f"a port is 1..{MAX_PORT}"
+    if parts.path or parts.query or parts.fragment or text.endswith(("?", "#")):
+        return "no path, query or fragment"
+    host = parts.hostname or ""
+    if "@" in parts.netloc or parts.netloc.endswith(":") or not host:
+        return "a host and an optional port, nothing else"
+    if port == 0:
+        return f"a port is 1..{MAX_PORT}"
+    if parts.netloc.startswith("["):
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return "not an IPv6 address"
+    elif not _HOST_NAME.fullmatch(host):
+        return "not a host name"
+    return None

@@ -5,17 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ipaddress
 import json
 import math
 import os
-import re
 import signal
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import psycopg
 
@@ -25,7 +22,7 @@ from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig, TlsFiles, WorkloadApiTls, load_agent_config
 from gateway.display import printable
 from gateway.errors import AgentConfigError, ConfigError
-from gateway.host_port import MAX_PORT
+from gateway.host_port import https_base_url_problem
 from gateway.instance_lock import InstanceLock
 from gateway.postgres.dsn import is_dsn, redact_credentials
 from gateway.regular_files import read_regular_file
@@ -259,43 +256,12 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-_HOST_NAME = re.compile(
-    r"(?i)[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*"
-)
-
-
 def https_base_url(text: str) -> str:
-    """An argparse type: ``https://HOST[:PORT]``, the base the card's HTTP binding URLs
-    (``/a2a/jsonrpc``, ``/a2a/rest``) are appended to; else a usage error, as another
-    scheme, a path, query or fragment, a user, whitespace or a bad port would be signed
-    into the card as interfaces no client can use."""
-    expected = f"{redact_credentials(repr(text))}: expected https://HOST[:PORT]"
-    if not text.startswith("https://"):
-        raise argparse.ArgumentTypeError(f"{expected} (the HTTP bindings are served over TLS)")
-    if any(c.isspace() or not c.isprintable() for c in text):
-        raise argparse.ArgumentTypeError(f"{expected} (no whitespace or control characters)")
-    try:
-        parts = urlsplit(text)
-    except ValueError:  # an unclosed or invalid [IPv6] literal
-        raise argparse.ArgumentTypeError(f"{expected} (not an IPv6 address)") from None
-    try:
-        port = parts.port
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{expected} (a port is 1..{MAX_PORT})") from None
-    if parts.path or parts.query or parts.fragment or text.endswith(("?", "#")):
-        raise argparse.ArgumentTypeError(f"{expected} (no path, query or fragment)")
-    host = parts.hostname or ""
-    if "@" in parts.netloc or parts.netloc.endswith(":") or not host:
-        raise argparse.ArgumentTypeError(expected)
-    if port == 0:
-        raise argparse.ArgumentTypeError(f"{expected} (a port is 1..{MAX_PORT})")
-    if parts.netloc.startswith("["):
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{expected} (not an IPv6 address)") from None
-    elif not _HOST_NAME.fullmatch(host):
-        raise argparse.ArgumentTypeError(f"{expected} (not a host name)")
+    """An argparse type: ``https://HOST[:PORT]`` (see ``https_base_url_problem``)."""
+    problem = https_base_url_problem(text)
+    if problem is not None:
+        shown = redact_credentials(repr(text))
+        raise argparse.ArgumentTypeError(f"{shown}: expected https://HOST[:PORT] ({problem})")
     return text
 
 

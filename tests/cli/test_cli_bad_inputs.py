@@ -271,8 +271,8 @@ def test_demo_names_a_database_it_cannot_reach_as_a_usage_error() -> None:
         ("https://agent.example.org/a2a?x=1", " (no path, query or fragment)"),
         ("https://agent.example.org/", " (no path, query or fragment)"),
         ("https://agent.example.org:70000", " (a port is 1..65535)"),
-        ("https://gw:pw@agent.example.org", ""),
-        ("https://", ""),
+        ("https://gw:pw@agent.example.org", " (a host and an optional port, nothing else)"),
+        ("https://", " (a host and an optional port, nothing else)"),
     ],
 )
 def test_card_refuses_an_https_url_its_clients_could_not_use(

@@ -48,8 +48,19 @@ def test_the_public_url_must_be_https_without_a_path() -> None:
     assert (
         A2ASettings(http_url="https://agent.example:7443").http_url == "https://agent.example:7443"
     )
-    for wrong in ("http://agent.example", "https://agent.example/"):
-        with pytest.raises(ValidationError, match="http_url"):
+    assert A2ASettings(http_url="https://[::1]:7443").http_url == "https://[::1]:7443"
+    wrongs = (
+        "http://agent.example",
+        "https://agent.example/",
+        "https://agent.example/x?y=1",  # the card would list https://agent.example/x?y=1/a2a/...
+        "https://agent example",
+        "https://",
+        "https://agent.example:99999",
+        "https://u:pw@agent.example",
+        "agent.example:7443",
+    )
+    for wrong in wrongs:
+        with pytest.raises(ValidationError, match=r"http_url .*expected https://NAME\[:PORT\]"):
             A2ASettings(http_url=wrong)
 
 
