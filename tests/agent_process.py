@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from gateway.client.peer_client import PeerClient
 from tests.support import Pki, spiffe, write_policy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -220,3 +221,30 @@ class AgentProcess:
             self.kill()
         except (OSError, subprocess.TimeoutExpired):
             pass
+
+
+MAX_WORKER_CHANNELS = 32
+"""Connections opened to reach both workers (the kernel spreads connections; a bound, never
+asserted)."""
+
+
+def worker_pids(agent: AgentProcess) -> list[int]:
+    """The pids the supervisor announced (``worker I pid P``), in order."""
+    assert agent.stdout is not None
+    return [int(line.split()[-1]) for line in agent.stdout.seen if line.startswith("worker ")]
+
+
+async def one_client_per_worker(
+    pki: Pki, address: str, opened: list[PeerClient]
+) -> dict[int, PeerClient]:
+    """bob's clients, one new connection each, until both workers answered ``worker.pid``:
+    {pid: client}; every client opened is appended to ``opened`` (for closing)."""
+    by_pid: dict[int, PeerClient] = {}
+    for _ in range(MAX_WORKER_CHANNELS):
+        client = PeerClient(spiffe("alice"), address, pki.material("bob"))
+        opened.append(client)
+        result = await client.invoke("worker.pid", {})
+        by_pid.setdefault(int(result.output()["pid"]), client)
+        if len(by_pid) == 2:
+            break
+    return by_pid

@@ -16,7 +16,7 @@ from google.protobuf import json_format
 
 from gateway.transport.tls import channel_options
 from tests.a2a_support import V1, data_request, gateway_reason
-from tests.agent_process import AgentProcess, write_agent_toml
+from tests.agent_process import AgentProcess, worker_pids, write_agent_toml
 from tests.support import Pki, audit_rows, grant, spiffe, write_policy
 
 MAX_CHANNELS = 32  # connections opened to find both workers (a bound, never asserted)
@@ -35,11 +35,6 @@ def _agent(pki: Pki, tmp_path: Path, grants: list[dict[str, object]]) -> AgentPr
     )
     config.write_text("workers = 2\n" + config.read_text())
     return AgentProcess(config)
-
-
-def _worker_pids(agent: AgentProcess) -> list[int]:
-    assert agent.stdout is not None
-    return [int(line.split()[-1]) for line in agent.stdout.seen if line.startswith("worker ")]
 
 
 async def _pid_or_reason(stub: a2a_pb2_grpc.A2AServiceStub) -> int | str:
@@ -91,7 +86,7 @@ async def test_another_peer_cannot_read_or_cancel_a_task_on_either_worker(
         try:
             bobs = await _stubs_per_worker(pki, address, "bob", opened)
             carols = await _stubs_per_worker(pki, address, "carol", opened)
-            workers = _worker_pids(agent)
+            workers = worker_pids(agent)
             assert sorted(bobs) == sorted(carols) == sorted(workers)
             request = data_request("job.hang", {"tag": "x"})
             request.configuration.return_immediately = True
@@ -143,7 +138,7 @@ async def test_a_task_running_on_one_worker_holds_the_peers_place_on_the_other(
         address = agent.start()
         try:
             bobs = await _stubs_per_worker(pki, address, "bob", opened)
-            workers = _worker_pids(agent)
+            workers = worker_pids(agent)
             assert sorted(bobs) == sorted(workers)
             runner, other = bobs[workers[0]], bobs[workers[1]]
             request = data_request("job.hang", {"tag": "hold"})
@@ -214,7 +209,7 @@ async def test_a_burst_over_a2a_is_shared_by_both_workers(pki: Pki, tmp_path: Pa
                 by_pid.setdefault(pid, stub)
                 if len(by_pid) == 2:
                     break
-            workers = _worker_pids(agent)
+            workers = worker_pids(agent)
             assert sorted(by_pid) == sorted(workers)
             after = [await _pid_or_reason(by_pid[workers[n % 2]]) for n in range(2 * burst)]
         finally:

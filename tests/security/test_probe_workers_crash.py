@@ -22,11 +22,16 @@ import pytest
 
 from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError, IdempotencyInDoubt
-from tests.agent_process import REPO, AgentProcess, two_worker_agent
+from tests.agent_process import (
+    REPO,
+    AgentProcess,
+    one_client_per_worker,
+    two_worker_agent,
+    worker_pids,
+)
 from tests.faults.crash_window import appended_lines
-from tests.support import Pki, audit_rows, grant, spiffe
+from tests.support import Pki, audit_rows, grant
 
-MAX_CHANNELS = 32
 POLL_ROUNDS = 400  # x 0.05 s: a bound for a slow runner, never asserted
 
 
@@ -36,25 +41,6 @@ def _agent(pki: Pki, tmp_path: Path) -> AgentProcess:
     )
     agent.config.write_text(agent.config.read_text() + "\n[audit_checkpoints]\nevery_records = 3\n")
     return agent
-
-
-def _worker_pids(agent: AgentProcess) -> list[int]:
-    assert agent.stdout is not None
-    return [int(line.split()[-1]) for line in agent.stdout.seen if line.startswith("worker ")]
-
-
-async def _one_client_per_worker(
-    pki: Pki, address: str, opened: list[PeerClient]
-) -> dict[int, PeerClient]:
-    by_pid: dict[int, PeerClient] = {}
-    for _ in range(MAX_CHANNELS):
-        client = PeerClient(spiffe("alice"), address, pki.material("bob"))
-        opened.append(client)
-        result = await client.invoke("worker.pid", {})
-        by_pid.setdefault(int(result.output()["pid"]), client)
-        if len(by_pid) == 2:
-            break
-    return by_pid
 
 
 def _claims(state_dir: Path) -> dict[str, str]:
@@ -86,8 +72,8 @@ async def test_a_worker_killed_mid_write_leaves_a_verifiable_chain_and_the_key_i
     try:
         address = agent.start()
         try:
-            by_pid = await _one_client_per_worker(pki, address, opened)
-            workers = _worker_pids(agent)
+            by_pid = await one_client_per_worker(pki, address, opened)
+            workers = worker_pids(agent)
             assert sorted(by_pid) == sorted(workers)
             victim, survivor = workers[victim_index], workers[1 - victim_index]
             for n in range(8):  # records from both workers, interleaved, several checkpoints

@@ -14,17 +14,12 @@ from typing import Any
 
 from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError
-from tests.agent_process import AgentProcess, two_worker_agent
+from tests.agent_process import two_worker_agent, worker_pids
 from tests.faults.crash_window import appended_lines
 from tests.support import Pki, audit_rows, grant, spiffe
 
 MAX_CHANNELS = 32
 POLL_ROUNDS = 400  # x 0.05 s: a bound for a slow runner, never asserted
-
-
-def _worker_pids(agent: AgentProcess) -> list[int]:
-    assert agent.stdout is not None
-    return [int(line.split()[-1]) for line in agent.stdout.seen if line.startswith("worker ")]
 
 
 async def _pid_or_reason(client: PeerClient) -> int | str:
@@ -64,7 +59,7 @@ async def test_the_servers_cap_counts_the_calls_of_both_workers(pki: Pki, tmp_pa
         try:
             bobs = await _clients(pki, address, "bob", opened)
             carols = await _clients(pki, address, "carol", opened)
-            workers = _worker_pids(agent)
+            workers = worker_pids(agent)
             assert sorted(bobs) == sorted(carols) == sorted(workers)
             hold = asyncio.create_task(
                 bobs[workers[0]].invoke("notes.append", {"note": "hold"}, timeout=6.0)

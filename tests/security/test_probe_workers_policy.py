@@ -20,16 +20,11 @@ import pytest
 
 from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError
-from tests.agent_process import AgentProcess, two_worker_agent
+from tests.agent_process import two_worker_agent, worker_pids
 from tests.support import Pki, audit_rows, grant, spiffe, write_policy
 
 MAX_CHANNELS = 32  # connections opened to find both workers (a bound, never asserted)
 POLL_ROUNDS = 200  # x 0.05 s: a bound for a slow runner, never asserted
-
-
-def _worker_pids(agent: AgentProcess) -> list[int]:
-    assert agent.stdout is not None
-    return [int(line.split()[-1]) for line in agent.stdout.seen if line.startswith("worker ")]
 
 
 async def _outcome(client: PeerClient, capability: str = "worker.pid") -> int | str:
@@ -86,7 +81,7 @@ async def test_a_revoked_grant_is_refused_on_both_workers_after_sighup(
         address = agent.start()
         try:
             by_pid = await _one_client_per_worker(pki, address, opened)
-            assert sorted(by_pid) == sorted(_worker_pids(agent))
+            assert sorted(by_pid) == sorted(worker_pids(agent))
             for client in by_pid.values():
                 assert await _outcome(client, "text.echo") == "OK"
 
@@ -154,7 +149,7 @@ async def test_an_invalid_policy_after_sighup_keeps_the_last_good_one_on_both_wo
         address = agent.start()
         try:
             by_pid = await _one_client_per_worker(pki, address, opened)
-            assert sorted(by_pid) == sorted(_worker_pids(agent))
+            assert sorted(by_pid) == sorted(worker_pids(agent))
             bad = policy.with_name("policy.bad.toml")
             bad.write_text('version = 1\n[[grants]]\npeer = "not a spiffe id"\n')
             os.replace(bad, policy)
@@ -180,7 +175,7 @@ async def test_an_invalid_policy_after_sighup_keeps_the_last_good_one_on_both_wo
             os.kill(agent.proc.pid, signal.SIGHUP)
             answers = await _until_each(by_pid, "text.echo", "CAPABILITY_NOT_GRANTED")
             assert answers == {pid: "CAPABILITY_NOT_GRANTED" for pid in by_pid}
-            assert sorted(_worker_pids(agent)) == sorted(by_pid)  # no worker died on it
+            assert sorted(worker_pids(agent)) == sorted(by_pid)  # no worker died on it
         finally:
             for client in opened:
                 await client.close()
@@ -204,7 +199,7 @@ async def test_a_worker_restarted_while_the_policy_file_is_bad_does_not_stop_its
         assert agent.proc is not None and agent.stdout is not None and agent.stderr is not None
         try:
             by_pid = await _one_client_per_worker(pki, address, opened)
-            workers = _worker_pids(agent)
+            workers = worker_pids(agent)
             assert sorted(by_pid) == sorted(workers)
             victim, survivor = workers[1], workers[0]
             bad = policy.with_name("policy.bad.toml")
@@ -227,13 +222,13 @@ async def test_a_worker_restarted_while_the_policy_file_is_bad_does_not_stop_its
             _replace_policy(policy, [grant("bob", ["worker.pid"])])
             os.kill(agent.proc.pid, signal.SIGHUP)
             line: str | None = ""
-            while len(_worker_pids(agent)) < 3 and line is not None:
+            while len(worker_pids(agent)) < 3 and line is not None:
                 try:
                     line = agent.stdout.next_line(30.0)
                 except TimeoutError:
                     break
             assert agent.proc.poll() is None, f"supervisor exited: {agent.errors()}"
-            assert len(_worker_pids(agent)) == 3  # two started, worker 1 restarted
+            assert len(worker_pids(agent)) == 3  # two started, worker 1 restarted
             answers = await _until_each(
                 {survivor: by_pid[survivor]}, "text.echo", "CAPABILITY_NOT_GRANTED"
             )

@@ -14,31 +14,12 @@ from pathlib import Path
 
 from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError, ReplayedRequest
-from tests.agent_process import AgentProcess, two_worker_agent
+from tests.agent_process import one_client_per_worker, two_worker_agent, worker_pids
 from tests.faults.crash_window import appended_lines
 from tests.support import Pki, audit_rows, grant, spiffe
 
 MAX_CHANNELS = 32
 ROUNDS = 6
-
-
-def _worker_pids(agent: AgentProcess) -> list[int]:
-    assert agent.stdout is not None
-    return [int(line.split()[-1]) for line in agent.stdout.seen if line.startswith("worker ")]
-
-
-async def _one_client_per_worker(
-    pki: Pki, address: str, opened: list[PeerClient]
-) -> dict[int, PeerClient]:
-    by_pid: dict[int, PeerClient] = {}
-    for _ in range(MAX_CHANNELS):
-        client = PeerClient(spiffe("alice"), address, pki.material("bob"))
-        opened.append(client)
-        result = await client.invoke("worker.pid", {})
-        by_pid.setdefault(int(result.output()["pid"]), client)
-        if len(by_pid) == 2:
-            break
-    return by_pid
 
 
 async def test_one_request_id_on_both_workers_at_once_runs_once_and_both_are_audited(
@@ -50,8 +31,8 @@ async def test_one_request_id_on_both_workers_at_once_runs_once_and_both_are_aud
     try:
         address = agent.start()
         try:
-            by_pid = await _one_client_per_worker(pki, address, opened)
-            assert sorted(by_pid) == sorted(_worker_pids(agent))
+            by_pid = await one_client_per_worker(pki, address, opened)
+            assert sorted(by_pid) == sorted(worker_pids(agent))
             first, second = by_pid.values()
             for n in range(ROUNDS):
                 start = asyncio.Event()
@@ -102,8 +83,8 @@ async def test_one_a2a_message_id_on_both_workers_at_once_runs_once(
     try:
         address = agent.start()
         try:
-            by_pid = await _one_client_per_worker(pki, address, opened)
-            assert sorted(by_pid) == sorted(_worker_pids(agent))
+            by_pid = await one_client_per_worker(pki, address, opened)
+            assert sorted(by_pid) == sorted(worker_pids(agent))
             stubs: dict[int, a2a_pb2_grpc.A2AServiceStub] = {}
             for _ in range(MAX_CHANNELS):  # A2A channels, one per worker
                 channel = grpc.aio.secure_channel(
