@@ -333,6 +333,8 @@ def _limits_of(grant: PeerGrant) -> list[str]:
 
 _VERIFY_ONLY = ("checkpoints", "cert", "ca", "config")
 """``audit`` options that only ``audit verify`` reads."""
+_LISTING_ONLY = ("refusals", "peer", "capability", "since", "trace", "summary", "json")
+"""``audit`` options that only listing reads (``verify`` checks the whole chain)."""
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -342,6 +344,13 @@ def _audit(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"{', '.join(given)}: used only by audit verify "
                 "(a2a-gateway audit verify --db ...); listing records checks no checkpoint"
+            )
+    if args.action == "verify":  # a filter would read as "verified these records only"
+        given = [f"--{name}" for name in _LISTING_ONLY if getattr(args, name) not in (None, False)]
+        if given:
+            raise ConfigError(
+                f"{', '.join(given)}: audit verify checks the whole chain and prints no "
+                "records; list them without verify"
             )
     if args.follow:
         if args.action == "verify" or args.summary:

@@ -22,7 +22,7 @@ from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig, TlsFiles, WorkloadApiTls, load_agent_config
 from gateway.display import printable
 from gateway.errors import AgentConfigError, ConfigError
-from gateway.host_port import https_base_url_problem
+from gateway.host_port import https_base_url_problem, split_host_port
 from gateway.instance_lock import InstanceLock
 from gateway.postgres.dsn import is_dsn, redact_credentials
 from gateway.regular_files import read_regular_file
@@ -66,7 +66,9 @@ def add_commands(commands: Any) -> None:
     )
     card.add_argument("--config", type=Path, required=True, help="agent config (TOML)")
     card.add_argument(
-        "--url", default="", help="address peers dial (default: the config's listen address)"
+        "--url",
+        type=dial_address,
+        help="HOST:PORT peers dial (default: [a2a] grpc_address or the listen address)",
     )
     card.add_argument(
         "--https-url",
@@ -254,6 +256,15 @@ def positive_seconds(text: str) -> float:
     if value > MAX_CALL_SECONDS:
         raise argparse.ArgumentTypeError(f"{text!r}: must be at most {MAX_CALL_SECONDS:g} seconds")
     return value
+
+
+def dial_address(text: str) -> str:
+    """An argparse type: ``HOST:PORT`` with a port 1..65535, as ``[a2a] grpc_address`` is."""
+    try:
+        split_host_port(text, lowest_port=1)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
 
 
 def https_base_url(text: str) -> str:

@@ -290,6 +290,27 @@ def test_card_refuses_an_https_url_its_clients_could_not_use(
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("agent.example.org", "'agent.example.org': expected host:port"),
+        ("agent.example.org:0", "'agent.example.org:0': port 0 is outside 1..65535"),
+        (
+            "https://agent.example.org:7443",
+            "'https://agent.example.org:7443': an IPv6 host goes in brackets, e.g. [::1]:7001",
+        ),
+    ],
+)
+def test_card_refuses_a_grpc_url_peers_could_not_dial(
+    pki: Pki, tmp_path: Path, url: str, why: str
+) -> None:
+    # `card --url` was signed into the card unchecked, as the gRPC interface's URL.
+    result = run("card", "--config", str(config_file(pki, tmp_path)), "--url", url)
+    assert result.returncode == EXIT_USAGE
+    assert last_line(result) == f"a2a-gateway card: error: argument --url: {why}"
+    assert result.stdout == ""
+
+
 @pytest.mark.parametrize("url", ["https://agent.example.org:7443", "https://[::1]:7443"])
 def test_card_lists_a_good_https_url_under_each_binding(pki: Pki, tmp_path: Path, url: str) -> None:
     config = config_file(pki, tmp_path)
@@ -325,5 +346,30 @@ def test_checkpoint_options_without_verify_are_refused_not_ignored(
     assert result.stderr == (
         f"error: {named}: used only by audit verify (a2a-gateway audit verify --db ...); "
         "listing records checks no checkpoint\n"
+    )
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--refusals"],
+        ["--peer", "spiffe://example.org/agent/bob", "--since", "1h"],
+        ["--capability", "kv.put", "--trace", "0" * 32],
+        ["--summary", "--json"],
+    ],
+)
+def test_listing_filters_with_verify_are_refused_not_ignored(
+    tmp_path: Path, extra: list[str]
+) -> None:
+    # `audit verify --refusals --since 1h` verified the whole chain and said so: it read as
+    # "these records verified", and the filters were ignored.
+    audit = empty_audit_log(tmp_path / "audit.sqlite")
+    result = run("audit", "verify", "--db", str(audit), *extra)
+    assert result.returncode == EXIT_USAGE
+    named = ", ".join(arg for arg in extra if arg.startswith("--"))
+    assert result.stderr == (
+        f"error: {named}: audit verify checks the whole chain and prints no records; "
+        "list them without verify\n"
     )
     assert result.stdout == ""
