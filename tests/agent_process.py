@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gateway.client.peer_client import PeerClient
+from gateway.errors import GatewayError
 from tests.support import Pki, spiffe, write_policy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -235,15 +236,19 @@ def worker_pids(agent: AgentProcess) -> list[int]:
 
 
 async def one_client_per_worker(
-    pki: Pki, address: str, opened: list[PeerClient]
+    pki: Pki, address: str, opened: list[PeerClient], caller: str = "bob"
 ) -> dict[int, PeerClient]:
-    """bob's clients, one new connection each, until both workers answered ``worker.pid``:
-    {pid: client}; every client opened is appended to ``opened`` (for closing)."""
+    """``caller``'s clients, one new connection each, until both workers answered
+    ``worker.pid``: {pid: client}; every client opened is appended to ``opened`` (for
+    closing). A refused ``worker.pid`` fails the test: the setup needs both workers."""
     by_pid: dict[int, PeerClient] = {}
     for _ in range(MAX_WORKER_CHANNELS):
-        client = PeerClient(spiffe("alice"), address, pki.material("bob"))
+        client = PeerClient(spiffe("alice"), address, pki.material(caller))
         opened.append(client)
-        result = await client.invoke("worker.pid", {})
+        try:
+            result = await client.invoke("worker.pid", {})
+        except GatewayError as err:
+            raise AssertionError(err.reason) from err
         by_pid.setdefault(int(result.output()["pid"]), client)
         if len(by_pid) == 2:
             break

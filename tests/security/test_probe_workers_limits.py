@@ -14,11 +14,10 @@ from typing import Any
 
 from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError
-from tests.agent_process import two_worker_agent, worker_pids
+from tests.agent_process import one_client_per_worker, two_worker_agent, worker_pids
 from tests.faults.crash_window import appended_lines
 from tests.support import Pki, audit_rows, grant, spiffe
 
-MAX_CHANNELS = 32
 POLL_ROUNDS = 400  # x 0.05 s: a bound for a slow runner, never asserted
 
 
@@ -28,21 +27,6 @@ async def _pid_or_reason(client: PeerClient) -> int | str:
     except GatewayError as err:
         return err.reason
     return int(result.output()["pid"])
-
-
-async def _clients(
-    pki: Pki, address: str, name: str, opened: list[PeerClient]
-) -> dict[int, PeerClient]:
-    by_pid: dict[int, PeerClient] = {}
-    for _ in range(MAX_CHANNELS):
-        client = PeerClient(spiffe("alice"), address, pki.material(name))
-        opened.append(client)
-        outcome = await _pid_or_reason(client)
-        assert isinstance(outcome, int), outcome
-        by_pid.setdefault(outcome, client)
-        if len(by_pid) == 2:
-            break
-    return by_pid
 
 
 async def test_the_servers_cap_counts_the_calls_of_both_workers(pki: Pki, tmp_path: Path) -> None:
@@ -57,8 +41,8 @@ async def test_the_servers_cap_counts_the_calls_of_both_workers(pki: Pki, tmp_pa
     try:
         address = agent.start()
         try:
-            bobs = await _clients(pki, address, "bob", opened)
-            carols = await _clients(pki, address, "carol", opened)
+            bobs = await one_client_per_worker(pki, address, opened, "bob")
+            carols = await one_client_per_worker(pki, address, opened, "carol")
             workers = worker_pids(agent)
             assert sorted(bobs) == sorted(carols) == sorted(workers)
             hold = asyncio.create_task(

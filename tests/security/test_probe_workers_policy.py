@@ -20,10 +20,9 @@ import pytest
 
 from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError
-from tests.agent_process import two_worker_agent, worker_pids
+from tests.agent_process import one_client_per_worker, two_worker_agent, worker_pids
 from tests.support import Pki, audit_rows, grant, spiffe, write_policy
 
-MAX_CHANNELS = 32  # connections opened to find both workers (a bound, never asserted)
 POLL_ROUNDS = 200  # x 0.05 s: a bound for a slow runner, never asserted
 
 
@@ -35,21 +34,6 @@ async def _outcome(client: PeerClient, capability: str = "worker.pid") -> int | 
         return err.reason
     output = result.output()
     return int(output["pid"]) if "pid" in output else "OK"
-
-
-async def _one_client_per_worker(
-    pki: Pki, address: str, opened: list[PeerClient], name: str = "bob"
-) -> dict[int, PeerClient]:
-    by_pid: dict[int, PeerClient] = {}
-    for _ in range(MAX_CHANNELS):
-        client = PeerClient(spiffe("alice"), address, pki.material(name))
-        opened.append(client)
-        outcome = await _outcome(client)
-        assert isinstance(outcome, int), outcome
-        by_pid.setdefault(outcome, client)
-        if len(by_pid) == 2:
-            break
-    return by_pid
 
 
 def _replace_policy(path: Path, grants: list[dict[str, object]]) -> None:
@@ -80,7 +64,7 @@ async def test_a_revoked_grant_is_refused_on_both_workers_after_sighup(
     try:
         address = agent.start()
         try:
-            by_pid = await _one_client_per_worker(pki, address, opened)
+            by_pid = await one_client_per_worker(pki, address, opened)
             assert sorted(by_pid) == sorted(worker_pids(agent))
             for client in by_pid.values():
                 assert await _outcome(client, "text.echo") == "OK"
@@ -123,7 +107,7 @@ async def test_a_grant_that_expires_on_open_connections_is_refused_on_both_worke
     try:
         address = agent.start()
         try:
-            by_pid = await _one_client_per_worker(pki, address, opened)
+            by_pid = await one_client_per_worker(pki, address, opened)
             if len(by_pid) < 2 or datetime.now(UTC) >= expires:
                 pytest.skip("could not reach both workers before the grant expired")
             await asyncio.sleep(max(0.0, (expires - datetime.now(UTC)).total_seconds()) + 0.5)
@@ -148,7 +132,7 @@ async def test_an_invalid_policy_after_sighup_keeps_the_last_good_one_on_both_wo
     try:
         address = agent.start()
         try:
-            by_pid = await _one_client_per_worker(pki, address, opened)
+            by_pid = await one_client_per_worker(pki, address, opened)
             assert sorted(by_pid) == sorted(worker_pids(agent))
             bad = policy.with_name("policy.bad.toml")
             bad.write_text('version = 1\n[[grants]]\npeer = "not a spiffe id"\n')
@@ -198,7 +182,7 @@ async def test_a_worker_restarted_while_the_policy_file_is_bad_does_not_stop_its
         address = agent.start()
         assert agent.proc is not None and agent.stdout is not None and agent.stderr is not None
         try:
-            by_pid = await _one_client_per_worker(pki, address, opened)
+            by_pid = await one_client_per_worker(pki, address, opened)
             workers = worker_pids(agent)
             assert sorted(by_pid) == sorted(workers)
             victim, survivor = workers[1], workers[0]
