@@ -4,7 +4,7 @@ Run ``python benchmarks/bench_a2a.py --help``. One run:
 
 1. mints a PKI and a policy granting ``caller`` only ``text.echo`` (cap 512 KB);
 2. starts, in ONE child process and one event loop, a real gateway
-   :class:`~gateway.agent.Agent` (identity, policy, replay, validation, audit
+   :class:`~gateway.runtime.agent.Agent` (identity, policy, replay, validation, audit
    with ``audit_sync = "full"``, task table) and an **sdk** echo agent: the
    a2a-sdk's ``DefaultRequestHandler`` (``InMemoryTaskStore``) behind its
    ``GrpcHandler``, same mTLS credentials (``require_client_auth``), same server
@@ -60,9 +60,9 @@ from bench_invoke import Workspace, echo_payload, make_workspace, percentile
 from google.protobuf import json_format
 from grpc import aio
 
-from gateway.agent import Agent
 from gateway.audit import query_records
 from gateway.config import A2ASettings, AgentConfig
+from gateway.runtime.agent import Agent
 from gateway.server.a2a import public_card
 from gateway.server.a2a_http import JSONRPC_PATH
 from gateway.storage import open_audit_reader

@@ -1,7 +1,7 @@
 """CPU (or instructions) per A2A SendMessage, in one process: for decisions on a loaded machine.
 
 Run ``python benchmarks/bench_a2a_cpu.py --calls 400`` (a few seconds). One event
-loop holds a real gateway :class:`~gateway.agent.Agent` (the workspace of
+loop holds a real gateway :class:`~gateway.runtime.agent.Agent` (the workspace of
 ``bench_invoke.py``: full policy, ``audit_sync = "full"``, task table) or, with
 ``--target sdk``, the a2a-sdk echo agent of ``bench_a2a.py``, and a gRPC client
 sending ``--calls`` SendMessage of one ``data`` part ``{"text": ...}`` of
@@ -36,7 +36,7 @@ from bench_a2a import VERSION_METADATA, send_request, start_sdk_server
 from bench_invoke import echo_payload, make_workspace
 from grpc import aio
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from gateway.transport.tls import channel_options
 
 

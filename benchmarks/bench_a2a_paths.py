@@ -9,7 +9,7 @@ as when a gateway fronts an agent that already runs):
   gRPC, ``legacyhttp`` on JSON-RPC) (``DefaultRequestHandler``,
   ``InMemoryTaskStore``, the echo executor) behind its ``GrpcHandler`` (mTLS)
   and its JSON-RPC routes under uvicorn (TLS, client certificate required);
-* a real gateway :class:`~gateway.agent.Agent` (full policy and audit,
+* a real gateway :class:`~gateway.runtime.agent.Agent` (full policy and audit,
   ``audit_sync = "full"``, ``[a2a] http_listen``) that also fronts that sdk
   agent: ``[[upstreams]]`` over gRPC with mTLS, its skill ``echo`` served as
   ``sdk.echo`` (text in, text out), and over JSON-RPC (HTTPS, mTLS) as
@@ -68,10 +68,10 @@ from bench_a2a_http import JsonRpcTarget, SdkJsonRpcServer, jsonrpc_client, json
 from bench_invoke import TRUST_DOMAIN, Workspace, echo_payload, make_workspace, percentile
 from grpc import aio
 
-from gateway.agent import Agent
 from gateway.audit import query_records
 from gateway.config import AgentConfig
 from gateway.devtools.pki import issue
+from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH
 from gateway.storage import open_audit_reader
 from gateway.transport.tls import TlsMaterial, channel_options

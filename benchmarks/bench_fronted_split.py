@@ -2,7 +2,7 @@
 
 Run ``python benchmarks/bench_fronted_split.py`` (about 20 s). The a2a-sdk echo
 agent of ``bench_a2a_paths`` runs in a child process; a real gateway
-:class:`~gateway.agent.Agent` fronting it over gRPC (``[[upstreams]]``, full
+:class:`~gateway.runtime.agent.Agent` fronting it over gRPC (``[[upstreams]]``, full
 policy and audit) and the client run in this process. One call at a time,
 ``--calls`` each (after a tenth as warm-up), taking turns in ``--rounds`` rounds
 (the order rotated each round, so a load that drifts hits every target alike),
@@ -46,8 +46,8 @@ from bench_invoke import make_workspace
 from grpc import aio
 
 import gateway.client.a2a.upstream_client as upstream_client
-from gateway.agent import Agent
 from gateway.devtools.pki import issue
+from gateway.runtime.agent import Agent
 from gateway.transport.tls import channel_options, server_options
 
 VERSION = (("a2a-version", "1.0"),)

@@ -10,7 +10,7 @@ so a change of a few percent in the gateway's own work can be seen.
 
 One process, one event loop, everything real: a fresh CA and ``server`` /
 ``caller`` SVIDs, a policy granting ``caller`` only ``text.echo``, a real gateway
-:class:`~gateway.agent.Agent` (mTLS, identity from the certificate, policy,
+:class:`~gateway.runtime.agent.Agent` (mTLS, identity from the certificate, policy,
 limits, replay window, input/output validation, audit log with
 ``audit_sync = "full"``) and the raw ``grpc.aio`` echo server of
 ``bench_invoke.py`` (same credentials, options and messages), both on loopback,
@@ -72,12 +72,12 @@ from bench_invoke import (
 from grpc import aio
 
 from capabilities.versions import VersionConstraint
-from gateway.agent import Agent
 from gateway.audit.chain import GENESIS_HASH, chained_row
 from gateway.audit.record import AuditRecord, checked_fields
 from gateway.errors import CapabilityNotGranted
 from gateway.inbound.call import InvokeCall
 from gateway.inbound.replay.mmap import ReplayTable
+from gateway.runtime.agent import Agent
 from gateway.transport.status import to_grpc_status
 from gateway.transport.tls import TlsMaterial, channel_options, server_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc

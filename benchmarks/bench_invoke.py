@@ -4,7 +4,7 @@ Run ``python benchmarks/bench_invoke.py --help``. One run:
 
 1. mints a PKI and writes a policy granting ``caller`` only ``text.echo``;
 2. starts, in ONE child process and one event loop, a real gateway
-   :class:`~gateway.agent.Agent` (identity, policy, validation and audit on) and
+   :class:`~gateway.runtime.agent.Agent` (identity, policy, validation and audit on) and
    a raw echo server (same certificates with ``require_client_auth``, same server
    options, same service and message types; it copies the payload back and
    does nothing else);
@@ -64,13 +64,13 @@ from grpc import aio
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from gateway.agent import Agent
 from gateway.audit import query_records
 from gateway.audit.record import checked_fields
 from gateway.audit.store.sqlite_append import SqliteChainWriter
 from gateway.config import AgentConfig, MetricsSettings, TracingSettings
 from gateway.devtools.pki import init_ca, issue
 from gateway.errors import CapabilityNotGranted
+from gateway.runtime.agent import Agent
 from gateway.storage import open_audit_reader
 from gateway.transport.status import from_rpc_error
 from gateway.transport.tls import TlsMaterial, channel_options, server_options

@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.inbound.limit_table import LimitTable, create_limit_file
-from gateway.inbound.limits import AdmissionControl, PeerCallLimits
+from gateway.inbound.limits.admission import AdmissionControl, PeerCallLimits
+from gateway.inbound.limits.shared_table import LimitTable, create_limit_file
 from policies.grants import PeerGrant
 
 PEER = "spiffe://bench.example/caller"

@@ -32,10 +32,10 @@ from pydantic import Field
 from capabilities.context import CallContext
 from capabilities.contract import ContractModel
 from capabilities.registry import Capability, CapabilityRegistry, capability
-from gateway.agent import Agent
 from gateway.config import AgentConfig
 from gateway.devtools.pki import init_ca, issue
-from gateway.plans.model import Plan
+from gateway.plans.document.model import Plan
+from gateway.runtime.agent import Agent
 from policies.grants import PolicyDocument
 from policies.policy_file import render_policy
 

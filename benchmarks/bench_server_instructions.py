@@ -6,7 +6,7 @@ Run ``python benchmarks/bench_server_instructions.py`` (about 5 minutes on 2 cor
 servers, so the client's share (the same for every target) dilutes its
 ratios. This script counts the server side only, the figure the server CPU
 target is about: it starts ``bench_invoke.py``'s server process (a real
-gateway :class:`~gateway.agent.Agent` with the full policy and
+gateway :class:`~gateway.runtime.agent.Agent` with the full policy and
 ``audit_sync = "full"``, and the raw ``grpc.aio`` echo server, in one child,
 exactly as ``bench_invoke.py`` does) under ``valgrind --tool=callgrind``, and
 drives it natively from this process over mTLS.

@@ -216,7 +216,7 @@ class LimitRefusal(GatewayError):
     Such refusals can come in floods, so the audit log keeps them aggregated:
     the first of a peer's interval is one durable record, the rest one record
     per peer, reason and interval with ``count=N`` in its detail (see
-    ``gateway.inbound.limit_audit``).
+    ``gateway.inbound.limits.refusal_log``).
     """
 
     reason = "LIMIT_REFUSED"

@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gateway.agent import Agent
 from gateway.audit import query_records, verify_chain
 from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig
 from gateway.devtools.demo import AGENTS, write_demo_files
 from gateway.errors import GatewayError
+from gateway.runtime.agent import Agent
 from gateway.storage import open_audit_reader
 from gateway.transport.tls import TlsMaterial
 

@@ -13,7 +13,7 @@ from google.protobuf import json_format
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from gateway.server.a2a import public_card
 from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome
 from gateway.transport.status import from_rpc_error

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from tests.postgres import PostgresCluster, remove_cluster, start_cluster
 from tests.support import (
     Pki,

@@ -12,10 +12,10 @@ import grpc
 from capabilities.context import CallContext
 from capabilities.contract import ContractModel
 from capabilities.registry import Capability, CapabilityRegistry, capability
-from gateway.agent import Agent
 from gateway.audit import AuditRecord, query_records
 from gateway.config import AgentConfig
 from gateway.devtools.pki import CertificateAuthority, issue
+from gateway.runtime.agent import Agent
 from gateway.storage import open_audit_reader
 from gateway.transport.tls import TlsMaterial, channel_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc

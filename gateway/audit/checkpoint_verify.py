@@ -40,7 +40,7 @@ from gateway.audit.checkpoint_cert import carried_certificate, load_trust_bundle
 from gateway.audit.store.sqlite_schema import connect_read_only
 from gateway.audit.verify import ChainProblem
 from gateway.errors import ConfigError, Unauthenticated
-from gateway.regular_files import read_regular_file
+from gateway.local.regular_files import read_regular_file
 from policies.identity import spiffe_id_from_pem
 
 if TYPE_CHECKING:

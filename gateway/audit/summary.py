@@ -2,7 +2,7 @@
 
 Limit refusals (``RATE_LIMITED``, ``CONCURRENCY_LIMITED``, ``SERVER_BUSY``) are
 stored one record per peer and interval with ``count=N`` in the detail (see
-``gateway.inbound.limit_audit``); every other record stands for one call.
+``gateway.inbound.limits.refusal_log``); every other record stands for one call.
 
 The count is read only from a refused record of a limit reason whose whole
 detail is the aggregator's grammar (:func:`limit_count_detail`). Only the

@@ -17,17 +17,17 @@ from typing import Any
 import psycopg
 
 from capabilities.versions import VersionConstraint, VersionSyntaxError
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig, TlsFiles, WorkloadApiTls, load_agent_config
+from gateway.config.addresses import https_base_url_problem, split_host_port
 from gateway.display import printable
 from gateway.errors import AgentConfigError, ConfigError
-from gateway.host_port import https_base_url_problem, split_host_port
-from gateway.instance_lock import InstanceLock
+from gateway.local.regular_files import read_regular_file
 from gateway.postgres.dsn import is_dsn, redact_credentials
-from gateway.regular_files import read_regular_file
+from gateway.runtime.agent import Agent
+from gateway.runtime.instance_lock import InstanceLock
+from gateway.runtime.supervisor import READY_MARK, Supervisor, check_workers
 from gateway.storage import connection_source, location
-from gateway.supervisor import READY_MARK, Supervisor, check_workers
 from gateway.telemetry.json_logs import name_agent
 from gateway.transport.svid_checks import check_material
 from gateway.transport.tls import TlsMaterial
@@ -39,7 +39,7 @@ def add_commands(commands: Any) -> None:
     """Register serve, describe, call, card and demo."""
     serve = commands.add_parser("serve", help="run an agent until interrupted")
     serve.add_argument("--config", type=Path, required=True, help="agent config (TOML)")
-    # Set by the supervisor of ``workers > 1`` (gateway.supervisor), not by people.
+    # Set by the supervisor of ``workers > 1`` (gateway.runtime.supervisor), not by people.
     serve.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     serve.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
     serve.set_defaults(run=_serve)

@@ -28,9 +28,9 @@ from capabilities.versions import VersionConstraint
 from gateway.config import AgentConfig, TlsFiles, WorkloadApiTls, load_agent_config
 from gateway.display import printable
 from gateway.errors import ConfigError, GatewayError
-from gateway.plans.checks import PlanLimits, check_structure
-from gateway.plans.model import Plan, parse_plan
-from gateway.regular_files import read_regular_file
+from gateway.local.regular_files import read_regular_file
+from gateway.plans.document.checks import PlanLimits, check_structure
+from gateway.plans.document.model import Plan, parse_plan
 from gateway.transport.svid_checks import check_material, require_svid_dns_name
 from gateway.transport.tls import TlsMaterial
 from gateway.transport.workload_api import workload_api_socket

@@ -16,14 +16,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from gateway.agent import Agent
 from gateway.config import load_agent_config
 from gateway.display import printable
 from gateway.errors import PlanInvalid
-from gateway.plans.model import parse_plan, resolve_input
-from gateway.plans.step_events import StepEvent
+from gateway.local.regular_files import read_regular_file
+from gateway.plans.document.model import parse_plan, resolve_input
+from gateway.plans.execution.step_events import StepEvent
 from gateway.plans.task import TaskResult, TaskState
-from gateway.regular_files import read_regular_file
+from gateway.runtime.agent import Agent
 
 EXIT_TASK_FAILED = 1
 EXIT_WAITING_APPROVAL = 3

@@ -18,6 +18,7 @@ from importlib import resources
 
 from gateway.audit.record import AuditRecord
 from gateway.config import ConsoleSettings, TlsFiles
+from gateway.config.addresses import names_this_machine
 from gateway.console import live, status_views, views
 from gateway.console.http import (
     HTML,
@@ -33,7 +34,6 @@ from gateway.console.http import (
 from gateway.console.live import LiveDecisions, event_data
 from gateway.console.pages import layout, problem_note
 from gateway.errors import AgentConfigError, ConfigError, GatewayError, Unauthenticated
-from gateway.host_port import names_this_machine
 from gateway.telemetry.health_http import HEALTH_PATHS, health_answer
 from policies.identity import spiffe_id_from_pem
 

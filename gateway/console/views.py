@@ -27,7 +27,7 @@ from gateway.console.pages import (
     table,
 )
 from gateway.errors import ConfigError
-from gateway.inbound.limits import LimitStats
+from gateway.inbound.limits.admission import LimitStats
 from gateway.storage import open_audit_reader
 from gateway.telemetry.health_http import HealthState
 from gateway.transport.live_tls import TlsStats
@@ -46,7 +46,7 @@ class PolicySource(Protocol):
 
 
 class ConsoleSource(Protocol):
-    """What the console reads from its agent (``gateway.agent.Agent`` is one)."""
+    """What the console reads from its agent (``gateway.runtime.agent.Agent`` is one)."""
 
     @property
     def config(self) -> AgentConfig:

@@ -16,7 +16,6 @@ from typing import Any
 
 from capabilities.loading import AgentEnvironment
 from capabilities.registry import CapabilityRegistry
-from gateway.agent import Agent
 from gateway.audit import format_table, query_records, verify_chain
 from gateway.audit.filter import AuditFilter
 from gateway.client.peer_client import PeerClient
@@ -30,6 +29,7 @@ from gateway.devtools.demo_plan import (
 from gateway.devtools.pki import init_ca, issue
 from gateway.errors import GatewayError
 from gateway.postgres.dsn import StoreLocation
+from gateway.runtime.agent import Agent
 from gateway.storage import open_audit_reader
 from gateway.transport.tls import TlsMaterial
 from policies.grants import PolicyDocument

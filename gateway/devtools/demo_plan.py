@@ -16,9 +16,9 @@ from pydantic import Field
 from capabilities.context import CallContext
 from capabilities.contract import ContractModel
 from capabilities.registry import Capability, CapabilityRegistry, capability
-from gateway.agent import Agent
-from gateway.plans.model import Plan
-from gateway.plans.step_events import StepEvent
+from gateway.plans.document.model import Plan
+from gateway.plans.execution.step_events import StepEvent
+from gateway.runtime.agent import Agent
 
 
 class SummarizeInput(ContractModel):

@@ -32,8 +32,8 @@ from gateway.errors import (
 )
 from gateway.inbound.call import REQUEST_ID, InvokeCall, deadline_from
 from gateway.inbound.idempotency.store import IdempotencyStore, StoredAnswer
-from gateway.inbound.limit_audit import LimitRefusalLog
-from gateway.inbound.limits import AdmissionControl, CallSlot, PeerCallLimits
+from gateway.inbound.limits.admission import AdmissionControl, CallSlot, PeerCallLimits
+from gateway.inbound.limits.refusal_log import LimitRefusalLog
 from gateway.inbound.pipeline import (
     DecisionPipeline,
     EdgeSlot,

@@ -60,7 +60,7 @@ from gateway.errors import (
     Unauthenticated,
 )
 from gateway.inbound.call import REQUEST_ID, InvokeCall
-from gateway.inbound.limits import AdmissionControl, CallSlot
+from gateway.inbound.limits.admission import AdmissionControl, CallSlot
 from gateway.inbound.replay.store import ReplayWindow
 from policies.decisions import (
     POLICY_STEPS,

@@ -70,7 +70,7 @@ class Offer:
         timeout_seconds: The peer's advertised contract timeout (None for local, or
             if the peer advertised none): bounds one attempt there.
         input_schema: JSON Schema of the input: inside the declared fields, only what
-            it declares is sent (``gateway.plans.minimise``).
+            it declares is sent (``gateway.plans.execution.minimise``).
     """
 
     capability: str

@@ -10,8 +10,8 @@ from gateway.errors import (
     TaskNotFound,
     Unverified,
 )
-from gateway.plans.checks import PlanLimits, check_routes, check_structure
-from gateway.plans.model import (
+from gateway.plans.document.checks import PlanLimits, check_routes, check_structure
+from gateway.plans.document.model import (
     Approval,
     Budget,
     Expect,
@@ -21,7 +21,7 @@ from gateway.plans.model import (
     parse_plan,
     resolve_input,
 )
-from gateway.plans.verification import Confidence
+from gateway.plans.execution.verification import Confidence
 
 __all__ = [
     "Approval",

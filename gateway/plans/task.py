@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gateway.plans.approval import ApprovalRequest
-from gateway.plans.verification import Confidence, weakest
+from gateway.plans.execution.approval import ApprovalRequest
+from gateway.plans.execution.verification import Confidence, weakest
 
 
 class TaskState(StrEnum):
@@ -118,7 +118,7 @@ class StepResult:
         may_have_written: A failed write (risk above ``read``) may have run at ``where``,
             so it must not run anywhere else. Checkpointed as the note that says so
             (``attempt_rules.written_note``), from which a resumed run reads it back.
-        confidence: verified, partial or unverified (see ``gateway.plans.verification``).
+        confidence: verified, partial or unverified (see ``gateway.plans.execution.verification``).
         sources: Evidence of every source that answered (one for an unverified step).
         candidates: Every distinct output when the sources disagree (else empty).
         asked_verification: The step asked for a quorum or a deterministic check.

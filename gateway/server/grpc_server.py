@@ -189,7 +189,7 @@ class GatewayServer:
         *,
         reuse_port: bool = False,
     ) -> None:
-        # Sibling worker processes share the port (see gateway.supervisor).
+        # Sibling worker processes share the port (see gateway.runtime.supervisor).
         # gRPC sets SO_REUSEPORT unless told not to: a second instance would
         # then bind the same port silently and take half the connections.
         options = [*server_options(), ("grpc.so_reuseport", 1 if reuse_port else 0)]

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from gateway.audit.store.store import AuditReader, ChainWriter
     from gateway.config import AgentConfig
     from gateway.inbound.idempotency.store import IdempotencyStore
-    from gateway.inbound.limit_table import LimitTable
-    from gateway.inbound.limits import AdmissionControl
+    from gateway.inbound.limits.admission import AdmissionControl
+    from gateway.inbound.limits.shared_table import LimitTable
     from gateway.inbound.replay.store import ReplayWindow
     from gateway.plans.task_store.store import TaskStore
     from gateway.postgres.source import ConnectionSource
@@ -60,8 +60,8 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
         StateUnavailable: A store cannot be opened.
     """
     from gateway.inbound.idempotency.sqlite import SqliteIdempotencyStore
-    from gateway.inbound.limit_table import LIMITS_FILE, LimitTable
-    from gateway.inbound.limits import PeerCallLimits
+    from gateway.inbound.limits.admission import PeerCallLimits
+    from gateway.inbound.limits.shared_table import LIMITS_FILE, LimitTable
     from gateway.inbound.replay.mmap import REPLAY_FILE, ReplayTable
     from gateway.plans.task_store.sqlite import SqliteTaskStore
     from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
@@ -114,7 +114,7 @@ def prepare_shared_files(config: AgentConfig) -> None:
 
     A PostgreSQL ``state_db`` needs none of the first two (each owner does it).
     """
-    from gateway.inbound.limit_table import LIMITS_FILE, create_limit_file
+    from gateway.inbound.limits.shared_table import LIMITS_FILE, create_limit_file
 
     if not isinstance(config.state_db, PostgresDsn):
         from gateway.inbound.idempotency.sqlite import SqliteIdempotencyStore

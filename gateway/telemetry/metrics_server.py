@@ -16,8 +16,8 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from gateway.config.addresses import names_this_machine
 from gateway.errors import GatewayError
-from gateway.host_port import names_this_machine
 from gateway.telemetry.health_http import HEALTH_PATHS, TEXT, HealthSource, health_answer
 from gateway.telemetry.prometheus_text import CONTENT_TYPE
 

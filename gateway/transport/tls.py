@@ -10,7 +10,7 @@ import grpc
 from cryptography import x509
 
 from gateway.errors import ConfigError, PeerUnavailable, Unauthenticated
-from gateway.regular_files import read_regular_file
+from gateway.local.regular_files import read_regular_file
 from policies.grants import MAX_PAYLOAD_CEILING
 from policies.identity import spiffe_id_from_pem, svid_dns_name, trust_domain_of
 

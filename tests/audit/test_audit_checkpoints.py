@@ -20,7 +20,6 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from gateway.agent import Agent
 from gateway.audit import AuditLog, AuditRecord, verify_chain
 from gateway.audit.chain import GENESIS_HASH, fields_hash
 from gateway.audit.checkpoint import (
@@ -35,6 +34,7 @@ from gateway.audit.store.sqlite_schema import RECORD_COLUMNS
 from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig, AuditCheckpoints, load_agent_config
 from gateway.errors import AuditUnavailable, CapabilityNotGranted, ConfigError
+from gateway.runtime.agent import Agent
 from gateway.storage import open_audit_reader, open_chain_writer
 from tests.agent_process import write_agent_toml
 from tests.support import Pki, agent_config, grant, spiffe, write_policy

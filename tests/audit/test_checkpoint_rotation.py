@@ -19,13 +19,13 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from gateway.agent import Agent
 from gateway.audit.checkpoint import CheckpointSigner
 from gateway.audit.checkpoint_verify import verify_checkpoints
 from gateway.cli.main import main
 from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig, load_agent_config
 from gateway.devtools.pki import init_ca, issue
+from gateway.runtime.agent import Agent
 from gateway.storage import open_audit_reader
 from tests.agent_process import write_agent_toml
 from tests.rotation.rotation_support import own_pki

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 
 from gateway.admin.idempotency.sqlite import list_keys, release_key, resolve_done
-from gateway.agent import Agent
 from gateway.audit import AuditRecord, query_records, verify_chain
 from gateway.audit.checkpoint_verify import verify_checkpoints
 from gateway.client.peer_client import PeerClient
 from gateway.config import load_agent_config
 from gateway.errors import ConfigError, IdempotencyInDoubt, IdempotencyNotInDoubt
 from gateway.inbound.idempotency.sqlite import SqliteIdempotencyStore
+from gateway.runtime.agent import Agent
 from gateway.storage import open_audit_reader
 from gateway.storage.factory import audit_target
 from tests.agent_process import REPO, AgentProcess, write_agent_toml

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.config import load_agent_config
 from gateway.errors import GatewayError
+from gateway.runtime.agent import Agent
 from tests.agent_process import REPO, write_agent_toml
 from tests.support import Pki, grant, spiffe, write_policy
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.agent import Agent
 from gateway.config import ConsoleSettings
+from gateway.runtime.agent import Agent
 from tests.support import Pki, agent_config, grant, started, write_policy
 
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.config import ConsoleSettings, TracingSettings
 from gateway.errors import GatewayError
+from gateway.runtime.agent import Agent
 from tests.support import Pki, agent_config, grant, spiffe, started, write_policy
 
 CHROMIUM = "/usr/bin/chromium"

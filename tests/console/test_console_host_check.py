@@ -16,7 +16,7 @@ import asyncio
 
 import pytest
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from tests.support import spiffe
 
 

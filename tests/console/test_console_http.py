@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gateway.agent import Agent
 from gateway.audit.record import AuditRecord
 from gateway.client.peer_client import PeerClient
 from gateway.config import ConsoleSettings
 from gateway.console.pages import esc
 from gateway.errors import GatewayError
+from gateway.runtime.agent import Agent
 from tests.support import Pki, agent_config, grant, spiffe, started, write_policy
 
 

@@ -17,10 +17,10 @@ import threading
 
 import pytest
 
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.console import live
 from gateway.errors import GatewayError
+from gateway.runtime.agent import Agent
 from tests.support import Pki
 
 

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from gateway.agent import Agent
 from gateway.audit import AuditRecord, query_records, verify_chain
 from gateway.client.peer_client import PeerClient
 from gateway.errors import AuditUnavailable, GatewayError, StateUnavailable
+from gateway.runtime.agent import Agent
 from gateway.storage import open_audit_reader
 from tests.agent_process import REPO, write_agent_toml
 from tests.support import (

@@ -24,7 +24,7 @@ from grpc_status import rpc_status
 
 from capabilities.context import CallContext
 from capabilities.registry import Capability, capability
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.support import (
     NoteInput,

@@ -6,7 +6,7 @@ alice, and alice's outbound rules allow it to both; bob comes first. A plan with
 one write step starts, alice dies with SIGKILL at one point of the write attempt,
 and ``tasks --resume`` runs it again (with bob down, or bob up).
 
-Points (``gateway.plans.crash_points``, set by ``A2AGW_TEST_CRASH_AT``):
+Points (``gateway.plans.execution.crash_points``, set by ``A2AGW_TEST_CRASH_AT``):
 ``before-checkpoint`` (bob chosen, nothing recorded, nothing sent),
 ``after-checkpoint-before-send`` (the pin to bob is durable, nothing sent),
 ``during-run`` (bob holds the call; the test kills alice from outside) and
@@ -45,12 +45,12 @@ from typing import Any
 
 import pytest
 
-from gateway.plans.attempt_rules import WRITE_IN_DOUBT
-from gateway.plans.crash_points import AFTER_FAILURE_RECORDED, CRASH_AT_ENV
+from gateway.plans.execution.attempt_rules import WRITE_IN_DOUBT
+from gateway.plans.execution.crash_points import AFTER_FAILURE_RECORDED, CRASH_AT_ENV
+from gateway.plans.execution.verification import comparison_digest
 from gateway.plans.task_store.postgres import PostgresTaskStore
 from gateway.plans.task_store.sqlite import FailedAttempt, SqliteTaskStore, StoredTask
 from gateway.plans.task_store.store import TaskStore
-from gateway.plans.verification import comparison_digest
 from tests.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.faults.ledger_write import (
     FAIL_FILE,

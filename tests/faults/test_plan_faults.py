@@ -31,12 +31,12 @@ from typing import Any
 import pytest
 
 from capabilities.registry import CapabilityRegistry
-from gateway.agent import Agent
 from gateway.plans import Plan
-from gateway.plans.attempt_rules import ATTEMPT_MARGIN_SECONDS, WRITE_IN_DOUBT
-from gateway.plans.resume_point import stored_result
+from gateway.plans.execution.attempt_rules import ATTEMPT_MARGIN_SECONDS, WRITE_IN_DOUBT
 from gateway.plans.task import StepStatus, TaskResult, TaskState
+from gateway.plans.task_store.resume_point import stored_result
 from gateway.plans.task_store.sqlite import SqliteTaskStore
+from gateway.runtime.agent import Agent
 from tests.agent_process import REPO, SERVE_START_TIMEOUT, AgentProcess, write_agent_toml
 from tests.faults.plan_support import (
     REACHED_FILE,

@@ -9,11 +9,11 @@ from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from capabilities.registry import CapabilityRegistry
-from gateway.agent import Agent
 from gateway.audit import query_records, verify_chain
 from gateway.audit.filter import AuditFilter
 from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError
+from gateway.runtime.agent import Agent
 from gateway.storage import location, open_audit_reader
 from gateway.transport.tls import channel_options
 from tests.postgres import PostgresCluster

@@ -2,7 +2,7 @@
 
 gRPC sets ``SO_REUSEPORT`` by default, so a second instance used to bind the
 first one's port silently and take half its connections. Now the state
-directory's lock (``gateway.instance_lock``) refuses a second instance of the
+directory's lock (``gateway.runtime.instance_lock``) refuses a second instance of the
 same config, and a single process binds without ``SO_REUSEPORT``, so a port
 someone else listens on is refused too; only an agent's own workers share it.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gateway.cli.main import EXIT_USAGE
 from gateway.client.peer_client import PeerClient
-from gateway.instance_lock import LOCK_FILE
+from gateway.runtime.instance_lock import LOCK_FILE
 from tests.agent_process import AgentProcess, two_worker_agent, write_agent_toml
 from tests.support import Pki, audit_rows, grant, spiffe, write_policy
 

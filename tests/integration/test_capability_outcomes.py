@@ -11,7 +11,6 @@ import pytest
 from pydantic import field_serializer
 
 from capabilities import CallContext, CapabilityRegistry, ContractModel, capability
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.errors import (
     AuditUnavailable,
@@ -23,6 +22,7 @@ from gateway.errors import (
     InvalidOutput,
     OutputTooLarge,
 )
+from gateway.runtime.agent import Agent
 from tests.support import Pki, WriteCounter, agent_config, audit_rows, grant, started, write_policy
 
 

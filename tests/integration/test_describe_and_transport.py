@@ -10,9 +10,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from capabilities import CallContext, CapabilityRegistry, ContractModel, capability
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError, PeerIdentityMismatch, UnknownPeer
+from gateway.runtime.agent import Agent
 from gateway.transport.tls import channel_options
 from tests.support import Pki, WriteCounter, agent_config, grant, spiffe, started, write_policy
 

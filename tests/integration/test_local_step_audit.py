@@ -18,7 +18,7 @@ from capabilities.builtin.echo import echo
 from capabilities.registry import CapabilityRegistry
 from gateway.outbound.router import encode_payload
 from gateway.plans import Plan
-from gateway.plans.local_step_audit import LOCAL_STEP_DETAIL
+from gateway.plans.execution.local_step_audit import LOCAL_STEP_DETAIL
 from gateway.plans.task import TaskState
 from tests.support import Pki, WriteCounter, audit_rows, spiffe, start_peer
 

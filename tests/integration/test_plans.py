@@ -21,11 +21,11 @@ import pytest
 from capabilities.builtin.echo import echo
 from capabilities.registry import CapabilityRegistry
 from capabilities.runner import canonical_json
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.errors import PeerUnavailable
 from gateway.plans import Plan
 from gateway.plans.task import StepStatus, TaskState
+from gateway.runtime.agent import Agent
 from tests.support import (
     Pki,
     Probe,

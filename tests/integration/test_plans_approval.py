@@ -25,13 +25,13 @@ import pytest
 
 from capabilities.contract import Risk
 from capabilities.registry import CapabilityRegistry
-from gateway.agent import Agent
 from gateway.config import PlanSettings
 from gateway.errors import TaskNotFound
 from gateway.plans import Plan
-from gateway.plans.approval import Decision
-from gateway.plans.planner import Failure, Planner, Revision
+from gateway.plans.execution.approval import Decision
+from gateway.plans.execution.planner import Failure, Planner, Revision
 from gateway.plans.task import RevisionRecord, TaskResult, TaskState
+from gateway.runtime.agent import Agent
 from tests.faults.plan_support import FaultyPeer, faulty_registry
 from tests.support import (
     Pki,

@@ -17,10 +17,10 @@ import pytest
 
 from capabilities.builtin.echo import echo
 from capabilities.registry import CapabilityRegistry
-from gateway.agent import Agent
 from gateway.plans import Plan
+from gateway.plans.execution.verification import Confidence
 from gateway.plans.task import StepStatus, TaskState
-from gateway.plans.verification import Confidence
+from gateway.runtime.agent import Agent
 from tests.faults.plan_support import FaultyPeer, faulty_registry
 from tests.support import Pki, agent_config, grant, outbound_rule, spiffe, start_peer, write_policy
 

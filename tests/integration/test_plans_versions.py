@@ -17,9 +17,9 @@ import pytest
 from capabilities.context import CallContext
 from capabilities.contract import ContractModel
 from capabilities.registry import Capability, CapabilityRegistry, capability
-from gateway.agent import Agent
 from gateway.plans import Plan
 from gateway.plans.task import StepStatus, TaskState
+from gateway.runtime.agent import Agent
 from tests.support import Pki, audit_rows, grant, outbound_rule, spiffe, start_peer
 
 BOB = spiffe("bob")

@@ -8,7 +8,6 @@ import time
 import grpc
 import pytest
 
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.errors import (
     CapabilityNotGranted,
@@ -24,6 +23,7 @@ from gateway.errors import (
     UnknownPeer,
     VersionNotAvailable,
 )
+from gateway.runtime.agent import Agent
 from gateway.transport.tls import channel_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.support import Pki, WriteCounter, audit_rows, raw_invoke, spiffe

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from capabilities.registry import CapabilityRegistry
-from gateway.agent import Agent
 from gateway.audit import query_records, verify_chain
 from gateway.audit.filter import AuditFilter
 from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError
+from gateway.runtime.agent import Agent
 from gateway.storage import location, open_audit_reader
 from tests.support import Pki, WriteCounter, agent_config, grant, started, write_policy
 

@@ -18,7 +18,6 @@ import pytest
 
 from capabilities.registry import CapabilityRegistry
 from capabilities.runner import canonical_json
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig
 from gateway.errors import (
@@ -30,6 +29,7 @@ from gateway.errors import (
 )
 from gateway.plans import Plan
 from gateway.plans.task import TaskState
+from gateway.runtime.agent import Agent
 from gateway.transport.tls import MESSAGE_CEILING
 from tests.a2a_upstream import SdkAgent, closed_port, grpc_upstream, jsonrpc_upstream
 from tests.support import (

@@ -23,8 +23,8 @@ import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from google.protobuf import json_format
 
-from gateway.agent import Agent
 from gateway.errors import CapabilityTimeout, GatewayError, InvalidOutput
+from gateway.runtime.agent import Agent
 from gateway.transport.tls import MESSAGE_CEILING
 from tests.a2a_hostile_upstream import (
     RawHttpUpstream,

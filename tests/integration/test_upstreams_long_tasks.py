@@ -21,7 +21,7 @@ import pytest
 from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from gateway.transport.tls import MESSAGE_CEILING
 from tests.a2a_support import V1, A2APeer, data_request, output_of
 from tests.a2a_upstream import SdkAgent, grpc_upstream, jsonrpc_upstream

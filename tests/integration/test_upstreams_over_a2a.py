@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from a2a.utils.errors import A2AError
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from tests.a2a_support import A2APeer, data_request, gateway_reason, output_of
 from tests.a2a_upstream import SdkAgent, grpc_upstream
 from tests.integration.test_upstreams import LEGACY, fronted, outcome, records

@@ -18,7 +18,7 @@ from a2a.types import a2a_pb2
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import FileDescriptor
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from gateway.wire.v1 import gateway_pb2
 from tests.interop.node_projects import GRPC_JS, node_ready
 from tests.support import Pki, WriteCounter, audit_rows, spiffe

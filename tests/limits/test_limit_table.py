@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 
 from gateway.errors import ConcurrencyLimited, RateLimited, ServerBusy, StateUnavailable
-from gateway.inbound.limit_table import (
+from gateway.inbound.limits.admission import CallSlot
+from gateway.inbound.limits.shared_table import (
     LIMITS_FILE,
     PROBE_LIMIT,
     LimitTable,
     create_limit_file,
 )
-from gateway.inbound.limits import CallSlot
 from policies.grants import PeerGrant
 from tests.agent_process import REPO
 from tests.limits.test_limit_units import FakeClock, peer_grant
@@ -225,7 +225,7 @@ _TAKE_ALL = """
 import json, sys
 from pathlib import Path
 from gateway.errors import RateLimited
-from gateway.inbound.limit_table import LimitTable
+from gateway.inbound.limits.shared_table import LimitTable
 from policies.grants import PeerGrant
 table = LimitTable(Path(sys.argv[1]), int(sys.argv[2]), 2, 100_000)
 grant = PeerGrant.model_validate(json.loads(sys.argv[3]))
@@ -274,7 +274,7 @@ def test_processes_taking_from_one_bucket_get_exactly_the_burst(tmp_path: Path) 
 _HOLD = """
 import json, sys, time
 from pathlib import Path
-from gateway.inbound.limit_table import LimitTable
+from gateway.inbound.limits.shared_table import LimitTable
 from policies.grants import PeerGrant
 table = LimitTable(Path(sys.argv[1]), 1, 2, 256)
 grant = PeerGrant.model_validate(json.loads(sys.argv[2]))

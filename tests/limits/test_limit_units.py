@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.errors import ConcurrencyLimited, RateLimited, ServerBusy
-from gateway.inbound.limits import PeerCallLimits, TokenBucket
+from gateway.inbound.limits.admission import PeerCallLimits, TokenBucket
 from policies.grants import PeerGrant, PolicyDocument
 from policies.policy_file import Policy, load_policy, render_policy
 

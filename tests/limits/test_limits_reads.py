@@ -15,7 +15,7 @@ import pytest
 from a2a.types import a2a_pb2
 
 from gateway.client.peer_client import PeerClient
-from gateway.inbound.limit_audit import LimitRefusalLog
+from gateway.inbound.limits.refusal_log import LimitRefusalLog
 from gateway.transport.status import from_rpc_error
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.a2a_support import V1, A2APeer, data_request, poisoned

@@ -16,10 +16,10 @@ import grpc
 import pytest
 from a2a.utils import errors as a2a_errors
 
-from gateway.agent import Agent
 from gateway.audit.summary import calls_in as refused_count
 from gateway.client.peer_client import PeerClient
 from gateway.errors import ConcurrencyLimited, GatewayError, RateLimited, ServerBusy
+from gateway.runtime.agent import Agent
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.a2a_support import A2APeer, data_request, gateway_reason, output_of
 from tests.support import (

@@ -22,7 +22,7 @@ import pytest
 from a2a.types import a2a_pb2
 
 from capabilities.runner import NOT_STARTED
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.a2a_support import V1, A2APeer, data_request
 from tests.support import (

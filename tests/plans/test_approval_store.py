@@ -9,11 +9,11 @@ import pytest
 
 from capabilities.contract import Risk
 from gateway.errors import TaskLeased, TaskNotFound
-from gateway.plans.approval import Decision, needs_approval, request_for, threshold
-from gateway.plans.model import Plan
-from gateway.plans.records import Usage
+from gateway.plans.document.model import Plan
+from gateway.plans.execution.approval import Decision, needs_approval, request_for, threshold
 from gateway.plans.task import TaskState
 from gateway.plans.task_store.postgres import PostgresTaskStore
+from gateway.plans.task_store.records import Usage
 from gateway.plans.task_store.sqlite import SqliteTaskStore
 from gateway.plans.task_store.store import TaskStore
 from tests.postgres import state_pool

@@ -18,12 +18,12 @@ import pytest
 
 from gateway.errors import TaskLeased
 from gateway.plans import Plan
+from gateway.plans.execution.verification import comparison_digest
 from gateway.plans.task import StepResult, StepStatus
 from gateway.plans.task_store import rows
 from gateway.plans.task_store.postgres import PostgresTaskStore
 from gateway.plans.task_store.sqlite import FailedAttempt, SqliteTaskStore
 from gateway.plans.task_store.store import TaskStore
-from gateway.plans.verification import comparison_digest
 from gateway.postgres.migrations import LATEST_VERSION, MIGRATIONS
 from tests.postgres import state_pool
 

@@ -12,7 +12,7 @@ from capabilities.versions import Version
 from gateway.errors import ConfigError
 from gateway.outbound.router import Offer
 from gateway.plans import PlanInvalid, PlanLimits, check_routes, check_structure, parse_plan
-from gateway.plans.model import resolve_input
+from gateway.plans.document.model import resolve_input
 
 
 def plan(steps: list[dict[str, Any]], **extra: Any) -> str:

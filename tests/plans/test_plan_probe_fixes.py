@@ -22,11 +22,11 @@ from grpc import aio
 from capabilities.context import CallContext
 from capabilities.contract import ContractModel
 from capabilities.registry import Capability, CapabilityRegistry, capability
-from gateway.agent import Agent
 from gateway.errors import InvalidInput, PlanInvalid
 from gateway.plans import Plan, parse_plan
-from gateway.plans.minimise import declared_part
+from gateway.plans.execution.minimise import declared_part
 from gateway.plans.task import StepStatus, TaskState
+from gateway.runtime.agent import Agent
 from gateway.transport.tls import server_options
 from gateway.wire.v1 import gateway_pb2
 from tests.support import Pki, agent_config, outbound_rule, spiffe, write_policy

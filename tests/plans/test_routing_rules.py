@@ -24,11 +24,15 @@ from gateway.errors import (
 )
 from gateway.outbound.router import Router, Skipped
 from gateway.plans import Plan, PlanLimits, check_routes, parse_plan
-from gateway.plans.attempt_rules import ATTEMPT_MARGIN_SECONDS, WRITE_IN_DOUBT, attempt_timeout
-from gateway.plans.driver import PlanDriver
-from gateway.plans.executor import ExecutorParts
-from gateway.plans.model import Step
-from gateway.plans.planner import Failure, RerouteOrStop
+from gateway.plans.document.model import Step
+from gateway.plans.execution.attempt_rules import (
+    ATTEMPT_MARGIN_SECONDS,
+    WRITE_IN_DOUBT,
+    attempt_timeout,
+)
+from gateway.plans.execution.driver import PlanDriver
+from gateway.plans.execution.executor import ExecutorParts
+from gateway.plans.execution.planner import Failure, RerouteOrStop
 from gateway.plans.task import StepStatus, TaskState
 from gateway.plans.task_store.sqlite import SqliteTaskStore
 from policies.store import PolicyStore

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from capabilities.builtin.search import SearchOutput
-from gateway.plans.schema import SchemaMismatch, check_schema, matches
+from gateway.plans.document.schema import SchemaMismatch, check_schema, matches
 
 SEARCH = SearchOutput.model_json_schema()
 

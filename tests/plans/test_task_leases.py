@@ -20,18 +20,18 @@ import pytest
 from capabilities.registry import CapabilityRegistry
 from gateway.client.peer_client import InvokeResult
 from gateway.errors import TaskLeased
+from gateway.local.process_owner import holder_gone
 from gateway.outbound.router import Router
 from gateway.plans import Plan, PlanLimits
-from gateway.plans.attempt_rules import WRITE_IN_DOUBT
-from gateway.plans.driver import PlanDriver
-from gateway.plans.executor import ExecutorParts
-from gateway.plans.lease import Lease, may_take
-from gateway.plans.planner import RerouteOrStop
+from gateway.plans.execution.attempt_rules import WRITE_IN_DOUBT
+from gateway.plans.execution.driver import PlanDriver
+from gateway.plans.execution.executor import ExecutorParts
+from gateway.plans.execution.planner import RerouteOrStop
 from gateway.plans.task import StepResult, StepStatus, TaskState
+from gateway.plans.task_store.lease import Lease, may_take
 from gateway.plans.task_store.postgres import PostgresTaskStore
 from gateway.plans.task_store.sqlite import SqliteTaskStore, Usage, WritePin
 from gateway.plans.task_store.store import TaskStore
-from gateway.process_owner import holder_gone
 from policies.store import PolicyStore
 from tests.plans.test_routing_rules import BOB, FakePeer, router
 from tests.postgres import state_pool

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway.plans import Plan, TaskNotFound
+from gateway.plans.execution.verification import Confidence
 from gateway.plans.task import (
     Evidence,
     InvalidTransition,
@@ -21,7 +22,6 @@ from gateway.plans.task import (
 from gateway.plans.task_store.postgres import PostgresTaskStore
 from gateway.plans.task_store.sqlite import SqliteTaskStore, Usage
 from gateway.plans.task_store.store import TaskStore
-from gateway.plans.verification import Confidence
 from tests.postgres import state_pool
 
 PLAN = Plan.model_validate(

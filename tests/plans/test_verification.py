@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import ExpectationFailed, PlanInvalid
-from gateway.plans.json_paths import has_path, read_path
-from gateway.plans.model import Expect, Verify, parse_plan
-from gateway.plans.verification import (
+from gateway.plans.document.json_paths import has_path, read_path
+from gateway.plans.document.model import Expect, Verify, parse_plan
+from gateway.plans.execution.verification import (
     Confidence,
     check_deterministic,
     comparison_digest,

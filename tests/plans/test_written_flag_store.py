@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from gateway.plans import Plan
-from gateway.plans.attempt_rules import written_note
+from gateway.plans.execution.attempt_rules import written_note
 from gateway.plans.task import StepResult, StepStatus
 from gateway.plans.task_store import rows
 from gateway.plans.task_store.postgres import PostgresTaskStore

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.devtools.pki import init_ca, issue
 from gateway.errors import ConfigError, GatewayError
+from gateway.runtime.agent import Agent
 from tests.agent_process import REPO
 from tests.rotation.rotation_support import (
     RecordingTlsServer,

@@ -33,11 +33,11 @@ from grpc_status import rpc_status
 from hypothesis import strategies as st
 
 from capabilities.contract import Risk
-from gateway.agent import Agent
 from gateway.audit import AuditRecord, query_records
 from gateway.audit.filter import AuditFilter
 from gateway.errors import ERROR_DOMAIN, all_error_classes, error_for_reason
 from gateway.inbound.invoke_handler import ADMITTED
+from gateway.runtime.agent import Agent
 from gateway.storage import open_audit_reader
 from gateway.transport.status import status_code_for
 from gateway.transport.tls import TlsMaterial, channel_options

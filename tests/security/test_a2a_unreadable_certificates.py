@@ -13,7 +13,7 @@ import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from google.protobuf import empty_pb2
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from gateway.transport.tls import channel_options
 from tests.a2a_support import V1, data_request
 from tests.security.forged_certs import MALFORMED_EXAMPLES, material_raw

@@ -10,9 +10,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError, GrantExpired, PayloadTooLarge, Unauthenticated
+from gateway.runtime.agent import Agent
 from gateway.transport.status import from_rpc_error
 from gateway.wire.v1 import gateway_pb2
 from tests.support import (

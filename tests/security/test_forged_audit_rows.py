@@ -18,9 +18,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gateway.agent import Agent
 from gateway.audit import AuditLog, AuditRecord
 from gateway.display import has_unsafe_characters
+from gateway.runtime.agent import Agent
 from gateway.storage import open_chain_writer
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.support import Pki, WriteCounter, audit_rows, raw_channel

@@ -25,7 +25,6 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from capabilities.registry import CapabilityRegistry
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.errors import (
     ERROR_DOMAIN,
@@ -36,8 +35,9 @@ from gateway.errors import (
     all_error_classes,
 )
 from gateway.plans import Plan
-from gateway.plans.attempt_rules import WRITE_IN_DOUBT
+from gateway.plans.execution.attempt_rules import WRITE_IN_DOUBT
 from gateway.plans.task import StepStatus, TaskResult, TaskState
+from gateway.runtime.agent import Agent
 from gateway.server.grpc_server import PROTOCOL_VERSION
 from gateway.transport.status import status_code_for
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc

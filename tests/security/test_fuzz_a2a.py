@@ -20,8 +20,8 @@ from a2a.types import a2a_pb2
 from google.protobuf import message_factory
 from hypothesis import HealthCheck, event, given, settings
 
-from gateway.agent import Agent
 from gateway.errors import error_for_reason
+from gateway.runtime.agent import Agent
 from gateway.server.a2a.registration import a2a_method_names
 from gateway.transport.status import from_rpc_error, status_code_for
 from tests.a2a_support import data_request, raw_request

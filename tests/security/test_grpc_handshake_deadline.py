@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from gateway.transport import tls
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.support import (

@@ -14,8 +14,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gateway.agent import Agent
 from gateway.errors import ConfigError
+from gateway.runtime.agent import Agent
 from gateway.transport.tls import TlsMaterial
 from policies.identity import svid_dns_name
 from tests.agent_process import write_agent_toml

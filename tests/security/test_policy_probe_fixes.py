@@ -26,11 +26,12 @@ from pathlib import Path
 import pytest
 
 import policies.store
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.config import load_agent_config
 from gateway.errors import GatewayError, RiskNotGranted, UnknownPeer
-from policies.policy_file import MAX_FILE_BYTES, Policy
+from gateway.local.toml_files import MAX_FILE_BYTES
+from gateway.runtime.agent import Agent
+from policies.policy_file import Policy
 from tests.agent_process import write_agent_toml
 from tests.support import (
     Pki,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from tests.a2a_http_support import V1_HEADERS, https_client, our_reason, serving_https
 from tests.support import (

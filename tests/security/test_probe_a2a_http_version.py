@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from tests.a2a_http_support import https_client, jsonrpc, our_reason, serving_https
 from tests.support import (

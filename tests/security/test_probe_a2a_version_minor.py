@@ -29,7 +29,7 @@ import grpc
 import pytest
 from a2a.types import a2a_pb2
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from tests.a2a_http_support import https_client, jsonrpc, message_params, our_reason, serving_https
 from tests.a2a_support import A2APeer, data_request, error_infos

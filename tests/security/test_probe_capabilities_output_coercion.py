@@ -35,9 +35,9 @@ from google.protobuf import json_format
 from capabilities.context import CallContext
 from capabilities.contract import ContractModel
 from capabilities.registry import CapabilityRegistry, capability
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.errors import InvalidOutput
+from gateway.runtime.agent import Agent
 from tests.a2a_hostile_upstream import scripted_grpc_upstream
 from tests.integration.test_upstreams import LEGACY, fronted
 from tests.support import Pki, agent_config, audit_rows, grant, spiffe, started, write_policy

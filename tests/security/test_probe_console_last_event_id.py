@@ -17,8 +17,8 @@ import asyncio
 
 import pytest
 
-from gateway.agent import Agent
 from gateway.console import live
+from gateway.runtime.agent import Agent
 from tests.console import conftest as console_conftest
 from tests.console.test_console_live_resume import _events, _open, _refusals
 from tests.support import Pki

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.config import MetricsSettings
+from gateway.runtime.agent import Agent
 from tests.support import (
     Pki,
     WriteCounter,

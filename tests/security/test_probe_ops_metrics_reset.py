@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.agent import Agent
 from gateway.config import MetricsSettings
+from gateway.runtime.agent import Agent
 from tests.support import Pki, WriteCounter, agent_config, grant, standard_registry, write_policy
 
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
-from gateway.inbound.limit_table import LIMITS_FILE, LimitTable, create_limit_file
+from gateway.inbound.limits.shared_table import LIMITS_FILE, LimitTable, create_limit_file
 from gateway.inbound.replay.mmap import REPLAY_FILE, ReplayTable
-from gateway.private_files import connect_private, private_file
+from gateway.local.private_files import connect_private, private_file
+from gateway.runtime.agent import Agent
 from tests.a2a_support import A2APeer, data_request
 from tests.support import Pki, WriteCounter, agent_config, grant, mesh_registry, write_policy
 
@@ -113,7 +113,7 @@ async def test_new_state_folders_are_0700_and_existing_ones_are_left_alone(
 
 @pytest.mark.usefixtures("open_umask")
 def test_the_instance_lock_is_private(tmp_path: Path) -> None:
-    from gateway.instance_lock import InstanceLock
+    from gateway.runtime.instance_lock import InstanceLock
 
     lock = InstanceLock.acquire(tmp_path)
     try:

@@ -13,7 +13,7 @@ import grpc
 import pytest
 from grpc import aio
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from gateway.server.unknown_methods import OPERATION, shown_method
 from gateway.transport.status import from_rpc_error
 from gateway.transport.tls import channel_options

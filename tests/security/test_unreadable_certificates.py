@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.agent import Agent
 from gateway.errors import Unauthenticated
 from gateway.inbound.pipeline import peer_id_from_cert
+from gateway.runtime.agent import Agent
 from gateway.transport.tls import TlsMaterial, channel_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from policies.identity import is_spiffe_id, spiffe_id_from_pem

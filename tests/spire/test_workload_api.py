@@ -25,12 +25,12 @@ import pytest
 from cryptography import x509
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gateway.agent import Agent
 from gateway.audit.checkpoint_verify import verify_checkpoints
 from gateway.audit.signer_archive import read_signers, signers_file
 from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig, WorkloadApiTls
 from gateway.errors import AgentConfigError, CapabilityNotGranted, PeerUnavailable
+from gateway.runtime.agent import Agent
 from gateway.storage import open_audit_reader
 from gateway.transport.svid_checks import issued_within
 from gateway.transport.tls import TlsMaterial, channel_options

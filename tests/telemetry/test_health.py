@@ -9,7 +9,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from tests.support import (
     Pki,
     Probe,

@@ -9,10 +9,10 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.config import MetricsSettings
 from gateway.errors import AuditUnavailable
+from gateway.runtime.agent import Agent
 from gateway.telemetry.health_http import HealthState, health_answer
 from tests.support import (
     Pki,

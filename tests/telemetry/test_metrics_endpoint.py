@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.config import MetricsSettings
 from gateway.errors import CapabilityNotGranted, GatewayError
+from gateway.runtime.agent import Agent
 from tests.support import (
     Pki,
     WriteCounter,

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.config import MetricsSettings
 from gateway.errors import GatewayError
+from gateway.runtime.agent import Agent
 from gateway.telemetry.metrics import OTHER_CAPABILITY, AgentMetrics
 from gateway.telemetry.prometheus_text import label_name
 from tests.support import (

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.config import MetricsSettings
 from gateway.errors import CapabilityNotGranted, UnknownPeer
+from gateway.runtime.agent import Agent
 from tests.support import (
     Pki,
     WriteCounter,

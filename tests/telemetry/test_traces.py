@@ -10,11 +10,11 @@ from opentelemetry.trace import SpanKind
 
 from capabilities.builtin.echo import echo
 from capabilities.registry import CapabilityRegistry
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.config import TracingSettings
-from gateway.plans.model import Plan
+from gateway.plans.document.model import Plan
 from gateway.plans.task import TaskState
+from gateway.runtime.agent import Agent
 from tests.support import (
     Pki,
     Probe,

@@ -21,11 +21,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gateway", "gateway.hotpath", "gateway.errors", "gateway.display"),
     # helpers with no gateway state of their own
     (
-        "gateway.private_files",
-        "gateway.regular_files",
-        "gateway.host_port",
-        "gateway.process_owner",
-        "gateway.instance_lock",
+        "gateway.local",
+        "gateway.config.addresses",
+        "gateway.runtime.instance_lock",
         "gateway.wire",
         "gateway.postgres.dsn",
     ),
@@ -50,8 +48,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the one place that picks every store's backend
     ("gateway.storage",),
     ("gateway.console",),
-    ("gateway.agent",),
-    ("gateway.supervisor",),
+    ("gateway.runtime", "gateway.runtime.agent"),
+    ("gateway.runtime.supervisor",),
     ("gateway.devtools",),
     ("gateway.cli",),
 )

@@ -197,7 +197,7 @@ def test_a_missing_stale_or_partial_build_runs_python(
 async def test_an_agent_names_the_path_it_runs_when_it_starts(
     pki: Pki, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="gateway.agent")
+    caplog.set_level(logging.INFO, logger="gateway.runtime.agent")
     policy = write_policy(tmp_path / "policy.toml", [grant("bob", ["text.echo"])])
     agent = await started(agent_config(pki, tmp_path, "alice", policy))
     try:

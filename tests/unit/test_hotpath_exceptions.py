@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 
 from gateway import hotpath
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
 from gateway.errors import CapabilityNotGranted, GatewayError
+from gateway.runtime.agent import Agent
 from tests.support import Pki, WriteCounter, audit_rows
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import pytest
 
 from gateway.admin.policy_backtest import backtest, recorded_policy_decision
 from gateway.audit import AuditRecord
-from gateway.plans.approval import ApprovalRequest, audit_record
+from gateway.plans.execution.approval import ApprovalRequest, audit_record
 from policies.policy_file import Policy, load_policy
 from tests.support import grant, spiffe, write_policy
 

@@ -13,9 +13,9 @@ from capabilities.context import CallContext
 from capabilities.registry import Capability, capability
 from capabilities.runner import run_capability
 from capabilities.schema_models import SchemaNotSupported, contract_model
-from gateway.agent import Agent
 from gateway.config import AgentConfig, load_agent_config
 from gateway.errors import AgentConfigError, CapabilityFailed, PeerUnavailable, UpstreamUnavailable
+from gateway.runtime.agent import Agent
 from tests.agent_process import write_agent_toml
 from tests.support import Pki, agent_config, spiffe, write_policy
 

@@ -31,8 +31,8 @@ from gateway.admin.idempotency.store import (
 from gateway.errors import ConfigError, StateUnavailable
 from gateway.inbound.idempotency.postgres import STALE_CLAIM
 from gateway.inbound.idempotency.store import Ident
+from gateway.local.process_owner import holder_gone
 from gateway.postgres.source import ConnectionSource
-from gateway.process_owner import holder_gone
 
 _SELECT = (
     "SELECT peer, capability, key, state, served_version, request_sha256, "

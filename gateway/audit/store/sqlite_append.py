@@ -22,7 +22,7 @@ from gateway.audit.store.sqlite_schema import (
 )
 from gateway.audit.store.store import ChainWriter
 from gateway.errors import AuditUnavailable
-from gateway.private_files import connect_private
+from gateway.local.private_files import connect_private
 
 
 class SqliteChainWriter(ChainWriter):

@@ -8,7 +8,7 @@ see :mod:`gateway.inbound.idempotency.store`), with two differences a fleet need
   other reads the row and answers as a retry would (in doubt, or the answer).
 * Opening the store does not mark every ``claimed`` row in doubt (other
   replicas' attempts may be running): only claims whose owner process is gone
-  (:func:`gateway.process_owner.holder_gone`) or older than ``STALE_CLAIM``.
+  (:func:`gateway.local.process_owner.holder_gone`) or older than ``STALE_CLAIM``.
   Either way a retry of such a key gets ``IDEMPOTENCY_IN_DOUBT``, never a
   second write.
 """
@@ -22,8 +22,8 @@ from datetime import timedelta
 
 from gateway.errors import IdempotencyConflict, IdempotencyInDoubt
 from gateway.inbound.idempotency.store import IdempotencyStore, Ident, StoredAnswer
+from gateway.local.process_owner import holder_gone
 from gateway.postgres.pool import Connection, StatePool
-from gateway.process_owner import holder_gone
 
 _log = logging.getLogger(__name__)
 STALE_CLAIM = timedelta(hours=1)

@@ -19,7 +19,7 @@ from gateway.inbound.idempotency.store import (
     _now_ms,
     open_store_db,
 )
-from gateway.process_owner import holder_gone
+from gateway.local.process_owner import holder_gone
 
 _log = logging.getLogger(__name__)
 

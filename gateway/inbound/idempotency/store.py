@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from gateway.errors import IdempotencyConflict
-from gateway.private_files import connect_private
-from gateway.process_owner import new_owner_id
+from gateway.local.private_files import connect_private
+from gateway.local.process_owner import new_owner_id
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from gateway.errors import StateUnavailable
 from gateway.inbound.replay.store import DEFAULT_WINDOW_SECONDS, ReplayWindow
-from gateway.private_files import PRIVATE_FILE, private_file
+from gateway.local.private_files import PRIVATE_FILE, private_file
 
 REPLAY_FILE = "replay.window"
 """The workers' table, in ``state_dir``."""

@@ -16,12 +16,12 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from gateway.errors import TaskLeased, TaskNotFound
-from gateway.plans.approval import ApprovalRequest, Decision
-from gateway.plans.lease import Lease, may_take
-from gateway.plans.model import Plan
-from gateway.plans.records import FailedAttempt, StoredTask, Usage, WritePin
+from gateway.plans.document.model import Plan
+from gateway.plans.execution.approval import ApprovalRequest, Decision
 from gateway.plans.task import RevisionRecord, StepResult, TaskState
 from gateway.plans.task_store import rows
+from gateway.plans.task_store.lease import Lease, may_take
+from gateway.plans.task_store.records import FailedAttempt, StoredTask, Usage, WritePin
 from gateway.plans.task_store.store import TaskStore
 from gateway.postgres.pool import Connection, StatePool
 

@@ -8,12 +8,12 @@ import sqlite3
 from typing import Any
 
 from gateway.errors import TaskLeased
-from gateway.plans.approval import ApprovalRequest, Decision
-from gateway.plans.lease import Lease
-from gateway.plans.model import parse_plan
-from gateway.plans.records import FailedAttempt, StoredTask, Usage, WritePin
+from gateway.plans.document.model import parse_plan
+from gateway.plans.execution.approval import ApprovalRequest, Decision
+from gateway.plans.execution.verification import Confidence
 from gateway.plans.task import Evidence, RevisionRecord, StepResult, StepStatus, TaskState
-from gateway.plans.verification import Confidence
+from gateway.plans.task_store.lease import Lease
+from gateway.plans.task_store.records import FailedAttempt, StoredTask, Usage, WritePin
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS tasks (task_id TEXT PRIMARY KEY, plan_json TEXT NOT NULL, "

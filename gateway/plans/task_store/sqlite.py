@@ -3,11 +3,11 @@ approval requests and decisions, and failed attempts (digests only).
 
 ``TaskStore`` is the interface; ``SqliteTaskStore`` keeps it in one SQLite file
 (WAL, synchronous=NORMAL; layout in ``gateway.plans.task_store.rows``, the records in
-``gateway.plans.records``) so an agent restarted mid-task resumes without
+``gateway.plans.task_store.records``) so an agent restarted mid-task resumes without
 re-running completed steps. Step outputs are the agent's own data and are
 kept for resume; nothing here is logged.
 
-Writes made while a task runs name the lease ``owner`` (see ``gateway.plans.lease``):
+Writes made while a task runs name the lease ``owner`` (see ``gateway.plans.task_store.lease``):
 they are fenced, i.e. refused with ``TaskLeased`` in the same transaction if
 another process has taken the task over.
 """
@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gateway.errors import AuditUnavailable, TaskLeased, TaskNotFound
-from gateway.plans.approval import ApprovalRequest, Decision
-from gateway.plans.lease import may_take
-from gateway.plans.model import Plan
-from gateway.plans.records import FailedAttempt, StoredTask, Usage, WritePin
+from gateway.local.private_files import connect_private
+from gateway.plans.document.model import Plan
+from gateway.plans.execution.approval import ApprovalRequest, Decision
 from gateway.plans.task import RevisionRecord, StepResult, TaskState
 from gateway.plans.task_store import rows
+from gateway.plans.task_store.lease import may_take
+from gateway.plans.task_store.records import FailedAttempt, StoredTask, Usage, WritePin
 from gateway.plans.task_store.store import TaskStore
-from gateway.private_files import connect_private
 
 __all__ = ["FailedAttempt", "SqliteTaskStore", "StoredTask", "Usage", "WritePin"]
 

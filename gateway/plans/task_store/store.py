@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from gateway.plans.approval import ApprovalRequest, Decision
-from gateway.plans.model import Plan
-from gateway.plans.records import FailedAttempt, StoredTask, Usage, WritePin
+from gateway.plans.document.model import Plan
+from gateway.plans.execution.approval import ApprovalRequest, Decision
 from gateway.plans.task import RevisionRecord, StepResult, TaskState
+from gateway.plans.task_store.records import FailedAttempt, StoredTask, Usage, WritePin
 
 
 class TaskStore(ABC):

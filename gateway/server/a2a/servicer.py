@@ -40,7 +40,7 @@ from gateway.errors import (
 )
 from gateway.inbound.call import InvokeCall, deadline_from
 from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler, InvokeOutcome
-from gateway.inbound.limits import CallSlot
+from gateway.inbound.limits.admission import CallSlot
 from gateway.inbound.pipeline import InFlight
 from gateway.server.a2a.background_tasks import BackgroundTasks
 from gateway.server.a2a.card import CardIssuer, extended_card

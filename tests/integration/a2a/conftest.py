@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.agent import Agent
 from gateway.audit import AuditRecord
+from gateway.runtime.agent import Agent
 from tests.a2a_support import A2APeer
 from tests.support import Pki, audit_rows
 

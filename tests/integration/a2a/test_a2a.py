@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from capabilities.context import CallContext
 from capabilities.registry import capability
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from gateway.server.a2a import CONTRACTS_EXTENSION_URI
 from tests.a2a_support import (
     A2APeer,

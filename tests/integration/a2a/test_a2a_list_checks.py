@@ -11,7 +11,7 @@ import pytest
 from a2a.types import a2a_pb2
 from google.protobuf import timestamp_pb2
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from gateway.server.a2a.task_store.store import page_token, token_task_id
 from gateway.transport.status import from_rpc_error
 from tests.a2a_support import V1, A2APeer, data_request, raw_request

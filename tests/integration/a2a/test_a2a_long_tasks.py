@@ -17,9 +17,9 @@ from a2a.types import a2a_pb2
 from a2a.utils import errors as a2a_errors
 from google.protobuf import json_format
 
-from gateway.agent import Agent
 from gateway.audit import AuditRecord
 from gateway.config import A2ASettings
+from gateway.runtime.agent import Agent
 from tests.a2a_support import V1, A2APeer, data_request, gateway_reason, output_of, sdk_client
 from tests.support import (
     Pki,

@@ -22,9 +22,9 @@ import pytest
 from a2a.types import a2a_pb2
 from a2a.utils import errors as a2a_errors
 
-from gateway.agent import Agent
 from gateway.audit import query_records
 from gateway.audit.filter import AuditFilter
+from gateway.runtime.agent import Agent
 from gateway.server.a2a import task_follow
 from gateway.server.a2a.task_store.store import TaskOutcome
 from gateway.storage import location, open_audit_reader

@@ -10,9 +10,9 @@ import pytest
 from a2a.types import a2a_pb2
 from a2a.utils import errors as a2a_errors
 
-from gateway.agent import Agent
 from gateway.audit import query_records
 from gateway.audit.filter import AuditFilter
+from gateway.runtime.agent import Agent
 from gateway.storage import location, open_audit_reader
 from tests.a2a_support import A2APeer, data_request, error_infos, output_of
 from tests.support import (

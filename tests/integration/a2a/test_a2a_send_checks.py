@@ -14,8 +14,8 @@ import pytest
 from a2a.types import a2a_pb2
 from google.protobuf import struct_pb2
 
-from gateway.agent import Agent
 from gateway.audit import AuditRecord
+from gateway.runtime.agent import Agent
 from gateway.server.a2a.messages import MAX_METADATA_KEYS
 from gateway.transport.status import from_rpc_error
 from gateway.wire.v1 import gateway_pb2

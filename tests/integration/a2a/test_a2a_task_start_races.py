@@ -20,7 +20,7 @@ import grpc
 import pytest
 from a2a.types import a2a_pb2
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from gateway.server.a2a.task_store.store import TaskFilter, TaskOutcome
 from tests.a2a_support import V1, A2APeer, data_request
 from tests.integration.a2a.test_a2a_long_tasks import start_alice

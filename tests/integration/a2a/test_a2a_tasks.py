@@ -9,7 +9,7 @@ import pytest
 from a2a.types import a2a_pb2
 from a2a.utils import errors as a2a_errors
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from tests.a2a_support import V1, A2APeer, data_request, error_infos, gateway_reason, output_of
 from tests.integration.a2a.conftest import last_record
 from tests.support import (

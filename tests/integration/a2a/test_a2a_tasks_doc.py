@@ -12,7 +12,7 @@ from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
 from capabilities.registry import Capability
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from tests.a2a_support import V1, A2APeer, data_request
 from tests.support import (
     Pki,

@@ -12,9 +12,9 @@ import pytest
 from a2a.types import a2a_pb2
 from a2a.utils import errors as a2a_errors
 
-from gateway.agent import Agent
 from gateway.config import A2ASettings, load_agent_config
 from gateway.errors import AgentConfigError
+from gateway.runtime.agent import Agent
 from tests.a2a_support import V1, A2APeer, data_request, gateway_reason, output_of
 from tests.agent_process import write_agent_toml
 from tests.integration.a2a.conftest import last_record

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from tests.a2a_http_support import serving_https
 from tests.support import (
     Pki,

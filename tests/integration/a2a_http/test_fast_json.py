@@ -19,7 +19,7 @@ import pytest
 from a2a.server.routes import jsonrpc_dispatcher, rest_dispatcher
 from starlette.responses import JSONResponse
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from gateway.server.a2a_http.fast_json import CompactJsonResponse, json_value
 from tests.a2a_http_support import V1_HEADERS, https_client, jsonrpc, message_params

@@ -29,8 +29,8 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.agent import Agent
 from gateway.audit.record import AuditRecord
+from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH, edge
 from tests.a2a_http_support import (
     V1_HEADERS,

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.agent import Agent
 from gateway.audit import AuditRecord
+from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from gateway.server.a2a_http.edge import ENVELOPE_BYTES
 from tests.a2a_http_support import (

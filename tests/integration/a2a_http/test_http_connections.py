@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH, protocol, server
 from tests.a2a_http_support import (
     V1_HEADERS,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from tests.agent_process import REPO
 from tests.support import Pki, spiffe
 

@@ -15,7 +15,7 @@ import pytest
 from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from gateway.server.a2a.messages import IDENTITY_KEYS
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from tests.a2a_http_support import V1_HEADERS, https_client, jsonrpc, message_params, our_reason

@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.agent import Agent
 from gateway.client.peer_client import PeerClient
-from gateway.inbound.limit_audit import LimitRefusalLog
+from gateway.inbound.limits.refusal_log import LimitRefusalLog
+from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from tests.a2a_http_support import (
     V1_HEADERS,

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from cryptography import x509
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from policies.identity import svid_dns_name
 from tests.a2a_http_support import client_context, https_client
 from tests.support import Pki, spiffe

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from gateway.telemetry.sdk_logs import RELAY_LOGGER
 from tests.a2a_http_support import V1_HEADERS, https_client, jsonrpc, message_params, our_reason

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH
 from gateway.telemetry.json_logs import JsonFormatter
 from tests.a2a_http_support import (

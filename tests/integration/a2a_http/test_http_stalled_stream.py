@@ -26,8 +26,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from capabilities import CallContext, ContractModel, capability
-from gateway.agent import Agent
 from gateway.audit.record import AuditRecord
+from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from policies.grants import MAX_PAYLOAD_CEILING
 from tests.a2a_http_support import (

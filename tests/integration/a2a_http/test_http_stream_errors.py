@@ -27,7 +27,7 @@ from a2a.client import ClientConfig, ClientFactory
 from a2a.client.errors import A2AClientError
 from a2a.types import SubscribeToTaskRequest
 
-from gateway.agent import Agent
+from gateway.runtime.agent import Agent
 from gateway.server.a2a import task_follow
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from gateway.server.a2a_http.wire_errors import GATEWAY_REFUSAL_CODE

@@ -23,8 +23,8 @@ import pytest
 from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
-from gateway.agent import Agent
 from gateway.audit import AuditRecord
+from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from tests.a2a_http_support import (
     V1_HEADERS,

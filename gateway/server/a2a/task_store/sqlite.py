@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.errors import StateUnavailable
-from gateway.private_files import connect_private
+from gateway.local.private_files import connect_private
 from gateway.server.a2a.task_store.store import TASK_COLUMNS, A2ATask, A2ATaskStore, Scope, task_row
 
 _log = logging.getLogger(__name__)

@@ -1,0 +1,151 @@
+"""``[[upstreams]]``: existing A2A agents whose skills this agent serves."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import (
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from capabilities.contract import CapabilityName, Risk
+from capabilities.schema_models import SchemaNotSupported, contract_model
+from capabilities.versions import Version, VersionSyntaxError
+from gateway.config.addresses import (
+    DialAddress,
+    is_loopback_literal,
+)
+from gateway.config.fields import FrozenTable
+from policies.identity import SpiffeId
+
+_SKILL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
+
+
+class UpstreamSkill(FrozenTable):
+    """One skill of an upstream A2A agent, served here as a local capability.
+
+    Attributes:
+        skill: The upstream's skill id (1-128 of ``A-Za-z0-9._:/-``); sent to it
+            as message metadata ``a2agw.skill``.
+        capability: The capability name it becomes here (e.g. ``legacy.echo``).
+        version: That capability's ``MAJOR.MINOR.PATCH`` version.
+        risk: ``read``, ``write`` or ``external``, as grants see it.
+        timeout: Seconds one call may take, the upstream's answer included.
+        idempotent: True if calling the skill twice with the same input is harmless.
+        description: What it does, for peers (Describe, the A2A card).
+        input_schema: JSON Schema (object, the subset of
+            ``capabilities.schema_models``) of the input; the validated object is
+            sent as one ``data`` part. Default: ``{"text": string}``, sent as
+            one text part.
+        output_schema: JSON Schema of the output, read from the answer's first
+            ``data`` part. Default: ``{"text": string}``, the answer's text
+            parts joined.
+    """
+
+    skill: str
+    capability: CapabilityName
+    version: str
+    risk: Risk
+    timeout: float = Field(gt=0, le=3600)
+    idempotent: bool = False
+    description: str = Field(default="", max_length=2000)
+    input_schema: dict[str, Any] | None = None
+    output_schema: dict[str, Any] | None = None
+
+    @field_validator("skill")
+    @classmethod
+    def _skill_id(cls, value: str) -> str:
+        if not _SKILL_ID.fullmatch(value):
+            raise ValueError("must be 1-128 characters of A-Za-z0-9._:/- (starting alphanumeric)")
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _semver(cls, value: str) -> str:
+        try:
+            Version.parse(value)
+        except VersionSyntaxError as err:
+            raise ValueError(str(err)) from err
+        return value
+
+    @field_validator("input_schema", "output_schema")
+    @classmethod
+    def _supported_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            try:
+                contract_model("Checked", value)
+            except SchemaNotSupported as err:
+                raise ValueError(f"unsupported JSON Schema: {err}") from err
+        return value
+
+
+class UpstreamEntry(FrozenTable):
+    """An existing A2A agent whose skills this agent serves as its own capabilities.
+
+    Attributes:
+        id: The upstream's SPIFFE ID: it is called over mTLS with this agent's
+            certificate and must present a certificate for this ID. Omit only
+            for plaintext to a loopback address.
+        binding: ``grpc`` (``address``) or ``jsonrpc`` (``url``).
+        address: ``host:port`` of its gRPC A2A service (binding ``grpc``).
+        url: Its JSON-RPC endpoint, ``https://...`` (needs ``id``) or
+            ``http://`` to a loopback address (binding ``jsonrpc``).
+        skills: The skills served here (at least one).
+        streaming: It serves ``SendStreamingMessage`` (gRPC server stream, or
+            JSON-RPC over SSE): a call whose caller follows its A2A task
+            (streamed or in the background) is streamed from it, its status
+            texts and output chunks passed on as they come (default false:
+            one message, its task polled to the end).
+    """
+
+    id: SpiffeId | None = None
+    binding: Literal["grpc", "jsonrpc"] = "grpc"
+    address: DialAddress | None = None
+    url: str | None = Field(default=None, min_length=8, max_length=2000)
+    skills: tuple[UpstreamSkill, ...] = Field(min_length=1)
+    streaming: bool = False
+
+    @property
+    def name(self) -> str:
+        """How logs and audit details name it: its SPIFFE ID, else its address or URL."""
+        return self.id or self.address or self.url or ""
+
+    @property
+    def plaintext(self) -> bool:
+        """True when calls to it are not protected by TLS (loopback only)."""
+        return self.id is None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> UpstreamEntry:
+        if self.binding == "grpc":
+            if self.address is None or self.url is not None:
+                raise ValueError("binding grpc takes address (host:port), not url")
+            host = self.address.rsplit(":", 1)[0].strip("[]")
+            if self.id is None and not is_loopback_literal(host):
+                raise ValueError("id: required unless address is a loopback IP (plaintext)")
+        else:
+            if self.url is None or self.address is not None:
+                raise ValueError("binding jsonrpc takes url, not address")
+            self._check_url(self.url)
+        skills = [entry.skill for entry in self.skills]
+        if len(skills) != len(set(skills)):
+            raise ValueError("skills: a skill id appears twice")
+        return self
+
+    def _check_url(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("url: must be http:// or https:// with a host")
+        if parts.username or parts.password or parts.query or parts.fragment:
+            raise ValueError("url: no credentials, query or fragment")
+        if parts.scheme == "https" and self.id is None:
+            raise ValueError("id: required for an https url (the server's identity is checked)")
+        if parts.scheme == "http":
+            if self.id is not None:
+                raise ValueError("url: http:// cannot prove the id; use https:// or omit id")
+            if not is_loopback_literal(parts.hostname):
+                raise ValueError("url: plaintext http:// only to a loopback IP")
