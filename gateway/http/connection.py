@@ -71,24 +71,29 @@ def _head_size(scope: Mapping[str, Any]) -> int:
 
 
 def with_certificate(app: ASGIApp, pem: bytes | None, abort: Callable[[], None]) -> ASGIApp:
-    """``app`` with the connection's verified certificate and ``abort`` in every scope.
-
-    A request whose head is over :data:`MAX_HEAD_BYTES` (it came whole in one
-    read, so the byte count of :class:`BoundedHttpProtocol` did not stop it) is
-    answered 431 here, before ``app`` sees it.
-    """
+    """``app`` with the connection's verified certificate and ``abort`` in every scope."""
     chain = [pem.decode("ascii")] if pem is not None else []
 
     async def bound(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and _head_size(scope) > MAX_HEAD_BYTES:
-            await Response(b"", 431, media_type=TEXT)(scope, receive, send)
-            return
         # Replaced, never merged: whatever was there did not come from this handshake.
         scope["extensions"] = {**scope.get("extensions", {}), "tls": {"client_cert_chain": chain}}
         scope[ABORT_KEY] = abort
         await app(scope, receive, send)
 
     return bound
+
+
+def _head_bounded(app: ASGIApp) -> ASGIApp:
+    """``app`` behind a 431 for a head over :data:`MAX_HEAD_BYTES` that came whole in one
+    read (so the byte count of :class:`BoundedHttpProtocol` did not stop it)."""
+
+    async def bounded_head(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and _head_size(scope) > MAX_HEAD_BYTES:
+            await Response(b"", 431, media_type=TEXT)(scope, receive, send)
+            return
+        await app(scope, receive, send)
+
+    return bounded_head
 
 
 @dataclass
@@ -132,7 +137,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             return
         self._counted = True
         pem = peer_certificate_pem(transport.get_extra_info("ssl_object"))
-        self.app = with_certificate(self.config.loaded_app, pem, transport.abort)
+        self.app = with_certificate(_head_bounded(self.config.loaded_app), pem, transport.abort)
         self._head_timer = self.loop.call_later(self.head_seconds, self._head_late)
 
     def connection_lost(self, exc: Exception | None) -> None:

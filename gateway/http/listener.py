@@ -22,25 +22,22 @@ ASGIApp = Any
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``host:port`` (an IP literal or a name), not yet listening.
+    """A TCP socket bound to ``host:port``, not yet listening (a name: its IPv4 address).
 
     Raises:
         OSError: The address cannot be bound (in use, not ours, unresolvable).
     """
     try:
         family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
-        address: tuple[Any, ...] = (host, port)
-    except ValueError:  # a name: its first address, as a client would reach it
-        family, _, _, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
+    except ValueError:
+        family = socket.AF_INET
     # IPPROTO_TCP, not 0: asyncio turns Nagle off (TCP_NODELAY) only on sockets
     # that say they are TCP, and the accepted ones inherit it. Without it every
     # response on a kept-alive connection waits ~40 ms for the peer's delayed ACK.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind(address)
+        sock.bind((host, port))
     except OSError:
         sock.close()
         raise
