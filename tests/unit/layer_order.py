@@ -32,6 +32,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gateway.config",),
     # what the serving and the calling side share: TLS, SVIDs, the status table
     ("gateway.transport",),
+    # serving HTTP with uvicorn: listeners, bounded connections, the Host check
+    ("gateway.http",),
     # the audit record and chain layout, which the PostgreSQL migrations also build on
     ("gateway.audit.record", "gateway.audit.chain", "gateway.audit.store.sqlite_schema"),
     ("gateway.postgres",),

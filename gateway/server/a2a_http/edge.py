@@ -79,6 +79,7 @@ from gateway.errors import (
     PayloadTooLarge,
     Unauthenticated,
 )
+from gateway.http.connection import client_certificate, connection_abort
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.pipeline import InFlight
 from gateway.server.a2a.servicer import A2AServicer
@@ -92,7 +93,6 @@ from gateway.server.a2a_http.context import (
 )
 from gateway.server.a2a_http.fast_json import ParsedJsonRequest, use_fast_json
 from gateway.server.a2a_http.handler import ServicerRequestHandler, speaks_v0_3
-from gateway.server.a2a_http.protocol import client_certificate, connection_abort
 from gateway.server.a2a_http.stream_errors import ErrorBody, with_our_stream_errors
 from gateway.server.a2a_http.wire_errors import (
     http_status,
