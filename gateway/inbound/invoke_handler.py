@@ -72,8 +72,8 @@ PeerCallBinder = Callable[[float, str, str], PeerCall]
 # handler here only notes the error; the await and the ``raise`` come after it.
 
 
-# A compiled value class: hand-written __init__, Final fields (see gateway.hotpath).
-@dataclass(slots=True, init=False, unsafe_hash=True)
+# Final fields, not frozen: see CONTRIBUTING.md, "Value classes built per call".
+@dataclass(slots=True, unsafe_hash=True)
 class AdmittedCall:
     """A call every check of the pipeline has passed; nothing has run yet.
 
@@ -89,25 +89,11 @@ class AdmittedCall:
     admission: Final[Admission]
     payload: Final[BaseModel]
     started: Final[float]
-    slot: Final[CallSlot | None]
-
-    def __init__(
-        self,
-        call: InvokeCall,
-        admission: Admission,
-        payload: BaseModel,
-        started: float,
-        slot: CallSlot | None = None,
-    ) -> None:
-        self.call = call
-        self.admission = admission
-        self.payload = payload
-        self.started = started
-        self.slot = slot
+    slot: Final[CallSlot | None] = None
 
 
-# A compiled value class: hand-written __init__, Final fields (see gateway.hotpath).
-@dataclass(slots=True, init=False, unsafe_hash=True)
+# Final fields, not frozen: see CONTRIBUTING.md, "Value classes built per call".
+@dataclass(slots=True, unsafe_hash=True)
 class InvokeOutcome:
     """A successful Invoke's answer (``remembered``: the idempotency store's answer,
     served again without running the capability; sent as ``replayed`` on the wire)."""
@@ -115,15 +101,7 @@ class InvokeOutcome:
     served_version: Final[str]
     payload: Final[bytes]
     evidence_sha256: Final[str]
-    remembered: Final[bool]
-
-    def __init__(
-        self, served_version: str, payload: bytes, evidence_sha256: str, remembered: bool = False
-    ) -> None:
-        self.served_version = served_version
-        self.payload = payload
-        self.evidence_sha256 = evidence_sha256
-        self.remembered = remembered
+    remembered: Final[bool] = False
 
 
 class InvokeHandler:
