@@ -16,7 +16,6 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
 from capabilities.registry import CapabilityRegistry
-from gateway import hotpath
 from gateway.audit import AuditLog
 from gateway.audit.checkpoint import Checkpointer, CheckpointSigner
 from gateway.audit.signer_archive import remember_signer, signers_file
@@ -376,7 +375,7 @@ class Agent:
         await self.a2a_runs.recover()
         self.a2a_runs.start_upkeep()
         self.port = await self._server.start(self.config.listen)
-        _log.info("serving on port %d; per-call hot path: %s", self.port, hotpath.ACTIVE)
+        _log.info("serving on port %d", self.port)
         if self._workload_api is not None:
             self._workload_api.start(self.live_tls)
         if self.config.a2a.http_listen is not None:

@@ -33,12 +33,8 @@ _SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE PRECISION"}
 def audit_columns_covered() -> bool:
     """True if the PostgreSQL migrations create every ``RECORD_COLUMNS`` field
     with the SQL type of its ``AuditRecord`` field (int, float, else text; a test checks)."""
-    # A field's type is its annotation's text, or the class itself where the
-    # record module is compiled (mypyc evaluates annotations): the name either way.
-    wanted = {
-        field.name: _SQL_TYPES.get(getattr(field.type, "__name__", str(field.type)), "TEXT")
-        for field in fields(AuditRecord)
-    }
+    # A field's type is its annotation's text (the record module postpones annotations).
+    wanted = {field.name: _SQL_TYPES.get(str(field.type), "TEXT") for field in fields(AuditRecord)}
     created = created_record_columns()
     return all(created.get(name) == wanted[name] for name in RECORD_COLUMNS)
 
