@@ -21,7 +21,7 @@ from typing import Any
 
 import uvicorn
 
-from gateway.errors import ConfigError
+from gateway.errors import AddressUnavailable, ConfigError
 from gateway.server.a2a_http.protocol import budgeted, connection_budget
 from gateway.server.a2a_http.tls import LiveServerContext
 from gateway.transport.tls import TlsMaterial
@@ -56,7 +56,9 @@ def _bound_socket(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as err:
         sock.close()
-        raise ConfigError(f"could not listen on {host}:{port} for A2A over HTTPS: {err}") from err
+        raise AddressUnavailable(
+            f"could not listen on {host}:{port} for A2A over HTTPS: {err}"
+        ) from err
     sock.set_inheritable(True)
     return sock
 
@@ -94,7 +96,14 @@ class A2AHttpServer:
         self._tls.use(material)
 
     async def start(self, address: str) -> int:
-        """Bind ``HOST:PORT`` (port 0 picks one) and serve; returns the bound port."""
+        """Bind ``HOST:PORT`` (port 0 picks one) and serve; returns the bound port.
+
+        A start that fails leaves no socket open.
+
+        Raises:
+            ConfigError: ``address`` is not ``HOST:PORT``, or uvicorn would not start.
+            AddressUnavailable: the address cannot be bound.
+        """
         host, port = split_host_port(address)
         self._sock = _bound_socket(host, port)
         self.host, self.port = host, self._sock.getsockname()[1]
@@ -102,6 +111,8 @@ class A2AHttpServer:
         self._server.lifespan = self._config.lifespan_class(self._config)
         await self._server.startup(sockets=[self._sock])
         if self._server.should_exit:
+            self._sock.close()
+            self._sock, self.port = None, 0
             raise ConfigError(f"could not serve A2A over HTTPS on {address}")
         self._loop_task = asyncio.create_task(self._server.main_loop())
         _log.info("serving A2A JSON-RPC and HTTP+JSON over HTTPS on port %d", self.port)
