@@ -52,6 +52,7 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
     └── ConfigError                   FAILED_PRECONDITION
         ├── PolicyFileError           POLICY_INVALID
         ├── AgentConfigError          CONFIG_INVALID
+        │   └── AddressUnavailable    ADDRESS_UNAVAILABLE   (a listen address is taken)
         └── PlanInvalid               PLAN_INVALID                             (plans)
 
 What an error means for retries and plans is a fact of its class, asked in one
@@ -418,6 +419,13 @@ class AgentConfigError(ConfigError):
     """An agent config file is unreadable or invalid."""
 
     reason = "CONFIG_INVALID"
+
+
+class AddressUnavailable(AgentConfigError):
+    """A configured listen address cannot be bound (gRPC, A2A over HTTPS, workers):
+    another process listens there, or the address is not on this host."""
+
+    reason = "ADDRESS_UNAVAILABLE"
 
 
 class PlanInvalid(ConfigError):

@@ -38,7 +38,7 @@ from gateway.console.http import (
 )
 from gateway.console.live import LiveDecisions, event_data
 from gateway.console.pages import layout, problem_note
-from gateway.errors import AgentConfigError, ConfigError, GatewayError
+from gateway.errors import AddressUnavailable, AgentConfigError, ConfigError
 from gateway.http.connection import bounded, connection_abort
 from gateway.http.guards import GetOnly, LoopbackHostGuard
 from gateway.http.listener import HttpListener, endpoint_config
@@ -144,8 +144,14 @@ class ConsoleServer:
         """
         try:
             await self._listener.start(self._host, self._port)
-        except OSError as err:  # ssl.SSLError is one
-            raise GatewayError(f"console: cannot listen on {self._settings.listen}: {err}") from err
+        except ssl.SSLError as err:
+            raise AgentConfigError(
+                f"console: cannot load its TLS material for {self._settings.listen}: {err}"
+            ) from err
+        except OSError as err:
+            raise AddressUnavailable(
+                f"console: cannot listen on {self._settings.listen}: {err}"
+            ) from err
         self._started = True
         await self._live.start()
         _log.info("console on %s", self.url)

@@ -18,6 +18,8 @@ from typing import Any
 
 import uvicorn
 
+from gateway.errors import ConfigError
+
 ASGIApp = Any
 
 
@@ -99,6 +101,7 @@ class HttpListener:
 
         Raises:
             OSError: The address cannot be bound.
+            ConfigError: uvicorn would not start on it.
             ssl.SSLError: The listening context cannot be built.
         """
         self._sock = bind_socket(host, port)
@@ -106,6 +109,8 @@ class HttpListener:
             self._config.load()
             self._server.lifespan = self._config.lifespan_class(self._config)
             await self._server.startup(sockets=[self._sock])
+            if self._server.should_exit:  # uvicorn logged why; nothing serves
+                raise ConfigError(f"could not serve HTTP on {host}:{port}")
         except BaseException:
             self._sock.close()
             self._sock = None

@@ -12,7 +12,7 @@ from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from gateway.errors import AgentConfigError, GatewayError
+from gateway.errors import AddressUnavailable, GatewayError
 from gateway.inbound.call import InvokeCall, deadline_from
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.server.a2a import SERVICE_NAME as A2A_SERVICE_NAME
@@ -193,14 +193,14 @@ class GatewayServer:
         """Bind ``address`` (port 0 picks one) and start serving; returns the port.
 
         Raises:
-            AgentConfigError: the address cannot be bound (in use, or not on this host).
+            AddressUnavailable: the address cannot be bound (in use, or not on this host).
         """
         try:
             port: int = self._server.add_secure_port(address, self._tls.server_credentials())
             if port == 0:
                 raise RuntimeError("no port bound")
         except RuntimeError as err:  # grpc's whole report of a failed bind
-            raise AgentConfigError(
+            raise AddressUnavailable(
                 f"listen {address}: cannot bind (another process listens there, "
                 "or the address is not on this host)"
             ) from err

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.errors import GatewayError
+from gateway.errors import AddressUnavailable
 from gateway.http.connection import bounded
 from gateway.http.guards import GetOnly, LoopbackHostGuard
 from gateway.http.listener import HttpListener, endpoint_config
@@ -76,7 +76,7 @@ class MetricsServer:
         try:
             await self._listener.start(self._host, self._port)
         except OSError as err:
-            raise GatewayError(
+            raise AddressUnavailable(
                 f"metrics: cannot listen on {self._host}:{self._port}: {err}"
             ) from err
         _log.info("serving metrics on %s/metrics", self.address)

@@ -16,7 +16,7 @@ from typing import Any
 
 import uvicorn
 
-from gateway.errors import ConfigError
+from gateway.errors import AddressUnavailable, ConfigError
 from gateway.http.listener import HttpListener
 from gateway.server.a2a_http.protocol import budgeted, connection_budget
 from gateway.server.a2a_http.tls import LiveServerContext
@@ -77,12 +77,19 @@ class A2AHttpServer:
         self._tls.use(material)
 
     async def start(self, address: str) -> int:
-        """Bind ``HOST:PORT`` (port 0 picks one) and serve; returns the bound port."""
+        """Bind ``HOST:PORT`` (port 0 picks one) and serve; returns the bound port.
+
+        A start that fails leaves no socket open.
+
+        Raises:
+            ConfigError: ``address`` is not ``HOST:PORT``, or uvicorn would not start.
+            AddressUnavailable: the address cannot be bound.
+        """
         host, port = split_host_port(address)
         try:
             await self._listener.start(host, port)
         except OSError as err:
-            raise ConfigError(
+            raise AddressUnavailable(
                 f"could not listen on {host}:{port} for A2A over HTTPS: {err}"
             ) from err
         _log.info("serving A2A JSON-RPC and HTTP+JSON over HTTPS on port %d", self.port)

@@ -3,17 +3,20 @@ every card signed by the holder of the agent's SPIFFE ID."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
+from capabilities.registry import CapabilityRegistry
 from gateway.errors import Unauthenticated
 from gateway.runtime.agent import Agent
 from gateway.server.a2a.card_signing import verify_card
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from tests.a2a_http_support import V1_HEADERS, https_client, jsonrpc
 from tests.a2a_support import V1, A2APeer
-from tests.support import Pki, spiffe
+from tests.support import Pki, spiffe, started
 
 
 def card_of(document: dict[str, object]) -> a2a_pb2.AgentCard:
@@ -102,15 +105,26 @@ async def test_a_card_does_not_verify_for_another_id_or_after_a_change(
         verify_card(card, foreign_ca, spiffe("alice"))
 
 
-async def test_the_cards_list_the_configured_public_url(pki: Pki, alice: Agent) -> None:
+async def test_the_cards_list_the_configured_public_url(
+    pki: Pki, alice: Agent, tmp_path: Path
+) -> None:
     bound = [i.url for i in alice.public_card.get().supported_interfaces]
     assert bound[0] == alice.address  # gRPC: listen's host and the bound port, by default
     public = alice.config.a2a.model_copy(
         update={"http_url": "https://alice.example:443", "grpc_address": "alice.example:8443"}
     )
-    alice.config = alice.config.model_copy(update={"a2a": public})
-    alice.public_card.invalidate()
-    card = alice.public_card.get()
+    behind_a_proxy = alice.config.model_copy(
+        update={
+            "a2a": public,
+            "audit_db": tmp_path / "public-audit.sqlite",
+            "state_dir": tmp_path / "public-state",
+        }
+    )
+    agent = await started(behind_a_proxy, CapabilityRegistry())
+    try:
+        card = agent.public_card.get()
+    finally:
+        await agent.stop()
     assert [i.url for i in card.supported_interfaces] == [
         "alice.example:8443",
         *2
