@@ -46,7 +46,15 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _alice(pki: Pki, tmp_path: Path, *, grpc_port: int, https_port: int) -> Path:
+def _alice(
+    pki: Pki,
+    tmp_path: Path,
+    *,
+    grpc_port: int,
+    https_port: int,
+    metrics_port: int = 0,
+    console_port: int = 0,
+) -> Path:
     """alice's config: gRPC and A2A over HTTPS on the given ports, metrics and console on."""
     toml = write_agent_toml(
         tmp_path / "alice.toml",
@@ -60,30 +68,42 @@ def _alice(pki: Pki, tmp_path: Path, *, grpc_port: int, https_port: int) -> Path
     toml.write_text(
         toml.read_text()
         + f'\n[a2a]\nhttp_listen = "127.0.0.1:{https_port}"\n'
-        + '\n[metrics]\nlisten = "127.0.0.1:0"\n'
-        + '\n[console]\nlisten = "127.0.0.1:0"\n'
+        + f'\n[metrics]\nlisten = "127.0.0.1:{metrics_port}"\n'
+        + f'\n[console]\nlisten = "127.0.0.1:{console_port}"\n'
     )
     return toml
 
 
-@pytest.mark.parametrize("taken", ["https", "grpc"])
+@pytest.mark.parametrize("taken", ["https", "grpc", "metrics", "console"])
 def test_serve_on_a_taken_port_exits_2_with_one_error_line_and_leaves_nothing_running(
     pki: Pki, tmp_path: Path, capfd: pytest.CaptureFixture[str], held_port: int, taken: str
 ) -> None:
     grpc_port = held_port if taken == "grpc" else _free_port()
-    config = _alice(pki, tmp_path, grpc_port=grpc_port, https_port=held_port)
+    ports_of = {name: held_port if taken == name else 0 for name in ("metrics", "console")}
+    config = _alice(
+        pki,
+        tmp_path,
+        grpc_port=grpc_port,
+        https_port=held_port if taken == "https" else 0,
+        metrics_port=ports_of["metrics"],
+        console_port=ports_of["console"],
+    )
     threads, ports = set(threading.enumerate()), listening_ports()
     capfd.readouterr()
 
     assert main(["serve", "--config", str(config)]) == EXIT_USAGE
 
     errors = [line for line in capfd.readouterr().err.splitlines() if line.startswith("error:")]
+    in_use = "[Errno 98] Address already in use"
     assert errors == [
-        f"error: could not listen on 127.0.0.1:{held_port} for A2A over HTTPS: "
-        "[Errno 98] Address already in use"
-        if taken == "https"
-        else f"error: listen 127.0.0.1:{held_port}: cannot bind (another process listens "
-        "there, or the address is not on this host)"
+        {
+            "https": f"error: could not listen on 127.0.0.1:{held_port} for A2A over HTTPS: "
+            + in_use,
+            "grpc": f"error: listen 127.0.0.1:{held_port}: cannot bind (another process "
+            "listens there, or the address is not on this host)",
+            "metrics": f"error: metrics: cannot listen on 127.0.0.1:{held_port}: {in_use}",
+            "console": f"error: console: cannot listen on 127.0.0.1:{held_port}: {in_use}",
+        }[taken]
     ]
     # No audit writer, gRPC poller, span exporter or executor thread goes on running,
     # no listener (gRPC, metrics, console) stays bound, the state lock is free again.
