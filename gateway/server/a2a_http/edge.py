@@ -16,7 +16,12 @@ Before the SDK sees a request, the edge (in this order, each refusal audited onc
    the edge gives it back if the request never gets that far;
 2. refuses a request that names an identity in its headers
    (``X-Forwarded-Client-Cert``, ``Authorization``, ...: ``UNAUTHENTICATED``);
-3. reads the body up to the caller's limit, twice the grant's payload cap
+3. refuses a request whose body, or whose write, is not declared JSON
+   (:func:`_declared_json`: ``CONTENT_TYPE_NOT_SUPPORTED``, JSON-RPC ``-32005``,
+   HTTP ``415``), so that a form or ``text/plain`` post, which a browser sends
+   cross-site without asking (and with the client certificate it holds),
+   never runs;
+4. reads the body up to the caller's limit, twice the grant's payload cap
    plus :data:`ENVELOPE_BYTES` (JSON escapes and base64 make a payload larger
    on the wire than the bytes the cap counts); a longer body is refused
    ``PAYLOAD_TOO_LARGE`` without being decoded, from its ``Content-Length``
@@ -73,6 +78,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway.errors import (
+    ContentTypeNotSupported,
     DeadlineExceeded,
     GatewayError,
     InvalidRequest,
@@ -95,6 +101,7 @@ from gateway.server.a2a_http.fast_json import ParsedJsonRequest, use_fast_json
 from gateway.server.a2a_http.handler import ServicerRequestHandler, speaks_v0_3
 from gateway.server.a2a_http.stream_errors import ErrorBody, with_our_stream_errors
 from gateway.server.a2a_http.wire_errors import (
+    REST_MEDIA_TYPE,
     http_status,
     jsonrpc_error,
     jsonrpc_v0_3_error,
@@ -349,6 +356,7 @@ class HttpEdge:
         exchange.peer_id = peer_id
         try:
             self._no_identity_headers(request)
+            _declared_json(request, exchange.operation)
             async with asyncio.timeout(BODY_SECONDS):
                 body = await _body_within(request, 2 * grant.max_payload_bytes + ENVELOPE_BYTES)
             _no_lone_surrogates(body)
@@ -599,6 +607,45 @@ def _metadata(request: Request) -> tuple[tuple[str, str], ...]:
     return metadata
 
 
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_READS = frozenset({"A2A SubscribeToTask"})
+"""What a bodyless POST may ask without naming a media type: the a2a-sdk's REST client
+subscribes with one, and a subscription changes nothing."""
+
+
+def _declared_json(request: Request, operation: str) -> None:
+    """Refuse a body, or a write, not declared JSON (CONTENT_TYPE_NOT_SUPPORTED).
+
+    A JSON media type is ``application/json`` (JSON-RPC, spec 9.1),
+    ``application/a2a+json`` (HTTP+JSON, spec 11.1) or another
+    ``application/*+json`` (RFC 6839), parameters allowed. A browser sends a
+    cross-site POST without asking first only as a form (urlencoded,
+    multipart), ``text/plain`` or with no ``Content-Type`` at all: each of
+    those is refused here, for every POST but a bodyless subscription (so a
+    ``:cancel`` with an empty body needs one too: it is a write).
+    """
+    if request.method not in _BODY_METHODS:
+        return
+    if _is_json(request.headers.get("content-type", "")):
+        return
+    bodyless = "transfer-encoding" not in request.headers and request.headers.get(
+        "content-length", "0"
+    ) in ("", "0")
+    if bodyless and operation in _READS:
+        return
+    declared = request.headers.get("content-type", "").partition(";")[0].strip()[:64]
+    raise ContentTypeNotSupported(
+        f"the request body must be JSON (Content-Type application/json or "
+        f"application/a2a+json), not {declared or 'undeclared'!r}"
+    )
+
+
+def _is_json(content_type: str) -> bool:
+    media_type = content_type.partition(";")[0].strip().lower()
+    kind, _, subtype = media_type.partition("/")
+    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
 async def _body_within(request: Request, limit: int) -> bytes:
     """The request body, refused PAYLOAD_TOO_LARGE past ``limit`` bytes (never decoded)."""
     declared = request.headers.get("content-length", "")
@@ -708,4 +755,4 @@ def _render(
     status = sdk_code if sdk_code is not None else http_status(error)
     content = rest_error(error)
     content["error"]["code"] = status
-    return JSONResponse(content, status_code=status)
+    return JSONResponse(content, status_code=status, media_type=REST_MEDIA_TYPE)

@@ -209,7 +209,9 @@ async def test_a_0_3_body_over_the_cap_is_refused_before_it_is_parsed(
 
     before = await count(alice)
     async with https_client(pki, "bob") as client:
-        answer = await client.post(alice.https_url + path, content=chunks())
+        answer = await client.post(
+            alice.https_url + path, content=chunks(), headers={"Content-Type": "application/json"}
+        )
     if path == JSONRPC_PATH:
         assert_v0_3_refusal(answer.json(), "PAYLOAD_TOO_LARGE", -32000)
     else:
