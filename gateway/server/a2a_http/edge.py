@@ -2,7 +2,9 @@
 
 Routes (the wire format of each is the SDK's own, so it is the spec's)::
 
-    GET  /.well-known/agent-card.json   the public card; the only answer without a certificate
+    GET  /.well-known/agent-card.json   the public card (its 1.0 or 0.3 form, with caching
+                                        headers: ``card_route``); the only answer without a
+                                        certificate
     POST /a2a/jsonrpc                   JSON-RPC binding (SSE for the streaming methods)
     *    /a2a/rest/...                  HTTP+JSON binding (/message:send, /tasks/{id}, ...)
 
@@ -60,13 +62,11 @@ from typing import Any
 
 import orjson
 from a2a.server.context import ServerCallContext
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import (
     ServerCallContextBuilder,
     create_jsonrpc_routes,
     create_rest_routes,
 )
-from a2a.types import a2a_pb2
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from a2a.utils.errors import A2AError
 from sse_starlette.sse import EventSourceResponse, SendTimeoutError
@@ -88,7 +88,9 @@ from gateway.errors import (
 from gateway.http.connection import client_certificate, connection_abort
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.pipeline import InFlight
+from gateway.server.a2a.card import PublicCardDocuments
 from gateway.server.a2a.servicer import A2AServicer
+from gateway.server.a2a_http.card_route import CardRoute
 from gateway.server.a2a_http.context import (
     EXCHANGE_KEY,
     VERSION_METADATA,
@@ -200,7 +202,7 @@ class HttpEdge:
         self,
         handler: InvokeHandler,
         servicer: A2AServicer,
-        public_card: Callable[[], a2a_pb2.AgentCard],
+        public_card: Callable[[], PublicCardDocuments],
         *,
         v0_3_compat: bool = False,
         stream_send_timeout: float = 30.0,
@@ -210,7 +212,7 @@ class HttpEdge:
         self._stream_send_timeout = stream_send_timeout
         self._public_card = public_card
         self._sdk_handler = ServicerRequestHandler(servicer)
-        self._card_served: tuple[a2a_pb2.AgentCard, dict[str, Any]] | None = None
+        self._card_route = CardRoute(v0_3_compat)
 
     def app(self) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
         """The ASGI app: public card, JSON-RPC, REST, and a refusal for any other target."""
@@ -249,13 +251,10 @@ class HttpEdge:
         ]
         return Starlette(routes=routes)
 
-    async def _card(self, _request: Request) -> Response:
-        # The SDK's JSON form (with its v0.3 fields), made once per card: the card
-        # changes only when a port is bound or the certificate rotates.
-        card = self._public_card()
-        if self._card_served is None or self._card_served[0] is not card:
-            self._card_served = (card, agent_card_to_dict(card))
-        return JSONResponse(self._card_served[1])
+    async def _card(self, request: Request) -> Response:
+        version = claimed_version(_metadata(request))
+        if_none_match = request.headers.get("if-none-match")
+        return self._card_route.respond(self._public_card(), version, if_none_match)
 
     def _guard(self, route: BaseRoute, binding: Binding) -> BaseRoute:
         if isinstance(route, Mount):

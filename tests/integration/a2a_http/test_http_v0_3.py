@@ -294,6 +294,9 @@ async def test_with_v0_3_compat_off_0_3_requests_are_refused_audited(
         )
     assert {i["protocolVersion"] for i in card["supportedInterfaces"]} == {"1.0"}
     assert "url" not in card and "preferredTransport" not in card
+    # A request naming no version gets the 1.0 form: no 0.3 field anywhere, skills present.
+    assert "type" not in card["securitySchemes"]["mtls"] and card["skills"] == []
+    assert len(card["signatures"]) == 1
     error = answer.json()["error"]
     assert (error["code"], error["message"].split(":")[0]) == (-32601, "INVALID_REQUEST")
     assert rest.status_code == 404
