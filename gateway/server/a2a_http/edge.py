@@ -330,13 +330,18 @@ class HttpEdge:
         Before the SDK has parsed a JSON-RPC request its method is not known;
         its client then speaks 0.3 if it sends no ``A2A-Version`` (the spec's
         0.3) or 0.3, as 0.3 clients do. A 0.3 client that asked for an event
-        stream gets the error as one event, as its streams end.
+        stream gets the error as one event, as its streams end. A 0.3 REST
+        path (known from the route) is answered ``application/json``, 0.3's
+        media type; a 1.0 one ``application/a2a+json``.
         """
+        if binding is Binding.REST:
+            media_type = _V0_3_MEDIA_TYPE if exchange.v0_3 else REST_MEDIA_TYPE
+            return _render(binding, error, request_id, sdk_code=sdk_code, media_type=media_type)
         if exchange.reached:  # the SDK parsed it: its method says which version
             v0_3 = exchange.v0_3
         else:
             v0_3 = is_v0_3_version(claimed_version(exchange.metadata))
-        if not (self._v0_3_compat and binding is Binding.JSONRPC and v0_3):
+        if not (self._v0_3_compat and v0_3):
             return _render(binding, error, request_id, sdk_code=sdk_code)
         body = jsonrpc_v0_3_error(error, request_id, sdk_code)
         if "text/event-stream" in request.headers.get("accept", ""):
@@ -606,6 +611,8 @@ def _metadata(request: Request) -> tuple[tuple[str, str], ...]:
     return metadata
 
 
+_V0_3_MEDIA_TYPE = "application/json"
+"""What A2A 0.3's HTTP+JSON binding answers with (1.0 made it ``application/a2a+json``)."""
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _READS = frozenset({"A2A SubscribeToTask"})
 """What a bodyless POST may ask without naming a media type: the a2a-sdk's REST client
@@ -745,6 +752,7 @@ def _render(
     request_id: str | int | None = None,
     *,
     sdk_code: int | None = None,
+    media_type: str = REST_MEDIA_TYPE,
 ) -> Response:
     if binding is Binding.JSONRPC:
         body = jsonrpc_error(error, request_id)
@@ -754,4 +762,4 @@ def _render(
     status = sdk_code if sdk_code is not None else http_status(error)
     content = rest_error(error)
     content["error"]["code"] = status
-    return JSONResponse(content, status_code=status, media_type=REST_MEDIA_TYPE)
+    return JSONResponse(content, status_code=status, media_type=media_type)
