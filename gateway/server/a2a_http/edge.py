@@ -19,7 +19,7 @@ Before the SDK sees a request, the edge (in this order, each refusal audited onc
 2. refuses a request that names an identity in its headers
    (``X-Forwarded-Client-Cert``, ``Authorization``, ...: ``UNAUTHENTICATED``);
 3. refuses a request whose body, or whose write, is not declared JSON
-   (:func:`_declared_json`: ``CONTENT_TYPE_NOT_SUPPORTED``, JSON-RPC ``-32005``,
+   (``media_types.declared_json``: ``CONTENT_TYPE_NOT_SUPPORTED``, JSON-RPC ``-32005``,
    HTTP ``415``), so that a form or ``text/plain`` post, which a browser sends
    cross-site without asking (and with the client certificate it holds),
    never runs;
@@ -78,7 +78,6 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway.errors import (
-    ContentTypeNotSupported,
     DeadlineExceeded,
     GatewayError,
     InvalidRequest,
@@ -101,9 +100,13 @@ from gateway.server.a2a_http.context import (
 )
 from gateway.server.a2a_http.fast_json import ParsedJsonRequest, use_fast_json
 from gateway.server.a2a_http.handler import ServicerRequestHandler, speaks_v0_3
+from gateway.server.a2a_http.media_types import (
+    REST_MEDIA_TYPE,
+    V0_3_REST_MEDIA_TYPE,
+    declared_json,
+)
 from gateway.server.a2a_http.stream_errors import ErrorBody, with_our_stream_errors
 from gateway.server.a2a_http.wire_errors import (
-    REST_MEDIA_TYPE,
     http_status,
     jsonrpc_error,
     jsonrpc_v0_3_error,
@@ -335,7 +338,7 @@ class HttpEdge:
         media type; a 1.0 one ``application/a2a+json``.
         """
         if binding is Binding.REST:
-            media_type = _V0_3_MEDIA_TYPE if exchange.v0_3 else REST_MEDIA_TYPE
+            media_type = V0_3_REST_MEDIA_TYPE if exchange.v0_3 else REST_MEDIA_TYPE
             return _render(binding, error, request_id, sdk_code=sdk_code, media_type=media_type)
         if exchange.reached:  # the SDK parsed it: its method says which version
             v0_3 = exchange.v0_3
@@ -360,7 +363,7 @@ class HttpEdge:
         exchange.peer_id = peer_id
         try:
             self._no_identity_headers(request)
-            _declared_json(request, exchange.operation)
+            declared_json(request, exchange.operation)
             async with asyncio.timeout(BODY_SECONDS):
                 body = await _body_within(request, 2 * grant.max_payload_bytes + ENVELOPE_BYTES)
             _no_lone_surrogates(body)
@@ -609,47 +612,6 @@ def _metadata(request: Request) -> tuple[tuple[str, str], ...]:
             if name.lower() == VERSION_METADATA:
                 return (*metadata, (VERSION_METADATA, value))
     return metadata
-
-
-_V0_3_MEDIA_TYPE = "application/json"
-"""What A2A 0.3's HTTP+JSON binding answers with (1.0 made it ``application/a2a+json``)."""
-_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
-_READS = frozenset({"A2A SubscribeToTask"})
-"""What a bodyless POST may ask without naming a media type: the a2a-sdk's REST client
-subscribes with one, and a subscription changes nothing."""
-
-
-def _declared_json(request: Request, operation: str) -> None:
-    """Refuse a body, or a write, not declared JSON (CONTENT_TYPE_NOT_SUPPORTED).
-
-    A JSON media type is ``application/json`` (JSON-RPC, spec 9.1),
-    ``application/a2a+json`` (HTTP+JSON, spec 11.1) or another
-    ``application/*+json`` (RFC 6839), parameters allowed. A browser sends a
-    cross-site POST without asking first only as a form (urlencoded,
-    multipart), ``text/plain`` or with no ``Content-Type`` at all: each of
-    those is refused here, for every POST but a bodyless subscription (so a
-    ``:cancel`` with an empty body needs one too: it is a write).
-    """
-    if request.method not in _BODY_METHODS:
-        return
-    if _is_json(request.headers.get("content-type", "")):
-        return
-    bodyless = "transfer-encoding" not in request.headers and request.headers.get(
-        "content-length", "0"
-    ) in ("", "0")
-    if bodyless and operation in _READS:
-        return
-    declared = request.headers.get("content-type", "").partition(";")[0].strip()[:64]
-    raise ContentTypeNotSupported(
-        f"the request body must be JSON (Content-Type application/json or "
-        f"application/a2a+json), not {declared or 'undeclared'!r}"
-    )
-
-
-def _is_json(content_type: str) -> bool:
-    media_type = content_type.partition(";")[0].strip().lower()
-    kind, _, subtype = media_type.partition("/")
-    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
 async def _body_within(request: Request, limit: int) -> bytes:

@@ -10,7 +10,7 @@ Both bindings carry the same facts as the gRPC status (``gateway.server.a2a.wire
   table 5.4: ``409`` TASK_NOT_CANCELABLE, ``415`` CONTENT_TYPE_NOT_SUPPORTED,
   ...), else the HTTP status of the gRPC code (AIP-193), and a body
   ``{"error": {code, status, message, details}}`` in the ``google.rpc.Status``
-  JSON form, as ``application/a2a+json`` (:data:`REST_MEDIA_TYPE`).
+  JSON form, as ``application/a2a+json`` (``media_types.REST_MEDIA_TYPE``).
 
 ``details``/``data``: the spec's ``ErrorInfo`` (domain ``a2a-protocol.org``)
 first, where there is one, since the a2a-sdk clients read only the first;
@@ -37,8 +37,6 @@ from gateway.errors import ERROR_DOMAIN, GatewayError, error_for_reason
 from gateway.server.a2a.wire_errors import SPEC_DOMAIN, spec_error_for, spec_reason_for
 from gateway.transport.status import status_code_for
 
-REST_MEDIA_TYPE = "application/a2a+json"
-"""What the HTTP+JSON binding answers with (spec 11.1 and 14.1; the a2a-sdk's REST routes too)."""
 ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
 REASON_METADATA = "a2agw.reason"
 """``ErrorInfo.metadata`` key holding our reason code."""
