@@ -42,9 +42,10 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
     ├── ApprovalDenied                PERMISSION_DENIED  APPROVAL_DENIED       (plans)
     ├── Stagnated                     ABORTED            STAGNATED             (plans)
     ├── Unverified                    FAILED_PRECONDITION UNVERIFIED           (plans)
-    ├── UnsupportedOperation          FAILED_PRECONDITION UNSUPPORTED_OPERATION (A2A)
-    ├── PushNotificationNotSupported  FAILED_PRECONDITION PUSH_NOTIFICATION_NOT_SUPPORTED (A2A)
-    ├── ProtocolVersionNotSupported   FAILED_PRECONDITION VERSION_NOT_SUPPORTED (A2A)
+    ├── UnsupportedOperation          UNIMPLEMENTED      UNSUPPORTED_OPERATION (A2A)
+    ├── PushNotificationNotSupported  UNIMPLEMENTED      PUSH_NOTIFICATION_NOT_SUPPORTED (A2A)
+    ├── ProtocolVersionNotSupported   UNIMPLEMENTED      VERSION_NOT_SUPPORTED (A2A)
+    ├── ContentTypeNotSupported       INVALID_ARGUMENT   CONTENT_TYPE_NOT_SUPPORTED (A2A)
     ├── TaskNotCancelable             FAILED_PRECONDITION TASK_NOT_CANCELABLE  (A2A)
     ├── TaskInterrupted               ABORTED            TASK_INTERRUPTED      (A2A tasks)
     ├── AgentStopping                 UNAVAILABLE        AGENT_STOPPING        (A2A tasks)
@@ -513,6 +514,19 @@ class ProtocolVersionNotSupported(GatewayError):
 
     reason = "VERSION_NOT_SUPPORTED"
     peer_may_answer = True
+
+
+class ContentTypeNotSupported(GatewayError):
+    """A media type this agent does not take (A2A's ContentTypeNotSupportedError).
+
+    Said of a request body on the HTTPS port that is not declared JSON (a form
+    or ``text/plain`` post a browser may send cross-site is never run), before
+    the body is read.
+    """
+
+    reason = "CONTENT_TYPE_NOT_SUPPORTED"
+    peer_may_answer = True
+    nothing_ran = True
 
 
 class TaskNotCancelable(GatewayError):

@@ -277,10 +277,8 @@ def https_base_url(text: str) -> str:
 
 
 def _card(args: argparse.Namespace) -> int:
-    from google.protobuf import json_format
-
     from gateway.server.a2a import public_card
-    from gateway.server.a2a.card import CardIssuer
+    from gateway.server.a2a.card import CardIssuer, card_json
     from gateway.server.a2a.card_signing import card_signer
     from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 
@@ -300,7 +298,7 @@ def _card(args: argparse.Namespace) -> int:
         v0_3=config.a2a.v0_3_compat,
         sign=card_signer(config.id, lambda: tls),  # signed as the served card is
     )
-    print(json_format.MessageToJson(public_card(config.id, issuer), indent=2))
+    print(json.dumps(card_json(public_card(config.id, issuer)), indent=2))  # the 1.0 form
     return 0
 
 

@@ -118,7 +118,7 @@ def compose(
         edge = HttpEdge(
             handler,
             a2a_servicer,
-            public_card.get,
+            public_card.documents,
             v0_3_compat=config.a2a.v0_3_compat,
             stream_send_timeout=config.a2a.stream_send_timeout,
         )

@@ -10,6 +10,12 @@ this key only (``client_certificate``), and ignores headers such as
 ``abort`` (``connection_abort``), so the edge can drop a connection whose
 client stopped reading without waiting for its send buffer to drain.
 
+A request with both ``Content-Length`` and ``Transfer-Encoding`` (h11 reads its
+body by the transfer coding) is answered with ``Connection: close``, so the
+connection closes after the answer (RFC 9112 6.1, "MUST close"): whatever sits
+in front may have framed the body by its length, and what follows it on the
+connection would be a smuggled request.
+
 At shutdown an idle connection is closed as uvicorn closes it (TLS
 close_notify), and dropped if it is still open ``IDLE_CLOSE_SECONDS`` later:
 a client that never answers close_notify (a pooled connection nobody reads)
@@ -31,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import resource
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -107,7 +113,9 @@ class VerifiedPeerProtocol(H11Protocol):
                 transport.abort()  # over the budget: before it can send a request
                 return
             self._counted = True
-        self.app = with_certificate(self.config.loaded_app, pem, transport.abort)
+        self.app = _close_when_framed_twice(
+            with_certificate(self.config.loaded_app, pem, transport.abort)
+        )
         self._head_timer = self.loop.call_later(HEAD_SECONDS, self._head_late)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -155,3 +163,27 @@ class VerifiedPeerProtocol(H11Protocol):
 def budgeted(budget: ConnectionBudget) -> type[VerifiedPeerProtocol]:
     """:class:`VerifiedPeerProtocol` for one server, bounded by ``budget``."""
     return type("BudgetedPeerProtocol", (VerifiedPeerProtocol,), {"budget": budget})
+
+
+def _close_when_framed_twice(app: Any) -> Any:
+    """``app``, whose answer to a request framed by both length and chunks closes the connection."""
+
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        names = {name for name, _ in scope.get("headers", ())}
+        if b"content-length" in names and b"transfer-encoding" in names:
+            send = _closing(send)
+        await app(scope, receive, send)
+
+    return guarded
+
+
+def _closing(send: Any) -> Any:
+    """``send`` whose response says ``Connection: close`` (h11 then closes after it)."""
+
+    async def closing(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            headers = [(k, v) for k, v in message.get("headers", ()) if k.lower() != b"connection"]
+            message = {**message, "headers": [*headers, (b"connection", b"close")]}
+        await send(message)
+
+    return closing

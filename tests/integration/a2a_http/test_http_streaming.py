@@ -278,7 +278,8 @@ async def test_a_subscription_is_the_task_then_what_follows_ending_terminal(
                 gate.release.set()
     assert seen[0] == "task:WORKING"
     assert seen[-2:] == ["artifact:output", "status:COMPLETED"]
-    assert other.headers["content-type"].startswith("application/json")  # an answer, not SSE
+    answer_type = "application/json" if binding == "jsonrpc" else "application/a2a+json"
+    assert other.headers["content-type"].startswith(answer_type)  # an answer, not SSE
     if binding == "jsonrpc":
         error = other.json()["error"]
         assert (error["code"], our_reason(error["data"])) == (-32001, "TASK_NOT_FOUND")
@@ -309,7 +310,7 @@ async def test_cancel_over_http_stops_the_capability_and_is_audited_with_the_can
     else:
         assert refused.status_code == 404
         assert our_reason(refused.json()["error"]["details"]) == "TASK_NOT_FOUND"
-        assert again.status_code == 400
+        assert again.status_code == 409  # the spec's 409 Conflict (A2A 1.0.0, 5.4)
         assert our_reason(again.json()["error"]["details"]) == "TASK_NOT_CANCELABLE"
     assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
     assert canceled["status"]["message"]["metadata"]["a2agw.reason"] == "CANCELLED"
