@@ -104,6 +104,7 @@ from gateway.server.a2a_http.media_types import (
     REST_MEDIA_TYPE,
     V0_3_REST_MEDIA_TYPE,
     declared_json,
+    relabelled,
 )
 from gateway.server.a2a_http.stream_errors import ErrorBody, with_our_stream_errors
 from gateway.server.a2a_http.wire_errors import (
@@ -314,7 +315,7 @@ class HttpEdge:
             response = _then(with_our_stream_errors(response, exchange, error_body), exchange)
             if isinstance(response, EventSourceResponse):
                 return _SendBounded(response, exchange, self._stream_send_timeout)
-            return response
+            return relabelled(response)
 
         return guarded
 
@@ -335,7 +336,7 @@ class HttpEdge:
         0.3) or 0.3, as 0.3 clients do. A 0.3 client that asked for an event
         stream gets the error as one event, as its streams end. A 0.3 REST
         path (known from the route) is answered ``application/json``, 0.3's
-        media type; a 1.0 one ``application/a2a+json``.
+        media type; a 1.0 one too (see ``media_types``).
         """
         if binding is Binding.REST:
             media_type = V0_3_REST_MEDIA_TYPE if exchange.v0_3 else REST_MEDIA_TYPE

@@ -67,7 +67,7 @@ async def test_a_json_body_not_declared_json_runs_nothing(
         assert (error["code"], our_reason(error["data"])) == (-32005, "CONTENT_TYPE_NOT_SUPPORTED")
         assert error["data"][0]["domain"] == "a2a-protocol.org"
     else:
-        assert (answer.status_code, answer.headers["content-type"]) == (415, "application/a2a+json")
+        assert (answer.status_code, answer.headers["content-type"]) == (415, "application/json")
         error = answer.json()["error"]
         assert (error["code"], our_reason(error["details"])) == (415, "CONTENT_TYPE_NOT_SUPPORTED")
     assert error["message"].startswith("CONTENT_TYPE_NOT_SUPPORTED: the request body must be JSON")
@@ -104,8 +104,7 @@ async def test_a_body_declared_json_is_served(
     result: dict[str, Any] = answer.json()
     task = result["result"]["task"] if binding == "jsonrpc" else result["task"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
-    expected = "application/json" if binding == "jsonrpc" else "application/a2a+json"
-    assert answer.headers["content-type"] == expected  # spec 9.1 and 11.1
+    assert answer.headers["content-type"] == "application/json"  # spec 1.0.0 9.1 and 11.1
     assert counter.calls == 1
 
 

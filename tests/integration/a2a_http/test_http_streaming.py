@@ -278,8 +278,7 @@ async def test_a_subscription_is_the_task_then_what_follows_ending_terminal(
                 gate.release.set()
     assert seen[0] == "task:WORKING"
     assert seen[-2:] == ["artifact:output", "status:COMPLETED"]
-    answer_type = "application/json" if binding == "jsonrpc" else "application/a2a+json"
-    assert other.headers["content-type"].startswith(answer_type)  # an answer, not SSE
+    assert other.headers["content-type"].startswith("application/json")  # an answer, not SSE
     if binding == "jsonrpc":
         error = other.json()["error"]
         assert (error["code"], our_reason(error["data"])) == (-32001, "TASK_NOT_FOUND")

@@ -169,7 +169,7 @@ async def test_another_peers_task_is_not_found_in_0_3_too(pki: Pki, alice: Agent
     assert_v0_3_refusal(rpc_answer.json(), "TASK_NOT_FOUND", -32001)
     assert rest_answer.status_code == 404
     assert rest_answer.json()["error"]["message"].startswith("TASK_NOT_FOUND: ")
-    assert rest_answer.headers["content-type"] == "application/json"  # 0.3's (1.0: a2a+json)
+    assert rest_answer.headers["content-type"] == "application/json"  # 0.3's, and 1.0.0's
     assert_v0_3_refusal(cancel.json(), "TASK_NOT_FOUND", -32001)
     [event] = [line[5:] for line in resubscribe.text.splitlines() if line.startswith("data:")]
     assert_v0_3_refusal(httpx.Response(200, content=event.strip()).json(), "TASK_NOT_FOUND", -32001)
