@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from gateway.admin.idempotency.store import AuditTarget, KeyAdmin
 from gateway.errors import ConfigError
+from gateway.inbound.idempotency.operator import AuditTarget, KeyAdmin
 from gateway.postgres.dsn import PostgresDsn, StoreLocation, parse_location
 
 if TYPE_CHECKING:
@@ -171,12 +171,12 @@ def open_audit_reader(where: Path | PostgresDsn) -> AuditReader:
 def open_key_admin(config: AgentConfig) -> KeyAdmin:
     """The operator's view of ``config``'s idempotency keys (audited through its log)."""
     if isinstance(config.state_db, PostgresDsn):
-        from gateway.admin.idempotency.postgres import PostgresKeyAdmin
+        from gateway.inbound.idempotency.postgres import PostgresKeyAdmin
 
         return PostgresKeyAdmin(
             connection_source(config.state_db), audit_target(config.audit_db), config.id
         )
-    from gateway.admin.idempotency.sqlite import SqliteKeyAdmin
+    from gateway.inbound.idempotency.sqlite import SqliteKeyAdmin
 
     return SqliteKeyAdmin(config.idempotency_store, audit_target(config.audit_db), config.id)
 
