@@ -59,6 +59,9 @@ class PostgresIdempotencyStore(IdempotencyStore):
     def _session(self, work: Callable[[SqlConnection], _T]) -> _T:
         return self._pool.run(work)
 
+    def _execute(self, sql: str, params: tuple[object, ...]) -> int:
+        return self._pool.run(lambda conn: conn.execute(sql, params).rowcount)
+
     def mark_cut_off_claims(self) -> int:
         """Mark in doubt the claims of processes that are gone (or stale); returns how many."""
         cut_off = self._mark_cut_off(holder_gone, _stale_before_ms())

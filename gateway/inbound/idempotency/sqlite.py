@@ -118,6 +118,13 @@ class SqliteIdempotencyStore(IdempotencyStore):
         except sqlite3.Error as err:
             raise StateUnavailable(f"idempotency store {self._path}: {err}") from err
 
+    def _execute(self, sql: str, params: tuple[object, ...]) -> int:
+        try:
+            with self._lock:
+                return self._db.execute(sql, params).rowcount
+        except sqlite3.Error as err:
+            raise StateUnavailable(f"idempotency store {self._path}: {err}") from err
+
     def close(self) -> None:
         """Close the database."""
         with self._lock:

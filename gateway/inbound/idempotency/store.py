@@ -155,6 +155,10 @@ class IdempotencyStore(ABC):
         """
 
     @abstractmethod
+    def _execute(self, sql: str, params: tuple[object, ...]) -> int:
+        """One statement, as :meth:`_session` runs it; how many rows it changed."""
+
+    @abstractmethod
     def close(self) -> None:
         """Close the store."""
 
@@ -260,17 +264,17 @@ class IdempotencyStore(ABC):
     ) -> StoredAnswer | None:
         """Insert a claim (None) or return the stored answer; raise if in doubt or conflicting."""
         claim_id = secrets.token_hex(8)
-        key = (*self._scope, *ident)
+        key = self._scope + ident
         claim = (*key, request_sha256, served_version, claim_id, self._owner, _now_ms())
 
-        def work(conn: SqlConnection) -> tuple[Any, ...] | None:
+        def insert(conn: SqlConnection) -> tuple[Any, ...] | None:
             # Insert first: of two processes claiming one key at once exactly
             # one inserts; the other reads the row as a retry would.
             if conn.execute(self._sql.claim, claim).rowcount:
                 return None
             return conn.execute(self._sql.read, key).fetchone() or ()
 
-        row = self._session(work)
+        row = self._session(insert)
         if row is None:
             self._claims[ident] = claim_id
             return None
@@ -282,30 +286,28 @@ class IdempotencyStore(ABC):
             raise IdempotencyInDoubt(
                 "an earlier attempt with this key was cut off; its effect is unknown"
             )
-        return StoredAnswer(str(row[0]), str(row[2]), bytes(row[3]), str(row[4]))
+        return StoredAnswer(row[0], row[2], bytes(row[3]), row[4])
 
     def _complete_row(self, ident: Ident, answer: StoredAnswer) -> None:
         """Store the answer of a claimed key."""
         done = (answer.served_version, answer.payload, answer.evidence_sha256, _now_ms())
-        self._session(lambda conn: conn.execute(self._sql.complete, (*done, *self._scope, *ident)))
+        self._execute(self._sql.complete, done + self._scope + ident)
 
     def _delete_claim(self, ident: Ident) -> None:
         """Delete a key still ``claimed``."""
-        self._session(lambda conn: conn.execute(self._sql.drop_claim, (*self._scope, *ident)))
+        self._execute(self._sql.drop_claim, self._scope + ident)
 
     def _mark_in_doubt(self, ident: Ident, claim_id: str) -> None:
         """Mark ``claim_id``'s claim in doubt; log (never raise) when that fails."""
         marked = (_now_ms(), *self._scope, *ident, claim_id)
         try:
-            self._session(lambda conn: conn.execute(self._sql.in_doubt, marked))
+            self._execute(self._sql.in_doubt, marked)
         except Exception as err:  # the row stays 'claimed': still refused, never rerun
             _log.warning("idempotency store: cannot mark a key in doubt: %s", err)
 
     def _purge_rows(self, cutoff_ms: int) -> int:
         """Delete ``done`` rows last changed before ``cutoff_ms``; returns how many."""
-        return self._session(
-            lambda conn: conn.execute(self._sql.purge, (*self._scope, cutoff_ms)).rowcount
-        )
+        return self._execute(self._sql.purge, (*self._scope, cutoff_ms))
 
     def _mark_cut_off(self, gone: Callable[[str], bool], stale_before_ms: int = 0) -> int:
         """Mark in doubt the claims whose owner is ``gone``, and those last changed
