@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "gateway.runtime.instance_lock",
         "gateway.wire",
         "gateway.postgres.dsn",
+        "gateway.sql",
     ),
     ("capabilities",),
     ("policies",),
