@@ -189,19 +189,17 @@ _CHECKOUT_FOLDERS = re.compile(r"(^|/)(\.venv|\.git|pki|state|a2a_peer_gateway\.
 _BUILD_FOLDERS = re.compile(r"^(\./)?(src|tmp/dist|tmp/pip|wheels|build|dist)/.")
 
 
-def test_no_key_state_or_build_leftover_is_in_any_layer(
-    image: str, pki: Pki, tmp_path: Path
-) -> None:
+def leftovers(image: str, keys: list[bytes], folder: Path) -> dict[str, list[str]]:
+    """What ``image``'s layers hold that no image of the agent may: ``keys``, key or state
+    files, PEM private keys, a checkout's or the build's folders, installers."""
     # The base layers are Debian's packages as debootstrap installed them: GnuTLS carries
-    # private keys of its own self-tests, so the PEM check starts above them. No layer may hold
-    # a key of this session's PKI (which the other tests mount into containers of this image).
+    # private keys of its own self-tests, so the PEM check starts above them.
     base_layers = layer_count(build_base_image())
-    session_keys = {path.name: path.read_bytes() for path in pki.dir.glob("*.key")}
     found: dict[str, list[str]] = {}
-    for index, path, content in image_layers(image, tmp_path):
+    for index, path, content in image_layers(image, folder):
         name = f"layer {index}: {path.rstrip('/')}"
-        if any(key in content for key in session_keys.values()):
-            found.setdefault("this session's keys", []).append(name)
+        if any(key in content for key in keys):
+            found.setdefault("given keys", []).append(name)
         if path.endswith(_SECRET_SUFFIXES):
             found.setdefault("key or state files", []).append(name)
         if index >= base_layers and _PEM_PRIVATE_KEY.search(content):
@@ -210,7 +208,51 @@ def test_no_key_state_or_build_leftover_is_in_any_layer(
             found.setdefault("checkout or build folders", []).append(name)
         if re.search(r"site-packages/(pip|setuptools)/", path):
             found.setdefault("installers in the runtime", []).append(name)
-    assert found == {}
+    return found
+
+
+def test_no_key_state_or_build_leftover_is_in_any_layer(
+    image: str, pki: Pki, tmp_path: Path
+) -> None:
+    # No layer may hold a key of this session's PKI either: the other tests mount them into
+    # containers of this image.
+    keys = [path.read_bytes() for path in pki.dir.glob("*.key")]
+    assert keys
+    assert leftovers(image, keys, tmp_path) == {}
+
+
+def test_the_layer_search_finds_what_the_old_recipe_left(pki: Pki, tmp_path: Path) -> None:
+    # The page's old recipe: COPY . /src after the README's setup, then rm -rf /src in a
+    # later layer. The search must see through that.
+    context = tmp_path / "checkout"
+    (context / "pki").mkdir(parents=True)
+    shutil.copy(pki.dir / "alice.key", context / "pki" / "alice.key")
+    (context / "state").mkdir()
+    (context / "state" / "alice-audit.sqlite").write_text("")
+    (context / "Containerfile").write_text(
+        f"FROM {build_base_image()}\nCOPY . /src\nRUN rm -rf /src\n"
+    )
+    tag = f"localhost/{unique_name('a2agw-old-recipe')}"
+    podman("build", "--quiet", "--network=none", "-t", tag, str(context), timeout=300)
+    try:
+        found = leftovers(tag, [(pki.dir / "alice.key").read_bytes()], tmp_path)
+    finally:
+        podman("rmi", "--force", tag, check=False)
+    assert found == {
+        "given keys": ["layer 1: src/pki/alice.key"],
+        "key or state files": [
+            "layer 1: src/pki/alice.key",
+            "layer 1: src/state/alice-audit.sqlite",
+        ],
+        "PEM private keys": ["layer 1: src/pki/alice.key"],
+        "checkout or build folders": [
+            "layer 1: src/Containerfile",
+            "layer 1: src/pki",
+            "layer 1: src/pki/alice.key",
+            "layer 1: src/state",
+            "layer 1: src/state/alice-audit.sqlite",
+        ],
+    }
 
 
 def test_the_containerignore_keeps_a_working_checkout_out_of_the_build(tmp_path: Path) -> None:
