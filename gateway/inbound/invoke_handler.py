@@ -30,6 +30,7 @@ from gateway.errors import (
     LimitRefusal,
     OutputTooLarge,
 )
+from gateway.identity import PresentedTokens, TokenIdentities
 from gateway.inbound.call import REQUEST_ID, InvokeCall, deadline_from
 from gateway.inbound.idempotency.store import IdempotencyStore, StoredAnswer
 from gateway.inbound.limits.admission import AdmissionControl, CallSlot, PeerCallLimits
@@ -114,6 +115,7 @@ class InvokeHandler:
         limits: AdmissionControl | None = None,
         limit_refusals: LimitRefusalLog | None = None,
         peer_issuer: PeerIssuerCheck | None = None,
+        tokens: TokenIdentities | None = None,
     ) -> None:
         self._registry = registry
         self._audit = audit
@@ -134,6 +136,7 @@ class InvokeHandler:
             replay=replay if replay is not None else ReplayTable(None),
             limits=self.limits,
             peer_issuer=peer_issuer,
+            tokens=tokens,
         )
         """The one decision path (every protocol's servicer goes through this handler)."""
 
@@ -143,14 +146,18 @@ class InvokeHandler:
         operation: str = "Describe",
         *,
         edge_slot: EdgeSlot | None = None,
+        tokens: PresentedTokens | None = None,
     ) -> tuple[PeerGrant, list[Admission]]:
         """The caller's grant and the capabilities it may call (nothing else leaks).
 
         A refused Describe is audited like a refused Invoke (capability ``""``,
         detail ``operation``: ``Describe``, or the A2A method that asked).
-        ``edge_slot``: as for :meth:`admit`.
+        ``edge_slot``: as for :meth:`admit`; ``tokens``: the bearer tokens the
+        request presented (``gateway.identity.presented``).
         """
-        peer_id, grant = await self.admit_peer(peer_cert_pem, operation, edge_slot=edge_slot)
+        peer_id, grant = await self.admit_peer(
+            peer_cert_pem, operation, edge_slot=edge_slot, tokens=tokens
+        )
         return grant, [
             Admission(peer_id=peer_id, grant=grant, capability=cap)
             for cap in visible_capabilities(grant, self._registry)
@@ -163,6 +170,7 @@ class InvokeHandler:
         task_id: str = "",
         *,
         edge_slot: EdgeSlot | None = None,
+        tokens: PresentedTokens | None = None,
     ) -> tuple[str, PeerGrant]:
         """The Describe prefix of the pipeline for a call that names no capability.
 
@@ -171,10 +179,10 @@ class InvokeHandler:
         The request takes a token of the peer's rate and must find room under
         its in-flight and the server's caps, like a call; it gives its slot back
         at once, as what follows is a short read of the agent's own state.
-        ``edge_slot``: as for :meth:`admit`.
+        ``edge_slot``: as for :meth:`admit`; ``tokens``: as for :meth:`describe`.
         """
         inbound = await self._admit_prefix(
-            peer_cert_pem, operation, task_id, InFlight.ROOM, edge_slot=edge_slot
+            peer_cert_pem, operation, task_id, InFlight.ROOM, edge_slot=edge_slot, tokens=tokens
         )
         assert inbound.query is not None and inbound.query.grant is not None
         return inbound.peer_id, inbound.query.grant
@@ -187,21 +195,27 @@ class InvokeHandler:
         kind: InFlight,
         *,
         edge_slot: EdgeSlot | None = None,
+        tokens: PresentedTokens | None = None,
     ) -> tuple[str, CallSlot]:
         """The Describe prefix for reading or following one's own tasks (``kind``).
 
         Returns the caller's SPIFFE ID and its slot: already given back for a
         poll, held for a subscription until the caller releases it.
-        ``edge_slot``: as for :meth:`admit`.
+        ``edge_slot``: as for :meth:`admit`; ``tokens``: as for :meth:`describe`.
         """
         inbound = await self._admit_prefix(
-            peer_cert_pem, operation, task_id, kind, edge_slot=edge_slot
+            peer_cert_pem, operation, task_id, kind, edge_slot=edge_slot, tokens=tokens
         )
         assert inbound.slot is not None
         return inbound.peer_id, inbound.slot
 
     async def admit_edge(
-        self, peer_cert_pem: bytes | None, operation: str, kind: InFlight
+        self,
+        peer_cert_pem: bytes | None,
+        operation: str,
+        kind: InFlight,
+        *,
+        tokens: PresentedTokens | None = None,
     ) -> tuple[str, PeerGrant, EdgeSlot]:
         """The Describe prefix for a transport that must hold the limits before it reads
         the request (the HTTP edge: nothing of a body is parsed before the rate holds).
@@ -213,7 +227,9 @@ class InvokeHandler:
         token, and call :meth:`EdgeSlot.release_unless_adopted` when the
         request ends.
         """
-        inbound = await self._admit_prefix(peer_cert_pem, operation, "", kind, keep=True)
+        inbound = await self._admit_prefix(
+            peer_cert_pem, operation, "", kind, keep=True, tokens=tokens
+        )
         assert inbound.query is not None and inbound.query.grant is not None
         assert inbound.slot is not None
         return inbound.peer_id, inbound.query.grant, EdgeSlot(inbound.slot, kind)
@@ -227,15 +243,16 @@ class InvokeHandler:
         *,
         edge_slot: EdgeSlot | None = None,
         keep: bool = False,
+        tokens: PresentedTokens | None = None,
     ) -> Inbound:
         started = time.perf_counter()
         inbound = Inbound(
-            InvokeCall(peer_cert_pem, "", "", "", b"", 0.0, task_id=task_id),
+            InvokeCall(peer_cert_pem, "", "", "", b"", 0.0, task_id=task_id, tokens=tokens),
             in_flight=kind,
             edge_slot=edge_slot,
         )
         try:
-            self.pipeline.admit_describe(inbound)
+            await self.pipeline.admit_describe(inbound)
         except GatewayError as refusal:
             await self._record_refusal(
                 refusal,
