@@ -15,8 +15,9 @@ from collections.abc import Callable
 from gateway.audit import AuditLog
 from gateway.client.a2a.upstream_client import UpstreamClient
 from gateway.client.peer_client import PeerClient
-from gateway.config import AgentConfig
+from gateway.config import AgentConfig, WorkloadApiTls
 from gateway.console import ConsoleServer
+from gateway.identity import TokenIdentities, token_identities
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.limits.refusal_log import LimitRefusalLog
 from gateway.outbound.router import Router
@@ -96,6 +97,7 @@ def compose(
         limits=stores.limits,
         limit_refusals=LimitRefusalLog(audit),
         peer_issuer=tls.check_peer_issuer,
+        tokens=_token_identities(config),
     )
     a2a_runs = BackgroundTasks(
         handler, stores.a2a_tasks, shared=stores.shared, retention=config.a2a.task_retention
@@ -176,3 +178,12 @@ def compose(
     )
     tls.on_change(lambda material: use_new_certificate(parts, material))
     return parts
+
+
+def _token_identities(config: AgentConfig) -> TokenIdentities | None:
+    """What verifies bearer tokens, with ``[identity.tokens]`` (None: off)."""
+    tokens = config.identity.tokens
+    if tokens is None:
+        return None
+    socket = config.tls.socket if isinstance(config.tls, WorkloadApiTls) else None
+    return token_identities(tokens, config.id, socket)
