@@ -223,6 +223,16 @@ class AgentConfig(FrozenTable):
         return self
 
     @model_validator(mode="after")
+    def _single_use_tokens_one_process(self) -> AgentConfig:
+        tokens = self.identity.tokens
+        if tokens is not None and self.workers > 1:
+            if any(issuer.single_use_jti for issuer in tokens.issuers):
+                raise ValueError(
+                    "identity.tokens: single_use_jti is remembered by one process: set workers = 1"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _unique_peers(self) -> AgentConfig:
         ids = [peer.id for peer in self.peers]
         if len(ids) != len(set(ids)):

@@ -13,9 +13,7 @@ keys), ``verifier`` (one token), ``spent_ids`` (single-use tokens),
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator
 
 from gateway.config.identity import TokenIssuer, TokenSettings
 from gateway.errors import AgentConfigError
@@ -36,7 +34,8 @@ __all__ = [
     "PresentedTokens",
     "TokenIdentities",
     "VerifiedCaller",
-    "keys_kept_fresh",
+    "keep_keys_fresh",
+    "load_keys",
     "presented_tokens",
     "token_identities",
 ]
@@ -63,14 +62,13 @@ def token_identities(
     return TokenIdentities(TokenVerifier(settings, agent_id, keys))
 
 
-@contextlib.asynccontextmanager
-async def keys_kept_fresh(identities: TokenIdentities) -> AsyncIterator[None]:
-    """Load every issuer's keys, then refresh them in the background until exit.
+async def load_keys(identities: TokenIdentities) -> None:
+    """Load every issuer's keys once, before the agent serves.
 
     Raises:
-        AgentConfigError: a ``jwks_file`` cannot be read at start (an operator's
-            mistake, said at once). A URL or Workload API that does not answer
-            yet is logged, and its tokens are refused until its keys arrive.
+        AgentConfigError: a ``jwks_file`` cannot be read (an operator's mistake,
+            said at once). A URL or Workload API that does not answer yet is
+            logged, and its tokens are refused until its keys arrive.
     """
     for keys in identities.verifier.keys:
         if not await keys.refresh() and keys.issuer.jwks_file is not None:
@@ -79,13 +77,11 @@ async def keys_kept_fresh(identities: TokenIdentities) -> AsyncIterator[None]:
                 f"{keys.issuer.jwks_file} could not be read as a JWKS"
             )
         _log.info("token issuer %s: %d key(s)", keys.issuer.name, keys.count)
-    tasks = [asyncio.create_task(_fresh(keys)) for keys in identities.verifier.keys]
-    try:
-        yield
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def keep_keys_fresh(identities: TokenIdentities) -> None:
+    """Refresh every issuer's keys on its own ``refresh`` period, until cancelled."""
+    await asyncio.gather(*(_fresh(keys) for keys in identities.verifier.keys))
 
 
 async def _fresh(keys: IssuerKeys) -> None:
