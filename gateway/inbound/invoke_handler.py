@@ -10,6 +10,7 @@ capability runs, so no side effect happens that the log cannot show.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -539,6 +540,7 @@ class InvokeHandler:
         started: float,
         detail: str = "",
     ) -> AuditRecord:
+        on_behalf_of, actor_chain = _user_columns(call)
         return AuditRecord(
             time_unix_ms=int(time.time() * 1000),
             request_id=call.request_id if REQUEST_ID.fullmatch(call.request_id) else "",
@@ -557,7 +559,20 @@ class InvokeHandler:
             step_id=_shown(call.step_id),
             detail=detail,
             trace_id=current_trace_id(),
+            on_behalf_of=on_behalf_of,
+            actor_chain=actor_chain,
         )
+
+
+def _user_columns(call: InvokeCall) -> tuple[str, str]:
+    """The audit record's ``on_behalf_of`` and ``actor_chain`` for ``call``: its verified
+    user's subject and actors (never a token), or two empty strings."""
+    tokens = call.tokens
+    if tokens is None or tokens.verified is None or tokens.verified.user is None:
+        return "", ""
+    user = tokens.verified.user
+    actors = json.dumps(list(user.actors), separators=(",", ":"), ensure_ascii=True)
+    return printable(user.subject[:256]), actors
 
 
 def _cancel_detail(err: asyncio.CancelledError, note: str = "") -> str:
