@@ -85,6 +85,15 @@ class TokenIdentities:
             expires = min(expires, token.expires_at)
         return VerifiedCaller(peer_id, user, expires, cert_pem, credential)
 
+    async def user_of(self, token: str, actor: str) -> OnBehalfOf:
+        """The user a token names, verified as any user token whose actor must be ``actor``
+        (this agent, for a task it starts for that user: ``Agent.acting_for``).
+
+        Raises:
+            TokenInvalid: or a subclass, as for a user token sent with a call.
+        """
+        return self._user(await self._verified(token), actor)
+
     async def _verified(self, token: str) -> VerifiedToken:
         try:
             return self.verifier.verify(token)

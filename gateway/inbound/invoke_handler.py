@@ -32,6 +32,7 @@ from gateway.errors import (
     OutputTooLarge,
 )
 from gateway.identity import PresentedTokens, TokenIdentities
+from gateway.identity.exchange import ActingFor
 from gateway.inbound.call import REQUEST_ID, InvokeCall, deadline_from
 from gateway.inbound.idempotency.store import IdempotencyStore, StoredAnswer
 from gateway.inbound.limits.admission import AdmissionControl, CallSlot, PeerCallLimits
@@ -65,8 +66,8 @@ __all__ = [
 ADMITTED = "ADMITTED"
 """Reason of the write-ahead record of a write/external call, committed before it runs."""
 
-PeerCallBinder = Callable[[float, str, str], PeerCall]
-"""Makes a capability's ``call_peer`` from (deadline, task_id, step_id)."""
+PeerCallBinder = Callable[[float, str, str, ActingFor | None], PeerCall]
+"""Makes a capability's ``call_peer`` from (deadline, task_id, step_id, the user it acts for)."""
 
 
 # Final fields, not frozen: see CONTRIBUTING.md, "Value classes built per call".
@@ -459,7 +460,9 @@ class InvokeHandler:
             call_peer=(
                 None
                 if self._bind_peer_call is None
-                else self._bind_peer_call(call.deadline, call.task_id, call.step_id)
+                else self._bind_peer_call(
+                    call.deadline, call.task_id, call.step_id, acting_for(call)
+                )
             ),
             events=events,
         )
@@ -562,6 +565,14 @@ class InvokeHandler:
             on_behalf_of=on_behalf_of,
             actor_chain=actor_chain,
         )
+
+
+def acting_for(call: InvokeCall) -> ActingFor | None:
+    """The user ``call`` acts for, with the token it came with (for calls onward)."""
+    tokens = call.tokens
+    if tokens is None or tokens.verified is None or tokens.verified.user is None:
+        return None
+    return ActingFor(tokens.verified.user, tokens.user)
 
 
 def _user_columns(call: InvokeCall) -> tuple[str, str]:

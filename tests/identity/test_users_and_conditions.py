@@ -31,7 +31,9 @@ CAROL = spiffe("carol")
 
 def user_token(issuer: SessionIssuer, **claims: Any) -> str:
     return issuer.token(
-        claims.pop("sub", "user-42"), ALICE, **({"azp": "carol-client", "groups": ["finance"]} | claims)
+        claims.pop("sub", "user-42"),
+        ALICE,
+        **({"azp": "carol-client", "groups": ["finance"]} | claims),
     )
 
 
@@ -56,9 +58,7 @@ async def last_record(agent: Agent) -> tuple[str, str, str, str, str, str]:
     return (r.peer_id, r.decision, r.reason, r.on_behalf_of, r.actor_chain, r.detail)
 
 
-async def test_a_grant_that_needs_a_user_refuses_a_call_without_one(
-    pki: Pki, alice: Agent
-) -> None:
+async def test_a_grant_that_needs_a_user_refuses_a_call_without_one(pki: Pki, alice: Agent) -> None:
     assert await carol_sends(pki, alice, "hi", None) == "USER_NOT_AUTHORIZED"
     assert (await last_record(alice))[:4] == (CAROL, "refuse", "USER_NOT_AUTHORIZED", "")
 
