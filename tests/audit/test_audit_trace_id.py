@@ -85,6 +85,10 @@ async def test_opening_a_version_2_log_migrates_it_and_a_user_record_chains_on(
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
     rows = query_records(open_audit_reader(path))
-    assert [(r.on_behalf_of, r.actor_chain) for r in rows] == [("", ""), ("", ""), ("user-7", '["x"]')]
+    assert [(r.on_behalf_of, r.actor_chain) for r in rows] == [
+        ("", ""),
+        ("", ""),
+        ("user-7", '["x"]'),
+    ]
     report = verify_chain(open_audit_reader(path))
     assert report.ok and report.records == 3

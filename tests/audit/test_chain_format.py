@@ -136,11 +136,14 @@ def test_a_record_with_a_user_is_hashed_in_the_version_3_form() -> None:
     sha = "ab" * 32
     actors = '["spiffe://example.org/agent/bob"]'
     rec = record(on_behalf_of="user-42", actor_chain=actors, seq=8)
-    assert canonical_bytes(rec) == (
-        '[8,1767225600123,"req-1","","","spiffe://example.org/agent/alice","text.echo",'
-        f'"^1.0","1.0.0","allow","OK","",256,"{sha}",0.25,"","user-42",'
-        '"[\\"spiffe://example.org/agent/bob\\"]"]'
-    ).encode()
+    assert (
+        canonical_bytes(rec)
+        == (
+            '[8,1767225600123,"req-1","","","spiffe://example.org/agent/alice","text.echo",'
+            f'"^1.0","1.0.0","allow","OK","",256,"{sha}",0.25,"","user-42",'
+            '"[\\"spiffe://example.org/agent/bob\\"]"]'
+        ).encode()
+    )
     assert (
         record_hash(GENESIS_HASH, rec)
         == "917bf33b91ca72beabc5dc13736bb48935f0ee271b582db8e398c700e658c0ff"
