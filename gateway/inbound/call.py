@@ -9,6 +9,8 @@ from typing import Final, Protocol
 
 from pydantic import BaseModel
 
+from gateway.identity.presented import PresentedTokens
+
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 """What a request id may be (a2agw.v1 ``request_id``, A2A ``message_id``)."""
 
@@ -72,6 +74,8 @@ class InvokeCall:
             empty); the pipeline replaces the call with the decoded one.
         payload_sha256: Hex SHA-256 of ``payload`` (computed once, on
             construction); "" while the payload is pending.
+        tokens: The bearer tokens the request presented (``Authorization``,
+            ``A2AGW-User-Token``; None: neither), verified by ``identity``.
     """
 
     __slots__ = (
@@ -89,6 +93,7 @@ class InvokeCall:
         "request_id",
         "step_id",
         "task_id",
+        "tokens",
         "version_constraint",
     )
 
@@ -109,6 +114,7 @@ class InvokeCall:
         deadline_unix_ms: int = 0,
         pending_payload: PendingPayload | None = None,
         payload_sha256: str | None = None,
+        tokens: PresentedTokens | None = None,
     ) -> None:
         # ``payload_sha256``: the digest of this very payload, already computed
         # (``with_deadline``); None hashes it.
@@ -126,6 +132,7 @@ class InvokeCall:
         self.claimed_identity: Final[str] = claimed_identity
         self.deadline_unix_ms: Final[int] = deadline_unix_ms
         self.pending_payload: Final[PendingPayload | None] = pending_payload
+        self.tokens: Final[PresentedTokens | None] = tokens
         # Needed by every audit record of the call and by the idempotency
         # claim: hash the payload once (a pending one once it is decoded).
         if payload_sha256 is None:
@@ -174,6 +181,7 @@ class InvokeCall:
             self.deadline_unix_ms,
             pending_payload,
             payload_sha256,
+            self.tokens,
         )
 
     def __repr__(self) -> str:

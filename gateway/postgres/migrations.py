@@ -169,6 +169,11 @@ _V7 = (
     "PRIMARY KEY (agent_id, task_id, n))",
 )
 
+_V8 = (
+    *add_record_column("on_behalf_of", "TEXT"),
+    *add_record_column("actor_chain", "TEXT"),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "audit, idempotency, replay window, tasks", _V1, _V1_RECORD_COLUMNS),
     Migration(
@@ -182,6 +187,12 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "a failed plan step's 'may have written' as a column of its own", _V5),
     Migration(6, "A2A background tasks: unfinished states, runner, lease, cancel requests", _V6),
     Migration(7, "output chunks of running A2A tasks, for followers in other processes", _V7),
+    Migration(
+        8,
+        "audit: the user a call acted for and its actor chain",
+        _V8,
+        (("on_behalf_of", "TEXT"), ("actor_chain", "TEXT")),
+    ),
 )
 """Every schema version in order; append, never edit a released one."""
 

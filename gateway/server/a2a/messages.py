@@ -41,6 +41,7 @@ from google.protobuf import json_format, struct_pb2
 
 from capabilities.canonical import CanonicalJson
 from gateway.display import printable
+from gateway.identity import PresentedTokens
 from gateway.inbound.call import REQUEST_ID, InvokeCall
 from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome, TaskPage, page_token
 from gateway.transport.a2a.part_payloads import DataPart, TextPart
@@ -81,12 +82,14 @@ def invoke_call(
     deadline: float,
     task_id: str,
     default_capability: str = "",
+    tokens: PresentedTokens | None = None,
 ) -> InvokeCall:
     """The call a SendMessage asks for; ``problem`` says why it is not one.
 
     Nothing here grows with the size of a ``data`` part: it is measured, not
     converted (see the module doc). ``default_capability`` (``NAME[@CONSTRAINT]``,
-    "" for none) is called when the message names no capability.
+    "" for none) is called when the message names no capability. ``tokens``:
+    the bearer tokens the request presented (its headers, not its metadata).
     """
     message = request.message
     capability = constraint = idempotency_key = problem = ""
@@ -112,6 +115,7 @@ def invoke_call(
         problem=problem,
         claimed_identity=claimed_identity(request.metadata, message.metadata),
         pending_payload=pending,
+        tokens=tokens,
     )
 
 
