@@ -73,6 +73,8 @@ def render_policy(document: PolicyDocument) -> str:
             lines.append(f"burst = {grant.burst}")
         if grant.max_in_flight is not None:
             lines.append(f"max_in_flight = {grant.max_in_flight}")
+        if grant.push_hosts:
+            lines.append(f"push_hosts = [{', '.join(_toml_str(h) for h in grant.push_hosts)}]")
         lines.append("")
     for rule in document.outbound:
         lines += [

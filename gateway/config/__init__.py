@@ -12,6 +12,7 @@ from gateway.config.fields import Duration
 from gateway.config.metrics import MetricsSettings
 from gateway.config.peers import PeerEntry
 from gateway.config.plans import PlanSettings
+from gateway.config.push import PushSettings
 from gateway.config.tls import TlsFiles, TlsSettings, WorkloadApiTls, check_workload_api_socket
 from gateway.config.tracing import TracingSettings
 from gateway.config.upstreams import UpstreamEntry, UpstreamSkill
@@ -25,6 +26,7 @@ __all__ = [
     "MetricsSettings",
     "PeerEntry",
     "PlanSettings",
+    "PushSettings",
     "TlsFiles",
     "TlsSettings",
     "TracingSettings",
