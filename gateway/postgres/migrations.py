@@ -169,6 +169,21 @@ _V7 = (
     "PRIMARY KEY (agent_id, task_id, n))",
 )
 
+_V8 = (
+    "CREATE TABLE push_configs (agent_id TEXT NOT NULL, seq BIGINT GENERATED ALWAYS AS IDENTITY, "
+    "task_id TEXT NOT NULL, config_id TEXT NOT NULL, owner TEXT NOT NULL, url TEXT NOT NULL, "
+    "token TEXT NOT NULL, auth_scheme TEXT NOT NULL, auth_credentials TEXT NOT NULL, "
+    "created_ms BIGINT NOT NULL, PRIMARY KEY (agent_id, task_id, config_id))",
+    "CREATE INDEX push_configs_seq ON push_configs (agent_id, seq)",
+    "CREATE TABLE push_outbox (agent_id TEXT NOT NULL, "
+    "seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, owner TEXT NOT NULL, "
+    "task_id TEXT NOT NULL, config_id TEXT NOT NULL, notification_id TEXT NOT NULL, "
+    "body BYTEA NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, next_ms BIGINT NOT NULL, "
+    "lease_ms BIGINT NOT NULL DEFAULT 0, created_ms BIGINT NOT NULL)",
+    "CREATE INDEX push_outbox_config ON push_outbox (agent_id, task_id, config_id, seq)",
+    "CREATE INDEX push_outbox_due ON push_outbox (agent_id, next_ms)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "audit, idempotency, replay window, tasks", _V1, _V1_RECORD_COLUMNS),
     Migration(
@@ -182,6 +197,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "a failed plan step's 'may have written' as a column of its own", _V5),
     Migration(6, "A2A background tasks: unfinished states, runner, lease, cancel requests", _V6),
     Migration(7, "output chunks of running A2A tasks, for followers in other processes", _V7),
+    Migration(8, "A2A push notifications: webhook configs and the delivery outbox", _V8),
 )
 """Every schema version in order; append, never edit a released one."""
 
