@@ -48,4 +48,5 @@ class Endpoints:
             rest_url=f"{base}{REST_PATH}" if base else "",
             v0_3=a2a.v0_3_compat,
             sign=self._sign,
+            push=self._config.push.enabled,
         )
