@@ -22,7 +22,9 @@ The round also audits dropped notifications (``PUSH_BACKLOG_FULL``), follows
 configs other processes made (shared stores), recounts the backlogs, and
 hourly deletes configs and rows older than ``[a2a] task_retention``. At stop,
 attempts under way get the grace to finish; those cancelled keep their row,
-whose lease lapses: a later start (or another process) attempts it again.
+and their lease is ended: a later start (or another process) attempts them
+again. A process that dies holding a lease leaves it to lapse (twice
+``[push] timeout`` and 30 s); a lone process ends every lease when it starts.
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ class PushDispatcher:
         self._wakeup = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._attempts: dict[asyncio.Task[None], str] = {}
+        self._claims: dict[asyncio.Task[None], int] = {}
         self._last_prune = 0.0
         # Longer than an attempt can take: a live process never loses its claim.
         self._lease_ms = int((2 * settings.timeout + 30) * 1000)
@@ -118,6 +121,8 @@ class PushDispatcher:
             self.sender.open()
         except (OSError, ssl.SSLError) as err:
             raise AgentConfigError(f"push.ca {self._settings.ca}: {err}") from err
+        if not self._shared:  # alone: a lease left here was this agent's, cut by its stop
+            await self._store.release_all()
         await self.notifier.start()
         self.notifier.wake = self.wake
         self._loop_task = asyncio.get_running_loop().create_task(self._rounds())
@@ -137,6 +142,9 @@ class PushDispatcher:
             for attempt in late:
                 attempt.cancel()
             await asyncio.gather(*late, return_exceptions=True)
+            for attempt in late:  # due again at once, here after a restart or elsewhere
+                with contextlib.suppress(GatewayError):
+                    await self._store.release(self._claims[attempt])
         self._audit_dropped()
         await self.sender.close()
 
@@ -172,11 +180,13 @@ class PushDispatcher:
                 await self._store.release(delivery.seq)
                 continue
             task = asyncio.get_running_loop().create_task(self._deliver(delivery))
-            self._attempts[task] = owner
+            self._attempts[task], self._claims[task] = owner, delivery.seq
             task.add_done_callback(self._ended)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         self._attempts.pop(task, None)
+        if not task.cancelled():
+            self._claims.pop(task, None)
         if not task.cancelled() and task.exception() is not None:
             _log.error("push delivery failed unexpectedly", exc_info=task.exception())
         self.wake()

@@ -172,6 +172,10 @@ class PushNotifier:
         if (config_id, owner) not in followed.configs:
             followed.configs.append((config_id, owner))
 
+    def follows(self, task_id: str) -> bool:
+        """True when ``task_id``'s events are pushed from this process."""
+        return task_id in self._followed
+
     # --- the hook ---------------------------------------------------------------
 
     def event(self, owner: str, task_id: str, event: Any) -> None:

@@ -241,6 +241,15 @@ class PushStore(ABC):
             (*self._key(), seq),
         )
 
+    async def release_all(self) -> None:
+        """End every lease (at the start of the one process that uses this store)."""
+        where = self._where().removesuffix("AND ")
+        await self._query(
+            f"UPDATE push_outbox SET lease_ms = 0 {f'WHERE {where} ' if where else ''}"
+            "RETURNING seq",
+            self._key(),
+        )
+
     async def finish(self, seq: int) -> None:
         """Remove row ``seq``: delivered, or given up."""
         await self._query(
