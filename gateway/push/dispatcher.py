@@ -4,8 +4,9 @@ A service (``start``/``stop``). Each round (when the notifier commits new
 notifications, when a delivery ends, and every second anyway) it claims up to
 the free places under ``[push] max_concurrent`` (each claimed row the oldest of
 its webhook, so a webhook gets its events in order, one at a time) and starts
-one attempt for each, at most ``max_concurrent_per_peer`` per caller (a row
-over it is released for a later round). An attempt:
+one attempt for each, at most ``max_concurrent_per_peer`` per caller (a caller
+with no room is left out of the claim, so it cannot crowd the others out; a
+row claimed beyond a caller's room is released for a later round). An attempt:
 
 1. reads the config (gone: the notification is dropped, nothing is sent) and
    the caller's grant as it is now: the host must still be in its
@@ -35,6 +36,7 @@ import logging
 import random
 import ssl
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -168,17 +170,21 @@ class PushDispatcher:
         if time.monotonic() - self._last_prune >= PRUNE_EVERY_SECONDS:
             self._last_prune = time.monotonic()
             cutoff = datetime.now(UTC) - self._retention
-            await self._store.prune(int(cutoff.timestamp() * 1000))
+            if await self._store.prune(int(cutoff.timestamp() * 1000)):
+                self.notifier.set_pending(await self._store.pending_by_owner())
         free = self._settings.max_concurrent - len(self._attempts)
         if free <= 0:
             return
         now_ms = int(time.time() * 1000)
-        for delivery in await self._store.claim(now_ms, now_ms + self._lease_ms, free):
+        running = Counter(self._attempts.values())
+        room = self._settings.max_concurrent_per_peer
+        full = sorted(owner for owner, count in running.items() if count >= room)
+        for delivery in await self._store.claim(now_ms, now_ms + self._lease_ms, free, full):
             owner = delivery.notification.owner
-            busy = sum(1 for who in self._attempts.values() if who == owner)
-            if busy >= self._settings.max_concurrent_per_peer:
+            if running[owner] >= room:  # claimed beyond its room in this round: next round
                 await self._store.release(delivery.seq)
                 continue
+            running[owner] += 1
             task = asyncio.get_running_loop().create_task(self._deliver(delivery))
             self._attempts[task], self._claims[task] = owner, delivery.seq
             task.add_done_callback(self._ended)

@@ -164,6 +164,7 @@ class PushNotifier:
             followed.configs = [c for c in followed.configs if c[0] != config_id]
         self._queue = [q for q in self._queue if (q.task_id, q.config_id) != (task_id, config_id)]
         await self._store.delete_config(owner, task_id, config_id)
+        self.set_pending(await self._store.pending_by_owner())  # its rows went with it
         await self._audit.record_durable(config_record(owner, task_id, operation, config_id))
 
     def follow(self, task_id: str, config_id: str, owner: str) -> None:

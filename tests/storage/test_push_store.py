@@ -138,3 +138,13 @@ async def test_configs_after_a_row_and_retention(open_store: Opener) -> None:
     assert await store.prune(before_ms=2000) == 1
     assert [c.config_id for c in await store.configs(BOB, "t1")] == ["b"]
     assert await store.pending_by_owner() == {BOB: 1}
+
+
+async def test_a_claim_leaves_out_the_owners_it_is_told_to(open_store: Opener) -> None:
+    store = open_store()
+    await store.put_config(config("a"))
+    await store.put_config(config("c", task_id="t2", owner=CAROL))
+    await store.enqueue([note("a", 1, at=1), note("c", 1, "t2", CAROL, at=2)])
+    claimed = await store.claim(10, 100, 10, skip=[BOB])
+    assert [d.notification.owner for d in claimed] == [CAROL]
+    assert [d.notification.owner for d in await store.claim(10, 100, 10)] == [BOB]

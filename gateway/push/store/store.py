@@ -209,18 +209,31 @@ class PushStore(ABC):
             [(*self._key(), *outbox_row(n)) for n in notifications],
         )
 
-    async def claim(self, now_ms: int, lease_until_ms: int, limit: int) -> list[Delivery]:
-        """Lease up to ``limit`` due rows, each the oldest of its config, oldest due first."""
+    async def claim(
+        self, now_ms: int, lease_until_ms: int, limit: int, skip: Sequence[str] = ()
+    ) -> list[Delivery]:
+        """Lease up to ``limit`` due rows, each the oldest of its config, oldest due first;
+        none of the owners in ``skip`` (those with no room for another attempt)."""
         mark = self._mark
         outer = self._where("o.")
         head = "".join(f"h.{name} = o.{name} AND " for name in self._key_names())
+        busy = f"AND o.owner NOT IN ({', '.join([mark] * len(skip))}) " if skip else ""
         rows = await self._query(
             f"UPDATE push_outbox SET lease_ms = {mark} WHERE {self._where()}seq IN ("
             f"SELECT o.seq FROM push_outbox o WHERE {outer}o.next_ms <= {mark} "
-            f"AND o.lease_ms <= {mark} AND o.seq = (SELECT MIN(h.seq) FROM push_outbox h "
+            f"AND o.lease_ms <= {mark} {busy}AND o.seq = (SELECT MIN(h.seq) FROM push_outbox h "
             f"WHERE {head}h.task_id = o.task_id AND h.config_id = o.config_id) "
             f"ORDER BY o.next_ms, o.seq LIMIT {mark}) AND lease_ms <= {mark} RETURNING {_CLAIMED}",
-            (lease_until_ms, *self._key(), *self._key(), now_ms, now_ms, limit, now_ms),
+            (
+                lease_until_ms,
+                *self._key(),
+                *self._key(),
+                now_ms,
+                now_ms,
+                *skip,
+                limit,
+                now_ms,
+            ),
         )
         return sorted((_delivery(row) for row in rows), key=lambda d: d.seq)
 
