@@ -16,6 +16,7 @@ from typing import Any
 
 from gateway.postgres.pool import Connection, StatePool
 from gateway.push.store.store import PushStore
+from gateway.sql.dialect import POSTGRES
 
 
 class PostgresPushStore(PushStore):
@@ -27,10 +28,8 @@ class PostgresPushStore(PushStore):
         agent_id: The agent id whose rows these are (replicas share it).
     """
 
-    _mark = "%s"
-
     def __init__(self, pool: StatePool, agent_id: str) -> None:
-        self._agent = agent_id
+        super().__init__(POSTGRES, (agent_id,))  # every statement; the pool runs them
         self._pool = pool
 
     async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
@@ -41,12 +40,6 @@ class PostgresPushStore(PushStore):
 
     async def _insert_many(self, sql: str, rows: Sequence[tuple[object, ...]]) -> None:
         await asyncio.to_thread(self._pool.run, partial(_insert_rows, sql=sql, rows=rows))
-
-    def _key(self) -> tuple[str, ...]:
-        return (self._agent,)
-
-    def _key_names(self) -> tuple[str, ...]:
-        return ("agent_id",)
 
     def close(self) -> None:
         """Close the pool."""

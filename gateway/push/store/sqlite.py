@@ -12,6 +12,7 @@ from typing import Any
 from gateway.errors import StateUnavailable
 from gateway.local.private_files import connect_private
 from gateway.push.store.store import PushStore
+from gateway.sql.dialect import SQLITE
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS push_configs (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
@@ -35,9 +36,8 @@ class SqlitePushStore(PushStore):
         StateUnavailable: the file cannot be opened or made.
     """
 
-    _mark = "?"
-
     def __init__(self, path: Path) -> None:
+        super().__init__(SQLITE)
         self._lock = threading.Lock()
         try:
             self._db = connect_private(path, check_same_thread=False, isolation_level=None)
@@ -74,12 +74,6 @@ class SqlitePushStore(PushStore):
             await asyncio.to_thread(work)
         except sqlite3.Error as err:
             raise StateUnavailable(f"push store: {err}") from err
-
-    def _key(self) -> tuple[str, ...]:
-        return ()
-
-    def _key_names(self) -> tuple[str, ...]:
-        return ()
 
     def close(self) -> None:
         """Close the file."""

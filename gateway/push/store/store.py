@@ -26,7 +26,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
+
+from gateway.sql.dialect import Dialect
 
 CONFIG_COLUMNS = "task_id, config_id, owner, url, token, auth_scheme, auth_credentials, created_ms"
 """The columns of ``push_configs`` in :class:`PushConfig` field order."""
@@ -105,13 +107,21 @@ def outbox_row(notification: Notification) -> tuple[object, ...]:
 class PushStore(ABC):
     """Push configs and the outbox (see the module doc); safe to share between threads.
 
-    Backends: :class:`~gateway.push.store.sqlite.SqlitePushStore`,
-    :class:`~gateway.push.store.postgres.PostgresPushStore`. Each raises
-    :class:`~gateway.errors.StateUnavailable` when its database fails.
+    The statements are written once here over a :class:`~gateway.sql.dialect.Dialect`;
+    the backends (:class:`~gateway.push.store.sqlite.SqlitePushStore`,
+    :class:`~gateway.push.store.postgres.PostgresPushStore`) hold only their
+    connection. Each raises :class:`~gateway.errors.StateUnavailable` when its
+    database fails.
+
+    Args:
+        sql: The backend's dialect.
+        scope: The values of its scope columns (the agent id in PostgreSQL).
     """
 
-    _mark: ClassVar[str]
-    """The SQL parameter placeholder of the store's driver."""
+    def __init__(self, sql: Dialect, scope: tuple[str, ...] = ()) -> None:
+        self._mark = sql.mark
+        self._key_names = sql.scope
+        self._scope_values = scope
 
     @abstractmethod
     async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
@@ -122,16 +132,11 @@ class PushStore(ABC):
         """One statement for each of ``rows``, in one transaction, run in a thread."""
 
     @abstractmethod
-    def _key(self) -> tuple[str, ...]:
-        """Values of the key columns before the tables' own (the agent id, or none)."""
-
-    @abstractmethod
-    def _key_names(self) -> tuple[str, ...]:
-        """Names of those columns."""
-
-    @abstractmethod
     def close(self) -> None:
         """Release the store."""
+
+    def _key(self) -> tuple[str, ...]:
+        return self._scope_values
 
     # --- configs ---------------------------------------------------------------
 
@@ -216,7 +221,7 @@ class PushStore(ABC):
         none of the owners in ``skip`` (those with no room for another attempt)."""
         mark = self._mark
         outer = self._where("o.")
-        head = "".join(f"h.{name} = o.{name} AND " for name in self._key_names())
+        head = "".join(f"h.{name} = o.{name} AND " for name in self._key_names)
         busy = f"AND o.owner NOT IN ({', '.join([mark] * len(skip))}) " if skip else ""
         rows = await self._query(
             f"UPDATE push_outbox SET lease_ms = {mark} WHERE {self._where()}seq IN ("
@@ -295,10 +300,10 @@ class PushStore(ABC):
         return len(pruned)
 
     def _columns(self) -> str:
-        return "".join(f"{name}, " for name in self._key_names())
+        return "".join(f"{name}, " for name in self._key_names)
 
     def _where(self, alias: str = "") -> str:
-        return "".join(f"{alias}{name} = {self._mark} AND " for name in self._key_names())
+        return "".join(f"{alias}{name} = {self._mark} AND " for name in self._key_names)
 
 
 def _config_row(config: PushConfig) -> tuple[object, ...]:
