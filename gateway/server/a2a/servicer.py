@@ -574,10 +574,10 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         peer_id, grant = await self._handler.admit_peer(
             peer_cert(context),
             f"A2A {operation}",
-            safe_id(request.task_id),
+            task_id_of(request),
             edge_slot=edge_slot(context),
         )
-        await self._a2a_checks(request, context, peer_id, operation)
+        await self._a2a_checks(request, context, peer_id, operation)  # refuses unparsed bytes
         return peer_id, grant, await self._owned(peer_id, request.task_id, operation)
 
     async def _pushing(

@@ -355,3 +355,32 @@ async def alice_plain(pki: Pki, tmp_path: Path, counter: WriteCounter) -> AsyncI
     agent = await started(config, standard_registry(counter, tmp_path / "alice-state"))
     yield agent
     await agent.stop()
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        "CreateTaskPushNotificationConfig",
+        "GetTaskPushNotificationConfig",
+        "ListTaskPushNotificationConfigs",
+        "DeleteTaskPushNotificationConfig",
+    ],
+)
+async def test_corrupt_push_requests_are_audited_invalid_requests(
+    alice: Agent, bob: A2APeer, method: str
+) -> None:
+    call = bob.channel.unary_unary(
+        f"/lf.a2a.v1.A2AService/{method}",
+        request_serializer=lambda raw: raw,
+        response_deserializer=lambda raw: raw,
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call(b"\xff\xff\xff\xff", metadata=V1, timeout=10)
+    assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert gateway_reason(info.value) == "INVALID_REQUEST"
+    rows = await records(alice)
+    assert (rows[-1].decision, rows[-1].reason, rows[-1].peer_id) == (
+        "refuse",
+        "INVALID_REQUEST",
+        BOB,
+    )
