@@ -180,10 +180,19 @@ class PushNotifier:
     # --- the hook ---------------------------------------------------------------
 
     def event(self, owner: str, task_id: str, event: Any) -> None:
-        """Queue ``event`` of ``owner``'s task for each of its webhooks (none: nothing)."""
+        """Queue ``event`` of ``owner``'s task for each of its webhooks (none: nothing).
+
+        Never raises: the task it is called from must not fail for its webhooks.
+        """
         followed = self._followed.get(task_id)
         if followed is None:
             return
+        try:
+            self._queue_event(owner, task_id, event, followed)
+        except Exception:  # a bug here must not end the task; the log keeps it
+            _log.exception("push: an event of task %s was not queued", task_id)
+
+    def _queue_event(self, owner: str, task_id: str, event: Any, followed: _Followed) -> None:
         now_ms = int(time.time() * 1000)
         most = self._settings.max_pending_per_peer
         for config_id, config_owner in followed.configs:
@@ -197,7 +206,7 @@ class PushNotifier:
             self._pending[owner] = waiting + 1
             self._queue.append(_Queued(owner, task_id, config_id, event, now_ms))
         if self._ends(event):
-            del self._followed[task_id]
+            self._followed.pop(task_id, None)
         if self._queue and (self._writer is None or self._writer.done()):
             self._writer = asyncio.get_running_loop().create_task(self._write())
 
@@ -247,7 +256,7 @@ class PushNotifier:
         now = time.monotonic()
         for task_id, followed in list(self._followed.items()):
             if now - followed.since > FOLLOW_GRACE_SECONDS and not self.runs_here(task_id):
-                del self._followed[task_id]
+                self._followed.pop(task_id, None)
         if not shared:
             return
         since_ms = int((time.time() - FOLLOW_GRACE_SECONDS) * 1000)
