@@ -174,6 +174,21 @@ _V8 = (
     *add_record_column("actor_chain", "TEXT"),
 )
 
+_V9 = (
+    "CREATE TABLE push_configs (agent_id TEXT NOT NULL, seq BIGINT GENERATED ALWAYS AS IDENTITY, "
+    "task_id TEXT NOT NULL, config_id TEXT NOT NULL, owner TEXT NOT NULL, url TEXT NOT NULL, "
+    "token TEXT NOT NULL, auth_scheme TEXT NOT NULL, auth_credentials TEXT NOT NULL, "
+    "created_ms BIGINT NOT NULL, PRIMARY KEY (agent_id, task_id, config_id))",
+    "CREATE INDEX push_configs_seq ON push_configs (agent_id, seq)",
+    "CREATE TABLE push_outbox (agent_id TEXT NOT NULL, "
+    "seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, owner TEXT NOT NULL, "
+    "task_id TEXT NOT NULL, config_id TEXT NOT NULL, notification_id TEXT NOT NULL, "
+    "body BYTEA NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, next_ms BIGINT NOT NULL, "
+    "lease_ms BIGINT NOT NULL DEFAULT 0, created_ms BIGINT NOT NULL)",
+    "CREATE INDEX push_outbox_config ON push_outbox (agent_id, task_id, config_id, seq)",
+    "CREATE INDEX push_outbox_due ON push_outbox (agent_id, next_ms)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "audit, idempotency, replay window, tasks", _V1, _V1_RECORD_COLUMNS),
     Migration(
@@ -193,6 +208,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         _V8,
         (("on_behalf_of", "TEXT"), ("actor_chain", "TEXT")),
     ),
+    Migration(9, "A2A push notifications: webhook configs and the delivery outbox", _V9),
 )
 """Every schema version in order; append, never edit a released one."""
 

@@ -31,10 +31,12 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
+
+from a2a.types import a2a_pb2
 
 from gateway.errors import (
     AgentStopping,
@@ -79,6 +81,8 @@ class BackgroundTasks:
         shared: Other processes use ``store`` as well (workers, or replicas on
             PostgreSQL): at start only tasks whose lease has passed are orphans.
         retention: Finished tasks older than this are deleted (at start, then hourly).
+        notify: Called with (owner, task id, event) for every event a run
+            publishes (the push notifier's hook; None: push is off).
     """
 
     def __init__(
@@ -88,8 +92,10 @@ class BackgroundTasks:
         *,
         shared: bool = False,
         retention: timedelta = timedelta(days=7),
+        notify: Callable[[str, str, a2a_pb2.StreamResponse], None] | None = None,
     ) -> None:
         self._handler = handler
+        self._notify = notify
         self._store = store
         self._shared = shared
         self._retention = retention
@@ -138,7 +144,7 @@ class BackgroundTasks:
             if admitted.slot is not None:
                 admitted.slot.release()
             raise
-        run = BackgroundTask(task, admitted, keeps_chunks=self._shared)
+        run = BackgroundTask(task, admitted, keeps_chunks=self._shared, notify=self._notify)
         run.progressed = lambda: self._save_latest(run)
         self._runs[task.task_id] = run
         run.job = asyncio.get_running_loop().create_task(self._drive(run))

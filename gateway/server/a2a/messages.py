@@ -137,8 +137,6 @@ def _check_envelope(request: a2a_pb2.SendMessageRequest) -> None:
         raise _Problem("every message starts a new task here; send it without task_id")
     if request.message.context_id and not REQUEST_ID.fullmatch(request.message.context_id):
         raise _Problem(CONTEXT_ID_RULE)
-    if request.configuration.HasField("task_push_notification_config"):
-        raise _Problem("push notifications are not supported by this agent")
     keys = len(request.metadata.fields) + len(request.message.metadata.fields)
     if keys > MAX_METADATA_KEYS:
         raise _Problem(f"metadata holds {keys} keys; at most {MAX_METADATA_KEYS} are read")

@@ -94,6 +94,8 @@ class BackgroundTask:
             there too, for their followers.
         unsaved_chunks: Chunks (canonical JSON) emitted and not yet kept.
         chunks_kept: How many chunks are kept (the next one's number).
+        notify: Called with (owner, task id, event) for every event published
+            (the push notifier's hook; None: push is off).
     """
 
     task: A2ATask
@@ -110,6 +112,7 @@ class BackgroundTask:
     keeps_chunks: bool = False
     unsaved_chunks: list[bytes] = field(default_factory=list)
     chunks_kept: int = 0
+    notify: Callable[[str, str, a2a_pb2.StreamResponse], None] | None = None
 
     @property
     def writes(self) -> bool:
@@ -117,7 +120,9 @@ class BackgroundTask:
         return self.admitted.admission.capability.contract.risk is not Risk.READ
 
     def publish(self, event: a2a_pb2.StreamResponse, *, last: bool = False) -> None:
-        """Hand ``event`` to every listener."""
+        """Hand ``event`` to every listener (and to the push notifier)."""
+        if self.notify is not None:
+            self.notify(self.task.owner, self.task.task_id, event)
         for listener in list(self.listeners):
             listener.push(event, last=last)
 
