@@ -43,7 +43,7 @@ async def _serve() -> None:
     sys.path.insert(0, os.getcwd())
     import gateway
     from gateway.config import ConsoleSettings, MetricsSettings
-    from tests.support import agent_config, grant, make_pki, started, write_policy
+    from tests.helpers.agents import agent_config, grant, make_pki, started, write_policy
 
     with tempfile.TemporaryDirectory(prefix="bench-http-") as folder:
         base = Path(folder)

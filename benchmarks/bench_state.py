@@ -41,9 +41,9 @@ from gateway.audit.store.postgres import verify_agent_chains
 from gateway.client.peer_client import PeerClient
 from gateway.postgres.dsn import StoreLocation
 from gateway.storage import connection_source, location, open_audit_reader, open_chain_writer
-from tests.agent_process import AgentProcess, write_agent_toml
-from tests.postgres import PostgresCluster, remove_cluster, start_cluster
-from tests.support import Pki, grant, make_pki, spiffe, write_policy
+from tests.helpers.agent_process import AgentProcess, write_agent_toml
+from tests.helpers.agents import Pki, grant, make_pki, spiffe, write_policy
+from tests.helpers.postgres import PostgresCluster, remove_cluster, start_cluster
 
 ALICE = spiffe("alice")
 

@@ -9,7 +9,7 @@ instead of ~750 µs), but only for part of JSON: it formats some floats
 differently (``1e-7`` for ``1e-07``), writes NaN as ``null`` and refuses
 integers beyond 64 bits and non-string keys. So it is used only for values made
 of exactly ``dict`` (string keys), ``list``, ``str``, ``int``, ``bool`` and
-``None``, where the two agree byte for byte (tests/unit/test_canonical_json.py
+``None``, where the two agree byte for byte (tests/capabilities/test_canonical_json.py
 compares them); anything else, and anything ``orjson`` refuses, goes the
 ``json`` way and gets the very bytes (or error) it always did.
 """

@@ -6,7 +6,7 @@ Run from the repository root::
     python scripts/fuzz_long.py --cases 50000 --max-seconds 3600 --seed 7
     python scripts/fuzz_long.py --binding a2a --cases 2000 --max-seconds 300
 
-``--binding a2a`` sends the cases of ``tests/security/a2a_fuzz.py`` instead
+``--binding a2a`` sends the cases of ``tests/helpers/a2a_fuzz.py`` instead
 (every ``lf.a2a.v1.A2AService`` method, one call at a time, nine in ten
 well-formed requests, half of them SendMessage, one in ten raw bytes) and
 checks each as that module says; the end checks are the same.
@@ -44,7 +44,8 @@ from hypothesis import strategies as st
 
 from gateway.audit import verify_chain
 from gateway.storage import open_audit_reader
-from tests.security.a2a_fuzz import a2a_cases, check_a2a, describe_case
+from tests.helpers.a2a_fuzz import a2a_cases, check_a2a, describe_case
+from tests.helpers.agents import make_pki
 from tests.security.conftest import (
     FUZZ_CALLERS,
     CaseResult,
@@ -54,7 +55,6 @@ from tests.security.conftest import (
     invoke_cases,
     raw_requests,
 )
-from tests.support import make_pki
 
 MAX_SAMPLES = 20
 """Failing cases printed in full (the rest are only counted)."""

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from gateway.runtime.agent import Agent
-from tests.postgres import PostgresCluster, remove_cluster, start_cluster
-from tests.support import (
+from tests.helpers.agents import (
     Pki,
     WriteCounter,
     agent_config,
@@ -19,6 +18,7 @@ from tests.support import (
     started,
     write_policy,
 )
+from tests.helpers.postgres import PostgresCluster, remove_cluster, start_cluster
 
 
 @pytest.fixture(scope="session")

@@ -70,7 +70,7 @@ Example::
 
 ``pin_workers = true`` (Linux, with ``workers`` above 1) keeps each worker's event
 loop on a CPU of its own. The example is parsed and validated by
-``tests/unit/test_config_example.py``.
+``tests/config/test_config_example.py``.
 
 Relative paths are resolved against the config file's folder.
 """

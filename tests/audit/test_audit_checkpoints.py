@@ -36,8 +36,8 @@ from gateway.config import AgentConfig, AuditCheckpoints, load_agent_config
 from gateway.errors import AuditUnavailable, CapabilityNotGranted, ConfigError
 from gateway.runtime.agent import Agent
 from gateway.storage import open_audit_reader, open_chain_writer
-from tests.agent_process import write_agent_toml
-from tests.support import Pki, agent_config, grant, spiffe, write_policy
+from tests.helpers.agent_process import write_agent_toml
+from tests.helpers.agents import Pki, agent_config, grant, spiffe, write_policy
 
 CALLS = 13
 Found = list[tuple[str, int]]

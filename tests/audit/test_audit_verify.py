@@ -21,7 +21,7 @@ from gateway.audit.chain import GENESIS_HASH, record_hash
 from gateway.errors import ConfigError
 from gateway.storage import location, open_audit_reader, open_chain_writer
 from tests.audit.conftest import AGENT
-from tests.postgres import PostgresCluster
+from tests.helpers.postgres import PostgresCluster
 
 RecordFactory = Callable[..., AuditRecord]
 RECORDS = 10

@@ -27,9 +27,9 @@ from gateway.config import AgentConfig, load_agent_config
 from gateway.devtools.pki import init_ca, issue
 from gateway.runtime.agent import Agent
 from gateway.storage import open_audit_reader
-from tests.agent_process import write_agent_toml
-from tests.rotation.rotation_support import own_pki
-from tests.support import Pki, grant, spiffe, write_policy
+from tests.helpers.agent_process import write_agent_toml
+from tests.helpers.agents import Pki, grant, spiffe, write_policy
+from tests.helpers.rotation import own_pki
 
 ROTATIONS = 3
 ALICE = spiffe("alice")

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.agent_process import REPO, AgentProcess
 from tests.cli.test_cli import agent_files, run
-from tests.support import Pki, audit_rows, grant, spiffe
+from tests.helpers.agent_process import REPO, AgentProcess
+from tests.helpers.agents import Pki, audit_rows, grant, spiffe
 
 
 def test_the_public_card_has_interfaces_and_mtls_but_no_skills(pki: Pki, tmp_path: Path) -> None:
@@ -38,7 +38,7 @@ def test_an_a2a_sdk_client_process_against_a_served_agent(pki: Pki, tmp_path: Pa
         client = subprocess.run(
             [
                 sys.executable,
-                str(REPO / "tests" / "a2a_client_script.py"),
+                str(REPO / "tests" / "helpers" / "a2a_client_script.py"),
                 address,
                 spiffe("alice"),
                 str(pki.dir / "ca.pem"),

@@ -19,8 +19,8 @@ from gateway.cli.audit_follow import render_line
 from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError
 from gateway.storage import location, open_audit_reader, open_chain_writer
-from tests.agent_process import REPO, AgentProcess, LineReader, write_agent_toml
-from tests.support import Pki, grant, spiffe, write_policy
+from tests.helpers.agent_process import REPO, AgentProcess, LineReader, write_agent_toml
+from tests.helpers.agents import Pki, grant, spiffe, write_policy
 
 LINE_TIMEOUT = 30.0
 

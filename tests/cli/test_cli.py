@@ -17,8 +17,8 @@ import pytest
 
 from gateway.cli.main import main
 from gateway.storage import open_chain_writer
-from tests.agent_process import AgentProcess, write_agent_toml
-from tests.support import Pki, grant, spiffe, write_policy
+from tests.helpers.agent_process import AgentProcess, write_agent_toml
+from tests.helpers.agents import Pki, grant, spiffe, write_policy
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -18,8 +18,8 @@ import pytest
 from gateway.audit import AuditLog, AuditRecord
 from gateway.cli.main import main
 from gateway.storage import connection_source, location, open_chain_writer
-from tests.agent_process import REPO, AgentProcess, write_agent_toml
-from tests.support import Pki, grant, spiffe, write_policy
+from tests.helpers.agent_process import REPO, AgentProcess, write_agent_toml
+from tests.helpers.agents import Pki, grant, spiffe, write_policy
 
 NOT_STRICT = """
 CREATE TABLE copied AS SELECT * FROM audit_records;

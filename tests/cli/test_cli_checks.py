@@ -14,8 +14,8 @@ import pytest
 from gateway.client.peer_client import PeerClient
 from gateway.devtools.pki import CertificateAuthority
 from policies.identity import svid_dns_name
-from tests.agent_process import REPO, AgentProcess, write_agent_toml
-from tests.support import Pki, future, grant, spiffe, write_policy
+from tests.helpers.agent_process import REPO, AgentProcess, write_agent_toml
+from tests.helpers.agents import Pki, future, grant, spiffe, write_policy
 
 
 def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:

@@ -18,8 +18,8 @@ from gateway.errors import CapabilityNotGranted
 from gateway.transport.status import to_grpc_status
 from gateway.transport.tls import server_options
 from gateway.wire.v1 import gateway_pb2
-from tests.agent_process import write_agent_toml
-from tests.support import Pki, spiffe
+from tests.helpers.agent_process import write_agent_toml
+from tests.helpers.agents import Pki, spiffe
 
 GATEWAY_CLI = Path(sys.executable).with_name("a2a-gateway")
 HOSTILE = "no\n2026-01-01T00:00:00Z allowed\r\x1b[2J\x1b]0;owned\x07 \u202eetirw\x85\u2028done"

@@ -16,8 +16,8 @@ from gateway.cli.main import main
 from gateway.client.peer_client import PeerClient
 from gateway.config import load_agent_config
 from gateway.errors import GatewayError
-from tests.agent_process import REPO, write_agent_toml
-from tests.support import Pki, grant, spiffe, started, write_policy
+from tests.helpers.agent_process import REPO, write_agent_toml
+from tests.helpers.agents import Pki, grant, spiffe, started, write_policy
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

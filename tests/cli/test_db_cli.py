@@ -16,8 +16,8 @@ from gateway.client.peer_client import PeerClient
 from gateway.config import load_agent_config
 from gateway.postgres.migrations import LATEST_VERSION
 from gateway.storage import connection_source, location, open_chain_writer
-from tests.agent_process import write_agent_toml
-from tests.support import Pki, grant, started, write_policy
+from tests.helpers.agent_process import write_agent_toml
+from tests.helpers.agents import Pki, grant, started, write_policy
 
 ALICE = "spiffe://example.org/agent/alice"
 BOB = "spiffe://example.org/agent/bob"

@@ -24,9 +24,9 @@ from gateway.inbound.idempotency.sqlite import SqliteIdempotencyStore, SqliteKey
 from gateway.runtime.agent import Agent
 from gateway.storage import open_audit_reader
 from gateway.storage.factory import audit_target
-from tests.agent_process import REPO, AgentProcess, write_agent_toml
-from tests.faults.crash_window import appended_lines
-from tests.support import Pki, grant, spiffe, write_policy
+from tests.helpers.agent_process import REPO, AgentProcess, write_agent_toml
+from tests.helpers.agents import Pki, grant, spiffe, write_policy
+from tests.helpers.crash_window import appended_lines
 
 BOB = spiffe("bob")
 PUT = b'{"key":"k","value":"v"}'
@@ -82,7 +82,7 @@ def _operator_records(db: Path) -> list[AuditRecord]:
 async def test_keys_cut_off_by_a_crash_are_resolved_and_released_exactly_once(
     pki: Pki, tmp_path: Path
 ) -> None:
-    toml = _alice_toml(pki, tmp_path, ("capabilities.builtin", "tests.faults.crash_window"))
+    toml = _alice_toml(pki, tmp_path, ("capabilities.builtin", "tests.helpers.crash_window"))
     config = load_agent_config(toml)
     state = config.state_dir
     agent = AgentProcess(toml)

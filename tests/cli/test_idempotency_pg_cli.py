@@ -16,8 +16,8 @@ from gateway.audit.filter import AuditFilter
 from gateway.cli.main import main
 from gateway.postgres.migrations import migrate
 from gateway.storage import location, open_audit_reader
-from tests.agent_process import write_agent_toml
-from tests.support import Pki, grant, spiffe, write_policy
+from tests.helpers.agent_process import write_agent_toml
+from tests.helpers.agents import Pki, grant, spiffe, write_policy
 
 ALICE, BOB = spiffe("alice"), spiffe("bob")
 

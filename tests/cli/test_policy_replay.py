@@ -15,8 +15,8 @@ from gateway.client.peer_client import PeerClient
 from gateway.config import load_agent_config
 from gateway.errors import GatewayError
 from gateway.runtime.agent import Agent
-from tests.agent_process import REPO, write_agent_toml
-from tests.support import Pki, grant, spiffe, write_policy
+from tests.helpers.agent_process import REPO, write_agent_toml
+from tests.helpers.agents import Pki, grant, spiffe, write_policy
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.config import ConsoleSettings
 from gateway.runtime.agent import Agent
-from tests.support import Pki, agent_config, grant, started, write_policy
+from tests.helpers.agents import Pki, agent_config, grant, started, write_policy
 
 
 @pytest.fixture

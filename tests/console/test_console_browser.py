@@ -20,7 +20,7 @@ from gateway.client.peer_client import PeerClient
 from gateway.config import ConsoleSettings, TracingSettings
 from gateway.errors import GatewayError
 from gateway.runtime.agent import Agent
-from tests.support import Pki, agent_config, grant, spiffe, started, write_policy
+from tests.helpers.agents import Pki, agent_config, grant, spiffe, started, write_policy
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

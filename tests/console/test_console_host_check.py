@@ -17,7 +17,7 @@ import asyncio
 import pytest
 
 from gateway.runtime.agent import Agent
-from tests.support import spiffe
+from tests.helpers.agents import spiffe
 
 
 async def _exchange(address: str, head: str) -> tuple[str, str]:

@@ -20,7 +20,7 @@ from gateway.config import ConsoleSettings
 from gateway.console.pages import esc
 from gateway.errors import GatewayError
 from gateway.runtime.agent import Agent
-from tests.support import Pki, agent_config, grant, spiffe, started, write_policy
+from tests.helpers.agents import Pki, agent_config, grant, spiffe, started, write_policy
 
 
 async def _exchange(

@@ -21,7 +21,7 @@ from gateway.client.peer_client import PeerClient
 from gateway.console import live
 from gateway.errors import GatewayError
 from gateway.runtime.agent import Agent
-from tests.support import Pki
+from tests.helpers.agents import Pki
 
 
 async def _open(

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.podman_lab import (
+from tests.helpers.agents import Pki, audit_rows, spiffe
+from tests.helpers.netns import NetLab, netns_unavailable_reason
+from tests.helpers.podman_lab import (
     REPO,
     agent_image,
     build_base_image,
@@ -30,8 +32,6 @@ from tests.deploy.podman_lab import (
     running,
     unique_name,
 )
-from tests.netns import NetLab, netns_unavailable_reason
-from tests.support import Pki, audit_rows, spiffe
 
 DEPLOY_PAGE = REPO / "docs" / "deploy.md"
 IMAGE_UID = 10001

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_process import LineReader
-from tests.deploy.podman_lab import (
+from tests.helpers.agent_process import LineReader
+from tests.helpers.agents import Pki, spiffe
+from tests.helpers.podman_lab import (
     REPO,
     agent_image,
     build_base_image,
@@ -32,7 +33,6 @@ from tests.deploy.podman_lab import (
     running,
     unique_name,
 )
-from tests.support import Pki, spiffe
 
 DEPLOY_PAGE = REPO / "docs" / "deploy.md"
 UNIT_FILE = REPO / "deploy" / "systemd" / "a2a-gateway.service"

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.snippets import Snippet, Use, external_runner, snippets
-from tests.postgres import find_bin_dir
-from tests.spire.spire_lab import spire_bin
+from tests.helpers.postgres import find_bin_dir
+from tests.helpers.snippets import Snippet, Use, external_runner, snippets
+from tests.helpers.spire_lab import spire_bin
 
 REPO = Path(__file__).resolve().parents[2]
 BLOCK_TIMEOUT_S = 180.0

@@ -1,4 +1,4 @@
-"""CONTRIBUTING.md's layout table is ``LAYERS`` of ``tests/unit/layer_order.py``, in words.
+"""CONTRIBUTING.md's layout table is ``LAYERS`` of ``tests/helpers/layer_order.py``, in words.
 
 One row per layer, bottom to top: every path a row names exists and belongs to that row's
 layer, every folder ``LAYERS`` names appears in its row, and the "Uses" column names only
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.unit.layer_order import LAYERS, layer_of
+from tests.helpers.layer_order import LAYERS, layer_of
 
 ROOT = Path(__file__).resolve().parents[2]
 _CODE = re.compile(r"`([^`]+)`")

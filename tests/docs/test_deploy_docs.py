@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gateway.config import AgentConfig
-from tests.agent_process import REPO
+from tests.helpers.agent_process import REPO
 
 DOCS = REPO / "docs"
 NOT_RUNNABLE = "<!-- snippet: not-runnable: "

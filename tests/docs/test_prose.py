@@ -1,15 +1,15 @@
 """The docs keep one claim per sentence: at most 5% of their sentences run over 40 words.
 
-``tests/docs/prose.py`` splits the prose of README.md, CONTRIBUTING.md and ``docs/*.md`` into
+``tests/helpers/prose.py`` splits the prose of README.md, CONTRIBUTING.md and ``docs/*.md`` into
 sentences (code blocks, tables, headings and comments left out).
-``python -m tests.docs.prose --list`` names the long ones, page and line.
+``python -m tests.helpers.prose --list`` names the long ones, page and line.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tests.docs.prose import LONG_WORDS, default_pages, long_share, sentences
+from tests.helpers.prose import LONG_WORDS, default_pages, long_share, sentences
 
 MAX_LONG_SHARE = 0.05
 

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.snippets import Snippet, SnippetSyntaxError, Use, external_runner, snippets
+from tests.helpers.snippets import Snippet, SnippetSyntaxError, Use, external_runner, snippets
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted(
     [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").glob("*.md")],
     key=lambda page: str(page),
 )
-RUNNER = Path(__file__).with_name("run_python_snippet.py")
+RUNNER = Path(__file__).parents[1] / "helpers" / "run_python_snippet.py"
 BLOCK_TIMEOUT_S = 180.0
 
 

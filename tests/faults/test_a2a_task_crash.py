@@ -18,13 +18,13 @@ import grpc
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 
 from gateway.transport.tls import channel_options
-from tests.a2a_support import V1
-from tests.agent_process import REPO, AgentProcess, write_agent_toml
-from tests.support import Pki, audit_rows, grant, spiffe, write_policy
+from tests.helpers.a2a_grpc import V1
+from tests.helpers.agent_process import REPO, AgentProcess, write_agent_toml
+from tests.helpers.agents import Pki, audit_rows, grant, spiffe, write_policy
 
 
 def _sdk_client_process(pki: Pki, address: str) -> dict[str, object]:
-    script = REPO / "tests" / "a2a_stream_client_script.py"
+    script = REPO / "tests" / "helpers" / "a2a_stream_client_script.py"
     args = [spiffe("alice"), *(str(pki.dir / f) for f in ("ca.pem", "bob.pem", "bob.key"))]
     done = subprocess.run(
         [sys.executable, str(script), address, *args],
@@ -61,7 +61,7 @@ async def test_a_task_running_when_its_agent_was_killed_is_failed_after_restart(
         policy=write_policy(tmp_path / "policy.toml", [grant("bob", ["text.echo", "job.hang"])]),
         audit_db=tmp_path / "audit.sqlite",
         state_dir=tmp_path / "state",
-        modules=("tests.task_capabilities",),
+        modules=("tests.helpers.task_capabilities",),
     )
     agent = AgentProcess(config)
     try:

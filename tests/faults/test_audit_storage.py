@@ -29,8 +29,8 @@ from gateway.client.peer_client import PeerClient
 from gateway.errors import AuditUnavailable, GatewayError, StateUnavailable
 from gateway.runtime.agent import Agent
 from gateway.storage import open_audit_reader
-from tests.agent_process import REPO, write_agent_toml
-from tests.support import (
+from tests.helpers.agent_process import REPO, write_agent_toml
+from tests.helpers.agents import (
     Pki,
     WriteCounter,
     agent_config,

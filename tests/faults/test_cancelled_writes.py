@@ -26,7 +26,7 @@ from capabilities.context import CallContext
 from capabilities.registry import Capability, capability
 from gateway.runtime.agent import Agent
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
-from tests.support import (
+from tests.helpers.agents import (
     NoteInput,
     NoteOutput,
     Pki,

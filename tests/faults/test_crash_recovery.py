@@ -27,9 +27,9 @@ from gateway.audit import query_records, verify_chain
 from gateway.client.peer_client import InvokeResult, PeerClient
 from gateway.errors import GatewayError, IdempotencyInDoubt
 from gateway.storage import open_audit_reader
-from tests.agent_process import AgentProcess, write_agent_toml
-from tests.faults.crash_window import appended_lines
-from tests.support import Pki, grant, spiffe, write_policy
+from tests.helpers.agent_process import AgentProcess, write_agent_toml
+from tests.helpers.agents import Pki, grant, spiffe, write_policy
+from tests.helpers.crash_window import appended_lines
 
 WORKERS = 16
 KILL_AFTER = 160  # completed calls before the kill; the load is still running then
@@ -250,7 +250,7 @@ async def test_sigkill_under_load_loses_nothing_callers_were_told(pki: Pki, tmp_
 
 
 async def test_write_cut_off_by_a_crash_is_not_run_again_on_retry(pki: Pki, tmp_path: Path) -> None:
-    config = _write_alice(pki, tmp_path, ("capabilities.builtin", "tests.faults.crash_window"))
+    config = _write_alice(pki, tmp_path, ("capabilities.builtin", "tests.helpers.crash_window"))
     state = tmp_path / "alice-state"
     agent = AgentProcess(config)
     clients: dict[str, PeerClient] = {}

@@ -9,8 +9,8 @@ namespace gets no address or route)::
                          10.231.2.2   10.231.3.1:7100 → 10.231.2.1:7001
 
 alice and bob run ``python -m gateway.cli.main serve`` inside their namespaces;
-bob's calls come from ``tests.faults.peer_caller`` (bob's identity) in "b"; the
-proxy (``python -m tests.netproxy``) adds latency and loss. The certificates
+bob's calls come from ``tests.helpers.peer_caller`` (bob's identity) in "b"; the
+proxy (``python -m tests.helpers.netproxy``) adds latency and loss. The certificates
 carry no 10.231.x.x SAN: the client checks the server by the DNS name derived
 from the expected SPIFFE ID, so connecting by any address works.
 
@@ -35,16 +35,16 @@ from gateway.audit import query_records
 from gateway.client.peer_client import PeerClient
 from gateway.errors import DeadlineExceeded, GatewayError, PeerUnavailable
 from gateway.storage import open_audit_reader
-from tests.agent_process import (
+from tests.helpers.agent_process import (
     REPO,
     SERVE_START_TIMEOUT,
     AgentProcess,
     LineReader,
     write_agent_toml,
 )
-from tests.netns import Namespace, NetLab, VethLink, netns_unavailable_reason
-from tests.netproxy import TcpProxy
-from tests.support import Pki, grant, spiffe, write_policy
+from tests.helpers.agents import Pki, grant, spiffe, write_policy
+from tests.helpers.netns import Namespace, NetLab, VethLink, netns_unavailable_reason
+from tests.helpers.netproxy import TcpProxy
 
 ALICE_PORT, BOB_PORT, PROXY_PORT = 7001, 7002, 7100
 ALICE_DIRECT = f"10.231.1.1:{ALICE_PORT}"
@@ -90,7 +90,7 @@ class JsonLineProcess:
 
 
 class Caller(JsonLineProcess):
-    """bob's caller (``tests.faults.peer_caller``) inside namespace "b"."""
+    """bob's caller (``tests.helpers.peer_caller``) inside namespace "b"."""
 
     def call(
         self,
@@ -131,7 +131,7 @@ class Caller(JsonLineProcess):
 
 
 class Proxy(JsonLineProcess):
-    """``python -m tests.netproxy`` inside namespace "p"."""
+    """``python -m tests.helpers.netproxy`` inside namespace "p"."""
 
     def set(self, **knobs: Any) -> dict[str, Any]:
         self.send(knobs)
@@ -209,12 +209,12 @@ def hosts(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]
         alice.spawn()
         bob.spawn()
         caller = Caller(
-            b, [sys.executable, "-m", "tests.faults.peer_caller", "--config", str(bob_config)]
+            b, [sys.executable, "-m", "tests.helpers.peer_caller", "--config", str(bob_config)]
         )
         proxy = Proxy(
             p,
             [
-                sys.executable, "-m", "tests.netproxy", "--seed", "7",
+                sys.executable, "-m", "tests.helpers.netproxy", "--seed", "7",
                 "--listen", ALICE_VIA_PROXY, "--target", f"10.231.2.1:{ALICE_PORT}",
             ],
         )  # fmt: skip

@@ -1,7 +1,7 @@
 """A plan's write killed with SIGKILL at every point of its attempt, then resumed.
 
 alice (the CLI, ``a2a-gateway run``) lists bob and carol as peers; both serve the
-counting ``ledger.write`` of ``tests.faults.ledger_write`` and grant it to
+counting ``ledger.write`` of ``tests.helpers.ledger_write`` and grant it to
 alice, and alice's outbound rules allow it to both; bob comes first. A plan with
 one write step starts, alice dies with SIGKILL at one point of the write attempt,
 and ``tasks --resume`` runs it again (with bob down, or bob up).
@@ -51,16 +51,16 @@ from gateway.plans.execution.verification import comparison_digest
 from gateway.plans.task_store.postgres import PostgresTaskStore
 from gateway.plans.task_store.sqlite import FailedAttempt, SqliteTaskStore, StoredTask
 from gateway.plans.task_store.store import TaskStore
-from tests.agent_process import REPO, AgentProcess, write_agent_toml
-from tests.faults.ledger_write import (
+from tests.helpers.agent_process import REPO, AgentProcess, write_agent_toml
+from tests.helpers.agents import Pki, audit_rows, grant, outbound_rule, spiffe, write_policy
+from tests.helpers.ledger_write import (
     FAIL_FILE,
     HOLD_FILE,
     RELEASE_FILE,
     ledger_entries,
     peek_runs,
 )
-from tests.postgres import state_pool
-from tests.support import Pki, audit_rows, grant, outbound_rule, spiffe, write_policy
+from tests.helpers.postgres import state_pool
 
 BOB, CAROL = spiffe("bob"), spiffe("carol")
 CLI_TIMEOUT = 60.0  # python start-up on a busy runner; a hang detector, never asserted
@@ -111,7 +111,7 @@ def scene(request: pytest.FixtureRequest, pki: Pki, tmp_path: Path) -> Iterator[
             policy=policy,
             audit_db=tmp_path / f"{name}-audit.sqlite",
             state_dir=states[name],
-            modules=["tests.faults.ledger_write"],
+            modules=["tests.helpers.ledger_write"],
         )
         servers[name] = AgentProcess(config)
     try:

@@ -3,8 +3,8 @@
 Topology on loopback (real mTLS, real SQLite): alice runs the plans and has no
 capability of her own except a local ``gate.wait`` that holds a plan between
 two steps; bob and carol both serve the counting ``fault.*`` capabilities of
-``tests.faults.plan_support`` and grant them to alice. alice reaches bob only
-through a ``tests.netproxy.TcpProxy`` (so bob can be made silent), carol
+``tests.helpers.plan_capabilities`` and grant them to alice. alice reaches bob only
+through a ``tests.helpers.netproxy.TcpProxy`` (so bob can be made silent), carol
 directly; bob comes first in alice's ``[[peers]]``, so he is the first route.
 
 What every test checks: the task ends (every wait is bounded; no timing is
@@ -37,19 +37,8 @@ from gateway.plans.task import StepStatus, TaskResult, TaskState
 from gateway.plans.task_store.resume_point import stored_result
 from gateway.plans.task_store.sqlite import SqliteTaskStore
 from gateway.runtime.agent import Agent
-from tests.agent_process import REPO, SERVE_START_TIMEOUT, AgentProcess, write_agent_toml
-from tests.faults.plan_support import (
-    REACHED_FILE,
-    RELEASE_FILE,
-    SHORT_TIMEOUT,
-    FaultyPeer,
-    Gate,
-    Mode,
-    faulty_registry,
-)
-from tests.netns import Namespace, NetLab, VethLink, netns_unavailable_reason
-from tests.netproxy import TcpProxy
-from tests.support import (
+from tests.helpers.agent_process import REPO, SERVE_START_TIMEOUT, AgentProcess, write_agent_toml
+from tests.helpers.agents import (
     Pki,
     agent_config,
     grant,
@@ -57,6 +46,17 @@ from tests.support import (
     spiffe,
     start_peer,
     write_policy,
+)
+from tests.helpers.netns import Namespace, NetLab, VethLink, netns_unavailable_reason
+from tests.helpers.netproxy import TcpProxy
+from tests.helpers.plan_capabilities import (
+    REACHED_FILE,
+    RELEASE_FILE,
+    SHORT_TIMEOUT,
+    FaultyPeer,
+    Gate,
+    Mode,
+    faulty_registry,
 )
 
 FAULT_CAPS = ["fault.read", "fault.glance", "fault.write", "fault.brief", "fault.append"]
@@ -491,7 +491,7 @@ def hosts(pki: Pki, tmp_path: Path) -> Iterator[Hosts]:
         audit_db=tmp_path / "alice-audit.sqlite",
         state_dir=tmp_path / "alice-state",
         peers=[("bob", f"{BOB_ADDR}:{BOB_PORT}"), ("carol", f"127.0.0.1:{CAROL_PORT}")],
-        modules=["tests.faults.plan_support"],
+        modules=["tests.helpers.plan_capabilities"],
     )
     with NetLab("a2apf") as lab:  # kills its processes by pid, then deletes the namespaces
         a, b = lab.namespace("a"), lab.namespace("b")

@@ -16,8 +16,8 @@ from gateway.errors import GatewayError
 from gateway.runtime.agent import Agent
 from gateway.storage import location, open_audit_reader
 from gateway.transport.tls import channel_options
-from tests.postgres import PostgresCluster
-from tests.support import Pki, WriteCounter, agent_config, grant, started, write_policy
+from tests.helpers.agents import Pki, WriteCounter, agent_config, grant, started, write_policy
+from tests.helpers.postgres import PostgresCluster
 
 _REFUSED_WHILE_DOWN = {"AUDIT_UNAVAILABLE", "STATE_UNAVAILABLE"}
 _SERVING = health_pb2.HealthCheckResponse.SERVING

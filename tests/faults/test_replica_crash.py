@@ -1,7 +1,7 @@
 """SIGKILL of one replica mid-write: the retry on the other replica never writes again.
 
 Two ``serve`` processes of alice share PostgreSQL (audit and state). bob's
-write (``notes.append`` of ``tests.faults.crash_window``: side effect first,
+write (``notes.append`` of ``tests.helpers.crash_window``: side effect first,
 then it lingers) reaches replica A, which is killed after the side effect and
 before any answer. bob retries on replica B with the same idempotency key.
 """
@@ -16,9 +16,9 @@ import pytest
 
 from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError, IdempotencyInDoubt
-from tests.agent_process import AgentProcess, write_agent_toml
-from tests.faults.crash_window import appended_lines
-from tests.support import Pki, grant, spiffe, write_policy
+from tests.helpers.agent_process import AgentProcess, write_agent_toml
+from tests.helpers.agents import Pki, grant, spiffe, write_policy
+from tests.helpers.crash_window import appended_lines
 
 POLL_ROUNDS = 400  # x 0.05 s: a bound for a slow runner, never asserted
 
@@ -32,7 +32,7 @@ def _replica(pki: Pki, tmp_path: Path, name: str, policy: Path, dsn: str) -> Age
         policy=policy,
         audit_db=dsn,
         state_dir=tmp_path / f"{name}-state",
-        modules=("capabilities.builtin", "tests.faults.crash_window"),
+        modules=("capabilities.builtin", "tests.helpers.crash_window"),
         state_db=dsn,
     )
     return AgentProcess(config)

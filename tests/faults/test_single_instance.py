@@ -16,8 +16,8 @@ from pathlib import Path
 from gateway.cli.main import EXIT_USAGE
 from gateway.client.peer_client import PeerClient
 from gateway.runtime.instance_lock import LOCK_FILE
-from tests.agent_process import AgentProcess, two_worker_agent, write_agent_toml
-from tests.support import Pki, audit_rows, grant, spiffe, write_policy
+from tests.helpers.agent_process import AgentProcess, two_worker_agent, write_agent_toml
+from tests.helpers.agents import Pki, audit_rows, grant, spiffe, write_policy
 
 EXIT_TIMEOUT = 60.0  # python start-up on a busy runner; a bound, never asserted
 

@@ -13,9 +13,8 @@ import pytest
 from capabilities.registry import CapabilityRegistry
 from gateway.config import AgentConfig, IdentitySettings
 from gateway.runtime.agent import Agent
-from tests.a2a_http_support import serving_https
-from tests.identity.issuer import SessionIssuer, SigningKey, es256_key, running_issuer, sign
-from tests.support import (
+from tests.helpers.a2a_http import serving_https
+from tests.helpers.agents import (
     Pki,
     WriteCounter,
     agent_config,
@@ -25,6 +24,7 @@ from tests.support import (
     started,
     write_policy,
 )
+from tests.helpers.token_issuer import SessionIssuer, SigningKey, es256_key, running_issuer, sign
 
 
 @pytest.fixture(scope="session")

@@ -28,9 +28,7 @@ from gateway.errors import TokenNotBound
 from gateway.plans.document.model import Plan
 from gateway.plans.task import TaskState
 from gateway.runtime.agent import Agent
-from tests.identity.conftest import SvidKeys, token_settings, with_tokens
-from tests.identity.issuer import SessionIssuer
-from tests.support import (
+from tests.helpers.agents import (
     Pki,
     WriteCounter,
     agent_config,
@@ -41,6 +39,8 @@ from tests.support import (
     standard_registry,
     write_policy,
 )
+from tests.helpers.token_issuer import SessionIssuer
+from tests.identity.conftest import SvidKeys, token_settings, with_tokens
 
 ALICE, BOB, CAROL = spiffe("alice"), spiffe("bob"), spiffe("carol")
 

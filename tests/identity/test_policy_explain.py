@@ -17,7 +17,7 @@ from gateway.audit import AuditRecord
 from policies.grants import PolicyDocument
 from policies.policy_file import Policy
 from policies.users import OnBehalfOf
-from tests.support import grant, spiffe
+from tests.helpers.agents import grant, spiffe
 
 CAROL = spiffe("carol")
 

@@ -28,11 +28,11 @@ from google.protobuf import struct_pb2
 from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
-from tests.a2a_http_support import V1_HEADERS, https_client, jsonrpc, message_params, our_reason
-from tests.a2a_support import V1, A2APeer, data_request, gateway_reason
+from tests.helpers.a2a_grpc import V1, A2APeer, data_request, gateway_reason
+from tests.helpers.a2a_http import V1_HEADERS, https_client, jsonrpc, message_params, our_reason
+from tests.helpers.agents import Pki, audit_rows, raw_channel, spiffe
+from tests.helpers.token_issuer import SessionIssuer
 from tests.identity.conftest import ALICE, SvidKeys
-from tests.identity.issuer import SessionIssuer
-from tests.support import Pki, audit_rows, raw_channel, spiffe
 
 BOB = spiffe("bob")
 

@@ -21,10 +21,17 @@ import pytest
 
 from gateway.runtime.agent import Agent
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
-from tests.a2a_support import V1, A2APeer, data_request, gateway_reason
+from tests.helpers.a2a_grpc import V1, A2APeer, data_request, gateway_reason
+from tests.helpers.agents import (
+    Pki,
+    WriteCounter,
+    audit_rows,
+    raw_channel,
+    spiffe,
+    standard_registry,
+)
+from tests.helpers.token_issuer import SessionIssuer
 from tests.identity.conftest import ALICE, SvidKeys, start_alice, token_settings
-from tests.identity.issuer import SessionIssuer
-from tests.support import Pki, WriteCounter, audit_rows, raw_channel, spiffe, standard_registry
 
 CAROL = spiffe("carol")
 
@@ -137,7 +144,7 @@ async def test_a_single_use_token_is_refused_the_second_time(
 async def test_an_agent_without_identity_tokens_refuses_them_on_grpc(
     pki: Pki, tmp_path: Path, issuer: SessionIssuer
 ) -> None:
-    from tests.support import agent_config, grant, started, write_policy
+    from tests.helpers.agents import agent_config, grant, started, write_policy
 
     policy = write_policy(tmp_path / "p.toml", [grant("bob", ["text.echo"])])
     agent = await started(agent_config(pki, tmp_path, "alice", policy))

@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
-from tests.agent_process import REPO
-from tests.interop.served_agent import TOOL_CACHE, Served, java_classpath, pkcs12_of, serve_alice
-from tests.support import Pki, spiffe
+from tests.helpers.agent_process import REPO
+from tests.helpers.agents import Pki, spiffe
+from tests.helpers.served_agent import TOOL_CACHE, Served, java_classpath, pkcs12_of, serve_alice
 
 GO_DIR = REPO / "tests" / "interop" / "go"
 JAVA_DIR = REPO / "tests" / "interop" / "java"

@@ -57,9 +57,9 @@ import pytest
 
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from policies.identity import svid_dns_name
-from tests.agent_process import REPO
-from tests.interop.served_agent import Served, java_classpath, pkcs12_of, serve_alice
-from tests.support import Pki, spiffe
+from tests.helpers.agent_process import REPO
+from tests.helpers.agents import Pki, spiffe
+from tests.helpers.served_agent import Served, java_classpath, pkcs12_of, serve_alice
 
 JAVA_DIR = REPO / "tests" / "interop" / "java1"
 BOB = spiffe("bob")
@@ -84,7 +84,7 @@ def _serve(pki: Pki, tmp_path: Path, compat: bool | None) -> Iterator[Served]:
         bob_may=["text.echo@^1", "job.pause", "job.watch"],
         bob_cap=1024,
         compat=compat,
-        modules=("tests.task_capabilities",),  # the built-ins, job.pause, job.watch
+        modules=("tests.helpers.task_capabilities",),  # the built-ins, job.pause, job.watch
     )
 
 

@@ -20,8 +20,8 @@ from google.protobuf.descriptor import FileDescriptor
 
 from gateway.runtime.agent import Agent
 from gateway.wire.v1 import gateway_pb2
-from tests.interop.node_projects import GRPC_JS, node_ready
-from tests.support import Pki, WriteCounter, audit_rows, spiffe
+from tests.helpers.agents import Pki, WriteCounter, audit_rows, spiffe
+from tests.helpers.node_projects import GRPC_JS, node_ready
 
 NODE_DIR = GRPC_JS
 

@@ -21,11 +21,8 @@ from typing import Any
 import pytest
 
 from gateway.runtime.agent import Agent
-from tests.a2a_http_support import serving_https
-from tests.integration.a2a.test_a2a_long_tasks import summary
-from tests.interop.node_projects import A2A_JS, node_ready
-from tests.push_receiver import Delivered, WebhookReceiver, with_push
-from tests.support import (
+from tests.helpers.a2a_http import serving_https
+from tests.helpers.agents import (
     Pki,
     WriteCounter,
     agent_config,
@@ -36,6 +33,9 @@ from tests.support import (
     started,
     write_policy,
 )
+from tests.helpers.node_projects import A2A_JS, node_ready
+from tests.helpers.push_receiver import Delivered, WebhookReceiver, with_push
+from tests.server.a2a.test_a2a_long_tasks import summary
 
 BINDINGS = ("JSONRPC", "HTTP+JSON", "GRPC")
 ALICE = spiffe("alice")

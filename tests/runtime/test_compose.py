@@ -19,8 +19,7 @@ from gateway.runtime.services import agent_services
 from gateway.storage import open_stores
 from gateway.telemetry import Telemetry
 from policies.store import PolicyStore
-from tests.runtime.leftovers import listening_ports
-from tests.support import (
+from tests.helpers.agents import (
     Pki,
     WriteCounter,
     agent_config,
@@ -30,6 +29,7 @@ from tests.support import (
     standard_registry,
     write_policy,
 )
+from tests.helpers.leftovers import listening_ports
 
 
 def _config(pki: Pki, tmp_path: Path) -> AgentConfig:

@@ -24,9 +24,9 @@ from gateway.config import load_agent_config
 from gateway.errors import AddressUnavailable
 from gateway.runtime.agent import Agent
 from gateway.runtime.instance_lock import InstanceLock
-from tests.agent_process import write_agent_toml
-from tests.runtime.leftovers import listening_ports, threads_left
-from tests.support import Pki, audit_rows, grant, spiffe, write_policy
+from tests.helpers.agent_process import write_agent_toml
+from tests.helpers.agents import Pki, audit_rows, grant, spiffe, write_policy
+from tests.helpers.leftovers import listening_ports, threads_left
 
 REPO = Path(__file__).parents[2]
 

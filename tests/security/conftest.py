@@ -42,7 +42,7 @@ from gateway.storage import open_audit_reader
 from gateway.transport.status import status_code_for
 from gateway.transport.tls import TlsMaterial, channel_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
-from tests.support import (
+from tests.helpers.agents import (
     Pki,
     WriteCounter,
     agent_config,

@@ -15,7 +15,7 @@ from gateway.errors import GatewayError, GrantExpired, PayloadTooLarge, Unauthen
 from gateway.runtime.agent import Agent
 from gateway.transport.status import from_rpc_error
 from gateway.wire.v1 import gateway_pb2
-from tests.support import (
+from tests.helpers.agents import (
     Pki,
     WriteCounter,
     agent_config,

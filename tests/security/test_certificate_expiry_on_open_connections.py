@@ -22,8 +22,8 @@ from gateway.client.peer_client import PeerClient
 from gateway.errors import Unauthenticated
 from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH
-from tests.a2a_http_support import V1_HEADERS, jsonrpc, message_params, serving_https
-from tests.support import (
+from tests.helpers.a2a_http import V1_HEADERS, jsonrpc, message_params, serving_https
+from tests.helpers.agents import (
     Pki,
     WriteCounter,
     agent_config,

@@ -23,7 +23,7 @@ from gateway.display import has_unsafe_characters
 from gateway.runtime.agent import Agent
 from gateway.storage import open_chain_writer
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
-from tests.support import Pki, WriteCounter, audit_rows, raw_channel
+from tests.helpers.agents import Pki, WriteCounter, audit_rows, raw_channel
 
 BOB = "spiffe://example.org/agent/bob"
 FAKE_ROW = "\n2026-01-01T00:00:00.000Z  spiffe://example.org/agent/bob  kv.put  -  1.0.0  allow  OK"

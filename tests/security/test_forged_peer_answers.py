@@ -41,7 +41,7 @@ from gateway.runtime.agent import Agent
 from gateway.server.grpc_server import PROTOCOL_VERSION
 from gateway.transport.status import status_code_for
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
-from tests.support import (
+from tests.helpers.agents import (
     Pki,
     WriteCounter,
     agent_config,

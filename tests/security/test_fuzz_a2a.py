@@ -24,10 +24,10 @@ from gateway.errors import error_for_reason
 from gateway.runtime.agent import Agent
 from gateway.server.a2a.registration import a2a_method_names
 from gateway.transport.status import from_rpc_error, status_code_for
-from tests.a2a_support import data_request, raw_request
-from tests.security.a2a_fuzz import A2ACase, a2a_cases, check_a2a, describe_case
+from tests.helpers.a2a_fuzz import A2ACase, a2a_cases, check_a2a, describe_case
+from tests.helpers.a2a_grpc import data_request, raw_request
+from tests.helpers.agents import Pki, WriteCounter, audit_rows, raw_channel
 from tests.security.conftest import FuzzTarget
-from tests.support import Pki, WriteCounter, audit_rows, raw_channel
 
 CASES = 160
 SEED = 20261130

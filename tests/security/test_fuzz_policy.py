@@ -22,7 +22,7 @@ from gateway.errors import PolicyFileError
 from policies.grants import MAX_PAYLOAD_CEILING
 from policies.policy_file import Policy, load_policy, render_policy
 from policies.store import PolicyStore
-from tests.support import grant, write_policy
+from tests.helpers.agents import grant, write_policy
 
 POLICY_SETTINGS = settings(
     max_examples=150,

@@ -19,7 +19,7 @@ import pytest
 from gateway.runtime.agent import Agent
 from gateway.transport import tls
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
-from tests.support import (
+from tests.helpers.agents import (
     Pki,
     WriteCounter,
     agent_config,

@@ -19,8 +19,8 @@ from gateway.errors import ConfigError
 from gateway.runtime.agent import Agent
 from gateway.transport.tls import TlsMaterial
 from policies.identity import svid_dns_name
-from tests.agent_process import write_agent_toml
-from tests.support import Pki, agent_config, grant, spiffe, started, write_policy
+from tests.helpers.agent_process import write_agent_toml
+from tests.helpers.agents import Pki, agent_config, grant, spiffe, started, write_policy
 
 WILDCARDS = ["*.svid.a2agw.invalid", "*.a2agw.invalid", "*", "id-*.svid.a2agw.invalid"]
 

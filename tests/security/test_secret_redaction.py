@@ -20,9 +20,9 @@ from capabilities.registry import CapabilityRegistry
 from gateway.client.peer_client import PeerClient
 from gateway.errors import AuditUnavailable, GatewayError, StateUnavailable
 from gateway.postgres.dsn import PostgresDsn, redact_credentials
-from tests.agent_process import REPO, write_agent_toml
-from tests.postgres import PostgresCluster, state_pool
-from tests.support import Pki, WriteCounter, agent_config, grant, started, write_policy
+from tests.helpers.agent_process import REPO, write_agent_toml
+from tests.helpers.agents import Pki, WriteCounter, agent_config, grant, started, write_policy
+from tests.helpers.postgres import PostgresCluster, state_pool
 
 SECRET = "S3cret-pw"
 

@@ -24,8 +24,8 @@ from gateway.inbound.limits.shared_table import LIMITS_FILE, LimitTable, create_
 from gateway.inbound.replay.mmap import REPLAY_FILE, ReplayTable
 from gateway.local.private_files import connect_private, private_file
 from gateway.runtime.agent import Agent
-from tests.a2a_support import A2APeer, data_request
-from tests.support import Pki, WriteCounter, agent_config, grant, mesh_registry, write_policy
+from tests.helpers.a2a_grpc import A2APeer, data_request
+from tests.helpers.agents import Pki, WriteCounter, agent_config, grant, mesh_registry, write_policy
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from gateway.runtime.agent import Agent
 from gateway.server.unknown_methods import OPERATION, shown_method
 from gateway.transport.status import from_rpc_error
 from gateway.transport.tls import channel_options
-from tests.support import Pki, WriteCounter, audit_rows, spiffe
+from tests.helpers.agents import Pki, WriteCounter, audit_rows, spiffe
 
 UNARY = "/a2a.v1.A2AService/SendMessage"
 STREAMED = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"

@@ -23,7 +23,8 @@ from gateway.runtime.agent import Agent
 from gateway.transport.tls import TlsMaterial, channel_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from policies.identity import is_spiffe_id, spiffe_id_from_pem
-from tests.security.forged_certs import (
+from tests.helpers.agents import Pki, WriteCounter, audit_rows
+from tests.helpers.forged_certs import (
     EXTENSION_OIDS,
     MALFORMED_EXAMPLES,
     SAN,
@@ -32,7 +33,6 @@ from tests.security.forged_certs import (
     material_raw,
     mint_raw,
 )
-from tests.support import Pki, WriteCounter, audit_rows
 
 REACH_THE_GATEWAY = (
     "truncated SCT list",

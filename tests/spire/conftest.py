@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.spire.spire_lab import SpireAgent, SpireLab, SpireServer, spire_bin
-from tests.support import spiffe
+from tests.helpers.agents import spiffe
+from tests.helpers.spire_lab import SpireAgent, SpireLab, SpireServer, spire_bin
 
 OTHER_DOMAIN = "other.test"
 DAVE = f"spiffe://{OTHER_DOMAIN}/agent/dave"

@@ -21,10 +21,10 @@ from spiffe import WorkloadApiClient
 from gateway.config import AgentConfig
 from gateway.transport.tls import channel_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
-from tests.a2a_support import gateway_reason
+from tests.helpers.a2a_grpc import gateway_reason
+from tests.helpers.agents import WriteCounter, audit_rows, grant, spiffe
 from tests.spire.conftest import Spire
 from tests.spire.test_workload_api import start_agent, workload_config
-from tests.support import WriteCounter, audit_rows, grant, spiffe
 
 ALICE, BOB = spiffe("alice"), spiffe("bob")
 

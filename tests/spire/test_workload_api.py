@@ -35,9 +35,8 @@ from gateway.storage import open_audit_reader
 from gateway.transport.svid_checks import issued_within
 from gateway.transport.tls import TlsMaterial, channel_options
 from policies.identity import svid_dns_name
-from tests.agent_process import AgentProcess
-from tests.spire.conftest import DAVE, Spire
-from tests.support import (
+from tests.helpers.agent_process import AgentProcess
+from tests.helpers.agents import (
     WriteCounter,
     audit_rows,
     grant,
@@ -45,6 +44,7 @@ from tests.support import (
     standard_registry,
     write_policy,
 )
+from tests.spire.conftest import DAVE, Spire
 
 ALICE, BOB, CAROL = spiffe("alice"), spiffe("bob"), spiffe("carol")
 SERVING = health_pb2.HealthCheckResponse.SERVING

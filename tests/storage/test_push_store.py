@@ -15,7 +15,7 @@ import pytest
 from gateway.push.store.postgres import PostgresPushStore
 from gateway.push.store.sqlite import SqlitePushStore
 from gateway.push.store.store import Notification, PushConfig, PushStore
-from tests.postgres import state_pool
+from tests.helpers.postgres import state_pool
 
 ALICE = "spiffe://example.org/agent/alice"
 BOB = "spiffe://example.org/agent/bob"

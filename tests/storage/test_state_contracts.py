@@ -19,7 +19,7 @@ from gateway.inbound.idempotency.store import IdempotencyStore, StoredAnswer
 from gateway.inbound.replay.mmap import ReplayTable
 from gateway.inbound.replay.postgres import PostgresReplayWindow
 from gateway.inbound.replay.store import ReplayWindow
-from tests.postgres import state_pool
+from tests.helpers.postgres import state_pool
 
 ALICE = "spiffe://example.org/agent/alice"
 BOB = "spiffe://example.org/agent/bob"

@@ -26,7 +26,7 @@ from gateway.server.a2a.task_store.postgres import PostgresA2ATaskStore
 from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
 from gateway.server.a2a.task_store.store import A2ATaskStore
 from gateway.storage import Stores, open_stores, prepare_shared_files
-from tests.support import Pki, agent_config
+from tests.helpers.agents import Pki, agent_config
 
 PACKAGE = Path(gateway.__file__).parent
 MAY_CHOOSE = {PACKAGE / "storage" / "factory.py", PACKAGE / "postgres" / "dsn.py"}

@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 
 from gateway.telemetry.grpc_core_logs import quiet_grpc_core
-from tests.agent_process import AgentProcess, write_agent_toml
-from tests.support import Pki, grant, write_policy
+from tests.helpers.agent_process import AgentProcess, write_agent_toml
+from tests.helpers.agents import Pki, grant, write_policy
 
 # A newline, a JSON object that looks like one of our events, an ESC sequence.
 FORGED_SERVER_NAME = 'x\n{"level":"ERROR","event":"forged"}\x1b[31mred'

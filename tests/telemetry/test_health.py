@@ -10,7 +10,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway.runtime.agent import Agent
-from tests.support import (
+from tests.helpers.agents import (
     Pki,
     Probe,
     WriteCounter,

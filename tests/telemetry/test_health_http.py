@@ -14,7 +14,7 @@ from gateway.config import MetricsSettings
 from gateway.errors import AuditUnavailable
 from gateway.runtime.agent import Agent
 from gateway.telemetry.health_http import HealthState, health_answer
-from tests.support import (
+from tests.helpers.agents import (
     Pki,
     Probe,
     WriteCounter,

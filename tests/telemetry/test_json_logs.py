@@ -16,7 +16,7 @@ from gateway.display import EscapingFormatter
 from gateway.telemetry.json_logs import JsonFormatter
 from gateway.telemetry.tracing import AgentTracing
 from policies.store import PolicyStore
-from tests.support import grant, spiffe, write_policy
+from tests.helpers.agents import grant, spiffe, write_policy
 
 
 @pytest.fixture

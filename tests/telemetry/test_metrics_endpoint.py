@@ -12,7 +12,7 @@ from gateway.client.peer_client import PeerClient
 from gateway.config import MetricsSettings
 from gateway.errors import CapabilityNotGranted, GatewayError
 from gateway.runtime.agent import Agent
-from tests.support import (
+from tests.helpers.agents import (
     Pki,
     WriteCounter,
     agent_config,

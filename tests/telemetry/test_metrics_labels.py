@@ -19,7 +19,7 @@ from gateway.errors import GatewayError
 from gateway.runtime.agent import Agent
 from gateway.telemetry.metrics import OTHER_CAPABILITY, AgentMetrics
 from gateway.telemetry.prometheus_text import label_name
-from tests.support import (
+from tests.helpers.agents import (
     Pki,
     WriteCounter,
     agent_config,
@@ -29,7 +29,7 @@ from tests.support import (
     standard_registry,
     write_policy,
 )
-from tests.telemetry.exposition import LABEL_NAME, samples
+from tests.helpers.exposition import LABEL_NAME, samples
 
 DISTINCT_NAMES = 2_100  # above the SDK's default cardinality limit (2,000)
 

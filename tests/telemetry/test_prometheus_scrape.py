@@ -22,7 +22,7 @@ from gateway.client.peer_client import PeerClient
 from gateway.config import MetricsSettings
 from gateway.errors import CapabilityNotGranted, UnknownPeer
 from gateway.runtime.agent import Agent
-from tests.support import (
+from tests.helpers.agents import (
     Pki,
     WriteCounter,
     agent_config,

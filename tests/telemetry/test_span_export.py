@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from gateway.client.peer_client import PeerClient
 from gateway.config import TracingSettings
 from gateway.telemetry.span_export import BackoffExporter, span_line
-from tests.support import Pki, agent_config, audit_rows, grant, started, write_policy
+from tests.helpers.agents import Pki, agent_config, audit_rows, grant, started, write_policy
 
 
 def _free_port() -> int:

@@ -15,7 +15,7 @@ from gateway.config import TracingSettings
 from gateway.plans.document.model import Plan
 from gateway.plans.task import TaskState
 from gateway.runtime.agent import Agent
-from tests.support import (
+from tests.helpers.agents import (
     Pki,
     Probe,
     WriteCounter,
@@ -124,7 +124,7 @@ async def test_without_tracing_an_incoming_trace_id_is_still_carried_and_audited
     pki: Pki, tmp_path: Path
 ) -> None:
     from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
-    from tests.support import raw_channel
+    from tests.helpers.agents import raw_channel
 
     carol = await start_peer(
         pki,

@@ -19,7 +19,7 @@ replaces their module-level ``JSONResponse`` / ``A2AJSONResponse`` names);
 the edge builds the requests it hands the routes as :class:`ParsedJsonRequest`.
 Those names are module-wide: any other a2a-sdk server in the same process
 answers through the same classes from then on (the same bytes, sooner).
-tests/integration/a2a_http/test_fast_json.py checks the names are still
+tests/server/a2a_http/test_fast_json.py checks the names are still
 there, and compares both directions with ``json`` on odd values.
 """
 

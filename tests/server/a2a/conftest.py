@@ -1,0 +1,30 @@
+"""Fixtures of the A2A suites: bob and carol as a2a-sdk clients of alice."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from gateway.audit import AuditRecord
+from gateway.runtime.agent import Agent
+from tests.helpers.a2a_grpc import A2APeer
+from tests.helpers.agents import Pki, audit_rows
+
+
+async def last_record(agent: Agent) -> AuditRecord:
+    """The newest record of ``agent``'s audit log (after a flush)."""
+    await agent.audit.flush()
+    return audit_rows(agent.config.audit_db)[-1]
+
+
+@pytest.fixture
+async def bob(pki: Pki, alice: Agent) -> AsyncIterator[A2APeer]:
+    async with A2APeer(pki, alice, "bob") as peer:
+        yield peer
+
+
+@pytest.fixture
+async def carol(pki: Pki, alice: Agent) -> AsyncIterator[A2APeer]:
+    async with A2APeer(pki, alice, "carol") as peer:
+        yield peer

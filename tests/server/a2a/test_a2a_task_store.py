@@ -1,0 +1,202 @@
+"""The A2A task store on each backend: owner scoping, pages, filters, reopening, sharing."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gateway.errors import InvalidRequest, StateUnavailable
+from gateway.server.a2a.task_store.postgres import PostgresA2ATaskStore
+from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
+from gateway.server.a2a.task_store.store import (
+    A2ATask,
+    A2ATaskStore,
+    TaskFilter,
+    TaskOutcome,
+    token_task_id,
+)
+from tests.helpers.a2a_grpc import a2a_task
+from tests.helpers.postgres import state_pool
+
+ALICE = "spiffe://example.org/agent/alice"
+BOB = "spiffe://example.org/agent/bob"
+CAROL = "spiffe://example.org/agent/carol"
+SECRET = b'{"text": "payload-never-logged"}'
+
+
+def task(
+    n: int,
+    owner: str = BOB,
+    *,
+    context_id: str = "ctx-a",
+    state: TaskOutcome = TaskOutcome.COMPLETED,
+) -> A2ATask:
+    return a2a_task(
+        f"task-{n}",
+        owner,
+        "text.echo",
+        context_id=context_id,
+        state=state,
+        output=SECRET if state is TaskOutcome.COMPLETED else b"",
+        evidence_sha256="ab" * 32,
+        remembered=n % 2 == 1,
+        reason="OK" if state is TaskOutcome.COMPLETED else "CAPABILITY_FAILED",
+        message="" if state is TaskOutcome.COMPLETED else "it failed",
+        created_ms=1_000 + n,
+        updated_ms=2_000 + n,
+    )
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], A2ATaskStore]:
+    """Opens the same A2A task store again each call: a SQLite file, then a PostgreSQL database."""
+    if request.param == "sqlite":
+        return lambda: SqliteA2ATaskStore(tmp_path / "a2a-tasks.sqlite")
+    dsn = request.getfixturevalue("pg_dsn")
+    return lambda: PostgresA2ATaskStore(state_pool(dsn), ALICE)
+
+
+async def test_a_task_is_its_owners_only_and_survives_reopening(
+    open_store: Callable[[], A2ATaskStore],
+) -> None:
+    store = open_store()
+    mine, failed = task(1), task(2, state=TaskOutcome.FAILED)
+    store.put(mine)
+    store.put(failed)
+    assert await store.get(BOB, "task-1") == mine  # the read waits for the queue
+    assert await store.get(BOB, "task-2") == failed
+    assert await store.get(CAROL, "task-1") is None  # the same answer as for no task at all
+    assert await store.get(CAROL, "task-404") is None
+    assert await store.get(BOB, "task-404") is None
+    await store.flush()
+    store.close()
+    again = open_store()
+    try:
+        assert await again.get(BOB, "task-1") == mine
+        assert await again.get(CAROL, "task-1") is None
+        page = await again.list(CAROL, TaskFilter())
+        assert (page.tasks, page.next_page_token, page.total_size) == ([], "", 0)
+    finally:
+        again.close()
+
+
+async def test_list_pages_newest_first_and_filters(
+    open_store: Callable[[], A2ATaskStore],
+) -> None:
+    store = open_store()
+    try:
+        for n in range(5):
+            store.put(task(n, context_id="ctx-a" if n < 3 else "ctx-b"))
+        store.put(task(5, CAROL))
+        store.put(task(6, state=TaskOutcome.FAILED))
+        first = await store.list(BOB, TaskFilter(page_size=3))
+        assert [t.task_id for t in first.tasks] == ["task-6", "task-4", "task-3"]
+        assert first.total_size == 6 and first.next_page_token
+        second = await store.list(BOB, TaskFilter(page_size=3, page_token=first.next_page_token))
+        assert [t.task_id for t in second.tasks] == ["task-2", "task-1", "task-0"]
+        assert second.total_size == 6 and second.next_page_token == ""
+        by_context = await store.list(BOB, TaskFilter(context_id="ctx-b"))
+        assert [t.task_id for t in by_context.tasks] == ["task-4", "task-3"]
+        assert by_context.total_size == 2
+        failed = await store.list(BOB, TaskFilter(state=TaskOutcome.FAILED))
+        assert [t.task_id for t in failed.tasks] == ["task-6"] and failed.total_size == 1
+        recent = await store.list(BOB, TaskFilter(updated_after_ms=2_004))
+        assert [t.task_id for t in recent.tasks] == ["task-6", "task-4"]
+        clamped = await store.list(BOB, TaskFilter(page_size=0))
+        assert [t.task_id for t in clamped.tasks] == ["task-6"] and clamped.total_size == 6
+        carols = await store.list(CAROL, TaskFilter())
+        assert [t.task_id for t in carols.tasks] == ["task-5"] and carols.total_size == 1
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("token", ["abc", "-1", "1", "²", "1" * 20, str(2**63), "dGFzay0x="])
+async def test_a_token_it_did_not_hand_out_is_an_invalid_request(
+    open_store: Callable[[], A2ATaskStore], token: str
+) -> None:
+    store = open_store()
+    try:
+        with pytest.raises(InvalidRequest) as info:
+            await store.list(BOB, TaskFilter(page_token=token))
+        assert info.value.reason == "INVALID_REQUEST"
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("task_id", ["\x00bad", "x" * 1_000_000, "id with space", "é", ""])
+async def test_an_id_of_no_form_this_store_makes_is_simply_absent(
+    open_store: Callable[[], A2ATaskStore], task_id: str
+) -> None:
+    store = open_store()
+    try:
+        store.put(task(1))
+        assert await store.get(BOB, task_id) is None  # PostgreSQL cannot even hold NUL
+        assert await store.get(BOB, "task-1") == task(1)
+    finally:
+        store.close()
+
+
+async def test_a_token_names_its_owners_task_and_is_refused_for_another_owner(
+    open_store: Callable[[], A2ATaskStore],
+) -> None:
+    store = open_store()
+    try:
+        for n in range(3):
+            store.put(task(n))
+            store.put(task(10 + n, CAROL))
+        first = await store.list(BOB, TaskFilter(page_size=1))
+        assert token_task_id(first.next_page_token) == "task-2"  # bob's own, no row number
+        with pytest.raises(InvalidRequest) as info:
+            await store.list(CAROL, TaskFilter(page_token=first.next_page_token))
+        assert (
+            info.value.message == "page_token is not a token this agent handed out to this caller"
+        )
+        second = await store.list(BOB, TaskFilter(page_size=1, page_token=first.next_page_token))
+        assert [t.task_id for t in second.tasks] == ["task-1"]
+    finally:
+        store.close()
+
+
+async def test_replicas_of_one_agent_share_tasks_other_agents_do_not(pg_dsn: str) -> None:
+    one = PostgresA2ATaskStore(state_pool(pg_dsn), ALICE)
+    two = PostgresA2ATaskStore(state_pool(pg_dsn), ALICE)
+    other = PostgresA2ATaskStore(state_pool(pg_dsn), "spiffe://example.org/agent/dave")
+    try:
+        one.put(task(1))
+        await one.flush()
+        assert await two.get(BOB, "task-1") == task(1)
+        assert [t.task_id for t in (await two.list(BOB, TaskFilter())).tasks] == ["task-1"]
+        assert await other.get(BOB, "task-1") is None
+        assert (await other.list(BOB, TaskFilter())).total_size == 0
+        other.put(task(1))  # the same task id under another agent id is another task
+        assert await other.get(BOB, "task-1") == task(1)
+        assert (await two.list(BOB, TaskFilter())).total_size == 1
+    finally:
+        for store in (one, two, other):
+            store.close()
+
+
+async def test_an_unreachable_database_fails_reads_and_logs_no_payload(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    closed = state_pool("postgresql://postgres@127.0.0.1:1/nowhere", "A2A task store")
+    store = PostgresA2ATaskStore(closed, ALICE)
+    try:
+        with caplog.at_level(logging.ERROR):
+            store.put(task(1))
+            await store.flush()
+        lost = [r for r in caplog.records if r.name.endswith("task_store.postgres")]
+        assert [r.getMessage().split(":")[:2] for r in lost] == [
+            ["A2A task store", " 1 tasks not stored"]
+        ]
+        assert "payload-never-logged" not in caplog.text
+        with pytest.raises(StateUnavailable) as info:
+            await store.get(BOB, "task-1")
+        assert info.value.reason == "STATE_UNAVAILABLE"
+        with pytest.raises(StateUnavailable):
+            await store.list(BOB, TaskFilter())
+    finally:
+        store.close()
