@@ -12,7 +12,7 @@ well-formed requests, half of them SendMessage, one in ten raw bytes) and
 checks each as that module says; the end checks are the same.
 
 It makes a temporary PKI, starts one agent on 127.0.0.1:0 (the harness of
-``tests/security/conftest.py``), and sends it, one call at a time, the cases of
+``tests/helpers/fuzz_invoke.py``), and sends it, one call at a time, the cases of
 the same generators as ``tests/security/test_fuzz_invoke.py``: nine in ten are
 whole Invoke requests, one in ten raw request bytes. Every case is checked as
 in the tests (expected status with ErrorInfo; exactly one outcome audit record,
@@ -46,7 +46,7 @@ from gateway.audit import verify_chain
 from gateway.storage import open_audit_reader
 from tests.helpers.a2a_fuzz import a2a_cases, check_a2a, describe_case
 from tests.helpers.agents import make_pki
-from tests.security.conftest import (
+from tests.helpers.fuzz_invoke import (
     FUZZ_CALLERS,
     CaseResult,
     FuzzTarget,

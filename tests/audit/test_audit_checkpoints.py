@@ -31,62 +31,24 @@ from gateway.audit.checkpoint import (
 )
 from gateway.audit.checkpoint_verify import verify_checkpoints
 from gateway.audit.store.sqlite_schema import RECORD_COLUMNS
-from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig, AuditCheckpoints, load_agent_config
-from gateway.errors import AuditUnavailable, CapabilityNotGranted, ConfigError
+from gateway.errors import AuditUnavailable, ConfigError
 from gateway.runtime.agent import Agent
 from gateway.storage import open_audit_reader, open_chain_writer
 from tests.helpers.agent_process import write_agent_toml
-from tests.helpers.agents import Pki, agent_config, grant, spiffe, write_policy
+from tests.helpers.agents import Pki, spiffe
+from tests.helpers.audit_logs import (
+    CALLS,
+    checkpoint_problems,
+    checkpointing_config,
+    run_refused_calls,
+)
 
-CALLS = 13
 Found = list[tuple[str, int]]
-
-
-def _config(pki: Pki, base: Path, name: str = "alice", **checkpoints: Any) -> AgentConfig:
-    policy = write_policy(base / f"{name}-policy.toml", [grant("bob", ["text.echo"])])
-    config = agent_config(pki, base, name, policy)
-    settings = AuditCheckpoints.model_validate({"every_records": 4, **checkpoints})
-    return config.model_copy(update={"audit_checkpoints": settings})
-
-
-async def _run_agent(pki: Pki, config: AgentConfig, calls: int, tag: str = "c") -> None:
-    """Start the agent, make ``calls`` refused calls one by one, stop it gracefully.
-
-    Refusals are committed one by one before their answer, so with
-    ``every_records = 4`` the checkpoints land at exactly 4, 8, 12, ... and
-    at the stop.
-    """
-    agent = Agent(config)
-    await agent.start(watch_policy=False)
-    client = PeerClient(config.id, agent.address, pki.material("bob"))
-    try:
-        for n in range(calls):
-            with pytest.raises(CapabilityNotGranted):
-                await client.invoke("kv.get", {"key": "x"}, request_id=f"{tag}-{n}")
-    finally:
-        await client.close()
-        await agent.stop()
-
-
-@pytest.fixture
-async def alice_log(pki: Pki, tmp_path: Path) -> AgentConfig:
-    """alice's config after a real agent ran CALLS calls and stopped (checkpoints written)."""
-    config = _config(pki, tmp_path)
-    await _run_agent(pki, config, CALLS)
-    return config
 
 
 def _lines(config: AgentConfig) -> list[dict[str, Any]]:
     return [json.loads(line) for line in config.checkpoint_file.read_text().splitlines()]
-
-
-def _checked(config: AgentConfig, cert: Path | None = None) -> Found:
-    cert_pem = (cert or config.tls.cert).read_bytes()
-    report = verify_checkpoints(
-        open_audit_reader(config.audit_db), config.checkpoint_file, cert_pem
-    )
-    return [(problem.kind, problem.seq) for problem in report.problems]
 
 
 def _messages(config: AgentConfig) -> list[str]:
@@ -153,7 +115,7 @@ async def test_a_real_agent_signs_checkpoints_that_verify(alice_log: AgentConfig
         "alice-audit.sqlite.checkpoints.jsonl"
     )
     assert verify_chain(open_audit_reader(alice_log.audit_db)).ok
-    assert _checked(alice_log) == []
+    assert checkpoint_problems(alice_log) == []
 
     db = str(alice_log.audit_db)
     done = _verify_cli(
@@ -176,7 +138,7 @@ async def test_a_cut_tail_with_a_rewritten_head_is_reported(
 ) -> None:
     last = _cut_tail(alice_log.audit_db, k)
     assert verify_chain(open_audit_reader(alice_log.audit_db)).ok  # the database alone cannot tell
-    assert _checked(alice_log) == [("ends_before_checkpoint", last + 1)]
+    assert checkpoint_problems(alice_log) == [("ends_before_checkpoint", last + 1)]
     assert _messages(alice_log) == [
         f"log ends before checkpoint seq {CALLS} (last record is seq {last})"
     ]
@@ -203,9 +165,9 @@ async def test_a_cut_tail_refilled_by_new_records_disagrees(
     last = _cut_tail(alice_log.audit_db, k)
     covered = [line["seq"] for line in _lines(alice_log) if line["seq"] > last]
     assert CALLS in covered
-    await _run_agent(pki, alice_log, k + 2, tag="again")  # the agent resumes on the cut log
+    await run_refused_calls(pki, alice_log, k + 2, tag="again")  # the agent resumes on the cut log
     assert verify_chain(open_audit_reader(alice_log.audit_db)).ok
-    found = _checked(alice_log)
+    found = checkpoint_problems(alice_log)
     assert found == [("checkpoint_mismatch", seq) for seq in covered]
     assert f"checkpoint {CALLS} disagrees with record {CALLS}" in _messages(alice_log)
 
@@ -218,7 +180,9 @@ async def test_a_record_rewritten_at_a_checkpointed_seq_disagrees(
     target = seqs[which]
     _rewrite_from(alice_log.audit_db, target)
     assert verify_chain(open_audit_reader(alice_log.audit_db)).ok  # rehashed: the chain alone holds
-    assert _checked(alice_log) == [("checkpoint_mismatch", s) for s in seqs if s >= target]
+    assert checkpoint_problems(alice_log) == [
+        ("checkpoint_mismatch", s) for s in seqs if s >= target
+    ]
 
 
 async def test_a_record_rewritten_between_checkpoints_is_caught_by_the_next(
@@ -227,7 +191,9 @@ async def test_a_record_rewritten_between_checkpoints_is_caught_by_the_next(
     seqs = [line["seq"] for line in _lines(alice_log)]
     target = seqs[0] + 1
     _rewrite_from(alice_log.audit_db, target)
-    assert _checked(alice_log) == [("checkpoint_mismatch", s) for s in seqs if s >= target]
+    assert checkpoint_problems(alice_log) == [
+        ("checkpoint_mismatch", s) for s in seqs if s >= target
+    ]
 
 
 def _forgeries() -> list[tuple[str, Callable[[dict[str, Any]], str], str]]:
@@ -265,7 +231,7 @@ async def test_a_forged_checkpoint_line_is_reported(
     lines = _lines(alice_log)
     with alice_log.checkpoint_file.open("a") as handle:
         handle.write(forge(lines[-1]) + "\n")
-    found = _checked(alice_log)
+    found = checkpoint_problems(alice_log)
     assert [k for k, _ in found] == [kind], name
     message = _messages(alice_log)[0]
     number = len(lines) + 1
@@ -281,11 +247,13 @@ async def test_a_checkpoint_file_from_another_key_is_refused(
 ) -> None:
     alice_lines = _lines(alice_log)
     # bob's own, genuine checkpoints: not alice's.
-    bob = _config(pki, tmp_path, "bob")
-    await _run_agent(pki, bob, 6)
+    bob = checkpointing_config(pki, tmp_path, "bob")
+    await run_refused_calls(pki, bob, 6)
     bob_lines = _lines(bob)
     alice_log.checkpoint_file.write_text(bob.checkpoint_file.read_text())
-    assert _checked(alice_log) == [("checkpoint_bad_signature", line["seq"]) for line in bob_lines]
+    assert checkpoint_problems(alice_log) == [
+        ("checkpoint_bad_signature", line["seq"]) for line in bob_lines
+    ]
     assert all(m.endswith("signed by another certificate") for m in _messages(alice_log))
 
     # alice's true heads, signed by bob's key, claiming alice's identity and certificate.
@@ -294,7 +262,9 @@ async def test_a_checkpoint_file_from_another_key_is_refused(
     )
     forged = [signer.sign(c["seq"], c["head"], c["time_unix_ms"]) for c in alice_lines]
     alice_log.checkpoint_file.write_text("".join(c.to_line() for c in forged))
-    assert _checked(alice_log) == [("checkpoint_bad_signature", c["seq"]) for c in alice_lines]
+    assert checkpoint_problems(alice_log) == [
+        ("checkpoint_bad_signature", c["seq"]) for c in alice_lines
+    ]
     assert all(m.endswith("does not verify") for m in _messages(alice_log))
 
 
@@ -422,13 +392,13 @@ async def test_an_idle_writer_checkpoints_after_every_seconds_and_logs_the_event
 
 
 async def test_checkpoints_can_be_disabled(pki: Pki, tmp_path: Path) -> None:
-    config = _config(pki, tmp_path, enabled=False)
-    await _run_agent(pki, config, 5)
+    config = checkpointing_config(pki, tmp_path, enabled=False)
+    await run_refused_calls(pki, config, 5)
     assert not config.checkpoint_file.exists()
 
 
 async def test_an_unwritable_checkpoint_file_fails_the_log_closed(pki: Pki, tmp_path: Path) -> None:
-    config = _config(pki, tmp_path, file=tmp_path / "missing-dir" / "cp.jsonl")
+    config = checkpointing_config(pki, tmp_path, file=tmp_path / "missing-dir" / "cp.jsonl")
     agent = Agent(config)
     with pytest.raises(AuditUnavailable, match=r"audit checkpoints .*cannot open"):
         await agent.start(watch_policy=False)

@@ -15,7 +15,7 @@ from gateway.audit import AuditLog, AuditRecord, query_records, verify_chain
 from gateway.errors import AuditUnavailable, ConfigError
 from gateway.postgres.dsn import StoreLocation
 from gateway.storage import open_audit_reader, open_chain_writer
-from tests.audit.conftest import AGENT
+from tests.helpers.audit_logs import AGENT
 
 RecordFactory = Callable[..., AuditRecord]
 

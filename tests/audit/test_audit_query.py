@@ -24,7 +24,7 @@ from gateway.audit.query import recent_request_ids
 from gateway.errors import ConfigError
 from gateway.postgres.dsn import StoreLocation
 from gateway.storage import open_audit_reader
-from tests.audit.conftest import AGENT
+from tests.helpers.audit_logs import AGENT
 
 RecordFactory = Callable[..., AuditRecord]
 ALICE = "spiffe://example.org/agent/alice"

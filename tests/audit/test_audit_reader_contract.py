@@ -14,7 +14,7 @@ from gateway.audit.record import AuditRecord
 from gateway.errors import ConfigError
 from gateway.postgres.dsn import StoreLocation
 from gateway.storage import location, open_audit_reader, open_chain_writer
-from tests.audit.conftest import AGENT, RecordFactory
+from tests.helpers.audit_logs import AGENT, RecordFactory
 
 
 async def _written(where: StoreLocation, make_record: RecordFactory) -> list[AuditRecord]:

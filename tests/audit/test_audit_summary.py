@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.audit.summary import calls_in, limit_count_detail, summarize
-from tests.audit.conftest import RecordFactory
+from tests.helpers.audit_logs import RecordFactory
 
 
 @pytest.mark.parametrize("reason", ["RATE_LIMITED", "CONCURRENCY_LIMITED", "SERVER_BUSY"])

@@ -4,133 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import re
-import shutil
 import sqlite3
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import closing, contextmanager
+from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
-from gateway.audit import AuditLog, AuditRecord, Decision, query_records, verify_chain
-from gateway.audit.chain import GENESIS_HASH, record_hash
+from gateway.audit import AuditLog, AuditRecord, query_records, verify_chain
+from gateway.audit.chain import record_hash
 from gateway.errors import ConfigError
-from gateway.storage import location, open_audit_reader, open_chain_writer
-from tests.audit.conftest import AGENT
-from tests.helpers.postgres import PostgresCluster
+from gateway.storage import open_audit_reader, open_chain_writer
+from tests.helpers.audit_logs import RECORDS, found, hash_of, tampering
 
 RecordFactory = Callable[..., AuditRecord]
-RECORDS = 10
-Found = list[tuple[str, int]]
-
-
-@pytest.fixture(scope="module")
-async def pristine(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Path]:
-    """A closed log of RECORDS records, to be copied by each test."""
-    path = tmp_path_factory.mktemp("pristine") / "audit.db"
-    log = AuditLog(open_chain_writer(path))
-    await log.start()
-    for n in range(1, RECORDS + 1):
-        decision: Decision = "refuse" if n % 3 == 0 else "allow"
-        log.record(
-            AuditRecord(
-                time_unix_ms=1_700_000_000_000 + n,
-                request_id=f"req-{n}",
-                peer_id="spiffe://example.org/agent/bob",
-                capability="translate",
-                version_constraint="~2.1",
-                served_version="2.1.4",
-                decision=decision,
-                reason="OK" if decision == "allow" else "RISK_NOT_GRANTED",
-                payload_size=n * 10,
-                payload_sha256=f"{n:064x}",
-                latency_ms=n / 4,
-                trace_id=f"{n:032x}" if n % 2 == 0 else "",
-            )
-        )
-    await log.close()
-    yield path
-
-
-@pytest.fixture
-def sqlite_copy(pristine: Path, tmp_path: Path) -> Path:
-    path = tmp_path / "audit.db"
-    shutil.copyfile(pristine, path)
-    return path
-
-
-@pytest.fixture(scope="module")
-async def pristine_pg(postgres_cluster: PostgresCluster, pristine: Path) -> str:
-    """The same records in a PostgreSQL database, used as a template by each test."""
-    dsn = postgres_cluster.fresh_database()
-    log = AuditLog(open_chain_writer(location(dsn), agent_id=AGENT))
-    await log.start()
-    for rec in query_records(open_audit_reader(pristine)):
-        log.record(dataclasses.replace(rec, seq=0))
-    await log.close()
-    return dsn.rsplit("/", 1)[1]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def log_copy(request: pytest.FixtureRequest, sqlite_copy: Path) -> Path:
-    """A fresh copy of the pristine log in each backend (typed Path: both read the same)."""
-    if request.param == "sqlite":
-        return sqlite_copy
-    cluster: PostgresCluster = request.getfixturevalue("postgres_cluster")
-    template = request.getfixturevalue("pristine_pg")
-    name = "t_" + uuid.uuid4().hex[:12]
-    with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-    return location(cluster.dsn(name))  # type: ignore[return-value]
-
-
-class _PostgresTampering:
-    """The SQLite tampering statements, run against the shared PostgreSQL table.
-
-    Only what differs is rewritten: placeholders, the head table's name, and
-    the ``agent_id`` column a row of the shared table needs.
-    """
-
-    def __init__(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-        self._conn = conn
-
-    def execute(self, sql: str, params: Any = ()) -> psycopg.Cursor[tuple[Any, ...]]:
-        sql = sql.replace("chain_head", "audit_heads").replace("?", "%s")
-        sql = re.sub(r":(\w+)", r"%(\1)s", sql)
-        sql = sql.replace("SELECT 42,", "SELECT agent_id, 42,")
-        sql = sql.replace("INSERT INTO audit_records (", "INSERT INTO audit_records (agent_id, ")
-        if isinstance(params, dict):
-            sql = sql.replace("VALUES (", "VALUES (%(agent_id)s, ")
-            params = {**params, "agent_id": AGENT}
-        return self._conn.execute(sql, params)  # type: ignore[arg-type]
-
-
-@contextmanager
-def tampering(path: Path) -> Iterator[Any]:
-    if not isinstance(path, Path):
-        with psycopg.connect(path.url) as conn:
-            yield _PostgresTampering(conn)
-        return
-    with closing(sqlite3.connect(path)) as conn, conn:
-        yield conn
-
-
-def found(path: Path) -> Found:
-    return [
-        (problem.kind, problem.seq) for problem in verify_chain(open_audit_reader(path)).problems
-    ]
-
-
-def hash_of(conn: Any, seq: int) -> str:
-    if seq == 0:
-        return GENESIS_HASH
-    return str(
-        conn.execute("SELECT record_hash FROM audit_records WHERE seq = ?", (seq,)).fetchone()[0]
-    )
 
 
 def insert_row(conn: Any, rec: AuditRecord, prev_hash: str, digest: str) -> None:

@@ -26,23 +26,19 @@ from gateway.config import AgentConfig
 from gateway.console.status_views import _last_checkpoint
 from gateway.errors import AuditUnavailable
 from gateway.storage import open_chain_writer
-from tests.audit.conftest import RecordFactory
-from tests.audit.test_audit_checkpoints import _checked, alice_log  # noqa: F401
-from tests.audit.test_audit_verify import (  # noqa: F401  (fixtures)
+from tests.helpers.audit_logs import (
     RECORDS,
+    RecordFactory,
+    checkpoint_problems,
     found,
     hash_of,
-    log_copy,
-    pristine,
-    pristine_pg,
-    sqlite_copy,
     tampering,
 )
 
 HUGE = 2**62
 
 
-def test_a_row_moved_to_a_huge_seq_without_a_head_is_named(log_copy: Path) -> None:  # noqa: F811
+def test_a_row_moved_to_a_huge_seq_without_a_head_is_named(log_copy: Path) -> None:
     with tampering(log_copy) as conn:
         conn.execute("DELETE FROM chain_head")
         conn.execute(
@@ -56,7 +52,7 @@ def test_a_row_moved_to_a_huge_seq_without_a_head_is_named(log_copy: Path) -> No
     ]
 
 
-def test_a_row_moved_under_a_huge_head_count_is_named(log_copy: Path) -> None:  # noqa: F811
+def test_a_row_moved_under_a_huge_head_count_is_named(log_copy: Path) -> None:
     with tampering(log_copy) as conn:
         conn.execute("UPDATE chain_head SET count = ?", (HUGE,))
         conn.execute(
@@ -66,7 +62,7 @@ def test_a_row_moved_under_a_huge_head_count_is_named(log_copy: Path) -> None:  
     assert found(log_copy) == [("deleted", RECORDS), ("modified", HUGE)]
 
 
-def test_a_cut_tail_with_a_rewritten_head_hash_is_truncated(log_copy: Path) -> None:  # noqa: F811
+def test_a_cut_tail_with_a_rewritten_head_hash_is_truncated(log_copy: Path) -> None:
     with tampering(log_copy) as conn:
         conn.execute("DELETE FROM audit_records WHERE seq > 7")
         conn.execute("UPDATE chain_head SET last_hash = ?", (hash_of(conn, 7),))
@@ -74,21 +70,21 @@ def test_a_cut_tail_with_a_rewritten_head_hash_is_truncated(log_copy: Path) -> N
     assert found(log_copy) == [("truncated", 8)]
 
 
-def test_a_head_count_raised_alone_is_truncated(log_copy: Path) -> None:  # noqa: F811
+def test_a_head_count_raised_alone_is_truncated(log_copy: Path) -> None:
     with tampering(log_copy) as conn:
         conn.execute("UPDATE chain_head SET count = ?", (RECORDS + 5,))
 
     assert found(log_copy) == [("truncated", RECORDS + 1)]
 
 
-def test_a_head_count_lowered_alone_is_modified(log_copy: Path) -> None:  # noqa: F811
+def test_a_head_count_lowered_alone_is_modified(log_copy: Path) -> None:
     with tampering(log_copy) as conn:
         conn.execute("UPDATE chain_head SET count = 5")
 
     assert found(log_copy) == [("modified", RECORDS)]
 
 
-def test_a_deletion_hidden_by_the_count_alone_names_both(log_copy: Path) -> None:  # noqa: F811
+def test_a_deletion_hidden_by_the_count_alone_names_both(log_copy: Path) -> None:
     with tampering(log_copy) as conn:
         conn.execute("DELETE FROM audit_records WHERE seq = 6")
         conn.execute("UPDATE chain_head SET count = count - 1")
@@ -101,12 +97,12 @@ NESTED = "[" * 100_000
 
 
 async def test_a_checkpoint_line_nested_too_deep_is_unreadable(
-    alice_log: AgentConfig,  # noqa: F811
+    alice_log: AgentConfig,
 ) -> None:
     with alice_log.checkpoint_file.open("a") as handle:
         handle.write(NESTED + "\n")
 
-    assert _checked(alice_log) == [("checkpoint_unreadable", 0)]
+    assert checkpoint_problems(alice_log) == [("checkpoint_unreadable", 0)]
 
 
 def test_the_console_passes_over_a_checkpoint_line_nested_too_deep(tmp_path: Path) -> None:

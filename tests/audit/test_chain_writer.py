@@ -14,7 +14,7 @@ from gateway.audit.store.sqlite import SqliteChainWriter
 from gateway.audit.store.sqlite_schema import ROWS_PER_INSERT
 from gateway.errors import AuditUnavailable
 from gateway.storage import open_audit_reader
-from tests.audit.conftest import RecordFactory
+from tests.helpers.audit_logs import RecordFactory
 
 
 def _writer(path: Path) -> SqliteChainWriter:

@@ -40,7 +40,7 @@ from gateway.errors import InvalidOutput
 from gateway.runtime.agent import Agent
 from tests.helpers.a2a_hostile_upstream import scripted_grpc_upstream
 from tests.helpers.agents import Pki, agent_config, audit_rows, grant, spiffe, started, write_policy
-from tests.outbound.test_upstreams import LEGACY, fronted
+from tests.helpers.fronting import LEGACY, fronted
 
 ALICE = spiffe("alice")
 

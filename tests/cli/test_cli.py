@@ -6,29 +6,16 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from gateway.cli.main import main
 from gateway.storage import open_chain_writer
-from tests.helpers.agent_process import AgentProcess, write_agent_toml
+from tests.helpers.agent_process import AgentProcess
 from tests.helpers.agents import Pki, grant, spiffe, write_policy
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gateway.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=Path(__file__).parents[2],
-    )
+from tests.helpers.cli import agent_files, run
 
 
 def test_pki_init_and_issue(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -64,31 +51,6 @@ def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert (
         result.stderr.strip() == f"error: {tmp_path / 'missing.toml'}: agent config file not found"
-    )
-
-
-def agent_files(
-    pki: Pki,
-    base: Path,
-    name: str,
-    *,
-    grants: Sequence[dict[str, Any]] = (),
-    outbound: Sequence[dict[str, Any]] = (),
-    peers: Sequence[tuple[str, str]] = (),
-    modules: Sequence[str] = ("capabilities.builtin",),
-) -> Path:
-    """Policy and config files of agent ``name`` (listening on 127.0.0.1:0)."""
-    policy = write_policy(base / f"{name}-policy.toml", list(grants), list(outbound))
-    return write_agent_toml(
-        base / f"{name}.toml",
-        pki,
-        name,
-        listen="127.0.0.1:0",
-        policy=policy,
-        audit_db=base / f"{name}-audit.sqlite",
-        state_dir=base / f"{name}-state",
-        peers=peers,
-        modules=modules,
     )
 
 

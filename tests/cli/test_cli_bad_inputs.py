@@ -17,9 +17,9 @@ import pytest
 from gateway.audit import AuditLog
 from gateway.storage import open_chain_writer
 from policies.grants import MAX_PAYLOAD_CEILING
-from tests.cli.test_cli_checks import config_file
 from tests.helpers.agent_process import REPO, write_agent_toml
 from tests.helpers.agents import Pki, grant, spiffe, write_policy
+from tests.helpers.cli import config_file
 
 EXIT_USAGE = 2
 

@@ -14,8 +14,9 @@ import pytest
 from gateway.client.peer_client import PeerClient
 from gateway.devtools.pki import CertificateAuthority
 from policies.identity import svid_dns_name
-from tests.helpers.agent_process import REPO, AgentProcess, write_agent_toml
+from tests.helpers.agent_process import REPO, AgentProcess
 from tests.helpers.agents import Pki, future, grant, spiffe, write_policy
+from tests.helpers.cli import config_file
 
 
 def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
@@ -32,29 +33,6 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def config_file(
-    pki: Pki,
-    base: Path,
-    *,
-    grants: list[dict[str, object]] | None = None,
-    outbound: list[dict[str, object]] | None = None,
-    peers: list[tuple[str, str]] | None = None,
-    modules: tuple[str, ...] = ("capabilities.builtin",),
-) -> Path:
-    policy = write_policy(base / "alice-policy.toml", grants or [], outbound)
-    return write_agent_toml(
-        base / "alice.toml",
-        pki,
-        "alice",
-        listen="127.0.0.1:0",
-        policy=policy,
-        audit_db=base / "alice-audit.sqlite",
-        state_dir=base / "alice-state",
-        peers=peers or [],
-        modules=modules,
-    )
 
 
 def test_config_check_passes_a_good_config(pki: Pki, tmp_path: Path) -> None:

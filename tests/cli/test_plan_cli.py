@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.cli.test_cli import agent_files, run
 from tests.helpers.agent_process import AgentProcess
 from tests.helpers.agents import Pki, grant, spiffe
+from tests.helpers.cli import agent_files, run
 
 PLAN = {
     "goal": "find a note about audit logs and echo its title through bob",

@@ -19,20 +19,17 @@ import pytest
 
 from gateway.console import live
 from gateway.runtime.agent import Agent
-from tests.console import conftest as console_conftest
-from tests.console.test_console_live_resume import _events, _open, _refusals
 from tests.helpers.agents import Pki
-
-console_agent = console_conftest.console_agent  # the console tests' agent, as a fixture here
+from tests.helpers.console_feed import make_refusals, open_feed, read_events
 
 
 async def _nothing_replayed_then_live(
     agent: Agent, pki: Pki, last_event_id: str, new_seq: int
 ) -> None:
-    reader, writer = await _open(agent, last_event_id)
+    reader, writer = await open_feed(agent, last_event_id)
     try:
-        await _refusals(agent, pki, ["kv.put"])
-        assert await _events(reader, 1) == [(new_seq, "kv.put")]  # the first event: no replay
+        await make_refusals(agent, pki, ["kv.put"])
+        assert await read_events(reader, 1) == [(new_seq, "kv.put")]  # the first event: no replay
     finally:
         writer.close()
 
@@ -41,7 +38,7 @@ async def _nothing_replayed_then_live(
 async def test_a_last_event_id_beyond_the_end_replays_nothing_and_stays_live(
     console_agent: Agent, pki: Pki, value: str
 ) -> None:
-    await _refusals(console_agent, pki, ["kv.get"])  # seq 1
+    await make_refusals(console_agent, pki, ["kv.get"])  # seq 1
     await asyncio.sleep(4 * live.POLL_SECONDS)
     await _nothing_replayed_then_live(console_agent, pki, value, 2)
 
@@ -56,6 +53,6 @@ async def test_a_last_event_id_while_the_log_is_empty_is_harmless(
 async def test_digits_of_another_script_or_a_sign_start_from_now(
     console_agent: Agent, pki: Pki, value: str
 ) -> None:
-    await _refusals(console_agent, pki, ["kv.get"])  # seq 1, before the page
+    await make_refusals(console_agent, pki, ["kv.get"])  # seq 1, before the page
     await asyncio.sleep(4 * live.POLL_SECONDS)
     await _nothing_replayed_then_live(console_agent, pki, value, 2)

@@ -39,7 +39,7 @@ from gateway.inbound.invoke_handler import ADMITTED
 from gateway.server.a2a.registration import a2a_method_names
 from gateway.server.a2a.task_store.store import page_token
 from gateway.transport.status import status_code_for
-from tests.security.conftest import (
+from tests.helpers.fuzz_invoke import (
     CAPABILITIES,
     EXPECTED_CODES,
     FUZZ_CALLERS,

@@ -13,11 +13,12 @@ from google.protobuf import json_format
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from gateway.audit import AuditRecord
 from gateway.runtime.agent import Agent
 from gateway.server.a2a import public_card
 from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome
 from gateway.transport.status import from_rpc_error
-from tests.helpers.agents import Pki, raw_channel
+from tests.helpers.agents import Pki, audit_rows, raw_channel
 
 V1 = (("a2a-version", "1.0"),)
 
@@ -170,3 +171,9 @@ def a2a_task(
         created_ms=created_ms,
         updated_ms=created_ms if updated_ms is None else updated_ms,
     )
+
+
+async def last_record(agent: Agent) -> AuditRecord:
+    """The newest record of ``agent``'s audit log (after a flush)."""
+    await agent.audit.flush()
+    return audit_rows(agent.config.audit_db)[-1]

@@ -21,15 +21,19 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-from a2a.types import a2a_pb2_grpc
+from a2a.types import a2a_pb2, a2a_pb2_grpc
+from google.protobuf import json_format
 from google.rpc import status_pb2
 from grpc_status import rpc_status
 
+from gateway.runtime.agent import Agent
+from tests.helpers.a2a_grpc import V1, A2APeer, data_request
 from tests.helpers.agents import Pki
+from tests.helpers.fronting import client, records
 
 SEND_MESSAGE_SERVICE = "lf.a2a.v1.A2AService"
 
@@ -152,3 +156,143 @@ async def raw_http_upstream(fake: RawHttpUpstream) -> AsyncIterator[str]:
     finally:
         server.close()
         await server.wait_closed()
+
+
+TASK = "t1"
+WORKING = a2a_pb2.TASK_STATE_WORKING
+COMPLETED = a2a_pb2.TASK_STATE_COMPLETED
+
+
+def task_event(state: int, artifacts: dict[str, str] | None = None) -> a2a_pb2.StreamResponse:
+    event = a2a_pb2.StreamResponse()
+    event.task.id, event.task.context_id = TASK, "c"
+    event.task.status.state = state  # type: ignore[assignment]
+    for artifact_id, text in (artifacts or {}).items():
+        event.task.artifacts.add(artifact_id=artifact_id).parts.add(text=text)
+    return event
+
+
+def status_event(state: int) -> a2a_pb2.StreamResponse:
+    event = a2a_pb2.StreamResponse()
+    update = event.status_update
+    update.task_id, update.context_id = TASK, "c"
+    update.status.state = state  # type: ignore[assignment]
+    return event
+
+
+def artifact_event(part: a2a_pb2.Part, *, append: bool, last: bool) -> a2a_pb2.StreamResponse:
+    event = a2a_pb2.StreamResponse()
+    update = event.artifact_update
+    update.task_id, update.context_id = TASK, "c"
+    update.append, update.last_chunk = append, last
+    update.artifact.artifact_id = "a"
+    update.artifact.parts.add().CopyFrom(part)
+    return event
+
+
+def data(value: dict[str, Any]) -> a2a_pb2.Part:
+    part = a2a_pb2.Part()
+    json_format.ParseDict(value, part.data)
+    return part
+
+
+def completed_answer(text: str = "fine") -> a2a_pb2.SendMessageResponse:
+    answer = a2a_pb2.SendMessageResponse()
+    answer.task.CopyFrom(task_event(COMPLETED, {"answer": text}).task)
+    return answer
+
+
+@dataclass
+class Scripted(a2a_pb2_grpc.A2AServiceServicer):
+    """An upstream agent answering what the test set, and recording what reached it."""
+
+    stream: list[a2a_pb2.StreamResponse] = field(default_factory=list)
+    """What ``SendStreamingMessage`` sends; the stream then stays open until the client ends it."""
+    answer: a2a_pb2.SendMessageResponse = field(default_factory=completed_answer)
+    stall_cancel: bool = False
+    """``CancelTask`` never answers: it waits until the client gives the call up."""
+    cancels: list[str] = field(default_factory=list)
+    open_streams: int = 0
+    given_up_cancels: int = 0
+
+    async def SendMessage(
+        self, request: a2a_pb2.SendMessageRequest, context: grpc.aio.ServicerContext
+    ) -> a2a_pb2.SendMessageResponse:
+        return self.answer
+
+    async def GetTask(
+        self, request: a2a_pb2.GetTaskRequest, context: grpc.aio.ServicerContext
+    ) -> a2a_pb2.Task:
+        return task_event(WORKING).task
+
+    async def SendStreamingMessage(
+        self, request: a2a_pb2.SendMessageRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[a2a_pb2.StreamResponse]:
+        self.open_streams += 1
+        try:
+            for event in self.stream:
+                yield event
+            await asyncio.Event().wait()
+        finally:
+            self.open_streams -= 1
+
+    async def CancelTask(
+        self, request: a2a_pb2.CancelTaskRequest, context: grpc.aio.ServicerContext
+    ) -> a2a_pb2.Task:
+        self.cancels.append(request.id)
+        if self.stall_cancel:
+            try:
+                await asyncio.Event().wait()
+            finally:
+                self.given_up_cancels += 1
+        task = task_event(a2a_pb2.TASK_STATE_CANCELED).task
+        task.id = request.id
+        return task
+
+
+async def eventually(check: Callable[[], bool], what: str) -> None:
+    for _ in range(200):  # bounded: 10 s
+        if check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never happened: {what}")
+
+
+async def stream_from(
+    pki: Pki,
+    bob: Agent,
+    payload: dict[str, Any] | None = None,
+    *,
+    capability: str = "legacy.echo",
+    deadline: float = 30.0,
+) -> tuple[list[a2a_pb2.StreamResponse], str]:
+    """alice's streamed call through bob: the events and how the stream ended ("" if fine)."""
+    request = data_request(capability, payload or {"text": "hi"})
+    seen: list[a2a_pb2.StreamResponse] = []
+    async with A2APeer(pki, bob, "alice") as alice:
+        call = alice.stub.SendStreamingMessage(request, metadata=V1, timeout=deadline)
+        try:
+            async for event in call:
+                seen.append(event)
+        except grpc.aio.AioRpcError as err:
+            return seen, err.code().name
+    return seen, ""
+
+
+def ending(seen: list[a2a_pb2.StreamResponse]) -> tuple[str, str]:
+    """The last status of alice's task and its reason (a2agw.reason)."""
+    status = seen[-1].status_update.status
+    metadata = status.message.metadata
+    reason = metadata["a2agw.reason"] if "a2agw.reason" in metadata else ""
+    return a2a_pb2.TaskState.Name(status.state), reason
+
+
+async def audited(bob: Agent) -> list[tuple[str, str]]:
+    return [(r.reason, r.detail) for r in await records(bob)]
+
+
+async def still_serving(pki: Pki, bob: Agent) -> Any:
+    """A blocking call after the hostile one, once bob has given every in-flight slot back."""
+    await eventually(lambda: bob.limit_stats().in_flight_total == 0, "in-flight slot given back")
+    async with client(pki, bob) as peer:
+        return (await peer.invoke("legacy.echo", {"text": "again"})).output()

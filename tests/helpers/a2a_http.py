@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from gateway.config import AgentConfig
+from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH
 from policies.identity import svid_dns_name
 from tests.helpers.agents import Pki, spiffe
@@ -108,3 +109,14 @@ def carol_task(pki: Pki, url: str) -> str:
         )
     task_id: str = answer.json()["result"]["task"]["id"]
     return task_id
+
+
+async def still_serving(pki: Pki, agent: Agent) -> None:
+    """The agent answers the next call: nothing crashed."""
+    async with https_client(pki, "bob") as client:
+        answer = await client.post(
+            agent.https_url + JSONRPC_PATH,
+            json=jsonrpc("ListTasks", {}),
+            headers=V1_HEADERS,
+        )
+    assert (answer.status_code, "result" in answer.json()) == (200, True)

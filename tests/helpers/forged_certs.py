@@ -175,3 +175,14 @@ MALFORMED_EXAMPLES: dict[str, list[RawExtension]] = {
     ],
 }
 """Named malformed certificates run against a real agent (the fuzz test covers the rest)."""
+
+
+REACH_THE_GATEWAY = (
+    "truncated SCT list",
+    "truncated AIA",
+    "URI SAN with non-ASCII bytes",
+    "URI SAN with UTF-8 bytes",
+)
+
+
+PARSER_WORDS = ("ValueError", "asn1", "ParseError", "Traceback", "Unexpected")

@@ -20,13 +20,12 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
-import pytest
 from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
@@ -246,14 +245,6 @@ class FuzzTarget:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
-
-
-@pytest.fixture(scope="session")
-def fuzz_target(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FuzzTarget]:
-    """One real agent for every fuzz test of the session."""
-    target = FuzzTarget(pki, tmp_path_factory.mktemp("fuzz-agent"))
-    yield target
-    target.close()
 
 
 # --- one case and its checks ---------------------------------------------------

@@ -18,18 +18,29 @@ Every process started here is ended by its pid (``close``), every wait is bounde
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gateway.config import AgentConfig
+from gateway.runtime.agent import Agent
 from policies.identity import svid_dns_name
+from tests.helpers.agents import (
+    WriteCounter,
+    spiffe,
+    standard_registry,
+    write_policy,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SPIRE_VERSION = "1.13.3"
@@ -317,3 +328,63 @@ class SpireLab:
         for server in self.servers:
             server.stop()
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+OTHER_DOMAIN = "other.test"
+DAVE = f"spiffe://{OTHER_DOMAIN}/agent/dave"
+
+
+@dataclass
+class Spire:
+    """The running deployment."""
+
+    lab: SpireLab
+    server: SpireServer
+    other: SpireServer
+    alice_node: SpireAgent
+    bob_node: SpireAgent
+    dave_node: SpireAgent
+
+
+ALICE, BOB, CAROL = spiffe("alice"), spiffe("bob"), spiffe("carol")
+
+
+def workload_config(
+    base: Path,
+    agent_id: str,
+    socket_address: str | None,
+    grants: list[dict[str, Any]],
+    peers: Sequence[Agent] = (),
+) -> AgentConfig:
+    """An agent config with ``[tls] source = "workload-api"`` (``socket`` omitted: from env)."""
+    name = agent_id.rsplit("/", 1)[1]
+    tls: dict[str, Any] = {"source": "workload-api", "start_timeout": 40, "expiry_warning": "1s"}
+    if socket_address is not None:
+        tls["socket"] = socket_address
+    return AgentConfig.model_validate(
+        {
+            "id": agent_id,
+            "tls": tls,
+            "policy": write_policy(base / f"{name}-policy.toml", grants),
+            "audit_db": base / f"{name}-audit.sqlite",
+            "state_dir": base / f"{name}-state",
+            "peers": [{"id": peer.config.id, "address": peer.address} for peer in peers],
+            "audit_checkpoints": {"every_records": 1},
+        }
+    )
+
+
+async def start_agent(config: AgentConfig, counter: WriteCounter | None = None) -> Agent:
+    registry = standard_registry(counter or WriteCounter(), config.state_dir)
+    agent = Agent(config, registry)
+    await agent.start(watch_policy=False)
+    return agent
+
+
+async def eventually(condition: Callable[[], bool], what: str, seconds: float = 45.0) -> None:
+    """Wait, bounded, until ``condition()`` holds."""
+    for _ in range(int(seconds / 0.2)):
+        if condition():
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"never happened: {what}")

@@ -18,10 +18,9 @@ import pytest
 from a2a.types import a2a_pb2
 
 from tests.helpers.a2a_grpc import V1, A2APeer, data_request, output_of
-from tests.helpers.a2a_hostile_upstream import scripted_grpc_upstream
+from tests.helpers.a2a_hostile_upstream import Scripted, data, scripted_grpc_upstream
 from tests.helpers.agents import spiffe
-from tests.outbound.test_upstreams import LEGACY, client, fronted, outcome, records
-from tests.outbound.test_upstreams_hostile_streams import Scripted, data
+from tests.helpers.fronting import LEGACY, client, fronted, outcome, records
 
 
 def _answer(value: dict[str, Any]) -> a2a_pb2.SendMessageResponse:

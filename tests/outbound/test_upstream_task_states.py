@@ -28,10 +28,7 @@ import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 
 from gateway.errors import CapabilityFailed, GatewayError, InvalidOutput
-from tests.helpers.a2a_hostile_upstream import scripted_grpc_upstream
-from tests.helpers.agents import Pki
-from tests.outbound.test_upstreams import LEGACY, client, fronted
-from tests.outbound.test_upstreams_hostile_streams import (
+from tests.helpers.a2a_hostile_upstream import (
     COMPLETED,
     TASK,
     WORKING,
@@ -39,11 +36,14 @@ from tests.outbound.test_upstreams_hostile_streams import (
     audited,
     ending,
     eventually,
+    scripted_grpc_upstream,
     status_event,
     still_serving,
     stream_from,
     task_event,
 )
+from tests.helpers.agents import Pki
+from tests.helpers.fronting import LEGACY, client, fronted
 
 INPUT_REQUIRED = a2a_pb2.TASK_STATE_INPUT_REQUIRED
 AUTH_REQUIRED = a2a_pb2.TASK_STATE_AUTH_REQUIRED

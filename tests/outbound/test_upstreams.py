@@ -8,7 +8,6 @@ what the upstream received (so a refusal provably never reached it).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,8 +17,6 @@ import pytest
 
 from capabilities.registry import CapabilityRegistry
 from capabilities.runner import canonical_json
-from gateway.client.peer_client import PeerClient
-from gateway.config import AgentConfig
 from gateway.errors import (
     CapabilityFailed,
     CapabilityTimeout,
@@ -32,104 +29,8 @@ from gateway.plans.task import TaskState
 from gateway.runtime.agent import Agent
 from gateway.transport.tls import MESSAGE_CEILING
 from tests.helpers.a2a_upstream import SdkAgent, closed_port, grpc_upstream, jsonrpc_upstream
-from tests.helpers.agents import (
-    Pki,
-    agent_config,
-    audit_rows,
-    grant,
-    outbound_rule,
-    spiffe,
-    start_peer,
-    write_policy,
-)
-
-LEGACY = spiffe("legacy")
-SEARCH_IN = {
-    "type": "object",
-    "properties": {"query": {"type": "string", "maxLength": 100}, "limit": {"type": "integer"}},
-    "required": ["query"],
-}
-SEARCH_OUT = {
-    "type": "object",
-    "properties": {
-        "hits": {"type": "array", "items": {"type": "string"}},
-        "seen": {
-            "type": "object",
-            "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
-        },
-    },
-    "required": ["hits"],
-}
-
-
-def skills(prefix: str = "legacy", timeout: float = 5.0) -> list[dict[str, Any]]:
-    """The skills bob serves from one upstream: text echo, structured search, a write."""
-    return [
-        {
-            "skill": "echo",
-            "capability": f"{prefix}.echo",
-            "version": "1.0.0",
-            "risk": "read",
-            "timeout": timeout,
-        },
-        {
-            "skill": "search",
-            "capability": f"{prefix}.search",
-            "version": "2.1.0",
-            "risk": "read",
-            "timeout": timeout,
-            "input_schema": SEARCH_IN,
-            "output_schema": SEARCH_OUT,
-        },
-        {
-            "skill": "store",
-            "capability": f"{prefix}.store",
-            "version": "1.0.0",
-            "risk": "write",
-            "timeout": timeout,
-        },
-    ]
-
-
-def bob_grants() -> list[dict[str, Any]]:
-    return [
-        grant(
-            "alice",
-            ["legacy.echo", "legacy.search", "legacy.store", "gone.echo"],
-            max_payload_bytes=256,
-        ),
-        grant("carol", ["legacy.search", "legacy.store"], max_risk="read"),
-    ]
-
-
-async def start_bob(pki: Pki, base: Path, upstreams: list[dict[str, Any]]) -> Agent:
-    """bob: no capabilities of its own, only the upstreams' skills."""
-    policy_path = write_policy(base / "bob-policy.toml", bob_grants())
-    plain = agent_config(pki, base, "bob", policy_path)
-    config = AgentConfig.model_validate({**plain.model_dump(), "upstreams": upstreams})
-    agent = Agent(config, CapabilityRegistry())
-    await agent.start(watch_policy=False)
-    return agent
-
-
-@contextlib.asynccontextmanager
-async def fronted(
-    pki: Pki, base: Path, *upstreams: dict[str, Any], timeout: float = 5.0
-) -> AsyncIterator[Agent]:
-    """bob fronting ``upstreams`` (the first as ``legacy.*``, a second as ``gone.*``)."""
-    entries = [
-        {**up, "skills": skills(prefix, timeout)}
-        for up, prefix in zip(upstreams, ("legacy", "gone"), strict=False)
-    ]
-    bob = await start_bob(pki, base, entries)
-    try:
-        yield bob
-    finally:
-        await bob.stop(grace=0)
-
-
-def client(pki: Pki, bob: Agent, caller: str = "alice") -> PeerClient:
-    return PeerClient(spiffe("bob"), bob.address, pki.material(caller))
+from tests.helpers.agents import Pki, outbound_rule, spiffe, start_peer
+from tests.helpers.fronting import LEGACY, client, fronted, outcome, records
 
 
 async def refusal(
@@ -139,15 +40,6 @@ async def refusal(
         with pytest.raises(GatewayError) as caught:
             await peer.invoke(capability, payload)
     return caught.value
-
-
-async def records(bob: Agent) -> list[Any]:
-    await bob.audit.flush()
-    return audit_rows(bob.config.audit_db)
-
-
-def outcome(record: Any) -> tuple[str, str, str, str]:
-    return (record.peer_id, record.capability, record.decision, record.reason)
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ from tests.helpers.a2a_hostile_upstream import (
     raw_http_upstream,
 )
 from tests.helpers.agents import Pki
-from tests.outbound.test_upstreams import LEGACY, client, fronted, records
+from tests.helpers.fronting import LEGACY, client, fronted, records
 
 BOMB = 40 * 1024 * 1024  # 40 MiB of zeros: about 40 KB compressed
 

@@ -26,7 +26,7 @@ from gateway.transport.tls import MESSAGE_CEILING
 from tests.helpers.a2a_grpc import V1, A2APeer, data_request, output_of
 from tests.helpers.a2a_upstream import SdkAgent, grpc_upstream, jsonrpc_upstream
 from tests.helpers.agents import Pki, spiffe
-from tests.outbound.test_upstreams import LEGACY, fronted, outcome, records
+from tests.helpers.fronting import LEGACY, fronted, outcome, records
 
 WORKING = a2a_pb2.TASK_STATE_WORKING
 

@@ -18,7 +18,7 @@ from gateway.runtime.agent import Agent
 from tests.helpers.a2a_grpc import A2APeer, data_request, gateway_reason, output_of
 from tests.helpers.a2a_upstream import SdkAgent, grpc_upstream
 from tests.helpers.agents import Pki, spiffe
-from tests.outbound.test_upstreams import LEGACY, fronted, outcome, records
+from tests.helpers.fronting import LEGACY, fronted, outcome, records
 
 
 @pytest.fixture

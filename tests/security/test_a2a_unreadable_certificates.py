@@ -17,8 +17,12 @@ from gateway.runtime.agent import Agent
 from gateway.transport.tls import channel_options
 from tests.helpers.a2a_grpc import V1, data_request
 from tests.helpers.agents import Pki, WriteCounter, audit_rows
-from tests.helpers.forged_certs import MALFORMED_EXAMPLES, material_raw
-from tests.security.test_unreadable_certificates import PARSER_WORDS, REACH_THE_GATEWAY
+from tests.helpers.forged_certs import (
+    MALFORMED_EXAMPLES,
+    PARSER_WORDS,
+    REACH_THE_GATEWAY,
+    material_raw,
+)
 
 _UNARY_METHODS: dict[str, object] = {
     "SendMessage": data_request("notes.write", {"note": "x"}),

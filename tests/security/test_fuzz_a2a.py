@@ -27,7 +27,7 @@ from gateway.transport.status import from_rpc_error, status_code_for
 from tests.helpers.a2a_fuzz import A2ACase, a2a_cases, check_a2a, describe_case
 from tests.helpers.a2a_grpc import data_request, raw_request
 from tests.helpers.agents import Pki, WriteCounter, audit_rows, raw_channel
-from tests.security.conftest import FuzzTarget
+from tests.helpers.fuzz_invoke import FuzzTarget
 
 CASES = 160
 SEED = 20261130

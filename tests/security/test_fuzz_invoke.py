@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tests.security.conftest import (
+from tests.helpers.fuzz_invoke import (
     CAP_BYTES,
     FUZZ_CALLERS,
     FuzzTarget,

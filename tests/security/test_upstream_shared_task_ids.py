@@ -24,7 +24,7 @@ from google.protobuf import json_format
 from tests.helpers.a2a_grpc import V1, A2APeer, data_request, error_infos
 from tests.helpers.a2a_hostile_upstream import scripted_grpc_upstream
 from tests.helpers.agents import Pki, audit_rows, spiffe
-from tests.outbound.test_upstreams import LEGACY, fronted
+from tests.helpers.fronting import LEGACY, fronted
 
 SHARED_TASK = "shared-task\n\x1b[31mEVIL"
 SHARED_CONTEXT = "shared-context"

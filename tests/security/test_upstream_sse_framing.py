@@ -25,7 +25,7 @@ from gateway.client.a2a.upstream_sse import CheckedEventStream
 from tests.helpers.a2a_grpc import V1, A2APeer, data_request
 from tests.helpers.a2a_upstream import SdkAgent, jsonrpc_upstream
 from tests.helpers.agents import Pki, spiffe
-from tests.outbound.test_upstreams import LEGACY, fronted, outcome, records
+from tests.helpers.fronting import LEGACY, fronted, outcome, records
 
 BREAKS = [b"\n", b"\r", b"\r\n", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e"]
 BREAKS += ["\x85".encode(), "\u2028".encode(), "\u2029".encode()]

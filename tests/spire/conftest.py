@@ -10,27 +10,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
 from tests.helpers.agents import spiffe
-from tests.helpers.spire_lab import SpireAgent, SpireLab, SpireServer, spire_bin
-
-OTHER_DOMAIN = "other.test"
-DAVE = f"spiffe://{OTHER_DOMAIN}/agent/dave"
-
-
-@dataclass
-class Spire:
-    """The running deployment."""
-
-    lab: SpireLab
-    server: SpireServer
-    other: SpireServer
-    alice_node: SpireAgent
-    bob_node: SpireAgent
-    dave_node: SpireAgent
+from tests.helpers.spire_lab import (
+    DAVE,
+    OTHER_DOMAIN,
+    Spire,
+    SpireLab,
+    spire_bin,
+)
 
 
 @pytest.fixture(scope="module")

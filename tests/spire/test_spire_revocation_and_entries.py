@@ -54,12 +54,15 @@ from tests.helpers.agents import (
     spiffe,
     write_policy,
 )
-from tests.helpers.spire_lab import SpireAgent, SpireLab, SpireServer, spire_bin
-from tests.spire.test_workload_api import (
+from tests.helpers.spire_lab import (
     ALICE,
     BOB,
     CAROL,
+    SpireAgent,
+    SpireLab,
+    SpireServer,
     eventually,
+    spire_bin,
     start_agent,
     workload_config,
 )

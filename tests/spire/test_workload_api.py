@@ -16,7 +16,6 @@ import ssl
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,56 +39,21 @@ from tests.helpers.agents import (
     WriteCounter,
     audit_rows,
     grant,
-    spiffe,
     standard_registry,
-    write_policy,
 )
-from tests.spire.conftest import DAVE, Spire
+from tests.helpers.spire_lab import (
+    ALICE,
+    BOB,
+    CAROL,
+    DAVE,
+    Spire,
+    eventually,
+    start_agent,
+    workload_config,
+)
 
-ALICE, BOB, CAROL = spiffe("alice"), spiffe("bob"), spiffe("carol")
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-
-
-def workload_config(
-    base: Path,
-    agent_id: str,
-    socket_address: str | None,
-    grants: list[dict[str, Any]],
-    peers: Sequence[Agent] = (),
-) -> AgentConfig:
-    """An agent config with ``[tls] source = "workload-api"`` (``socket`` omitted: from env)."""
-    name = agent_id.rsplit("/", 1)[1]
-    tls: dict[str, Any] = {"source": "workload-api", "start_timeout": 40, "expiry_warning": "1s"}
-    if socket_address is not None:
-        tls["socket"] = socket_address
-    return AgentConfig.model_validate(
-        {
-            "id": agent_id,
-            "tls": tls,
-            "policy": write_policy(base / f"{name}-policy.toml", grants),
-            "audit_db": base / f"{name}-audit.sqlite",
-            "state_dir": base / f"{name}-state",
-            "peers": [{"id": peer.config.id, "address": peer.address} for peer in peers],
-            "audit_checkpoints": {"every_records": 1},
-        }
-    )
-
-
-async def start_agent(config: AgentConfig, counter: WriteCounter | None = None) -> Agent:
-    registry = standard_registry(counter or WriteCounter(), config.state_dir)
-    agent = Agent(config, registry)
-    await agent.start(watch_policy=False)
-    return agent
-
-
-async def eventually(condition: Callable[[], bool], what: str, seconds: float = 45.0) -> None:
-    """Wait, bounded, until ``condition()`` holds."""
-    for _ in range(int(seconds / 0.2)):
-        if condition():
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"never happened: {what}")
 
 
 def served_serial(address: str, server_id: str, client: TlsMaterial) -> int:

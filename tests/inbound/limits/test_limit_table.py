@@ -29,7 +29,7 @@ from gateway.inbound.limits.shared_table import (
 )
 from policies.grants import PeerGrant
 from tests.helpers.agent_process import REPO
-from tests.inbound.limits.test_limit_units import FakeClock, peer_grant
+from tests.helpers.limits import FakeClock, peer_grant
 
 BOB = "spiffe://example.org/agent/bob"
 NO_REFILL = 0.0001  # one token per ~3 hours: no refill during a test

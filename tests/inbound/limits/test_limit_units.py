@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -10,28 +9,9 @@ from pydantic import ValidationError
 
 from gateway.errors import ConcurrencyLimited, RateLimited, ServerBusy
 from gateway.inbound.limits.admission import PeerCallLimits, TokenBucket
-from policies.grants import PeerGrant, PolicyDocument
+from policies.grants import PolicyDocument
 from policies.policy_file import Policy, load_policy, render_policy
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def peer_grant(**limits: Any) -> PeerGrant:
-    return PeerGrant.model_validate(
-        {
-            "peer": "spiffe://example.org/agent/bob",
-            "capabilities": ["text.echo"],
-            "max_payload_bytes": 1024,
-            "expires_at": (datetime.now(UTC) + timedelta(days=1)).isoformat(),
-            **limits,
-        }
-    )
+from tests.helpers.limits import FakeClock, peer_grant
 
 
 def test_a_burst_of_five_allows_exactly_five_then_refills_at_the_rate() -> None:

@@ -20,13 +20,8 @@ from gateway.transport.status import from_rpc_error
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.helpers.a2a_grpc import V1, A2APeer, data_request, poisoned
 from tests.helpers.agents import Pki, Probe, WriteCounter, audit_rows, spiffe
-from tests.inbound.limits.test_limits_served import (
-    NO_REFILL,
-    limited,
-    refused_by_reason,
-    serve,
-    until,
-)
+from tests.helpers.limits import NO_REFILL, limited, refused_by_reason, serve
+from tests.helpers.waiting import until
 
 Read = Callable[[A2APeer], Awaitable[Any]]
 

@@ -10,7 +10,6 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -19,58 +18,19 @@ from a2a.utils import errors as a2a_errors
 from gateway.audit.summary import calls_in as refused_count
 from gateway.client.peer_client import PeerClient
 from gateway.errors import ConcurrencyLimited, GatewayError, RateLimited, ServerBusy
-from gateway.runtime.agent import Agent
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.helpers.a2a_grpc import A2APeer, data_request, gateway_reason, output_of
 from tests.helpers.agents import (
     Pki,
     Probe,
     WriteCounter,
-    agent_config,
     audit_rows,
     grant,
-    mesh_registry,
     raw_channel,
     spiffe,
-    write_policy,
 )
-
-NO_REFILL = 0.0001  # one token per ~3 hours
-
-
-async def serve(
-    pki: Pki,
-    tmp_path: Path,
-    grants: list[dict[str, Any]],
-    counter: WriteCounter,
-    probe: Probe | None = None,
-    **config: Any,
-) -> Agent:
-    policy = write_policy(tmp_path / "alice-policy.toml", grants)
-    settings = agent_config(pki, tmp_path, "alice", policy).model_copy(update=config)
-    agent = Agent(settings, mesh_registry(counter, tmp_path / "alice-state", probe))
-    await agent.start(watch_policy=False)
-    return agent
-
-
-def limited(name: str, capabilities: list[str], **limits: Any) -> dict[str, Any]:
-    return {**grant(name, capabilities), **limits}
-
-
-def refused_by_reason(agent: Agent, peer: str) -> dict[str, int]:
-    totals: dict[str, int] = {}
-    for row in audit_rows(agent.config.audit_db):
-        if row.peer_id == spiffe(peer) and row.decision == "refuse":
-            totals[row.reason] = totals.get(row.reason, 0) + refused_count(row)
-    return totals
-
-
-async def until(condition: Any, what: str) -> None:
-    for _ in range(1000):  # bounded: 10 s at most
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.helpers.limits import NO_REFILL, limited, refused_by_reason, serve
+from tests.helpers.waiting import until
 
 
 async def test_burst_of_five_allows_five_writes_and_audits_every_refusal(

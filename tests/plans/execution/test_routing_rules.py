@@ -12,12 +12,9 @@ from typing import Any
 
 import pytest
 
-from capabilities.registry import CapabilityRegistry
 from capabilities.versions import VersionConstraint
-from gateway.client.peer_client import PeerDescription, RemoteCapability
 from gateway.errors import (
     DeadlineExceeded,
-    GatewayError,
     PeerUnavailable,
     PlanInvalid,
     UnknownPeer,
@@ -35,40 +32,8 @@ from gateway.plans.execution.executor import ExecutorParts
 from gateway.plans.execution.planner import Failure, RerouteOrStop
 from gateway.plans.task import StepStatus, TaskState
 from gateway.plans.task_store.sqlite import SqliteTaskStore
-from policies.store import PolicyStore
-from tests.helpers.agents import outbound_rule, spiffe, write_policy
-
-BOB = spiffe("bob")
-
-
-class FakePeer:
-    """Answers Describe with one capability, or fails with ``error``; counts the asks."""
-
-    def __init__(self, error: GatewayError | None = None, risk: str = "read") -> None:
-        self.error = error
-        self.risk = risk
-        self.timeouts: list[float] = []
-
-    async def describe(self, *, timeout: float = 5.0) -> PeerDescription:
-        self.timeouts.append(timeout)
-        if self.error is not None:
-            raise self.error
-        cap = RemoteCapability(
-            "text.search", "1.0.0", self.risk, 2.5, False, "", {"properties": {"q": {}}}, {}, (), ()
-        )
-        return PeerDescription(BOB, "a2agw.v1", (cap,), 1024, "")
-
-
-def router(tmp_path: Path, peer: FakePeer, cls: type[Router] = Router, **kw: Any) -> Router:
-    policy = write_policy(tmp_path / "policy.toml", [], [outbound_rule("bob", ["text.search"])])
-    return cls(
-        registry=CapabilityRegistry(),
-        policies=PolicyStore(policy),
-        peers=[BOB],
-        client_for=lambda _peer_id: peer,  # type: ignore[arg-type, return-value]
-        **kw,
-    )
-
+from tests.helpers.agents import spiffe
+from tests.helpers.fake_peers import BOB, FakePeer, router
 
 ANY = VersionConstraint.parse("")
 

@@ -34,8 +34,8 @@ from gateway.plans.task_store.sqlite import SqliteTaskStore, Usage, WritePin
 from gateway.plans.task_store.store import TaskStore
 from policies.store import PolicyStore
 from tests.helpers.agents import WriteCounter, outbound_rule, spiffe, write_policy
+from tests.helpers.fake_peers import BOB, FakePeer, router
 from tests.helpers.postgres import state_pool
-from tests.plans.execution.test_routing_rules import BOB, FakePeer, router
 
 WAIT = 10.0  # bound on any wait (a hang detector, never asserted)
 PLAN = Plan.model_validate(

@@ -6,16 +6,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.audit import AuditRecord
 from gateway.runtime.agent import Agent
 from tests.helpers.a2a_grpc import A2APeer
-from tests.helpers.agents import Pki, audit_rows
-
-
-async def last_record(agent: Agent) -> AuditRecord:
-    """The newest record of ``agent``'s audit log (after a flush)."""
-    await agent.audit.flush()
-    return audit_rows(agent.config.audit_db)[-1]
+from tests.helpers.agents import Pki
 
 
 @pytest.fixture

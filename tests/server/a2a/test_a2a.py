@@ -25,6 +25,7 @@ from tests.helpers.a2a_grpc import (
     A2APeer,
     data_request,
     gateway_reason,
+    last_record,
     output_of,
     raw_request,
 )
@@ -41,7 +42,6 @@ from tests.helpers.agents import (
     started,
     write_policy,
 )
-from tests.server.a2a.conftest import last_record
 
 # --- the card ---------------------------------------------------------------
 

@@ -21,48 +21,11 @@ from gateway.audit import AuditRecord
 from gateway.config import A2ASettings
 from gateway.runtime.agent import Agent
 from tests.helpers.a2a_grpc import V1, A2APeer, data_request, gateway_reason, output_of, sdk_client
-from tests.helpers.agents import (
-    Pki,
-    WriteCounter,
-    agent_config,
-    audit_rows,
-    grant,
-    spiffe,
-    standard_registry,
-    started,
-    write_policy,
-)
+from tests.helpers.agents import Pki, WriteCounter, audit_rows, spiffe, standard_registry, started
+from tests.helpers.task_agents import start_alice
 from tests.helpers.task_capabilities import TaskGate
 
 BOB = spiffe("bob")
-JOBS = [
-    "job.run",
-    "job.write",
-    "job.flood",
-    "job.brief",
-    "job.chatty",
-    "text.echo",
-    "notes.write",
-]
-
-
-async def start_alice(
-    pki: Pki,
-    tmp_path: Path,
-    gate: TaskGate,
-    *,
-    bob: dict[str, Any] | None = None,
-    stores: dict[str, str] | None = None,
-) -> Agent:
-    """Alice with the gate's capabilities; bob gets ``bob`` extra grant keys, carol the same."""
-    policy = write_policy(
-        tmp_path / "alice-policy.toml",
-        [{**grant("bob", JOBS), **(bob or {})}, grant("carol", JOBS)],
-    )
-    registry = standard_registry(WriteCounter(), tmp_path / "alice-state")
-    for cap in gate.capabilities():
-        registry.register(cap)
-    return await started(agent_config(pki, tmp_path, "alice", policy, stores=stores), registry)
 
 
 @pytest.fixture

@@ -19,9 +19,8 @@ from gateway.runtime.agent import Agent
 from gateway.server.a2a.messages import MAX_METADATA_KEYS
 from gateway.transport.status import from_rpc_error
 from gateway.wire.v1 import gateway_pb2
-from tests.helpers.a2a_grpc import V1, A2APeer, data_request, output_of, poisoned
+from tests.helpers.a2a_grpc import V1, A2APeer, data_request, last_record, output_of, poisoned
 from tests.helpers.agents import Pki, WriteCounter, audit_rows, raw_invoke, spiffe
-from tests.server.a2a.conftest import last_record
 
 UNDECODABLE = "the data part holds a number JSON cannot carry"
 

@@ -21,8 +21,8 @@ from gateway.config import A2ASettings
 from gateway.server.a2a.task_store.postgres import PostgresA2ATaskStore
 from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
 from gateway.server.a2a.task_store.store import A2ATask, A2ATaskStore, TaskOutcome
+from tests.helpers.a2a_task_rows import ALICE, BOB, CAROL, task
 from tests.helpers.postgres import state_pool
-from tests.server.a2a.test_a2a_task_store import ALICE, BOB, CAROL, task
 
 ME, GONE = "runner-me", "runner-gone"
 

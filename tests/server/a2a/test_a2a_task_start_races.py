@@ -24,8 +24,8 @@ from gateway.runtime.agent import Agent
 from gateway.server.a2a.task_store.store import TaskFilter, TaskOutcome
 from tests.helpers.a2a_grpc import V1, A2APeer, data_request
 from tests.helpers.agents import Pki, audit_rows, spiffe
+from tests.helpers.task_agents import start_alice
 from tests.helpers.task_capabilities import TaskGate
-from tests.server.a2a.test_a2a_long_tasks import start_alice
 
 BOB = spiffe("bob")
 

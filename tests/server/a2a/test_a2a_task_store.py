@@ -11,43 +11,9 @@ import pytest
 from gateway.errors import InvalidRequest, StateUnavailable
 from gateway.server.a2a.task_store.postgres import PostgresA2ATaskStore
 from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
-from gateway.server.a2a.task_store.store import (
-    A2ATask,
-    A2ATaskStore,
-    TaskFilter,
-    TaskOutcome,
-    token_task_id,
-)
-from tests.helpers.a2a_grpc import a2a_task
+from gateway.server.a2a.task_store.store import A2ATaskStore, TaskFilter, TaskOutcome, token_task_id
+from tests.helpers.a2a_task_rows import ALICE, BOB, CAROL, task
 from tests.helpers.postgres import state_pool
-
-ALICE = "spiffe://example.org/agent/alice"
-BOB = "spiffe://example.org/agent/bob"
-CAROL = "spiffe://example.org/agent/carol"
-SECRET = b'{"text": "payload-never-logged"}'
-
-
-def task(
-    n: int,
-    owner: str = BOB,
-    *,
-    context_id: str = "ctx-a",
-    state: TaskOutcome = TaskOutcome.COMPLETED,
-) -> A2ATask:
-    return a2a_task(
-        f"task-{n}",
-        owner,
-        "text.echo",
-        context_id=context_id,
-        state=state,
-        output=SECRET if state is TaskOutcome.COMPLETED else b"",
-        evidence_sha256="ab" * 32,
-        remembered=n % 2 == 1,
-        reason="OK" if state is TaskOutcome.COMPLETED else "CAPABILITY_FAILED",
-        message="" if state is TaskOutcome.COMPLETED else "it failed",
-        created_ms=1_000 + n,
-        updated_ms=2_000 + n,
-    )
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

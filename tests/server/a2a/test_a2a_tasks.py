@@ -10,7 +10,15 @@ from a2a.types import a2a_pb2
 from a2a.utils import errors as a2a_errors
 
 from gateway.runtime.agent import Agent
-from tests.helpers.a2a_grpc import V1, A2APeer, data_request, error_infos, gateway_reason, output_of
+from tests.helpers.a2a_grpc import (
+    V1,
+    A2APeer,
+    data_request,
+    error_infos,
+    gateway_reason,
+    last_record,
+    output_of,
+)
 from tests.helpers.agents import (
     Pki,
     WriteCounter,
@@ -20,7 +28,6 @@ from tests.helpers.agents import (
     started,
     write_policy,
 )
-from tests.server.a2a.conftest import last_record
 
 
 async def test_another_peers_task_is_indistinguishable_from_none(

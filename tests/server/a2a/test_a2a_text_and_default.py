@@ -15,7 +15,7 @@ from a2a.utils import errors as a2a_errors
 from gateway.config import A2ASettings, load_agent_config
 from gateway.errors import AgentConfigError
 from gateway.runtime.agent import Agent
-from tests.helpers.a2a_grpc import V1, A2APeer, data_request, gateway_reason, output_of
+from tests.helpers.a2a_grpc import V1, A2APeer, data_request, gateway_reason, last_record, output_of
 from tests.helpers.agent_process import write_agent_toml
 from tests.helpers.agents import (
     Pki,
@@ -27,7 +27,6 @@ from tests.helpers.agents import (
     started,
     write_policy,
 )
-from tests.server.a2a.conftest import last_record
 
 NOT_TEXT_ONLY = (
     'a text part is the input {"text": ...} only of a capability whose input is exactly one '

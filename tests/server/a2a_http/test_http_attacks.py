@@ -41,6 +41,7 @@ from tests.helpers.a2a_http import (
     message_params,
     our_reason,
     serving_https,
+    still_serving,
 )
 from tests.helpers.agents import (
     Pki,
@@ -53,7 +54,7 @@ from tests.helpers.agents import (
     spiffe,
     write_policy,
 )
-from tests.inbound.limits.test_limits_served import until
+from tests.helpers.waiting import until
 
 BOB = spiffe("bob")
 CAROL = spiffe("carol")
@@ -66,17 +67,6 @@ PATHS = [JSONRPC_PATH, REST_PATH + "/message:send", REST_PATH + "/t1/tasks/x", "
 async def records(agent: Agent) -> list[AuditRecord]:
     await agent.audit.flush()
     return audit_rows(agent.config.audit_db)
-
-
-async def still_serving(pki: Pki, agent: Agent) -> None:
-    """The agent answers the next call: nothing crashed."""
-    async with https_client(pki, "bob") as client:
-        answer = await client.post(
-            agent.https_url + JSONRPC_PATH,
-            json=jsonrpc("ListTasks", {}),
-            headers=V1_HEADERS,
-        )
-    assert (answer.status_code, "result" in answer.json()) == (200, True)
 
 
 def assert_rest_refusal(response: httpx.Response, reason: str, status: int) -> None:

@@ -42,7 +42,8 @@ from tests.helpers.agents import (
     spiffe,
     write_policy,
 )
-from tests.inbound.limits.test_limits_served import NO_REFILL, refused_by_reason, until
+from tests.helpers.limits import NO_REFILL, refused_by_reason
+from tests.helpers.waiting import until
 
 CAP = 2 * 1024 * 1024
 GARBAGE = b"\xff{" * (512 * 1024)  # 1 MiB, under bob's body limit, and not JSON at all

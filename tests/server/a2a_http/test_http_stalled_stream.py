@@ -37,6 +37,7 @@ from tests.helpers.a2a_http import (
     jsonrpc,
     message_params,
     serving_https,
+    still_serving,
 )
 from tests.helpers.agents import (
     Pki,
@@ -49,8 +50,7 @@ from tests.helpers.agents import (
     started,
     write_policy,
 )
-from tests.inbound.limits.test_limits_served import until
-from tests.server.a2a_http.test_http_attacks import still_serving
+from tests.helpers.waiting import until
 
 BOB = spiffe("bob")
 SEND_TIMEOUT = 1.0
