@@ -7,8 +7,6 @@ import base64
 import json
 import logging
 import sqlite3
-import subprocess
-import sys
 from collections.abc import Callable
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
@@ -43,6 +41,7 @@ from tests.helpers.audit_logs import (
     checkpointing_config,
     run_refused_calls,
 )
+from tests.helpers.cli import CliResult, run_cli_async
 
 Found = list[tuple[str, int]]
 
@@ -94,13 +93,8 @@ def _rewrite_from(db: Path, seq: int) -> None:
         conn.execute("UPDATE chain_head SET last_hash = ? WHERE id = 1", (prev,))
 
 
-def _verify_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gateway.cli.main", "audit", "verify", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+async def _verify_cli(*args: str) -> CliResult:
+    return await run_cli_async("audit", "verify", *args)
 
 
 async def test_a_real_agent_signs_checkpoints_that_verify(alice_log: AgentConfig) -> None:
@@ -118,7 +112,7 @@ async def test_a_real_agent_signs_checkpoints_that_verify(alice_log: AgentConfig
     assert checkpoint_problems(alice_log) == []
 
     db = str(alice_log.audit_db)
-    done = _verify_cli(
+    done = await _verify_cli(
         "--db",
         db,
         "--checkpoints",
@@ -152,7 +146,7 @@ async def test_a_cut_tail_with_a_rewritten_head_is_reported(
         audit_db=alice_log.audit_db,
         state_dir=alice_log.state_dir,
     )
-    done = _verify_cli("--db", str(alice_log.audit_db), "--config", str(toml))
+    done = await _verify_cli("--db", str(alice_log.audit_db), "--config", str(toml))
     assert done.returncode == 1
     assert f"ends_before_checkpoint: log ends before checkpoint seq {CALLS}" in done.stdout
     assert "chain BROKEN (1 problem(s)" in done.stderr

@@ -19,12 +19,20 @@ from gateway.storage import open_chain_writer
 from policies.grants import MAX_PAYLOAD_CEILING
 from tests.helpers.agent_process import REPO, write_agent_toml
 from tests.helpers.agents import Pki, grant, spiffe, write_policy
-from tests.helpers.cli import config_file
+from tests.helpers.cli import CliResult, config_file, run_cli
 
 EXIT_USAGE = 2
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
+def run(*args: str) -> CliResult:
+    result = run_cli(*args)
+    assert "Traceback" not in result.stderr
+    assert "internal error" not in result.stderr
+    return result
+
+
+def run_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """The command as its own process: for ``serve``, which owns its process's signals."""
     result = subprocess.run(
         [sys.executable, "-m", "gateway.cli.main", *args],
         capture_output=True,
@@ -48,7 +56,7 @@ def empty_audit_log(path: Path) -> Path:
     return path
 
 
-def last_line(result: subprocess.CompletedProcess[str]) -> str:
+def last_line(result: CliResult | subprocess.CompletedProcess[str]) -> str:
     return result.stderr.strip().splitlines()[-1]
 
 
@@ -243,7 +251,7 @@ def test_a_dsn_password_with_a_space_is_not_shown(pki: Pki, tmp_path: Path) -> N
             f"refused: AUDIT_UNAVAILABLE: audit database {shown}: ",
         ),
     ):
-        result = run(*args)
+        result = run_process(*args) if args[0] == "serve" else run(*args)
         assert result.returncode == (1 if args[0] == "serve" else EXIT_USAGE), result
         assert last_line(result).startswith(says), result.stderr
         for piece in SPACED_SECRET.split():

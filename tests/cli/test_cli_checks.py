@@ -17,9 +17,12 @@ from policies.identity import svid_dns_name
 from tests.helpers.agent_process import REPO, AgentProcess
 from tests.helpers.agents import Pki, future, grant, spiffe, write_policy
 from tests.helpers.cli import config_file
+from tests.helpers.cli import run_cli as run
+from tests.helpers.cli import run_cli_async as run_async
 
 
-def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+def run_process(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """The command as its own process: for ``serve``, which owns its process's signals."""
     return subprocess.run(
         [sys.executable, "-m", "gateway.cli.main", *args],
         capture_output=True,
@@ -137,11 +140,11 @@ async def test_capability_modules_import_from_the_config_folder(pki: Pki, tmp_pa
     config = config_file(pki, tmp_path, grants=[grant("bob", ["local.shout"])], modules=(module,))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    checked = run("config", "check", "--config", str(config), cwd=elsewhere)
+    checked = await run_async("config", "check", "--config", str(config), cwd=elsewhere)
     assert checked.returncode == 0, checked.stdout
     assert "ok: modules: 1 capabilities: local.shout@1.2.0" in checked.stdout.splitlines()
 
-    explained = run(
+    explained = await run_async(
         "policy",
         "explain",
         "--policy",
@@ -165,7 +168,7 @@ async def test_capability_modules_import_from_the_config_folder(pki: Pki, tmp_pa
     finally:
         agent.ensure_stopped()
 
-    replayed = run(
+    replayed = await run_async(
         "policy",
         "replay",
         "--db",
@@ -180,7 +183,7 @@ async def test_capability_modules_import_from_the_config_folder(pki: Pki, tmp_pa
     assert replayed.stdout.startswith("1 recorded policy decisions re-decided under ")
     assert "not judged without --config" not in replayed.stdout  # the modules did load
 
-    resolved = run(
+    resolved = await run_async(
         "idempotency",
         "resolve",
         "--config",
@@ -358,7 +361,7 @@ def test_a_broken_capability_module_is_a_clear_error_not_an_internal_one(
     assert any(
         line.startswith(f"error: modules: {expected}") for line in checked.stdout.splitlines()
     )
-    served = run("serve", "--config", str(config))
+    served = run_process("serve", "--config", str(config))
     assert served.returncode == 2, served.stderr
     assert expected in served.stderr
     for result in (checked, served):

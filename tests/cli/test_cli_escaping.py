@@ -20,18 +20,14 @@ from gateway.transport.tls import server_options
 from gateway.wire.v1 import gateway_pb2
 from tests.helpers.agent_process import write_agent_toml
 from tests.helpers.agents import Pki, spiffe
+from tests.helpers.cli import run_cli_async
 
-GATEWAY_CLI = Path(sys.executable).with_name("a2a-gateway")
 HOSTILE = "no\n2026-01-01T00:00:00Z allowed\r\x1b[2J\x1b]0;owned\x07 \u202eetirw\x85\u2028done"
 
 
 async def _run_cli(*args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        str(GATEWAY_CLI), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
+    result = await run_cli_async(*args)
+    return result.returncode, result.stdout, result.stderr
 
 
 @asynccontextmanager

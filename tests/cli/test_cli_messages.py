@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import shlex
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,18 +14,9 @@ from gateway.cli.main import main
 from gateway.client.peer_client import PeerClient
 from gateway.config import load_agent_config
 from gateway.errors import GatewayError
-from tests.helpers.agent_process import REPO, write_agent_toml
+from tests.helpers.agent_process import write_agent_toml
 from tests.helpers.agents import Pki, grant, spiffe, started, write_policy
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gateway.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-    )
+from tests.helpers.cli import run_cli as run
 
 
 def closed_port() -> int:

@@ -6,8 +6,6 @@ import asyncio
 import hashlib
 import json
 import sqlite3
-import subprocess
-import sys
 import time
 from contextlib import closing
 from pathlib import Path
@@ -24,8 +22,9 @@ from gateway.inbound.idempotency.sqlite import SqliteIdempotencyStore, SqliteKey
 from gateway.runtime.agent import Agent
 from gateway.storage import open_audit_reader
 from gateway.storage.factory import audit_target
-from tests.helpers.agent_process import REPO, AgentProcess, write_agent_toml
+from tests.helpers.agent_process import AgentProcess, write_agent_toml
 from tests.helpers.agents import Pki, grant, spiffe, write_policy
+from tests.helpers.cli import CliResult, run_cli, run_cli_async
 from tests.helpers.crash_window import appended_lines
 
 BOB = spiffe("bob")
@@ -38,23 +37,23 @@ def list_keys(store: Path, *, in_doubt_only: bool = False) -> list[KeyEntry]:
     return SqliteKeyAdmin(store, audit_target(store), "").keys(in_doubt_only=in_doubt_only)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gateway.cli.main", "idempotency", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,  # like the agent process: the config's capability modules must import
-    )
+def _cli(*args: str) -> CliResult:
+    return run_cli("idempotency", *args)
 
 
-def _resolve(
-    config: Path, capability: str, key: str, *how: str
-) -> subprocess.CompletedProcess[str]:
+async def _cli_async(*args: str) -> CliResult:
+    return await run_cli_async("idempotency", *args)
+
+
+def _resolve(config: Path, capability: str, key: str, *how: str) -> CliResult:
     return _cli(
         "resolve", "--config", str(config), "--peer", BOB, "--capability", capability,
         "--key", key, *how,
     )  # fmt: skip
+
+
+async def _resolve_async(config: Path, capability: str, key: str, *how: str) -> CliResult:
+    return await asyncio.to_thread(_resolve, config, capability, key, *how)
 
 
 def _alice_toml(pki: Pki, tmp_path: Path, modules: tuple[str, ...]) -> Path:
@@ -108,7 +107,7 @@ async def test_keys_cut_off_by_a_crash_are_resolved_and_released_exactly_once(
 
         agent = AgentProcess(toml)  # the restart marks both claims in doubt
         client = PeerClient(config.id, agent.start(), pki.material("bob"))
-        listed = _cli("list", "--config", str(toml), "--in-doubt", "--json")
+        listed = await _cli_async("list", "--config", str(toml), "--in-doubt", "--json")
         assert listed.returncode == 0, listed.stderr
         entries = [json.loads(line) for line in listed.stdout.splitlines()]
         assert [(e["key"], e["state"], e["peer"], e["capability"]) for e in entries] == [
@@ -121,7 +120,7 @@ async def test_keys_cut_off_by_a_crash_are_resolved_and_released_exactly_once(
                 await client.invoke("notes.append", {"note": note}, idempotency_key=f"k-{note}")
 
         # n1: the operator saw the note in appends.log once: mark done with that outcome.
-        done = _resolve(
+        done = await _resolve_async(
             toml, "notes.append", "k-n1", "--done", "--output-json", '{"appended": 1}',
             "--reason", "appends.log holds n1 once",
         )  # fmt: skip
@@ -132,7 +131,9 @@ async def test_keys_cut_off_by_a_crash_are_resolved_and_released_exactly_once(
         assert replayed.served_version == "1.0.0"
 
         # n2: pretend the operator found the write had not landed: release, retry runs once.
-        released = _resolve(toml, "notes.append", "k-n2", "--release", "--reason", "rolled back")
+        released = await _resolve_async(
+            toml, "notes.append", "k-n2", "--release", "--reason", "rolled back"
+        )
         assert released.returncode == 0, released.stderr
         assert "freed; the next call with this key runs the write again" in released.stdout
         ran = await client.invoke("notes.append", {"note": "n2"}, idempotency_key="k-n2")
@@ -143,15 +144,15 @@ async def test_keys_cut_off_by_a_crash_are_resolved_and_released_exactly_once(
         lines = appended_lines(state)
         assert lines.count("n1") == 1, "the resolved write ran again"
         assert lines.count("n2") == 2, "the released write must run exactly once more"
-        again_done = _resolve(
+        again_done = await _resolve_async(
             toml, "notes.append", "k-n1", "--done", "--output-json", "{}", "--reason", "twice"
         )
         assert again_done.returncode == 1
         assert "refused: IDEMPOTENCY_NOT_IN_DOUBT" in again_done.stderr
         assert "already done" in again_done.stderr
         assert (
-            _cli("list", "--config", str(toml), "--in-doubt").stdout.strip() == "no keys in doubt"
-        )
+            await _cli_async("list", "--config", str(toml), "--in-doubt")
+        ).stdout.strip() == "no keys in doubt"
         await client.close()
         client = None
         assert agent.terminate() == 0, agent.errors()
@@ -274,7 +275,7 @@ async def test_keys_not_in_doubt_are_never_changed(pki: Pki, running: tuple[Agen
             ):
                 with pytest.raises(IdempotencyNotInDoubt, match=why):
                     act(key)
-            cli = _resolve(toml, "kv.put", key, "--release", "--reason", "r")
+            cli = await _resolve_async(toml, "kv.put", key, "--release", "--reason", "r")
             assert (cli.returncode, cli.stdout) == (1, "")
             assert (
                 cli.stderr.startswith("refused: IDEMPOTENCY_NOT_IN_DOUBT: ") and why in cli.stderr
@@ -419,12 +420,10 @@ async def test_a_key_that_looks_like_a_count_is_one_call_in_the_summary(
         await agent.stop()
     [record] = _operator_records(agent.config.audit_db)
     assert "count=999999" in record.detail or "count=7" in record.detail
-    summary = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "gateway.cli.main", "audit", "--db", str(agent.config.audit_db),
-         "--summary", "--json"],
-        capture_output=True, text=True, timeout=60, cwd=REPO, check=True,
-    )  # fmt: skip
+    summary = await run_cli_async(
+        "audit", "--db", str(agent.config.audit_db), "--summary", "--json"
+    )
+    assert summary.returncode == 0, summary.stderr
     rows = [json.loads(line) for line in summary.stdout.splitlines()]
     assert [(r["reason"], r["calls"], r["records"]) for r in rows] == [
         ("IDEMPOTENCY_RESOLVED", 1, 1)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +14,10 @@ from gateway.client.peer_client import PeerClient
 from gateway.config import load_agent_config
 from gateway.errors import GatewayError
 from gateway.runtime.agent import Agent
-from tests.helpers.agent_process import REPO, write_agent_toml
+from tests.helpers.agent_process import write_agent_toml
 from tests.helpers.agents import Pki, grant, spiffe, write_policy
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gateway.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-    )
+from tests.helpers.cli import run_cli as cli
+from tests.helpers.cli import run_cli_async as cli_async
 
 
 async def call(pki: Pki, agent: Agent, caller: str, capability: str, payload: Any) -> str:
@@ -104,7 +95,7 @@ async def test_replay_lists_every_changed_decision_grouped_by_peer_and_capabilit
     recorded: tuple[Path, Path], tmp_path: Path
 ) -> None:
     db, _ = recorded
-    result = cli(
+    result = await cli_async(
         "policy", "replay", "--db", str(db), "--policy", str(candidate(tmp_path)), "--json"
     )
     data = json.loads(result.stdout)
@@ -135,22 +126,22 @@ async def test_backtest_is_the_new_name_of_replay_and_answers_the_same(
 ) -> None:
     db, _ = recorded
     args = ("--db", str(db), "--policy", str(candidate(tmp_path)), "--json")
-    backtest = cli("policy", "backtest", *args)
-    replay = cli("policy", "replay", *args)
+    backtest = await cli_async("policy", "backtest", *args)
+    replay = await cli_async("policy", "replay", *args)
     assert (backtest.returncode, backtest.stderr) == (0, "")
     assert json.loads(backtest.stdout) == json.loads(replay.stdout)
     assert (json.loads(backtest.stdout)["considered"], json.loads(backtest.stdout)["changed"]) == (
         6,
         4,
     )
-    assert "backtest (replay)" in cli("policy", "--help").stdout
+    assert "backtest (replay)" in (await cli_async("policy", "--help")).stdout
 
 
 async def test_replay_with_the_agent_config_judges_risk_and_versions(
     recorded: tuple[Path, Path], tmp_path: Path
 ) -> None:
     db, config = recorded
-    result = cli(
+    result = await cli_async(
         "policy", "replay", "--db", str(db), "--policy", str(candidate(tmp_path)),
         "--config", str(config), "--json",
     )  # fmt: skip
@@ -161,14 +152,16 @@ async def test_replay_with_the_agent_config_judges_risk_and_versions(
         (spiffe("bob"), "text.echo", "refused → allowed"),
         (spiffe("mallory"), "text.echo", "refused → allowed"),
     }
-    table = cli(
+    table = await cli_async(
         "policy", "replay", "--db", str(db), "--policy", str(candidate(tmp_path)),
         "--config", str(config),
     )  # fmt: skip
     assert table.returncode == 0, table.stderr
     assert "3 would change" in table.stdout
     assert "CAPABILITY_NOT_GRANTED (capability_granted)" in table.stdout
-    same = cli("policy", "replay", "--db", str(db), "--policy", str(tmp_path / "alice-policy.toml"))
+    same = await cli_async(
+        "policy", "replay", "--db", str(db), "--policy", str(tmp_path / "alice-policy.toml")
+    )
     assert "0 would change" in same.stdout
 
 
@@ -187,7 +180,7 @@ async def test_explain_names_the_deciding_step(
     recorded: tuple[Path, Path], tmp_path: Path, args: list[str], code: int, expected: tuple
 ) -> None:
     _, config = recorded
-    result = cli(
+    result = await cli_async(
         "policy", "explain", "--policy", str(candidate(tmp_path)), "--config", str(config),
         *args, "--json",
     )  # fmt: skip

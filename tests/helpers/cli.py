@@ -1,15 +1,93 @@
-"""The a2a-gateway command as a test runs it, and the files of an agent it serves."""
+"""The a2a-gateway command as a test runs it, and the files of an agent it serves.
+
+``run_cli`` calls ``main([...])`` in this process, as the installed command would, with its
+own standard streams and logging: most command tests use it, since a fresh interpreter
+costs a second or more. ``run`` starts the command as its own process, for the end-to-end
+tests of each command group and for what only a process shows (its environment, closed
+standard streams, signals, capability modules imported from a config's folder).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import io
+import logging
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.agent_process import write_agent_toml
+from gateway.cli.main import main
+from tests.helpers.agent_process import REPO, write_agent_toml
 from tests.helpers.agents import Pki, write_policy
+
+
+@dataclass(frozen=True)
+class CliResult:
+    """What a command left: its exit status and its two streams (as ``CompletedProcess``)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+_ONE_AT_A_TIME = threading.Lock()  # the standard streams and the root logger are global
+
+
+def run_cli(*args: str, cwd: Path = REPO) -> CliResult:
+    """``a2a-gateway ARGS`` in this process; from a coroutine, ``await run_cli_async(...)``."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _run_main(args, cwd)
+    raise RuntimeError("run_cli inside a running event loop: await run_cli_async(...) instead")
+
+
+async def run_cli_async(*args: str, cwd: Path = REPO) -> CliResult:
+    """``run_cli`` in a worker thread, so the command's own event loop can run beside the test's."""
+    return await asyncio.to_thread(_run_main, args, cwd)
+
+
+def _run_main(args: Sequence[str], cwd: Path) -> CliResult:
+    out, err = _stream("strict"), _stream("backslashreplace")
+    with _ONE_AT_A_TIME, _own_logging(), contextlib.chdir(cwd):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as leaving:  # argparse's usage errors and --help
+                code = leaving.code if isinstance(leaving.code, int) else 1
+        out.flush(), err.flush()
+    return CliResult(code, _text(out), _text(err))
+
+
+def _stream(errors: str) -> io.TextIOWrapper:
+    """A standard stream as a pipe gives one: UTF-8, stdout strict, stderr escaping."""
+    return io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors=errors, newline="\n")
+
+
+def _text(stream: io.TextIOWrapper) -> str:
+    buffer = stream.buffer
+    assert isinstance(buffer, io.BytesIO)
+    return buffer.getvalue().decode("utf-8", errors="backslashreplace")
+
+
+@contextlib.contextmanager
+def _own_logging() -> Iterator[None]:
+    """An empty root logger, so ``main``'s ``basicConfig`` writes to the command's stderr."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    root.handlers.clear()
+    try:
+        yield
+    finally:
+        for handler in root.handlers:
+            handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

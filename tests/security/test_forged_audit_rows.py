@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from gateway.runtime.agent import Agent
 from gateway.storage import open_chain_writer
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.helpers.agents import Pki, WriteCounter, audit_rows, raw_channel
+from tests.helpers.cli import run_cli_async
 
 BOB = "spiffe://example.org/agent/bob"
 FAKE_ROW = "\n2026-01-01T00:00:00.000Z  spiffe://example.org/agent/bob  kv.put  -  1.0.0  allow  OK"
@@ -44,18 +43,13 @@ HOSTILE = {
     "arabic letter mark": "\u061c",
 }
 FIELDS = ("capability", "version_constraint", "task_id", "step_id", "idempotency_key")
-GATEWAY_CLI = Path(sys.executable).with_name("a2a-gateway")
 
 
-def run_audit(db: Path, *args: str) -> str:
-    result = subprocess.run(
-        [str(GATEWAY_CLI), "audit", "--db", str(db), *args],
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
+async def run_audit(db: Path, *args: str) -> str:
+    """``a2a-gateway audit`` as an operator runs it: what reaches their terminal."""
+    result = await run_cli_async("audit", "--db", str(db), *args)
     assert result.returncode == 0, result.stderr
-    return result.stdout.decode("utf-8")
+    return result.stdout
 
 
 def _forged_request(field: str, text: str) -> gateway_pb2.InvokeRequest:
@@ -98,7 +92,7 @@ async def test_audit_cli_shows_door_refusals_one_row_each(
     await alice.audit.flush()
     rows = audit_rows(alice.config.audit_db)
 
-    table = run_audit(alice.config.audit_db)
+    table = await run_audit(alice.config.audit_db)
 
     lines = table.splitlines()
     assert len(lines) == len(rows) + 1
@@ -137,7 +131,7 @@ async def legacy_log(tmp_path: Path) -> Path:
 
 
 async def test_audit_cli_escapes_rows_stored_verbatim(legacy_log: Path) -> None:
-    table = run_audit(legacy_log)
+    table = await run_audit(legacy_log)
 
     lines = table.splitlines()
     assert len(lines) == len(HOSTILE) + 1  # header + every record, nothing more
@@ -147,7 +141,7 @@ async def test_audit_cli_escapes_rows_stored_verbatim(legacy_log: Path) -> None:
 
 
 async def test_audit_cli_json_keeps_every_value_exact(legacy_log: Path) -> None:
-    text = run_audit(legacy_log, "--json")
+    text = await run_audit(legacy_log, "--json")
 
     assert not has_unsafe_characters(text.replace("\n", ""))
     got = [json.loads(line) for line in text.split("\n") if line]

@@ -22,6 +22,7 @@ from gateway.errors import AuditUnavailable, GatewayError, StateUnavailable
 from gateway.postgres.dsn import PostgresDsn, redact_credentials
 from tests.helpers.agent_process import REPO, write_agent_toml
 from tests.helpers.agents import Pki, WriteCounter, agent_config, grant, started, write_policy
+from tests.helpers.cli import run_cli
 from tests.helpers.postgres import PostgresCluster, state_pool
 
 SECRET = "S3cret-pw"
@@ -84,6 +85,7 @@ def test_a_dsn_password_holding_whitespace_is_redacted(url: str, shown: str) -> 
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The command as its own process: ``serve`` owns its process's signals."""
     return subprocess.run(
         [sys.executable, "-m", "gateway.cli.main", *args],
         capture_output=True,
@@ -105,7 +107,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     ],
 )
 def test_cli_errors_never_echo_a_password(args: list[str]) -> None:
-    result = _cli(*args)
+    result = run_cli(*args)
     assert result.returncode != 0 and result.stderr, result
     secret = "pw%zz" if "pw%zz" in args[-1] else SECRET
     assert secret not in result.stderr and secret not in result.stdout, result.stderr
