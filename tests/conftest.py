@@ -1,4 +1,11 @@
-"""Session fixtures: real certificates, real agents on 127.0.0.1:0, real SQLite."""
+"""Session fixtures (real certificates, agents on 127.0.0.1:0, SQLite, PostgreSQL) and the tiers.
+
+A bare ``pytest -q`` runs the fast tier: every test without a tier marker. The rest
+(``slow``, ``postgres``, ``interop``, ``spire``, ``fuzz``, ``netns``, ``browser``) runs with
+``--tier=rest``; ``--tier=full`` runs both, and naming tests (a path, ``-k``, ``-m``) runs what
+was named, whatever its tier. Each test is in exactly one tier, and the fast tier says at
+the end how many tests it left to the rest.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +26,84 @@ from tests.helpers.agents import (
     write_policy,
 )
 from tests.helpers.postgres import PostgresCluster, remove_cluster, start_cluster
+
+TIER_MARKERS = ("slow", "postgres", "interop", "spire", "fuzz", "netns", "browser")
+"""A test with any of these markers is in the rest tier; every other test is fast."""
+FOLDER_MARKERS = {"interop": "interop", "spire": "spire"}
+"""Folders (under tests/) whose every test carries a marker without saying so."""
+POSTGRES_FIXTURES = frozenset({"postgres_cluster", "pg_dsn"})
+TIERS = ("fast", "rest", "full")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--tier",
+        choices=TIERS,
+        default=None,
+        help="fast: tests without a tier marker (what a bare `pytest` runs); rest: the tests "
+        f"marked {', '.join(TIER_MARKERS)}; full: both (the default once tests are named)",
+    )
+
+
+def chosen_tier(config: pytest.Config) -> str:
+    """The tier this run selects: ``--tier``, else fast for a bare run, else full."""
+    tier: str | None = config.getoption("--tier")
+    if tier is not None:
+        return tier
+    named = (
+        config.args_source is not pytest.Config.ArgsSource.TESTPATHS
+        or bool(config.getoption("keyword"))
+        or bool(config.getoption("markexpr"))
+    )
+    return "full" if named else "fast"
+
+
+def tier_of(item: pytest.Item) -> str:
+    """``rest`` for a test with a tier marker, ``fast`` for every other test."""
+    return "rest" if any(item.get_closest_marker(name) for name in TIER_MARKERS) else "fast"
+
+
+def _add_implied_markers(item: pytest.Item) -> None:
+    """Markers a test carries by where it is or what it uses, so none is forgotten."""
+    folder = item.path.relative_to(item.config.rootpath / "tests").parts[0]
+    if folder in FOLDER_MARKERS:
+        item.add_marker(FOLDER_MARKERS[folder])
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    uses_postgres = POSTGRES_FIXTURES & set(getattr(item, "fixturenames", ())) or any(
+        isinstance(value, str) and value.startswith("postgres") for value in params.values()
+    )
+    if uses_postgres:
+        item.add_marker("postgres")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        _add_implied_markers(item)
+    tier = chosen_tier(config)
+    config.stash[_TIER] = tier
+    if tier == "full":
+        return
+    kept = [item for item in items if tier_of(item) == tier]
+    left = [item for item in items if tier_of(item) != tier]
+    config.stash[_LEFT] = len(left)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    tier, left = config.stash.get(_TIER, "full"), config.stash.get(_LEFT, 0)
+    if tier == "fast" and left:
+        terminalreporter.write_line(
+            f"fast tier: {left} tests of the rest tier not run "
+            "(`pytest -q --tier=rest` runs them, `pytest -q --tier=full` runs every test)"
+        )
+
+
+_TIER = pytest.StashKey[str]()
+_LEFT = pytest.StashKey[int]()
 
 
 @pytest.fixture(scope="session")
@@ -54,8 +139,13 @@ async def alice(pki: Pki, tmp_path: Path, counter: WriteCounter) -> AsyncIterato
 
 
 @pytest.fixture(scope="session")
-def postgres_cluster() -> Iterator[PostgresCluster]:
+def postgres_cluster(request: pytest.FixtureRequest) -> Iterator[PostgresCluster]:
     """A throwaway PostgreSQL cluster for the session (skipped only if none is installed)."""
+    if request.config.stash.get(_TIER, "full") == "fast":
+        pytest.fail(
+            "the fast tier never starts PostgreSQL: mark this test @pytest.mark.postgres (a test"
+            " naming pg_dsn or postgres_cluster, or given a 'postgres...' parameter, is already)"
+        )
     cluster = start_cluster()
     if cluster is None:
         pytest.skip("PostgreSQL binaries not found (apt-get install postgresql)")
