@@ -9,17 +9,23 @@ the end how many tests it left to the rest.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
+from capabilities.registry import Capability, CapabilityRegistry
+from gateway.config import AgentConfig
 from gateway.runtime.agent import Agent
+from tests.helpers.a2a_http import serving_https
 from tests.helpers.agents import (
+    ALICE_GRANTS,
+    AgentFactory,
     Pki,
     WriteCounter,
     agent_config,
-    grant,
     make_pki,
     standard_registry,
     started,
@@ -118,24 +124,67 @@ def counter() -> WriteCounter:
 
 
 @pytest.fixture
-async def alice(pki: Pki, tmp_path: Path, counter: WriteCounter) -> AsyncIterator[Agent]:
+async def make_agent(
+    pki: Pki, tmp_path: Path, counter: WriteCounter
+) -> AsyncIterator[AgentFactory]:
+    """Agents as most tests need them, each a keyword away from the default alice.
+
+    ``grants``/``outbound`` make its policy file; ``peers`` are agents (or id and address)
+    it may call;
+    ``capabilities`` join the built-ins and ``counter``'s ``notes.write`` (or ``registry``
+    replaces them all); ``https`` serves the A2A HTTP bindings on localhost; ``stores``
+    puts audit and state elsewhere (a DSN); any other keyword is an ``AgentConfig`` field,
+    and a dict for a section (``a2a={"stream_send_timeout": 1.0}``) changes only those keys.
+    """
+    agents: list[Agent] = []
+
+    async def make(
+        name: str = "alice",
+        *,
+        grants: Sequence[dict[str, Any]] = ALICE_GRANTS,
+        outbound: Sequence[dict[str, Any]] = (),
+        peers: Sequence[Agent | tuple[str, str]] = (),
+        capabilities: Sequence[Capability] = (),
+        registry: CapabilityRegistry | None = None,
+        https: bool = False,
+        stores: dict[str, str] | None = None,
+        **settings: Any,
+    ) -> Agent:
+        policy = write_policy(tmp_path / f"{name}-policy.toml", list(grants), list(outbound))
+        dials = [
+            peer if isinstance(peer, tuple) else (peer.config.id, peer.address) for peer in peers
+        ]
+        config = agent_config(pki, tmp_path, name, policy, dials, stores=stores)
+        if https:
+            config = serving_https(config, pki, tmp_path / f"{name}-https")
+        if settings:
+            config = config.model_copy(update=_merged(config, settings))
+        if registry is None:
+            registry = standard_registry(counter, tmp_path / f"{name}-state")
+            for each in capabilities:
+                registry.register(each)
+        agent = await started(config, registry)
+        agents.append(agent)
+        return agent
+
+    yield make
+    for agent in reversed(agents):
+        await agent.stop()
+
+
+def _merged(config: AgentConfig, settings: dict[str, Any]) -> dict[str, Any]:
+    return {
+        key: getattr(config, key).model_copy(update=value)
+        if isinstance(value, dict) and isinstance(getattr(config, key), BaseModel)
+        else value
+        for key, value in settings.items()
+    }
+
+
+@pytest.fixture
+async def alice(make_agent: AgentFactory) -> Agent:
     """Agent alice serving built-ins + notes.write; bob is granted a typical set."""
-    policy = write_policy(
-        tmp_path / "alice-policy.toml",
-        [
-            grant(
-                "bob",
-                ["text.echo@^1", "text.search@^1", "notes.write@1", "kv.put@1", "kv.get"],
-                max_payload_bytes=1024,
-            ),
-            grant("carol", ["text.echo", "notes.write"], max_risk="read"),
-            grant("dave", ["text.echo"], expires_at="2020-01-01T00:00:00Z"),
-        ],
-    )
-    config = agent_config(pki, tmp_path, "alice", policy)
-    agent = await started(config, standard_registry(counter, tmp_path / "alice-state"))
-    yield agent
-    await agent.stop()
+    return await make_agent()
 
 
 @pytest.fixture(scope="session")

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -326,3 +327,33 @@ async def raw_invoke(
         except grpc.aio.AioRpcError as err:
             return err
     raise AssertionError("the call succeeded but a refusal was expected")
+
+
+ALICE_GRANTS = (
+    grant(
+        "bob",
+        ["text.echo@^1", "text.search@^1", "notes.write@1", "kv.put@1", "kv.get"],
+        max_payload_bytes=1024,
+    ),
+    grant("carol", ["text.echo", "notes.write"], max_risk="read"),
+    grant("dave", ["text.echo"], expires_at="2020-01-01T00:00:00Z"),
+)
+"""What the default alice grants: bob a typical set, carol reads, dave an expired grant."""
+
+
+class AgentFactory(Protocol):
+    """``await make_agent(...)``: a started agent on 127.0.0.1:0, stopped after the test."""
+
+    async def __call__(
+        self,
+        name: str = "alice",
+        *,
+        grants: Sequence[dict[str, Any]] = ALICE_GRANTS,
+        outbound: Sequence[dict[str, Any]] = (),
+        peers: Sequence[Agent | tuple[str, str]] = (),
+        capabilities: Sequence[Capability] = (),
+        registry: CapabilityRegistry | None = None,
+        https: bool = False,
+        stores: dict[str, str] | None = None,
+        **settings: Any,
+    ) -> Agent: ...

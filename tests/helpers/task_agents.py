@@ -37,11 +37,13 @@ async def start_alice(
     stores: dict[str, str] | None = None,
 ) -> Agent:
     """Alice with the gate's capabilities; bob gets ``bob`` extra grant keys, carol the same."""
-    policy = write_policy(
-        tmp_path / "alice-policy.toml",
-        [{**grant("bob", JOBS), **(bob or {})}, grant("carol", JOBS)],
-    )
+    policy = write_policy(tmp_path / "alice-policy.toml", task_grants(bob))
     registry = standard_registry(WriteCounter(), tmp_path / "alice-state")
     for cap in gate.capabilities():
         registry.register(cap)
     return await started(agent_config(pki, tmp_path, "alice", policy, stores=stores), registry)
+
+
+def task_grants(bob: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """bob and carol may run every job; ``bob`` adds or replaces keys of bob's grant."""
+    return [{**grant("bob", JOBS), **(bob or {})}, grant("carol", JOBS)]

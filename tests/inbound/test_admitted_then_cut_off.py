@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,16 +26,13 @@ from gateway.runtime.agent import Agent
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.helpers.a2a_grpc import V1, A2APeer, data_request
 from tests.helpers.agents import (
+    AgentFactory,
     Pki,
     WriteCounter,
-    agent_config,
     audit_rows,
     grant,
     raw_channel,
     spiffe,
-    standard_registry,
-    started,
-    write_policy,
 )
 
 _WAIT_SECONDS = 30.0
@@ -45,13 +42,9 @@ _POLL_STEPS = 3000
 
 
 @pytest.fixture
-async def alice(pki: Pki, tmp_path: Path, counter: WriteCounter) -> AsyncIterator[Agent]:
+async def alice(make_agent: AgentFactory) -> Agent:
     """alice serving the counting write ``notes.write`` to bob."""
-    policy = write_policy(tmp_path / "alice-policy.toml", [grant("bob", ["notes.write"])])
-    config = agent_config(pki, tmp_path, "alice", policy)
-    agent = await started(config, standard_registry(counter, tmp_path / "alice-state"))
-    yield agent
-    await agent.stop()
+    return await make_agent(grants=[grant("bob", ["notes.write"])])
 
 
 @contextmanager

@@ -18,30 +18,19 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
-from tests.helpers.a2a_http import (
-    JSON_HEADERS,
-    V1_HEADERS,
-    https_client,
-    our_reason,
-    serving_https,
-)
+from tests.helpers.a2a_http import JSON_HEADERS, V1_HEADERS, https_client, our_reason
 from tests.helpers.agents import (
+    AgentFactory,
     Pki,
     WriteCounter,
-    agent_config,
     audit_rows,
     grant,
     spiffe,
-    standard_registry,
-    started,
-    write_policy,
 )
 
 BOB = spiffe("bob")
@@ -52,15 +41,11 @@ LONE = "\\ud800"
 
 
 @pytest.fixture
-async def alice(pki: Pki, tmp_path: Path, counter: WriteCounter) -> AsyncIterator[Agent]:
-    policy = write_policy(
-        tmp_path / "alice-policy.toml",
-        [grant("bob", ["text.echo@^1", "notes.write@1"], max_payload_bytes=4096)],
+async def alice(make_agent: AgentFactory) -> Agent:
+    return await make_agent(
+        grants=[grant("bob", ["text.echo@^1", "notes.write@1"], max_payload_bytes=4096)],
+        https=True,
     )
-    config = serving_https(agent_config(pki, tmp_path, "alice", policy), pki, tmp_path / "https")
-    agent = await started(config, standard_registry(counter, tmp_path / "alice-state"))
-    yield agent
-    await agent.stop()
 
 
 async def records(agent: Agent) -> list[tuple[str, str, str, str]]:

@@ -11,8 +11,6 @@ import asyncio
 import contextlib
 import json
 import ssl
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -20,27 +18,17 @@ from gateway.runtime.agent import Agent
 from gateway.transport import tls
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.helpers.agents import (
+    AgentFactory,
     Pki,
-    WriteCounter,
-    agent_config,
     grant,
     raw_channel,
-    standard_registry,
-    started,
-    write_policy,
 )
 
 
 @pytest.fixture
-async def alice(
-    pki: Pki, tmp_path: Path, counter: WriteCounter, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Agent]:
+async def alice(monkeypatch: pytest.MonkeyPatch, make_agent: AgentFactory) -> Agent:
     monkeypatch.setattr(tls, "HANDSHAKE_SECONDS", 0.5)
-    policy = write_policy(tmp_path / "policy.toml", [grant("bob", ["text.echo"])])
-    config = agent_config(pki, tmp_path, "alice", policy)
-    agent = await started(config, standard_registry(counter, tmp_path / "state"))
-    yield agent
-    await agent.stop()
+    return await make_agent(grants=[grant("bob", ["text.echo"])])
 
 
 def bobs_tls(pki: Pki) -> ssl.SSLContext:

@@ -7,7 +7,6 @@ polling) and raw stubs; SQLite and PostgreSQL where the store matters.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,16 @@ from gateway.audit import AuditRecord
 from gateway.config import A2ASettings
 from gateway.runtime.agent import Agent
 from tests.helpers.a2a_grpc import V1, A2APeer, data_request, gateway_reason, output_of, sdk_client
-from tests.helpers.agents import Pki, WriteCounter, audit_rows, spiffe, standard_registry, started
-from tests.helpers.task_agents import start_alice
+from tests.helpers.agents import (
+    AgentFactory,
+    Pki,
+    WriteCounter,
+    audit_rows,
+    spiffe,
+    standard_registry,
+    started,
+)
+from tests.helpers.task_agents import start_alice, task_grants
 from tests.helpers.task_capabilities import TaskGate
 
 BOB = spiffe("bob")
@@ -34,10 +41,8 @@ def gate() -> TaskGate:
 
 
 @pytest.fixture
-async def alice(pki: Pki, tmp_path: Path, gate: TaskGate) -> AsyncIterator[Agent]:
-    agent = await start_alice(pki, tmp_path, gate)
-    yield agent
-    await agent.stop()
+async def alice(make_agent: AgentFactory, gate: TaskGate) -> Agent:
+    return await make_agent(grants=task_grants(), capabilities=gate.capabilities())
 
 
 def summary(event: a2a_pb2.StreamResponse) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -23,8 +22,8 @@ from a2a.types import a2a_pb2
 from gateway.runtime.agent import Agent
 from gateway.server.a2a.task_store.store import TaskFilter, TaskOutcome
 from tests.helpers.a2a_grpc import V1, A2APeer, data_request
-from tests.helpers.agents import Pki, audit_rows, spiffe
-from tests.helpers.task_agents import start_alice
+from tests.helpers.agents import AgentFactory, Pki, audit_rows, spiffe
+from tests.helpers.task_agents import task_grants
 from tests.helpers.task_capabilities import TaskGate
 
 BOB = spiffe("bob")
@@ -36,10 +35,9 @@ def gate() -> TaskGate:
 
 
 @pytest.fixture
-async def alice(pki: Pki, tmp_path: Path, gate: TaskGate) -> AsyncIterator[Agent]:
-    agent = await start_alice(pki, tmp_path, gate, bob={"capabilities": ["job.run", "job.linger"]})
-    yield agent
-    await agent.stop()
+async def alice(make_agent: AgentFactory, gate: TaskGate) -> Agent:
+    bob = {"capabilities": ["job.run", "job.linger"]}
+    return await make_agent(grants=task_grants(bob), capabilities=gate.capabilities())
 
 
 def background(capability: str) -> a2a_pb2.SendMessageRequest:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +14,8 @@ from capabilities.registry import Capability
 from gateway.runtime.agent import Agent
 from tests.helpers.a2a_grpc import V1, A2APeer, data_request
 from tests.helpers.agents import (
-    Pki,
-    WriteCounter,
-    agent_config,
+    AgentFactory,
     grant,
-    standard_registry,
-    started,
-    write_policy,
 )
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "a2a-tasks.md"
@@ -55,13 +49,10 @@ def test_every_snippet_of_the_page_is_run_here_or_marked() -> None:
 
 
 @pytest.fixture
-async def alice(pki: Pki, tmp_path: Path) -> AsyncIterator[Agent]:
-    policy = write_policy(tmp_path / "alice-policy.toml", [grant("bob", ["docs.summarize"])])
-    registry = standard_registry(WriteCounter(), tmp_path / "alice-state")
-    registry.register(_snippet_capability())
-    agent = await started(agent_config(pki, tmp_path, "alice", policy), registry)
-    yield agent
-    await agent.stop()
+async def alice(make_agent: AgentFactory) -> Agent:
+    return await make_agent(
+        grants=[grant("bob", ["docs.summarize"])], capabilities=[_snippet_capability()]
+    )
 
 
 async def test_the_snippet_streams_progress_chunks_and_its_output(bob: A2APeer) -> None:

@@ -22,9 +22,6 @@ caller, and the capability never runs.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import grpc
 import pytest
 from a2a.types import a2a_pb2
@@ -32,17 +29,14 @@ from a2a.types import a2a_pb2
 from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from tests.helpers.a2a_grpc import A2APeer, data_request, error_infos
-from tests.helpers.a2a_http import https_client, jsonrpc, message_params, our_reason, serving_https
+from tests.helpers.a2a_http import https_client, jsonrpc, message_params, our_reason
 from tests.helpers.agents import (
+    AgentFactory,
     Pki,
     WriteCounter,
-    agent_config,
     audit_rows,
     grant,
     spiffe,
-    standard_registry,
-    started,
-    write_policy,
 )
 
 BOB = spiffe("bob")
@@ -51,12 +45,8 @@ SPOKEN = ["1.0", "1.0.7"]
 
 
 @pytest.fixture
-async def alice(pki: Pki, tmp_path: Path, counter: WriteCounter) -> AsyncIterator[Agent]:
-    policy = write_policy(tmp_path / "alice-policy.toml", [grant("bob", ["notes.write"])])
-    config = serving_https(agent_config(pki, tmp_path, "alice", policy), pki, tmp_path / "https")
-    agent = await started(config, standard_registry(counter, tmp_path / "alice-state"))
-    yield agent
-    await agent.stop()
+async def alice(make_agent: AgentFactory) -> Agent:
+    return await make_agent(grants=[grant("bob", ["notes.write"])], https=True)
 
 
 async def _last(agent: Agent) -> tuple[str, str, str]:

@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import ssl
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -26,17 +24,12 @@ from tests.helpers.a2a_http import (
     client_context,
     https_client,
     jsonrpc,
-    serving_https,
 )
 from tests.helpers.agents import (
+    AgentFactory,
     Pki,
-    WriteCounter,
-    agent_config,
     audit_rows,
     grant,
-    standard_registry,
-    started,
-    write_policy,
 )
 
 HEAD_SECONDS = 0.5
@@ -45,16 +38,10 @@ BUDGET = (4, 2)
 
 
 @pytest.fixture
-async def alice(
-    pki: Pki, tmp_path: Path, counter: WriteCounter, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Agent]:
+async def alice(monkeypatch: pytest.MonkeyPatch, make_agent: AgentFactory) -> Agent:
     monkeypatch.setattr(protocol, "HEAD_SECONDS", HEAD_SECONDS)
     monkeypatch.setattr(server, "connection_budget", lambda: protocol.ConnectionBudget(*BUDGET))
-    policy = write_policy(tmp_path / "alice-policy.toml", [grant("bob", ["text.echo"])])
-    config = serving_https(agent_config(pki, tmp_path, "alice", policy), pki, tmp_path / "https")
-    agent = await started(config, standard_registry(counter, tmp_path / "alice-state"))
-    yield agent
-    await agent.stop()
+    return await make_agent(grants=[grant("bob", ["text.echo"])], https=True)
 
 
 async def connect(

@@ -11,25 +11,19 @@ the header; a 1.0 method sent with an empty version is still refused, as 0.3.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
-from tests.helpers.a2a_http import https_client, jsonrpc, our_reason, serving_https
+from tests.helpers.a2a_http import https_client, jsonrpc, our_reason
 from tests.helpers.agents import (
+    AgentFactory,
     Pki,
-    WriteCounter,
-    agent_config,
     audit_rows,
     grant,
     spiffe,
-    standard_registry,
-    started,
-    write_policy,
 )
 
 BOB = spiffe("bob")
@@ -37,12 +31,8 @@ EMPTY = {"A2A-Version": ""}
 
 
 @pytest.fixture
-async def alice(pki: Pki, tmp_path: Path, counter: WriteCounter) -> AsyncIterator[Agent]:
-    policy = write_policy(tmp_path / "alice-policy.toml", [grant("bob", ["text.echo@^1"])])
-    config = serving_https(agent_config(pki, tmp_path, "alice", policy), pki, tmp_path / "https")
-    agent = await started(config, standard_registry(counter, tmp_path / "alice-state"))
-    yield agent
-    await agent.stop()
+async def alice(make_agent: AgentFactory) -> Agent:
+    return await make_agent(grants=[grant("bob", ["text.echo@^1"])], https=True)
 
 
 async def reasons(agent: Agent) -> list[tuple[str, str, str]]:

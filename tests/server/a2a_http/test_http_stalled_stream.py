@@ -19,8 +19,7 @@ import json
 import logging
 import socket
 import ssl
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
@@ -36,19 +35,14 @@ from tests.helpers.a2a_http import (
     https_client,
     jsonrpc,
     message_params,
-    serving_https,
     still_serving,
 )
 from tests.helpers.agents import (
+    AgentFactory,
     Pki,
-    WriteCounter,
-    agent_config,
     audit_rows,
     grant,
     spiffe,
-    standard_registry,
-    started,
-    write_policy,
 )
 from tests.helpers.waiting import until
 
@@ -108,28 +102,20 @@ def server_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFi
 
 
 @pytest.fixture
-async def alice(pki: Pki, tmp_path: Path, counter: WriteCounter) -> AsyncIterator[Agent]:
+async def alice(make_agent: AgentFactory) -> Agent:
     """alice on HTTPS, bob granted ``big.output`` and ``text.echo``, streams' writes bounded to 1 s."""
-    policy = write_policy(
-        tmp_path / "alice-policy.toml",
-        [
+    return await make_agent(
+        grants=[
             grant(
                 "bob",
                 ["big.output", "big.later", "text.echo"],
                 max_payload_bytes=MAX_PAYLOAD_CEILING,
             )
         ],
+        capabilities=[big_output, big_later],
+        https=True,
+        a2a={"stream_send_timeout": SEND_TIMEOUT},
     )
-    config = serving_https(agent_config(pki, tmp_path, "alice", policy), pki, tmp_path / "https")
-    config = config.model_copy(
-        update={"a2a": config.a2a.model_copy(update={"stream_send_timeout": SEND_TIMEOUT})}
-    )
-    registry = standard_registry(counter, tmp_path / "alice-state")
-    registry.register(big_output)
-    registry.register(big_later)
-    agent = await started(config, registry)
-    yield agent
-    await agent.stop()
 
 
 def open_stream(pki: Pki, agent: Agent, binding: str, task_id: str | None = None) -> ssl.SSLSocket:

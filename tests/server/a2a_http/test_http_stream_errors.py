@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -32,17 +30,13 @@ from gateway.server.a2a import task_follow
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from gateway.server.a2a_http.wire_errors import GATEWAY_REFUSAL_CODE
 from tests.helpers.a2a_grpc import a2a_task
-from tests.helpers.a2a_http import V1_HEADERS, https_client, jsonrpc, serving_https
+from tests.helpers.a2a_http import V1_HEADERS, https_client, jsonrpc
 from tests.helpers.agents import (
+    AgentFactory,
     Pki,
-    WriteCounter,
-    agent_config,
     audit_rows,
     grant,
     spiffe,
-    standard_registry,
-    started,
-    write_policy,
 )
 from tests.helpers.task_capabilities import TaskGate
 
@@ -52,16 +46,11 @@ TIMED_OUT = "DEADLINE_EXCEEDED: " + task_follow.TIMED_OUT
 
 
 @pytest.fixture
-async def alice(pki: Pki, tmp_path: Path) -> AsyncIterator[Agent]:
+async def alice(make_agent: AgentFactory) -> Agent:
     """alice serving HTTPS; bob may run the gate's jobs."""
-    policy = write_policy(tmp_path / "alice-policy.toml", [grant("bob", ["job.brief"])])
-    registry = standard_registry(WriteCounter(), tmp_path / "alice-state")
-    for cap in TaskGate().capabilities():
-        registry.register(cap)
-    config = serving_https(agent_config(pki, tmp_path, "alice", policy), pki, tmp_path / "https")
-    agent = await started(config, registry)
-    yield agent
-    await agent.stop()
+    return await make_agent(
+        grants=[grant("bob", ["job.brief"])], capabilities=TaskGate().capabilities(), https=True
+    )
 
 
 async def run_elsewhere(agent: Agent, task_id: str, *, bound_in: float = 1.0) -> None:

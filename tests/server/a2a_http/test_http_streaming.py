@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -32,18 +31,13 @@ from tests.helpers.a2a_http import (
     jsonrpc,
     message_params,
     our_reason,
-    serving_https,
 )
 from tests.helpers.agents import (
+    AgentFactory,
     Pki,
-    WriteCounter,
-    agent_config,
     audit_rows,
     grant,
     spiffe,
-    standard_registry,
-    started,
-    write_policy,
 )
 from tests.helpers.task_capabilities import TaskGate
 
@@ -58,19 +52,13 @@ def gate() -> TaskGate:
 
 
 @pytest.fixture
-async def alice(pki: Pki, tmp_path: Path, gate: TaskGate) -> AsyncIterator[Agent]:
+async def alice(make_agent: AgentFactory, gate: TaskGate) -> Agent:
     """alice serving HTTPS with the gate's ``job.run``; bob may run it, carol may not."""
-    policy = write_policy(
-        tmp_path / "alice-policy.toml",
-        [grant("bob", ["text.echo", "job.run"]), grant("carol", ["text.echo"])],
+    return await make_agent(
+        grants=[grant("bob", ["text.echo", "job.run"]), grant("carol", ["text.echo"])],
+        capabilities=gate.capabilities(),
+        https=True,
     )
-    registry = standard_registry(WriteCounter(), tmp_path / "alice-state")
-    for cap in gate.capabilities():
-        registry.register(cap)
-    config = serving_https(agent_config(pki, tmp_path, "alice", policy), pki, tmp_path / "https")
-    agent = await started(config, registry)
-    yield agent
-    await agent.stop()
 
 
 async def records(agent: Agent) -> list[AuditRecord]:
