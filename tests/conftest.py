@@ -35,8 +35,9 @@ from tests.helpers.postgres import PostgresCluster, remove_cluster, start_cluste
 
 TIER_MARKERS = ("slow", "postgres", "interop", "spire", "fuzz", "netns", "browser")
 """A test with any of these markers is in the rest tier; every other test is fast."""
-FOLDER_MARKERS = {"interop": "interop", "spire": "spire"}
-"""Folders (under tests/) whose every test carries a marker without saying so."""
+FOLDER_MARKERS = {"interop": "interop", "spire": "spire", "faults": "slow"}
+"""Folders (under tests/) whose every test carries a marker without saying so: crashes,
+outages and signals (tests/faults/) take agent processes and real waits."""
 POSTGRES_FIXTURES = frozenset({"postgres_cluster", "pg_dsn"})
 TIERS = ("fast", "rest", "full")
 

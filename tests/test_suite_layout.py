@@ -16,10 +16,6 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
-SUPPORT_OUTSIDE_HELPERS = {
-    # Run in a fresh interpreter by tests/unit/test_hotpath.py; goes with the hot path.
-    "tests/unit/hotpath_probe.py",
-}
 
 
 def _python_files() -> list[Path]:
@@ -61,7 +57,7 @@ def test_support_modules_live_in_helpers() -> None:
         and "helpers" not in path.relative_to(TESTS).parts
         and "interop" not in path.relative_to(TESTS).parts[:1]  # other languages' projects
     )
-    assert sorted(set(outside) - SUPPORT_OUTSIDE_HELPERS) == []
+    assert outside == []
 
 
 def test_helpers_hold_no_tests() -> None:

@@ -7,9 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.agent_process import REPO, AgentProcess
 from tests.helpers.agents import Pki, audit_rows, grant, spiffe
 from tests.helpers.cli import agent_files, run
+
+pytestmark = pytest.mark.slow
 
 
 def test_the_public_card_has_interfaces_and_mtls_but_no_skills(pki: Pki, tmp_path: Path) -> None:

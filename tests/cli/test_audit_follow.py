@@ -22,6 +22,8 @@ from gateway.storage import location, open_audit_reader, open_chain_writer
 from tests.helpers.agent_process import REPO, AgentProcess, LineReader, write_agent_toml
 from tests.helpers.agents import Pki, grant, spiffe, write_policy
 
+pytestmark = pytest.mark.slow
+
 LINE_TIMEOUT = 30.0
 
 

@@ -17,6 +17,8 @@ from tests.helpers.agent_process import AgentProcess
 from tests.helpers.agents import Pki, grant, spiffe, write_policy
 from tests.helpers.cli import agent_files, run
 
+pytestmark = pytest.mark.slow
+
 
 def test_pki_init_and_issue(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["pki", "init", "--dir", str(tmp_path / "pki"), "--trust-domain", "acme.test"]) == 0

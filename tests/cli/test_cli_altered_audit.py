@@ -118,6 +118,7 @@ def test_a_record_that_cannot_be_read_is_named_with_the_command_that_checks_it(
     assert f"{db}: seq 1: modified" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_following_an_altered_log_names_the_record(tmp_path: Path) -> None:
     db = tmp_path / "audit.sqlite"
     asyncio.run(_write_log(db))
@@ -156,6 +157,7 @@ def test_an_altered_postgres_record_is_named(
         )
 
 
+@pytest.mark.slow
 def test_serve_makes_a_missing_state_dir_private(pki: Pki, tmp_path: Path) -> None:
     state_dir = tmp_path / "new" / "state"
     config = write_agent_toml(

@@ -142,6 +142,7 @@ def test_a_fifo_certificate_or_checkpoint_file_is_refused(pki: Pki, tmp_path: Pa
     assert last_line(result) == f"error: certificate file {fifo}: unreadable (not a regular file)"
 
 
+@pytest.mark.slow
 def test_a_closed_stdout_or_stderr_is_not_a_crash(tmp_path: Path) -> None:
     policy = write_policy(tmp_path / "policy.toml", [grant("bob", ["text.echo"])])
     closed = subprocess.run(
@@ -233,6 +234,7 @@ def test_call_input_file_at_the_payload_ceiling_is_read(pki: Pki, tmp_path: Path
 SPACED_SECRET = "S3cret pw"  # libpq takes a space in a URL password; it ended the redaction
 
 
+@pytest.mark.slow
 def test_a_dsn_password_with_a_space_is_not_shown(pki: Pki, tmp_path: Path) -> None:
     dsn = f"postgresql://gw:{SPACED_SECRET}@127.0.0.1:1/audit"
     shown = "postgresql://gw:***@127.0.0.1:1/audit"

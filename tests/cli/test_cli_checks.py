@@ -274,6 +274,7 @@ def test_policy_check_warns_of_expired_grants_and_shows_limits(tmp_path: Path) -
     )
 
 
+@pytest.mark.slow
 def test_output_to_a_reader_that_went_is_no_internal_error(tmp_path: Path) -> None:
     # Found by a newcomer walkthrough: `policy backtest ... | head -c 100` ended
     # "internal error: BrokenPipeError" with exit 70.
@@ -344,6 +345,7 @@ BROKEN_MODULES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BROKEN_MODULES))
 def test_a_broken_capability_module_is_a_clear_error_not_an_internal_one(
     pki: Pki, tmp_path: Path, case: str

@@ -78,6 +78,7 @@ def _operator_records(db: Path) -> list[AuditRecord]:
     ]
 
 
+@pytest.mark.slow
 async def test_keys_cut_off_by_a_crash_are_resolved_and_released_exactly_once(
     pki: Pki, tmp_path: Path
 ) -> None:

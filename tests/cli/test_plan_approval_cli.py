@@ -8,9 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gateway.cli.plan_commands import EXIT_WAITING_APPROVAL
 from tests.helpers.agent_process import REPO, write_agent_toml
 from tests.helpers.agents import Pki, audit_rows, write_policy
+
+pytestmark = pytest.mark.slow
 
 CLI_TIMEOUT = 60.0
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.agent_process import AgentProcess
 from tests.helpers.agents import Pki, grant, spiffe
 from tests.helpers.cli import agent_files, run
+
+pytestmark = pytest.mark.slow
 
 PLAN = {
     "goal": "find a note about audit logs and echo its title through bob",

@@ -7,12 +7,16 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from gateway.audit import query_records
 from gateway.cli.main import EXIT_REFUSED
 from gateway.storage import open_audit_reader
 from tests.helpers.a2a_upstream import SdkAgent, closed_port, grpc_upstream
 from tests.helpers.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.helpers.agents import Pki, grant, spiffe, write_policy
+
+pytestmark = pytest.mark.slow
 
 CLI = str(Path(sys.executable).parent / "a2a-gateway")  # the active venv's entry point
 

@@ -35,10 +35,13 @@ CHROMIUM_ARGS = [
 ]
 WAIT_MS = 30_000
 
-pytestmark = pytest.mark.skipif(
-    not os.access(CHROMIUM, os.X_OK),
-    reason=f"{CHROMIUM} is not installed (Debian package chromium; .ci/run installs it)",
-)
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not os.access(CHROMIUM, os.X_OK),
+        reason=f"{CHROMIUM} is not installed (Debian package chromium; .ci/run installs it)",
+    ),
+]
 
 
 @pytest.fixture

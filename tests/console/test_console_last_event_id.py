@@ -22,6 +22,8 @@ from gateway.runtime.agent import Agent
 from tests.helpers.agents import Pki
 from tests.helpers.console_feed import make_refusals, open_feed, read_events
 
+pytestmark = pytest.mark.slow
+
 
 async def _nothing_replayed_then_live(
     agent: Agent, pki: Pki, last_event_id: str, new_seq: int

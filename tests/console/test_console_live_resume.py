@@ -21,6 +21,8 @@ from gateway.runtime.agent import Agent
 from tests.helpers.agents import Pki
 from tests.helpers.console_feed import make_refusals, open_feed, read_events
 
+pytestmark = pytest.mark.slow
+
 
 async def test_a_reconnecting_page_gets_the_gap_once_and_in_order(
     console_agent: Agent, pki: Pki

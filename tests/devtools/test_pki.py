@@ -361,6 +361,7 @@ def test_the_dev_ca_carries_critical_name_constraints(ca: pki.CertificateAuthori
     ]
 
 
+@pytest.mark.slow
 def test_pki_issue_cli_adds_loopback_sans_only_with_the_flag(tmp_path: Path) -> None:
 
     directory = tmp_path / "pki"

@@ -18,6 +18,8 @@ import pytest
 
 from tests.helpers.snippets import Snippet, SnippetSyntaxError, Use, external_runner, snippets
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted(
     [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").glob("*.md")],

@@ -94,6 +94,7 @@ async def test_artifacts_carried_in_task_events_count_against_the_ceiling(
 # --- an upstream that never answers CancelTask does not delay the timeout ------------
 
 
+@pytest.mark.slow
 async def test_a_polled_task_times_out_at_the_timeout_though_cancel_task_never_answers(
     pki: Pki, tmp_path: Path
 ) -> None:
@@ -117,6 +118,7 @@ async def test_a_polled_task_times_out_at_the_timeout_though_cancel_task_never_a
     assert rows == [("CAPABILITY_TIMEOUT", ""), ("OK", "")]
 
 
+@pytest.mark.slow
 async def test_a_streamed_task_times_out_at_the_timeout_though_cancel_task_never_answers(
     pki: Pki, tmp_path: Path
 ) -> None:

@@ -23,6 +23,8 @@ from tests.helpers.agent_process import REPO, AgentProcess, two_worker_agent
 from tests.helpers.agents import Pki, audit_rows, grant, spiffe
 from tests.helpers.crash_window import appended_lines
 
+pytestmark = pytest.mark.slow
+
 MAX_CHANNELS = 32  # connections opened to find both workers (a bound, never asserted)
 POLL_ROUNDS = 400  # x 0.05 s: a bound for a slow runner, never asserted
 

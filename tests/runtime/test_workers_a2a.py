@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import grpc
+import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from google.protobuf import json_format
 
@@ -18,6 +19,8 @@ from gateway.transport.tls import channel_options
 from tests.helpers.a2a_grpc import V1, data_request, gateway_reason
 from tests.helpers.agent_process import AgentProcess, worker_pids, write_agent_toml
 from tests.helpers.agents import Pki, audit_rows, grant, spiffe, write_policy
+
+pytestmark = pytest.mark.slow
 
 MAX_CHANNELS = 32  # connections opened to find both workers (a bound, never asserted)
 

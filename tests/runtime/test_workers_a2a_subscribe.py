@@ -14,6 +14,7 @@ import asyncio
 from pathlib import Path
 
 import grpc
+import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from google.protobuf import json_format
 
@@ -21,6 +22,8 @@ from gateway.transport.tls import channel_options
 from tests.helpers.a2a_grpc import V1, data_request
 from tests.helpers.agent_process import AgentProcess, write_agent_toml
 from tests.helpers.agents import Pki, grant, spiffe, write_policy
+
+pytestmark = pytest.mark.slow
 
 MAX_CHANNELS = 32  # connections opened to find both workers (a bound, never asserted)
 

@@ -15,11 +15,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError
 from tests.helpers.agent_process import REPO, AgentProcess, two_worker_agent
 from tests.helpers.agents import Pki, grant, spiffe
 from tests.helpers.crash_window import appended_lines
+
+pytestmark = pytest.mark.slow
 
 BURST = 24
 NO_REFILL = 0.0001  # one token per ~3 hours

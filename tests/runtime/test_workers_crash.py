@@ -32,6 +32,8 @@ from tests.helpers.agent_process import (
 from tests.helpers.agents import Pki, audit_rows, grant
 from tests.helpers.crash_window import appended_lines
 
+pytestmark = pytest.mark.slow
+
 POLL_ROUNDS = 400  # x 0.05 s: a bound for a slow runner, never asserted
 
 

@@ -23,6 +23,8 @@ from gateway.errors import GatewayError
 from tests.helpers.agent_process import one_client_per_worker, two_worker_agent, worker_pids
 from tests.helpers.agents import Pki, audit_rows, grant, spiffe, write_policy
 
+pytestmark = pytest.mark.slow
+
 POLL_ROUNDS = 200  # x 0.05 s: a bound for a slow runner, never asserted
 
 

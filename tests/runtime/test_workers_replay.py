@@ -12,11 +12,15 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError, ReplayedRequest
 from tests.helpers.agent_process import one_client_per_worker, two_worker_agent, worker_pids
 from tests.helpers.agents import Pki, audit_rows, grant, spiffe
 from tests.helpers.crash_window import appended_lines
+
+pytestmark = pytest.mark.slow
 
 MAX_CHANNELS = 32
 ROUNDS = 6

@@ -12,11 +12,15 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError
 from tests.helpers.agent_process import one_client_per_worker, two_worker_agent, worker_pids
 from tests.helpers.agents import Pki, audit_rows, grant, spiffe
 from tests.helpers.crash_window import appended_lines
+
+pytestmark = pytest.mark.slow
 
 POLL_ROUNDS = 400  # x 0.05 s: a bound for a slow runner, never asserted
 

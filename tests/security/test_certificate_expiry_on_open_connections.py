@@ -35,6 +35,8 @@ from tests.helpers.agents import (
     write_policy,
 )
 
+pytestmark = pytest.mark.slow
+
 LIFETIME = timedelta(seconds=3)
 
 

@@ -29,6 +29,8 @@ from tests.helpers.a2a_grpc import data_request, raw_request
 from tests.helpers.agents import Pki, WriteCounter, audit_rows, raw_channel
 from tests.helpers.fuzz_invoke import FuzzTarget
 
+pytestmark = pytest.mark.fuzz
+
 CASES = 160
 SEED = 20261130
 CALLERS = ("bob", "carol", "dave", "mallory")

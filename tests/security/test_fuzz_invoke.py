@@ -37,6 +37,8 @@ from tests.helpers.fuzz_invoke import (
     raw_requests,
 )
 
+pytestmark = pytest.mark.fuzz
+
 FUZZ_SETTINGS = settings(
     max_examples=150,
     deadline=None,

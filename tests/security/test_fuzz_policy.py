@@ -24,6 +24,8 @@ from policies.policy_file import Policy, load_policy, render_policy
 from policies.store import PolicyStore
 from tests.helpers.agents import grant, write_policy
 
+pytestmark = pytest.mark.fuzz
+
 POLICY_SETTINGS = settings(
     max_examples=150,
     deadline=None,

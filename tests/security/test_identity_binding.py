@@ -49,6 +49,7 @@ def _signed_behind_the_issuers_back(pki: Pki, dns_names: list[str]) -> tuple[byt
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wildcard", WILDCARDS)
 async def test_an_agent_refuses_to_start_with_a_wildcard_certificate(
     pki: Pki, tmp_path: Path, wildcard: str

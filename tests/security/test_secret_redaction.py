@@ -114,6 +114,7 @@ def test_cli_errors_never_echo_a_password(args: list[str]) -> None:
     assert "***" in result.stderr or "no such file" in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_serve_names_an_unreachable_database_without_its_password(pki: Pki, tmp_path: Path) -> None:
     dsn = f"postgresql://gw@127.0.0.1:1/audit?password={SECRET}"
     config = write_agent_toml(
@@ -168,6 +169,7 @@ async def test_remote_callers_get_a_fixed_message_when_the_database_is_down(
         await asyncio.wait_for(agent.stop(), 60)
 
 
+@pytest.mark.slow
 def test_the_pool_log_never_repeats_the_password(caplog: pytest.LogCaptureFixture) -> None:
     """psycopg_pool logs each failed connect with libpq's message, which quotes a bad token."""
     pool = state_pool("postgresql://gw:pw%zz@127.0.0.1:1/state", "idempotency store")

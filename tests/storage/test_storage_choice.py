@@ -52,6 +52,7 @@ def _dsn_type_tests(path: Path) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_no_module_outside_the_factory_tests_for_a_dsn() -> None:
     modules = sorted(PACKAGE.rglob("*.py"))
     assert PACKAGE / "runtime" / "agent.py" in modules  # the walk sees the package

@@ -9,6 +9,8 @@ import ssl
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from gateway.telemetry.grpc_core_logs import quiet_grpc_core
 from tests.helpers.agent_process import AgentProcess, write_agent_toml
 from tests.helpers.agents import Pki, grant, write_policy
@@ -34,6 +36,7 @@ def _handshake(address: str, server_name: str, ca: Path) -> None:
         assert tls.version() is not None  # the handshake reached the server's TLS stack
 
 
+@pytest.mark.slow
 def test_a_forged_server_name_never_becomes_a_raw_stderr_line(pki: Pki, tmp_path: Path) -> None:
     policy = write_policy(tmp_path / "alice-policy.toml", [grant("bob", ["text.echo"])])
     config = write_agent_toml(

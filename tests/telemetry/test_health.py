@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway.runtime.agent import Agent
@@ -52,6 +53,7 @@ async def _agent(pki: Pki, tmp_path: Path, probe: Probe | None = None) -> Agent:
     return await started(config, mesh_registry(WriteCounter(), tmp_path / "alice-state", probe))
 
 
+@pytest.mark.slow
 async def test_not_serving_while_the_audit_log_cannot_record_then_serving_again(
     pki: Pki, tmp_path: Path
 ) -> None:
@@ -86,6 +88,7 @@ async def test_not_serving_while_the_audit_log_cannot_record_then_serving_again(
         await agent.stop()
 
 
+@pytest.mark.slow
 async def test_not_serving_while_the_policy_in_force_has_no_live_grant(
     pki: Pki, tmp_path: Path
 ) -> None:

@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gateway.client.peer_client import PeerClient
@@ -80,6 +81,7 @@ async def _agent(pki: Pki, tmp_path: Path, probe: Probe | None = None) -> Agent:
     return agent
 
 
+@pytest.mark.slow
 async def test_ready_follows_the_audit_log_and_the_policy_like_grpc_health(
     pki: Pki, tmp_path: Path
 ) -> None:

@@ -33,9 +33,13 @@ from tests.helpers.agents import (
 )
 
 PROMETHEUS = shutil.which("prometheus")
-pytestmark = pytest.mark.skipif(
-    PROMETHEUS is None, reason="the prometheus binary is not installed (Debian package prometheus)"
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        PROMETHEUS is None,
+        reason="the prometheus binary is not installed (Debian package prometheus)",
+    ),
+]
 
 
 def _free_port() -> int:

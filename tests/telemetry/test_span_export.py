@@ -53,6 +53,7 @@ def _warnings_and_errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRe
     return [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
+@pytest.mark.slow
 def test_an_unreachable_collector_is_reported_once_then_backed_off(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -103,6 +104,7 @@ def test_an_unreachable_collector_is_reported_once_then_backed_off(
     ]
 
 
+@pytest.mark.slow
 async def test_console_prints_spans_and_a_dead_collector_is_one_warning(
     pki: Pki,
     tmp_path: Path,

@@ -262,6 +262,7 @@ async def test_expiry_within_the_window_is_warned_and_counted(
         await alice.stop()
 
 
+@pytest.mark.slow
 async def test_checkpoints_are_signed_with_the_rotated_key(tmp_path: Path) -> None:
     pki = own_pki(tmp_path)
     old_cert = tmp_path / "alice-old.pem"

@@ -9,9 +9,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.helpers.agents import grant, spiffe, write_policy
 from tests.helpers.rotation import file_serial, own_pki, served_serial
+
+pytestmark = pytest.mark.slow
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -90,6 +90,7 @@ def use(**extra: Any) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 async def test_two_peers_agreeing_make_a_verified_result(pair: Pair) -> None:
     result = await pair.alice.run(plan(read("price", verify={"quorum": 2}), use()))
     assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")

@@ -145,6 +145,7 @@ async def test_replicas_of_one_agent_share_tasks_other_agents_do_not(pg_dsn: str
             store.close()
 
 
+@pytest.mark.slow
 async def test_an_unreachable_database_fails_reads_and_logs_no_payload(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -39,6 +39,8 @@ from tests.helpers.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.helpers.agents import Pki, audit_rows, grant, spiffe, write_policy
 from tests.helpers.node_projects import A2A_JS, node_ready
 
+pytestmark = pytest.mark.slow
+
 NODE_DIR = A2A_JS
 BOB = spiffe("bob")
 

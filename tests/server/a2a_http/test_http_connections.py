@@ -32,6 +32,8 @@ from tests.helpers.agents import (
     grant,
 )
 
+pytestmark = pytest.mark.slow
+
 HEAD_SECONDS = 0.5
 BUDGET = (4, 2)
 """Connections at once, of which without a certificate, for this file's agent."""

@@ -24,6 +24,8 @@ from gateway.runtime.agent import Agent
 from tests.helpers.agent_process import REPO
 from tests.helpers.agents import Pki, spiffe
 
+pytestmark = pytest.mark.slow
+
 DOCS = ("docs/a2a-http.md", "docs/a2a-jsonrpc.md", "docs/a2a-rest.md", "docs/a2a-v0_3.md")
 # Pages whose shell and Python blocks tests/docs/test_snippets.py runs (against the tour's
 # agent); only their JavaScript blocks run here, pointed at the served agent by the environment.

@@ -46,6 +46,8 @@ from tests.helpers.agents import (
 )
 from tests.helpers.waiting import until
 
+pytestmark = pytest.mark.slow
+
 BOB = spiffe("bob")
 SEND_TIMEOUT = 1.0
 CHUNKS, CHUNK = 3, 1_200_000

@@ -40,6 +40,8 @@ from tests.helpers.agents import (
 )
 from tests.helpers.task_capabilities import TaskGate
 
+pytestmark = pytest.mark.slow
+
 BOB = spiffe("bob")
 SSE_HEADERS = {**V1_HEADERS, "Accept": "text/event-stream"}
 TIMED_OUT = "DEADLINE_EXCEEDED: " + task_follow.TIMED_OUT
