@@ -131,14 +131,32 @@ async def make_agent(
     """Agents as most tests need them, each a keyword away from the default alice.
 
     ``grants``/``outbound`` make its policy file; ``peers`` are agents (or id and address)
-    it may call;
-    ``capabilities`` join the built-ins and ``counter``'s ``notes.write`` (or ``registry``
-    replaces them all); ``https`` serves the A2A HTTP bindings on localhost; ``stores``
-    puts audit and state elsewhere (a DSN); any other keyword is an ``AgentConfig`` field,
-    and a dict for a section (``a2a={"stream_send_timeout": 1.0}``) changes only those keys.
+    it may call; ``capabilities`` join the built-ins and ``counter``'s ``notes.write`` (or
+    ``registry`` replaces them all); ``https`` serves the A2A HTTP bindings on localhost;
+    ``stores`` puts audit and state elsewhere (a DSN); any other keyword is an
+    ``AgentConfig`` field, and a dict for a section (``a2a={"stream_send_timeout": 1.0}``)
+    changes only those keys. Every agent it made stops after the test.
     """
     agents: list[Agent] = []
+    yield _factory(pki, tmp_path, counter, agents)
+    for agent in reversed(agents):
+        await agent.stop()
 
+
+@pytest.fixture(scope="module")
+async def make_shared_agent(
+    pki: Pki, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[AgentFactory]:
+    """``make_agent`` for a module whose tests only read: its agents serve every test of
+    the module and stop after the last. A test that writes, counts records or changes the
+    agent takes ``make_agent`` instead."""
+    agents: list[Agent] = []
+    yield _factory(pki, tmp_path_factory.mktemp("shared"), WriteCounter(), agents)
+    for agent in reversed(agents):
+        await agent.stop()
+
+
+def _factory(pki: Pki, base: Path, counter: WriteCounter, agents: list[Agent]) -> AgentFactory:
     async def make(
         name: str = "alice",
         *,
@@ -151,26 +169,24 @@ async def make_agent(
         stores: dict[str, str] | None = None,
         **settings: Any,
     ) -> Agent:
-        policy = write_policy(tmp_path / f"{name}-policy.toml", list(grants), list(outbound))
+        policy = write_policy(base / f"{name}-policy.toml", list(grants), list(outbound))
         dials = [
             peer if isinstance(peer, tuple) else (peer.config.id, peer.address) for peer in peers
         ]
-        config = agent_config(pki, tmp_path, name, policy, dials, stores=stores)
+        config = agent_config(pki, base, name, policy, dials, stores=stores)
         if https:
-            config = serving_https(config, pki, tmp_path / f"{name}-https")
+            config = serving_https(config, pki, base / f"{name}-https")
         if settings:
             config = config.model_copy(update=_merged(config, settings))
         if registry is None:
-            registry = standard_registry(counter, tmp_path / f"{name}-state")
+            registry = standard_registry(counter, base / f"{name}-state")
             for each in capabilities:
                 registry.register(each)
         agent = await started(config, registry)
         agents.append(agent)
         return agent
 
-    yield make
-    for agent in reversed(agents):
-        await agent.stop()
+    return make
 
 
 def _merged(config: AgentConfig, settings: dict[str, Any]) -> dict[str, Any]:

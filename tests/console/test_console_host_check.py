@@ -16,8 +16,17 @@ import asyncio
 
 import pytest
 
+from gateway.config import ConsoleSettings
 from gateway.runtime.agent import Agent
-from tests.helpers.agents import spiffe
+from tests.helpers.agents import AgentFactory, grant, spiffe
+
+
+@pytest.fixture(scope="module")
+async def console_agent(make_shared_agent: AgentFactory) -> Agent:
+    """One agent for the module (its tests only read): bob granted ``text.echo``, a console."""
+    return await make_shared_agent(
+        grants=[grant("bob", ["text.echo"])], console=ConsoleSettings(listen="127.0.0.1:0")
+    )
 
 
 async def _exchange(address: str, head: str) -> tuple[str, str]:

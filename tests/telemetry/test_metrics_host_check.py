@@ -19,7 +19,6 @@ operator chose an open listener, as for the console).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from gateway.client.peer_client import PeerClient
 from gateway.config import MetricsSettings
 from gateway.runtime.agent import Agent
 from tests.helpers.agents import (
+    AgentFactory,
     Pki,
     WriteCounter,
     agent_config,
@@ -65,11 +65,15 @@ async def _agent(pki: Pki, tmp_path: Path, *, allow_remote: bool = False) -> Age
     return agent
 
 
-@pytest.fixture
-async def alice(pki: Pki, tmp_path: Path) -> AsyncIterator[Agent]:
-    agent = await _agent(pki, tmp_path)
-    yield agent
-    await agent.stop()
+@pytest.fixture(scope="module")
+async def alice(pki: Pki, make_shared_agent: AgentFactory) -> Agent:
+    """One agent for the module (its tests only read), after one call of bob's."""
+    metrics = MetricsSettings(listen="127.0.0.1:0", peer_labels=True)
+    agent = await make_shared_agent(grants=[grant("bob", ["text.echo"])], metrics=metrics)
+    async with PeerClient(agent.config.id, agent.address, pki.material("bob")) as bob:
+        await bob.invoke("text.echo", {"text": "hi"})
+    await agent.audit.flush()
+    return agent
 
 
 REBOUND = ["rebind.attacker.example", "rebind.attacker.example:9464", "localhost.attacker.example"]
