@@ -35,9 +35,10 @@ from tests.helpers.postgres import PostgresCluster, remove_cluster, start_cluste
 
 TIER_MARKERS = ("slow", "postgres", "interop", "spire", "fuzz", "netns", "browser")
 """A test with any of these markers is in the rest tier; every other test is fast."""
-FOLDER_MARKERS = {"interop": "interop", "spire": "spire", "faults": "slow"}
+FOLDER_MARKERS = {"interop": "interop", "spire": "spire", "faults": "slow", "deploy": "slow"}
 """Folders (under tests/) whose every test carries a marker without saying so: crashes,
-outages and signals (tests/faults/) take agent processes and real waits."""
+outages and signals (tests/faults/) take agent processes and real waits, and the
+deployments (tests/deploy/) build images and run systemd."""
 POSTGRES_FIXTURES = frozenset({"postgres_cluster", "pg_dsn"})
 TIERS = ("fast", "rest", "full")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import uuid
 from typing import Any
@@ -18,7 +19,11 @@ from gateway.runtime.agent import Agent
 from gateway.server.a2a import public_card
 from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome
 from gateway.transport.status import from_rpc_error
-from tests.helpers.agents import Pki, audit_rows, raw_channel
+from tests.helpers.agents import (
+    Pki,
+    audit_rows,
+    raw_channel,
+)
 
 V1 = (("a2a-version", "1.0"),)
 
@@ -177,3 +182,29 @@ async def last_record(agent: Agent) -> AuditRecord:
     """The newest record of ``agent``'s audit log (after a flush)."""
     await agent.audit.flush()
     return audit_rows(agent.config.audit_db)[-1]
+
+
+def summary(event: a2a_pb2.StreamResponse) -> str:
+    """``task:SUBMITTED``, ``status:WORKING[:text]``, ``artifact:<id suffix>``."""
+    kind = event.WhichOneof("payload")
+    if kind == "task":
+        return f"task:{task_state_name(event.task.status.state)}"
+    if kind == "status_update":
+        status = event.status_update.status
+        text = status.message.parts[0].text if status.message.parts else ""
+        return f"status:{task_state_name(status.state)}" + (f":{text}" if text else "")
+    assert kind == "artifact_update"
+    return "artifact:" + event.artifact_update.artifact.artifact_id.rsplit("-", 1)[-1]
+
+
+def task_state_name(state: int) -> str:
+    return a2a_pb2.TaskState.Name(state).removeprefix("TASK_STATE_")
+
+
+async def poll_until(peer: A2APeer, task_id: str, state: int) -> a2a_pb2.Task:
+    for _ in range(400):  # bounded: 20 s
+        task = await peer.client.get_task(a2a_pb2.GetTaskRequest(id=task_id))
+        if task.status.state == state:
+            return task
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"task {task_id} never reached {task_state_name(state)}")

@@ -10,6 +10,10 @@ agent's client certificate (mutual TLS, RFC 8705 ``tls_client_auth``): given a
 ``subject_token`` this issuer signed and an ``audience``, it answers a token for
 the same user, for that audience, whose ``act`` names the calling agent (and,
 nested, the actors of the subject token).
+
+Also what the identity suites share around it: JWT-SVID keys (``SvidKeys``), an
+agent's ``[identity.tokens]`` settings for both (``token_settings``), and alice
+taking them (``start_alice``).
 """
 
 from __future__ import annotations
@@ -32,7 +36,19 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
+from capabilities.registry import CapabilityRegistry
+from gateway.config import AgentConfig, IdentitySettings
 from gateway.devtools.pki import CertificateAuthority, init_ca
+from gateway.runtime.agent import Agent
+from tests.helpers.a2a_http import serving_https
+from tests.helpers.agents import (
+    Pki,
+    agent_config,
+    grant,
+    spiffe,
+    started,
+    write_policy,
+)
 
 EXCHANGE_GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
@@ -212,3 +228,70 @@ def running_issuer(folder: Path, agents_ca: Path) -> Iterator[SessionIssuer]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class SvidKeys:
+    """JWT-SVID signing for example.org without SPIRE: a key and its bundle file."""
+
+    def __init__(self, folder: Path) -> None:
+        self.key: SigningKey = es256_key("svid-1")
+        self.bundle = folder / "jwt-bundle.json"
+        self.bundle.write_text(json.dumps({"keys": [{**self.key.jwk(), "use": "jwt-svid"}]}))
+
+    def token(self, name: str, aud: str, *, lifetime: int = 300, **claims: Any) -> str:
+        now = int(time.time())
+        body = {"sub": spiffe(name), "aud": [aud], "iat": now, "exp": now + lifetime, **claims}
+        return sign(self.key, body)
+
+
+def token_settings(issuer: SessionIssuer, svid: SvidKeys, **overrides: Any) -> IdentitySettings:
+    """``[identity.tokens]`` trusting the session's issuer (users, clients) and JWT-SVIDs."""
+    tokens: dict[str, Any] = {
+        "token_only_callers": True,
+        "issuers": [
+            {
+                "name": "spire",
+                "kind": "jwt-svid",
+                "trust_domain": "example.org",
+                "jwks_file": str(svid.bundle),
+            },
+            {
+                "name": "corp",
+                "kind": "oidc",
+                "issuer": issuer.url,
+                "jwks_url": issuer.jwks_url,
+                "ca": str(issuer.ca_file),
+                "users": True,
+                "clients": {"bob-client": spiffe("bob"), "carol-client": spiffe("carol")},
+            },
+        ],
+        **overrides,
+    }
+    return IdentitySettings.model_validate({"tokens": tokens})
+
+
+def with_tokens(config: AgentConfig, identity: IdentitySettings) -> AgentConfig:
+    return AgentConfig.model_validate({**config.model_dump(), "identity": identity.model_dump()})
+
+
+ALICE = spiffe("alice")
+
+
+def alice_grants() -> list[dict[str, Any]]:
+    return [
+        grant("bob", ["text.echo@^1", "text.search@^1", "kv.put@1"], max_payload_bytes=4096),
+        {
+            **grant("carol", ["text.echo", "kv.put"]),
+            "users": "required",
+            "user_claims": {"groups": "finance"},
+            "when": {"short-text": "!has(input.text) || size(input.text) < 12"},
+        },
+    ]
+
+
+async def start_alice(
+    pki: Pki, tmp_path: Path, identity: IdentitySettings, registry: CapabilityRegistry
+) -> Agent:
+    policy = write_policy(tmp_path / "alice-policy.toml", alice_grants())
+    config = serving_https(agent_config(pki, tmp_path, "alice", policy), pki, tmp_path / "https")
+    return await started(with_tokens(config, identity), registry)

@@ -2,29 +2,24 @@
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from capabilities.registry import CapabilityRegistry
-from gateway.config import AgentConfig, IdentitySettings
 from gateway.runtime.agent import Agent
-from tests.helpers.a2a_http import serving_https
 from tests.helpers.agents import (
     Pki,
     WriteCounter,
-    agent_config,
-    grant,
-    spiffe,
     standard_registry,
-    started,
-    write_policy,
 )
-from tests.helpers.token_issuer import SessionIssuer, SigningKey, es256_key, running_issuer, sign
+from tests.helpers.token_issuer import (
+    SessionIssuer,
+    SvidKeys,
+    running_issuer,
+    start_alice,
+    token_settings,
+)
 
 
 @pytest.fixture(scope="session")
@@ -34,76 +29,9 @@ def issuer(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sessi
         yield running
 
 
-class SvidKeys:
-    """JWT-SVID signing for example.org without SPIRE: a key and its bundle file."""
-
-    def __init__(self, folder: Path) -> None:
-        self.key: SigningKey = es256_key("svid-1")
-        self.bundle = folder / "jwt-bundle.json"
-        self.bundle.write_text(json.dumps({"keys": [{**self.key.jwk(), "use": "jwt-svid"}]}))
-
-    def token(self, name: str, aud: str, *, lifetime: int = 300, **claims: Any) -> str:
-        now = int(time.time())
-        body = {"sub": spiffe(name), "aud": [aud], "iat": now, "exp": now + lifetime, **claims}
-        return sign(self.key, body)
-
-
 @pytest.fixture(scope="session")
 def svid(tmp_path_factory: pytest.TempPathFactory) -> SvidKeys:
     return SvidKeys(tmp_path_factory.mktemp("svid"))
-
-
-def token_settings(issuer: SessionIssuer, svid: SvidKeys, **overrides: Any) -> IdentitySettings:
-    """``[identity.tokens]`` trusting the session's issuer (users, clients) and JWT-SVIDs."""
-    tokens: dict[str, Any] = {
-        "token_only_callers": True,
-        "issuers": [
-            {
-                "name": "spire",
-                "kind": "jwt-svid",
-                "trust_domain": "example.org",
-                "jwks_file": str(svid.bundle),
-            },
-            {
-                "name": "corp",
-                "kind": "oidc",
-                "issuer": issuer.url,
-                "jwks_url": issuer.jwks_url,
-                "ca": str(issuer.ca_file),
-                "users": True,
-                "clients": {"bob-client": spiffe("bob"), "carol-client": spiffe("carol")},
-            },
-        ],
-        **overrides,
-    }
-    return IdentitySettings.model_validate({"tokens": tokens})
-
-
-def with_tokens(config: AgentConfig, identity: IdentitySettings) -> AgentConfig:
-    return AgentConfig.model_validate({**config.model_dump(), "identity": identity.model_dump()})
-
-
-ALICE = spiffe("alice")
-
-
-def alice_grants() -> list[dict[str, Any]]:
-    return [
-        grant("bob", ["text.echo@^1", "text.search@^1", "kv.put@1"], max_payload_bytes=4096),
-        {
-            **grant("carol", ["text.echo", "kv.put"]),
-            "users": "required",
-            "user_claims": {"groups": "finance"},
-            "when": {"short-text": "!has(input.text) || size(input.text) < 12"},
-        },
-    ]
-
-
-async def start_alice(
-    pki: Pki, tmp_path: Path, identity: IdentitySettings, registry: CapabilityRegistry
-) -> Agent:
-    policy = write_policy(tmp_path / "alice-policy.toml", alice_grants())
-    config = serving_https(agent_config(pki, tmp_path, "alice", policy), pki, tmp_path / "https")
-    return await started(with_tokens(config, identity), registry)
 
 
 @pytest.fixture

@@ -39,8 +39,7 @@ from tests.helpers.agents import (
     standard_registry,
     write_policy,
 )
-from tests.helpers.token_issuer import SessionIssuer
-from tests.identity.conftest import SvidKeys, token_settings, with_tokens
+from tests.helpers.token_issuer import SessionIssuer, SvidKeys, token_settings, with_tokens
 
 ALICE, BOB, CAROL = spiffe("alice"), spiffe("bob"), spiffe("carol")
 

@@ -26,8 +26,7 @@ from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import REST_PATH
 from tests.helpers.a2a_http import V1_HEADERS, https_client, message_params, our_reason
 from tests.helpers.agents import Pki, WriteCounter, audit_rows
-from tests.helpers.token_issuer import SessionIssuer, sign
-from tests.identity.conftest import ALICE, SvidKeys
+from tests.helpers.token_issuer import ALICE, SessionIssuer, SvidKeys, sign
 
 
 def b64(data: bytes) -> str:

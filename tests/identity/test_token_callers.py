@@ -31,8 +31,7 @@ from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.helpers.a2a_grpc import V1, A2APeer, data_request, gateway_reason
 from tests.helpers.a2a_http import V1_HEADERS, https_client, jsonrpc, message_params, our_reason
 from tests.helpers.agents import Pki, audit_rows, raw_channel, spiffe
-from tests.helpers.token_issuer import SessionIssuer
-from tests.identity.conftest import ALICE, SvidKeys
+from tests.helpers.token_issuer import ALICE, SessionIssuer, SvidKeys
 
 BOB = spiffe("bob")
 

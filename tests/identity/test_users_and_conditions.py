@@ -30,8 +30,7 @@ from tests.helpers.agents import (
     spiffe,
     standard_registry,
 )
-from tests.helpers.token_issuer import SessionIssuer
-from tests.identity.conftest import ALICE, SvidKeys, start_alice, token_settings
+from tests.helpers.token_issuer import ALICE, SessionIssuer, SvidKeys, start_alice, token_settings
 
 CAROL = spiffe("carol")
 

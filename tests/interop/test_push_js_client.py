@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from gateway.runtime.agent import Agent
+from tests.helpers.a2a_grpc import summary
 from tests.helpers.a2a_http import serving_https
 from tests.helpers.agents import (
     Pki,
@@ -35,7 +36,6 @@ from tests.helpers.agents import (
 )
 from tests.helpers.node_projects import A2A_JS, node_ready
 from tests.helpers.push_receiver import Delivered, WebhookReceiver, with_push
-from tests.server.a2a.test_a2a_long_tasks import summary
 
 BINDINGS = ("JSONRPC", "HTTP+JSON", "GRPC")
 ALICE = spiffe("alice")

@@ -21,7 +21,7 @@ from a2a.utils import errors as a2a_errors
 from gateway.audit import AuditRecord
 from gateway.runtime.agent import Agent
 from gateway.server.a2a import public_card
-from tests.helpers.a2a_grpc import V1, A2APeer, data_request, error_infos, gateway_reason
+from tests.helpers.a2a_grpc import V1, A2APeer, data_request, error_infos, gateway_reason, summary
 from tests.helpers.agents import (
     Pki,
     WriteCounter,
@@ -35,7 +35,6 @@ from tests.helpers.agents import (
 )
 from tests.helpers.push_receiver import WebhookReceiver, with_push
 from tests.helpers.task_capabilities import TaskGate
-from tests.server.a2a.test_a2a_long_tasks import summary
 
 ALICE, BOB = spiffe("alice"), spiffe("bob")
 CAPS = ["job.run", "text.echo", "notes.write"]

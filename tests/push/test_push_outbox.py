@@ -21,7 +21,7 @@ from gateway.audit import AuditRecord, query_records
 from gateway.audit.filter import AuditFilter
 from gateway.config import AgentConfig
 from gateway.storage import location, open_audit_reader
-from tests.helpers.a2a_grpc import A2APeer, data_request
+from tests.helpers.a2a_grpc import A2APeer, data_request, poll_until, summary
 from tests.helpers.a2a_upstream import SdkAgent, grpc_upstream
 from tests.helpers.agents import (
     Pki,
@@ -34,10 +34,9 @@ from tests.helpers.agents import (
     started,
     write_policy,
 )
+from tests.helpers.fronting import LEGACY, bob_grants, skills
 from tests.helpers.push_receiver import WebhookReceiver, with_push
 from tests.helpers.task_capabilities import TaskGate
-from tests.outbound.test_upstreams import LEGACY, bob_grants, skills
-from tests.server.a2a.test_a2a_long_tasks import poll_until, summary
 
 FAST = {"retry_initial": 0.05, "retry_max": 0.2, "max_attempts": 20}
 

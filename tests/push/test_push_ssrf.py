@@ -184,6 +184,7 @@ async def test_a_redirect_is_not_followed_and_fails_the_delivery(
     assert len(receiver.received) == 3
 
 
+@pytest.mark.slow
 async def test_a_certificate_not_for_the_name_fails_and_is_retried_up_to_max_attempts(
     pki: Pki, tmp_path: Path
 ) -> None:
@@ -220,6 +221,7 @@ async def test_an_untrusted_receiver_ca_fails_tls(pki: Pki, tmp_path: Path) -> N
     assert [outcome(r) for r in rows] == [("allow", "PUSH_TLS_FAILED")] * 3
 
 
+@pytest.mark.slow
 async def test_a_slow_receiver_times_out_and_a_failing_one_is_retried_until_it_answers(
     pki: Pki, tmp_path: Path, receiver: WebhookReceiver
 ) -> None:

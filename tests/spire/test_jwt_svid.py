@@ -23,8 +23,7 @@ from gateway.transport.tls import channel_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.helpers.a2a_grpc import gateway_reason
 from tests.helpers.agents import WriteCounter, audit_rows, grant, spiffe
-from tests.spire.conftest import Spire
-from tests.spire.test_workload_api import start_agent, workload_config
+from tests.helpers.spire_lab import Spire, start_agent, workload_config
 
 ALICE, BOB = spiffe("alice"), spiffe("bob")
 

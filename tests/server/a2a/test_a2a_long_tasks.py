@@ -19,7 +19,16 @@ from google.protobuf import json_format
 from gateway.audit import AuditRecord
 from gateway.config import A2ASettings
 from gateway.runtime.agent import Agent
-from tests.helpers.a2a_grpc import V1, A2APeer, data_request, gateway_reason, output_of, sdk_client
+from tests.helpers.a2a_grpc import (
+    V1,
+    A2APeer,
+    data_request,
+    gateway_reason,
+    output_of,
+    poll_until,
+    sdk_client,
+    summary,
+)
 from tests.helpers.agents import (
     AgentFactory,
     Pki,
@@ -45,35 +54,9 @@ async def alice(make_agent: AgentFactory, gate: TaskGate) -> Agent:
     return await make_agent(grants=task_grants(), capabilities=gate.capabilities())
 
 
-def summary(event: a2a_pb2.StreamResponse) -> str:
-    """``task:SUBMITTED``, ``status:WORKING[:text]``, ``artifact:<id suffix>``."""
-    kind = event.WhichOneof("payload")
-    if kind == "task":
-        return f"task:{_state(event.task.status.state)}"
-    if kind == "status_update":
-        status = event.status_update.status
-        text = status.message.parts[0].text if status.message.parts else ""
-        return f"status:{_state(status.state)}" + (f":{text}" if text else "")
-    assert kind == "artifact_update"
-    return "artifact:" + event.artifact_update.artifact.artifact_id.rsplit("-", 1)[-1]
-
-
-def _state(state: int) -> str:
-    return a2a_pb2.TaskState.Name(state).removeprefix("TASK_STATE_")
-
-
 async def records(agent: Agent) -> list[AuditRecord]:
     await agent.audit.flush()
     return audit_rows(agent.config.audit_db)
-
-
-async def poll_until(peer: A2APeer, task_id: str, state: int) -> a2a_pb2.Task:
-    for _ in range(400):  # bounded: 20 s
-        task = await peer.client.get_task(a2a_pb2.GetTaskRequest(id=task_id))
-        if task.status.state == state:
-            return task
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"task {task_id} never reached {_state(state)}")
 
 
 async def rest_of(stream: Any) -> list[a2a_pb2.StreamResponse]:
