@@ -212,6 +212,12 @@ class Agent:
         https = None if self._parts is None else self._parts.https
         return None if https is None else https.budget
 
+    @property
+    def mcp_url(self) -> str:
+        """``https://HOST:PORT/mcp`` of the MCP endpoint ("" when not served)."""
+        mcp = None if self._parts is None else self._parts.mcp
+        return "" if mcp is None else mcp.url
+
     def card_issuer(self) -> CardIssuer:
         """The interfaces the agent serves and its card signer, for the A2A cards."""
         return self.parts.endpoints.card_issuer()

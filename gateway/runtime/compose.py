@@ -38,7 +38,7 @@ from gateway.runtime.checkpoint_signing import checkpointer
 from gateway.runtime.endpoints import Endpoints
 from gateway.runtime.gauges import observe_parts
 from gateway.runtime.inputs import Inputs
-from gateway.runtime.listeners import GrpcServing, HttpsServing
+from gateway.runtime.listeners import GrpcServing, HttpsServing, McpServing
 from gateway.runtime.parts import Parts
 from gateway.runtime.peer_clients import PeerClients
 from gateway.runtime.rotation import use_new_certificate
@@ -157,6 +157,7 @@ def compose(
             stream_send_timeout=config.a2a.stream_send_timeout,
         )
         https = HttpsServing(config.a2a.http_listen, edge, tls, endpoints)
+    mcp = McpServing(config, handler, registry, tls) if config.mcp is not None else None
     health = HealthMonitor(
         {
             "audit log": lambda: audit.healthy,
@@ -203,6 +204,7 @@ def compose(
         public_card=public_card,
         grpc=grpc,
         https=https,
+        mcp=mcp,
         health=health,
         status=status,
         console=ConsoleServer(config.console, status) if config.console and worker == 0 else None,

@@ -18,7 +18,7 @@ from gateway.plans.execution.driver import PlanDriver
 from gateway.plans.task_store.store import TaskStore
 from gateway.push.dispatcher import PushDispatcher
 from gateway.runtime.endpoints import Endpoints
-from gateway.runtime.listeners import GrpcServing, HttpsServing
+from gateway.runtime.listeners import GrpcServing, HttpsServing, McpServing
 from gateway.runtime.peer_clients import PeerClients
 from gateway.runtime.status import AgentStatus
 from gateway.server.a2a.background_tasks import BackgroundTasks
@@ -75,6 +75,8 @@ class Parts:
     """The gRPC server (PeerGateway, A2A, health)."""
     https: HttpsServing | None
     """The A2A HTTP bindings (``[a2a] http_listen``): same servicer, handler and audit."""
+    mcp: McpServing | None
+    """The capabilities as MCP tools (``[mcp] listen``): same handler and audit."""
     health: HealthMonitor
     """Keeps the gRPC health status true (see gateway.server.health)."""
     status: AgentStatus

@@ -74,6 +74,7 @@ def agent_services(
         Step("calls in flight", on_stop=handler.wait_running),
         parts.grpc,
         *([parts.https] if parts.https is not None else []),
+        *([parts.mcp] if parts.mcp is not None else []),
         Step("public card", partial(_invalidate_card, parts)),  # the ports are known now
     ]
     if watch_policy:

@@ -1,0 +1,454 @@
+"""The MCP edge: Streamable HTTP at ``/mcp``, behind the gateway's own door.
+
+Every request, before anything of its body is read (each refusal audited once,
+answered with a JSON-RPC error whose ``id`` is null and an HTTP status):
+
+1. the Describe prefix of the decision path on the certificate the TLS
+   handshake verified (audit available, identity, known peer, live grant,
+   limits), taking the request's limit slot: one token of the peer's rate and
+   a poll's place, made a call's place by the pipeline once a ``tools/call``
+   is admitted (which adopts the slot: no second token);
+2. the path is ``/mcp``; no header claims an identity (``Authorization``,
+   ``X-Forwarded-Client-Cert``, ...: ``UNAUTHENTICATED``); no ``Origin``
+   (a browser's page: refused); on a loopback listener, a ``Host`` naming
+   this machine (DNS rebinding); the method is ``POST`` (``GET`` and
+   ``DELETE`` are answered ``405``: a stateless server has no stream or
+   session to open or end);
+3. the body, read up to twice the grant's payload cap plus
+   :data:`ENVELOPE_BYTES` (refused ``PAYLOAD_TOO_LARGE`` past it, from
+   ``Content-Length`` when sent), within :data:`BODY_SECONDS`.
+
+Then the JSON-RPC message decides who answers. ``tools/list``,
+``tools/call`` and ``notifications/cancelled`` are answered here, after the
+SDK's own checks of the protocol era (the 2026 envelope and its headers, or
+the handshake era's ``MCP-Protocol-Version``), ``Accept``, ``Content-Type``
+and the params: a request they refuse is audited ``INVALID_REQUEST`` and
+answered as the SDK answers it. Everything else goes to the SDK's server
+(:mod:`~gateway.server.mcp.sdk_server`).
+
+A ``tools/call`` is cancelled when its client closes the request (the
+connection, or the event stream) or sends ``notifications/cancelled`` for it
+(:mod:`~gateway.server.mcp.running_calls`); the call is audited ``CANCELLED``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import orjson
+from mcp.server.streamable_http import check_accept_headers
+from mcp.shared.inbound import (
+    ERROR_CODE_HTTP_STATUS,
+    InboundLadderRejection,
+    classify_inbound_request,
+    find_duplicated_routing_header,
+)
+from mcp_types import DEFAULT_NEGOTIATED_VERSION, JSONRPCRequest, jsonrpc_message_adapter, methods
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import Message, Receive, Scope, Send
+
+from capabilities.registry import CapabilityRegistry
+from gateway.config.addresses import names_this_machine
+from gateway.errors import (
+    Cancelled,
+    DeadlineExceeded,
+    GatewayError,
+    InvalidRequest,
+    PayloadTooLarge,
+    Unauthenticated,
+)
+from gateway.http.connection import client_certificate
+from gateway.inbound.invoke_handler import InvokeHandler
+from gateway.inbound.pipeline import EdgeSlot, InFlight
+from gateway.server.a2a_http.edge import IDENTITY_HEADERS
+from gateway.server.a2a_http.wire_errors import http_status
+from gateway.server.mcp.request_body import body_within
+from gateway.server.mcp.responses import (
+    EventStream,
+    StreamDropped,
+    error_body,
+    response_body,
+    send_empty,
+    send_json,
+)
+from gateway.server.mcp.running_calls import (
+    CANCELLED_BY_CLIENT,
+    CLIENT_WENT_AWAY,
+    RunningCalls,
+    call_key,
+)
+from gateway.server.mcp.sdk_server import SdkMcpServer
+from gateway.server.mcp.tool_calls import (
+    JsonRpcRefusal,
+    ProgressEvents,
+    answer_call,
+    invoke_call,
+)
+from gateway.server.mcp.tool_listing import tools_of
+from gateway.server.mcp.tool_results import (
+    GATEWAY_REFUSAL,
+    INVALID_PARAMS,
+    error_object,
+    jsonrpc_code,
+)
+from policies.decisions import visible_capabilities
+from policies.grants import PeerGrant
+
+MCP_PATH = "/mcp"
+ENVELOPE_BYTES = 64 * 1024
+"""What a request may hold besides the tool's arguments (JSON-RPC framing, ``_meta``)."""
+BODY_SECONDS = 30.0
+"""How long a request's body may take to arrive once its head has."""
+OPERATION = "MCP"
+"""The audit detail of a request refused before its method is known."""
+PARSE_ERROR = -32700
+INVALID_REQUEST_CODE = -32600
+METHOD_NOT_FOUND = -32601
+_ANSWERED_HERE = frozenset({"tools/list", "tools/call"})
+_CANCELLED = "notifications/cancelled"
+_MODERN_RESULT = {"resultType": "complete"}
+_MODERN_LIST = {**_MODERN_RESULT, "ttlMs": 0, "cacheScope": "private"}
+"""A tools list is this caller's (private), and stale at once: a policy reload may change it."""
+
+
+class McpEdge:
+    """The ASGI app of ``/mcp`` for one agent (see the module)."""
+
+    def __init__(
+        self,
+        handler: InvokeHandler,
+        registry: CapabilityRegistry,
+        sdk: SdkMcpServer,
+        *,
+        send_timeout: float = 30.0,
+        loopback: bool = True,
+    ) -> None:
+        """``loopback``: the listener is on a loopback address (``Host`` is checked)."""
+        self._handler = handler
+        self._registry = registry
+        self._sdk = sdk
+        self._send_timeout = send_timeout
+        self._loopback = loopback
+        self._tools: dict[str, dict[str, Any]] = {}
+        self.running = RunningCalls()
+        """The ``tools/call`` requests being served (``notifications/cancelled`` finds them)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one request."""
+        if scope["type"] != "http":
+            return
+        try:
+            peer_id, grant, slot = await self._handler.admit_edge(
+                client_certificate(scope), OPERATION, InFlight.POLL
+            )
+        except GatewayError as err:
+            await _refused(send, err)
+            return
+        try:
+            caller = _Caller(peer_id, grant, slot, client_certificate(scope))
+            await self._serve(scope, receive, send, caller)
+        finally:
+            slot.release_unless_adopted()
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, caller: _Caller) -> None:
+        request = Request(scope, receive)
+        try:
+            self._check_request(request)
+            if request.method != "POST":
+                await send_empty(send, 405, [(b"allow", b"POST")])
+                return
+            body = await _body(request, 2 * caller.grant.max_payload_bytes + ENVELOPE_BYTES)
+        except GatewayError as err:
+            await self._handler.refuse(caller.peer_id, err, OPERATION)
+            await _refused(send, err)
+            return
+        try:
+            message = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            error = InvalidRequest("the request body is not JSON")
+            await self._handler.refuse(caller.peer_id, error, OPERATION)
+            await send_json(send, error_body(None, _coded(error, PARSE_ERROR)), 400)
+            return
+        method = message.get("method") if isinstance(message, dict) else None
+        if method in _ANSWERED_HERE and "id" in message:
+            await self._answer(request, send, caller, message)
+        elif method == _CANCELLED and "id" not in message:
+            self._cancel(caller.peer_id, message)
+            await send_empty(send, 202)
+        else:
+            await self._sdk.handle(scope, _replay(body, receive), send)
+
+    def _check_request(self, request: Request) -> None:
+        """The path, identity headers, ``Origin`` and ``Host`` (refusals: GatewayError)."""
+        if request.scope["path"] != MCP_PATH:
+            raise _NotFound(f"no MCP endpoint at {request.scope['path'][:64]}; it is {MCP_PATH}")
+        headers = request.headers
+        claimed = sorted(IDENTITY_HEADERS.intersection(headers.keys()))
+        if claimed:
+            raise Unauthenticated(
+                f"the caller is identified by its TLS client certificate only; "
+                f"remove the header {claimed[0]}"
+            )
+        if "origin" in headers:
+            raise _Forbidden("requests from web pages (an Origin header) are refused")
+        hosts = headers.getlist("host")
+        if len(hosts) > 1 or (self._loopback and hosts and not names_this_machine(hosts[0])):
+            raise _Forbidden("the Host header does not name this machine")
+
+    async def _answer(
+        self, request: Request, send: Send, caller: _Caller, message: dict[str, Any]
+    ) -> None:
+        """``tools/list`` or ``tools/call``, once the SDK's protocol checks pass."""
+        modern = await self._protocol_checked(request, send, caller, message)
+        if modern is None:
+            return
+        method, request_id = message["method"], message["id"]
+        params = message.get("params") or {}
+        if method == "tools/list":
+            if params.get("cursor") is not None:  # one page only: no cursor was ever given
+                error = InvalidRequest("unknown cursor: tools/list answers in one page")
+                await self._handler.refuse(caller.peer_id, error, "MCP tools/list")
+                await self._reply_error(send, request_id, _coded(error, INVALID_PARAMS), modern)
+                return
+            tools = tools_of(visible_capabilities(caller.grant, self._registry), self._tools)
+            result = {"tools": tools, **(_MODERN_LIST if modern else {})}
+            await send_json(send, response_body(request_id, result))
+            return
+        await self._call(request, send, caller, request_id, params, modern)
+
+    async def _protocol_checked(
+        self, request: Request, send: Send, caller: _Caller, message: dict[str, Any]
+    ) -> bool | None:
+        """Whether the request is of the 2026 era, once the SDK's checks pass; else it is
+        answered here, and None."""
+        headers = request.headers
+        stated = headers.get("mcp-protocol-version")
+        modern = stated is not None and stated not in HANDSHAKE_PROTOCOL_VERSIONS
+        has_json, _ = check_accept_headers(request)
+        if not has_json:
+            await self._refuse_protocol(caller, "the client must accept application/json")
+            await send_empty(send, 406)
+            return None
+        if not modern and not _json_content(headers.get("content-type", "")):
+            await self._refuse_protocol(caller, "Content-Type must be application/json")
+            await send_empty(send, 415)
+            return None
+        rejection = _envelope_rejection(message, request, modern)
+        if rejection is not None:
+            await self._refuse_protocol(caller, rejection.message)
+            status = ERROR_CODE_HTTP_STATUS.get(rejection.code, 400)
+            error = {"code": rejection.code, "message": rejection.message}
+            if rejection.data is not None:
+                error["data"] = rejection.data
+            await send_json(send, error_body(message.get("id"), error), status)
+            return None
+        version = stated if stated is not None else DEFAULT_NEGOTIATED_VERSION
+        try:
+            methods.validate_client_request(message["method"], version, message.get("params"))
+        except KeyError:
+            problem, code = (
+                f"{message['method']} is not a method of MCP {version}",
+                METHOD_NOT_FOUND,
+            )
+        except ValidationError:
+            problem, code = "Invalid request parameters", INVALID_PARAMS
+        else:
+            return modern
+        await self._refuse_protocol(caller, problem)
+        error = {"code": code, "message": problem}
+        await send_json(send, error_body(message["id"], error), _error_status(code, modern))
+        return None
+
+    async def _refuse_protocol(self, caller: _Caller, problem: str) -> None:
+        await self._handler.refuse(caller.peer_id, InvalidRequest(problem), OPERATION)
+
+    async def _call(
+        self,
+        request: Request,
+        send: Send,
+        caller: _Caller,
+        request_id: str | int,
+        params: Mapping[str, Any],
+        modern: bool,
+    ) -> None:
+        """One ``tools/call``: run while the client is there; answer, streamed if it asked for
+        progress and takes a stream."""
+        call = invoke_call(caller.cert, params)
+        token = (params.get("_meta") or {}).get("progressToken")
+        _, takes_stream = check_accept_headers(request)
+        stream = EventStream(request.scope, send, self._send_timeout)
+        events = None
+        if token is not None and takes_stream:
+            events = ProgressEvents(token, lambda method, body: _notify(stream, method, body))
+        task = asyncio.current_task()
+        assert task is not None
+        watcher = asyncio.create_task(_cancel_when_gone(request.receive, task))
+        status = 200
+        try:
+            with self.running.running(call_key(caller.peer_id, request_id), task) as entry:
+                try:
+                    result = await answer_call(self._handler, call, caller.slot, events)
+                    answer = response_body(
+                        request_id, {**result, **_MODERN_RESULT} if modern else result
+                    )
+                except JsonRpcRefusal as refusal:
+                    answer = error_body(request_id, error_object(refusal.error, refusal.code))
+                    status = _error_status(refusal.code, modern)
+                except asyncio.CancelledError:
+                    if not _absorb_cancel(task, entry.cancelled, watcher):
+                        raise  # the agent is stopping: the cancellation is its own
+                    if not entry.cancelled:
+                        return  # the client left: nobody to answer
+                    cancelled = Cancelled(CANCELLED_BY_CLIENT)
+                    answer = error_body(request_id, error_object(cancelled, GATEWAY_REFUSAL))
+        finally:
+            watcher.cancel()
+        if stream.started:
+            with contextlib.suppress(StreamDropped):
+                await stream.event(answer, last=True)
+        elif not stream.dropped:
+            await send_json(send, answer, status)
+
+    async def _reply_error(
+        self, send: Send, request_id: Any, error: dict[str, Any], modern: bool
+    ) -> None:
+        await send_json(send, error_body(request_id, error), _error_status(error["code"], modern))
+
+    def _cancel(self, peer_id: str, message: dict[str, Any]) -> None:
+        params = message.get("params")
+        target = params.get("requestId") if isinstance(params, dict) else None
+        if isinstance(target, str | int) and not isinstance(target, bool):
+            self.running.cancel(call_key(peer_id, target))
+
+
+class _Caller:
+    """Who is asking, under which grant, and the limit slot the edge took."""
+
+    __slots__ = ("cert", "grant", "peer_id", "slot")
+
+    def __init__(self, peer_id: str, grant: PeerGrant, slot: EdgeSlot, cert: bytes | None) -> None:
+        self.peer_id = peer_id
+        self.grant = grant
+        self.slot = slot
+        self.cert = cert
+
+
+class _NotFound(InvalidRequest):
+    """A path other than ``/mcp`` (answered 404)."""
+
+
+class _Forbidden(InvalidRequest):
+    """A browser's request, or a ``Host`` naming another machine (answered 403)."""
+
+
+def _error_status(code: int, modern: bool) -> int:
+    """The HTTP status of a JSON-RPC error answer: the 2026 era's table (200 where it has
+    none), 200 in the handshake era (as the SDK answers)."""
+    return ERROR_CODE_HTTP_STATUS.get(code, 200) if modern else 200
+
+
+def _status(error: GatewayError) -> int:
+    if isinstance(error, _NotFound):
+        return 404
+    if isinstance(error, _Forbidden):
+        return 403
+    if isinstance(error, PayloadTooLarge):
+        return 413
+    return http_status(error)
+
+
+async def _refused(send: Send, error: GatewayError) -> None:
+    """A refusal before the JSON-RPC message was read: ``id`` null, an HTTP status."""
+    code = jsonrpc_code(error)
+    coded = INVALID_REQUEST_CODE if isinstance(error, InvalidRequest) else GATEWAY_REFUSAL
+    await send_json(send, error_body(None, _coded(error, code or coded)), _status(error))
+
+
+def _coded(error: GatewayError, code: int) -> dict[str, Any]:
+    return error_object(error, code)
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    try:
+        async with asyncio.timeout(BODY_SECONDS):
+            return await body_within(request, limit)
+    except TimeoutError as err:
+        raise DeadlineExceeded(
+            f"the request body did not arrive within {BODY_SECONDS:g} s"
+        ) from err
+    except ClientDisconnect as err:
+        raise InvalidRequest("the request body was cut off (connection closed)") from err
+
+
+def _json_content(content_type: str) -> bool:
+    return any(part.strip() == "application/json" for part in content_type.split(";")[0].split(","))
+
+
+def _envelope_rejection(
+    message: dict[str, Any], request: Request, modern: bool
+) -> InboundLadderRejection | None:
+    """The SDK's checks of the JSON-RPC envelope and, for the 2026 era, its headers."""
+    try:
+        if modern:
+            JSONRPCRequest.model_validate(message)
+        else:
+            jsonrpc_message_adapter.validate_python(message, by_name=False)
+    except ValidationError:
+        return InboundLadderRejection(
+            code=INVALID_REQUEST_CODE,
+            message="Body must be a single JSON-RPC request or notification object",
+        )
+    if not modern:
+        return None
+    duplicated = find_duplicated_routing_header(request.headers.items())
+    if duplicated is not None:
+        return InboundLadderRejection(
+            code=-32020, message=f"{duplicated} header appears more than once"
+        )
+    verdict = classify_inbound_request(message, headers=dict(request.headers))
+    return verdict if isinstance(verdict, InboundLadderRejection) else None
+
+
+async def _notify(stream: EventStream, method: str, params: dict[str, Any]) -> None:
+    # A stream dropped for a client that stopped reading: the watcher sees the
+    # connection go and cancels the call; the capability is not failed for it.
+    with contextlib.suppress(StreamDropped):
+        await stream.event({"jsonrpc": "2.0", "method": method, "params": params})
+
+
+async def _cancel_when_gone(receive: Receive, task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` once the client has closed the request (its body is read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    task.cancel(CLIENT_WENT_AWAY)
+
+
+def _absorb_cancel(
+    task: asyncio.Task[Any], by_notification: bool, watcher: asyncio.Task[Any]
+) -> bool:
+    """True if the cancellation was the client's (it left, or asked): absorbed here."""
+    client_left = watcher.done() and not watcher.cancelled()
+    if not (client_left or by_notification):
+        return False  # the server is stopping: the cancellation is its own
+    while task.cancelling():
+        task.uncancel()
+    return True
+
+
+def _replay(body: bytes, then: Receive) -> Callable[[], Awaitable[Message]]:
+    """``receive`` for the SDK: the body already read, then the connection's own events."""
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            return await then()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
