@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from capabilities.registry import CapabilityRegistry
 from gateway.audit import AuditLog
 from gateway.client.a2a.upstream_client import UpstreamClient
+from gateway.client.mcp import McpUpstream
 from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig
 from gateway.console import ConsoleServer
@@ -352,6 +353,11 @@ class Agent:
     def console(self) -> ConsoleServer | None:
         """The read-only operator console (``[console]``; the first worker only)."""
         return self.parts.console
+
+    @property
+    def mcp_upstreams(self) -> list[McpUpstream]:
+        """One connection per ``[[mcp_upstreams]]`` entry (their tools pinned at start)."""
+        return self.parts.mcp_upstreams
 
     @property
     def upstreams(self) -> list[UpstreamClient]:

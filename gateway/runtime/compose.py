@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gateway.audit import AuditLog
 from gateway.client.a2a.upstream_client import UpstreamClient
+from gateway.client.mcp import McpUpstream
 from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig, WorkloadApiTls
 from gateway.console import ConsoleServer
@@ -83,6 +84,8 @@ def compose(
     registry, policies = inputs.registry, inputs.policies
     upstreams = [UpstreamClient(entry, tls.current, config.tls) for entry in config.upstreams]
     register_upstreams(registry, upstreams)
+    # Their tools are registered when they start (their schemas come from their tools/list).
+    mcp_upstreams = [McpUpstream(entry, tls.current, config.tls) for entry in config.mcp_upstreams]
     telemetry.metrics.label_capabilities(cap.name for cap in registry)
     checkpoints = checkpointer(config, worker, tls.current)
     audit = AuditLog(
@@ -194,6 +197,7 @@ def compose(
         registry=registry,
         stores=stores,
         upstreams=upstreams,
+        mcp_upstreams=mcp_upstreams,
         checkpoints=checkpoints,
         audit=audit,
         clients=clients,

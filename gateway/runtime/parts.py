@@ -8,6 +8,7 @@ from capabilities.registry import CapabilityRegistry
 from gateway.audit import AuditLog
 from gateway.audit.checkpoint import Checkpointer
 from gateway.client.a2a.upstream_client import UpstreamClient
+from gateway.client.mcp import McpUpstream
 from gateway.config import AgentConfig
 from gateway.console import ConsoleServer
 from gateway.inbound.idempotency.store import IdempotencyStore
@@ -55,6 +56,8 @@ class Parts:
     """The state stores (idempotency, replay, limits, A2A and plan tasks)."""
     upstreams: list[UpstreamClient]
     """One reused a2a-sdk client per ``[[upstreams]]`` entry."""
+    mcp_upstreams: list[McpUpstream]
+    """One connection per ``[[mcp_upstreams]]`` entry; its tools are registered at start."""
     checkpoints: Checkpointer | None
     """The signed audit checkpoints (worker 0, when enabled)."""
     audit: AuditLog

@@ -28,3 +28,5 @@ def use_new_certificate(parts: Parts, material: TlsMaterial) -> None:
         link = upstream.use_tls(material)
         if link is not None:
             parts.clients.retire(close_later(link.aclose, RETIRE_GRACE_SECONDS))
+    for mcp_upstream in parts.mcp_upstreams:
+        mcp_upstream.use_tls(material, RETIRE_GRACE_SECONDS)

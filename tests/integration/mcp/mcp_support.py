@@ -9,6 +9,7 @@ The agent listens on ``localhost`` with an SVID that also names ``localhost``
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ssl
 from collections.abc import AsyncIterator
@@ -111,3 +112,39 @@ def sse_messages(text: str) -> list[dict[str, Any]]:
         for line in text.splitlines()
         if line.startswith("data:")
     ]
+
+
+@contextlib.asynccontextmanager
+async def served_app(app: Any, tls: tuple[Path, Path, Path] | None = None) -> AsyncIterator[int]:
+    """``app`` (with its lifespan) under uvicorn on 127.0.0.1:0; yields the port.
+
+    ``tls``: (certificate, key, CA) to serve HTTPS requiring a client certificate
+    from that CA.
+    """
+    import uvicorn
+
+    from gateway.http.listener import bind_socket
+
+    settings: dict[str, Any] = {}
+    if tls is not None:
+        cert, key, ca = tls
+        settings = {
+            "ssl_certfile": str(cert),
+            "ssl_keyfile": str(key),
+            "ssl_ca_certs": str(ca),
+            "ssl_cert_reqs": ssl.CERT_REQUIRED,
+        }
+    config = uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False, **settings)
+    server = uvicorn.Server(config)
+    sock = bind_socket("127.0.0.1", 0)
+    config.load()
+    server.lifespan = config.lifespan_class(config)
+    await server.startup(sockets=[sock])
+    loop = asyncio.create_task(server.main_loop())
+    try:
+        yield int(sock.getsockname()[1])
+    finally:
+        server.should_exit = True
+        await loop
+        await server.shutdown(sockets=[sock])
+        sock.close()
