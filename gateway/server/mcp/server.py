@@ -8,8 +8,9 @@ is the A2A HTTPS server's: the listening context that hands each handshake the
 certificate in force (:class:`~gateway.server.a2a_http.tls.LiveServerContext`:
 rotation without rebinding), the uvicorn protocol that puts the verified client
 certificate into every request's scope and bounds connections and request heads
-(:mod:`~gateway.server.a2a_http.protocol`), and a listener of ``gateway.http``
-on the agent's event loop.
+(:mod:`~gateway.server.a2a_http.protocol`, with a response's writes joined:
+:mod:`~gateway.server.mcp.protocol`), and a listener of ``gateway.http`` on
+the agent's event loop.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import uvicorn
 
 from gateway.errors import AddressUnavailable
 from gateway.http.listener import HttpListener
-from gateway.server.a2a_http.protocol import ConnectionBudget, budgeted, connection_budget
+from gateway.server.a2a_http.protocol import ConnectionBudget, connection_budget
 from gateway.server.a2a_http.server import KEEP_ALIVE_SECONDS, split_host_port
 from gateway.server.a2a_http.tls import LiveServerContext
+from gateway.server.mcp.protocol import joined_budgeted
 from gateway.transport.tls import TlsMaterial
 
 _log = logging.getLogger(__name__)
@@ -39,7 +41,7 @@ class McpHttpsServer:
         """The connections this server holds, and their bounds."""
         config = uvicorn.Config(
             app,
-            http=budgeted(self.budget),
+            http=joined_budgeted(self.budget),
             ws="none",
             lifespan="off",
             log_config=None,  # uvicorn's records propagate to the process's handler
