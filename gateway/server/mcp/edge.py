@@ -157,11 +157,16 @@ class McpEdge:
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, caller: _Caller) -> None:
         request = Request(scope, receive)
+        refused = self._refused_request(request)
+        if refused is not None:
+            error, status = refused
+            await self._handler.refuse(caller.peer_id, error, OPERATION)
+            await _refused(send, error, status)
+            return
+        if request.method != "POST":
+            await send_empty(send, 405, [(b"allow", b"POST")])
+            return
         try:
-            self._check_request(request)
-            if request.method != "POST":
-                await send_empty(send, 405, [(b"allow", b"POST")])
-                return
             body = await _body(request, 2 * caller.grant.max_payload_bytes + ENVELOPE_BYTES)
         except GatewayError as err:
             await self._handler.refuse(caller.peer_id, err, OPERATION)
@@ -183,22 +188,26 @@ class McpEdge:
         else:
             await self._sdk.handle(scope, _replay(body, receive), send)
 
-    def _check_request(self, request: Request) -> None:
-        """The path, identity headers, ``Origin`` and ``Host`` (refusals: GatewayError)."""
+    def _refused_request(self, request: Request) -> tuple[GatewayError, int] | None:
+        """The refusal and its HTTP status for a wrong path, identity headers, ``Origin``
+        or ``Host``; None when the request may go on."""
         if request.scope["path"] != MCP_PATH:
-            raise _NotFound(f"no MCP endpoint at {request.scope['path'][:64]}; it is {MCP_PATH}")
+            path = request.scope["path"][:64]
+            return InvalidRequest(f"no MCP endpoint at {path}; it is {MCP_PATH}"), 404
         headers = request.headers
         claimed = sorted(IDENTITY_HEADERS.intersection(headers.keys()))
         if claimed:
-            raise Unauthenticated(
+            error = Unauthenticated(
                 f"the caller is identified by its TLS client certificate only; "
                 f"remove the header {claimed[0]}"
             )
+            return error, 401
         if "origin" in headers:
-            raise _Forbidden("requests from web pages (an Origin header) are refused")
+            return InvalidRequest("requests from web pages (an Origin header) are refused"), 403
         hosts = headers.getlist("host")
         if len(hosts) > 1 or (self._loopback and hosts and not names_this_machine(hosts[0])):
-            raise _Forbidden("the Host header does not name this machine")
+            return InvalidRequest("the Host header does not name this machine"), 403
+        return None
 
     async def _answer(
         self, request: Request, send: Send, caller: _Caller, message: dict[str, Any]
@@ -338,35 +347,20 @@ class _Caller:
         self.cert = cert
 
 
-class _NotFound(InvalidRequest):
-    """A path other than ``/mcp`` (answered 404)."""
-
-
-class _Forbidden(InvalidRequest):
-    """A browser's request, or a ``Host`` naming another machine (answered 403)."""
-
-
 def _error_status(code: int, modern: bool) -> int:
     """The HTTP status of a JSON-RPC error answer: the 2026 era's table (200 where it has
     none), 200 in the handshake era (as the SDK answers)."""
     return ERROR_CODE_HTTP_STATUS.get(code, 200) if modern else 200
 
 
-def _status(error: GatewayError) -> int:
-    if isinstance(error, _NotFound):
-        return 404
-    if isinstance(error, _Forbidden):
-        return 403
-    if isinstance(error, PayloadTooLarge):
-        return 413
-    return http_status(error)
-
-
-async def _refused(send: Send, error: GatewayError) -> None:
-    """A refusal before the JSON-RPC message was read: ``id`` null, an HTTP status."""
+async def _refused(send: Send, error: GatewayError, status: int | None = None) -> None:
+    """A refusal before the JSON-RPC message was read: ``id`` null, an HTTP status
+    (``status``, else the status table's; 413 for a body over the limit)."""
     code = jsonrpc_code(error)
     coded = INVALID_REQUEST_CODE if isinstance(error, InvalidRequest) else GATEWAY_REFUSAL
-    await send_json(send, error_body(None, _coded(error, code or coded)), _status(error))
+    if status is None:
+        status = 413 if isinstance(error, PayloadTooLarge) else http_status(error)
+    await send_json(send, error_body(None, _coded(error, code or coded)), status)
 
 
 def _coded(error: GatewayError, code: int) -> dict[str, Any]:

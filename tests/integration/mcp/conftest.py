@@ -33,10 +33,14 @@ async def alice(
     pki: Pki, tmp_path: Path, counter: WriteCounter, gate: TaskGate
 ) -> AsyncIterator[Agent]:
     """alice serving ``[mcp] listen``: bob granted a typical set and the ``job.*`` gate,
-    carol reads only, dave's grant expired, erin limited to one call a second."""
+    carol reads only, dave's grant expired, erin limited to one call a second, frank
+    to one call in flight."""
     pki.ensure("erin")
     erin = grant("erin", ["text.echo"])
     erin.update(max_calls_per_second=1.0, burst=1)
+    pki.ensure("frank")
+    frank = grant("frank", ["text.echo", "job.linger"])
+    frank.update(max_in_flight=1)
     policy = write_policy(
         tmp_path / "alice-policy.toml",
         [
@@ -57,6 +61,7 @@ async def alice(
             grant("carol", ["text.echo", "notes.write"], max_risk="read"),
             grant("dave", ["text.echo"], expires_at="2020-01-01T00:00:00Z"),
             erin,
+            frank,
         ],
     )
     config = serving_mcp(agent_config(pki, tmp_path, "alice", policy), pki, tmp_path / "https")

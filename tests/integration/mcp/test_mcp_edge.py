@@ -181,6 +181,32 @@ async def test_a_caller_over_its_rate_is_refused_before_its_body_is_read(
     ]
 
 
+async def test_a_call_over_max_in_flight_is_a_tool_error_but_a_listing_is_not_held(
+    alice: Agent, pki: Pki, gate: TaskGate
+) -> None:
+    lingering, headers = modern_call("job.linger", {"tag": "t"})
+    echo, echo_headers = modern_call("text.echo", {"text": "hi"}, request_id=2)
+    listing = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tools/list",
+        "params": {"_meta": lingering["params"]["_meta"]},
+    }
+    list_headers = {k: v for k, v in headers.items() if k != "Mcp-Name"}
+    async with raw_client(pki, "frank") as http:
+        first = asyncio.create_task(http.post(alice.mcp_url, json=lingering, headers=headers))
+        await asyncio.wait_for(gate.started.wait(), 10)
+        status, second = await _post(alice, pki, "frank", echo, echo_headers)
+        listed_status, listed = await _post(
+            alice, pki, "frank", listing, {**list_headers, "Mcp-Method": "tools/list"}
+        )
+        gate.release.set()
+        done = (await asyncio.wait_for(first, 10)).json()["result"]
+    assert (status, second["result"]["_meta"]["a2agw/reason"]) == (200, "CONCURRENCY_LIMITED")
+    assert listed_status == 200 and len(listed["result"]["tools"]) == 2
+    assert done["structuredContent"] == {"done": "t"}
+
+
 @pytest.mark.parametrize(
     ("header", "value", "status", "reason"),
     [

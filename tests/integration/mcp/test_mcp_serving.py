@@ -9,16 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from urllib.parse import urlsplit
 
 import mcp_types as types
 import pytest
+from cryptography import x509
 from mcp.shared.exceptions import MCPError
 
 from capabilities.contract import Risk
 from capabilities.versions import VersionConstraint
 from gateway.runtime.agent import Agent
 from gateway.server.mcp.tool_listing import tool_annotations
-from tests.integration.mcp.mcp_support import MODERN, modern_call, raw_client, sdk_client
+from policies.identity import svid_dns_name
+from tests.integration.mcp.mcp_support import (
+    MODERN,
+    modern_call,
+    raw_client,
+    sdk_client,
+    tls_context,
+)
 from tests.support import Pki, WriteCounter, audit_rows, spiffe
 from tests.task_capabilities import TaskGate
 
@@ -232,3 +241,30 @@ async def test_no_certificate_unknown_peer_and_expired_grant_are_refused(
         with pytest.raises(Exception):  # noqa: B017 - the SDK's own connect error
             async with sdk_client(alice.mcp_url, pki, caller) as client:
                 await client.list_tools()
+
+
+async def _served_serial(pki: Pki, agent: Agent) -> int:
+    """The serial of the certificate a new TLS handshake with the MCP port presents."""
+    url = urlsplit(agent.mcp_url)
+    _, writer = await asyncio.open_connection(
+        url.hostname, url.port, ssl=tls_context(pki, "bob"), server_hostname="localhost"
+    )
+    der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+    writer.close()
+    await writer.wait_closed()
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+async def test_a_rotated_certificate_serves_the_next_handshake(alice: Agent, pki: Pki) -> None:
+    old = await _served_serial(pki, alice)
+    cert, key = pki.ca.mint(
+        uris=[spiffe("alice")], dns_names=[svid_dns_name(spiffe("alice")), "localhost"]
+    )
+    alice.config.tls.key.write_bytes(key)  # type: ignore[union-attr]
+    alice.config.tls.cert.write_bytes(cert)  # type: ignore[union-attr]
+    alice.reload()  # what SIGHUP (or the file watcher) does
+    new = x509.load_pem_x509_certificate(cert).serial_number
+    assert new != old
+    assert await _served_serial(pki, alice) == new
+    async with sdk_client(alice.mcp_url, pki, "bob") as client:
+        assert (await client.call_tool("text.echo", {"text": "x"})).is_error is False
