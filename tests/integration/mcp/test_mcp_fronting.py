@@ -285,3 +285,21 @@ async def test_a_plaintext_loopback_server(pki: Pki, tmp_path: Path) -> None:
             async with _peer(pki, bob) as peer:
                 added = await peer.invoke("tools.add", {"a": 1, "b": 1})
     assert added.output() == {"sum": 2, "keys": ["a", "b"]}
+
+
+async def test_a_fronted_write_runs_once_per_idempotency_key(pki: Pki, tmp_path: Path) -> None:
+    entry = stdio_entry(tmp_path)
+    entry["tools"] = [
+        {**tool, "risk": "write", "idempotent": True} if tool["tool"] == "add" else tool
+        for tool in entry["tools"]
+    ]
+    async with fronting(pki, tmp_path, entry) as bob:
+        async with _peer(pki, bob) as peer:
+            first = await peer.invoke("tools.add", {"a": 1}, idempotency_key="key-1")
+            again = await peer.invoke("tools.add", {"a": 1}, idempotency_key="key-1")
+        await bob.audit.flush()
+        records = [(r.reason, r.detail) for r in audit_rows(bob.config.audit_db)]
+    assert first.output() == again.output() == {"sum": 1, "keys": ["a"]}
+    assert (first.remembered, again.remembered) == (False, True)
+    # The retry is the idempotency store's answer: the server was called once.
+    assert records == [("ADMITTED", ""), ("OK", ""), ("ADMITTED", ""), ("OK", "idempotent replay")]
