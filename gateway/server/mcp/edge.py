@@ -20,10 +20,9 @@ answered with a JSON-RPC error whose ``id`` is null and an HTTP status):
 
 Then the JSON-RPC message decides who answers. ``tools/list``,
 ``tools/call`` and ``notifications/cancelled`` are answered here, after the
-SDK's own checks of the protocol era (the 2026 envelope and its headers, or
-the handshake era's ``MCP-Protocol-Version``), ``Accept``, ``Content-Type``
-and the params: a request they refuse is audited ``INVALID_REQUEST`` and
-answered as the SDK answers it. Everything else goes to the SDK's server
+SDK's own checks of the request (:mod:`~gateway.server.mcp.sdk_checks`): a
+request they refuse is audited ``INVALID_REQUEST`` and answered as the SDK
+answers it. Everything else goes to the SDK's server
 (:mod:`~gateway.server.mcp.sdk_server`).
 
 A ``tools/call`` is cancelled when its client closes the request (the
@@ -40,15 +39,6 @@ from typing import Any
 
 import orjson
 from mcp.server.streamable_http import check_accept_headers
-from mcp.shared.inbound import (
-    ERROR_CODE_HTTP_STATUS,
-    InboundLadderRejection,
-    classify_inbound_request,
-    find_duplicated_routing_header,
-)
-from mcp_types import DEFAULT_NEGOTIATED_VERSION, JSONRPCRequest, jsonrpc_message_adapter, methods
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-from pydantic import ValidationError
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Message, Receive, Scope, Send
 
@@ -82,6 +72,7 @@ from gateway.server.mcp.running_calls import (
     RunningCalls,
     call_key,
 )
+from gateway.server.mcp.sdk_checks import ProtocolRefusal, checked_era, error_status
 from gateway.server.mcp.sdk_server import SdkMcpServer
 from gateway.server.mcp.tool_calls import (
     JsonRpcRefusal,
@@ -108,7 +99,6 @@ OPERATION = "MCP"
 """The audit detail of a request refused before its method is known."""
 PARSE_ERROR = -32700
 INVALID_REQUEST_CODE = -32600
-METHOD_NOT_FOUND = -32601
 _ANSWERED_HERE = frozenset({"tools/list", "tools/call"})
 _CANCELLED = "notifications/cancelled"
 _MODERN_RESULT = {"resultType": "complete"}
@@ -213,8 +203,13 @@ class McpEdge:
         self, request: Request, send: Send, caller: _Caller, message: dict[str, Any]
     ) -> None:
         """``tools/list`` or ``tools/call``, once the SDK's protocol checks pass."""
-        modern = await self._protocol_checked(request, send, caller, message)
-        if modern is None:
+        modern = checked_era(request, message)
+        if isinstance(modern, ProtocolRefusal):
+            await self._refuse_protocol(caller, modern.problem)
+            if modern.error is None:
+                await send_empty(send, modern.status)
+            else:
+                await send_json(send, error_body(message.get("id"), modern.error), modern.status)
             return
         method, request_id = message["method"], message["id"]
         params = message.get("params") or {}
@@ -229,49 +224,6 @@ class McpEdge:
             await send_json(send, response_body(request_id, result))
             return
         await self._call(request, send, caller, request_id, params, modern)
-
-    async def _protocol_checked(
-        self, request: Request, send: Send, caller: _Caller, message: dict[str, Any]
-    ) -> bool | None:
-        """Whether the request is of the 2026 era, once the SDK's checks pass; else it is
-        answered here, and None."""
-        headers = request.headers
-        stated = headers.get("mcp-protocol-version")
-        modern = stated is not None and stated not in HANDSHAKE_PROTOCOL_VERSIONS
-        has_json, _ = check_accept_headers(request)
-        if not has_json:
-            await self._refuse_protocol(caller, "the client must accept application/json")
-            await send_empty(send, 406)
-            return None
-        if not modern and not _json_content(headers.get("content-type", "")):
-            await self._refuse_protocol(caller, "Content-Type must be application/json")
-            await send_empty(send, 415)
-            return None
-        rejection = _envelope_rejection(message, request, modern)
-        if rejection is not None:
-            await self._refuse_protocol(caller, rejection.message)
-            status = ERROR_CODE_HTTP_STATUS.get(rejection.code, 400)
-            error = {"code": rejection.code, "message": rejection.message}
-            if rejection.data is not None:
-                error["data"] = rejection.data
-            await send_json(send, error_body(message.get("id"), error), status)
-            return None
-        version = stated if stated is not None else DEFAULT_NEGOTIATED_VERSION
-        try:
-            methods.validate_client_request(message["method"], version, message.get("params"))
-        except KeyError:
-            problem, code = (
-                f"{message['method']} is not a method of MCP {version}",
-                METHOD_NOT_FOUND,
-            )
-        except ValidationError:
-            problem, code = "Invalid request parameters", INVALID_PARAMS
-        else:
-            return modern
-        await self._refuse_protocol(caller, problem)
-        error = {"code": code, "message": problem}
-        await send_json(send, error_body(message["id"], error), _error_status(code, modern))
-        return None
 
     async def _refuse_protocol(self, caller: _Caller, problem: str) -> None:
         await self._handler.refuse(caller.peer_id, InvalidRequest(problem), OPERATION)
@@ -307,7 +259,7 @@ class McpEdge:
                     )
                 except JsonRpcRefusal as refusal:
                     answer = error_body(request_id, error_object(refusal.error, refusal.code))
-                    status = _error_status(refusal.code, modern)
+                    status = error_status(refusal.code, modern)
                 except asyncio.CancelledError:
                     if not _absorb_cancel(task, entry.cancelled, watcher):
                         raise  # the agent is stopping: the cancellation is its own
@@ -326,7 +278,7 @@ class McpEdge:
     async def _reply_error(
         self, send: Send, request_id: Any, error: dict[str, Any], modern: bool
     ) -> None:
-        await send_json(send, error_body(request_id, error), _error_status(error["code"], modern))
+        await send_json(send, error_body(request_id, error), error_status(error["code"], modern))
 
     def _cancel(self, peer_id: str, message: dict[str, Any]) -> None:
         params = message.get("params")
@@ -345,12 +297,6 @@ class _Caller:
         self.grant = grant
         self.slot = slot
         self.cert = cert
-
-
-def _error_status(code: int, modern: bool) -> int:
-    """The HTTP status of a JSON-RPC error answer: the 2026 era's table (200 where it has
-    none), 200 in the handshake era (as the SDK answers)."""
-    return ERROR_CODE_HTTP_STATUS.get(code, 200) if modern else 200
 
 
 async def _refused(send: Send, error: GatewayError, status: int | None = None) -> None:
@@ -377,35 +323,6 @@ async def _body(request: Request, limit: int) -> bytes:
         ) from err
     except ClientDisconnect as err:
         raise InvalidRequest("the request body was cut off (connection closed)") from err
-
-
-def _json_content(content_type: str) -> bool:
-    return any(part.strip() == "application/json" for part in content_type.split(";")[0].split(","))
-
-
-def _envelope_rejection(
-    message: dict[str, Any], request: Request, modern: bool
-) -> InboundLadderRejection | None:
-    """The SDK's checks of the JSON-RPC envelope and, for the 2026 era, its headers."""
-    try:
-        if modern:
-            JSONRPCRequest.model_validate(message)
-        else:
-            jsonrpc_message_adapter.validate_python(message, by_name=False)
-    except ValidationError:
-        return InboundLadderRejection(
-            code=INVALID_REQUEST_CODE,
-            message="Body must be a single JSON-RPC request or notification object",
-        )
-    if not modern:
-        return None
-    duplicated = find_duplicated_routing_header(request.headers.items())
-    if duplicated is not None:
-        return InboundLadderRejection(
-            code=-32020, message=f"{duplicated} header appears more than once"
-        )
-    verdict = classify_inbound_request(message, headers=dict(request.headers))
-    return verdict if isinstance(verdict, InboundLadderRejection) else None
 
 
 async def _notify(stream: EventStream, method: str, params: dict[str, Any]) -> None:
