@@ -9,7 +9,10 @@ answered with a JSON-RPC error whose ``id`` is null and an HTTP status):
    a poll's place, made a call's place by the pipeline once a ``tools/call``
    is admitted (which adopts the slot: no second token);
 2. the path is ``/mcp``; no header claims an identity (``Authorization``,
-   ``X-Forwarded-Client-Cert``, ...: ``UNAUTHENTICATED``); no ``Origin``
+   ``X-Forwarded-Client-Cert``, ...: ``UNAUTHENTICATED``), except, with
+   ``[identity.tokens]``, ``Authorization: Bearer`` and ``A2AGW-User-Token``:
+   step 1 verified those, as on the A2A HTTPS edge (a caller without a
+   certificate is identified by its token, if ``token_only_callers``); no ``Origin``
    (a browser's page: refused); on a loopback listener, a ``Host`` naming
    this machine (DNS rebinding); the method is ``POST`` (``GET`` and
    ``DELETE`` are answered ``405``: a stateless server has no stream or
@@ -50,9 +53,11 @@ from gateway.errors import (
     GatewayError,
     InvalidRequest,
     PayloadTooLarge,
+    TokenInvalid,
     Unauthenticated,
 )
 from gateway.http.connection import client_certificate
+from gateway.identity import AUTHORIZATION, USER_TOKEN, PresentedTokens, presented_tokens
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.pipeline import EdgeSlot, InFlight
 from gateway.server.a2a_http.edge import IDENTITY_HEADERS
@@ -125,6 +130,14 @@ class McpEdge:
         self._send_timeout = send_timeout
         self._loopback = loopback
         self._tools: dict[str, dict[str, Any]] = {}
+        self._accepts_tokens = handler.pipeline.tokens is not None
+        # With tokens on, their two headers are the pipeline's to judge (as on the
+        # A2A HTTPS edge); every other identity header is refused.
+        self._refused_headers = (
+            IDENTITY_HEADERS - {AUTHORIZATION, USER_TOKEN}
+            if self._accepts_tokens
+            else IDENTITY_HEADERS | {USER_TOKEN}
+        )
         self.running = RunningCalls()
         """The ``tools/call`` requests being served (``notifications/cancelled`` finds them)."""
 
@@ -132,26 +145,47 @@ class McpEdge:
         """Serve one request."""
         if scope["type"] != "http":
             return
+        request = Request(scope, receive)
+        cert = client_certificate(scope)
+        tokens = None
+        if self._accepts_tokens:
+            tokens = presented_tokens(request.headers.items(), token_only_door=True)
         try:
             peer_id, grant, slot = await self._handler.admit_edge(
-                client_certificate(scope), OPERATION, InFlight.POLL
+                cert, OPERATION, InFlight.POLL, tokens=tokens
             )
         except GatewayError as err:
-            await _refused(send, err)
+            await self._refused(send, err)
             return
         try:
-            caller = _Caller(peer_id, grant, slot, client_certificate(scope))
-            await self._serve(scope, receive, send, caller)
+            caller = _Caller(peer_id, grant, slot, cert, tokens)
+            await self._serve(request, scope, receive, send, caller)
         finally:
             slot.release_unless_adopted()
 
-    async def _serve(self, scope: Scope, receive: Receive, send: Send, caller: _Caller) -> None:
-        request = Request(scope, receive)
+    async def _refused(self, send: Send, error: GatewayError, status: int | None = None) -> None:
+        """A refusal before the JSON-RPC message was read: ``id`` null, an HTTP status
+        (``status``, else the status table's; 413 for a body over the limit). With tokens
+        on, a 401 says how to authenticate (RFC 6750)."""
+        code = jsonrpc_code(error)
+        coded = INVALID_REQUEST_CODE if isinstance(error, InvalidRequest) else GATEWAY_REFUSAL
+        if status is None:
+            status = 413 if isinstance(error, PayloadTooLarge) else http_status(error)
+        headers: list[tuple[bytes, bytes]] = []
+        if self._accepts_tokens and isinstance(error, Unauthenticated):
+            invalid = ', error="invalid_token"' if isinstance(error, TokenInvalid) else ""
+            headers.append((b"www-authenticate", f'Bearer realm="a2agw"{invalid}'.encode()))
+        body = error_body(None, _coded(error, code or coded))
+        await send_json(send, body, status, headers)
+
+    async def _serve(
+        self, request: Request, scope: Scope, receive: Receive, send: Send, caller: _Caller
+    ) -> None:
         refused = self._refused_request(request)
         if refused is not None:
             error, status = refused
             await self._handler.refuse(caller.peer_id, error, OPERATION)
-            await _refused(send, error, status)
+            await self._refused(send, error, status)
             return
         if request.method != "POST":
             await send_empty(send, 405, [(b"allow", b"POST")])
@@ -160,7 +194,7 @@ class McpEdge:
             body = await _body(request, 2 * caller.grant.max_payload_bytes + ENVELOPE_BYTES)
         except GatewayError as err:
             await self._handler.refuse(caller.peer_id, err, OPERATION)
-            await _refused(send, err)
+            await self._refused(send, err)
             return
         try:
             message = orjson.loads(body)
@@ -185,7 +219,7 @@ class McpEdge:
             path = request.scope["path"][:64]
             return InvalidRequest(f"no MCP endpoint at {path}; it is {MCP_PATH}"), 404
         headers = request.headers
-        claimed = sorted(IDENTITY_HEADERS.intersection(headers.keys()))
+        claimed = sorted(self._refused_headers.intersection(headers.keys()))
         if claimed:
             error = Unauthenticated(
                 f"the caller is identified by its TLS client certificate only; "
@@ -239,7 +273,7 @@ class McpEdge:
     ) -> None:
         """One ``tools/call``: run while the client is there; answer, streamed if it asked for
         progress and takes a stream."""
-        call = invoke_call(caller.cert, params)
+        call = invoke_call(caller.cert, params, caller.tokens)
         token = (params.get("_meta") or {}).get("progressToken")
         _, takes_stream = check_accept_headers(request)
         stream = EventStream(request.scope, send, self._send_timeout)
@@ -290,23 +324,21 @@ class McpEdge:
 class _Caller:
     """Who is asking, under which grant, and the limit slot the edge took."""
 
-    __slots__ = ("cert", "grant", "peer_id", "slot")
+    __slots__ = ("cert", "grant", "peer_id", "slot", "tokens")
 
-    def __init__(self, peer_id: str, grant: PeerGrant, slot: EdgeSlot, cert: bytes | None) -> None:
+    def __init__(
+        self,
+        peer_id: str,
+        grant: PeerGrant,
+        slot: EdgeSlot,
+        cert: bytes | None,
+        tokens: PresentedTokens | None,
+    ) -> None:
         self.peer_id = peer_id
         self.grant = grant
         self.slot = slot
         self.cert = cert
-
-
-async def _refused(send: Send, error: GatewayError, status: int | None = None) -> None:
-    """A refusal before the JSON-RPC message was read: ``id`` null, an HTTP status
-    (``status``, else the status table's; 413 for a body over the limit)."""
-    code = jsonrpc_code(error)
-    coded = INVALID_REQUEST_CODE if isinstance(error, InvalidRequest) else GATEWAY_REFUSAL
-    if status is None:
-        status = 413 if isinstance(error, PayloadTooLarge) else http_status(error)
-    await send_json(send, error_body(None, _coded(error, code or coded)), status)
+        self.tokens = tokens
 
 
 def _coded(error: GatewayError, code: int) -> dict[str, Any]:

@@ -45,9 +45,11 @@ def error_body(request_id: Any, error: dict[str, Any]) -> bytes:
     return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "error": error})
 
 
-async def send_json(send: Send, body: bytes, status: int = 200) -> None:
-    """One whole ``application/json`` response."""
-    headers = [*JSON_HEADERS, (b"content-length", str(len(body)).encode())]
+async def send_json(
+    send: Send, body: bytes, status: int = 200, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    """One whole ``application/json`` response (``extra``: more headers)."""
+    headers = [*JSON_HEADERS, (b"content-length", str(len(body)).encode()), *(extra or [])]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
 

@@ -36,6 +36,7 @@ import orjson
 
 from capabilities.context import CallEvents
 from gateway.errors import GatewayError
+from gateway.identity import PresentedTokens
 from gateway.inbound.call import InvokeCall, deadline_from
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.pipeline import EdgeSlot
@@ -80,8 +81,11 @@ class ProgressEvents(CallEvents):
         """Nothing: MCP has no partial results (the output comes whole in the answer)."""
 
 
-def invoke_call(peer_cert_pem: bytes | None, params: Mapping[str, Any]) -> InvokeCall:
-    """The call a ``tools/call``'s params (already valid for MCP) stand for."""
+def invoke_call(
+    peer_cert_pem: bytes | None, params: Mapping[str, Any], tokens: PresentedTokens | None = None
+) -> InvokeCall:
+    """The call a ``tools/call``'s params (already valid for MCP) stand for; ``tokens``: the
+    bearer tokens the request presented (verified once, at the edge)."""
     meta = params.get("_meta") or {}
     problem, claimed = _meta_problem(meta)
     arguments = params.get("arguments")
@@ -97,6 +101,7 @@ def invoke_call(peer_cert_pem: bytes | None, params: Mapping[str, Any]) -> Invok
         idempotency_key=_text(meta, IDEMPOTENCY_KEY_META),
         problem=problem,
         claimed_identity=claimed,
+        tokens=tokens,
     )
 
 

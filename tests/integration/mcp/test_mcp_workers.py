@@ -16,7 +16,7 @@ from tests.agent_process import two_worker_agent
 from tests.integration.mcp.mcp_support import modern_call, raw_client
 from tests.support import Pki, audit_rows, grant
 
-MAX_CONNECTIONS = 32
+MAX_CONNECTIONS = 64
 """Connections opened to reach both workers (the kernel spreads them; a bound, never asserted)."""
 
 
