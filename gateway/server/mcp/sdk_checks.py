@@ -7,8 +7,9 @@ the SDK does:
 * the era: a ``MCP-Protocol-Version`` header naming a handshake revision
   (2025-11-25 and earlier), or none, is the handshake era; any other value is
   the 2026-07-28 era, whose ladder then refuses a version it does not serve;
-* ``Accept`` must take ``application/json`` (``406``); in the handshake era
-  ``Content-Type`` must be ``application/json`` (``415``);
+* ``Accept`` must take ``application/json`` (``406``); ``Content-Type`` must
+  be ``application/json`` (``415``; ``400`` in the 2026 era), so a form a web
+  page posts never runs a tool;
 * the JSON-RPC envelope (``400``, ``-32600``); in the 2026 era also its
   ``_meta`` envelope and the ``Mcp-Method`` and ``Mcp-Name`` headers, once
   each (``HEADER_MISMATCH``, ``-32020``: the SDK's ``classify_inbound_request``);
@@ -76,8 +77,9 @@ def checked_era(request: Request, message: dict[str, Any]) -> bool | ProtocolRef
     has_json, _ = check_accept_headers(request)
     if not has_json:
         return ProtocolRefusal("the client must accept application/json", 406)
-    if not modern and not _json_content(headers.get("content-type", "")):
-        return ProtocolRefusal("Content-Type must be application/json", 415)
+    if not _json_content(headers.get("content-type", "")):
+        # The SDK's answers: 415 in the handshake era, its security check's 400 in the 2026 one.
+        return ProtocolRefusal("Content-Type must be application/json", 400 if modern else 415)
     rejection = _envelope_rejection(message, request, modern)
     if rejection is not None:
         error: dict[str, Any] = {"code": rejection.code, "message": rejection.message}

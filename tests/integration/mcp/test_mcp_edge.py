@@ -299,6 +299,7 @@ async def test_the_sdks_protocol_checks_answer_as_the_sdk_does_and_are_audited(
         (call, {**legacy, "Content-Type": "text/plain"}, 415),
         (bad_params, legacy, 200),  # the handshake era answers JSON-RPC errors with 200
         (modern, {**headers, "Mcp-Name": "text.search"}, 400),  # header mismatch
+        (modern, {**headers, "Content-Type": "text/plain"}, 400),
         ({"jsonrpc": "2.0", "id": 1, "method": "tools/call"}, legacy, 200),
     ]
     answered = []
@@ -317,10 +318,11 @@ async def test_the_sdks_protocol_checks_answer_as_the_sdk_does_and_are_audited(
         (415, None),
         (200, -32602),
         (400, -32020),
+        (400, None),
         (200, -32602),
     ]
     assert (not_json.status_code, not_json.json()["error"]["code"]) == (400, -32700)
-    assert await _records(alice) == [("bob", "", "refuse", "INVALID_REQUEST")] * 6
+    assert await _records(alice) == [("bob", "", "refuse", "INVALID_REQUEST")] * 7
 
 
 async def test_tools_list_has_one_page(alice: Agent, pki: Pki) -> None:
