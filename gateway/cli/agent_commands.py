@@ -116,6 +116,8 @@ async def _serve_agent(args: argparse.Namespace, config: AgentConfig) -> int:
         if args.worker is None:
             if agent.https_url:
                 print(f"a2a https on {agent.https_url}", flush=True)
+            if agent.mcp_url:
+                print(f"mcp on {agent.mcp_url}", flush=True)
             if agent.console is not None:
                 print(f"console on {agent.console.url}", flush=True)
             print(f"{agent.config.id} serving on {agent.address}", flush=True)

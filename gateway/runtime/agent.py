@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from capabilities.registry import CapabilityRegistry
 from gateway.audit import AuditLog
 from gateway.client.a2a.upstream_client import UpstreamClient
+from gateway.client.mcp import McpUpstream
 from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig
 from gateway.console import ConsoleServer
@@ -212,6 +213,12 @@ class Agent:
         https = None if self._parts is None else self._parts.https
         return None if https is None else https.budget
 
+    @property
+    def mcp_url(self) -> str:
+        """``https://HOST:PORT/mcp`` of the MCP endpoint ("" when not served)."""
+        mcp = None if self._parts is None else self._parts.mcp
+        return "" if mcp is None else mcp.url
+
     def card_issuer(self) -> CardIssuer:
         """The interfaces the agent serves and its card signer, for the A2A cards."""
         return self.parts.endpoints.card_issuer()
@@ -346,6 +353,11 @@ class Agent:
     def console(self) -> ConsoleServer | None:
         """The read-only operator console (``[console]``; the first worker only)."""
         return self.parts.console
+
+    @property
+    def mcp_upstreams(self) -> list[McpUpstream]:
+        """One connection per ``[[mcp_upstreams]]`` entry (their tools pinned at start)."""
+        return self.parts.mcp_upstreams
 
     @property
     def upstreams(self) -> list[UpstreamClient]:
