@@ -73,6 +73,12 @@ def add_commands(commands: Any) -> None:
         "--ip", action="append", default=[], metavar="ADDR", help="extra IP address (repeatable)"
     )
     issue.add_argument(
+        "--uri-san-only",
+        action="store_true",
+        help="leave out the DNS name derived from the SPIFFE ID, as SPIRE does without -dns "
+        "(clients pin the URI SAN)",
+    )
+    issue.add_argument(
         "--force",
         action="store_true",
         help="re-issue over an existing certificate and key (atomic replace; a running agent "
@@ -172,6 +178,7 @@ def _pki_issue(args: argparse.Namespace) -> int:
         overwrite=args.force,
         dns_names=args.dns,
         ip_addresses=args.ip,
+        uri_san_only=args.uri_san_only,
     )
     print(printable(f"{issued.spiffe_id}: {issued.cert_path} {issued.key_path}"))
     if issued.dropped_names:
