@@ -28,6 +28,7 @@ from gateway.errors import (
     Cancelled,
     DeadlineExceeded,
     GatewayError,
+    IdempotencyConflict,
     LimitRefusal,
     OutputTooLarge,
 )
@@ -358,7 +359,8 @@ class InvokeHandler:
         return AdmittedCall(inbound.call, inbound.admission, inbound.payload, started, inbound.slot)
 
     async def run(self, admitted: AdmittedCall, events: CallEvents | None = None) -> InvokeOutcome:
-        """Run an admitted call; a failure is audited (decision ``allow``) and raised.
+        """Run an admitted call; a failure is audited (decision ``allow``; ``refuse`` for
+        an idempotency key reused with another payload, which runs nothing) and raised.
 
         The call's in-flight slot is given back when this returns or raises.
         ``events`` receives the capability's ``ctx.report_progress`` and
@@ -419,9 +421,12 @@ class InvokeHandler:
         try:
             outcome = await self._execute(call, admission, admitted.payload, ctx)
         except GatewayError as failure:
+            # A key reused with another payload is refused before anything runs, and
+            # the caller is told so: the log says the same (after any ADMITTED record).
+            decision = "refuse" if isinstance(failure, IdempotencyConflict) else "allow"
             await self._record_failure(
                 self._record(
-                    call, peer_id, served, "allow", failure.reason, started, failure.detail
+                    call, peer_id, served, decision, failure.reason, started, failure.detail
                 )
             )
             raise
