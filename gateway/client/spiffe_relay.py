@@ -52,6 +52,8 @@ class _Leg(asyncio.Protocol):
         self.other: _Leg | None = None
         self._on_made = on_made
         self._on_lost = on_lost
+        self._early: list[bytes] = []
+        """What arrived before the other side was linked (the server's first frames)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -62,6 +64,20 @@ class _Leg(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.other is not None and self.other.transport is not None:
             self.other.transport.write(data)
+        else:
+            self._early.append(data)
+            if self.transport is not None:
+                self.transport.pause_reading()  # until linked: only what came first is held
+
+    def link(self, other: _Leg) -> None:
+        """Send what arrived before to ``other``, and all that follows."""
+        self.other = other
+        early, self._early = self._early, []
+        if other.transport is not None:
+            for data in early:
+                other.transport.write(data)
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def eof_received(self) -> bool:
         self._close_other()
@@ -157,9 +173,9 @@ class SpiffeRelay:
             if outer.transport is not None:
                 outer.transport.close()
             return
-        inner.other, outer.other = outer, inner
         self._legs.add(outer)
-        transport.resume_reading()
+        outer.link(inner)  # the server's first frames, if already here, go first
+        inner.link(outer)
 
     async def close(self) -> None:
         """Stop listening, cut every relayed connection, remove the socket's folder."""
