@@ -42,7 +42,7 @@ def serving_binding(name: str) -> None:
     """Say which binding the current request came through (its task and the tasks it starts).
 
     Called by each transport where it takes a request: ``"a2agw.v1 gRPC"``,
-    ``"A2A gRPC"``, ``"A2A JSON-RPC"``, ``"A2A HTTP+JSON"``.
+    ``"A2A gRPC"``, ``"A2A JSON-RPC"``, ``"A2A HTTP+JSON"``, ``"MCP"``.
     """
     _BINDING.set(name)
 
