@@ -28,6 +28,7 @@ from gateway.console import ConsoleServer
 from gateway.errors import Unauthenticated
 from gateway.identity.exchange import ActingFor
 from gateway.inbound.idempotency.store import IdempotencyStore
+from gateway.inbound.in_flight import InFlightCalls
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.limits.admission import LimitStats
 from gateway.inbound.replay.store import ReplayWindow
@@ -264,6 +265,10 @@ class Agent:
     def limit_stats(self) -> LimitStats:
         """Limit refusals per peer and reason, and calls in flight (read-only snapshot)."""
         return self.parts.status.limit_stats()
+
+    def calls_in_flight(self) -> InFlightCalls:
+        """The calls running now, one row each (read-only snapshot)."""
+        return self.parts.status.calls_in_flight()
 
     def tls_stats(self) -> TlsStats:
         """Certificate reloads ok/rejected and the own certificate's expiry (snapshot)."""

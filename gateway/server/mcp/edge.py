@@ -58,6 +58,7 @@ from gateway.errors import (
 )
 from gateway.http.connection import client_certificate
 from gateway.identity import AUTHORIZATION, USER_TOKEN, PresentedTokens, presented_tokens
+from gateway.inbound.in_flight import serving_binding
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.pipeline import EdgeSlot, InFlight
 from gateway.server.a2a_http.edge import IDENTITY_HEADERS
@@ -145,6 +146,7 @@ class McpEdge:
         """Serve one request."""
         if scope["type"] != "http":
             return
+        serving_binding("MCP")  # for the calls in flight (the console)
         request = Request(scope, receive)
         cert = client_certificate(scope)
         tokens = None
