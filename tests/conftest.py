@@ -31,6 +31,7 @@ from tests.helpers.agents import (
     started,
     write_policy,
 )
+from tests.helpers.mcp import serving_mcp
 from tests.helpers.postgres import PostgresCluster, remove_cluster, start_cluster
 
 TIER_MARKERS = ("slow", "postgres", "interop", "spire", "fuzz", "netns", "browser")
@@ -133,7 +134,8 @@ async def make_agent(
 
     ``grants``/``outbound`` make its policy file; ``peers`` are agents (or id and address)
     it may call; ``capabilities`` join the built-ins and ``counter``'s ``notes.write`` (or
-    ``registry`` replaces them all); ``https`` serves the A2A HTTP bindings on localhost;
+    ``registry`` replaces them all); ``https`` serves the A2A HTTP bindings on localhost,
+    ``mcp`` the MCP door;
     ``stores`` puts audit and state elsewhere (a DSN); any other keyword is an
     ``AgentConfig`` field, and a dict for a section (``a2a={"stream_send_timeout": 1.0}``)
     changes only those keys. Every agent it made stops after the test.
@@ -167,6 +169,7 @@ def _factory(pki: Pki, base: Path, counter: WriteCounter, agents: list[Agent]) -
         capabilities: Sequence[Capability] = (),
         registry: CapabilityRegistry | None = None,
         https: bool = False,
+        mcp: bool = False,
         stores: dict[str, str] | None = None,
         **settings: Any,
     ) -> Agent:
@@ -177,6 +180,8 @@ def _factory(pki: Pki, base: Path, counter: WriteCounter, agents: list[Agent]) -
         config = agent_config(pki, base, name, policy, dials, stores=stores)
         if https:
             config = serving_https(config, pki, base / f"{name}-https")
+        if mcp:
+            config = serving_mcp(config, pki, base / f"{name}-mcp")
         if settings:
             config = config.model_copy(update=_merged(config, settings))
         if registry is None:

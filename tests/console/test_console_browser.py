@@ -9,7 +9,6 @@ CI artifact). Nothing is downloaded: chromium is the system's, installed by
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,27 +20,9 @@ from gateway.config import ConsoleSettings, TracingSettings
 from gateway.errors import GatewayError
 from gateway.runtime.agent import Agent
 from tests.helpers.agents import Pki, agent_config, grant, spiffe, started, write_policy
+from tests.helpers.chromium import BROWSER_MARKS, WAIT_MS
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-WAIT_MS = 30_000
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not os.access(CHROMIUM, os.X_OK),
-        reason=f"{CHROMIUM} is not installed (Debian package chromium; .ci/run installs it)",
-    ),
-]
+pytestmark = BROWSER_MARKS
 
 
 @pytest.fixture
@@ -58,17 +39,6 @@ async def console_agent(pki: Pki, tmp_path: Path) -> AsyncIterator[Agent]:
         yield agent
     finally:
         await agent.stop()
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Any]:
-    playwright_api = pytest.importorskip("playwright.async_api")
-    async with playwright_api.async_playwright() as playwright:
-        launched = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield launched
-        finally:
-            await launched.close()
 
 
 async def test_calls_appear_live_and_link_to_their_trace(
@@ -112,7 +82,7 @@ async def test_calls_appear_live_and_link_to_their_trace(
     assert (tmp_path / "console-live.png").stat().st_size > 0
 
     trace = rows.nth(1).locator("a.trace")
-    trace_id = await trace.inner_text()
+    trace_id = await trace.get_attribute("data-trace") or ""  # shown cut: the whole in its title
     assert len(trace_id) == 32
     await trace.click()
     await page.wait_for_url(f"**/?trace={trace_id}", timeout=WAIT_MS)

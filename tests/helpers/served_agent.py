@@ -33,6 +33,32 @@ from tests.helpers.agents import Pki, audit_rows, grant, write_policy
 
 TOOL_CACHE = Path(os.environ.get("A2AGW_INTEROP_GO_CACHE", "/var/cache/a2agw/interop-go"))
 """Where the Go client is built; the Java classpaths are kept beside it (as in .ci/run)."""
+INTEROP = Path(__file__).parents[1] / "interop"
+GO_DIR = INTEROP / "go"
+"""The a2a-go 0.3 client project."""
+JAVA_DIR = INTEROP / "java"
+"""The A2A Java SDK 0.3 client project."""
+JAVA1_DIR = INTEROP / "java1"
+"""The A2A Java SDK 1.0 client project."""
+
+
+def go_client() -> Path:
+    """The built client, from the cache when its sources did not change (built if absent)."""
+    if shutil.which("go") is None:
+        pytest.skip("the Go toolchain is not installed (.ci/run builds the client)")
+    digest = hashlib.sha256()
+    for name in ("go.mod", "go.sum", "main.go"):
+        digest.update((GO_DIR / name).read_bytes())
+    binary = TOOL_CACHE / digest.hexdigest()[:16] / "a2a03client"
+    if not binary.is_file():
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["go", "build", "-mod=readonly", "-o", str(binary), "."],
+            cwd=GO_DIR,
+            check=True,
+            timeout=600,
+        )
+    return binary
 
 
 class Served:

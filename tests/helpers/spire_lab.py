@@ -31,9 +31,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from spiffe import WorkloadApiClient
+from spiffe.errors import PySpiffeError
 
 from gateway.config import AgentConfig
+from gateway.errors import ConfigError
 from gateway.runtime.agent import Agent
+from gateway.transport.tls import TlsMaterial
+from gateway.transport.workload_api import material_from_context
 from policies.identity import svid_dns_name
 from tests.helpers.agents import (
     WriteCounter,
@@ -388,3 +393,16 @@ async def eventually(condition: Callable[[], bool], what: str, seconds: float = 
             return
         await asyncio.sleep(0.2)
     raise AssertionError(f"never happened: {what}")
+
+
+async def svid_of(node: SpireAgent, spiffe_id: str) -> TlsMaterial:
+    """The SVID ``node`` hands out now (bounded wait while it is attested)."""
+    problem: Exception | None = None
+    for _ in range(120):
+        try:
+            with WorkloadApiClient(node.address, default_timeout=5) as client:
+                return material_from_context(client.fetch_x509_context(), spiffe_id)
+        except (PySpiffeError, ConfigError) as err:
+            problem = err
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"no SVID for {spiffe_id}: {problem}")

@@ -13,9 +13,7 @@ Only their HTTP client / TLS context is ours, for the client certificate.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
 import subprocess
 from collections import Counter
 from collections.abc import Iterator
@@ -25,34 +23,19 @@ from typing import Any
 import pytest
 
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
-from tests.helpers.agent_process import REPO
 from tests.helpers.agents import Pki, spiffe
-from tests.helpers.served_agent import TOOL_CACHE, Served, java_classpath, pkcs12_of, serve_alice
+from tests.helpers.served_agent import (
+    JAVA_DIR,
+    Served,
+    go_client,
+    java_classpath,
+    pkcs12_of,
+    serve_alice,
+)
 
-GO_DIR = REPO / "tests" / "interop" / "go"
-JAVA_DIR = REPO / "tests" / "interop" / "java"
 BOB = spiffe("bob")
 CAP = 1024
 """bob's max_payload_bytes on alice."""
-
-
-def go_client() -> Path:
-    """The built client, from the cache when its sources did not change (built if absent)."""
-    if shutil.which("go") is None:
-        pytest.skip("the Go toolchain is not installed (.ci/run builds the client)")
-    digest = hashlib.sha256()
-    for name in ("go.mod", "go.sum", "main.go"):
-        digest.update((GO_DIR / name).read_bytes())
-    binary = TOOL_CACHE / digest.hexdigest()[:16] / "a2a03client"
-    if not binary.is_file():
-        binary.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            ["go", "build", "-mod=readonly", "-o", str(binary), "."],
-            cwd=GO_DIR,
-            check=True,
-            timeout=600,
-        )
-    return binary
 
 
 def _serve(pki: Pki, tmp_path: Path, compat: bool | None) -> Iterator[Served]:

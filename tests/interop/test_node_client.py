@@ -15,33 +15,13 @@ import json
 from pathlib import Path
 
 from a2a.types import a2a_pb2
-from google.protobuf import descriptor_pb2
-from google.protobuf.descriptor import FileDescriptor
 
 from gateway.runtime.agent import Agent
 from gateway.wire.v1 import gateway_pb2
 from tests.helpers.agents import Pki, WriteCounter, audit_rows, spiffe
-from tests.helpers.node_projects import GRPC_JS, node_ready
+from tests.helpers.node_projects import GRPC_JS, descriptor_set, node_ready
 
 NODE_DIR = GRPC_JS
-
-
-def _descriptor_set(root: FileDescriptor, path: Path) -> Path:
-    """``root`` and everything it imports, dependencies first."""
-    files = descriptor_pb2.FileDescriptorSet()
-    seen: set[str] = set()
-
-    def add(file: FileDescriptor) -> None:
-        if file.name in seen:
-            return
-        seen.add(file.name)
-        for dependency in file.dependencies:
-            add(dependency)
-        file.CopyToProto(files.file.add())
-
-    add(root)
-    path.write_bytes(files.SerializeToString())
-    return path
 
 
 async def test_node_grpc_client_calls_both_services_as_the_readme_says(
@@ -57,9 +37,9 @@ async def test_node_grpc_client_calls_both_services_as_the_readme_says(
         "wrong_server_id": spiffe("carol"),
         "refused_capability": "notes.delete",
         "gateway_descriptor_set": str(
-            _descriptor_set(gateway_pb2.DESCRIPTOR, tmp_path / "gateway.pb")
+            descriptor_set(gateway_pb2.DESCRIPTOR, tmp_path / "gateway.pb")
         ),
-        "a2a_descriptor_set": str(_descriptor_set(a2a_pb2.DESCRIPTOR, tmp_path / "a2a.pb")),
+        "a2a_descriptor_set": str(descriptor_set(a2a_pb2.DESCRIPTOR, tmp_path / "a2a.pb")),
     }
     (tmp_path / "node.json").write_text(json.dumps(config))
 

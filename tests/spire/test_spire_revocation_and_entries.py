@@ -40,7 +40,7 @@ from spiffe.workloadapi.x509_context import X509Context
 from gateway.client.peer_client import PeerClient
 from gateway.config import TlsFiles
 from gateway.devtools.pki import init_ca, issue
-from gateway.errors import ConfigError, Unauthenticated
+from gateway.errors import Unauthenticated
 from gateway.server.a2a_http import JSONRPC_PATH
 from gateway.transport.live_tls import LiveTls
 from gateway.transport.svid_checks import issued_within
@@ -64,6 +64,7 @@ from tests.helpers.spire_lab import (
     eventually,
     spire_bin,
     start_agent,
+    svid_of,
     workload_config,
 )
 
@@ -86,19 +87,6 @@ def lab() -> Iterator[tuple[SpireServer, SpireAgent, SpireAgent]]:
         yield server, alice_node, bob_node
     finally:
         spire.close()
-
-
-async def _svid(node: SpireAgent, spiffe_id: str) -> TlsMaterial:
-    """The SVID ``node`` hands out now (bounded wait while it is attested)."""
-    problem: Exception | None = None
-    for _ in range(120):
-        try:
-            with WorkloadApiClient(node.address, default_timeout=5) as client:
-                return material_from_context(client.fetch_x509_context(), spiffe_id)
-        except (PySpiffeError, ConfigError) as err:
-            problem = err
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"no SVID for {spiffe_id}: {problem}")
 
 
 def _roots(material: TlsMaterial) -> list[x509.Certificate]:
@@ -167,7 +155,7 @@ async def test_a_revoked_ca_is_not_trusted_on_a_connection_opened_before(
     )
     assert alice.parts.https is not None
     https_port = alice.parts.endpoints.https_port
-    old_svid = await _svid(bob_node, BOB)
+    old_svid = await svid_of(bob_node, BOB)
     held = PeerClient(ALICE, alice.address, old_svid)  # one connection, opened now
     fresh: PeerClient | None = None
     try:
@@ -223,7 +211,7 @@ async def test_a_revoked_ca_is_not_trusted_on_a_connection_opened_before(
 
         # A certificate of the new CA is not refused: carol, registered after the revocation.
         server.register(bob_node.node_id, CAROL)
-        carol = await _svid(bob_node, CAROL)
+        carol = await svid_of(bob_node, CAROL)
         assert issued_within(x509.load_pem_x509_certificates(carol.cert_pem), _roots(alice.tls))
         fresh = PeerClient(ALICE, alice.address, carol)
         answer = await fresh.invoke("text.echo", {"text": "new CA"})
@@ -282,10 +270,14 @@ def test_config_check_says_what_serve_would_find_of_the_workload_api(
         f"warning: certificate: from the SPIFFE Workload API ({missing}): no socket there "
         "now (is the SPIRE agent running?)",
     )
-    assert _config_check(tmp_path, "", alice_node.address) == (
-        0,
-        f"ok: certificate: from the SPIFFE Workload API ({alice_node.address}), checked at start",
-    )
+    # The check asks the Workload API as serve would, and says what the SVID is.
+    code, line = _config_check(tmp_path, "", alice_node.address)
+    assert code == 0
+    assert line.startswith(
+        f"ok: certificate: from the SPIFFE Workload API ({alice_node.address}): {ALICE}, expires "
+    ), line
+    # A quarter of the SVID's lifetime (SPIRE backdates not_before: longer than its TTL).
+    assert re.search(r" \(\d+s left, warned within \d+s\)$", line), line
 
 
 def test_a_ca_taken_out_of_the_ca_file_is_not_trusted_on_open_connections(
