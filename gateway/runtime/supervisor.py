@@ -32,9 +32,9 @@ started before, may still run anywhere.
 
 Only this agent's own workers share the ports: the caller holds the state
 directory's lock (:mod:`gateway.runtime.instance_lock`) and every worker inherits it,
-and before worker 0 starts a port another process listens on is refused, as is
-an ``http_listen`` that is the ``listen`` address (with ``SO_REUSEPORT`` on both,
-the kernel would mix gRPC and HTTPS connections on it).
+and before worker 0 starts a port another process listens on is refused, as are
+two of ``listen``, ``[a2a] http_listen`` and ``[mcp] listen`` on one address
+(with ``SO_REUSEPORT`` on both, the kernel would mix their connections).
 
 Lifecycle: SIGTERM/SIGINT stop every worker gracefully, SIGHUP reloads them
 all. A worker that dies is restarted on the same port, at most
@@ -101,11 +101,14 @@ class Supervisor:
 
         Raises:
             AddressUnavailable: another process listens on a configured port.
-            AgentConfigError: ``http_listen`` is the ``listen`` address.
+            AgentConfigError: two listening settings name one address.
         """
         served = [("listen", self._host, self._port)]
         if self._https_host:
             served.append(("a2a.http_listen", self._https_host, self._https_port))
+        mcp = self._config.mcp
+        if mcp is not None:  # a fixed port with workers (see McpSettings)
+            served.append(("mcp.listen", mcp.listen.rsplit(":", 1)[0], mcp.port))
         check_ports_free(served)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_signal)

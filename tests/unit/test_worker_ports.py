@@ -77,3 +77,17 @@ def test_a_port_another_process_listens_on_is_refused_by_its_setting() -> None:
         with pytest.raises(AddressUnavailable, match=f"a2a.http_listen 127.0.0.1:{taken}"):
             check_ports_free([("listen", "127.0.0.1", 0), ("a2a.http_listen", "127.0.0.1", taken)])
     check_ports_free([("listen", "127.0.0.1", 0), ("a2a.http_listen", "127.0.0.1", 0)])
+
+
+def test_mcp_on_the_https_address_is_refused_too() -> None:
+    port = _free_port()
+    served = [
+        ("listen", "127.0.0.1", 0),
+        ("a2a.http_listen", "127.0.0.1", port),
+        ("mcp.listen", "127.0.0.1", port),
+    ]
+    with pytest.raises(
+        AgentConfigError,
+        match=rf"mcp\.listen 127\.0\.0\.1:{port} is the address of a2a\.http_listen",
+    ):
+        check_ports_free(served)
