@@ -1,12 +1,12 @@
 """Every client we test, against an agent whose SVID carries only its SPIFFE ID.
 
-erin serves gRPC and HTTPS with an SVID holding one URI SAN and no DNS name at
+ursula serves gRPC and HTTPS with an SVID holding one URI SAN and no DNS name at
 all (what a SPIRE registration without ``-dns`` gives), on ``localhost``. Each
 client pins the URI SAN instead of a host name, as docs/other-languages.md
 says: it verifies the chain to the CA and requires the one URI SAN to be the
 SPIFFE ID it wants, and no host name is checked. Each is also pinned once to
-another SPIFFE ID of the same CA (carol), and must then refuse erin in the
-handshake: nothing reaches erin's pipeline (no audit record).
+another SPIFFE ID of the same CA (carol), and must then refuse ursula in the
+handshake: nothing reaches ursula's pipeline (no audit record).
 
 - Node: @grpc/grpc-js (``node/client.js``, both services) and @a2a-js/sdk
   (``node-a2a/uri_pinned.mjs``: JSON-RPC, HTTP+JSON, gRPC);
@@ -54,17 +54,17 @@ from tests.helpers.served_agent import (
     pkcs12_of,
 )
 
-ERIN, BOB, CAROL = spiffe("erin"), spiffe("bob"), spiffe("carol")
+URSULA, BOB, CAROL = spiffe("ursula"), spiffe("bob"), spiffe("carol")
 GRANTED = ["text.echo", "text.search"]
 
 
 @pytest.fixture
-async def erin(pki: Pki, tmp_path: Path) -> AsyncIterator[Agent]:
-    """erin on gRPC and HTTPS (localhost), her SVID only her URI SAN."""
-    if not (pki.dir / "erin.pem").exists():
-        issue(pki.dir, "erin", uri_san_only=True)
-    policy = write_policy(tmp_path / "erin-policy.toml", [grant("bob", GRANTED)])
-    config = agent_config(pki, tmp_path, "erin", policy)
+async def ursula(pki: Pki, tmp_path: Path) -> AsyncIterator[Agent]:
+    """ursula on gRPC and HTTPS (localhost), her SVID only her URI SAN."""
+    if not (pki.dir / "ursula.pem").exists():
+        issue(pki.dir, "ursula", uri_san_only=True)
+    policy = write_policy(tmp_path / "ursula-policy.toml", [grant("bob", GRANTED)])
+    config = agent_config(pki, tmp_path, "ursula", policy)
     config = config.model_copy(
         update={"a2a": config.a2a.model_copy(update={"http_listen": "localhost:0"})}
     )
@@ -99,15 +99,15 @@ def client_files(pki: Pki) -> dict[str, str]:
     }
 
 
-async def test_node_grpc_js_pins_the_uri_san(pki: Pki, erin: Agent, tmp_path: Path) -> None:
+async def test_node_grpc_js_pins_the_uri_san(pki: Pki, ursula: Agent, tmp_path: Path) -> None:
     node_ready(GRPC_JS, "@grpc/grpc-js")
     config = tmp_path / "node.json"
     config.write_text(
         json.dumps(
             {
-                "address": erin.address,
+                "address": ursula.address,
                 **client_files(pki),
-                "server_id": ERIN,
+                "server_id": URSULA,
                 "wrong_server_id": CAROL,
                 "refused_capability": "notes.delete",
                 "pin_uri_only": True,
@@ -124,22 +124,22 @@ async def test_node_grpc_js_pins_the_uri_san(pki: Pki, erin: Agent, tmp_path: Pa
     assert answered["refused"]["reasons"] == [
         {"domain": "a2agw.v1", "reason": "CAPABILITY_NOT_GRANTED"}
     ]
-    assert answered["wrong_identity"] == "UNAVAILABLE"  # carol's pin refused erin's handshake
+    assert answered["wrong_identity"] == "UNAVAILABLE"  # carol's pin refused ursula's handshake
     assert answered["send_message"]["output"] == {"text": "a2a from node"}
-    records = await allowed(erin)
+    records = await allowed(ursula)
     assert records == Counter({(BOB, "text.echo", "allow"): 2, (BOB, "notes.delete", "refuse"): 1})
 
 
 async def test_the_javascript_sdk_pins_the_uri_san_on_three_bindings(
-    pki: Pki, erin: Agent, tmp_path: Path
+    pki: Pki, ursula: Agent, tmp_path: Path
 ) -> None:
     node_ready(A2A_JS, "@a2a-js/sdk")
     config = tmp_path / "uri-pinned.json"
     config.write_text(
         json.dumps(
             {
-                "https_url": erin.https_url,
-                "server_id": ERIN,
+                "https_url": ursula.https_url,
+                "server_id": URSULA,
                 "wrong_server_id": CAROL,
                 **client_files(pki),
             }
@@ -149,18 +149,18 @@ async def test_the_javascript_sdk_pins_the_uri_san_on_three_bindings(
     for binding in ("JSONRPC", "HTTP+JSON", "GRPC"):
         assert answer[binding]["right"] == {"output": {"text": f"over {binding}"}}, answer
         assert "server is not " + CAROL in answer[binding]["wrong"]["error"], answer
-    assert await allowed(erin) == Counter({(BOB, "text.echo", "allow"): 3})
+    assert await allowed(ursula) == Counter({(BOB, "text.echo", "allow"): 3})
 
 
-async def test_a2a_go_pins_the_uri_san(pki: Pki, erin: Agent, tmp_path: Path) -> None:
+async def test_a2a_go_pins_the_uri_san(pki: Pki, ursula: Agent, tmp_path: Path) -> None:
     binary = await asyncio.to_thread(go_client)
     config = tmp_path / "go-client.json"
     config.write_text(
         json.dumps(
             {
-                "base_url": erin.https_url,
+                "base_url": ursula.https_url,
                 **client_files(pki),
-                "pin_server_id": ERIN,
+                "pin_server_id": URSULA,
                 "wrong_server_id": CAROL,
             }
         )
@@ -169,19 +169,19 @@ async def test_a2a_go_pins_the_uri_san(pki: Pki, erin: Agent, tmp_path: Path) ->
     answer = {step.pop("step"): step for step in steps}
     assert answer["send_data"]["output"] == {"text": "hello"}
     assert "server is not " + CAROL in answer["wrong_identity"]["error"]
-    assert await allowed(erin) == Counter({(BOB, "text.echo", "allow"): 1})
+    assert await allowed(ursula) == Counter({(BOB, "text.echo", "allow"): 1})
 
 
-def java_config(pki: Pki, erin: Agent, tmp_path: Path, **more: Any) -> Path:
+def java_config(pki: Pki, ursula: Agent, tmp_path: Path, **more: Any) -> Path:
     config = tmp_path / "java-client.json"
     config.write_text(
         json.dumps(
             {
-                "base_url": erin.https_url,
+                "base_url": ursula.https_url,
                 **client_files(pki),
                 "p12": str(pkcs12_of(pki, "bob", tmp_path / "bob.p12", b"interop")),
                 "p12_password": "interop",
-                "pin_server_id": ERIN,
+                "pin_server_id": URSULA,
                 "wrong_server_id": CAROL,
                 **more,
             }
@@ -199,25 +199,25 @@ def java_answers(out: str) -> dict[tuple[str, str], dict[str, Any]]:
     return answers
 
 
-async def test_the_java_sdk_0_3_pins_the_uri_san(pki: Pki, erin: Agent, tmp_path: Path) -> None:
+async def test_the_java_sdk_0_3_pins_the_uri_san(pki: Pki, ursula: Agent, tmp_path: Path) -> None:
     classpath = await asyncio.to_thread(java_classpath, JAVA_DIR, "interop-java")
-    config = java_config(pki, erin, tmp_path)
+    config = java_config(pki, ursula, tmp_path)
     out = await run("java", "-cp", classpath, str(JAVA_DIR / "A2AClient.java"), str(config))
     answer = java_answers(out)
     assert answer[("", "send_data")]["output"] == {"text": "hello"}, answer
     assert "server is not " + CAROL in answer[("", "wrong_identity")]["error"], answer
-    assert await allowed(erin) == Counter({(BOB, "text.echo", "allow"): 1})
+    assert await allowed(ursula) == Counter({(BOB, "text.echo", "allow"): 1})
 
 
-async def test_the_java_sdk_1_0_pins_the_uri_san(pki: Pki, erin: Agent, tmp_path: Path) -> None:
+async def test_the_java_sdk_1_0_pins_the_uri_san(pki: Pki, ursula: Agent, tmp_path: Path) -> None:
     classpath = await asyncio.to_thread(java_classpath, JAVA1_DIR, "interop-java1")
-    config = java_config(pki, erin, tmp_path, bindings=["JSONRPC", "HTTP+JSON"], no_cert=False)
+    config = java_config(pki, ursula, tmp_path, bindings=["JSONRPC", "HTTP+JSON"], no_cert=False)
     out = await run("java", "-cp", classpath, str(JAVA1_DIR / "A2AClient.java"), str(config))
     answer = java_answers(out)
     for binding in ("JSONRPC", "HTTP+JSON"):
         assert answer[(binding, "send_data")]["output"] == {"text": "hello"}, answer
         assert "server is not " + CAROL in answer[(binding, "wrong_identity")]["error"], answer
-    assert await allowed(erin) == Counter({(BOB, "text.echo", "allow"): 2})
+    assert await allowed(ursula) == Counter({(BOB, "text.echo", "allow"): 2})
 
 
 def message(text: str) -> Message:
@@ -229,27 +229,29 @@ def message(text: str) -> Message:
     )
 
 
-async def test_the_python_sdk_pins_the_uri_san_over_jsonrpc_and_grpc(pki: Pki, erin: Agent) -> None:
+async def test_the_python_sdk_pins_the_uri_san_over_jsonrpc_and_grpc(
+    pki: Pki, ursula: Agent
+) -> None:
     bob = pki.material("bob")
     files = TlsFiles(ca=pki.dir / "ca.pem", cert=pki.dir / "bob.pem", key=pki.dir / "bob.key")
     outputs = []
     async with httpx.AsyncClient(
-        verify=pinned_context(bob, ERIN, files), headers=V1_HEADERS
+        verify=pinned_context(bob, URSULA, files), headers=V1_HEADERS
     ) as web:
         config = ClientConfig(
             streaming=False,
             supported_protocol_bindings=[TransportProtocol.JSONRPC],
             httpx_client=web,
         )
-        url = erin.https_url + JSONRPC_PATH
+        url = ursula.https_url + JSONRPC_PATH
         client = ClientFactory(config).create(minimal_agent_card(url, [TransportProtocol.JSONRPC]))
         async for event in client.send_message(SendMessageRequest(message=message("jsonrpc"))):
             outputs.append(json_format.MessageToDict(event.task.artifacts[0].parts[0].data))
         async with httpx.AsyncClient(verify=pinned_context(bob, CAROL, files)) as wrong:
-            with pytest.raises(httpx.ConnectError, match=f"is {ERIN}, not {CAROL}"):
+            with pytest.raises(httpx.ConnectError, match=f"is {URSULA}, not {CAROL}"):
                 await wrong.post(url, json={})
-    relay = SpiffeRelay(erin.address, pinned_context(bob, ERIN, files, alpn=["h2"]))
-    channel = aio.insecure_channel(await relay.start(), options=relay_channel_options(ERIN))
+    relay = SpiffeRelay(ursula.address, pinned_context(bob, URSULA, files, alpn=["h2"]))
+    channel = aio.insecure_channel(await relay.start(), options=relay_channel_options(URSULA))
     try:
         config = ClientConfig(
             streaming=False,
@@ -257,7 +259,7 @@ async def test_the_python_sdk_pins_the_uri_san_over_jsonrpc_and_grpc(pki: Pki, e
             grpc_channel_factory=lambda _url: channel,
         )
         client = ClientFactory(config).create(
-            minimal_agent_card(erin.address, [TransportProtocol.GRPC])
+            minimal_agent_card(ursula.address, [TransportProtocol.GRPC])
         )
         async for event in client.send_message(SendMessageRequest(message=message("grpc"))):
             outputs.append(json_format.MessageToDict(event.task.artifacts[0].parts[0].data))
@@ -265,4 +267,4 @@ async def test_the_python_sdk_pins_the_uri_san_over_jsonrpc_and_grpc(pki: Pki, e
     finally:
         await relay.close()
     assert outputs == [{"text": "jsonrpc"}, {"text": "grpc"}]
-    assert await allowed(erin) == Counter({(BOB, "text.echo", "allow"): 2})
+    assert await allowed(ursula) == Counter({(BOB, "text.echo", "allow"): 2})

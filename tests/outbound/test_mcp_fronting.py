@@ -41,7 +41,7 @@ from tests.helpers.agents import (
 )
 from tests.helpers.mcp import sdk_client, served_app
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def tool_entries(timeout: float = 10.0) -> list[dict[str, Any]]:

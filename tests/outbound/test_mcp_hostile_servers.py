@@ -33,7 +33,7 @@ from tests.helpers import mcp_hostile_stdio_server as hostile
 from tests.helpers.agents import Pki, agent_config, audit_rows, grant, spiffe, write_policy
 from tests.helpers.mcp import served_app
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 TOOLS = (
     "lookup",
     "small",

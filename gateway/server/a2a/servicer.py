@@ -249,6 +249,8 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             updated_ms=int(time.time() * 1000),
         )
         self._tasks.put(task)
+        if self.runs.shared:  # the caller's next request may reach another process
+            await self._tasks.flush()
         return send_answer(task)
 
     async def _admit_message(

@@ -20,6 +20,8 @@ from tests.helpers.agent_process import AgentProcess, write_agent_toml
 from tests.helpers.agents import Pki, audit_rows, grant, write_policy
 from tests.helpers.mcp import MODERN, sdk_client
 
+pytestmark = pytest.mark.slow  # an agent process, as `serve` runs it
+
 
 @pytest.fixture
 def served(pki: Pki, tmp_path: Path) -> Iterator[str]:

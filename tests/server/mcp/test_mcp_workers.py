@@ -10,11 +10,15 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from gateway.http.listener import bind_socket
 from tests.helpers.a2a_http import https_certificate
 from tests.helpers.agent_process import two_worker_agent
 from tests.helpers.agents import Pki, audit_rows, grant
 from tests.helpers.mcp import modern_call, raw_client
+
+pytestmark = pytest.mark.slow  # agent processes, as `serve` runs them
 
 MAX_CONNECTIONS = 64
 """Connections opened to reach both workers (the kernel spreads them; a bound, never asserted)."""
