@@ -33,14 +33,8 @@ from tests.helpers.agents import (
 )
 from tests.helpers.mcp import serving_mcp
 from tests.helpers.postgres import PostgresCluster, remove_cluster, start_cluster
+from tests.helpers.tiers import FOLDER_MARKERS, POSTGRES_FIXTURES, TIER_MARKERS
 
-TIER_MARKERS = ("slow", "postgres", "interop", "spire", "fuzz", "netns", "browser")
-"""A test with any of these markers is in the rest tier; every other test is fast."""
-FOLDER_MARKERS = {"interop": "interop", "spire": "spire", "faults": "slow", "deploy": "slow"}
-"""Folders (under tests/) whose every test carries a marker without saying so: crashes,
-outages and signals (tests/faults/) take agent processes and real waits, and the
-deployments (tests/deploy/) build images and run systemd."""
-POSTGRES_FIXTURES = frozenset({"postgres_cluster", "pg_dsn"})
 TIERS = ("fast", "rest", "full")
 
 

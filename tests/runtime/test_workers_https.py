@@ -59,7 +59,7 @@ def _agent(pki: Pki, tmp_path: Path, launch: Launcher | None = None) -> AgentPro
         policy=write_policy(tmp_path / "policy.toml", grants),
         audit_db=tmp_path / "audit.sqlite",
         state_dir=tmp_path / "state",
-        modules=("tests.task_capabilities", "tests.helpers.worker_pid"),
+        modules=("tests.helpers.task_capabilities", "tests.helpers.worker_pid"),
     )
     cert, key = https_certificate(pki, "alice", tmp_path / "tls")  # names localhost too
     text = config.read_text()
