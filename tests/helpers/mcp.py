@@ -134,7 +134,14 @@ async def served_app(app: Any, tls: tuple[Path, Path, Path] | None = None) -> As
             "ssl_ca_certs": str(ca),
             "ssl_cert_reqs": ssl.CERT_REQUIRED,
         }
-    config = uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False, **settings)
+    config = uvicorn.Config(
+        app,
+        lifespan="on",
+        log_config=None,  # uvicorn's own handlers would outlive the test (stderr of its capture)
+        log_level="warning",
+        access_log=False,
+        **settings,
+    )
     server = uvicorn.Server(config)
     sock = bind_socket("127.0.0.1", 0)
     config.load()
