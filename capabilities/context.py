@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -18,6 +19,33 @@ class PeerCall(Protocol):
     async def __call__(
         self, peer_id: str, capability: str, payload: dict[str, Any], *, constraint: str = ""
     ) -> Any: ...
+
+
+class CallUser(Protocol):
+    """The user a call acts for, as a verified user token proved it (never the token).
+
+    The gateway's ``policies.users.OnBehalfOf`` is one.
+    """
+
+    @property
+    def subject(self) -> str:
+        """The user's ``sub`` (what the audit record's ``on_behalf_of`` holds)."""
+        ...
+
+    @property
+    def issuer(self) -> str:
+        """The issuer that vouched for the user."""
+        ...
+
+    @property
+    def claims(self) -> Mapping[str, Any]:
+        """The token's claims, read-only."""
+        ...
+
+    @property
+    def actors(self) -> tuple[str, ...]:
+        """The actor chain, nearest first: the calling agent's SPIFFE ID, then earlier ones."""
+        ...
 
 
 class CallEvents(Protocol):
@@ -53,6 +81,9 @@ class CallContext:
             agent offers no outbound calls).
         events: Where :meth:`report_progress` and :meth:`emit_chunk` go (None:
             nobody watches this call, and both do nothing).
+        user: The user the call acts for, as a verified user token proved it
+            (subject, issuer, claims, actor chain; never the token), or None.
+            ``call_peer`` carries that user on: each peer gets a token made for it.
     """
 
     peer_id: Final[str]
@@ -63,6 +94,7 @@ class CallContext:
     idempotency_key: Final[str] = ""
     call_peer: Final[PeerCall | None] = None
     events: Final[CallEvents | None] = None
+    user: Final[CallUser | None] = None
 
     async def report_progress(self, text: str) -> None:
         """Tell a watching caller how the work goes (a status update of its task).
