@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from gateway.errors import PeerUnavailable, PlanInvalid
 from gateway.outbound.router import Offer, Skipped, select_routes
 from gateway.plans.document.model import Plan, Step, reference_step
-from gateway.plans.task_store.lease import LEASE_SECONDS
+from gateway.plans.store.lease import LEASE_SECONDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ class PlanLimits:
         max_steps: Most steps a plan may have.
         default_retries: Retries for a step that does not set ``max_retries``.
         lease_seconds: How long a task's lease lasts unless renewed (renewed every
-            third of it while the task runs); see ``gateway.plans.task_store.lease``.
+            third of it while the task runs); see ``gateway.plans.store.lease``.
     """
 
     max_steps: int = 256
