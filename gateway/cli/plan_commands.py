@@ -179,7 +179,7 @@ async def _waiting_values(agent: Agent, result: PlanTaskResult) -> dict[str, dic
     """What each waiting step would send, recomputed from the checkpoint (``--show-values``)."""
     if not result.approvals:
         return {}
-    stored = await agent.task_store.load(result.task_id)
+    stored = await agent.plan_tasks.load(result.task_id)
     outputs = {sid: r.output for sid, r in stored.steps.items()}
     found: dict[str, dict[str, Any]] = {}
     for request in result.approvals:

@@ -320,9 +320,9 @@ class Agent:
         return self.parts.plans
 
     @property
-    def task_store(self) -> PlanTaskStore:
+    def plan_tasks(self) -> PlanTaskStore:
         """Plan tasks, their steps and leases."""
-        return self.parts.task_store
+        return self.parts.plan_tasks
 
     @property
     def a2a_tasks(self) -> A2ATaskStore:

@@ -108,6 +108,6 @@ class Parts:
         return self.stores.a2a_tasks
 
     @property
-    def task_store(self) -> PlanTaskStore:
+    def plan_tasks(self) -> PlanTaskStore:
         """Plan tasks, their steps and leases."""
         return self.stores.plan_tasks

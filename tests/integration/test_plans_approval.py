@@ -137,7 +137,7 @@ async def test_pause_restart_approve_completes_with_one_write(scene: Scene) -> N
     assert request.fields == {"key": len(b'"r"')}
     assert request.input_sha256 == digest_of(b'{"key":"r"}')
     assert (
-        await scene.alice.task_store.load(waiting.task_id)
+        await scene.alice.plan_tasks.load(waiting.task_id)
     ).state is PlanTaskState.WAITING_APPROVAL
 
     alice = await scene.restart_alice()
@@ -173,10 +173,10 @@ async def test_a_changed_input_after_approval_asks_again(scene: Scene) -> None:
     approved = await scene.alice.plans.decide(waiting.task_id, "put", approve=True)
     # A revision changes what the step would send (as a replan whose $from resolves
     # differently would); the approval was for the old input only.
-    stored = await scene.alice.task_store.load(waiting.task_id)
+    stored = await scene.alice.plan_tasks.load(waiting.task_id)
     changed = stored.plan.step("put").model_copy(update={"input": {"key": "new"}, "revision": 1})
     record = RevisionRecord(1, "input changed", int(time.time() * 1000))
-    await scene.alice.task_store.revise(waiting.task_id, stored.plan.replace_step(changed), record)
+    await scene.alice.plan_tasks.revise(waiting.task_id, stored.plan.replace_step(changed), record)
 
     again = await scene.alice.plans.resume(waiting.task_id)
     assert again.state is PlanTaskState.WAITING_APPROVAL
@@ -250,7 +250,7 @@ async def test_resumes_while_waiting_do_not_spend_the_step_budget(scene: Scene) 
     result = await alice.plans.resume(waiting.task_id)
     assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK")
     assert scene.runs("fault.write") == 1 and scene.runs("fault.read") == 1
-    assert (await alice.task_store.load(waiting.task_id)).usage.steps == 2
+    assert (await alice.plan_tasks.load(waiting.task_id)).usage.steps == 2
 
 
 class BackAndForth(Planner):
@@ -325,7 +325,7 @@ async def test_a_task_store_from_before_failed_attempts_resumes(scene: Scene) ->
     with contextlib.closing(sqlite3.connect(path)) as db:  # as the release before left it
         db.execute("DROP TABLE failed_attempts")
     alice = await scene.restart_alice()
-    assert (await alice.task_store.load(waiting.task_id)).failed_attempts == frozenset()
+    assert (await alice.plan_tasks.load(waiting.task_id)).failed_attempts == frozenset()
     await alice.plans.decide(waiting.task_id, "put", approve=True)
     result = await alice.plans.resume(waiting.task_id)
     assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK")

@@ -94,7 +94,7 @@ async def test_two_peers_agreeing_make_a_verified_result(pair: Pair) -> None:
     assert pair.runs("fault.read") == {"bob": 1, "carol": 1}
     assert result.peer_calls == 3  # two sources, then the dependent step
     assert result.confidence is Confidence.VERIFIED
-    stored = await pair.alice.task_store.load(result.task_id)
+    stored = await pair.alice.plan_tasks.load(result.task_id)
     assert stored.steps["price"].confidence is Confidence.VERIFIED
     assert stored.steps["price"].sources == price.sources
 
@@ -195,5 +195,5 @@ async def test_max_tool_calls_limits_local_runs(pair: Pair) -> None:
     assert (result.state, result.reason) == (PlanTaskState.FAILED, "BUDGET_EXHAUSTED")
     assert "max_tool_calls (1) reached" in result.message
     assert result.tool_calls == 1
-    stored = await pair.alice.task_store.load(result.task_id)
+    stored = await pair.alice.plan_tasks.load(result.task_id)
     assert stored.usage.tool_calls == 1
