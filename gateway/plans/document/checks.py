@@ -44,8 +44,23 @@ class PlanLimits:
             raise ValueError("max_steps must be >= 1, default_retries >= 0 and lease_seconds > 0")
 
 
-def check_structure(plan: Plan, limits: PlanLimits) -> tuple[str, ...]:
-    """Run the structural checks; returns the step ids in a dependency order."""
+def check_structure(plan: Plan, limits: PlanLimits) -> None:
+    """Run the structural checks (those of ``step_order``).
+
+    Raises:
+        PlanInvalid: too many steps, a duplicate id, an unknown or own dependency,
+            a cycle, or a ``$from`` reference that is empty or to a step it does
+            not depend on.
+    """
+    step_order(plan, limits)
+
+
+def step_order(plan: Plan, limits: PlanLimits) -> tuple[str, ...]:
+    """The step ids in a dependency order, once the structural checks pass.
+
+    Raises:
+        PlanInvalid: as ``check_structure``.
+    """
     if len(plan.steps) > limits.max_steps:
         raise PlanInvalid(
             f"plan has {len(plan.steps)} steps; this agent accepts at most {limits.max_steps}"
