@@ -51,6 +51,13 @@ def test_forbidden_transitions(current: PlanTaskState, new: PlanTaskState) -> No
         transition(current, new)
 
 
+def test_task_result_still_imports_as_the_deprecated_name_of_plan_task_result() -> None:
+    from gateway.plans import task
+
+    with pytest.warns(DeprecationWarning, match=r"TaskResult is now PlanTaskResult"):
+        assert task.TaskResult is task.PlanTaskResult
+
+
 def test_the_happy_path_is_allowed() -> None:
     state = PlanTaskState.CREATED
     for new in (
