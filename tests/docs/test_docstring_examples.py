@@ -216,10 +216,10 @@ def _problem_kinds(text: str) -> None:
 
 
 def _task_states(text: str) -> None:
-    from gateway.plans.task import TaskState
+    from gateway.plans.task import PlanTaskState
 
     words = set(re.findall(r"[a-z-]+", text))
-    assert {state.value for state in TaskState} <= words
+    assert {state.value for state in PlanTaskState} <= words
 
 
 def _schema_subset(text: str) -> None:

@@ -26,7 +26,7 @@ from capabilities.registry import CapabilityRegistry, capability
 from gateway.config import IdentitySettings
 from gateway.errors import TokenNotBound
 from gateway.plans.document.model import Plan
-from gateway.plans.task import TaskState
+from gateway.plans.task import PlanTaskState
 from gateway.runtime.agent import Agent
 from tests.identity.conftest import SvidKeys, token_settings, with_tokens
 from tests.identity.issuer import SessionIssuer
@@ -174,7 +174,7 @@ async def test_each_hop_gets_an_exchanged_token_and_audits_the_user_and_actors(
     before = len(issuer.exchanges)
     result = await chain.alice.plans.run(relay_plan(), acting_for=acting_for)
 
-    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
+    assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK")
     assert result.steps["relay"].where == BOB
     assert issuer.exchanges[before:] == [
         {"actor": ALICE, "audience": BOB},
@@ -189,7 +189,7 @@ async def test_each_hop_gets_an_exchanged_token_and_audits_the_user_and_actors(
 
 async def test_a_plan_for_no_user_is_refused_where_a_grant_needs_one(chain: Chain) -> None:
     result = await chain.alice.plans.run(relay_plan())
-    assert result.state == TaskState.FAILED
+    assert result.state == PlanTaskState.FAILED
     assert await user_rows(chain.bob) == [(ALICE, "relay.text", "USER_NOT_AUTHORIZED", "", [])]
     assert await user_rows(chain.carol) == []
 

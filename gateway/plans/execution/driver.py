@@ -27,11 +27,11 @@ from gateway.plans.document.model import Plan
 from gateway.plans.execution.approval import ApprovalRequest, Decision, audit_record, local_decider
 from gateway.plans.execution.executor import ExecutorParts, TaskExecutor
 from gateway.plans.execution.step_events import EventSink, StepEvent
-from gateway.plans.task import TaskResult
-from gateway.plans.task_store.records import StoredTask
-from gateway.plans.task_store.resume_point import stored_result
+from gateway.plans.store.records import StoredPlanTask
+from gateway.plans.store.resume_point import stored_result
+from gateway.plans.task import PlanTaskResult
 
-_Prepare = Callable[[], Awaitable[StoredTask]]
+_Prepare = Callable[[], Awaitable[StoredPlanTask]]
 
 
 def _ignore(event: StepEvent) -> None:
@@ -47,14 +47,14 @@ class TaskHandle:
     """
 
     task_id: str
-    _future: asyncio.Task[TaskResult]
+    _future: asyncio.Task[PlanTaskResult]
     _cancel: asyncio.Event = field(default_factory=asyncio.Event)
 
     def cancel(self) -> None:
         """Ask the task to stop; its in-flight peer calls are cancelled."""
         self._cancel.set()
 
-    async def result(self) -> TaskResult:
+    async def result(self) -> PlanTaskResult:
         """Wait for the task to end."""
         return await asyncio.shield(self._future)
 
@@ -76,7 +76,7 @@ class PlanDriver:
         task_id: str | None = None,
         on_event: EventSink = _ignore,
         acting_for: ActingFor | None = None,
-    ) -> TaskResult:
+    ) -> PlanTaskResult:
         """Run ``plan`` as a new task to its end; returns the typed result."""
         handle = self.start(plan, task_id=task_id, on_event=on_event, acting_for=acting_for)
         return await handle.result()
@@ -97,7 +97,7 @@ class PlanDriver:
         """
         task_id = task_id or uuid.uuid4().hex
 
-        async def create() -> StoredTask:
+        async def create() -> StoredPlanTask:
             await self._parts.store.create(task_id, plan, int(time.time() * 1000))
             return await self._parts.store.load(task_id)
 
@@ -105,7 +105,7 @@ class PlanDriver:
 
     async def resume(
         self, task_id: str, *, on_event: EventSink = _ignore, acting_for: ActingFor | None = None
-    ) -> TaskResult:
+    ) -> PlanTaskResult:
         """Resume a checkpointed task (a finished one just returns its result)."""
         return await self.start_resume(task_id, on_event=on_event, acting_for=acting_for).result()
 
@@ -117,7 +117,7 @@ class PlanDriver:
         if running is not None:
             return running
 
-        async def load() -> StoredTask:
+        async def load() -> StoredPlanTask:
             return await self._parts.store.load(task_id)
 
         return self._launch(task_id, load, on_event, acting_for)
@@ -154,7 +154,7 @@ class PlanDriver:
         handle.cancel()
         return True
 
-    async def tasks(self, limit: int = 100) -> list[TaskResult]:
+    async def tasks(self, limit: int = 100) -> list[PlanTaskResult]:
         """Checkpointed tasks, most recently updated first."""
         return [stored_result(stored) for stored in await self._parts.store.list(limit)]
 
@@ -177,7 +177,7 @@ class PlanDriver:
     ) -> TaskHandle:
         cancel = asyncio.Event()
 
-        async def body() -> TaskResult:
+        async def body() -> PlanTaskResult:
             store = self._parts.store
             try:
                 stored = await prepare()

@@ -1,6 +1,6 @@
 """Plan task checkpoints in one SQLite file (``tasks.sqlite``), shared by an agent's workers.
 
-The statements are :class:`~gateway.plans.task_store.store.TaskStore`'s; this
+The statements are :class:`~gateway.plans.store.store.PlanTaskStore`'s; this
 module holds the file: its schema (created, or brought up from an older release,
 when it is opened), one connection and its lock, and the transaction (``BEGIN
 IMMEDIATE`` for a write: the file's write lock, which fences a write against
@@ -20,15 +20,15 @@ from typing import TypeVar
 
 from gateway.errors import AuditUnavailable
 from gateway.local.private_files import connect_private
-from gateway.plans.task_store.records import FailedAttempt, StoredTask, Usage, WritePin
-from gateway.plans.task_store.store import TaskStore, TaskTables
+from gateway.plans.store.records import FailedAttempt, StoredPlanTask, Usage, WritePin
+from gateway.plans.store.store import PlanTaskStore, PlanTaskTables
 from gateway.sql.dialect import SQLITE, SqlConnection
 
-__all__ = ["FailedAttempt", "SqliteTaskStore", "StoredTask", "Usage", "WritePin"]
+__all__ = ["FailedAttempt", "SqlitePlanTaskStore", "StoredPlanTask", "Usage", "WritePin"]
 
 _T = TypeVar("_T")
 
-TABLES = TaskTables(
+TABLES = PlanTaskTables(
     steps="steps",
     revisions="revisions",
     write_pins="write_pins",
@@ -107,8 +107,8 @@ def add_missing_columns(db: sqlite3.Connection) -> None:
                     db.execute(BACKFILLS[name])
 
 
-class SqliteTaskStore(TaskStore):
-    """``TaskStore`` in one SQLite file; safe to share between threads.
+class SqlitePlanTaskStore(PlanTaskStore):
+    """``PlanTaskStore`` in one SQLite file; safe to share between threads.
 
     Raises:
         AuditUnavailable: the file cannot be opened or brought up to date.

@@ -10,8 +10,8 @@ from typing import Any
 from gateway.plans.document.model import parse_plan
 from gateway.plans.execution.approval import ApprovalRequest, Decision
 from gateway.plans.execution.verification import Confidence
-from gateway.plans.task import Evidence, RevisionRecord, StepResult, StepStatus, TaskState
-from gateway.plans.task_store.records import FailedAttempt, StoredTask, Usage, WritePin
+from gateway.plans.store.records import FailedAttempt, StoredPlanTask, Usage, WritePin
+from gateway.plans.task import Evidence, PlanTaskState, RevisionRecord, StepResult, StepStatus
 
 TASK_COLUMNS = (
     "task_id, plan_json, state, revision, reason, message, steps_used, peer_calls, "
@@ -78,7 +78,7 @@ def _evidence_of(entry: dict[str, Any]) -> Evidence:
 
 def stored_task(
     row: tuple[Any, ...], steps: list[tuple[Any, ...]], revisions: list[tuple[Any, ...]]
-) -> StoredTask:
+) -> StoredPlanTask:
     (
         task_id,
         plan_json,
@@ -93,10 +93,10 @@ def stored_task(
         updated,
         tool_calls,
     ) = row
-    return StoredTask(
+    return StoredPlanTask(
         task_id=task_id,
         plan=parse_plan(plan_json, f"task {task_id}"),
-        state=TaskState(state),
+        state=PlanTaskState(state),
         revision=int(revision),
         reason=reason,
         message=message,

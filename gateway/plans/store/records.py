@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from gateway.plans.document.model import Plan
 from gateway.plans.execution.approval import ApprovalRequest
-from gateway.plans.task import RevisionRecord, StepResult, TaskState
-from gateway.plans.task_store.lease import Lease
+from gateway.plans.store.lease import Lease
+from gateway.plans.task import PlanTaskState, RevisionRecord, StepResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +66,12 @@ class FailedAttempt:
 
 
 @dataclass(frozen=True, slots=True)
-class StoredTask:
+class StoredPlanTask:
     """Everything checkpointed about one task."""
 
     task_id: str
     plan: Plan
-    state: TaskState
+    state: PlanTaskState
     revision: int
     reason: str
     message: str
