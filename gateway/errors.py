@@ -43,6 +43,7 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
     ├── Stagnated                     ABORTED            STAGNATED             (plans)
     ├── Unverified                    FAILED_PRECONDITION UNVERIFIED           (plans)
     ├── UnsupportedOperation          FAILED_PRECONDITION UNSUPPORTED_OPERATION (A2A)
+    ├── ContentTypeNotSupported       INVALID_ARGUMENT   CONTENT_TYPE_NOT_SUPPORTED (A2A)
     ├── PushNotificationNotSupported  FAILED_PRECONDITION PUSH_NOTIFICATION_NOT_SUPPORTED (A2A)
     ├── ProtocolVersionNotSupported   FAILED_PRECONDITION VERSION_NOT_SUPPORTED (A2A)
     ├── TaskNotCancelable             FAILED_PRECONDITION TASK_NOT_CANCELABLE  (A2A)
@@ -491,6 +492,14 @@ class UnsupportedOperation(GatewayError):
 
     reason = "UNSUPPORTED_OPERATION"
     peer_may_answer = True
+
+
+class ContentTypeNotSupported(GatewayError):
+    """An A2A message part of a kind or media type the capability does not accept."""
+
+    reason = "CONTENT_TYPE_NOT_SUPPORTED"
+    peer_may_answer = True
+    nothing_ran = True
 
 
 class PushNotificationNotSupported(GatewayError):

@@ -32,6 +32,7 @@ from gateway.errors import (
     Cancelled,
     CapabilityFailed,
     ConfigError,
+    ContentTypeNotSupported,
     DeadlineExceeded,
     ExpectationFailed,
     GatewayError,
@@ -99,6 +100,7 @@ STATUS_TABLE: dict[type[GatewayError], grpc.StatusCode] = {
     Unverified: grpc.StatusCode.FAILED_PRECONDITION,
     # A2A 1.0 spec section 5.4 codes.
     UnsupportedOperation: grpc.StatusCode.FAILED_PRECONDITION,
+    ContentTypeNotSupported: grpc.StatusCode.INVALID_ARGUMENT,
     PushNotificationNotSupported: grpc.StatusCode.FAILED_PRECONDITION,
     ProtocolVersionNotSupported: grpc.StatusCode.FAILED_PRECONDITION,
     TaskNotCancelable: grpc.StatusCode.FAILED_PRECONDITION,

@@ -17,6 +17,7 @@ from grpc_status import rpc_status
 
 from gateway.errors import (
     ERROR_DOMAIN,
+    ContentTypeNotSupported,
     GatewayError,
     InvalidInput,
     InvalidRequest,
@@ -36,6 +37,7 @@ SPEC_REASONS: dict[type[GatewayError], str] = {
     TaskNotCancelable: "TASK_NOT_CANCELABLE",
     PushNotificationNotSupported: "PUSH_NOTIFICATION_NOT_SUPPORTED",
     UnsupportedOperation: "UNSUPPORTED_OPERATION",
+    ContentTypeNotSupported: "CONTENT_TYPE_NOT_SUPPORTED",
     ProtocolVersionNotSupported: "VERSION_NOT_SUPPORTED",
     InvalidRequest: "INVALID_REQUEST",
     InvalidInput: "INVALID_PARAMS",

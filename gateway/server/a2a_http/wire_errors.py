@@ -32,7 +32,7 @@ from a2a.utils.errors import A2A_REASON_TO_ERROR, JSON_RPC_ERROR_CODE_MAP
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from gateway.errors import ERROR_DOMAIN, GatewayError, error_for_reason
+from gateway.errors import ERROR_DOMAIN, ContentTypeNotSupported, GatewayError, error_for_reason
 from gateway.server.a2a.wire_errors import SPEC_DOMAIN, spec_reason_for
 from gateway.transport.status import status_code_for
 
@@ -143,7 +143,10 @@ def jsonrpc_v0_3_error(
 
 
 def http_status(error: GatewayError) -> int:
-    """The HTTP status of ``error`` on the HTTP+JSON binding."""
+    """The HTTP status of ``error`` on the HTTP+JSON binding (415 for an unsupported
+    content type, as the a2a-sdk and the TCK answer it; else by its gRPC code)."""
+    if isinstance(error, ContentTypeNotSupported):
+        return 415
     return HTTP_STATUS.get(status_code_for(error), 500)
 
 
