@@ -169,6 +169,18 @@ _V7 = (
     "PRIMARY KEY (agent_id, task_id, n))",
 )
 
+_OPEN_STATES = "('submitted', 'working', 'input-required', 'auth-required')"
+_V8 = (
+    "ALTER TABLE a2a_tasks DROP CONSTRAINT IF EXISTS a2a_tasks_state_check",
+    "ALTER TABLE a2a_tasks ADD CONSTRAINT a2a_tasks_state_check CHECK (state IN "
+    "('completed', 'failed', 'canceled', 'submitted', 'working', 'input-required', "
+    "'auth-required'))",
+    "ALTER TABLE a2a_tasks ADD COLUMN status_json BYTEA NOT NULL DEFAULT ''::bytea",
+    "ALTER TABLE a2a_tasks ADD COLUMN history BYTEA NOT NULL DEFAULT ''::bytea",
+    "DROP INDEX IF EXISTS a2a_tasks_unfinished",
+    f"CREATE INDEX a2a_tasks_open ON a2a_tasks (agent_id, lease_ms) WHERE state IN {_OPEN_STATES}",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "audit, idempotency, replay window, tasks", _V1, _V1_RECORD_COLUMNS),
     Migration(
@@ -182,6 +194,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "a failed plan step's 'may have written' as a column of its own", _V5),
     Migration(6, "A2A background tasks: unfinished states, runner, lease, cancel requests", _V6),
     Migration(7, "output chunks of running A2A tasks, for followers in other processes", _V7),
+    Migration(8, "A2A conversations: waiting states, status messages with parts, history", _V8),
 )
 """Every schema version in order; append, never edit a released one."""
 

@@ -18,6 +18,7 @@ def test_the_call_checks_run_in_the_documented_order() -> None:
         "version_available",
         "risk_within_grant",
         "payload_within_cap",
+        "parts_accepted",
         "payload_decoded",
         "first_sighting",
         "valid_input",

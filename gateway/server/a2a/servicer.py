@@ -14,7 +14,19 @@ after admission is a ``TASK_STATE_FAILED`` task carrying the reason code.
 ``return_immediately`` and ``SendStreamingMessage`` pass the same checks, then
 run in the background (:mod:`gateway.server.a2a.background_tasks`);
 ``SendStreamingMessage`` and ``SubscribeToTask`` are async generators of
-``StreamResponse`` (the task first, its events in order, the last terminal).
+``StreamResponse`` (the task first, its events in order, the last terminal;
+a SendStreamingMessage's also ends when the task waits for input).
+
+A capability that may ask for input (contract ``asks_input``) runs in the
+background for a blocking SendMessage too, which answers the task at its
+first interrupted or terminal state (spec 3.2.2). A message naming a
+``task_id`` continues that task (:mod:`gateway.server.a2a.conversations`). A
+capability that answers with a Message (``MessageReply``) gets the Message
+answered and no task kept, when nobody has seen its task yet: a blocking call,
+or a stream whose first event is held until the capability's first event
+(only for contracts that give messages); ``return_immediately`` answers a
+task at once, unless the contract gives messages only (then it runs as a
+blocking call).
 """
 
 from __future__ import annotations
@@ -31,8 +43,10 @@ from google.protobuf import empty_pb2
 from grpc import aio
 
 from capabilities.registry import CapabilityRegistry
+from capabilities.replies import is_message_reply
 from gateway.errors import (
     GatewayError,
+    InvalidRequest,
     PushNotificationNotSupported,
     TaskNotCancelable,
     TaskNotFound,
@@ -42,9 +56,11 @@ from gateway.inbound.call import InvokeCall, deadline_from
 from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler, InvokeOutcome
 from gateway.inbound.limits.admission import CallSlot
 from gateway.inbound.pipeline import InFlight
+from gateway.server.a2a import history
 from gateway.server.a2a.background_tasks import BackgroundTasks
 from gateway.server.a2a.card import CardIssuer, extended_card
-from gateway.server.a2a.messages import invoke_call, list_answer, send_answer, task_message
+from gateway.server.a2a.conversations import FollowUps, continues_task
+from gateway.server.a2a.messages import invoke_call
 from gateway.server.a2a.request_checks import (
     SERVICE_NAME,
     protocol_version,
@@ -54,7 +70,7 @@ from gateway.server.a2a.request_checks import (
     task_filter,
     task_id_of,
 )
-from gateway.server.a2a.task_events import BackgroundTask, Listener
+from gateway.server.a2a.task_events import BackgroundTask
 from gateway.server.a2a.task_follow import follow_deadline, followed
 from gateway.server.a2a.task_store.store import (
     A2ATask,
@@ -64,7 +80,9 @@ from gateway.server.a2a.task_store.store import (
     TaskPage,
     page_size,
 )
+from gateway.server.a2a.task_view import list_answer, message_answer, send_answer, task_message
 from gateway.server.a2a.wire_errors import to_a2a_status
+from gateway.server.a2a.wire_parts import parts_json
 from gateway.server.received import MalformedRequest, edge_slot, peer_cert
 from gateway.telemetry import Telemetry
 from gateway.telemetry.tracing import mark_refused
@@ -106,6 +124,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         self._address = address
         self.runs = runs if runs is not None else BackgroundTasks(handler, tasks)
         """The background and streamed tasks this servicer started."""
+        self._follow_ups = FollowUps(handler, tasks, self.runs, self._admit)
 
     # --- the common path ------------------------------------------------------
 
@@ -206,10 +225,27 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         request: a2a_pb2.SendMessageRequest | MalformedRequest,
         context: aio.ServicerContext[Any, Any],
     ) -> a2a_pb2.SendMessageResponse:
+        if continues_task(request):
+            assert isinstance(request, a2a_pb2.SendMessageRequest)
+            run = await self._follow_ups.accept(request, context, "SendMessage")
+            if request.configuration.return_immediately:
+                return send_answer(run.task, _history_length(request))
+            return await self._settled_answer(run, request)
         admitted, submitted = await self._admit_message(request, context, "SendMessage")
-        if not isinstance(request, MalformedRequest) and request.configuration.return_immediately:
+        contract = admitted.admission.capability.contract
+        immediately = (
+            not isinstance(request, MalformedRequest)
+            and request.configuration.return_immediately
+            and not contract.gives.messages_only
+        )
+        if immediately:
             run = await self._start(submitted, admitted, "SendMessage")
-            return send_answer(run.task)
+            return send_answer(run.task, _history_length(request))
+        if contract.asks_input:  # it may wait for the caller: the run outlives this RPC
+            run = await self._start(
+                submitted, admitted, "SendMessage", quiet=contract.gives.messages
+            )
+            return await self._settled_answer(run, request)
         outcome: InvokeOutcome | None = None
         failure: GatewayError | None = None
         try:
@@ -226,8 +262,20 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             message="" if failure is None else failure.message,
             updated_ms=int(time.time() * 1000),
         )
+        if outcome is not None and is_message_reply(outcome.payload):
+            return message_answer(task)  # a Message answer: no task is kept
         self._tasks.put(task)
-        return send_answer(task)
+        return send_answer(task, _history_length(request))
+
+    async def _settled_answer(
+        self, run: BackgroundTask, request: a2a_pb2.SendMessageRequest | MalformedRequest
+    ) -> a2a_pb2.SendMessageResponse:
+        """A blocking send's answer: the task at its next interrupted or terminal state
+        (or the Message it was answered with). The run goes on if this RPC ends first."""
+        settled = await run.next_settled()
+        if run.message_only:
+            return message_answer(settled)
+        return send_answer(settled, _history_length(request))
 
     async def _admit_message(
         self,
@@ -242,21 +290,30 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         parsed = a2a_pb2.SendMessageRequest() if malformed else request
         assert isinstance(parsed, a2a_pb2.SendMessageRequest)
         task_id = str(uuid.uuid4())
+        context_id = parsed.message.context_id or str(uuid.uuid4())
         call = invoke_call(
             parsed,
             peer_cert_pem=peer_cert(context),
             deadline=deadline_from(context.time_remaining(), 0),
             task_id=task_id,
             default_capability=self._default_capability,
+            context_id=context_id,
         )
         if malformed:
             call = _with_problem(call, f"the request is not a valid {SERVICE_NAME} {operation}")
+        asked = _history_length(parsed)
+        if asked is not None and asked < 0:
+            call = _with_problem(call, _NEGATIVE_HISTORY)
         admitted = await self._handler.admit(call, edge_slot=edge_slot(context))
         now_ms = int(time.time() * 1000)
+        kept = b""
+        if admitted.admission.capability.contract.asks_input and admitted.call.message:
+            parts = parts_json(admitted.call.message.parts())
+            kept = history.appended(b"", "user", admitted.call.request_id, parts)
         task = A2ATask(
             task_id=task_id,
             owner=admitted.admission.peer_id,
-            context_id=parsed.message.context_id or str(uuid.uuid4()),
+            context_id=context_id,
             state=TaskOutcome.SUBMITTED,
             capability=call.capability,
             served_version=str(admitted.admission.capability.version),
@@ -267,13 +324,16 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             message="",
             created_ms=now_ms,
             updated_ms=now_ms,
+            history=kept,
         )
         return admitted, task
 
-    async def _start(self, task: A2ATask, admitted: AdmittedCall, operation: str) -> BackgroundTask:
+    async def _start(
+        self, task: A2ATask, admitted: AdmittedCall, operation: str, *, quiet: bool = False
+    ) -> BackgroundTask:
         """Start ``admitted`` in the background; a failure to start is audited and raised."""
         try:
-            return await self.runs.start(task, _unhurried(admitted))
+            return await self.runs.start(task, _unhurried(admitted), quiet=quiet)
         except GatewayError as err:  # nothing ran: one refusal record, as before dispatch
             raise await self._handler.refuse(
                 task.owner, err, f"A2A {operation}", task.task_id
@@ -284,17 +344,23 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
     async def SendStreamingMessage(
         self, request: a2a_pb2.SendMessageRequest, context: aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[a2a_pb2.StreamResponse]:
-        """SendMessage run in the background, streamed: the task, then its events."""
+        """SendMessage run in the background, streamed: the task, then its events, up to
+        its end or its next interrupted state (or the one Message it was answered with)."""
 
-        async def work() -> Listener:
+        async def work() -> AsyncIterator[a2a_pb2.StreamResponse]:
+            if continues_task(request):
+                run = await self._follow_ups.accept(request, context, "SendStreamingMessage")
+                return run.listen(until_waiting=True).events()  # no await since the hand-over
             admitted, submitted = await self._admit_message(
                 request, context, "SendStreamingMessage"
             )
-            run = await self._start(submitted, admitted, "SendStreamingMessage")
-            return run.listen()  # no await since start: every event is seen
+            quiet = admitted.admission.capability.contract.gives.messages
+            run = await self._start(submitted, admitted, "SendStreamingMessage", quiet=quiet)
+            events = run.listen(until_waiting=True).events()  # no await since start
+            return _message_or_task(events) if quiet else events
 
-        listener = await self._answer(context, "SendStreamingMessage", work())
-        async for event in listener.events():
+        events = await self._answer(context, "SendStreamingMessage", work())
+        async for event in events:
             yield event
 
     async def SubscribeToTask(
@@ -374,8 +440,13 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         async def work() -> a2a_pb2.Task:
             peer_id, _ = await self._admit_limited(request, context, "GetTask")
             stored = await self._owned(peer_id, request.id, "GetTask")
+            asked = _history_length(request)
+            if asked is not None and asked < 0:
+                raise await self._handler.refuse(
+                    peer_id, InvalidRequest(_NEGATIVE_HISTORY), "A2A GetTask", stored.task_id
+                )
             run = self.runs.running(stored.task_id)
-            return task_message(stored if run is None else run.task)
+            return task_message(stored if run is None else run.task, history_length=asked)
 
         return await self._answer(context, "GetTask", work())
 
@@ -408,7 +479,10 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
 
         async def work() -> a2a_pb2.ListTasksResponse:
             peer_id, _ = await self._admit_limited(request, context, "ListTasks")
+            history_length = _history_length(request)
             try:
+                if history_length is not None and history_length < 0:
+                    raise InvalidRequest(_NEGATIVE_HISTORY)
                 wanted = task_filter(request)
                 if wanted is None:  # a state no task here is ever in: an empty page
                     has_size = request.HasField("page_size")
@@ -419,7 +493,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             except GatewayError as err:
                 raise await self._handler.refuse(peer_id, err, "A2A ListTasks") from err
             include = request.include_artifacts if request.HasField("include_artifacts") else False
-            return list_answer(page, include_artifacts=include)
+            return list_answer(page, include_artifacts=include, history_length=history_length)
 
         return await self._answer(context, "ListTasks", work())
 
@@ -475,6 +549,36 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
 
 def _with_problem(call: InvokeCall, problem: str) -> InvokeCall:
     return call.with_problem(problem)
+
+
+_NEGATIVE_HISTORY = "history_length must not be negative"
+
+
+def _history_length(request: object) -> int | None:
+    """The ``history_length`` a request asks for (None: unset, the whole history)."""
+    if isinstance(request, a2a_pb2.SendMessageRequest):
+        configuration = request.configuration
+        return configuration.history_length if configuration.HasField("history_length") else None
+    if isinstance(request, a2a_pb2.GetTaskRequest | a2a_pb2.ListTasksRequest):
+        return request.history_length if request.HasField("history_length") else None
+    return None
+
+
+async def _message_or_task(
+    events: AsyncIterator[a2a_pb2.StreamResponse],
+) -> AsyncIterator[a2a_pb2.StreamResponse]:
+    """A quiet run's stream: the one Message, if the capability answered with it before
+    anything else, else the task (held until then) and every event after it."""
+    task = await anext(events)
+    following = await anext(events, None)
+    if following is not None and following.HasField("message"):
+        yield following
+        return
+    yield task
+    if following is not None:
+        yield following
+    async for event in events:
+        yield event
 
 
 def _unhurried(admitted: AdmittedCall) -> AdmittedCall:

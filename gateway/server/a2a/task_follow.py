@@ -39,9 +39,9 @@ from a2a.types import a2a_pb2
 
 from gateway.errors import AgentStopping, DeadlineExceeded, TaskNotFound
 from gateway.server.a2a.background_tasks import LEASE_RENEW_SECONDS, LEASE_SECONDS
-from gateway.server.a2a.messages import task_event
-from gateway.server.a2a.task_events import chunk_event, output_event, status_event
+from gateway.server.a2a.task_events import chunk_event, output_events, status_event
 from gateway.server.a2a.task_store.store import A2ATask, A2ATaskStore, TaskOutcome
+from gateway.server.a2a.task_view import task_event
 
 FIRST_POLL_SECONDS = 0.05
 MAX_POLL_SECONDS = 1.0
@@ -88,7 +88,8 @@ async def followed(
             raise TaskNotFound("task not found")
         if latest.state.finished:
             if latest.state is TaskOutcome.COMPLETED:
-                yield output_event(latest)
+                for event in output_events(latest):
+                    yield event
             yield status_event(latest)
             return
         changed = False

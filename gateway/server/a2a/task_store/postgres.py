@@ -35,7 +35,7 @@ _log = logging.getLogger(__name__)
 
 _INSERT = (
     f"INSERT INTO a2a_tasks (agent_id, {TASK_COLUMNS}) VALUES "
-    "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    f"({', '.join(['%s'] * (1 + len(TASK_COLUMNS.split(', '))))})"
 )
 
 

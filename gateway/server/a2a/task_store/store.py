@@ -59,11 +59,13 @@ CHUNKS_PER_STATEMENT = 200
 
 TASK_COLUMNS = (
     "task_id, owner, context_id, state, capability, served_version, output, "
-    "evidence_sha256, replayed, reason, message, created_ms, updated_ms"
+    "evidence_sha256, replayed, reason, message, created_ms, updated_ms, status_json, history"
 )
 """The task columns of ``a2a_tasks`` in ``A2ATask`` field order (both stores)."""
-UNFINISHED = ("submitted", "working")
+UNFINISHED = ("submitted", "working", "input-required", "auth-required")
 """The states of a task that has not ended (``TaskOutcome`` values)."""
+WAITING = ("input-required", "auth-required")
+"""The states of a task that waits for its caller's next message (``TaskOutcome`` values)."""
 
 
 Scope = tuple[list[str], list[Any]]
@@ -78,11 +80,18 @@ class TaskOutcome(StrEnum):
     CANCELED = "canceled"
     SUBMITTED = "submitted"
     WORKING = "working"
+    INPUT_REQUIRED = "input-required"
+    AUTH_REQUIRED = "auth-required"
 
     @property
     def finished(self) -> bool:
         """True once the task has ended (it never changes again)."""
         return self.value not in UNFINISHED
+
+    @property
+    def waiting(self) -> bool:
+        """True while the task waits for its caller (``ctx.ask_input``): an interrupted state."""
+        return self.value in WAITING
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +113,14 @@ class A2ATask:
             its latest progress text (``ctx.report_progress``).
         created_ms: Unix ms when the message arrived.
         updated_ms: Unix ms of its latest change (when it ended, once it has).
+        status_json: The status message when it is more than ``message``'s text
+            (a ``ctx.ask_input`` prompt, a reply's message): canonical JSON
+            ``{"message_id", "parts"}`` (:mod:`capabilities.replies` part forms);
+            empty otherwise.
+        history: The task's messages, oldest first, for a capability that asks
+            for input (canonical JSON list of ``{"role", "message_id", "parts"}``,
+            bounded: ``gateway.server.a2a.history``); empty for other tasks,
+            whose input is not kept.
     """
 
     task_id: str
@@ -119,6 +136,8 @@ class A2ATask:
     message: str
     created_ms: int
     updated_ms: int
+    status_json: bytes = b""
+    history: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,6 +309,22 @@ class A2ATaskStore(ABC):
             (*self._key(), *task_row(task), process_id, lease_ms),
         )
         return bool(rows)
+
+    async def forget(self, owner: str, task_id: str) -> None:
+        """Delete ``owner``'s task ``task_id`` and its chunks (a call answered with a Message
+        keeps no task).
+
+        Raises:
+            StateUnavailable: the store could not be written.
+        """
+        await self.flush()
+        where, params = self._scope(owner)
+        await self._query(
+            f"DELETE FROM a2a_tasks WHERE {' AND '.join(where)} AND task_id = {self._mark} "
+            "RETURNING task_id",
+            (*params, task_id),
+        )
+        await self.drop_chunks(task_id)
 
     async def renew_leases(self, process_id: str, lease_ms: int) -> None:
         """Extend the lease of every unfinished task process ``process_id`` runs to ``lease_ms``."""
@@ -494,6 +529,8 @@ def task_row(task: A2ATask) -> tuple[object, ...]:
         task.message,
         task.created_ms,
         task.updated_ms,
+        task.status_json,
+        task.history,
     )
 
 
@@ -513,4 +550,6 @@ def task_from_row(row: tuple[Any, ...]) -> A2ATask:
         message=row[10],
         created_ms=row[11],
         updated_ms=row[12],
+        status_json=bytes(row[13] or b""),
+        history=bytes(row[14] or b""),
     )
