@@ -185,12 +185,13 @@ class BackgroundTasks:
 
     def _change(self, run: BackgroundTask, task: A2ATask) -> None:
         """A running task's new state: published now, saved in the background (an
-        interrupted one also answers the blocking sends waiting for it)."""
+        interrupted one at once, and once saved it answers the blocking sends waiting
+        for it: a GetTask or ListTasks after that answer finds it so, on any process)."""
         run.task = task
         run.publish(status_event(task))
-        self._save_latest(run)
         if task.state.waiting:
-            run.settle(task)
+            run.save_now.set()
+        self._save_latest(run)
 
     def _save_latest(self, run: BackgroundTask) -> None:
         """Save ``run.task`` as it is (state, latest progress text) for other processes,
@@ -211,12 +212,17 @@ class BackgroundTasks:
         try:
             while not run.task.state.finished:
                 run.save_wanted = False
-                started = time.monotonic()
+                run.save_now.clear()
+                started, snapshot = time.monotonic(), run.task
                 await self._keep_chunks(run)  # first: a follower that sees the row has them
-                await self._save_quietly(run.task)
+                await self._save_quietly(snapshot)
+                if snapshot.state.waiting:
+                    run.settle(snapshot)
                 if not run.save_wanted:
                     return
-                await asyncio.sleep(max(0.0, started + PROGRESS_SAVE_SECONDS - time.monotonic()))
+                pause = max(0.0, started + PROGRESS_SAVE_SECONDS - time.monotonic())
+                with contextlib.suppress(TimeoutError):  # a question is saved at once
+                    await asyncio.wait_for(run.save_now.wait(), pause)
         finally:
             run.saving = False
 
@@ -271,12 +277,12 @@ class BackgroundTasks:
             final = final_message_json(ended)
             if final is not None:
                 ended = replace(ended, history=history.appended(ended.history, "agent", *final))
+        run.announce()  # a quiet run that did nothing visible: WORKING, then its end
         run.task = ended
         if await self._save_end(ended) and run.chunks_kept:
             # The output holds them all; prune drops them otherwise.
             with contextlib.suppress(StateUnavailable):
                 await self._store.drop_chunks(ended.task_id)
-        run.announce()
         if completed:
             for event in output_events(ended):
                 run.publish(event)

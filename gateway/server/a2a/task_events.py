@@ -116,6 +116,7 @@ class BackgroundTask:
         chunks_kept: How many chunks are kept (the next one's number).
         changed: Called with the task's new state (the runner publishes and saves it).
         waiting: The question the capability waits on an answer to (``ctx.ask_input``).
+        save_now: Set when a change must be saved without the usual pause (a question).
         unannounced: A quiet run whose WORKING state is not published yet.
         settles: Waiters for the next interrupted or terminal state (blocking sends).
         message_only: The run ended with a Message nobody saw a task before: the
@@ -138,6 +139,7 @@ class BackgroundTask:
     chunks_kept: int = 0
     changed: Callable[[A2ATask], None] | None = None
     waiting: Question | None = None
+    save_now: asyncio.Event = field(default_factory=asyncio.Event)
     unannounced: bool = False
     settles: list[asyncio.Future[A2ATask]] = field(default_factory=list)
     message_only: bool = False
