@@ -29,6 +29,19 @@ class PeerCall(Protocol):
     ) -> Any: ...
 
 
+class MessageView(Protocol):
+    """The A2A message a call came in, as a capability may read it (``ctx.parts``)."""
+
+    @property
+    def context_id(self) -> str:
+        """The conversation the message belongs to."""
+        ...
+
+    def parts(self) -> tuple[Part, ...]:
+        """Every part, typed (built when first asked for)."""
+        ...
+
+
 class CallEvents(Protocol):
     """Where a capability's progress reports and output chunks go (a streamed A2A task).
 
@@ -69,10 +82,8 @@ class CallContext:
             agent offers no outbound calls).
         events: Where :meth:`report_progress` and :meth:`emit_chunk` go (None:
             nobody watches this call, and both do nothing), and :meth:`ask_input`.
-        context_id: The A2A context the call belongs to ("" for Invoke). Chosen
-            by the caller (or for it): key anything you keep per conversation by
-            ``(peer_id, context_id)``, since another caller may use the same text.
-        parts: Every part of the A2A message (empty for Invoke), file bytes included.
+        message: The A2A message the call came in (None for Invoke); read it
+            through :attr:`parts` and :attr:`context_id`.
     """
 
     peer_id: Final[str]
@@ -83,8 +94,7 @@ class CallContext:
     idempotency_key: Final[str]
     call_peer: Final[PeerCall | None]
     events: Final[CallEvents | None]
-    context_id: Final[str]
-    parts: Final[tuple[Part, ...]]
+    message: Final[MessageView | None]
 
     def __init__(
         self,
@@ -96,8 +106,7 @@ class CallContext:
         idempotency_key: str = "",
         call_peer: PeerCall | None = None,
         events: CallEvents | None = None,
-        context_id: str = "",
-        parts: tuple[Part, ...] = (),
+        message: MessageView | None = None,
     ) -> None:
         self.peer_id = peer_id
         self.request_id = request_id
@@ -107,13 +116,24 @@ class CallContext:
         self.idempotency_key = idempotency_key
         self.call_peer = call_peer
         self.events = events
-        self.context_id = context_id
-        self.parts = parts
+        self.message = message
 
     @property
     def message_id(self) -> str:
         """The id of the message that started the call (its request id)."""
         return self.request_id
+
+    @property
+    def context_id(self) -> str:
+        """The A2A context the call belongs to ("" for Invoke). Chosen by the caller (or
+        for it): key anything kept per conversation by ``(peer_id, context_id)``, since
+        another caller may use the same text."""
+        return "" if self.message is None else self.message.context_id
+
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        """Every part of the A2A message, typed, file bytes included (none for Invoke)."""
+        return () if self.message is None else self.message.parts()
 
     async def report_progress(self, text: str) -> None:
         """Tell a watching caller how the work goes (a status update of its task).

@@ -526,8 +526,7 @@ class InvokeHandler:
                 else self._bind_peer_call(call.deadline, call.task_id, call.step_id)
             ),
             events=events,
-            context_id="" if call.message is None else call.message.context_id,
-            parts=() if call.message is None else call.message.parts(),
+            message=call.message,
         )
 
     async def _execute(

@@ -159,8 +159,11 @@ def _check_envelope(request: a2a_pb2.SendMessageRequest, follow_up: FollowUp | N
         raise _Problem(CONTEXT_ID_RULE)
     if follow_up is not None and message.context_id not in ("", follow_up.context_id):
         raise _Problem("context_id differs from the task's; send the task's or none")
-    if request.configuration.HasField("task_push_notification_config"):
+    configuration = request.configuration
+    if configuration.HasField("task_push_notification_config"):
         raise _Problem("push notifications are not supported by this agent")
+    if configuration.HasField("history_length") and configuration.history_length < 0:
+        raise _Problem("history_length must not be negative")
     keys = len(request.metadata.fields) + len(message.metadata.fields)
     if keys > MAX_METADATA_KEYS:
         raise _Problem(f"metadata holds {keys} keys; at most {MAX_METADATA_KEYS} are read")

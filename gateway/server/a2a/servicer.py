@@ -301,9 +301,6 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         )
         if malformed:
             call = _with_problem(call, f"the request is not a valid {SERVICE_NAME} {operation}")
-        asked = _history_length(parsed)
-        if asked is not None and asked < 0:
-            call = _with_problem(call, _NEGATIVE_HISTORY)
         admitted = await self._handler.admit(call, edge_slot=edge_slot(context))
         now_ms = int(time.time() * 1000)
         kept = b""

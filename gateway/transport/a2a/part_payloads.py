@@ -90,7 +90,7 @@ class MessageParts:
             content is validated against (None: the chosen version's input model).
     """
 
-    __slots__ = ("_data", "_parts", "_payload", "answers", "context_id", "size")
+    __slots__ = ("_data", "_parts", "_payload", "_typed_parts", "answers", "context_id", "size")
 
     def __init__(
         self,
@@ -104,6 +104,7 @@ class MessageParts:
         self.size = sum(_measured(part) for part in parts)
         self._data: dict[int, Any] = {}  # part index -> its JSON, once decoded
         self._payload = -1  # the index of the data part that became the input
+        self._typed_parts: tuple[Part, ...] | None = None
 
     def check_parts(self, accepts: Accepts, input_model: type[BaseModel]) -> None:
         """Refuse a message the contract does not take (nothing decoded yet).
@@ -116,20 +117,22 @@ class MessageParts:
                 ``{"text": ...}`` input (named as before this check existed).
         """
         parts = self._parts
+        if len(parts) == 1 and accepts.data:  # the common message: one plain data part
+            only = parts[0]
+            if only.WhichOneof("content") == "data" and not (only.media_type or only.filename):
+                return
         if len(parts) > accepts.max_parts:
             raise InvalidRequest(
                 f"the message has {len(parts)} parts; this capability takes at most "
                 f"{accepts.max_parts}"
             )
-        text_ok = accepts.text or _input_fields(input_model) == _TEXT_INPUT
-        has_data = lone_json(parts) or any(part.WhichOneof("content") == "data" for part in parts)
         for part in parts:
             _check_form(part)
             kind = part.WhichOneof("content")
             if (kind == "data" or lone_json(parts)) and not accepts.data:
                 raise _unsupported("data parts", accepts)
-            if kind == "text" and not text_ok:
-                if has_data:
+            if kind == "text" and not (accepts.text or _input_fields(input_model) == _TEXT_INPUT):
+                if lone_json(parts) or any(p.WhichOneof("content") == "data" for p in parts):
                     raise _unsupported("text parts", accepts)
                 raise _text_refusal(input_model)
             if kind == "url" and not accepts.urls:
@@ -171,8 +174,11 @@ class MessageParts:
         return canonical_json(payload, allow_nan=False)
 
     def parts(self) -> tuple[Part, ...]:
-        """Every part, typed (after :meth:`check_parts` and :meth:`decode` passed)."""
-        return tuple(self._typed(index, part) for index, part in enumerate(self._parts))
+        """Every part, typed (after :meth:`check_parts` and :meth:`decode` passed), built
+        when first asked for."""
+        if self._typed_parts is None:
+            self._typed_parts = tuple(self._typed(n, part) for n, part in enumerate(self._parts))
+        return self._typed_parts
 
     def _typed(self, index: int, part: WirePart) -> Part:
         kind = part.WhichOneof("content")

@@ -320,6 +320,11 @@ async def test_a_send_can_ask_for_no_history(alice: Agent, bob: A2APeer) -> None
     quiet.configuration.history_length = 0
     done = await bob.send(quiet)
     assert done.status.state == a2a_pb2.TASK_STATE_COMPLETED and len(done.history) == 0
+    negative = message("chat.loop", text="x")
+    negative.configuration.history_length = -1
+    with pytest.raises(a2a_errors.InvalidRequestError) as info:
+        await bob.send(negative)
+    assert "history_length must not be negative" in str(info.value)
 
 
 async def test_a_context_is_the_callers_own(pki: Pki, alice: Agent, bob: A2APeer) -> None:
