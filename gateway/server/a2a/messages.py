@@ -99,11 +99,7 @@ def invoke_call(
     message = request.message
     capability = constraint = idempotency_key = problem = ""
     payload = b""
-    parts = MessageParts(
-        message.parts,
-        follow_up.context_id if follow_up is not None else context_id,
-        follow_up.answers if follow_up is not None else None,
-    )
+    parts: MessageParts | None = None
     try:
         _check_envelope(request, follow_up)
         _check_gateway_metadata(message)
@@ -120,7 +116,12 @@ def invoke_call(
             raise _Problem("the message has no parts")
         if lone_json(message.parts):
             payload = bytes(message.parts[0].raw)
-    except _Problem as err:
+        parts = MessageParts(
+            message.parts,
+            follow_up.context_id if follow_up is not None else context_id,
+            follow_up.answers if follow_up is not None else None,
+        )
+    except _Problem as err:  # nothing of the parts is measured: refused before the cap
         problem = str(err)
     return InvokeCall(
         peer_cert_pem=peer_cert_pem,
