@@ -39,6 +39,7 @@ CAPABILITIES = [
     "ask.undeclared",
     "chunks.text",
     "trip.write",
+    "ask.local",
 ]
 
 
@@ -231,7 +232,17 @@ class Conversations:
             await ctx.emit_chunk({"n": 3})
             return TaskReply()
 
+        class Local(ContractModel):  # no module names it: only this process can check it
+            yes: bool
+
+        @capability("ask.local", "1.0.0", risk="read", timeout=30.0, asks_input=True)
+        async def ask_local(inp: AnyObject, ctx: CallContext) -> AnyObject:
+            """Ask with a schema only this process can name."""
+            await ctx.ask_input("sure?", schema=Local)
+            return AnyObject()
+
         return [
+            ask_local,
             book,
             write,
             loop,

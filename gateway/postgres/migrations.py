@@ -177,6 +177,11 @@ _V8 = (
     "'auth-required'))",
     "ALTER TABLE a2a_tasks ADD COLUMN status_json BYTEA NOT NULL DEFAULT ''::bytea",
     "ALTER TABLE a2a_tasks ADD COLUMN history BYTEA NOT NULL DEFAULT ''::bytea",
+    "ALTER TABLE a2a_tasks ADD COLUMN asked_schema TEXT NOT NULL DEFAULT ''",
+    "CREATE TABLE a2a_task_inputs (agent_id TEXT NOT NULL, task_id TEXT NOT NULL, "
+    "owner TEXT NOT NULL, message_id TEXT NOT NULL, state TEXT NOT NULL, "
+    "input BYTEA NOT NULL, parts BYTEA NOT NULL, created_ms BIGINT NOT NULL, "
+    "PRIMARY KEY (agent_id, task_id, message_id))",
     "DROP INDEX IF EXISTS a2a_tasks_unfinished",
     f"CREATE INDEX a2a_tasks_open ON a2a_tasks (agent_id, lease_ms) WHERE state IN {_OPEN_STATES}",
 )
@@ -194,7 +199,12 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "a failed plan step's 'may have written' as a column of its own", _V5),
     Migration(6, "A2A background tasks: unfinished states, runner, lease, cancel requests", _V6),
     Migration(7, "output chunks of running A2A tasks, for followers in other processes", _V7),
-    Migration(8, "A2A conversations: waiting states, status messages with parts, history", _V8),
+    Migration(
+        8,
+        "A2A conversations: waiting states, status messages with parts, history, answers left "
+        "for the process running a task",
+        _V8,
+    ),
 )
 """Every schema version in order; append, never edit a released one."""
 

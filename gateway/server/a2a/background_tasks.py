@@ -53,6 +53,7 @@ from gateway.errors import (
 )
 from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler, InvokeOutcome
 from gateway.server.a2a import history
+from gateway.server.a2a.left_answers import take_left_answers
 from gateway.server.a2a.task_events import BackgroundTask, RunEvents, output_events, status_event
 from gateway.server.a2a.task_store.store import A2ATask, A2ATaskStore, TaskOutcome
 from gateway.server.a2a.task_view import final_message_json, message_event
@@ -118,6 +119,15 @@ class BackgroundTasks:
 
     def __len__(self) -> int:
         return len(self._runs)
+
+    @property
+    def shared(self) -> bool:
+        """Other processes of this agent use the same task store (workers, replicas)."""
+        return self._shared
+
+    def waiting(self) -> bool:
+        """Some task this process runs waits for its caller's answer."""
+        return any(run.waiting is not None for run in self._runs.values())
 
     async def start(
         self, task: A2ATask, admitted: AdmittedCall, *, quiet: bool = False
@@ -344,12 +354,15 @@ class BackgroundTasks:
         """Renew leases, end orphans, retry unsaved ends and prune, in the background.
 
         With a shared store, also carry out the cancel requests other processes
-        of this agent recorded for the tasks running here (every second).
+        of this agent recorded for the tasks running here (every second), and
+        take the answers they admitted for its waiting tasks (``left_answers``).
         """
         loop = asyncio.get_running_loop()
         self._upkeep = [loop.create_task(self._keep_up())]
         if self._shared:
             self._upkeep.append(loop.create_task(self._watch_cancel_requests()))
+            answers = take_left_answers(self, self._store, self._handler)
+            self._upkeep.append(loop.create_task(answers))
 
     async def cancel_elsewhere(self, task: A2ATask, canceller: str) -> A2ATask:
         """Cancel ``task``, run by another process of this agent (a shared store).
@@ -483,6 +496,7 @@ def _completed(task: A2ATask, outcome: InvokeOutcome) -> A2ATask:
         reason="OK",
         message="",
         status_json=b"",
+        asked_schema="",
         updated_ms=int(time.time() * 1000),
     )
 
@@ -494,5 +508,6 @@ def _failed(task: A2ATask, state: TaskOutcome, err: GatewayError) -> A2ATask:
         reason=err.reason,
         message=err.remote_message,  # the task is the caller's: no internals
         status_json=b"",  # a question it may have shown is not its end
+        asked_schema="",
         updated_ms=int(time.time() * 1000),
     )

@@ -59,7 +59,7 @@ from gateway.inbound.pipeline import InFlight
 from gateway.server.a2a import history
 from gateway.server.a2a.background_tasks import BackgroundTasks
 from gateway.server.a2a.card import CardIssuer, extended_card
-from gateway.server.a2a.conversations import FollowUps, continues_task
+from gateway.server.a2a.conversations import Elsewhere, FollowUps, continues_task
 from gateway.server.a2a.messages import invoke_call
 from gateway.server.a2a.request_checks import (
     SERVICE_NAME,
@@ -227,10 +227,16 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
     ) -> a2a_pb2.SendMessageResponse:
         if continues_task(request):
             assert isinstance(request, a2a_pb2.SendMessageRequest)
-            run = await self._follow_ups.accept(request, context, "SendMessage")
-            if request.configuration.return_immediately:
-                return send_answer(run.task, _history_length(request))
-            return await self._settled_answer(run, request)
+            continued = await self._follow_ups.accept(request, context, "SendMessage")
+            immediately = request.configuration.return_immediately
+            if isinstance(continued, Elsewhere):  # followed through the store
+                asked = continued.asked
+                deadline = follow_deadline(asked, self._timeout_of(asked))
+                latest = await self._follow_ups.after(asked, deadline, settled=not immediately)
+                return send_answer(latest, _history_length(request))
+            if immediately:
+                return send_answer(continued.task, _history_length(request))
+            return await self._settled_answer(continued, request)
         admitted, submitted = await self._admit_message(request, context, "SendMessage")
         contract = admitted.admission.capability.contract
         immediately = (
@@ -346,8 +352,14 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
 
         async def work() -> AsyncIterator[a2a_pb2.StreamResponse]:
             if continues_task(request):
-                run = await self._follow_ups.accept(request, context, "SendStreamingMessage")
-                return run.listen(until_waiting=True).events()  # no await since the hand-over
+                continued = await self._follow_ups.accept(request, context, "SendStreamingMessage")
+                if isinstance(continued, Elsewhere):  # followed through the store
+                    asked = continued.asked
+                    deadline = follow_deadline(asked, self._timeout_of(asked))
+                    latest = await self._follow_ups.after(asked, deadline, settled=False)
+                    stopping = self.runs.stopping
+                    return followed(self._tasks, latest, deadline, stopping, until_waiting=True)
+                return continued.listen(until_waiting=True).events()  # no await since hand-over
             admitted, submitted = await self._admit_message(
                 request, context, "SendStreamingMessage"
             )

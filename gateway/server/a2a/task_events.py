@@ -36,6 +36,7 @@ from capabilities.parts import Answer, Part, TextPart
 from gateway.errors import GatewayError, OutputChunksTooLarge
 from gateway.inbound.invoke_handler import AdmittedCall
 from gateway.server.a2a import history
+from gateway.server.a2a.schema_names import name_of
 from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome
 from gateway.server.a2a.task_view import (
     WAITING_WIRE_STATES,
@@ -203,16 +204,17 @@ class BackgroundTask:
         question.claimed = True
         return True
 
-    def answer(self, question: Question, admitted: AdmittedCall) -> None:
-        """Give the capability waiting on the claimed ``question`` the follow-up ``admitted``
-        (nothing if it stopped waiting meanwhile: cancelled, timed out)."""
+    def answer(
+        self, question: Question, payload: BaseModel, message_id: str, parts: tuple[Part, ...]
+    ) -> None:
+        """Give the capability waiting on the claimed ``question`` its answer: the message
+        ``message_id`` of ``parts``, whose content validated as ``payload`` (nothing if the
+        capability stopped waiting meanwhile: cancelled, timed out)."""
         if self.waiting is not question or question.reply.done() or self.task.state.finished:
             return
-        call = admitted.call
-        parts = () if call.message is None else call.message.parts()
         kept = self.task.history
         if self.contract_asks:
-            kept = history.appended(kept, "user", call.request_id, parts_json(parts))
+            kept = history.appended(kept, "user", message_id, parts_json(parts))
         self.waiting = None
         if self.changed is not None:
             self.changed(
@@ -222,10 +224,11 @@ class BackgroundTask:
                     message="",
                     status_json=b"",
                     history=kept,
+                    asked_schema="",
                     updated_ms=int(time.time() * 1000),
                 )
             )
-        answer = admitted.payload if question.schema is not None else Answer(call.request_id, parts)
+        answer = payload if question.schema is not None else Answer(message_id, parts)
         question.reply.set_result(answer)
 
 
@@ -286,6 +289,7 @@ class RunEvents:
                     message=text[:MAX_PROGRESS_CHARS],
                     status_json=canonical_json({"message_id": message_id, "parts": prompt_json}),
                     history=history.appended(run.task.history, "agent", message_id, prompt_json),
+                    asked_schema=name_of(schema),
                     updated_ms=int(time.time() * 1000),
                 )
             )

@@ -61,9 +61,16 @@ def follow_deadline(task: A2ATask, timeout_seconds: float) -> float:
 
 
 async def followed(
-    store: A2ATaskStore, task: A2ATask, deadline: float, stopping: asyncio.Event
+    store: A2ATaskStore,
+    task: A2ATask,
+    deadline: float,
+    stopping: asyncio.Event,
+    *,
+    until_waiting: bool = False,
 ) -> AsyncIterator[a2a_pb2.StreamResponse]:
-    """``task`` as it is, then its changes as the store shows them; the last event terminal.
+    """``task`` as it is, then its changes as the store shows them; the last event terminal
+    (``until_waiting``: or the first in which it waits for its caller, as a
+    SendStreamingMessage's stream ends there).
 
     Raises:
         DeadlineExceeded: ``deadline`` (epoch seconds) passed with the task unfinished.
@@ -72,6 +79,8 @@ async def followed(
         TaskNotFound: the row is gone (it cannot be, unfinished, unless deleted by hand).
     """
     yield task_event(task)
+    if until_waiting and task.state.waiting:
+        return
     seen, said = task.state, task.message
     chunks = await store.chunk_count(task.owner, task.task_id)  # those after this moment
     pause = FIRST_POLL_SECONDS
@@ -97,6 +106,8 @@ async def followed(
             seen, said = latest.state, latest.message
             changed = True
             yield status_event(latest)
+            if until_waiting and latest.state.waiting:
+                return
         for chunk in await store.chunks_from(task.owner, task.task_id, chunks):
             changed = True
             yield chunk_event(latest, json.loads(chunk), first=chunks == 0)

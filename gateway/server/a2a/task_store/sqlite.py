@@ -31,10 +31,14 @@ _SCHEMA = (
     "reason TEXT NOT NULL, message TEXT NOT NULL, created_ms INTEGER NOT NULL, "
     "updated_ms INTEGER NOT NULL, runner TEXT NOT NULL DEFAULT '', "
     "lease_ms INTEGER NOT NULL DEFAULT 0, cancel_by TEXT NOT NULL DEFAULT '', "
-    "status_json BLOB NOT NULL DEFAULT x'', history BLOB NOT NULL DEFAULT x'')",
+    "status_json BLOB NOT NULL DEFAULT x'', history BLOB NOT NULL DEFAULT x'', "
+    "asked_schema TEXT NOT NULL DEFAULT '')",
     "CREATE INDEX IF NOT EXISTS a2a_tasks_owner ON a2a_tasks (owner, seq)",
     "CREATE TABLE IF NOT EXISTS a2a_task_chunks (task_id TEXT NOT NULL, owner TEXT NOT NULL, "
     "n INTEGER NOT NULL, chunk BLOB NOT NULL, PRIMARY KEY (task_id, n))",
+    "CREATE TABLE IF NOT EXISTS a2a_task_inputs (task_id TEXT NOT NULL, owner TEXT NOT NULL, "
+    "message_id TEXT NOT NULL, state TEXT NOT NULL, input BLOB NOT NULL, parts BLOB NOT NULL, "
+    "created_ms INTEGER NOT NULL, PRIMARY KEY (task_id, message_id))",
 )
 _UNFINISHED_INDEX = (
     "DROP INDEX IF EXISTS a2a_tasks_unfinished",  # before input-required: two states only
@@ -48,6 +52,7 @@ _ADDED_COLUMNS = (
     ("cancel_by", "TEXT NOT NULL DEFAULT ''"),
     ("status_json", "BLOB NOT NULL DEFAULT x''"),
     ("history", "BLOB NOT NULL DEFAULT x''"),
+    ("asked_schema", "TEXT NOT NULL DEFAULT ''"),
 )
 """Columns added since the first release: background tasks, then conversations
 (older files get them when opened)."""

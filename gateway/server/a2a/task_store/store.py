@@ -47,6 +47,7 @@ from typing import Any, ClassVar
 
 from gateway.errors import InvalidRequest
 from gateway.inbound.call import REQUEST_ID
+from gateway.server.a2a.task_store.inputs import TaskInputs
 
 _log = logging.getLogger(__name__)
 
@@ -59,7 +60,8 @@ CHUNKS_PER_STATEMENT = 200
 
 TASK_COLUMNS = (
     "task_id, owner, context_id, state, capability, served_version, output, "
-    "evidence_sha256, replayed, reason, message, created_ms, updated_ms, status_json, history"
+    "evidence_sha256, replayed, reason, message, created_ms, updated_ms, status_json, history, "
+    "asked_schema"
 )
 """The task columns of ``a2a_tasks`` in ``A2ATask`` field order (both stores)."""
 UNFINISHED = ("submitted", "working", "input-required", "auth-required")
@@ -121,6 +123,9 @@ class A2ATask:
             for input (canonical JSON list of ``{"role", "message_id", "parts"}``,
             bounded: ``gateway.server.a2a.history``); empty for other tasks,
             whose input is not kept.
+        asked_schema: While it waits: ``module:qualname`` of the model its answer
+            is validated against ("" for none: any message; ``?`` for a model
+            no other process can name), so another process can admit an answer.
     """
 
     task_id: str
@@ -138,6 +143,7 @@ class A2ATask:
     updated_ms: int
     status_json: bytes = b""
     history: bytes = b""
+    asked_schema: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +168,7 @@ class TaskPage:
     """The page size used (the one asked for, clamped), however many tasks the page holds."""
 
 
-class A2ATaskStore(ABC):
+class A2ATaskStore(TaskInputs, ABC):
     """Finished (and background) A2A tasks; safe to share between threads.
 
     The interface of every backend and the statements they share
@@ -382,7 +388,8 @@ class A2ATaskStore(ABC):
 
     async def prune(self, before_ms: int) -> int:
         """Delete the finished tasks that last changed before ``before_ms``, and the chunks
-        of every task that is not running (ended, or gone); returns how many tasks."""
+        and left answers of every task that is not running (ended, or gone); returns how
+        many tasks."""
         await self.flush()
         mark = self._mark
         rows = await self._query(
@@ -390,12 +397,13 @@ class A2ATaskStore(ABC):
             f"AND updated_ms < {mark} RETURNING task_id",
             (*self._key(), before_ms),
         )
-        await self._query(
-            f"DELETE FROM a2a_task_chunks WHERE {self._key_where()}task_id NOT IN "
-            f"(SELECT task_id FROM a2a_tasks WHERE {self._key_where()}state IN {UNFINISHED!r}) "
-            "RETURNING n",
-            (*self._key(), *self._key()),
-        )
+        for table, column in (("a2a_task_chunks", "n"), ("a2a_task_inputs", "message_id")):
+            await self._query(  # kept only while their task runs
+                f"DELETE FROM {table} WHERE {self._key_where()}task_id NOT IN "
+                f"(SELECT task_id FROM a2a_tasks WHERE {self._key_where()}state IN "
+                f"{UNFINISHED!r}) RETURNING {column}",
+                (*self._key(), *self._key()),
+            )
         return len(rows)
 
     async def add_chunks(
@@ -531,6 +539,7 @@ def task_row(task: A2ATask) -> tuple[object, ...]:
         task.updated_ms,
         task.status_json,
         task.history,
+        task.asked_schema,
     )
 
 
@@ -552,4 +561,5 @@ def task_from_row(row: tuple[Any, ...]) -> A2ATask:
         updated_ms=row[12],
         status_json=bytes(row[13] or b""),
         history=bytes(row[14] or b""),
+        asked_schema=str(row[15] or ""),
     )
