@@ -38,8 +38,7 @@ process is counted (every thread), so ``gateway - raw`` over gRPC is the
 server-side work the gateway adds per call (same client, same transport), and
 ``refused - raw_refused`` what it adds to a refusal.
 Each part is read with ``callgrind_annotate --inclusive=yes``; the report
-lists the top inclusive C functions of the gRPC gateway phase and, when the
-compiled hot path is in use, its functions (``CPyDef_*``, mypyc).
+lists the top inclusive C functions of the gRPC gateway and handler phases.
 """
 
 from __future__ import annotations
@@ -357,7 +356,6 @@ def report(counts: dict[str, PhaseCount], args: argparse.Namespace) -> dict[str,
         "payload_bytes": args.payload_bytes,
         "calls_per_phase": args.calls,
         "in_flight": args.in_flight,
-        "hot_path": hot_path_name(),
         "instructions_per_call": per,
         "gateway_added_per_call": gateway - raw,
         "refused_added_per_call": refused - raw_refused,
@@ -366,21 +364,12 @@ def report(counts: dict[str, PhaseCount], args: argparse.Namespace) -> dict[str,
     }
 
 
-def hot_path_name() -> str:
-    """Which per-call path this interpreter imports (see :mod:`gateway.hotpath`)."""
-    try:
-        from gateway.hotpath import ACTIVE
-    except ImportError:
-        return "pure Python"
-    return ACTIVE
-
-
 def print_report(counts: dict[str, PhaseCount], figures: dict[str, object]) -> None:
     """The human-readable report."""
     print(
         f"Instructions per call (callgrind, whole process, every thread): payload "
         f"{figures['payload_bytes']} B, {figures['calls_per_phase']} calls per phase, "
-        f"{figures['in_flight']} in flight; hot path: {figures['hot_path']}\n"
+        f"{figures['in_flight']} in flight\n"
     )
     print(f"{'phase':<22}{'instr/call':>14}")
     for name, count in counts.items():
@@ -402,21 +391,16 @@ def print_report(counts: dict[str, PhaseCount], figures: dict[str, object]) -> N
         print(f"top inclusive functions of libraries and extensions, phase {name} (per call):")
         for value, function in library_functions(count.functions)[:TOP_FUNCTIONS]:
             print(f"  {value / count.calls:>12,.0f}  {short(function)}")
-        ours = [(v, f) for v, f in count.functions if "CPyDef_" in f][:TOP_FUNCTIONS]
-        if ours:
-            print(f"  compiled hot path (mypyc), inclusive, phase {name}:")
-            for value, function in ours:
-                print(f"  {value / count.calls:>12,.0f}  {short(function)}")
         print()
 
 
 _LIBRARY = re.compile(
-    r"libcrypto|libssl|sqlite|cygrpc|pydantic_core|_hashlib|_json|__mypyc|_upb|_cffi|_rust|psycopg"
+    r"libcrypto|libssl|sqlite|cygrpc|pydantic_core|_hashlib|_json|_upb|_cffi|_rust|psycopg"
 )
 
 
 def library_functions(functions: list[tuple[int, str]]) -> list[tuple[int, str]]:
-    """The functions of OpenSSL, SQLite, gRPC core, pydantic-core, protobuf, our compiled code.
+    """The functions of OpenSSL, SQLite, gRPC core, pydantic-core, protobuf and the like.
 
     Python code runs inside the interpreter's eval loop, which callgrind sees
     as one recursive C function; the libraries it calls are where named costs

@@ -66,7 +66,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from gateway.audit import query_records
 from gateway.audit.record import checked_fields
-from gateway.audit.store.sqlite_append import SqliteChainWriter
+from gateway.audit.store.sqlite import SqliteChainWriter
 from gateway.config import AgentConfig, MetricsSettings, TracingSettings
 from gateway.devtools.pki import init_ca, issue
 from gateway.errors import CapabilityNotGranted

@@ -118,21 +118,14 @@ def report(
             "refused_records_per_commit": round(per_batch[("refused", in_flight)], 2),
         }
         figures["sequential" if in_flight == 1 else f"conc{in_flight}"] = row
-    return {"payload_bytes": size, "hot_path": hot_path_name(), "server_instructions": figures}
-
-
-def hot_path_name() -> str:
-    """Which per-call path the server imports (see :mod:`gateway.hotpath`)."""
-    from gateway.hotpath import ACTIVE
-
-    return ACTIVE
+    return {"payload_bytes": size, "server_instructions": figures}
 
 
 def print_report(figures: dict[str, Any]) -> None:
     """The human-readable report."""
     print(
         f"Server-side instructions per call (callgrind, server process only, every thread): "
-        f"payload {figures['payload_bytes']} B; hot path: {figures['hot_path']}\n"
+        f"payload {figures['payload_bytes']} B\n"
     )
     header = f"{'mode':<12}{'raw':>12}{'gateway':>12}{'refused':>12}"
     print(header + f"{'gw - raw':>12}{'gw / raw':>10}{'ref / raw':>11}{'ref / gw':>10}")

@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gateway.audit import AuditLog, AuditRecord, verify_chain
-from gateway.audit.store.postgres_read import verify_agent_chains
+from gateway.audit.store.postgres import verify_agent_chains
 from gateway.client.peer_client import PeerClient
 from gateway.postgres.dsn import StoreLocation
 from gateway.storage import connection_source, location, open_audit_reader, open_chain_writer

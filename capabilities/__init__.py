@@ -1,8 +1,5 @@
 """Capabilities: typed contracts, the versioned registry, and built-ins."""
 
-# First: choosing the compiled hot path (gateway/__init__) must precede
-# capabilities.context, one of the modules it may load compiled.
-import gateway  # noqa: F401
 from capabilities.context import CallContext
 from capabilities.contract import Accepts, CapabilityContract, ContractModel, Example, Gives, Risk
 from capabilities.loading import AgentEnvironment, load_capability_modules

@@ -66,8 +66,8 @@ class CallEvents(Protocol):
         ...
 
 
-# A compiled value class: hand-written __init__, Final fields (see gateway.hotpath).
-@dataclass(slots=True, init=False, unsafe_hash=True)
+# Final fields, not frozen: see CONTRIBUTING.md, "Value classes built per call".
+@dataclass(slots=True, unsafe_hash=True)
 class CallContext:
     """Facts about one call, handed to the capability function.
 
@@ -89,34 +89,12 @@ class CallContext:
     peer_id: Final[str]
     request_id: Final[str]
     deadline: Final[float]
-    task_id: Final[str]
-    step_id: Final[str]
-    idempotency_key: Final[str]
-    call_peer: Final[PeerCall | None]
-    events: Final[CallEvents | None]
-    message: Final[MessageView | None]
-
-    def __init__(
-        self,
-        peer_id: str,
-        request_id: str,
-        deadline: float,
-        task_id: str = "",
-        step_id: str = "",
-        idempotency_key: str = "",
-        call_peer: PeerCall | None = None,
-        events: CallEvents | None = None,
-        message: MessageView | None = None,
-    ) -> None:
-        self.peer_id = peer_id
-        self.request_id = request_id
-        self.deadline = deadline
-        self.task_id = task_id
-        self.step_id = step_id
-        self.idempotency_key = idempotency_key
-        self.call_peer = call_peer
-        self.events = events
-        self.message = message
+    task_id: Final[str] = ""
+    step_id: Final[str] = ""
+    idempotency_key: Final[str] = ""
+    call_peer: Final[PeerCall | None] = None
+    events: Final[CallEvents | None] = None
+    message: Final[MessageView | None] = None
 
     @property
     def message_id(self) -> str:

@@ -33,8 +33,8 @@ NOT_STARTED = "capability not started"
 """Audit detail of a DeadlineExceeded raised before the capability ran."""
 
 
-# A compiled value class: hand-written __init__, Final fields (see gateway.hotpath).
-@dataclass(slots=True, init=False, unsafe_hash=True)
+# Final fields, not frozen: see CONTRIBUTING.md, "Value classes built per call".
+@dataclass(slots=True, unsafe_hash=True)
 class CapabilityResult:
     """A validated output, ready for the wire.
 
@@ -46,10 +46,6 @@ class CapabilityResult:
 
     payload: Final[bytes]
     evidence_sha256: Final[str]
-
-    def __init__(self, payload: bytes, evidence_sha256: str) -> None:
-        self.payload = payload
-        self.evidence_sha256 = evidence_sha256
 
     @classmethod
     def from_output(cls, output: dict[str, Any]) -> CapabilityResult:

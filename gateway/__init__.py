@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gateway import hotpath
-
 if TYPE_CHECKING:
     from gateway.errors import ERROR_DOMAIN, GatewayError
-
-hotpath.install()  # before any module it may load compiled is imported
 
 __all__ = ["ERROR_DOMAIN", "GatewayError"]
 
@@ -17,8 +13,8 @@ __all__ = ["ERROR_DOMAIN", "GatewayError"]
 def __getattr__(name: str) -> object:
     """``gateway.GatewayError`` and ``gateway.ERROR_DOMAIN``, loaded on first use.
 
-    Importing the package loads only the hot-path loader: ``policies`` and
-    ``capabilities`` import the error tree (a leaf) without anything else of ours.
+    Importing the package loads nothing else: ``policies`` and ``capabilities``
+    import the error tree (a leaf) without anything else of ours.
     """
     if name in __all__:
         from gateway import errors

@@ -42,10 +42,10 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
     ├── ApprovalDenied                PERMISSION_DENIED  APPROVAL_DENIED       (plans)
     ├── Stagnated                     ABORTED            STAGNATED             (plans)
     ├── Unverified                    FAILED_PRECONDITION UNVERIFIED           (plans)
-    ├── UnsupportedOperation          FAILED_PRECONDITION UNSUPPORTED_OPERATION (A2A)
+    ├── UnsupportedOperation          UNIMPLEMENTED      UNSUPPORTED_OPERATION (A2A)
+    ├── PushNotificationNotSupported  UNIMPLEMENTED      PUSH_NOTIFICATION_NOT_SUPPORTED (A2A)
+    ├── ProtocolVersionNotSupported   UNIMPLEMENTED      VERSION_NOT_SUPPORTED (A2A)
     ├── ContentTypeNotSupported       INVALID_ARGUMENT   CONTENT_TYPE_NOT_SUPPORTED (A2A)
-    ├── PushNotificationNotSupported  FAILED_PRECONDITION PUSH_NOTIFICATION_NOT_SUPPORTED (A2A)
-    ├── ProtocolVersionNotSupported   FAILED_PRECONDITION VERSION_NOT_SUPPORTED (A2A)
     ├── TaskNotCancelable             FAILED_PRECONDITION TASK_NOT_CANCELABLE  (A2A)
     ├── TaskInterrupted               ABORTED            TASK_INTERRUPTED      (A2A tasks)
     ├── AgentStopping                 UNAVAILABLE        AGENT_STOPPING        (A2A tasks)
@@ -53,6 +53,7 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
     └── ConfigError                   FAILED_PRECONDITION
         ├── PolicyFileError           POLICY_INVALID
         ├── AgentConfigError          CONFIG_INVALID
+        │   └── AddressUnavailable    ADDRESS_UNAVAILABLE   (a listen address is taken)
         └── PlanInvalid               PLAN_INVALID                             (plans)
 
 What an error means for retries and plans is a fact of its class, asked in one
@@ -421,6 +422,13 @@ class AgentConfigError(ConfigError):
     reason = "CONFIG_INVALID"
 
 
+class AddressUnavailable(AgentConfigError):
+    """A configured listen address cannot be bound (gRPC, A2A over HTTPS, workers):
+    another process listens there, or the address is not on this host."""
+
+    reason = "ADDRESS_UNAVAILABLE"
+
+
 class PlanInvalid(ConfigError):
     """A plan failed validation or a static check; the message names the step."""
 
@@ -494,14 +502,6 @@ class UnsupportedOperation(GatewayError):
     peer_may_answer = True
 
 
-class ContentTypeNotSupported(GatewayError):
-    """An A2A message part of a kind or media type the capability does not accept."""
-
-    reason = "CONTENT_TYPE_NOT_SUPPORTED"
-    peer_may_answer = True
-    nothing_ran = True
-
-
 class PushNotificationNotSupported(GatewayError):
     """A2A push-notification configuration: this gateway sends no push notifications."""
 
@@ -514,6 +514,20 @@ class ProtocolVersionNotSupported(GatewayError):
 
     reason = "VERSION_NOT_SUPPORTED"
     peer_may_answer = True
+
+
+class ContentTypeNotSupported(GatewayError):
+    """A media type this agent does not take (A2A's ContentTypeNotSupportedError).
+
+    Said of a request body on the HTTPS port that is not declared JSON (a form
+    or ``text/plain`` post a browser may send cross-site is never run), before
+    the body is read; and of a message part of a kind or media type the chosen
+    capability version does not accept, before any part is decoded.
+    """
+
+    reason = "CONTENT_TYPE_NOT_SUPPORTED"
+    peer_may_answer = True
+    nothing_ran = True
 
 
 class TaskNotCancelable(GatewayError):

@@ -37,19 +37,14 @@ from policies.grants import CapabilityGrant, PeerGrant
 from policies.policy_file import Policy
 
 
-# A compiled value class: hand-written __init__, Final fields (see gateway.hotpath).
-@dataclass(slots=True, init=False, unsafe_hash=True)
+# Final fields, not frozen: see CONTRIBUTING.md, "Value classes built per call".
+@dataclass(slots=True, unsafe_hash=True)
 class Admission:
     """A call the policy allows: who, under which grant, served by which version."""
 
     peer_id: Final[str]
     grant: Final[PeerGrant]
     capability: Final[Capability]
-
-    def __init__(self, peer_id: str, grant: PeerGrant, capability: Capability) -> None:
-        self.peer_id = peer_id
-        self.grant = grant
-        self.capability = capability
 
 
 _NO_CAPABILITIES = CapabilityRegistry()
@@ -70,8 +65,7 @@ def grant_for(policy: Policy, peer_id: str, now: datetime) -> PeerGrant:
     return query.grant
 
 
-# A compiled value class: hand-written __init__ (see gateway.hotpath).
-@dataclass(slots=True, init=False)
+@dataclass(slots=True)
 class PolicyQuery:
     """One call as the policy steps see it; each step reads it and may fill in a field.
 
@@ -96,33 +90,9 @@ class PolicyQuery:
     constraint: VersionConstraint
     payload_size: int
     now: datetime
-    grant: PeerGrant | None
-    chosen: Capability | None
-    entries: tuple[CapabilityGrant, ...] | None
-
-    def __init__(
-        self,
-        policy: Policy,
-        registry: CapabilityRegistry,
-        peer_id: str,
-        capability: str,
-        constraint: VersionConstraint,
-        payload_size: int,
-        now: datetime,
-        grant: PeerGrant | None = None,
-        chosen: Capability | None = None,
-        entries: tuple[CapabilityGrant, ...] | None = None,
-    ) -> None:
-        self.policy = policy
-        self.registry = registry
-        self.peer_id = peer_id
-        self.capability = capability
-        self.constraint = constraint
-        self.payload_size = payload_size
-        self.now = now
-        self.grant = grant
-        self.chosen = chosen
-        self.entries = entries
+    grant: PeerGrant | None = None
+    chosen: Capability | None = None
+    entries: tuple[CapabilityGrant, ...] | None = None
 
     def admission(self) -> Admission:
         """The admission, once every step has passed."""

@@ -63,6 +63,8 @@ def https_client(pki: Pki, caller: str | None, **kwargs: Any) -> httpx.AsyncClie
 
 
 V1_HEADERS = {"A2A-Version": "1.0"}
+JSON_HEADERS = {**V1_HEADERS, "Content-Type": "application/json"}
+"""For a body sent as bytes (``content=``): the edge takes a body declared JSON only."""
 
 
 def message_params(capability: str, data: Any, *, message_id: str | None = None) -> dict[str, Any]:

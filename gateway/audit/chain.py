@@ -89,14 +89,7 @@ def _canonical_values(values: tuple[object, ...]) -> bytes:
     return _encode(values).encode("utf-8")
 
 
-def _column_getter(names: tuple[str, ...]) -> Callable[[Mapping[str, object]], tuple[object, ...]]:
-    # Built in a function: mypyc (gateway.hotpath) cannot compile a star
-    # argument at module level.
-    getter: Callable[[Mapping[str, object]], tuple[object, ...]] = operator.itemgetter(*names)
-    return getter
-
-
-_IN_COLUMN_ORDER = _column_getter(RECORD_COLUMNS)
+_IN_COLUMN_ORDER = operator.itemgetter(*RECORD_COLUMNS)
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 """The canonical encoder: its output for a flat array is the chain's format, for good."""

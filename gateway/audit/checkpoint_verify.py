@@ -27,7 +27,6 @@ elsewhere); and whoever holds the agent's private key can sign anything.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,6 @@ from cryptography import x509
 
 from gateway.audit.checkpoint import Checkpoint, certificate_sha256, signature_valid
 from gateway.audit.checkpoint_cert import carried_certificate, load_trust_bundle
-from gateway.audit.store.sqlite_schema import connect_read_only
 from gateway.audit.verify import ChainProblem
 from gateway.errors import ConfigError, Unauthenticated
 from gateway.local.regular_files import read_regular_file
@@ -204,23 +202,3 @@ def _compare_with_log(log: AuditReader, agent: str, valid: list[Checkpoint]) -> 
             )
         )
     return sorted(problems, key=lambda p: (p.seq, p.kind))
-
-
-def sqlite_hashes_at(db: Path, seqs: list[int]) -> tuple[int, dict[int, str]]:
-    """The last seq and the record hashes at ``seqs``, from one snapshot."""
-    conn = connect_read_only(db)
-    try:
-        conn.execute("BEGIN")  # one snapshot, even while a gateway appends
-        last = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM audit_records").fetchone()[0])
-        hashes: dict[int, str] = {}
-        for seq in seqs:
-            row = conn.execute(
-                "SELECT record_hash FROM audit_records WHERE seq = ?", (seq,)
-            ).fetchone()
-            if row is not None:
-                hashes[seq] = str(row[0])
-    except sqlite3.Error as err:
-        raise ConfigError(f"audit log {db}: cannot read: {err}") from err
-    finally:
-        conn.close()
-    return last, hashes

@@ -20,7 +20,7 @@ from pathlib import Path
 import psycopg
 
 from gateway.audit.filter import AuditFilter
-from gateway.audit.store.postgres_read import AgentRecord, _connect
+from gateway.audit.store.postgres import AgentRecord, read_connection
 from gateway.audit.store.sqlite_schema import (
     RECORD_COLUMNS,
     SELECT_RECORDS,
@@ -139,7 +139,7 @@ class PostgresAuditFeed(AuditFeed):
         """
         _no_limit(where)
         self._dsn = dsn
-        self._conn: psycopg.Connection[tuple[object, ...]] | None = _connect(dsn)
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = read_connection(dsn)
         clauses, self._params = where.clauses("%s")
         if where.agent is not None:
             clauses.append("a.agent_id = %s")

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
-import time
 from collections.abc import Collection, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.audit.filter import AuditFilter
 from gateway.audit.record import AuditRecord
-from gateway.audit.store.sqlite_schema import SELECT_RECORDS, connect_read_only, readable_record
 from gateway.display import json_for_terminals, printable
 from gateway.errors import ConfigError
 
@@ -22,7 +18,6 @@ if TYPE_CHECKING:
 
 _SINCE = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-_PAGE_ROWS = 10_000
 _YEAR_1 = datetime.min.replace(tzinfo=UTC)
 _MAX_DIGITS = 18
 """More digits than any count a timedelta holds (999,999,999 days is 14 digits of seconds)."""
@@ -74,7 +69,7 @@ def query_records(reader: AuditReader, wanted: AuditFilter | None = None) -> lis
     """Records of the store ``reader`` reads that match ``wanted`` (default: all).
 
     A SQLite file gives them in seq order; a store of many chains by time (see
-    :func:`gateway.audit.store.postgres_read.query_agent_records` for the agent of each).
+    :func:`gateway.audit.store.postgres.query_agent_records` for the agent of each).
 
     Raises:
         ConfigError: The store is missing or not an audit log, holds a record
@@ -82,30 +77,6 @@ def query_records(reader: AuditReader, wanted: AuditFilter | None = None) -> lis
             ``wanted.limit`` < 0.
     """
     return reader.query(wanted if wanted is not None else AuditFilter())
-
-
-def sqlite_query_records(path: Path, wanted: AuditFilter) -> list[AuditRecord]:
-    """:func:`query_records` on one SQLite file (its one chain; ``wanted.agent`` is not needed)."""
-    wanted.check_limit()
-    where, params = wanted.clauses("?")
-    oldest_ms = wanted.oldest_ms()
-    if oldest_ms is not None:
-        where.append("time_unix_ms >= ?")
-        params.append(oldest_ms)
-    sql = SELECT_RECORDS + (f" WHERE {' AND '.join(where)}" if where else "")
-    # The most recent ``limit`` rows, then back into seq order.
-    sql += " ORDER BY seq DESC" + (" LIMIT ?" if wanted.limit is not None else "")
-    if wanted.limit is not None:
-        params.append(wanted.limit)
-    conn = connect_read_only(path)
-    try:
-        rows = conn.execute(sql, params).fetchall()
-    except sqlite3.Error as err:
-        raise ConfigError(f"audit log {path}: cannot read: {err}") from err
-    finally:
-        conn.close()
-    log = f"audit log {path}"
-    return [readable_record(row, log, str(path)) for row in reversed(rows)]
 
 
 def recent_request_ids(
@@ -127,29 +98,6 @@ def recent_request_ids(
         ConfigError: The log cannot be read.
     """
     return reader.recent_request_ids(agent=agent, since=since, limit=limit, refusals=refusals)
-
-
-def sqlite_recent_request_ids(
-    path: Path, *, since: timedelta, limit: int, refusals: Collection[str]
-) -> Iterator[tuple[str, str, int]]:
-    """:func:`recent_request_ids` on one SQLite file."""
-    marks = ", ".join("?" for _ in refusals) or "NULL"
-    sql = (
-        "SELECT peer_id, request_id, time_unix_ms FROM audit_records "
-        f"WHERE time_unix_ms >= ? AND (decision = 'allow' OR reason IN ({marks})) "
-        "ORDER BY seq DESC LIMIT ?"
-    )
-    oldest_ms = int((time.time() - since.total_seconds()) * 1000)
-    conn = connect_read_only(path)
-    try:
-        cursor = conn.execute(sql, (oldest_ms, *refusals, limit))
-        while rows := cursor.fetchmany(_PAGE_ROWS):
-            for peer_id, request_id, time_unix_ms in rows:
-                yield str(peer_id), str(request_id), int(time_unix_ms)
-    except sqlite3.Error as err:
-        raise ConfigError(f"audit log {path}: cannot read: {err}") from err
-    finally:
-        conn.close()
 
 
 def format_table(records: Sequence[AuditRecord]) -> str:

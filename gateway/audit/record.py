@@ -4,18 +4,8 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Literal, TypeVar
-
-try:
-    from mypy_extensions import mypyc_attr
-except ImportError:  # only the mypyc build (gateway.hotpath) reads the mark
-    _C = TypeVar("_C")
-
-    def mypyc_attr(*_a: object, **_k: object) -> Callable[[_C], _C]:  # type: ignore[misc]
-        return lambda cls: cls
-
+from typing import Literal
 
 Decision = Literal["allow", "refuse"]
 """What the gateway decided for a call."""
@@ -23,10 +13,6 @@ Decision = Literal["allow", "refuse"]
 DECISIONS: frozenset[str] = frozenset({"allow", "refuse"})
 
 
-# A Python class even where this module is compiled: a native class would
-# convert or refuse values at construction (an int latency, a bool size)
-# that checked_fields must see as they are, to refuse exactly the same ones.
-@mypyc_attr(native_class=False)
 @dataclass(frozen=True, slots=True)
 class AuditRecord:
     """One gateway decision (allowed or refused).
@@ -79,19 +65,11 @@ FIELD_NAMES: tuple[str, ...] = tuple(field.name for field in fields(AuditRecord)
 """Every field of AuditRecord, in declaration order."""
 
 
-def _getter(names: tuple[str, ...]) -> Callable[[AuditRecord], tuple[object, ...]]:
-    # Built in a function: mypyc (gateway.hotpath) cannot compile a star
-    # argument at module level.
-    getter: Callable[[AuditRecord], tuple[object, ...]] = operator.attrgetter(*names)
-    return getter
-
-
-_ALL_FIELDS = _getter(FIELD_NAMES)
+_ALL_FIELDS = operator.attrgetter(*FIELD_NAMES)
 
 
 _COUNT_FIELDS = ("time_unix_ms", "payload_size", "seq")
-_NOT_TEXT = (*_COUNT_FIELDS, "latency_ms")  # named: mypyc cannot compile a star in a generator
-_TEXT_FIELDS = tuple(name for name in FIELD_NAMES if name not in _NOT_TEXT)
+_TEXT_FIELDS = tuple(name for name in FIELD_NAMES if name not in (*_COUNT_FIELDS, "latency_ms"))
 
 
 def checked_fields(rec: AuditRecord) -> dict[str, object]:
@@ -116,7 +94,7 @@ def checked_fields(rec: AuditRecord) -> dict[str, object]:
     for name in _COUNT_FIELDS:
         if type(values[name]) is not int:
             values[name] = _as_int(values[name], name)
-    latency = values["latency_ms"]  # as given: compiled code would make a typed read a float
+    latency = values["latency_ms"]
     if type(latency) is not float:
         latency = float(_as_number(latency, "latency_ms"))
     if not math.isfinite(latency):

@@ -27,16 +27,13 @@ alone: signed checkpoints kept outside it
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from gateway.audit.chain import GENESIS_HASH, fields_hash
 from gateway.audit.record import AuditRecord
-from gateway.audit.store.sqlite_schema import SELECT_CHAINED, connect_read_only, record_from_row
-from gateway.errors import ConfigError
+from gateway.audit.store.sqlite_schema import record_from_row
 
 if TYPE_CHECKING:
     from gateway.audit.store.store import AuditReader
@@ -101,30 +98,13 @@ def verify_chain(reader: AuditReader, agent: str | None = None) -> VerifyReport:
 
     Reads only; the log may be in use by a gateway meanwhile. A store of many
     chains checks ``agent``'s (``agent`` may be left out when it holds one
-    chain only; see :func:`gateway.audit.store.postgres_read.verify_agent_chains` for all
+    chain only; see :func:`gateway.audit.store.postgres.verify_agent_chains` for all
     of them).
 
     Raises:
         ConfigError: The store is missing, unreadable, or not an audit log.
     """
     return reader.verify(agent)
-
-
-def sqlite_verify_chain(path: Path) -> VerifyReport:
-    """:func:`verify_chain` on one SQLite file (its one chain)."""
-    conn = connect_read_only(path)
-    try:
-        # One read transaction: rows and head from the same snapshot, even
-        # while a gateway keeps appending.
-        conn.execute("BEGIN")
-        raw = conn.execute(f"{SELECT_CHAINED} ORDER BY seq").fetchall()
-        head_row = conn.execute("SELECT count, last_hash FROM chain_head WHERE id = 1").fetchone()
-    except sqlite3.Error as err:
-        raise ConfigError(f"audit log {path}: cannot read: {err}") from err
-    finally:
-        conn.close()
-    head = None if head_row is None else (int(head_row[0]), str(head_row[1]))
-    return verify_rows(raw, head)
 
 
 def verify_rows(raw: Sequence[Sequence[Any]], head: tuple[int, str] | None) -> VerifyReport:

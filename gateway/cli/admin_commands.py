@@ -19,7 +19,7 @@ from gateway.audit import (
 )
 from gateway.audit.checkpoint_verify import UNKNOWN_SIGNER, verify_checkpoints
 from gateway.audit.signer_archive import read_signers, signers_file
-from gateway.audit.store.postgres_read import query_agent_records, verify_agent_chains
+from gateway.audit.store.postgres import query_agent_records, verify_agent_chains
 from gateway.audit.summary import format_summary, format_summary_json, summarize
 from gateway.audit.verify import ChainProblem
 from gateway.cli import audit_follow, policy_commands

@@ -102,29 +102,29 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 async def _serve_agent(args: argparse.Namespace, config: AgentConfig) -> int:
+    """Serve until SIGINT/SIGTERM. A start that fails (a taken port, a bad file) has
+    stopped what it started when its error reaches the CLI's one ``error:`` line."""
     if args.port is not None:
         host = config.listen.rsplit(":", 1)[0]
         config = config.model_copy(update={"listen": f"{host}:{args.port}"})
-    agent = Agent(config, worker=args.worker or 0)
-    await agent.start()
-    agent.install_reload_signal()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    if args.worker is None:
-        if agent.https_url:
-            print(f"a2a https on {agent.https_url}", flush=True)
-        if agent.console is not None:
-            print(f"console on {agent.console.url}", flush=True)
-        print(f"{agent.config.id} serving on {agent.address}", flush=True)
-    else:
-        print(f"worker {args.worker}{READY_MARK}{agent.address}", flush=True)
-        orphan_watch = asyncio.create_task(_stop_when_orphaned(stop))
-    await stop.wait()
-    await agent.stop()
-    if args.worker is not None:
-        orphan_watch.cancel()
+    async with Agent(config, worker=args.worker or 0) as agent:
+        agent.install_reload_signal()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        if args.worker is None:
+            if agent.https_url:
+                print(f"a2a https on {agent.https_url}", flush=True)
+            if agent.console is not None:
+                print(f"console on {agent.console.url}", flush=True)
+            print(f"{agent.config.id} serving on {agent.address}", flush=True)
+            await stop.wait()
+        else:
+            print(f"worker {args.worker}{READY_MARK}{agent.address}", flush=True)
+            orphan_watch = asyncio.create_task(_stop_when_orphaned(stop))
+            await stop.wait()
+            orphan_watch.cancel()
     return 0
 
 
@@ -277,10 +277,8 @@ def https_base_url(text: str) -> str:
 
 
 def _card(args: argparse.Namespace) -> int:
-    from google.protobuf import json_format
-
     from gateway.server.a2a import public_card
-    from gateway.server.a2a.card import CardIssuer
+    from gateway.server.a2a.card import CardIssuer, card_json
     from gateway.server.a2a.card_signing import card_signer
     from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 
@@ -300,7 +298,7 @@ def _card(args: argparse.Namespace) -> int:
         v0_3=config.a2a.v0_3_compat,
         sign=card_signer(config.id, lambda: tls),  # signed as the served card is
     )
-    print(json_format.MessageToJson(public_card(config.id, issuer), indent=2))
+    print(json.dumps(card_json(public_card(config.id, issuer)), indent=2))  # the 1.0 form
     return 0
 
 

@@ -21,7 +21,7 @@ from gateway.audit import parse_since
 from gateway.audit.filter import AuditFilter
 from gateway.audit.follow import AuditFeed
 from gateway.audit.query import TABLE_COLUMNS, table_cells
-from gateway.audit.store.postgres_read import AgentRecord
+from gateway.audit.store.postgres import AgentRecord
 from gateway.display import json_for_terminals, printable
 from gateway.storage import open_audit_feed, open_audit_reader
 

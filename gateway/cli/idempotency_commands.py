@@ -12,9 +12,9 @@ from pydantic import ValidationError
 
 from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
 from capabilities.registry import CapabilityRegistry
-from gateway.admin.idempotency.store import KeyEntry, OutputCheck, Resolution
 from gateway.config import AgentConfig, load_agent_config
 from gateway.errors import ConfigError
+from gateway.inbound.idempotency.operator import KeyEntry, OutputCheck, Resolution
 from gateway.storage import open_key_admin
 
 

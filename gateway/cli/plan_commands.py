@@ -70,6 +70,7 @@ async def _with_agent(config_path: Path, work: Callable[[Agent], Awaitable[int]]
     # The agent is not served: running plans only needs its registry, policy,
     # peer clients and task store (and must not fight a running `serve` for its port).
     agent = Agent(load_agent_config(config_path))
+    await agent.open()
     try:
         return await work(agent)
     finally:

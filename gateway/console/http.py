@@ -1,21 +1,34 @@
-"""The little HTTP/1.1 the console needs: read one GET, write one answer with strict headers.
+"""The console's HTTP conventions: the middleware in front of its pages, the query they read.
 
-One request per connection (``Connection: close``); a server-sent event
-stream keeps its connection until the client or the server ends it. Every
-answer carries the same security headers: a Content-Security-Policy that
-allows only this origin (no inline script or style, no frames, no other
-origin to connect to), ``nosniff``, no referrer, and no caching.
+Every answer carries the same security headers (:class:`SecurityHeaders`): a
+Content-Security-Policy that allows only this origin (no inline script or
+style, no frames, no other origin to connect to), ``nosniff``, no referrer,
+and no caching. A remote console answers only its operators
+(:class:`OperatorsOnly`, from the client certificate of the connection); a
+query of more than :data:`MAX_FIELDS` parameters is a bad request
+(:class:`BoundedQuery`); a page that fails is logged and answered 500
+(:class:`AnswerFailures`). One request per connection
+(``gateway.http.connection``); a server-sent event stream keeps its
+connection until the client or the server ends it, and a client that stops
+taking it is dropped after :data:`DRAIN_TIMEOUT`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import logging
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, urlsplit
+from typing import Any
+from urllib.parse import parse_qsl
 
-MAX_HEAD_BYTES = 16 * 1024
-READ_TIMEOUT = 10.0
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.errors import Unauthenticated
+from gateway.http.connection import client_certificate
+from policies.identity import spiffe_id_from_pem
+
+_log = logging.getLogger(__name__)
+
 MAX_FIELDS = 20
 """Query parameters a request may carry (a page reads five)."""
 DRAIN_TIMEOUT = 10.0
@@ -35,109 +48,125 @@ SECURITY_HEADERS: tuple[tuple[str, str], ...] = (
 )
 HTML = "text/html; charset=utf-8"
 TEXT = "text/plain; charset=utf-8"
+_ENCODED = [(name.lower().encode(), value.encode()) for name, value in SECURITY_HEADERS]
 
 
-class BadRequest(Exception):
-    """The request cannot be read (answered 400 or 431, never passed on)."""
+def text(status: int, body: str) -> Response:
+    """A plain-text answer."""
+    return Response(body, status, media_type=TEXT)
 
-    def __init__(self, status: str) -> None:
-        super().__init__(status)
-        self.status = status
+
+class TooManyFields(Exception):
+    """The query string carries more than :data:`MAX_FIELDS` parameters (answered 400)."""
 
 
 @dataclass(frozen=True, slots=True)
-class Request:
-    """One GET: its path and its query parameters (the last value of each name)."""
+class Query:
+    """A page's query parameters (the last value of each name; blank ones left out)."""
 
-    method: str
-    path: str
-    query: dict[str, str] = field(default_factory=dict)
-    host: str | None = None
-    """The ``Host`` header (None when the request has none)."""
-    last_event_id: str | None = None
-    """The ``Last-Event-ID`` header of a reconnecting event stream (None: none)."""
+    values: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, request: Request) -> Query:
+        """The query of ``request``.
+
+        Raises:
+            TooManyFields: More than :data:`MAX_FIELDS` parameters.
+        """
+        text = request.scope["query_string"].decode("latin-1")
+        try:
+            pairs = parse_qsl(text, keep_blank_values=False, max_num_fields=MAX_FIELDS)
+        except ValueError:  # more than MAX_FIELDS parameters
+            raise TooManyFields from None
+        return cls(dict(pairs))
 
     def param(self, name: str) -> str:
         """The query parameter ``name``, stripped (``""`` when absent)."""
-        return self.query.get(name, "").strip()
+        return self.values.get(name, "").strip()
 
 
-async def read_request(reader: asyncio.StreamReader) -> Request:
-    """Read one request head.
+class SecurityHeaders:
+    """Adds :data:`SECURITY_HEADERS` to every answer of the app it wraps."""
 
-    Raises:
-        BadRequest: Not a complete HTTP/1.x request head within the limits.
-    """
-    try:
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT)
-    except asyncio.LimitOverrunError:
-        raise BadRequest("431 Request Header Fields Too Large") from None
-    except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
-        raise BadRequest("400 Bad Request") from None
-    if len(head) > MAX_HEAD_BYTES:
-        raise BadRequest("431 Request Header Fields Too Large")
-    first, *fields = head[:-4].decode("latin-1").split("\r\n")
-    words = first.split(" ")
-    if len(words) != 3 or not words[2].startswith("HTTP/1."):
-        raise BadRequest("400 Bad Request")
-    headers: dict[str, list[str]] = {}
-    for name, _, value in (f.partition(":") for f in fields):
-        headers.setdefault(name.strip().lower(), []).append(value.strip())
-    hosts, resume = headers.get("host", []), headers.get("last-event-id", [])
-    if len(hosts) > 1:
-        raise BadRequest("400 Bad Request")
-    target = urlsplit(words[1])
-    try:
-        query = dict(parse_qsl(target.query, keep_blank_values=False, max_num_fields=MAX_FIELDS))
-    except ValueError:  # more than MAX_FIELDS parameters
-        raise BadRequest("400 Bad Request") from None
-    return Request(
-        words[0],
-        target.path or "/",
-        query,
-        hosts[0] if hosts else None,
-        resume[-1] if resume else None,
-    )
+    def __init__(self, app: Any) -> None:
+        self._app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Pass the request on; its answer's head gets the headers."""
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+
+        async def with_headers(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), *_ENCODED]
+            await send(message)
+
+        await self._app(scope, receive, with_headers)
 
 
-def response_head(status: str, content_type: str, length: int | None) -> bytes:
-    """Status line and headers; ``length`` None for a stream (no Content-Length)."""
-    lines = [f"HTTP/1.1 {status}", f"Content-Type: {content_type}"]
-    lines += [f"{name}: {value}" for name, value in SECURITY_HEADERS]
-    lines.append("Connection: close" if length is not None else "Connection: keep-alive")
-    if length is not None:
-        lines.append(f"Content-Length: {length}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
+class OperatorsOnly:
+    """Answers 403 unless the connection's client certificate names one of ``operators``."""
+
+    def __init__(self, app: Any, operators: tuple[str, ...]) -> None:
+        self._app = app
+        self._operators = frozenset(operators)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Pass an operator's request on; answer anyone else's 403."""
+        if scope["type"] == "http" and not self._admitted(client_certificate(scope)):
+            await text(403, "not an operator of this agent\n")(scope, receive, send)
+            return
+        await self._app(scope, receive, send)
+
+    def _admitted(self, pem: bytes | None) -> bool:
+        if pem is None:
+            return False
+        try:
+            return spiffe_id_from_pem(pem) in self._operators
+        except Unauthenticated:
+            return False
 
 
-async def respond(
-    writer: asyncio.StreamWriter, status: str, content_type: str, body: str | bytes
-) -> None:
-    """Write one whole answer and close the connection."""
-    payload = body.encode("utf-8") if isinstance(body, str) else body
-    writer.write(response_head(status, content_type, len(payload)) + payload)
-    await close_quietly(writer)
+class BoundedQuery:
+    """Answers 400 to a query string of more than :data:`MAX_FIELDS` parameters."""
+
+    def __init__(self, app: Any) -> None:
+        self._app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Pass the request on, or answer 400 here."""
+        if scope["type"] == "http":
+            try:
+                Query.of(Request(scope))
+            except TooManyFields:
+                await text(400, "")(scope, receive, send)
+                return
+        await self._app(scope, receive, send)
 
 
-async def drain(writer: asyncio.StreamWriter) -> None:
-    """Wait until the client takes what was written.
+class AnswerFailures:
+    """One broken page must not take the console down: its failure is logged, answered 500."""
 
-    Raises:
-        TimeoutError: It took nothing for ``DRAIN_TIMEOUT`` seconds (a stalled
-            client must not hold its connection for as long as TCP would).
-        ConnectionError: It went away.
-    """
-    await asyncio.wait_for(writer.drain(), DRAIN_TIMEOUT)
+    def __init__(self, app: Any) -> None:
+        self._app = app
 
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Pass the request on; a failure becomes a 500 (or ends a stream already begun)."""
+        sent: set[str] = set()  # "start", then "end" once the answer is whole
 
-async def close_quietly(writer: asyncio.StreamWriter) -> None:
-    """Flush and close; a client that went away, or stalls, is not an error."""
-    try:
-        await drain(writer)
-    except TimeoutError:
-        writer.transport.abort()  # close() would wait for the unsent bytes
-    except (ConnectionError, OSError):
-        pass
-    writer.close()
-    with contextlib.suppress(ConnectionError, OSError):
-        await writer.wait_closed()
+        async def watched(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                sent.add("start")
+            elif not message.get("more_body", False):
+                sent.add("end")
+            await send(message)
+
+        try:
+            await self._app(scope, receive, watched)
+        except Exception:
+            _log.exception("console: answering failed")
+            if "start" not in sent:
+                await text(500, "internal error\n")(scope, receive, send)
+            elif "end" not in sent:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})

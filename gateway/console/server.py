@@ -4,6 +4,7 @@ Loopback plain HTTP by default. With ``[console] allow_remote = true`` it
 speaks TLS with the agent's certificate and admits only a client
 certificate from the agent's CA whose SPIFFE ID is in ``operators``
 (anything else: the handshake fails, or 403). Read-only: only GET.
+A Starlette app on uvicorn (``gateway.http``), on the agent's event loop.
 """
 
 from __future__ import annotations
@@ -15,37 +16,47 @@ import logging
 import ssl
 from collections.abc import Awaitable, Callable
 from importlib import resources
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from gateway.audit.record import AuditRecord
 from gateway.config import ConsoleSettings, TlsFiles
-from gateway.config.addresses import names_this_machine
-from gateway.console import live, status_views, views
+from gateway.console import http, live, status_views, views
 from gateway.console.http import (
     HTML,
-    TEXT,
-    BadRequest,
-    Request,
-    close_quietly,
-    drain,
-    read_request,
-    respond,
-    response_head,
+    AnswerFailures,
+    BoundedQuery,
+    OperatorsOnly,
+    Query,
+    SecurityHeaders,
+    text,
 )
 from gateway.console.live import LiveDecisions, event_data
 from gateway.console.pages import layout, problem_note
-from gateway.errors import AgentConfigError, ConfigError, GatewayError, Unauthenticated
+from gateway.errors import AddressUnavailable, AgentConfigError, ConfigError
+from gateway.http.connection import bounded, connection_abort
+from gateway.http.guards import GetOnly, LoopbackHostGuard
+from gateway.http.listener import HttpListener, endpoint_config
 from gateway.telemetry.health_http import HEALTH_PATHS, health_answer
-from policies.identity import spiffe_id_from_pem
 
 _log = logging.getLogger(__name__)
 KEEPALIVE_SECONDS = 15.0
 MAX_STREAMS = 32
 """Live pages open at once; more are answered 503 (each holds a connection and a queue)."""
+MAX_CONNECTIONS = 128
+"""Connections open at once (live pages, the page loads beside them); more are dropped."""
+HEAD_SECONDS = 10.0
+"""How long a client may take to send its request head."""
 _STATIC = {
     "console.css": "text/css; charset=utf-8",
     "console.js": "text/javascript; charset=utf-8",
 }
-_PAGES: dict[str, tuple[str, Callable[[views.ConsoleSource, Request], Awaitable[str] | str]]] = {
+_PAGES: dict[str, tuple[str, Callable[[views.ConsoleSource, Query], Awaitable[str] | str]]] = {
     "/": ("Live decisions", views.decisions),
     "/refusals": ("Refusals by peer and reason", views.refusals),
     "/grants": ("Grants", lambda source, _: status_views.grants(source)),
@@ -54,6 +65,7 @@ _PAGES: dict[str, tuple[str, Callable[[views.ConsoleSource, Request], Awaitable[
     "/audit": ("Audit chain and checkpoints", status_views.audit_status),
     "/tasks": ("Calls and A2A tasks in flight", lambda source, _: status_views.in_flight(source)),
 }
+_MISDIRECTED = "this console answers only requests for its own address\n"
 
 
 class ConsoleServer:
@@ -64,10 +76,17 @@ class ConsoleServer:
         self._source = source
         host, _, port = settings.listen.rpartition(":")
         self._host, self._port = host.strip("[]"), int(port)
-        self._server: asyncio.Server | None = None
         self._live = LiveDecisions(source.config)
-        self._streams: set[asyncio.Task[None]] = set()
-        self.port = 0
+        self._live_pages = LivePages(self._live)
+        tls = self._tls if settings.allow_remote else None
+        protocol = bounded(MAX_CONNECTIONS, HEAD_SECONDS)
+        self._listener = HttpListener(endpoint_config(self._app(), protocol, tls))
+        self._started = False
+
+    @property
+    def port(self) -> int:
+        """The port bound (0 before start)."""
+        return self._listener.port
 
     @property
     def address(self) -> str:
@@ -81,9 +100,7 @@ class ConsoleServer:
         scheme = "https" if self._settings.allow_remote else "http"
         return f"{scheme}://{self.address}"
 
-    def _tls(self) -> ssl.SSLContext | None:
-        if not self._settings.allow_remote:
-            return None
+    def _tls(self) -> ssl.SSLContext:
         tls = self._source.config.tls
         if not isinstance(tls, TlsFiles):  # fail closed rather than serve without mTLS
             raise AgentConfigError(
@@ -96,6 +113,29 @@ class ConsoleServer:
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         return context
 
+    def _app(self) -> Starlette:
+        admission = (
+            Middleware(OperatorsOnly, operators=self._settings.operators)
+            if self._settings.allow_remote
+            else Middleware(LoopbackHostGuard, refusal=_MISDIRECTED)
+        )
+        return Starlette(
+            routes=[
+                *(Route(path, self._page) for path in _PAGES),
+                *(Route(path, self._health) for path in sorted(HEALTH_PATHS)),
+                Route("/events", self._live_pages),
+                Route("/static/{name}", _static),
+            ],
+            middleware=[
+                Middleware(SecurityHeaders),
+                Middleware(AnswerFailures),
+                admission,
+                Middleware(GetOnly, refusal="read-only: GET only\n"),
+                Middleware(BoundedQuery),
+            ],
+            exception_handlers={404: _not_found},
+        )
+
     async def start(self) -> int:
         """Bind, start the live feed and serve; returns the bound port.
 
@@ -103,136 +143,61 @@ class ConsoleServer:
             GatewayError: The address cannot be bound or the TLS files not loaded.
         """
         try:
-            context = self._tls()
-            self._server = await asyncio.start_server(
-                self._serve, self._host, self._port, ssl=context
-            )
-        except (OSError, ssl.SSLError) as err:
-            raise GatewayError(f"console: cannot listen on {self._settings.listen}: {err}") from err
+            await self._listener.start(self._host, self._port)
+        except ssl.SSLError as err:
+            raise AgentConfigError(
+                f"console: cannot load its TLS material for {self._settings.listen}: {err}"
+            ) from err
+        except OSError as err:
+            raise AddressUnavailable(
+                f"console: cannot listen on {self._settings.listen}: {err}"
+            ) from err
+        self._started = True
         await self._live.start()
-        self.port = int(self._server.sockets[0].getsockname()[1])
         _log.info("console on %s", self.url)
         return self.port
 
     async def stop(self) -> None:
         """Stop serving; open event streams end (idempotent)."""
-        if self._server is None:
+        if not self._started:
             return
-        self._server.close()
+        self._started = False
         await self._live.stop()
-        for stream in list(self._streams):
-            stream.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*self._streams, return_exceptions=True)
-        await self._server.wait_closed()
-        self._server = None
+        for writer in list(self._live_pages.writers):
+            writer.cancel()
+        await self._listener.stop()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            if not self._admitted(writer):
-                await respond(writer, "403 Forbidden", TEXT, "not an operator of this agent\n")
-                return
-            request = await read_request(reader)
-            if not self._settings.allow_remote and not _for_this_listener(request):
-                await respond(writer, "421 Misdirected Request", TEXT, _MISDIRECTED)
-                return
-            await self._route(request, reader, writer)
-        except BadRequest as err:
-            await respond(writer, err.status, TEXT, "")
-        except (ConnectionError, ssl.SSLError):
-            writer.close()
-        except Exception:  # one broken page must not take the console down
-            _log.exception("console: answering failed")
-            with contextlib.suppress(ConnectionError, OSError):
-                await respond(writer, "500 Internal Server Error", TEXT, "internal error\n")
+    async def _page(self, request: Request) -> Response:
+        path = request.scope["path"]
+        title, view = _PAGES[path]
+        body = await _page_body(view, self._source, Query.of(request))
+        return Response(layout(title, path, self._source.config.id, body), media_type=HTML)
 
-    def _admitted(self, writer: asyncio.StreamWriter) -> bool:
-        if not self._settings.allow_remote:
-            return True
-        tls = writer.get_extra_info("ssl_object")
-        der = tls.getpeercert(binary_form=True) if tls is not None else None
-        if not der:
-            return False
-        try:
-            caller = spiffe_id_from_pem(ssl.DER_cert_to_PEM_cert(der).encode("ascii"))
-        except Unauthenticated:
-            return False
-        return caller in self._settings.operators
-
-    async def _route(
-        self, request: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        if request.method != "GET":
-            await respond(writer, "405 Method Not Allowed", TEXT, "read-only: GET only\n")
-        elif request.path in HEALTH_PATHS:
-            status, body = health_answer(request.path, self._source.health_state)
-            await respond(writer, status, TEXT, body)
-        elif request.path == "/events" and len(self._streams) >= MAX_STREAMS:
-            await respond(writer, "503 Service Unavailable", TEXT, "too many live pages\n")
-        elif request.path == "/events":
-            await self._stream(request, reader, writer)
-        elif request.path.startswith("/static/"):
-            name = request.path.removeprefix("/static/")
-            if name not in _STATIC:
-                await respond(writer, "404 Not Found", TEXT, "not found\n")
-                return
-            data = (resources.files("gateway.console") / "static" / name).read_bytes()
-            await respond(writer, "200 OK", _STATIC[name], data)
-        elif request.path in _PAGES:
-            title, view = _PAGES[request.path]
-            body = await _page_body(view, self._source, request)
-            page = layout(title, request.path, self._source.config.id, body)
-            await respond(writer, "200 OK", HTML, page)
-        else:
-            await respond(writer, "404 Not Found", TEXT, "not found\n")
-
-    async def _stream(
-        self, request: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        """Server-sent events: one ``decision`` event per new record that passes the filters.
-
-        Ends when the live feed ends, the client stalls, or the client closes
-        its side (watched for at once, so the slot is free for the next page).
-        """
-        queue = self._live.subscribe()
-        task = asyncio.current_task()
-        assert task is not None
-        self._streams.add(task)
-        resume = _resume_after(request.last_event_id)
-        backlog = functools.partial(self._live.after, resume) if resume is not None else None
-        events = asyncio.ensure_future(
-            _send_events(views.Filters.of(request), queue, writer, backlog)
-        )
-        closed = asyncio.ensure_future(_until_closed(reader))
-        try:
-            await asyncio.wait((events, closed), return_when=asyncio.FIRST_COMPLETED)
-            if events.done():
-                events.result()  # re-raises a fault of ours (a client that went is none)
-        finally:
-            self._live.unsubscribe(queue)
-            self._streams.discard(task)
-            for side in (events, closed):
-                side.cancel()
-            await asyncio.gather(events, closed, return_exceptions=True)
-            await close_quietly(writer)
+    async def _health(self, request: Request) -> Response:
+        status, body = health_answer(request.scope["path"], self._source.health_state)
+        return text(int(status.split(" ", 1)[0]), body)
 
 
-_MISDIRECTED = "this console answers only requests for its own address\n"
+async def _static(request: Request) -> Response:
+    name = request.path_params["name"]
+    if name not in _STATIC:
+        return text(404, "not found\n")
+    data = (resources.files("gateway.console") / "static" / name).read_bytes()
+    return Response(data, media_type=_STATIC[name])
 
 
-def _for_this_listener(request: Request) -> bool:
-    """Whether a loopback console's request names this machine (no Host: not a browser)."""
-    return request.host is None or names_this_machine(request.host)
+async def _not_found(_request: Request, _exc: object) -> Response:
+    return text(404, "not found\n")
 
 
 async def _page_body(
-    view: Callable[[views.ConsoleSource, Request], Awaitable[str] | str],
+    view: Callable[[views.ConsoleSource, Query], Awaitable[str] | str],
     source: views.ConsoleSource,
-    request: Request,
+    query: Query,
 ) -> str:
     """The view's HTML, or the problem that kept it from reading (e.g. an altered audit log)."""
     try:
-        produced = view(source, request)
+        produced = view(source, query)
         return produced if isinstance(produced, str) else await produced
     except ConfigError as err:  # the operator's store or files, named on the page, not a 500
         return problem_note(err.message)
@@ -245,10 +210,93 @@ def _resume_after(last_event_id: str | None) -> int | None:
     return int(last_event_id) if len(last_event_id) <= 18 else None  # a seq is an SQL bigint
 
 
+class LivePages:
+    """``/events``: server-sent events, one ``decision`` event per new record that passes
+    the filters, to at most ``MAX_STREAMS`` pages at once.
+
+    A stream ends when the live feed ends, the client stalls, or the client
+    closes its side (watched for at once, so the slot is free for the next page).
+    """
+
+    def __init__(self, feed: LiveDecisions) -> None:
+        self._feed = feed
+        self.writers: set[asyncio.Task[None]] = set()
+        """The event writers of the pages open now (cancelled: their streams end)."""
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Serve one live page until its stream ends."""
+        if len(self.writers) >= MAX_STREAMS:
+            await text(503, "too many live pages\n")(scope, receive, send)
+            return
+        request = Request(scope)
+        wanted = views.Filters.of(Query.of(request))
+        last = request.headers.getlist("last-event-id")
+        resume = _resume_after(last[-1] if last else None)
+        backlog = functools.partial(self._feed.after, resume) if resume is not None else None
+        queue = self._feed.subscribe()
+        stream = _Stream(send, connection_abort(scope))
+        events = asyncio.ensure_future(_send_events(wanted, queue, stream, backlog))
+        self.writers.add(events)
+        closed = asyncio.ensure_future(_until_disconnect(receive))
+        try:
+            await asyncio.wait((events, closed), return_when=asyncio.FIRST_COMPLETED)
+            if events.done() and not events.cancelled():
+                events.result()  # re-raises a fault of ours (a client that went is none)
+        finally:
+            self._feed.unsubscribe(queue)
+            self.writers.discard(events)
+            for side in (events, closed):
+                side.cancel()
+            await asyncio.gather(events, closed, return_exceptions=True)
+            await stream.end()
+
+
+class _Stream:
+    """The event stream's answer: each write waits at most ``http.DRAIN_TIMEOUT`` for the
+    client to take what came before (a stalled client must not hold its connection for as
+    long as TCP would: it is dropped)."""
+
+    def __init__(self, send: Any, abort: Callable[[], None] | None) -> None:
+        self._send = send
+        self._abort = abort
+        self._started = False
+        self._ended = False
+
+    async def _within(self, message: dict[str, Any]) -> None:
+        try:
+            await asyncio.wait_for(self._send(message), http.DRAIN_TIMEOUT)
+        except TimeoutError:
+            if self._abort is not None:
+                self._abort()
+            raise
+
+    async def write(self, data: bytes) -> None:
+        """Send ``data`` (the answer's head first).
+
+        Raises:
+            TimeoutError: The client took nothing for ``DRAIN_TIMEOUT`` seconds (dropped).
+        """
+        if not self._started:
+            self._started = True
+            head = [(b"content-type", b"text/event-stream; charset=utf-8")]
+            await self._within({"type": "http.response.start", "status": 200, "headers": head})
+        await self._within({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def end(self) -> None:
+        """End the answer (idempotent; a client that went or stalls is no error)."""
+        if self._ended:
+            return
+        self._ended = True
+        with contextlib.suppress(TimeoutError, OSError):
+            if not self._started:
+                await self.write(b"")
+            await self._within({"type": "http.response.body", "body": b"", "more_body": False})
+
+
 async def _send_events(
     wanted: views.Filters,
     queue: asyncio.Queue[AuditRecord | None],
-    writer: asyncio.StreamWriter,
+    stream: _Stream,
     backlog: Callable[[], Awaitable[list[AuditRecord]]] | None = None,
 ) -> None:
     """Write the stream until the feed ends it (None) or the client stalls or goes.
@@ -258,11 +306,9 @@ async def _send_events(
     was subscribed before the backlog was read, so nothing falls between). A
     backlog cut at its bound ends the stream: the page reconnects from there.
     """
-    writer.write(response_head("200 OK", "text/event-stream; charset=utf-8", None))
-    writer.write(b"retry: 2000\n: connected\n\n")
     sent = 0
     with contextlib.suppress(TimeoutError, ConnectionError, OSError):
-        await drain(writer)
+        await stream.write(b"retry: 2000\n: connected\n\n")
         if backlog is not None:
             try:
                 missed = await backlog()
@@ -272,29 +318,26 @@ async def _send_events(
             for earlier in missed:
                 sent = max(sent, earlier.seq)
                 if wanted.matches(earlier):
-                    writer.write(_event(earlier))
-                    await drain(writer)
+                    await stream.write(_event(earlier))
             if len(missed) >= live.QUEUE_RECORDS:
                 return
         while True:
             try:
                 rec = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
             except TimeoutError:
-                writer.write(b": keepalive\n\n")
+                await stream.write(b": keepalive\n\n")
             else:
                 if rec is None:
                     return
                 if rec.seq > sent and wanted.matches(rec):
-                    writer.write(_event(rec))
-            await drain(writer)
+                    await stream.write(_event(rec))
 
 
 def _event(rec: AuditRecord) -> bytes:
     return f"id: {rec.seq}\nevent: decision\ndata: {event_data(rec)}\n\n".encode()
 
 
-async def _until_closed(reader: asyncio.StreamReader) -> None:
-    """Return once the client closes its side (anything it sends is ignored)."""
-    with contextlib.suppress(ConnectionError, OSError):
-        while await reader.read(4096):
-            pass
+async def _until_disconnect(receive: Any) -> None:
+    """Return once the client goes (a request body it sends is ignored)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass

@@ -16,7 +16,7 @@ from gateway.audit import query_records, verify_chain
 from gateway.audit.filter import AuditFilter
 from gateway.audit.store.sqlite_schema import TIME_RANGE_MS
 from gateway.config import TlsFiles, TlsSettings
-from gateway.console.http import Request
+from gateway.console.http import Query
 from gateway.console.pages import esc, facts, href, problem_note, table, trace_link, utc
 from gateway.console.views import ConsoleSource, agent_filter
 from gateway.errors import ConfigError
@@ -112,7 +112,7 @@ async def upstreams(source: ConsoleSource) -> str:
     return table(("Upstream", "Binding", "Address", "Capability", "Last outcome"), rows)
 
 
-async def audit_status(source: ConsoleSource, request: Request) -> str:
+async def audit_status(source: ConsoleSource, query: Query) -> str:
     """Chain length, last record, last signed checkpoint; the full check on request."""
     config = source.config
     log = open_audit_reader(config.audit_db)
@@ -130,7 +130,7 @@ async def audit_status(source: ConsoleSource, request: Request) -> str:
         ("Checkpoint file", esc(config.checkpoint_file)),
         ("Last checkpoint", checkpoint),
     ]
-    if request.param("verify") == "1" and not log.many_chains:
+    if query.param("verify") == "1" and not log.many_chains:
         report = await asyncio.to_thread(verify_chain, log)
         verdict = (
             f"intact ({report.records} records)"

@@ -17,7 +17,7 @@ from gateway.audit.filter import AuditFilter
 from gateway.audit.record import AuditRecord
 from gateway.config import AgentConfig
 from gateway.console.chart import bucket_refusals, render_chart
-from gateway.console.http import Request
+from gateway.console.http import Query
 from gateway.console.pages import (
     DECISION_COLUMNS,
     decision_cells,
@@ -78,20 +78,20 @@ class Filters:
     problem: str = ""
 
     @classmethod
-    def of(cls, request: Request) -> Filters:
+    def of(cls, query: Query) -> Filters:
         """Filters from the query string; a bad ``since`` is named, not fatal."""
-        since, problem = request.param("since"), ""
+        since, problem = query.param("since"), ""
         if since:
             try:
                 parse_since(since)
             except ConfigError as err:
                 since, problem = "", err.message
         return cls(
-            peer=request.param("peer"),
-            capability=request.param("capability"),
-            reason=request.param("reason").upper(),
+            peer=query.param("peer"),
+            capability=query.param("capability"),
+            reason=query.param("reason").upper(),
             since=since,
-            trace=request.param("trace").lower(),
+            trace=query.param("trace").lower(),
             problem=problem,
         )
 
@@ -140,9 +140,9 @@ async def _records(
     return [rec for rec in found if wanted.matches(rec)]
 
 
-async def decisions(source: ConsoleSource, request: Request) -> str:
+async def decisions(source: ConsoleSource, query: Query) -> str:
     """Recent decisions, newest first; the live script adds new ones at the top."""
-    wanted = Filters.of(request)
+    wanted = Filters.of(query)
     records = (await _records(source.config, wanted))[-RECENT_ROWS:]
     rows = [decision_cells(rec) for rec in reversed(records)]
     stream = href("/events", wanted.values())
@@ -157,9 +157,9 @@ async def decisions(source: ConsoleSource, request: Request) -> str:
     )
 
 
-async def refusals(source: ConsoleSource, request: Request) -> str:
+async def refusals(source: ConsoleSource, query: Query) -> str:
     """Refusals by peer and reason over the window (default the last hour)."""
-    wanted = Filters.of(request)
+    wanted = Filters.of(query)
     window = parse_since(wanted.since or "1h")
     records = await _records(source.config, wanted, refusals=True, default_since="1h")
     end_ms = int(time.time() * 1000) + 1

@@ -71,12 +71,12 @@ class InboundMessage(Protocol):
 class InvokeCall:
     """One call to a capability, as the transport delivered it; read-only.
 
-    Not a dataclass: its generated ``__init__`` stays interpreted even where
-    this module is compiled (~30 k instructions a call, most of a call's
-    object building); this one compiles to plain stores. ``Final`` keeps every
-    field read-only (the type checker; compiled, at run time too). The
-    ``with_*`` methods are the only copies: each keeps the payload's digest
-    true (``dataclasses.replace`` would not know to, and refuses a non-dataclass).
+    Not a dataclass: its ``__init__`` hashes the payload (once: a copy is handed
+    the digest it keeps), and the ``with_*`` methods are the only copies, each
+    keeping the digest true (``dataclasses.replace`` would not know to).
+    ``Final`` keeps every field read-only to the type checker; not frozen, for
+    the cost of a frozen ``__init__`` (CONTRIBUTING.md, "Value classes built per
+    call"). Its ``repr`` names ids, sizes and the digest, never the payload.
 
     Attributes:
         peer_cert_pem: The verified client certificate (None if absent).

@@ -68,14 +68,9 @@ FOLLOW_UP = "follow-up message: input for its task"
 PeerCallBinder = Callable[[float, str, str], PeerCall]
 """Makes a capability's ``call_peer`` from (deadline, task_id, step_id)."""
 
-# _AWAIT_OUTSIDE_EXCEPT: this module is compiled by mypyc (gateway.hotpath), and
-# mypyc 2.4 corrupts the exception being handled when an ``except`` block awaits
-# and then re-raises (a segmentation fault later, when asyncio formats it). So a
-# handler here only notes the error; the await and the ``raise`` come after it.
 
-
-# A compiled value class: hand-written __init__, Final fields (see gateway.hotpath).
-@dataclass(slots=True, init=False, unsafe_hash=True)
+# Final fields, not frozen: see CONTRIBUTING.md, "Value classes built per call".
+@dataclass(slots=True, unsafe_hash=True)
 class AdmittedCall:
     """A call every check of the pipeline has passed; nothing has run yet.
 
@@ -91,25 +86,11 @@ class AdmittedCall:
     admission: Final[Admission]
     payload: Final[BaseModel]
     started: Final[float]
-    slot: Final[CallSlot | None]
-
-    def __init__(
-        self,
-        call: InvokeCall,
-        admission: Admission,
-        payload: BaseModel,
-        started: float,
-        slot: CallSlot | None = None,
-    ) -> None:
-        self.call = call
-        self.admission = admission
-        self.payload = payload
-        self.started = started
-        self.slot = slot
+    slot: Final[CallSlot | None] = None
 
 
-# A compiled value class: hand-written __init__, Final fields (see gateway.hotpath).
-@dataclass(slots=True, init=False, unsafe_hash=True)
+# Final fields, not frozen: see CONTRIBUTING.md, "Value classes built per call".
+@dataclass(slots=True, unsafe_hash=True)
 class InvokeOutcome:
     """A successful Invoke's answer (``remembered``: the idempotency store's answer,
     served again without running the capability; sent as ``replayed`` on the wire)."""
@@ -117,15 +98,7 @@ class InvokeOutcome:
     served_version: Final[str]
     payload: Final[bytes]
     evidence_sha256: Final[str]
-    remembered: Final[bool]
-
-    def __init__(
-        self, served_version: str, payload: bytes, evidence_sha256: str, remembered: bool = False
-    ) -> None:
-        self.served_version = served_version
-        self.payload = payload
-        self.evidence_sha256 = evidence_sha256
-        self.remembered = remembered
+    remembered: Final[bool] = False
 
 
 class InvokeHandler:
@@ -265,15 +238,7 @@ class InvokeHandler:
         )
         try:
             self.pipeline.admit_describe(inbound)
-        except GatewayError as err:
-            refusal: GatewayError | None = err
-        except BaseException:
-            if inbound.slot is not None:
-                inbound.slot.release()
-            raise
-        else:
-            refusal = None
-        if refusal is not None:  # awaited outside the handler: see _AWAIT_OUTSIDE_EXCEPT
+        except GatewayError as refusal:
             await self._record_refusal(
                 refusal,
                 self._record(
@@ -282,7 +247,11 @@ class InvokeHandler:
             )
             if inbound.slot is not None:
                 inbound.slot.release()
-            raise refusal
+            raise
+        except BaseException:
+            if inbound.slot is not None:
+                inbound.slot.release()
+            raise
         if not keep and kind is not InFlight.HOLD and inbound.slot is not None:
             inbound.slot.release()
         return inbound
@@ -386,15 +355,7 @@ class InvokeHandler:
         inbound = Inbound(call, in_flight=in_flight, edge_slot=edge_slot)
         try:
             await self.pipeline.admit_call(inbound)
-        except GatewayError as err:
-            refusal: GatewayError | None = err
-        except BaseException:
-            if inbound.slot is not None:
-                inbound.slot.release()
-            raise
-        else:
-            refusal = None
-        if refusal is not None:  # awaited outside the handler: see _AWAIT_OUTSIDE_EXCEPT
+        except GatewayError as refusal:
             if inbound.slot is not None:  # refused by a check after within_limits
                 inbound.slot.release()
             await self._record_refusal(
@@ -409,7 +370,11 @@ class InvokeHandler:
                     refusal.detail,
                 ),
             )
-            raise refusal
+            raise
+        except BaseException:
+            if inbound.slot is not None:
+                inbound.slot.release()
+            raise
         assert inbound.payload is not None
         return AdmittedCall(inbound.call, inbound.admission, inbound.payload, started, inbound.slot)
 
@@ -463,31 +428,16 @@ class InvokeHandler:
                 raise
         try:
             outcome = await self._execute(call, admission, admitted.payload, ctx)
-        except GatewayError as err:
-            failure: GatewayError | None = err
+        except GatewayError as failure:
+            await self._record_failure(
+                self._record(
+                    call, peer_id, served, "allow", failure.reason, started, failure.detail
+                )
+            )
+            raise
         except asyncio.CancelledError as err:
             self._record_cancelled(call, peer_id, served, started, _cancel_detail(err))
             raise
-        else:
-            failure = None
-        if failure is not None:  # awaited outside the handler: see _AWAIT_OUTSIDE_EXCEPT
-            cut_off = False
-            try:
-                await self._audit.record_durable(
-                    self._record(
-                        call, peer_id, served, "allow", failure.reason, started, failure.detail
-                    )
-                )
-            except asyncio.CancelledError:
-                # The call has already ended and its record lands all the same
-                # (record_durable): a cancel now (CancelTask, shutdown) must not
-                # make the answer say CANCELLED while the audit says the failure.
-                cut_off = True
-            if cut_off:
-                current = asyncio.current_task()
-                if current is not None:
-                    current.uncancel()
-            raise failure
         self._audit.record(
             self._record(
                 call,
@@ -501,11 +451,22 @@ class InvokeHandler:
         )
         return outcome
 
+    async def _record_failure(self, failure: AuditRecord) -> None:
+        """Commit the record of an admitted call that failed, even if cancelled meanwhile."""
+        try:
+            await self._audit.record_durable(failure)
+        except asyncio.CancelledError:
+            # The call has already ended and its record lands all the same
+            # (record_durable): a cancel now (CancelTask, shutdown) must not
+            # make the answer say CANCELLED while the audit says the failure.
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()
+
     def _record_cancelled(
         self, call: InvokeCall, peer_id: str, served: str, started: float, detail: str
     ) -> None:
-        """Queue an admitted call's ``CANCELLED`` record (never awaited: it is called
-        from ``except`` blocks, see ``_AWAIT_OUTSIDE_EXCEPT``)."""
+        """Queue an admitted call's ``CANCELLED`` record."""
         self._audit.record(
             self._record(call, peer_id, served, "allow", Cancelled.reason, started, detail)
         )
@@ -559,16 +520,12 @@ class InvokeHandler:
             if err.detail != NOT_STARTED:
                 self._idempotency.leave_in_doubt(ident)
                 raise
-            late: DeadlineExceeded | None = err
+            # Nothing ran: the key stays free for a retry.
+            await self._idempotency.release(ident)
+            raise
         except BaseException:
             self._idempotency.leave_in_doubt(ident)
             raise
-        else:
-            late = None
-        if late is not None:  # awaited outside the handler: see _AWAIT_OUTSIDE_EXCEPT
-            # Nothing ran: the key stays free for a retry.
-            await self._idempotency.release(ident)
-            raise late
         served = str(admission.capability.version)
         # Stored before the cap check: the write happened, so a retry must get
         # this same answer (or the same OUTPUT_TOO_LARGE), never a second write.

@@ -95,8 +95,7 @@ class InFlight(Enum):
     """A subscription: needs a free place and holds it while open."""
 
 
-# A compiled value class: hand-written __init__ (see gateway.hotpath).
-@dataclass(slots=True, init=False)
+@dataclass(slots=True)
 class EdgeSlot:
     """A request's limit slot, taken by a transport's edge before it read the request.
 
@@ -115,12 +114,7 @@ class EdgeSlot:
 
     slot: CallSlot
     kind: InFlight
-    adopted: bool
-
-    def __init__(self, slot: CallSlot, kind: InFlight, adopted: bool = False) -> None:
-        self.slot = slot
-        self.kind = kind
-        self.adopted = adopted
+    adopted: bool = False
 
     def release_unless_adopted(self) -> None:
         """The edge's end of the request: give the slot back unless the pipeline owns it."""
@@ -128,8 +122,7 @@ class EdgeSlot:
             self.slot.release()
 
 
-# A compiled value class: hand-written __init__ (see gateway.hotpath).
-@dataclass(slots=True, init=False)
+@dataclass(slots=True)
 class Inbound:
     """What the checks learn about one call as it passes them.
 
@@ -148,30 +141,12 @@ class Inbound:
     """
 
     call: InvokeCall
-    peer_id: str
-    query: PolicyQuery | None
-    payload: BaseModel | None
-    slot: CallSlot | None
-    in_flight: InFlight
-    edge_slot: EdgeSlot | None
-
-    def __init__(
-        self,
-        call: InvokeCall,
-        peer_id: str = "",
-        query: PolicyQuery | None = None,
-        payload: BaseModel | None = None,
-        slot: CallSlot | None = None,
-        in_flight: InFlight = InFlight.ROOM,
-        edge_slot: EdgeSlot | None = None,
-    ) -> None:
-        self.call = call
-        self.peer_id = peer_id
-        self.query = query
-        self.payload = payload
-        self.slot = slot
-        self.in_flight = in_flight
-        self.edge_slot = edge_slot
+    peer_id: str = ""
+    query: PolicyQuery | None = None
+    payload: BaseModel | None = None
+    slot: CallSlot | None = None
+    in_flight: InFlight = InFlight.ROOM
+    edge_slot: EdgeSlot | None = None
 
     @property
     def admission(self) -> Admission:

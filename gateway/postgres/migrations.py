@@ -10,7 +10,7 @@ type), not read from ``AuditRecord``: a released migration must create the
 same table whatever the record class looks like later, and this module stays
 below the audit package (which uses it). A new record field needs one line
 here, ``Migration(n, ..., add_record_column("name", "TEXT"), ("name",))``;
-``gateway.audit.store.postgres_append.audit_columns_covered`` (checked by a test) says
+``gateway.audit.store.postgres.audit_columns_covered`` (checked by a test) says
 whether the migrations create every record field with its type.
 """
 

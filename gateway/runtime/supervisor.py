@@ -49,7 +49,7 @@ from pathlib import Path
 from types import FrameType
 
 from gateway.config import AgentConfig
-from gateway.errors import AgentConfigError, StateUnavailable
+from gateway.errors import AddressUnavailable, AgentConfigError, StateUnavailable
 from gateway.local.private_files import private_dir
 from gateway.runtime.instance_lock import InstanceLock
 from gateway.storage import prepare_shared_files
@@ -89,7 +89,7 @@ class Supervisor:
         refused the config at start (as ``serve`` with one process does).
 
         Raises:
-            AgentConfigError: another process listens on the configured port.
+            AddressUnavailable: another process listens on the configured port.
         """
         _check_port_free(self._host, self._port)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -241,7 +241,8 @@ def _check_port_free(host: str, port: int) -> None:
     (``SO_REUSEADDR`` only: a connection in TIME_WAIT is no listener).
 
     Raises:
-        AgentConfigError: something listens on ``host:port`` already.
+        AgentConfigError: ``host`` does not resolve.
+        AddressUnavailable: something listens on ``host:port`` already.
     """
     if port == 0:
         return
@@ -256,7 +257,7 @@ def _check_port_free(host: str, port: int) -> None:
         try:
             probe.bind(address)
         except OSError as err:
-            raise AgentConfigError(
+            raise AddressUnavailable(
                 f"listen {host}:{port}: {err.strerror} (another process listens there; "
                 "only this agent's own workers may share its port)"
             ) from err

@@ -12,7 +12,7 @@ from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 
-from gateway.errors import AgentConfigError, GatewayError
+from gateway.errors import AddressUnavailable, GatewayError
 from gateway.inbound.call import InvokeCall, deadline_from
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.server.a2a import SERVICE_NAME as A2A_SERVICE_NAME
@@ -32,15 +32,7 @@ _log = logging.getLogger(__name__)
 
 
 async def _refuse(context: aio.ServicerContext[object, object], err: GatewayError) -> NoReturn:
-    """End the RPC with ``err``'s status (``abort_with_status`` raises, always).
-
-    Called after the ``except`` block that caught ``err``, never inside it:
-    this module is compiled, and a mypyc coroutine that awaits inside an
-    ``except`` block leaves the exception it handles set on the thread while it
-    is suspended. Every other call's exception then took it as ``__context__``,
-    the chain grew by one per concurrent refusal (memory, and a walk of the
-    whole chain at every raise). tests/unit/test_hotpath_exceptions.py guards it.
-    """
+    """End the RPC with ``err``'s status (``abort_with_status`` raises, always)."""
     await context.abort_with_status(to_grpc_status(err))
     raise AssertionError("abort_with_status returned")  # unreachable: it raises
 
@@ -71,8 +63,7 @@ class GatewayServicer:
     """Adapts ``PeerGateway`` RPCs to the InvokeHandler; errors become rich statuses.
 
     Every RPC of the service is defined here (``add_gateway_servicer``
-    registers them by name), so it needs no generated base class: without
-    one, mypyc compiles it as a native class.
+    registers them by name), so it needs no generated base class.
     """
 
     def __init__(
@@ -93,11 +84,7 @@ class GatewayServicer:
                 grant, admissions = await self._handler.describe(peer_cert(context))
             except GatewayError as err:
                 mark_refused(span, err)
-                refusal: GatewayError | None = err
-            else:
-                refusal = None
-            if refusal is not None:
-                await _refuse(context, refusal)
+                await _refuse(context, err)
         response = gateway_pb2.DescribeResponse(
             agent_id=self._agent_id,
             protocol_version=PROTOCOL_VERSION,
@@ -153,11 +140,7 @@ class GatewayServicer:
                 outcome = await self._handler.invoke(call)
             except GatewayError as err:
                 mark_refused(span, err)
-                refusal: GatewayError | None = err
-            else:
-                refusal = None
-            if refusal is not None:
-                await _refuse(context, refusal)
+                await _refuse(context, err)
         return gateway_pb2.InvokeResponse(
             request_id=request.request_id,
             capability=request.capability,
@@ -210,14 +193,14 @@ class GatewayServer:
         """Bind ``address`` (port 0 picks one) and start serving; returns the port.
 
         Raises:
-            AgentConfigError: the address cannot be bound (in use, or not on this host).
+            AddressUnavailable: the address cannot be bound (in use, or not on this host).
         """
         try:
             port: int = self._server.add_secure_port(address, self._tls.server_credentials())
             if port == 0:
                 raise RuntimeError("no port bound")
         except RuntimeError as err:  # grpc's whole report of a failed bind
-            raise AgentConfigError(
+            raise AddressUnavailable(
                 f"listen {address}: cannot bind (another process listens there, "
                 "or the address is not on this host)"
             ) from err

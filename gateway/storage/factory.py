@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from gateway.admin.idempotency.store import AuditTarget, KeyAdmin
 from gateway.errors import ConfigError
+from gateway.inbound.idempotency.operator import AuditTarget, KeyAdmin
 from gateway.postgres.dsn import PostgresDsn, StoreLocation, parse_location
 
 if TYPE_CHECKING:
@@ -147,12 +147,12 @@ def open_chain_writer(
     if busy_timeout_ms < 0:
         raise ConfigError(f"audit busy_timeout_ms must be >= 0, not {busy_timeout_ms}")
     if isinstance(where, PostgresDsn):
-        from gateway.audit.store.postgres_append import PostgresChainWriter
+        from gateway.audit.store.postgres import PostgresChainWriter
 
         if not agent_id:
             raise ConfigError("an audit log in PostgreSQL needs the agent id of its chain")
         return PostgresChainWriter(connection_source(where), agent_id)
-    from gateway.audit.store.sqlite_append import SqliteChainWriter
+    from gateway.audit.store.sqlite import SqliteChainWriter
 
     return SqliteChainWriter(where, busy_timeout_ms=busy_timeout_ms, synchronous=sync.upper())
 
@@ -160,10 +160,10 @@ def open_chain_writer(
 def open_audit_reader(where: Path | PostgresDsn) -> AuditReader:
     """The reader of the audit store at ``where`` (opened per call, read-only)."""
     if isinstance(where, PostgresDsn):
-        from gateway.audit.store.postgres_read import PostgresAuditReader
+        from gateway.audit.store.postgres import PostgresAuditReader
 
         return PostgresAuditReader(connection_source(where))
-    from gateway.audit.store.sqlite_read import SqliteAuditReader
+    from gateway.audit.store.sqlite import SqliteAuditReader
 
     return SqliteAuditReader(where)
 
@@ -171,12 +171,12 @@ def open_audit_reader(where: Path | PostgresDsn) -> AuditReader:
 def open_key_admin(config: AgentConfig) -> KeyAdmin:
     """The operator's view of ``config``'s idempotency keys (audited through its log)."""
     if isinstance(config.state_db, PostgresDsn):
-        from gateway.admin.idempotency.postgres import PostgresKeyAdmin
+        from gateway.inbound.idempotency.postgres import PostgresKeyAdmin
 
         return PostgresKeyAdmin(
             connection_source(config.state_db), audit_target(config.audit_db), config.id
         )
-    from gateway.admin.idempotency.sqlite import SqliteKeyAdmin
+    from gateway.inbound.idempotency.sqlite import SqliteKeyAdmin
 
     return SqliteKeyAdmin(config.idempotency_store, audit_target(config.audit_db), config.id)
 

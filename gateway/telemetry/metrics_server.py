@@ -1,29 +1,38 @@
-"""A minimal HTTP endpoint serving ``GET /metrics`` in the Prometheus text format.
+"""The HTTP endpoint serving ``GET /metrics`` in the Prometheus text format.
 
-Only what a Prometheus scraper needs: one request per connection, ``GET
-/metrics`` answered 200, any other path 404, anything else 405. With a health
-source it also answers ``/healthz`` and ``/readyz`` (``health_http``). It binds the
-configured address only (loopback unless ``[metrics] allow_remote``); on loopback
-it answers only a ``Host`` that names this machine (an IP literal or ``localhost``;
-``421`` otherwise), so a page whose name an attacker points at 127.0.0.1 (DNS
-rebinding) cannot read the metrics, as for the console.
+Only what a Prometheus scraper needs: ``GET /metrics`` answered 200, any other
+path 404, any other method 405; one request per connection. With a health
+source it also answers ``/healthz`` and ``/readyz`` (``health_http``). It binds
+the configured address only (loopback unless ``[metrics] allow_remote``); on
+loopback it answers only a ``Host`` that names this machine (an IP literal or
+``localhost``; ``421`` otherwise), so a page whose name an attacker points at
+127.0.0.1 (DNS rebinding) cannot read the metrics, as for the console.
+Starlette on uvicorn (``gateway.http``), on the agent's event loop.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
-from gateway.config.addresses import names_this_machine
-from gateway.errors import GatewayError
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway.errors import AddressUnavailable
+from gateway.http.connection import bounded
+from gateway.http.guards import GetOnly, LoopbackHostGuard
+from gateway.http.listener import HttpListener, endpoint_config
 from gateway.telemetry.health_http import HEALTH_PATHS, TEXT, HealthSource, health_answer
 from gateway.telemetry.prometheus_text import CONTENT_TYPE
 
 _log = logging.getLogger(__name__)
-_MAX_HEADER_BYTES = 16 * 1024
-_READ_TIMEOUT = 5.0
+HEAD_SECONDS = 5.0
+"""How long a scraper may take to send its request head."""
+MAX_CONNECTIONS = 64
+"""Connections open at once (a scraper or two, probes); more are dropped unanswered."""
 
 
 class MetricsServer:
@@ -35,11 +44,22 @@ class MetricsServer:
         self._host = host.strip("[]")
         self._port = int(port)
         self._render = render
-        self._any_host = any_host
-        self._server: asyncio.Server | None = None
-        self.port = 0
+        guards = [Middleware(GetOnly, media_type=CONTENT_TYPE)]
+        if not any_host:
+            guards.insert(0, Middleware(LoopbackHostGuard))
+        app = Starlette(
+            routes=[Route(path, self._answer) for path in ("/metrics", *sorted(HEALTH_PATHS))],
+            middleware=guards,
+            exception_handlers={404: _not_found},
+        )
+        self._listener = HttpListener(endpoint_config(app, bounded(MAX_CONNECTIONS, HEAD_SECONDS)))
         self.health: HealthSource | None = None
         """Answers /healthz and /readyz when set (the agent sets it)."""
+
+    @property
+    def port(self) -> int:
+        """The port bound (0 before start)."""
+        return self._listener.port
 
     @property
     def address(self) -> str:
@@ -54,66 +74,32 @@ class MetricsServer:
             GatewayError: The address cannot be bound.
         """
         try:
-            self._server = await asyncio.start_server(self._serve, self._host, self._port)
+            await self._listener.start(self._host, self._port)
         except OSError as err:
-            raise GatewayError(
+            raise AddressUnavailable(
                 f"metrics: cannot listen on {self._host}:{self._port}: {err}"
             ) from err
-        self.port = int(self._server.sockets[0].getsockname()[1])
         _log.info("serving metrics on %s/metrics", self.address)
         return self.port
 
     async def stop(self) -> None:
         """Stop serving (idempotent)."""
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        await self._listener.stop()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _answer(self, request: Request) -> Response:
+        path = request.scope["path"]
+        if path in HEALTH_PATHS:
+            if self.health is None:
+                return await _not_found(request, None)
+            status, body = health_answer(path, self.health)
+            return Response(body, int(status.split(" ", 1)[0]), media_type=TEXT)
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT)
-            status, body, kind = self._answer(head)
-        except ConnectionError:  # the client went (a reset): nobody to answer, nothing failed
-            writer.close()
-            return
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
-            status, body, kind = "400 Bad Request", "", CONTENT_TYPE
+            text = self._render()
         except Exception:  # a broken render must not take the endpoint down
             _log.exception("metrics: rendering failed")
-            status, body, kind = "500 Internal Server Error", "", CONTENT_TYPE
-        payload = body.encode("utf-8")
-        writer.write(
-            f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n"
-            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode("ascii")
-            + payload
-        )
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
+            return Response(b"", 500, media_type=CONTENT_TYPE)
+        return Response(text, 200, media_type=CONTENT_TYPE)
 
-    def _answer(self, head: bytes) -> tuple[str, str, str]:
-        if len(head) > _MAX_HEADER_BYTES:
-            return "431 Request Header Fields Too Large", "", CONTENT_TYPE
-        first, *fields = head.decode("latin-1").split("\r\n")
-        method, _, rest = first.partition(" ")
-        path = rest.split(" ", 1)[0].split("?", 1)[0]
-        if not self._any_host:
-            hosts = [
-                v.strip()
-                for n, _, v in (f.partition(":") for f in fields)
-                if n.strip().lower() == "host"
-            ]
-            if len(hosts) > 1:
-                return "400 Bad Request", "", TEXT
-            if hosts and not names_this_machine(hosts[0]):  # no Host: not a browser
-                return "421 Misdirected Request", "", TEXT
-        if method != "GET":
-            return "405 Method Not Allowed", "", CONTENT_TYPE
-        if path in HEALTH_PATHS and self.health is not None:
-            return (*health_answer(path, self.health), TEXT)
-        if path != "/metrics":
-            return "404 Not Found", "", CONTENT_TYPE
-        return "200 OK", self._render(), CONTENT_TYPE
+
+async def _not_found(_request: Request, _exc: object) -> Response:
+    return Response(b"", 404, media_type=CONTENT_TYPE)

@@ -98,11 +98,11 @@ STATUS_TABLE: dict[type[GatewayError], grpc.StatusCode] = {
     ApprovalDenied: grpc.StatusCode.PERMISSION_DENIED,
     Stagnated: grpc.StatusCode.ABORTED,
     Unverified: grpc.StatusCode.FAILED_PRECONDITION,
-    # A2A 1.0 spec section 5.4 codes.
-    UnsupportedOperation: grpc.StatusCode.FAILED_PRECONDITION,
+    # A2A 1.0 spec section 5.4 codes (the 1.0.0 table: see gateway.server.a2a.wire_errors).
+    UnsupportedOperation: grpc.StatusCode.UNIMPLEMENTED,
+    PushNotificationNotSupported: grpc.StatusCode.UNIMPLEMENTED,
+    ProtocolVersionNotSupported: grpc.StatusCode.UNIMPLEMENTED,
     ContentTypeNotSupported: grpc.StatusCode.INVALID_ARGUMENT,
-    PushNotificationNotSupported: grpc.StatusCode.FAILED_PRECONDITION,
-    ProtocolVersionNotSupported: grpc.StatusCode.FAILED_PRECONDITION,
     TaskNotCancelable: grpc.StatusCode.FAILED_PRECONDITION,
     TaskInterrupted: grpc.StatusCode.ABORTED,
     AgentStopping: grpc.StatusCode.UNAVAILABLE,

@@ -266,7 +266,7 @@ async def test_another_writer_may_append_while_the_log_is_open(
 ) -> None:
     # The operator CLI appends its records to a running agent's log this way.
     from gateway.audit.record import checked_fields
-    from gateway.audit.store.sqlite_append import SqliteChainWriter
+    from gateway.audit.store.sqlite import SqliteChainWriter
 
     await audit_log.record_durable(make_record(request_id="agent-1"))
     other = SqliteChainWriter(db_path, busy_timeout_ms=5000)

@@ -10,8 +10,11 @@ import pytest
 
 from gateway.audit import AuditLog, AuditRecord, query_records, verify_chain
 from gateway.audit.filter import AuditFilter
-from gateway.audit.store.postgres_append import audit_columns_covered
-from gateway.audit.store.postgres_read import query_agent_records, verify_agent_chains
+from gateway.audit.store.postgres import (
+    audit_columns_covered,
+    query_agent_records,
+    verify_agent_chains,
+)
 from gateway.audit.store.sqlite_schema import CHAIN_COLUMNS, RECORD_COLUMNS
 from gateway.errors import ConfigError
 from gateway.postgres.migrations import LATEST_VERSION

@@ -10,7 +10,7 @@ import pytest
 
 from gateway.audit import query_records, verify_chain
 from gateway.audit.record import checked_fields
-from gateway.audit.store.sqlite_append import SqliteChainWriter
+from gateway.audit.store.sqlite import SqliteChainWriter
 from gateway.audit.store.sqlite_schema import ROWS_PER_INSERT
 from gateway.errors import AuditUnavailable
 from gateway.storage import open_audit_reader

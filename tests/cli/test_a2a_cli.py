@@ -17,7 +17,7 @@ def test_the_public_card_has_interfaces_and_mtls_but_no_skills(pki: Pki, tmp_pat
     result = run("card", "--config", str(config), "--url", "alice.example:7001")
     assert result.returncode == 0, result.stderr
     card = json.loads(result.stdout)
-    assert "skills" not in card
+    assert card["skills"] == []  # present (REQUIRED in the 1.0 schema), and empty
     assert "text.echo" not in result.stdout and spiffe("bob") not in result.stdout
     assert card["name"] == spiffe("alice")
     assert card["supportedInterfaces"] == [

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gateway.audit import AuditRecord, query_records
-from gateway.audit.store.postgres_read import AgentRecord
+from gateway.audit.store.postgres import AgentRecord
 from gateway.cli.audit_follow import render_line
 from gateway.client.peer_client import PeerClient
 from gateway.errors import GatewayError

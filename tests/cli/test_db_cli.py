@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from gateway.audit import AuditLog, AuditRecord
-from gateway.audit.store.postgres_read import verify_agent_chains
+from gateway.audit.store.postgres import verify_agent_chains
 from gateway.cli.main import main
 from gateway.client.peer_client import PeerClient
 from gateway.config import load_agent_config

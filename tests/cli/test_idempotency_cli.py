@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from gateway.admin.idempotency.sqlite import list_keys, release_key, resolve_done
 from gateway.audit import AuditRecord, query_records, verify_chain
 from gateway.audit.checkpoint_verify import verify_checkpoints
 from gateway.client.peer_client import PeerClient
 from gateway.config import load_agent_config
 from gateway.errors import ConfigError, IdempotencyInDoubt, IdempotencyNotInDoubt
-from gateway.inbound.idempotency.sqlite import SqliteIdempotencyStore
+from gateway.inbound.idempotency.operator import KeyEntry
+from gateway.inbound.idempotency.sqlite import SqliteIdempotencyStore, SqliteKeyAdmin
 from gateway.runtime.agent import Agent
 from gateway.storage import open_audit_reader
 from gateway.storage.factory import audit_target
@@ -31,6 +31,11 @@ from tests.support import Pki, grant, spiffe, write_policy
 BOB = spiffe("bob")
 PUT = b'{"key":"k","value":"v"}'
 PUT_SHA = hashlib.sha256(PUT).hexdigest()
+
+
+def list_keys(store: Path, *, in_doubt_only: bool = False) -> list[KeyEntry]:
+    """The keys in ``store``, as the operator lists them."""
+    return SqliteKeyAdmin(store, audit_target(store), "").keys(in_doubt_only=in_doubt_only)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -260,10 +265,12 @@ async def test_keys_not_in_doubt_are_never_changed(pki: Pki, running: tuple[Agen
         ]
         for key, why in cases:
             for act in (
-                lambda k: resolve_done(
-                    store, audit_target(audit_db), (BOB, "kv.put", k), {"key": "k"}, "r"
+                lambda k: SqliteKeyAdmin(store, audit_target(audit_db), "").resolve_done(
+                    (BOB, "kv.put", k), {"key": "k"}, "r"
                 ),
-                lambda k: release_key(store, audit_target(audit_db), (BOB, "kv.put", k), "r"),
+                lambda k: SqliteKeyAdmin(store, audit_target(audit_db), "").release(
+                    (BOB, "kv.put", k), "r"
+                ),
             ):
                 with pytest.raises(IdempotencyNotInDoubt, match=why):
                     act(key)

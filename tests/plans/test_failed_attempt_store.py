@@ -22,7 +22,7 @@ from gateway.plans.execution.verification import comparison_digest
 from gateway.plans.task import StepResult, StepStatus
 from gateway.plans.task_store import rows
 from gateway.plans.task_store.postgres import PostgresTaskStore
-from gateway.plans.task_store.sqlite import FailedAttempt, SqliteTaskStore
+from gateway.plans.task_store.sqlite import SCHEMA, FailedAttempt, SqliteTaskStore
 from gateway.plans.task_store.store import TaskStore
 from gateway.postgres.migrations import LATEST_VERSION, MIGRATIONS
 from tests.postgres import state_pool
@@ -76,14 +76,15 @@ class Backend:
         """Task ``t1`` with ``result``, in a store made by the release before this table."""
         if self.sqlite_path is not None:
             with contextlib.closing(sqlite3.connect(self.sqlite_path)) as db, db:
-                for statement in rows.SCHEMA:
+                for statement in SCHEMA:
                     if "failed_attempts" not in statement:
                         db.execute(statement)
                 db.execute(
                     "INSERT INTO tasks VALUES (?, ?, 'running', 0, 'OK', '', 1, 1, 0.0, 1, 1, 0)",
                     ("t1", PLAN.to_json()),
                 )
-                db.execute(rows.UPSERT_STEP, rows.step_row("t1", result))
+                marks = ", ".join(["?"] * 20)
+                db.execute(f"INSERT INTO steps VALUES ({marks})", rows.step_row("t1", result))
             return
         with psycopg.connect(self.dsn) as conn:
             conn.execute(

@@ -19,7 +19,7 @@ from gateway.plans.execution.attempt_rules import written_note
 from gateway.plans.task import StepResult, StepStatus
 from gateway.plans.task_store import rows
 from gateway.plans.task_store.postgres import PostgresTaskStore
-from gateway.plans.task_store.sqlite import SqliteTaskStore
+from gateway.plans.task_store.sqlite import SCHEMA, SqliteTaskStore
 from gateway.plans.task_store.store import TaskStore
 from gateway.postgres.migrations import MIGRATIONS
 from tests.postgres import state_pool
@@ -76,7 +76,7 @@ async def test_the_flag_round_trips_without_any_note(open_store: object) -> None
 def _old_sqlite_store(path: Path, results: list[StepResult]) -> None:
     """Task ``t1`` in a store made before the column: the release's steps table."""
     with contextlib.closing(sqlite3.connect(path)) as db, db:
-        for statement in rows.SCHEMA:
+        for statement in SCHEMA:
             db.execute(statement.replace("may_have_written INTEGER NOT NULL DEFAULT 0, ", ""))
         db.execute(
             "INSERT INTO tasks VALUES (?, ?, 'running', 0, 'OK', '', 1, 1, 0.0, 1, 1, 0)",

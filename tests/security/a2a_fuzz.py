@@ -55,8 +55,9 @@ from tests.security.conftest import (
 )
 
 SERVICE = a2a_pb2.DESCRIPTOR.services_by_name["A2AService"]
-A2A_CODES = EXPECTED_CODES | {grpc.StatusCode.FAILED_PRECONDITION}
-"""Invoke's statuses plus the spec's unsupported/not-cancelable/version answers."""
+A2A_CODES = EXPECTED_CODES | {grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNIMPLEMENTED}
+"""Invoke's statuses plus the spec's not-cancelable (FAILED_PRECONDITION) and
+unsupported/push/version (UNIMPLEMENTED) answers."""
 READS = frozenset({"GetTask", "ListTasks", "GetExtendedAgentCard"})
 """Methods whose answered calls are not audited (as Describe)."""
 AFTER_DECODING = frozenset({"OK", "INVALID_INPUT", "REPLAYED_REQUEST", "DEADLINE_EXCEEDED"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -49,7 +50,7 @@ def _signed_behind_the_issuers_back(pki: Pki, dns_names: list[str]) -> tuple[byt
 
 
 @pytest.mark.parametrize("wildcard", WILDCARDS)
-def test_an_agent_refuses_to_start_with_a_wildcard_certificate(
+async def test_an_agent_refuses_to_start_with_a_wildcard_certificate(
     pki: Pki, tmp_path: Path, wildcard: str
 ) -> None:
     cert_pem, key_pem = _signed_behind_the_issuers_back(
@@ -71,7 +72,7 @@ def test_an_agent_refuses_to_start_with_a_wildcard_certificate(
         material.spiffe_id()
     assert repr(wildcard) in info.value.message
     with pytest.raises(ConfigError, match="wildcard DNS name"):
-        Agent(config)
+        await Agent(config).start()
 
     toml = write_agent_toml(
         tmp_path / "alice.toml",
@@ -87,7 +88,8 @@ def test_an_agent_refuses_to_start_with_a_wildcard_certificate(
         .replace(str(pki.dir / "alice.pem"), str(tmp_path / "alice.pem"))
         .replace(str(pki.dir / "alice.key"), str(tmp_path / "alice.key"))
     )
-    done = subprocess.run(
+    done = await asyncio.to_thread(
+        subprocess.run,
         [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(toml)],
         capture_output=True,
         text=True,

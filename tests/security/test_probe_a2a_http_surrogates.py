@@ -25,7 +25,13 @@ import pytest
 
 from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
-from tests.a2a_http_support import V1_HEADERS, https_client, our_reason, serving_https
+from tests.a2a_http_support import (
+    JSON_HEADERS,
+    V1_HEADERS,
+    https_client,
+    our_reason,
+    serving_https,
+)
 from tests.support import (
     Pki,
     WriteCounter,
@@ -122,7 +128,7 @@ async def test_a_send_message_with_such_an_id_runs_nothing(
             answer = await client.post(
                 alice.https_url + JSONRPC_PATH,
                 content=rpc_body("SendMessage", params),
-                headers=V1_HEADERS,
+                headers=JSON_HEADERS,
             )
     assert (answer.status_code, answer.json()["error"]["code"]) == (200, -32600)
     assert counter.calls == 0  # the write never ran (it used to run, then answer 500)
@@ -135,8 +141,8 @@ async def test_a_send_message_with_such_an_id_runs_nothing(
 @pytest.mark.parametrize(
     ("path", "operation", "headers"),
     [
-        ("/message:send", "A2A SendMessage", V1_HEADERS),
-        ("/v1/message:send", "A2A SendMessage", {}),  # A2A 0.3 REST
+        ("/message:send", "A2A SendMessage", JSON_HEADERS),
+        ("/v1/message:send", "A2A SendMessage", {"content-type": "application/json"}),  # 0.3
     ],
 )
 async def test_a_rest_body_whose_quoted_value_holds_a_lone_surrogate_is_refused(
@@ -175,7 +181,7 @@ async def test_an_escaped_surrogate_pair_is_still_served(pki: Pki, alice: Agent)
     ).encode()
     async with https_client(pki, "bob") as client:
         answer = await client.post(
-            alice.https_url + REST_PATH + "/message:send", content=body, headers=V1_HEADERS
+            alice.https_url + REST_PATH + "/message:send", content=body, headers=JSON_HEADERS
         )
     assert answer.status_code == 200, answer.text
     task = answer.json()["task"]

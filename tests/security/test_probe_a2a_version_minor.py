@@ -15,7 +15,7 @@ refused, as it should be. (docs/a2a.md and docs/a2a-http.md state the
 ``1.x`` rule; the spec's rule is ``1.0``.)
 
 Expected: ``1.0`` and ``1.0.N`` (patch ignored) are served; ``1.1``, ``1.99``,
-``1.x`` and ``2.0`` are refused ``FAILED_PRECONDITION``/``VERSION_NOT_SUPPORTED``
+``1.x`` and ``2.0`` are refused ``UNIMPLEMENTED``/``VERSION_NOT_SUPPORTED``
 (JSON-RPC ``-32009``; REST 400 with the same reason), audited once under the
 caller, and the capability never runs.
 """
@@ -76,10 +76,10 @@ async def test_grpc_refuses_a_version_it_does_not_speak(
                 metadata=(("a2a-version", version),),
                 timeout=10,
             )
-    assert info.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+    assert info.value.code() is grpc.StatusCode.UNIMPLEMENTED
     assert error_infos(info.value) == [
-        ("a2agw.v1", "VERSION_NOT_SUPPORTED"),
         ("a2a-protocol.org", "VERSION_NOT_SUPPORTED"),
+        ("a2agw.v1", "VERSION_NOT_SUPPORTED"),
     ]
     assert await _last(alice) == (BOB, "VERSION_NOT_SUPPORTED", "A2A SendMessage")
     assert counter.calls == 0

@@ -162,8 +162,8 @@ async def test_a_revoked_ca_is_not_trusted_on_a_connection_opened_before(
             update={"a2a": config.a2a.model_copy(update={"http_listen": "127.0.0.1:0"})}
         )
     )
-    assert alice._https is not None
-    https_port = alice._https.port
+    assert alice.parts.https is not None
+    https_port = alice.parts.endpoints.https_port
     old_svid = await _svid(bob_node, BOB)
     held = PeerClient(ALICE, alice.address, old_svid)  # one connection, opened now
     fresh: PeerClient | None = None

@@ -366,7 +366,7 @@ async def test_start_is_refused_without_the_workload_api_or_without_the_dns_name
         }
     )
     with pytest.raises(AgentConfigError, match="no identity from the Workload API at unix://"):
-        Agent(config, standard_registry(WriteCounter(), tmp_path / "s"))
+        await Agent(config, standard_registry(WriteCounter(), tmp_path / "s")).start()
     served = cli("serve", "--config", str(config_file(tmp_path / "alice.toml", config)))
     assert served.returncode == 2
     assert served.stderr.startswith(
@@ -375,7 +375,7 @@ async def test_start_is_refused_without_the_workload_api_or_without_the_dns_name
     spire.server.register(spire.alice_node.node_id, CAROL, dns=False)
     carol = workload_config(tmp_path, CAROL, spire.alice_node.address, [])
     with pytest.raises(AgentConfigError) as refused:
-        Agent(carol, standard_registry(WriteCounter(), tmp_path / "c"))
+        await Agent(carol, standard_registry(WriteCounter(), tmp_path / "c")).start()
     assert refused.value.message.endswith(
         f"lacks the DNS name {svid_dns_name(CAROL)} that peers verify it by: add "
         f"`-dns {svid_dns_name(CAROL)}` to its SPIRE registration entry "
@@ -448,7 +448,7 @@ async def test_spire_agent_stopped_keeps_serving_until_the_svid_expires_then_not
     try:
         assert await _health(health) == SERVING
         spire.alice_node.stop()
-        await eventually(lambda: not alice._workload_api.connected, "the stream noticed")  # type: ignore[union-attr]
+        await eventually(lambda: not alice.parts.workload_api.connected, "the stream noticed")  # type: ignore[union-attr]
         answer = await bob.client(ALICE).invoke("text.echo", {"text": "last good SVID"})
         assert json.loads(answer.payload) == {"text": "last good SVID"}
         assert alice.live_tls.valid_now()

@@ -9,10 +9,8 @@ from pathlib import Path
 import pytest
 
 import gateway
-from gateway.audit.store.postgres_append import PostgresChainWriter
-from gateway.audit.store.postgres_read import PostgresAuditReader
-from gateway.audit.store.sqlite_append import SqliteChainWriter
-from gateway.audit.store.sqlite_read import SqliteAuditReader
+from gateway.audit.store.postgres import PostgresAuditReader, PostgresChainWriter
+from gateway.audit.store.sqlite import SqliteAuditReader, SqliteChainWriter
 from gateway.audit.store.store import ChainWriter
 from gateway.inbound.idempotency.postgres import PostgresIdempotencyStore
 from gateway.inbound.idempotency.sqlite import SqliteIdempotencyStore

@@ -39,7 +39,9 @@ async def _get(address: str, path: str) -> tuple[str, str, str]:
     writer.close()
     head, _, body = answer.partition("\r\n\r\n")
     lines = head.split("\r\n")
-    kind = next(line.split(": ", 1)[1] for line in lines if line.startswith("Content-Type: "))
+    kind = next(
+        line.split(": ", 1)[1] for line in lines if line.lower().startswith("content-type: ")
+    )
     return lines[0], kind, body
 
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    # leaves: the package itself (lazy re-exports), the hot-path loader, the error tree
-    ("gateway", "gateway.hotpath", "gateway.errors", "gateway.display"),
+    # leaves: the package itself (lazy re-exports), the error tree, display escaping
+    ("gateway", "gateway.errors", "gateway.display"),
     # helpers with no gateway state of their own
     (
         "gateway.local",
@@ -26,12 +26,15 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "gateway.runtime.instance_lock",
         "gateway.wire",
         "gateway.postgres.dsn",
+        "gateway.sql",
     ),
     ("capabilities",),
     ("policies",),
     ("gateway.config",),
     # what the serving and the calling side share: TLS, SVIDs, the status table
     ("gateway.transport",),
+    # serving HTTP with uvicorn: listeners, bounded connections, the Host check
+    ("gateway.http",),
     # the audit record and chain layout, which the PostgreSQL migrations also build on
     ("gateway.audit.record", "gateway.audit.chain", "gateway.audit.store.sqlite_schema"),
     ("gateway.postgres",),
@@ -162,8 +165,6 @@ def package_sources(root: Path) -> dict[str, tuple[str, str, bool]]:
     sources: dict[str, tuple[str, str, bool]] = {}
     for package in ROOT_PACKAGES:
         for path in sorted((root / package).rglob("*.py")):
-            if "_compiled" in path.parts:
-                continue
             module = module_name(root, path)
             sources[module] = (
                 str(path.relative_to(root)),

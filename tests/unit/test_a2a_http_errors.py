@@ -5,8 +5,13 @@ from __future__ import annotations
 import grpc
 from a2a.utils.errors import A2A_REASON_TO_ERROR, JSON_RPC_ERROR_CODE_MAP
 
-from gateway.errors import ERROR_DOMAIN, all_error_classes
-from gateway.server.a2a.wire_errors import SPEC_DOMAIN, SPEC_REASONS, to_a2a_status
+from gateway.errors import ERROR_DOMAIN, all_error_classes, error_for_reason
+from gateway.server.a2a.wire_errors import (
+    SPEC_DOMAIN,
+    SPEC_ERRORS,
+    spec_error_for,
+    to_a2a_status,
+)
 from gateway.server.a2a_http.wire_errors import (
     GATEWAY_REFUSAL_CODE,
     HTTP_STATUS,
@@ -16,7 +21,7 @@ from gateway.server.a2a_http.wire_errors import (
     jsonrpc_error,
     rest_error,
 )
-from gateway.transport.status import STATUS_TABLE
+from gateway.transport.status import STATUS_TABLE, status_code_for
 
 
 def test_every_grpc_code_of_the_status_table_has_an_http_status() -> None:
@@ -36,17 +41,34 @@ def test_every_error_class_renders_on_both_bindings_with_its_reason() -> None:
         assert rest["code"] == http_status(error)
 
 
-def test_spec_errors_get_the_specs_code_and_come_first() -> None:
-    for cls, spec_reason in SPEC_REASONS.items():
-        error = cls("why")
-        sdk_class = A2A_REASON_TO_ERROR[spec_reason]
-        assert jsonrpc_code(error) == JSON_RPC_ERROR_CODE_MAP[sdk_class]
+SPEC_HTTP = {  # A2A 1.0.0, section 5.4 (JSON-RPC code, HTTP status)
+    "TASK_NOT_FOUND": (-32001, 404),
+    "TASK_NOT_CANCELABLE": (-32002, 409),
+    "PUSH_NOTIFICATION_NOT_SUPPORTED": (-32003, 400),
+    "UNSUPPORTED_OPERATION": (-32004, 400),
+    "CONTENT_TYPE_NOT_SUPPORTED": (-32005, 415),
+    "VERSION_NOT_SUPPORTED": (-32009, 400),
+    "INVALID_REQUEST": (-32600, 400),
+    "INVALID_INPUT": (-32602, 400),
+}
+
+
+def test_spec_errors_get_the_specs_codes_and_come_first() -> None:
+    assert set(SPEC_ERRORS) == set(SPEC_HTTP)
+    for reason, (code, status) in SPEC_HTTP.items():
+        error = error_for_reason(reason)("why")
+        spec = SPEC_ERRORS[reason]
+        assert (jsonrpc_code(error), http_status(error)) == (code, status)
+        assert code == JSON_RPC_ERROR_CODE_MAP[A2A_REASON_TO_ERROR[spec.reason]]
         first = rest_error(error)["error"]["details"][0]
-        assert (first["domain"], first["reason"]) == (SPEC_DOMAIN, spec_reason)
-    others = [
-        cls for cls in all_error_classes() if not any(issubclass(cls, s) for s in SPEC_REASONS)
-    ]
+        assert (first["domain"], first["reason"]) == (SPEC_DOMAIN, spec.reason)
+    others = [cls for cls in all_error_classes() if spec_error_for(cls("x")) is None]
     assert others and all(jsonrpc_code(cls("x")) == GATEWAY_REFUSAL_CODE for cls in others)
+
+
+def test_the_spec_tables_grpc_codes_are_the_status_tables() -> None:
+    for reason, spec in SPEC_ERRORS.items():
+        assert status_code_for(error_for_reason(reason)("x")) is spec.grpc, reason
 
 
 def test_a_servicer_status_reads_back_as_the_same_error() -> None:

@@ -23,7 +23,7 @@ from gateway.server.a2a.request_checks import speaks_1_0
 from gateway.server.a2a.servicer import A2AServicer
 from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome
 from gateway.server.a2a.task_view import task_message
-from gateway.server.a2a.wire_errors import SPEC_DOMAIN, SPEC_REASONS, to_a2a_status
+from gateway.server.a2a.wire_errors import SPEC_DOMAIN, SPEC_ERRORS, to_a2a_status
 from gateway.transport.a2a.json_numbers import restore_integers
 from gateway.transport.a2a.part_payloads import MessageParts
 from gateway.transport.status import status_code_for
@@ -233,10 +233,23 @@ def test_other_versions_are_not(version: str) -> None:
     assert not speaks_1_0(version)
 
 
-@pytest.mark.parametrize("cls", list(SPEC_REASONS))
-def test_spec_errors_carry_the_spec_reason_and_the_spec_code(
-    cls: type[errors.GatewayError],
-) -> None:
+SPEC_TABLE = {
+    "TASK_NOT_FOUND": ("TASK_NOT_FOUND", "NOT_FOUND"),
+    "TASK_NOT_CANCELABLE": ("TASK_NOT_CANCELABLE", "FAILED_PRECONDITION"),
+    "PUSH_NOTIFICATION_NOT_SUPPORTED": ("PUSH_NOTIFICATION_NOT_SUPPORTED", "UNIMPLEMENTED"),
+    "UNSUPPORTED_OPERATION": ("UNSUPPORTED_OPERATION", "UNIMPLEMENTED"),
+    "CONTENT_TYPE_NOT_SUPPORTED": ("CONTENT_TYPE_NOT_SUPPORTED", "INVALID_ARGUMENT"),
+    "VERSION_NOT_SUPPORTED": ("VERSION_NOT_SUPPORTED", "UNIMPLEMENTED"),
+    "INVALID_REQUEST": ("INVALID_REQUEST", "INVALID_ARGUMENT"),
+    "INVALID_INPUT": ("INVALID_PARAMS", "INVALID_ARGUMENT"),
+}
+"""Our reason → the spec's reason and gRPC status (A2A 1.0.0, section 5.4, which the TCK checks)."""
+
+
+@pytest.mark.parametrize("reason", list(SPEC_TABLE))
+def test_spec_errors_carry_the_spec_reason_first_and_the_spec_code(reason: str) -> None:
+    cls = errors.error_for_reason(reason)
+    spec_reason, code = SPEC_TABLE[reason]
     status = to_a2a_status(cls("why"))
     ((_, raw),) = [m for m in status.trailing_metadata if m[0] == "grpc-status-details-bin"]
     detail = status_pb2.Status.FromString(raw)
@@ -245,10 +258,25 @@ def test_spec_errors_carry_the_spec_reason_and_the_spec_code(
         info = error_details_pb2.ErrorInfo()
         any_.Unpack(info)
         infos.append((info.domain, info.reason))
-    assert infos == [("a2agw.v1", cls.reason), (SPEC_DOMAIN, SPEC_REASONS[cls])]
-    spec_class = A2A_REASON_TO_ERROR[SPEC_REASONS[cls]]
-    assert A2A_ERROR_MAPPING[spec_class].grpc_status == status_code_for(cls("x")).name
-    assert status.code is getattr(grpc.StatusCode, A2A_ERROR_MAPPING[spec_class].grpc_status)
+    assert infos == [(SPEC_DOMAIN, spec_reason), ("a2agw.v1", cls.reason)]
+    assert status.code is getattr(grpc.StatusCode, code) is status_code_for(cls("x"))
+    assert SPEC_ERRORS[reason].grpc is status.code
+    assert spec_reason in A2A_REASON_TO_ERROR  # an a2a-sdk client raises its class for it
+
+
+def test_only_the_1_0_1_revision_of_the_spec_table_differs_from_the_sdks() -> None:
+    # The a2a-sdk answers by the 1.0.1 table (FAILED_PRECONDITION where 1.0.0 says
+    # UNIMPLEMENTED); its clients map the ErrorInfo reason, not the code.
+    differ = {
+        reason
+        for reason, (spec_reason, code) in SPEC_TABLE.items()
+        if A2A_ERROR_MAPPING[A2A_REASON_TO_ERROR[spec_reason]].grpc_status != code
+    }
+    assert differ == {
+        "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        "UNSUPPORTED_OPERATION",
+        "VERSION_NOT_SUPPORTED",
+    }
 
 
 def test_our_own_errors_carry_only_our_reason() -> None:

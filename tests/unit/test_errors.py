@@ -119,6 +119,7 @@ def test_the_reasons_only_this_side_decides() -> None:
         "TASK_LEASED",
         "IDEMPOTENCY_NOT_IN_DOUBT",
         "CONFIG_INVALID",
+        "ADDRESS_UNAVAILABLE",
         "POLICY_INVALID",
         "PLAN_INVALID",
     }

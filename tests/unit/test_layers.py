@@ -163,13 +163,10 @@ def test_importing_policies_or_capabilities_loads_only_the_leaves_of_gateway() -
     for package in ("policies", "capabilities", "gateway.errors", "gateway.display"):
         loaded = _modules_after_import(package)
         ours = {m for m in loaded if m == "gateway" or m.startswith("gateway.")}
-        leaves = {"gateway", "gateway.hotpath", "gateway.errors", "gateway.display"}
+        leaves = {"gateway", "gateway.errors", "gateway.display"}
         local = {"gateway.local", "gateway.local.regular_files", "gateway.local.toml_files"}
         assert ours <= leaves | local, ours
-    assert {m for m in _modules_after_import("gateway") if m.startswith("gateway")} == {
-        "gateway",
-        "gateway.hotpath",
-    }
+    assert {m for m in _modules_after_import("gateway") if m.startswith("gateway")} == {"gateway"}
 
 
 def test_the_package_still_offers_the_error_root_lazily() -> None:

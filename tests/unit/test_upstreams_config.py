@@ -165,7 +165,7 @@ def test_duplicate_upstreams_and_capability_names_are_refused(pki: Pki, tmp_path
         config_with(pki, tmp_path, entry(id=spiffe("bob"), address="127.0.0.1:2"))
 
 
-def test_a_skill_clashing_with_a_module_capability_is_config_invalid(
+async def test_a_skill_clashing_with_a_module_capability_is_config_invalid(
     pki: Pki, tmp_path: Path
 ) -> None:
     skill = {**SKILL, "capability": "text.echo"}  # also registered by capabilities.builtin
@@ -173,7 +173,7 @@ def test_a_skill_clashing_with_a_module_capability_is_config_invalid(
     with pytest.raises(
         AgentConfigError, match=r"upstreams\[0\]\.skills\[0\]\.capability: text.echo@1.0.0"
     ):
-        Agent(config)
+        await Agent(config).start()
 
 
 def test_schema_subset_is_closed() -> None:

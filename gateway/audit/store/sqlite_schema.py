@@ -1,4 +1,6 @@
-"""The SQLite layout of an audit log, shared by the writer and the readers."""
+"""The layout of an audit log: the record columns every backend stores (in hashing order,
+so :mod:`gateway.audit.chain` builds on it and it sits below the PostgreSQL layer), how a
+row reads back as a record, and the SQLite file's schema its writer and readers share."""
 
 from __future__ import annotations
 

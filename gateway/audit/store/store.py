@@ -1,8 +1,29 @@
 """The two sides of an audit store: ``ChainWriter`` appends, ``AuditReader`` reads.
 
-Backends: ``sqlite_append``/``sqlite_read`` (one agent's file) and
-``postgres_append``/``postgres_read`` (the shared table);
-:mod:`gateway.storage` picks one by location.
+Backends side by side: :mod:`~gateway.audit.store.sqlite` (one agent's file)
+and :mod:`~gateway.audit.store.postgres` (the shared table, one chain per agent
+id); :mod:`gateway.storage` picks one by location.
+
+Unlike the other stores with two backends, the audit store shares no SQL over
+a dialect, and keeps two sides: the chain is append-only, and what keeps it
+whole differs by backend (one ``chain_head`` row in a file written by one
+agent, whose batches go in as multi-row inserts, against an ``audit_heads``
+row per agent locked ``FOR UPDATE`` among many writers), while readers of a
+shared table query across agents. What both share is the record layout
+(:mod:`gateway.audit.store.sqlite_schema`) and the chain itself
+(:mod:`gateway.audit.chain`, :func:`gateway.audit.verify.verify_rows`). A writer
+is opened by :meth:`ChainWriter.open` (and reopened after a failure) on the
+audit writer thread, not when constructed; a reader opens a connection per
+call, so it has nothing to open or close.
+
+Invariants every reader keeps:
+
+- It never writes, and may read while a gateway keeps appending.
+- Each call reads one snapshot: rows and chain head agree with each other.
+- Records come back in chain order (seq); a store that holds many agents'
+  chains (:attr:`AuditReader.many_chains`) filters by ``agent``, a store of
+  one chain ignores it.
+- Unreadable stores raise :class:`~gateway.errors.ConfigError` naming them.
 """
 
 from __future__ import annotations
@@ -10,7 +31,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterator, Sequence
 from datetime import timedelta
-from typing import Protocol
 
 from gateway.audit.chain import GENESIS_HASH
 from gateway.audit.filter import AuditFilter
@@ -18,24 +38,29 @@ from gateway.audit.record import AuditRecord
 from gateway.audit.verify import VerifyReport
 
 
-class AuditReader(Protocol):
+class AuditReader(ABC):
     """Read-only access to one audit store (a SQLite file or a shared database)."""
 
     @property
+    @abstractmethod
     def many_chains(self) -> bool:
         """True when the store holds the chains of many agents (one per agent id)."""
 
+    @abstractmethod
     def query(self, wanted: AuditFilter) -> list[AuditRecord]:
         """Records matching ``wanted`` (see :func:`gateway.audit.query.query_records`)."""
 
+    @abstractmethod
     def recent_request_ids(
         self, *, agent: str, since: timedelta, limit: int, refusals: Collection[str]
     ) -> Iterator[tuple[str, str, int]]:
         """(peer, request id, time) of recent allowed or ``refusals`` calls, newest first."""
 
+    @abstractmethod
     def verify(self, agent: str | None = None) -> VerifyReport:
         """Check ``agent``'s chain (may be left out when the store holds one)."""
 
+    @abstractmethod
     def hashes_at(self, agent: str, seqs: list[int]) -> tuple[int, dict[int, str]]:
         """The last seq of ``agent``'s chain and the record hashes at ``seqs``."""
 

@@ -1,1 +1,2 @@
-"""Idempotency keys: the interface (``store``) and its SQLite and PostgreSQL backends."""
+"""Idempotency keys: the serving store (``store``), the operator's actions on the same
+table (``operator``), and their SQLite and PostgreSQL backends side by side."""

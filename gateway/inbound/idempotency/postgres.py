@@ -1,39 +1,50 @@
 """Idempotency keys in PostgreSQL, shared by every replica of one agent id.
 
-The same states and answers as the SQLite store (claimed, in_doubt, done;
-see :mod:`gateway.inbound.idempotency.store`), with two differences a fleet needs:
+The same statements, states and answers as the SQLite store (see
+:mod:`gateway.inbound.idempotency.store`), keyed by agent id, each operation
+one transaction. A claim is ``INSERT ... ON CONFLICT DO NOTHING`` there too:
+of two replicas getting the same key at once exactly one inserts the row and
+runs the write; the other reads the row and answers as a retry would (in
+doubt, or the answer). What a fleet needs besides:
 
-* A claim is ``INSERT ... ON CONFLICT DO NOTHING``: of two replicas getting
-  the same key at once exactly one inserts the row and runs the write; the
-  other reads the row and answers as a retry would (in doubt, or the answer).
-* Opening the store does not mark every ``claimed`` row in doubt (other
-  replicas' attempts may be running): only claims whose owner process is gone
-  (:func:`gateway.local.process_owner.holder_gone`) or older than ``STALE_CLAIM``.
-  Either way a retry of such a key gets ``IDEMPOTENCY_IN_DOUBT``, never a
-  second write.
+* Opening the store marks no claim in doubt (other replicas' attempts may be
+  running): claims are cut off, before each purge, only when their owner
+  process is gone (:func:`gateway.local.process_owner.holder_gone`) or they
+  are older than ``STALE_CLAIM``. Either way a retry of such a key gets
+  ``IDEMPOTENCY_IN_DOUBT``, never a second write.
+* The operator's actions lock the key's row ``FOR UPDATE``, so no replica
+  claims or completes it meanwhile, and show such a cut-off claim as what it
+  is (in doubt) although no start has marked it: no replica can still be
+  running it.
 """
 
 from __future__ import annotations
 
 import logging
-import secrets
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any, TypeVar
 
-from gateway.errors import IdempotencyConflict, IdempotencyInDoubt
-from gateway.inbound.idempotency.store import IdempotencyStore, Ident, StoredAnswer
+import psycopg
+
+from gateway.errors import StateUnavailable
+from gateway.inbound.idempotency.operator import AuditTarget, KeyAdmin
+from gateway.inbound.idempotency.store import IdempotencyStore
 from gateway.local.process_owner import holder_gone
-from gateway.postgres.pool import Connection, StatePool
+from gateway.postgres.pool import StatePool
+from gateway.postgres.source import ConnectionSource
+from gateway.sql.dialect import POSTGRES, SqlConnection
 
 _log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 STALE_CLAIM = timedelta(hours=1)
 """A claim older than this is marked in doubt whoever holds it (no call lasts as long)."""
 
-_KEY = "agent_id = %s AND peer = %s AND capability = %s AND key = %s"
 
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+def _stale_before_ms() -> int:
+    return int(time.time() * 1000) - int(STALE_CLAIM.total_seconds() * 1000)
 
 
 class PostgresIdempotencyStore(IdempotencyStore):
@@ -42,34 +53,18 @@ class PostgresIdempotencyStore(IdempotencyStore):
 
     def __init__(self, pool: StatePool, agent_id: str) -> None:
         """``agent_id``'s keys, reached through ``pool`` (the factory's, "idempotency store")."""
-        super().__init__()  # the in-process coordination; the rows live in the table
-        self._agent = agent_id
+        super().__init__(POSTGRES, (agent_id,))
         self._pool = pool
+
+    def _session(self, work: Callable[[SqlConnection], _T]) -> _T:
+        return self._pool.run(work)
+
+    def _execute(self, sql: str, params: tuple[object, ...]) -> int:
+        return self._pool.run(lambda conn: conn.execute(sql, params).rowcount)
 
     def mark_cut_off_claims(self) -> int:
         """Mark in doubt the claims of processes that are gone (or stale); returns how many."""
-
-        def work(conn: Connection) -> int:
-            rows = conn.execute(
-                "SELECT peer, capability, key, claim_owner, updated_unix_ms FROM idempotency "
-                "WHERE agent_id = %s AND state = 'claimed'",
-                (self._agent,),
-            ).fetchall()
-            stale_ms = _now_ms() - int(STALE_CLAIM.total_seconds() * 1000)
-            cut = [
-                (str(r[0]), str(r[1]), str(r[2]))
-                for r in rows
-                if holder_gone(str(r[3])) or int(str(r[4])) < stale_ms
-            ]
-            for ident in cut:
-                conn.execute(
-                    "UPDATE idempotency SET state = 'in_doubt', updated_unix_ms = %s "
-                    f"WHERE {_KEY} AND state = 'claimed'",
-                    (_now_ms(), self._agent, *ident),
-                )
-            return len(cut)
-
-        cut_off = self._pool.run(work)
+        cut_off = self._mark_cut_off(holder_gone, _stale_before_ms())
         if cut_off:
             _log.warning("idempotency store: %d key(s) in doubt from attempts cut off", cut_off)
         return cut_off
@@ -81,95 +76,38 @@ class PostgresIdempotencyStore(IdempotencyStore):
     def close(self) -> None:
         self._pool.close()
 
-    def _claim_row(
-        self, ident: Ident, request_sha256: str, served_version: str
-    ) -> StoredAnswer | None:
-        claim_id = secrets.token_hex(8)
 
-        def work(conn: Connection) -> tuple[object, ...] | None:
-            inserted = conn.execute(
-                "INSERT INTO idempotency (agent_id, peer, capability, key, request_sha256, "
-                "state, served_version, claim_id, claim_owner, updated_unix_ms) "
-                "VALUES (%s, %s, %s, %s, %s, 'claimed', %s, %s, %s, %s) "
-                "ON CONFLICT DO NOTHING RETURNING 1",
-                (
-                    self._agent,
-                    *ident,
-                    request_sha256,
-                    served_version,
-                    claim_id,
-                    self._owner,
-                    _now_ms(),
-                ),
-            ).fetchone()
-            if inserted is not None:
-                return None
-            found = conn.execute(
-                "SELECT request_sha256, state, served_version, payload, evidence_sha256 "
-                f"FROM idempotency WHERE {_KEY}",
-                (self._agent, *ident),
-            ).fetchone()
-            return () if found is None else found
+class PostgresKeyAdmin(KeyAdmin):
+    """:class:`~gateway.inbound.idempotency.operator.KeyAdmin` of the keys every
+    replica of an agent shares in PostgreSQL (its own connection per action)."""
 
-        row = self._pool.run(work)
-        if row is None:
-            self._claims[ident] = claim_id
-            return None
-        if not row:  # released between the two statements (each sees a new snapshot): retry
-            return self._claim_row(ident, request_sha256, served_version)
-        if row[1] != "done":
-            if row[0] != request_sha256:
-                raise IdempotencyConflict("idempotency key already used with a different payload")
-            raise IdempotencyInDoubt(
-                "an earlier attempt with this key was cut off; its effect is unknown"
-            )
-        payload = row[3]
-        assert isinstance(payload, bytes)
-        return StoredAnswer(str(row[0]), str(row[2]), payload, str(row[4]))
+    def __init__(self, source: ConnectionSource, audit_db: AuditTarget, agent_id: str) -> None:
+        """``agent_id``'s keys in ``source``'s database; actions audited to ``audit_db``."""
+        super().__init__(POSTGRES, (agent_id,), audit_db, agent_id)
+        self._source = source
 
-    def _complete_row(self, ident: Ident, answer: StoredAnswer) -> None:
-        self._pool.run(
-            lambda conn: conn.execute(
-                "UPDATE idempotency SET state = 'done', served_version = %s, payload = %s, "
-                f"evidence_sha256 = %s, updated_unix_ms = %s WHERE {_KEY}",
-                (
-                    answer.served_version,
-                    answer.payload,
-                    answer.evidence_sha256,
-                    _now_ms(),
-                    self._agent,
-                    *ident,
-                ),
-            )
-        )
+    @property
+    def where(self) -> str:
+        return str(self._source)
 
-    def _delete_claim(self, ident: Ident) -> None:
-        self._pool.run(
-            lambda conn: conn.execute(
-                f"DELETE FROM idempotency WHERE {_KEY} AND state = 'claimed'",
-                (self._agent, *ident),
-            )
-        )
-
-    def _mark_in_doubt(self, ident: Ident, claim_id: str) -> None:
+    @contextmanager
+    def _connection(self, *, write: bool) -> Iterator[SqlConnection]:
         try:
-            self._pool.run(
-                lambda conn: conn.execute(
-                    "UPDATE idempotency SET state = 'in_doubt', updated_unix_ms = %s "
-                    f"WHERE {_KEY} AND state = 'claimed' AND claim_id = %s",
-                    (_now_ms(), self._agent, *ident, claim_id),
-                )
-            )
-        except Exception as err:  # stays 'claimed': still refused, never rerun
-            _log.warning("idempotency store: cannot mark a key in doubt: %s", err)
+            conn = self._source.connect(timeout=10)
+        except psycopg.Error as err:
+            raise self._unavailable(err) from err
+        with conn:
+            try:
+                with conn.transaction():
+                    yield conn
+            except psycopg.Error as err:
+                raise self._unavailable(err) from err
 
-    def _purge_rows(self, cutoff_ms: int) -> int:
-        return self._pool.run(
-            lambda conn: (
-                conn.execute(
-                    "DELETE FROM idempotency WHERE agent_id = %s AND state = 'done' "
-                    "AND updated_unix_ms < %s",
-                    (self._agent, cutoff_ms),
-                ).rowcount
-            )
-        )
+    def _unavailable(self, err: psycopg.Error) -> StateUnavailable:
+        return StateUnavailable(f"idempotency store {self._source}: {self._source.why(err)}")
+
+    def _seen(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A claim whose owner is gone, or that is stale, is shown in doubt."""
+        if row[3] == "claimed" and (holder_gone(str(row[8])) or int(row[7]) < _stale_before_ms()):
+            return (*row[:3], "in_doubt", *row[4:])
+        return row

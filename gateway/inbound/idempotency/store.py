@@ -7,88 +7,42 @@ the write may or may not have happened: a retry is refused with
 failures refuse the call before the side effect (``STATE_UNAVAILABLE``).
 
 Row states: ``claimed`` (an attempt is running), ``in_doubt`` (an attempt was
-cut off: marked when it ends without an answer, and at open for every claim a
-previous process left behind), ``done`` (answer stored). Each claim names its
-owner process (``host:pid:nonce``): worker processes sharing the file
-(``workers > 1``) open it ``shared``, and then only the claims of owners that
-are gone are marked in doubt, never a sibling's attempt in flight.
+cut off: marked when it ends without an answer, and for the claims a process
+that is gone left behind), ``done`` (answer stored). Each claim names its
+owner process (``host:pid:nonce``), so a backend shared by processes marks
+only the claims of owners that are gone, never a sibling's attempt in flight.
 Only ``in_doubt`` rows may be changed by an operator
-(:mod:`gateway.admin.idempotency.sqlite`); ``done`` rows are purged after the
+(:mod:`gateway.inbound.idempotency.operator`); ``done`` rows are purged after the
 configured retention, ``in_doubt`` rows never are.
+
+:class:`IdempotencyStore` holds the statements (written once over a
+:class:`~gateway.sql.dialect.Dialect`) and the in-process coordination; its
+backends, :mod:`~gateway.inbound.idempotency.sqlite` (one agent's file) and
+:mod:`~gateway.inbound.idempotency.postgres` (the table every replica shares),
+give it a connection and say whose claims are cut off.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
+import secrets
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
-from typing import TypeVar
+from functools import cache
+from typing import Any, TypeVar
 
-from gateway.errors import IdempotencyConflict
-from gateway.local.private_files import connect_private
+from gateway.errors import IdempotencyConflict, IdempotencyInDoubt
 from gateway.local.process_owner import new_owner_id
+from gateway.sql.dialect import Dialect, SqlConnection
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 Ident = tuple[str, str, str]
 """(calling peer, capability, idempotency key): keys never cross peers."""
-
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS idempotency (peer TEXT NOT NULL, capability TEXT NOT NULL, "
-    "key TEXT NOT NULL, request_sha256 TEXT NOT NULL, state TEXT NOT NULL, "
-    "served_version TEXT NOT NULL DEFAULT '', payload BLOB, evidence_sha256 TEXT NOT NULL "
-    "DEFAULT '', claim_id TEXT NOT NULL DEFAULT '', updated_unix_ms INTEGER NOT NULL DEFAULT 0, "
-    "claim_owner TEXT NOT NULL DEFAULT '', PRIMARY KEY (peer, capability, key))"
-)
-# Columns added after the first release, with the ALTER that adds each to an old file.
-_ADDED_COLUMNS = {
-    "claim_id": "ALTER TABLE idempotency ADD COLUMN claim_id TEXT NOT NULL DEFAULT ''",
-    "updated_unix_ms": (
-        "ALTER TABLE idempotency ADD COLUMN updated_unix_ms INTEGER NOT NULL DEFAULT 0"
-    ),
-    "claim_owner": "ALTER TABLE idempotency ADD COLUMN claim_owner TEXT NOT NULL DEFAULT ''",
-}
-
-
-def open_store_db(path: Path, *, timeout: float = 5.0) -> sqlite3.Connection:
-    """A connection to the idempotency SQLite file, schema created or upgraded.
-
-    Rows of an old file get ``updated_unix_ms`` = now, so retention counts from
-    the upgrade rather than purging them at once.
-
-    Raises:
-        sqlite3.Error: the file cannot be opened or upgraded.
-    """
-    db = connect_private(path, check_same_thread=False, isolation_level=None, timeout=timeout)
-    try:
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")
-        db.execute("BEGIN IMMEDIATE")
-        db.execute(_SCHEMA)
-        present = {row[1] for row in db.execute("PRAGMA table_info(idempotency)")}
-        for name, alter in _ADDED_COLUMNS.items():
-            if name not in present:
-                db.execute(alter)
-        db.execute(
-            "UPDATE idempotency SET updated_unix_ms = ? WHERE updated_unix_ms = 0", (_now_ms(),)
-        )
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        db.close()
-        raise
-    return db
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,15 +62,68 @@ class StoredAnswer:
     evidence_sha256: str
 
 
+@dataclass(frozen=True, slots=True)
+class KeyStatements:
+    """The statements on the ``idempotency`` table, in one dialect (see :func:`statements`)."""
+
+    claim: str
+    read: str
+    complete: str
+    drop_claim: str
+    in_doubt: str
+    purge: str
+    claim_owners: str
+    cut_owner: str
+    cut_stale: str
+
+
+@cache
+def statements(sql: Dialect) -> KeyStatements:
+    """Every statement the serving side runs, built once per dialect."""
+    key = sql.where("peer", "capability", "key")
+    claimed = sql.where(also="state = 'claimed'")
+    to_doubt = f"UPDATE idempotency SET state = 'in_doubt', updated_unix_ms = {sql.mark} WHERE "
+    return KeyStatements(
+        claim=(
+            "INSERT INTO idempotency ("
+            + sql.columns(
+                "peer, capability, key, request_sha256, state, served_version, claim_id, "
+                "claim_owner, updated_unix_ms"
+            )
+            + f") VALUES ({sql.marks(len(sql.scope) + 4)}, 'claimed', {sql.marks(4)}) "
+            "ON CONFLICT DO NOTHING"
+        ),
+        read=(
+            "SELECT request_sha256, state, served_version, payload, evidence_sha256 "
+            f"FROM idempotency WHERE {key}"
+        ),
+        complete=(
+            f"UPDATE idempotency SET state = 'done', served_version = {sql.mark}, "
+            f"payload = {sql.mark}, evidence_sha256 = {sql.mark}, updated_unix_ms = {sql.mark} "
+            f"WHERE {key}"
+        ),
+        drop_claim=f"DELETE FROM idempotency WHERE {key} AND state = 'claimed'",
+        in_doubt=f"{to_doubt}{key} AND state = 'claimed' AND claim_id = {sql.mark}",
+        purge=(
+            "DELETE FROM idempotency WHERE "
+            + sql.where(also=f"state = 'done' AND updated_unix_ms < {sql.mark}")
+        ),
+        claim_owners=f"SELECT DISTINCT claim_owner FROM idempotency WHERE {claimed}",
+        cut_owner=f"{to_doubt}{claimed} AND claim_owner = {sql.mark}",
+        cut_stale=f"{to_doubt}{claimed} AND updated_unix_ms < {sql.mark}",
+    )
+
+
 class IdempotencyStore(ABC):
     """Idempotency keys by (peer, capability, key); concurrent duplicates wait for the first.
 
-    The interface of every backend, and the in-process coordination they share
-    (a duplicate call in this process waits for the first one's answer instead
-    of reading the row). Implementations store the rows
-    (:class:`SqliteIdempotencyStore`,
-    :class:`~gateway.inbound.idempotency.postgres.PostgresIdempotencyStore`) and keep
-    these invariants:
+    The interface of every backend, the statements they share and the
+    in-process coordination (a duplicate call in this process waits for the
+    first one's answer instead of reading the row). Backends
+    (:class:`~gateway.inbound.idempotency.sqlite.SqliteIdempotencyStore`,
+    :class:`~gateway.inbound.idempotency.postgres.PostgresIdempotencyStore`)
+    give it a connection (:meth:`_session`); every implementation keeps these
+    invariants:
 
     - A claim is durable before ``claim`` returns None, and exactly one of two
       concurrent claims of one key (in any process) wins; the other reads the
@@ -125,12 +132,35 @@ class IdempotencyStore(ABC):
       still ``claimed``, which is refused the same way): never run twice.
     - Only ``done`` rows are purged; a storage failure raises
       :class:`~gateway.errors.StateUnavailable` before any side effect.
+
+    Args:
+        sql: The backend's dialect.
+        scope: The values of ``sql.scope`` (the agent id in a shared table).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, sql: Dialect, scope: tuple[str, ...] = ()) -> None:
+        self._sql = statements(sql)
+        self._scope = scope
         self._owner = new_owner_id()
         self._in_flight: dict[Ident, asyncio.Future[StoredAnswer | None]] = {}
         self._claims: dict[Ident, str] = {}
+
+    @abstractmethod
+    def _session(self, work: Callable[[SqlConnection], _T]) -> _T:
+        """``work`` on the backend's connection, in this thread; each statement is
+        atomic on its own, and PostgreSQL runs the whole of ``work`` as one transaction.
+
+        Raises:
+            StateUnavailable: the store cannot be read or written.
+        """
+
+    @abstractmethod
+    def _execute(self, sql: str, params: tuple[object, ...]) -> int:
+        """One statement, as :meth:`_session` runs it; how many rows it changed."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close the store."""
 
     async def claim(
         self, ident: Ident, request_sha256: str, served_version: str = ""
@@ -226,34 +256,78 @@ class IdempotencyStore(ABC):
         cutoff = _now_ms() - int(older_than.total_seconds() * 1000)
         return await self._run(self._purge_rows, cutoff)
 
-    @abstractmethod
-    def close(self) -> None:
-        """Close the store."""
-
     async def _run(self, operation: Callable[..., _T], *args: object) -> _T:
         return await asyncio.to_thread(operation, *args)
 
-    @abstractmethod
     def _claim_row(
         self, ident: Ident, request_sha256: str, served_version: str
     ) -> StoredAnswer | None:
         """Insert a claim (None) or return the stored answer; raise if in doubt or conflicting."""
+        claim_id = secrets.token_hex(8)
+        key = self._scope + ident
+        claim = (*key, request_sha256, served_version, claim_id, self._owner, _now_ms())
 
-    @abstractmethod
+        def insert(conn: SqlConnection) -> tuple[Any, ...] | None:
+            # Insert first: of two processes claiming one key at once exactly
+            # one inserts; the other reads the row as a retry would.
+            if conn.execute(self._sql.claim, claim).rowcount:
+                return None
+            return conn.execute(self._sql.read, key).fetchone() or ()
+
+        row = self._session(insert)
+        if row is None:
+            self._claims[ident] = claim_id
+            return None
+        if not row:  # released between the two statements (a new snapshot each): retry
+            return self._claim_row(ident, request_sha256, served_version)
+        if row[1] != "done":
+            if row[0] != request_sha256:
+                raise IdempotencyConflict("idempotency key already used with a different payload")
+            raise IdempotencyInDoubt(
+                "an earlier attempt with this key was cut off; its effect is unknown"
+            )
+        return StoredAnswer(row[0], row[2], bytes(row[3]), row[4])
+
     def _complete_row(self, ident: Ident, answer: StoredAnswer) -> None:
         """Store the answer of a claimed key."""
+        done = (answer.served_version, answer.payload, answer.evidence_sha256, _now_ms())
+        self._execute(self._sql.complete, done + self._scope + ident)
 
-    @abstractmethod
     def _delete_claim(self, ident: Ident) -> None:
         """Delete a key still ``claimed``."""
+        self._execute(self._sql.drop_claim, self._scope + ident)
 
-    @abstractmethod
     def _mark_in_doubt(self, ident: Ident, claim_id: str) -> None:
         """Mark ``claim_id``'s claim in doubt; log (never raise) when that fails."""
+        marked = (_now_ms(), *self._scope, *ident, claim_id)
+        try:
+            self._execute(self._sql.in_doubt, marked)
+        except Exception as err:  # the row stays 'claimed': still refused, never rerun
+            _log.warning("idempotency store: cannot mark a key in doubt: %s", err)
 
-    @abstractmethod
     def _purge_rows(self, cutoff_ms: int) -> int:
         """Delete ``done`` rows last changed before ``cutoff_ms``; returns how many."""
+        return self._execute(self._sql.purge, (*self._scope, cutoff_ms))
+
+    def _mark_cut_off(self, gone: Callable[[str], bool], stale_before_ms: int = 0) -> int:
+        """Mark in doubt the claims whose owner is ``gone``, and those last changed
+        before ``stale_before_ms`` (if given), in one session; returns how many."""
+
+        def work(conn: SqlConnection) -> int:
+            now = _now_ms()
+            claimed = conn.execute(self._sql.claim_owners, self._scope).fetchall()
+            owners = {str(row[0]) for row in claimed}
+            cut = sum(
+                conn.execute(self._sql.cut_owner, (now, *self._scope, owner)).rowcount
+                for owner in owners
+                if gone(owner)
+            )
+            if stale_before_ms:
+                stale = (now, *self._scope, stale_before_ms)
+                cut += conn.execute(self._sql.cut_stale, stale).rowcount
+            return cut
+
+        return self._session(work)
 
     def _release(self, ident: Ident, answer: StoredAnswer | None) -> None:
         self._claims.pop(ident, None)
@@ -266,3 +340,7 @@ def _matching(answer: StoredAnswer, request_sha256: str) -> StoredAnswer:
     if answer.request_sha256 != request_sha256:
         raise IdempotencyConflict("idempotency key already used with a different payload")
     return answer
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

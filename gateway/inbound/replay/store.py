@@ -1,11 +1,19 @@
 """Replay protection: a (peer, request id) pair is accepted once within a window.
 
-``ReplayWindow`` is the interface; ``ReplayTable``
+``ReplayWindow`` is the interface, and its backends open what they hold when
+constructed and release it in ``close``: ``ReplayTable``
 (:mod:`gateway.inbound.replay.mmap`) keeps the window in a fixed-size table,
-in memory (one process, reloaded from the audit log at start) or in a
-memory-mapped file the worker processes of one agent share; a full table
-refuses new ids rather than forgetting live ones. ``PostgresReplayWindow``
-(:mod:`gateway.inbound.replay.postgres`) in a table every replica of the agent shares.
+in memory (one process) or in a memory-mapped file the worker processes of one
+agent share, reloaded from the audit log at start; a full table refuses new ids
+rather than forgetting live ones. ``PostgresReplayWindow``
+(:mod:`gateway.inbound.replay.postgres`) keeps it in a table every replica of
+the agent shares.
+
+There is no SQLite window, and so no SQL shared between backends: the window
+is checked on every call, so with SQLite state it is a table in memory (a
+sighting takes microseconds on the event loop: no commit, no thread hop), and
+the audit log it is reloaded from at start is what outlives the process. Only
+replicas on other hosts need a database, and there a sighting is one statement.
 """
 
 from __future__ import annotations
@@ -45,6 +53,6 @@ class ReplayWindow(ABC):
         """Seed from history: (peer, request id, age in seconds); a shared window ignores it."""
         del entries  # nothing to seed: the shared table outlives processes
 
+    @abstractmethod
     def close(self) -> None:
-        """Release what the window holds."""
-        return None  # the in-memory window holds nothing to release
+        """Release what the window holds (the table's memory or file, the pool)."""

@@ -69,8 +69,8 @@ class Expect(_Frozen):
     passes, the step's result counts as ``verified`` (``gateway.plans.execution.verification``).
 
     Attributes:
-        json_schema: A JSON Schema (subset: see ``gateway.plans.document.schema``) the
-            output must match.
+        json_schema: A JSON Schema (Draft 2020-12, as ``gateway.plans.document.schema``
+            applies it) the output must match.
         equals: JSON path in the output → the value it must equal.
         range: JSON path in the output → the bounds its number must lie within.
     """

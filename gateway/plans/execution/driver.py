@@ -27,8 +27,8 @@ from gateway.plans.execution.approval import ApprovalRequest, Decision, audit_re
 from gateway.plans.execution.executor import ExecutorParts, TaskExecutor
 from gateway.plans.execution.step_events import EventSink, StepEvent
 from gateway.plans.task import TaskResult
+from gateway.plans.task_store.records import StoredTask
 from gateway.plans.task_store.resume_point import stored_result
-from gateway.plans.task_store.sqlite import StoredTask
 
 _Prepare = Callable[[], Awaitable[StoredTask]]
 

@@ -62,8 +62,8 @@ from gateway.plans.task import (
     transition,
 )
 from gateway.plans.task_store.progress import StoredProgress
+from gateway.plans.task_store.records import FailedAttempt, StoredTask
 from gateway.plans.task_store.resume_point import resume_point
-from gateway.plans.task_store.sqlite import FailedAttempt, StoredTask
 from gateway.plans.task_store.store import TaskStore
 from gateway.telemetry import Telemetry
 

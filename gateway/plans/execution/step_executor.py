@@ -98,7 +98,7 @@ from gateway.plans.execution.verification import (
 )
 from gateway.plans.task import Evidence, StepResult, StepStatus
 from gateway.plans.task_store.progress import StoredProgress
-from gateway.plans.task_store.sqlite import WritePin
+from gateway.plans.task_store.records import WritePin
 from gateway.telemetry import Telemetry
 
 _STALE_DISCOVERY = (VersionNotAvailable, CapabilityNotGranted)

@@ -26,7 +26,7 @@ from gateway.plans.execution.approval import ApprovalRequest
 from gateway.plans.execution.budget import BudgetMeter
 from gateway.plans.task import RevisionRecord, StepResult, TaskState
 from gateway.plans.task_store.lease import RENEW_FRACTION
-from gateway.plans.task_store.sqlite import FailedAttempt, WritePin
+from gateway.plans.task_store.records import FailedAttempt, WritePin
 from gateway.plans.task_store.store import TaskStore
 
 _log = logging.getLogger(__name__)

@@ -18,18 +18,27 @@ constraint is served); ``versions`` lists every version it may call.
 Both cards list every interface the agent serves (:class:`CardIssuer`:
 gRPC, and JSON-RPC and HTTP+JSON when ``[a2a] http_listen`` is set) and,
 when the issuer has a signer, are signed (``gateway.server.a2a.card_signing``).
+
+The public card is served in two JSON forms (:class:`PublicCardDocuments`):
+:func:`card_json`, the A2A 1.0 form, valid against the 1.0 JSON schema (whose
+objects take no other property) with ``"skills": []``; and, when the agent
+also serves 0.3, the form 0.3 clients read (``gateway.server.a2a.card_v0_3``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
 from a2a.types import a2a_pb2
+from google.protobuf.json_format import MessageToDict
 
 from capabilities.registry import Capability
+from gateway.server.a2a.card_signing import CardSigner
+from gateway.server.a2a.card_v0_3 import v0_3_document
 from policies.grants import PeerGrant
 from policies.identity import svid_dns_name
 
@@ -61,14 +70,14 @@ class CardIssuer:
         jsonrpc_url: URL of the JSON-RPC binding ("" when not served).
         rest_url: Base URL of the HTTP+JSON binding ("" when not served).
         v0_3: The HTTP bindings also serve A2A 0.3 (``[a2a] v0_3_compat``).
-        sign: Adds the agent's signature to a finished card (None: unsigned).
+        sign: Signs a finished card, and its 0.3 form (None: unsigned).
     """
 
     grpc_address: str
     jsonrpc_url: str = ""
     rest_url: str = ""
     v0_3: bool = False
-    sign: Callable[[a2a_pb2.AgentCard], a2a_pb2.AgentCard] | None = None
+    sign: CardSigner | None = None
 
     def interfaces(self) -> list[a2a_pb2.AgentInterface]:
         """Every interface served, gRPC first (the card's preferred one).
@@ -100,23 +109,62 @@ class CardIssuer:
         return card if self.sign is None else self.sign(card)
 
 
+@dataclass(frozen=True)
+class PublicCardDocuments:
+    """The signed public card and the JSON forms it is served in.
+
+    Attributes:
+        card: The card (signed if the issuer signs).
+        v1_0: Its A2A 1.0 form (:func:`card_json`).
+        v0_3: Its form for 0.3 clients (the 1.0 form plus the 0.3 fields, which a
+            second signature covers); None when the agent does not serve 0.3.
+        built_at: When it was built (seconds since the epoch): it changes only then.
+    """
+
+    card: a2a_pb2.AgentCard
+    v1_0: dict[str, Any]
+    v0_3: dict[str, Any] | None
+    built_at: float
+
+
 class PublicCardCache:
     """The signed public card, built once and again after ``invalidate`` (start, rotation)."""
 
     def __init__(self, agent_id: str, issuer: Callable[[], CardIssuer]) -> None:
         self._agent_id = agent_id
         self._issuer = issuer
-        self._card: a2a_pb2.AgentCard | None = None
+        self._documents: PublicCardDocuments | None = None
 
     def get(self) -> a2a_pb2.AgentCard:
         """The card for the interfaces and key in force (built and signed when first asked)."""
-        if self._card is None:
-            self._card = public_card(self._agent_id, self._issuer())
-        return self._card
+        return self.documents().card
+
+    def documents(self) -> PublicCardDocuments:
+        """The card and its JSON forms (built and signed when first asked)."""
+        if self._documents is None:
+            issuer = self._issuer()
+            card = public_card(self._agent_id, issuer)
+            interfaces = card.supported_interfaces
+            legacy = any(i.protocol_version == LEGACY_PROTOCOL_VERSION for i in interfaces)
+            v0_3 = v0_3_document(card, issuer.sign) if legacy else None
+            self._documents = PublicCardDocuments(card, card_json(card), v0_3, time.time())
+        return self._documents
 
     def invalidate(self) -> None:
         """Build the card anew when next asked for (a port was bound, the key rotated)."""
-        self._card = None
+        self._documents = None
+
+
+def card_json(card: a2a_pb2.AgentCard) -> dict[str, Any]:
+    """``card`` in its A2A 1.0 JSON form: its own fields only, ``skills`` present.
+
+    ``skills`` is REQUIRED, so a card without any says ``[]``, which the proto's
+    JSON form leaves out. The signature is the same either way: the a2a-sdk,
+    which signs and verifies cards, leaves empty lists out of what it signs.
+    """
+    document: dict[str, Any] = MessageToDict(card)
+    document.setdefault("skills", [])
+    return document
 
 
 def _issuer(address: str | CardIssuer) -> CardIssuer:

@@ -11,7 +11,9 @@ module gives it the agent's key and a protected header naming the key:
   holder of that SPIFFE ID (``verify_card``; see docs/a2a-http.md).
 
 A card is signed with the key in force when it is built: after a rotation the
-next card carries the new chain.
+next card carries the new chain. :meth:`CardSigner.sign_payload` signs other
+canonical bytes with the same key and header: the card's A2A 0.3 form
+(``gateway.server.a2a.card_v0_3``).
 """
 
 from __future__ import annotations
@@ -27,34 +29,51 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.verification import PolicyBuilder, Store
+from jwt import api_jws
 
 from gateway.errors import ConfigError, Unauthenticated
 from gateway.transport.tls import TlsMaterial
 from policies.identity import spiffe_id_from_pem
 
-CardSigner = Callable[[a2a_pb2.AgentCard], a2a_pb2.AgentCard]
 
+class CardSigner:
+    """Signs with the agent's key and chain, those of ``material()`` at each signing."""
 
-def card_signer(agent_id: str, material: Callable[[], TlsMaterial]) -> CardSigner:
-    """Signs a card with the key and chain of ``material()`` (read at each signing)."""
+    def __init__(self, agent_id: str, material: Callable[[], TlsMaterial]) -> None:
+        self._agent_id = agent_id
+        self._material = material
 
-    def sign(card: a2a_pb2.AgentCard) -> a2a_pb2.AgentCard:
-        tls = material()
+    def __call__(self, card: a2a_pb2.AgentCard) -> a2a_pb2.AgentCard:
+        """``card`` with one more signature: a detached JWS over its 1.0 canonical form."""
+        tls = self._material()
+        header = self._header(tls)
+        return create_agent_card_signer(tls.key_pem, cast(ProtectedHeader, header))(card)
+
+    def sign_payload(self, payload: bytes) -> a2a_pb2.AgentCardSignature:
+        """A detached JWS over ``payload`` (canonical bytes), with the card's header."""
+        tls = self._material()
+        header = self._header(tls)
+        jws = api_jws.encode(payload, tls.key_pem, algorithm=header["alg"], headers=header)
+        protected, _, signature = jws.split(".")
+        return a2a_pb2.AgentCardSignature(protected=protected, signature=signature)
+
+    def _header(self, tls: TlsMaterial) -> dict[str, Any]:
         key = serialization.load_pem_private_key(tls.key_pem, password=None)
         chain = x509.load_pem_x509_certificates(tls.cert_pem)
-        header = {
+        return {
             "alg": _algorithm(key),
             "typ": "JOSE",
-            "kid": agent_id,
+            "kid": self._agent_id,
             "x5c": [
                 base64.b64encode(cert.public_bytes(serialization.Encoding.DER)).decode()
                 for cert in chain
             ],
         }
-        signer = create_agent_card_signer(tls.key_pem, cast(ProtectedHeader, header))
-        return signer(card)
 
-    return sign
+
+def card_signer(agent_id: str, material: Callable[[], TlsMaterial]) -> CardSigner:
+    """Signs cards with the key and chain of ``material()`` (read at each signing)."""
+    return CardSigner(agent_id, material)
 
 
 _EC_ALGORITHMS = {"secp256r1": "ES256", "secp384r1": "ES384", "secp521r1": "ES512"}

@@ -2,7 +2,9 @@
 
 Routes (the wire format of each is the SDK's own, so it is the spec's)::
 
-    GET  /.well-known/agent-card.json   the public card; the only answer without a certificate
+    GET  /.well-known/agent-card.json   the public card (its 1.0 or 0.3 form, with caching
+                                        headers: ``card_route``); the only answer without a
+                                        certificate
     POST /a2a/jsonrpc                   JSON-RPC binding (SSE for the streaming methods)
     *    /a2a/rest/...                  HTTP+JSON binding (/message:send, /tasks/{id}, ...)
 
@@ -16,7 +18,12 @@ Before the SDK sees a request, the edge (in this order, each refusal audited onc
    the edge gives it back if the request never gets that far;
 2. refuses a request that names an identity in its headers
    (``X-Forwarded-Client-Cert``, ``Authorization``, ...: ``UNAUTHENTICATED``);
-3. reads the body up to the caller's limit, twice the grant's payload cap
+3. refuses a request whose body, or whose write, is not declared JSON
+   (``media_types.declared_json``: ``CONTENT_TYPE_NOT_SUPPORTED``, JSON-RPC ``-32005``,
+   HTTP ``415``), so that a form or ``text/plain`` post, which a browser sends
+   cross-site without asking (and with the client certificate it holds),
+   never runs;
+4. reads the body up to the caller's limit, twice the grant's payload cap
    plus :data:`ENVELOPE_BYTES` (JSON escapes and base64 make a payload larger
    on the wire than the bytes the cap counts); a longer body is refused
    ``PAYLOAD_TOO_LARGE`` without being decoded, from its ``Content-Length``
@@ -55,13 +62,11 @@ from typing import Any
 
 import orjson
 from a2a.server.context import ServerCallContext
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import (
     ServerCallContextBuilder,
     create_jsonrpc_routes,
     create_rest_routes,
 )
-from a2a.types import a2a_pb2
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from a2a.utils.errors import A2AError
 from sse_starlette.sse import EventSourceResponse, SendTimeoutError
@@ -79,9 +84,12 @@ from gateway.errors import (
     PayloadTooLarge,
     Unauthenticated,
 )
+from gateway.http.connection import client_certificate, connection_abort
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.pipeline import InFlight
+from gateway.server.a2a.card import PublicCardDocuments
 from gateway.server.a2a.servicer import A2AServicer
+from gateway.server.a2a_http.card_route import CardRoute
 from gateway.server.a2a_http.context import (
     EXCHANGE_KEY,
     VERSION_METADATA,
@@ -92,7 +100,12 @@ from gateway.server.a2a_http.context import (
 )
 from gateway.server.a2a_http.fast_json import ParsedJsonRequest, use_fast_json
 from gateway.server.a2a_http.handler import ServicerRequestHandler, speaks_v0_3
-from gateway.server.a2a_http.protocol import client_certificate, connection_abort
+from gateway.server.a2a_http.media_types import (
+    REST_MEDIA_TYPE,
+    V0_3_REST_MEDIA_TYPE,
+    declared_json,
+    relabelled,
+)
 from gateway.server.a2a_http.stream_errors import ErrorBody, with_our_stream_errors
 from gateway.server.a2a_http.wire_errors import (
     http_status,
@@ -193,7 +206,7 @@ class HttpEdge:
         self,
         handler: InvokeHandler,
         servicer: A2AServicer,
-        public_card: Callable[[], a2a_pb2.AgentCard],
+        public_card: Callable[[], PublicCardDocuments],
         *,
         v0_3_compat: bool = False,
         stream_send_timeout: float = 30.0,
@@ -203,7 +216,7 @@ class HttpEdge:
         self._stream_send_timeout = stream_send_timeout
         self._public_card = public_card
         self._sdk_handler = ServicerRequestHandler(servicer)
-        self._card_served: tuple[a2a_pb2.AgentCard, dict[str, Any]] | None = None
+        self._card_route = CardRoute(v0_3_compat)
 
     def app(self) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
         """The ASGI app: public card, JSON-RPC, REST, and a refusal for any other target."""
@@ -242,13 +255,10 @@ class HttpEdge:
         ]
         return Starlette(routes=routes)
 
-    async def _card(self, _request: Request) -> Response:
-        # The SDK's JSON form (with its v0.3 fields), made once per card: the card
-        # changes only when a port is bound or the certificate rotates.
-        card = self._public_card()
-        if self._card_served is None or self._card_served[0] is not card:
-            self._card_served = (card, agent_card_to_dict(card))
-        return JSONResponse(self._card_served[1])
+    async def _card(self, request: Request) -> Response:
+        version = claimed_version(_metadata(request))
+        if_none_match = request.headers.get("if-none-match")
+        return self._card_route.respond(self._public_card(), version, if_none_match)
 
     def _guard(self, route: BaseRoute, binding: Binding) -> BaseRoute:
         if isinstance(route, Mount):
@@ -305,7 +315,7 @@ class HttpEdge:
             response = _then(with_our_stream_errors(response, exchange, error_body), exchange)
             if isinstance(response, EventSourceResponse):
                 return _SendBounded(response, exchange, self._stream_send_timeout)
-            return response
+            return relabelled(response)
 
         return guarded
 
@@ -324,13 +334,18 @@ class HttpEdge:
         Before the SDK has parsed a JSON-RPC request its method is not known;
         its client then speaks 0.3 if it sends no ``A2A-Version`` (the spec's
         0.3) or 0.3, as 0.3 clients do. A 0.3 client that asked for an event
-        stream gets the error as one event, as its streams end.
+        stream gets the error as one event, as its streams end. A 0.3 REST
+        path (known from the route) is answered ``application/json``, 0.3's
+        media type; a 1.0 one too (see ``media_types``).
         """
+        if binding is Binding.REST:
+            media_type = V0_3_REST_MEDIA_TYPE if exchange.v0_3 else REST_MEDIA_TYPE
+            return _render(binding, error, request_id, sdk_code=sdk_code, media_type=media_type)
         if exchange.reached:  # the SDK parsed it: its method says which version
             v0_3 = exchange.v0_3
         else:
             v0_3 = is_v0_3_version(claimed_version(exchange.metadata))
-        if not (self._v0_3_compat and binding is Binding.JSONRPC and v0_3):
+        if not (self._v0_3_compat and v0_3):
             return _render(binding, error, request_id, sdk_code=sdk_code)
         body = jsonrpc_v0_3_error(error, request_id, sdk_code)
         if "text/event-stream" in request.headers.get("accept", ""):
@@ -349,6 +364,7 @@ class HttpEdge:
         exchange.peer_id = peer_id
         try:
             self._no_identity_headers(request)
+            declared_json(request, exchange.operation)
             async with asyncio.timeout(BODY_SECONDS):
                 body = await _body_within(request, 2 * grant.max_payload_bytes + ENVELOPE_BYTES)
             _no_lone_surrogates(body)
@@ -699,6 +715,7 @@ def _render(
     request_id: str | int | None = None,
     *,
     sdk_code: int | None = None,
+    media_type: str = REST_MEDIA_TYPE,
 ) -> Response:
     if binding is Binding.JSONRPC:
         body = jsonrpc_error(error, request_id)
@@ -708,4 +725,4 @@ def _render(
     status = sdk_code if sdk_code is not None else http_status(error)
     content = rest_error(error)
     content["error"]["code"] = status
-    return JSONResponse(content, status_code=status)
+    return JSONResponse(content, status_code=status, media_type=media_type)

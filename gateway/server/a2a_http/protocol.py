@@ -3,12 +3,18 @@
 uvicorn does not put the TLS peer into the ASGI scope. This protocol reads it
 from the connection once the handshake is done (``connection_made`` runs
 after it) and adds it to every request's scope as the ASGI TLS extension
-(``scope["extensions"]["tls"]["client_cert_chain"]``, PEM strings, leaf
-first). Nothing a client sends can put it there: the app reads the
-certificate from this key only, and ignores headers such as
+(``gateway.http.connection.with_certificate``: PEM strings, leaf first).
+Nothing a client sends can put it there: the app reads the certificate from
+this key only (``client_certificate``), and ignores headers such as
 ``X-Forwarded-Client-Cert``. The scope also carries the connection's
-``abort`` (:data:`ABORT_KEY`), so the edge can drop a connection whose
+``abort`` (``connection_abort``), so the edge can drop a connection whose
 client stopped reading without waiting for its send buffer to drain.
+
+A request with both ``Content-Length`` and ``Transfer-Encoding`` (h11 reads its
+body by the transfer coding) is answered with ``Connection: close``, so the
+connection closes after the answer (RFC 9112 6.1, "MUST close"): whatever sits
+in front may have framed the body by its length, and what follows it on the
+connection would be a smuggled request.
 
 At shutdown an idle connection is closed as uvicorn closes it (TLS
 close_notify), and dropped if it is still open ``IDLE_CLOSE_SECONDS`` later:
@@ -30,15 +36,13 @@ from __future__ import annotations
 
 import asyncio
 import resource
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from gateway.server.a2a_http.tls import peer_certificate_pem
+from gateway.http.connection import peer_certificate_pem, with_certificate
 
-ASGIApp = Any
 HEAD_SECONDS = 10.0
 """How long a request's head may take to arrive (from the connection's start, or from the
 first byte of a later request on it) before the connection is dropped."""
@@ -46,33 +50,6 @@ MAX_CONNECTIONS = 4096
 """The most connections one HTTPS server holds, whatever the descriptor limit allows."""
 IDLE_CLOSE_SECONDS = 0.5
 """How long an idle connection has, once shut down, to finish its TLS close before it is dropped."""
-ABORT_KEY = "a2agw.abort"
-"""Where a request's scope holds its connection's ``abort`` (drop it and its send buffer now)."""
-
-
-def client_certificate(scope: Mapping[str, Any]) -> bytes | None:
-    """The verified client certificate (PEM) of the request's connection, or None."""
-    tls = scope.get("extensions", {}).get("tls") or {}
-    chain = tls.get("client_cert_chain") or []
-    return chain[0].encode("ascii") if len(chain) >= 1 else None
-
-
-def connection_abort(scope: Mapping[str, Any]) -> Callable[[], None] | None:
-    """``abort`` of the request's connection (None outside :class:`VerifiedPeerProtocol`)."""
-    abort: Callable[[], None] | None = scope.get(ABORT_KEY)
-    return abort
-
-
-def _with_certificate(app: ASGIApp, pem: bytes | None, abort: Callable[[], None]) -> ASGIApp:
-    chain = [pem.decode("ascii")] if pem is not None else []
-
-    async def bound(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        # Replaced, never merged: whatever was there did not come from this handshake.
-        scope["extensions"] = {**scope.get("extensions", {}), "tls": {"client_cert_chain": chain}}
-        scope[ABORT_KEY] = abort
-        await app(scope, receive, send)
-
-    return bound
 
 
 @dataclass
@@ -136,7 +113,9 @@ class VerifiedPeerProtocol(H11Protocol):
                 transport.abort()  # over the budget: before it can send a request
                 return
             self._counted = True
-        self.app = _with_certificate(self.config.loaded_app, pem, transport.abort)
+        self.app = _close_when_framed_twice(
+            with_certificate(self.config.loaded_app, pem, transport.abort)
+        )
         self._head_timer = self.loop.call_later(HEAD_SECONDS, self._head_late)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -184,3 +163,27 @@ class VerifiedPeerProtocol(H11Protocol):
 def budgeted(budget: ConnectionBudget) -> type[VerifiedPeerProtocol]:
     """:class:`VerifiedPeerProtocol` for one server, bounded by ``budget``."""
     return type("BudgetedPeerProtocol", (VerifiedPeerProtocol,), {"budget": budget})
+
+
+def _close_when_framed_twice(app: Any) -> Any:
+    """``app``, whose answer to a request framed by both length and chunks closes the connection."""
+
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        names = {name for name, _ in scope.get("headers", ())}
+        if b"content-length" in names and b"transfer-encoding" in names:
+            send = _closing(send)
+        await app(scope, receive, send)
+
+    return guarded
+
+
+def _closing(send: Any) -> Any:
+    """``send`` whose response says ``Connection: close`` (h11 then closes after it)."""
+
+    async def closing(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            headers = [(k, v) for k, v in message.get("headers", ()) if k.lower() != b"connection"]
+            message = {**message, "headers": [*headers, (b"connection", b"close")]}
+        await send(message)
+
+    return closing

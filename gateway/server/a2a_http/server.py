@@ -4,24 +4,20 @@ uvicorn serves the edge's app with :class:`VerifiedPeerProtocol` (so
 requests carry the verified client certificate, and connections are bounded
 in number and in how long a request head may take) and the listening
 context of :class:`LiveServerContext` (so each handshake uses the
-certificate in force). The agent owns the signals: uvicorn's ``serve()``
-would install its own, so the server is driven by ``startup`` / ``main_loop``
-/ ``shutdown`` instead.
+certificate in force), on a listener of ``gateway.http`` (our socket, on the
+agent's event loop, driven without uvicorn's signal handlers).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import ipaddress
 import logging
-import socket
 import ssl
 from typing import Any
 
 import uvicorn
 
-from gateway.errors import ConfigError
+from gateway.errors import AddressUnavailable, ConfigError
+from gateway.http.listener import HttpListener
 from gateway.server.a2a_http.protocol import budgeted, connection_budget
 from gateway.server.a2a_http.tls import LiveServerContext
 from gateway.transport.tls import TlsMaterial
@@ -40,25 +36,6 @@ def split_host_port(address: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or int(port) > 65535:
         raise ConfigError(f"a2a.http_listen {address!r}: expected HOST:PORT")
     return host.strip("[]") or "0.0.0.0", int(port)
-
-
-def _bound_socket(host: str, port: int) -> socket.socket:
-    try:
-        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
-    except ValueError:
-        family = socket.AF_INET
-    # IPPROTO_TCP, not 0: asyncio turns Nagle off (TCP_NODELAY) only on sockets
-    # that say they are TCP, and the accepted ones inherit it. Without it every
-    # response on a kept-alive connection waits ~40 ms for the peer's delayed ACK.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as err:
-        sock.close()
-        raise ConfigError(f"could not listen on {host}:{port} for A2A over HTTPS: {err}") from err
-    sock.set_inheritable(True)
-    return sock
 
 
 class A2AHttpServer:
@@ -80,11 +57,17 @@ class A2AHttpServer:
             ssl_context_factory=self._context,
             timeout_keep_alive=KEEP_ALIVE_SECONDS,
         )
-        self._server = uvicorn.Server(self._config)
-        self._sock: socket.socket | None = None
-        self._loop_task: asyncio.Task[None] | None = None
-        self.host = ""
-        self.port = 0
+        self._listener = HttpListener(self._config)
+
+    @property
+    def host(self) -> str:
+        """The host bound (after start)."""
+        return self._listener.host
+
+    @property
+    def port(self) -> int:
+        """The port bound (after start; 0 before)."""
+        return self._listener.port
 
     def _context(self, _config: uvicorn.Config, _default: Any) -> ssl.SSLContext:
         return self._tls.listening
@@ -94,28 +77,24 @@ class A2AHttpServer:
         self._tls.use(material)
 
     async def start(self, address: str) -> int:
-        """Bind ``HOST:PORT`` (port 0 picks one) and serve; returns the bound port."""
+        """Bind ``HOST:PORT`` (port 0 picks one) and serve; returns the bound port.
+
+        A start that fails leaves no socket open.
+
+        Raises:
+            ConfigError: ``address`` is not ``HOST:PORT``, or uvicorn would not start.
+            AddressUnavailable: the address cannot be bound.
+        """
         host, port = split_host_port(address)
-        self._sock = _bound_socket(host, port)
-        self.host, self.port = host, self._sock.getsockname()[1]
-        self._config.load()
-        self._server.lifespan = self._config.lifespan_class(self._config)
-        await self._server.startup(sockets=[self._sock])
-        if self._server.should_exit:
-            raise ConfigError(f"could not serve A2A over HTTPS on {address}")
-        self._loop_task = asyncio.create_task(self._server.main_loop())
+        try:
+            await self._listener.start(host, port)
+        except OSError as err:
+            raise AddressUnavailable(
+                f"could not listen on {host}:{port} for A2A over HTTPS: {err}"
+            ) from err
         _log.info("serving A2A JSON-RPC and HTTP+JSON over HTTPS on port %d", self.port)
         return self.port
 
     async def stop(self, grace: float = 2.0) -> None:
         """Stop accepting, let requests in flight finish for up to ``grace`` seconds."""
-        if self._loop_task is None:
-            return
-        self._server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._loop_task
-        self._config.timeout_graceful_shutdown = max(1, round(grace))
-        await self._server.shutdown(sockets=[self._sock] if self._sock else None)
-        if self._sock is not None:
-            self._sock.close()
-        self._loop_task = None
+        await self._listener.stop(grace)

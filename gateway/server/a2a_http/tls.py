@@ -63,13 +63,3 @@ class LiveServerContext:
         self, connection: ssl.SSLObject | ssl.SSLSocket, _name: str | None, _ctx: ssl.SSLContext
     ) -> None:
         connection.context = self._current
-
-
-def peer_certificate_pem(ssl_object: ssl.SSLObject | None) -> bytes | None:
-    """The client certificate the handshake verified, as PEM (None if none was sent)."""
-    if ssl_object is None:
-        return None
-    der = ssl_object.getpeercert(binary_form=True)
-    if not der:
-        return None
-    return ssl.DER_cert_to_PEM_cert(der).encode("ascii")

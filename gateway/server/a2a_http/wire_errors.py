@@ -6,9 +6,11 @@ Both bindings carry the same facts as the gRPC status (``gateway.server.a2a.wire
   (``-32001`` TASK_NOT_FOUND ... ``-32009`` VERSION_NOT_SUPPORTED, ``-32600``
   INVALID_REQUEST, ``-32602`` INVALID_PARAMS), else ``-32000``; ``error.data``
   is a list of ``google.rpc.ErrorInfo`` objects.
-- HTTP+JSON: the HTTP status of the gRPC code (AIP-193), and a body
+- HTTP+JSON: the spec's HTTP status where the spec defines the error (its
+  table 5.4: ``409`` TASK_NOT_CANCELABLE, ``415`` CONTENT_TYPE_NOT_SUPPORTED,
+  ...), else the HTTP status of the gRPC code (AIP-193), and a body
   ``{"error": {code, status, message, details}}`` in the ``google.rpc.Status``
-  JSON form.
+  JSON form, as ``application/a2a+json`` (``media_types.REST_MEDIA_TYPE``).
 
 ``details``/``data``: the spec's ``ErrorInfo`` (domain ``a2a-protocol.org``)
 first, where there is one, since the a2a-sdk clients read only the first;
@@ -28,12 +30,11 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
-from a2a.utils.errors import A2A_REASON_TO_ERROR, JSON_RPC_ERROR_CODE_MAP
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from gateway.errors import ERROR_DOMAIN, ContentTypeNotSupported, GatewayError, error_for_reason
-from gateway.server.a2a.wire_errors import SPEC_DOMAIN, spec_reason_for
+from gateway.errors import ERROR_DOMAIN, GatewayError, error_for_reason
+from gateway.server.a2a.wire_errors import SPEC_DOMAIN, spec_error_for, spec_reason_for
 from gateway.transport.status import status_code_for
 
 ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
@@ -96,11 +97,8 @@ def message_of(error: GatewayError) -> str:
 
 def jsonrpc_code(error: GatewayError) -> int:
     """The JSON-RPC error code of ``error``."""
-    spec_reason = spec_reason_for(error)
-    spec_class = A2A_REASON_TO_ERROR.get(spec_reason or "")
-    if spec_class is None:
-        return GATEWAY_REFUSAL_CODE
-    return JSON_RPC_ERROR_CODE_MAP.get(spec_class, GATEWAY_REFUSAL_CODE)
+    spec = spec_error_for(error)
+    return GATEWAY_REFUSAL_CODE if spec is None else spec.jsonrpc
 
 
 def jsonrpc_error(error: GatewayError, request_id: str | int | None) -> dict[str, Any]:
@@ -143,11 +141,9 @@ def jsonrpc_v0_3_error(
 
 
 def http_status(error: GatewayError) -> int:
-    """The HTTP status of ``error`` on the HTTP+JSON binding (415 for an unsupported
-    content type, as the a2a-sdk and the TCK answer it; else by its gRPC code)."""
-    if isinstance(error, ContentTypeNotSupported):
-        return 415
-    return HTTP_STATUS.get(status_code_for(error), 500)
+    """The HTTP status of ``error`` on the HTTP+JSON binding."""
+    spec = spec_error_for(error)
+    return spec.http if spec is not None else HTTP_STATUS.get(status_code_for(error), 500)
 
 
 def rest_error(error: GatewayError) -> dict[str, Any]:

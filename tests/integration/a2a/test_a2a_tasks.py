@@ -137,12 +137,12 @@ async def test_subscribing_to_no_task_or_a_finished_one_is_refused_and_audited(
     done = await bob.send(data_request("text.echo", {"text": "x"}))
     for task_id, code, reason in (
         ("t-1", grpc.StatusCode.NOT_FOUND, "TASK_NOT_FOUND"),
-        (done.id, grpc.StatusCode.FAILED_PRECONDITION, "UNSUPPORTED_OPERATION"),
+        (done.id, grpc.StatusCode.UNIMPLEMENTED, "UNSUPPORTED_OPERATION"),  # spec 1.0.0, 5.4
     ):
         request = a2a_pb2.SubscribeToTaskRequest(id=task_id)
         err = await _stream_error(bob.stub.SubscribeToTask(request, metadata=V1, timeout=10))
         assert err.code() is code
-        assert error_infos(err) == [("a2agw.v1", reason), ("a2a-protocol.org", reason)]
+        assert error_infos(err) == [("a2a-protocol.org", reason), ("a2agw.v1", reason)]
         record = await last_record(alice)
         assert (record.decision, record.reason, record.detail, record.peer_id) == (
             "refuse",
@@ -185,10 +185,10 @@ async def test_a2a_versions_other_than_1x_are_refused(
     ):
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await getattr(bob.stub, method)(request, metadata=version, timeout=10)
-        assert info.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert info.value.code() is grpc.StatusCode.UNIMPLEMENTED
         assert error_infos(info.value) == [
-            ("a2agw.v1", "VERSION_NOT_SUPPORTED"),
             ("a2a-protocol.org", "VERSION_NOT_SUPPORTED"),
+            ("a2agw.v1", "VERSION_NOT_SUPPORTED"),
         ]
         record = await last_record(alice)
         assert (record.reason, record.detail) == ("VERSION_NOT_SUPPORTED", f"A2A {method}")

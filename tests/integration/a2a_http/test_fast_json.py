@@ -113,4 +113,6 @@ async def test_answers_on_both_bindings_are_jsonresponse_bytes(pki: Pki, alice: 
         assert response.status_code == 200
         assert response.content == JSONResponse(json.loads(response.content)).body
     assert rpc.json()["result"]["task"]["artifacts"][0]["parts"][0]["data"] == {"text": "é" * 5000}
-    assert rest.headers["content-type"] == rest_dispatcher.A2AJSONResponse.media_type  # type: ignore[attr-defined]
+    # The SDK's A2AJSONResponse made it (its bytes above), relabelled as spec 1.0.0 says.
+    assert rest_dispatcher.A2AJSONResponse.media_type == "application/a2a+json"  # type: ignore[attr-defined]
+    assert rest.headers["content-type"] == "application/json"

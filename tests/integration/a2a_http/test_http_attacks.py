@@ -33,6 +33,7 @@ from gateway.audit.record import AuditRecord
 from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH, edge
 from tests.a2a_http_support import (
+    JSON_HEADERS,
     V1_HEADERS,
     client_context,
     https_client,
@@ -386,7 +387,7 @@ async def test_json_nested_past_the_recursion_limit_is_invalid_request_without_i
     before = len(await records(alice))
     async with https_client(pki, "bob") as client:
         answers = [
-            await client.post(alice.https_url + JSONRPC_PATH, content=body, headers=V1_HEADERS)
+            await client.post(alice.https_url + JSONRPC_PATH, content=body, headers=JSON_HEADERS)
             for body in (DEEP, in_params + message + b"}}")
         ]
     for answer in answers:

@@ -19,6 +19,7 @@ from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from gateway.server.a2a_http.edge import ENVELOPE_BYTES
 from tests.a2a_http_support import (
+    JSON_HEADERS,
     V1_HEADERS,
     client_context,
     https_client,
@@ -144,7 +145,7 @@ async def test_a_body_over_the_cap_is_refused_before_it_is_decoded(
     before = len(await records(alice))
     path = JSONRPC_PATH if binding == "jsonrpc" else REST_PATH + "/message:send"
     async with https_client(pki, "bob") as client:
-        response = await client.post(alice.https_url + path, content=garbage, headers=V1_HEADERS)
+        response = await client.post(alice.https_url + path, content=garbage, headers=JSON_HEADERS)
     if binding == "jsonrpc":
         assert_jsonrpc_refusal(response.json(), "PAYLOAD_TOO_LARGE", -32000)
     else:
@@ -164,7 +165,7 @@ async def test_a_chunked_body_over_the_cap_is_cut_off_unread(pki: Pki, alice: Ag
     before = len(await records(alice))
     async with https_client(pki, "bob") as client:
         response = await client.post(
-            alice.https_url + JSONRPC_PATH, content=chunks(), headers=V1_HEADERS
+            alice.https_url + JSONRPC_PATH, content=chunks(), headers=JSON_HEADERS
         )
     assert_jsonrpc_refusal(response.json(), "PAYLOAD_TOO_LARGE", -32000)
     [record] = await new_records(alice, before)
@@ -218,11 +219,11 @@ async def test_what_the_sdk_refuses_is_audited_as_invalid_request(pki: Pki, alic
     before = len(await records(alice))
     async with https_client(pki, "bob") as client:
         not_json = await client.post(
-            alice.https_url + JSONRPC_PATH, content=b"{nope", headers=V1_HEADERS
+            alice.https_url + JSONRPC_PATH, content=b"{nope", headers=JSON_HEADERS
         )
         unknown = await post_jsonrpc(client, alice, jsonrpc("NoSuchMethod", {}))
         bad_rest = await client.post(
-            alice.https_url + REST_PATH + "/message:send", content=b"[1]", headers=V1_HEADERS
+            alice.https_url + REST_PATH + "/message:send", content=b"[1]", headers=JSON_HEADERS
         )
         no_route = await client.get(alice.https_url + "/nowhere")
     assert_jsonrpc_refusal(not_json.json(), "INVALID_REQUEST", -32700)

@@ -122,6 +122,31 @@ async def test_a_kept_alive_connection_times_its_next_head_from_its_first_byte(
         writer.close()
 
 
+async def test_a_request_framed_by_both_length_and_chunks_closes_its_connection_after_the_answer(
+    pki: Pki, alice: Agent
+) -> None:
+    # RFC 9112 6.1: a server MUST close the connection after answering such a request (a
+    # proxy in front may have framed the body by its length, and what follows is smuggled).
+    body = json.dumps(jsonrpc("ListTasks", {})).encode()
+    chunked = f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+    request = (
+        f"POST {JSONRPC_PATH} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        f"A2A-Version: 1.0\r\nContent-Length: {len(body)}\r\nTransfer-Encoding: chunked\r\n\r\n"
+    ).encode() + chunked
+    reader, writer = await connect(pki, alice, "bob")
+    try:
+        writer.write(request)
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 20)
+        assert head.startswith(b"HTTP/1.1 200 ")  # answered by the transfer coding
+        assert b"\r\nconnection: close\r\n" in head.lower()
+        length = int(head.lower().split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
+        assert "result" in json.loads(await asyncio.wait_for(reader.readexactly(length), 20))
+        assert await dropped(reader)
+    finally:
+        writer.close()
+
+
 async def test_connections_over_the_budget_are_dropped_and_anonymous_ones_cannot_crowd_out_peers(
     pki: Pki, alice: Agent
 ) -> None:

@@ -23,6 +23,7 @@ from gateway.inbound.limits.refusal_log import LimitRefusalLog
 from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from tests.a2a_http_support import (
+    JSON_HEADERS,
     V1_HEADERS,
     https_client,
     jsonrpc,
@@ -103,7 +104,7 @@ async def send(client: httpx.AsyncClient, agent: Agent, binding: str, body: Any)
         agent.https_url + send_path(binding),
         content=content,
         json=None if content is not None else body,
-        headers=V1_HEADERS,
+        headers=JSON_HEADERS,
     )
 
 

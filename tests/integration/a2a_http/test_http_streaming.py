@@ -309,7 +309,7 @@ async def test_cancel_over_http_stops_the_capability_and_is_audited_with_the_can
     else:
         assert refused.status_code == 404
         assert our_reason(refused.json()["error"]["details"]) == "TASK_NOT_FOUND"
-        assert again.status_code == 400
+        assert again.status_code == 409  # the spec's 409 Conflict (A2A 1.0.0, 5.4)
         assert our_reason(again.json()["error"]["details"]) == "TASK_NOT_CANCELABLE"
     assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
     assert canceled["status"]["message"]["metadata"]["a2agw.reason"] == "CANCELLED"

@@ -169,6 +169,7 @@ async def test_another_peers_task_is_not_found_in_0_3_too(pki: Pki, alice: Agent
     assert_v0_3_refusal(rpc_answer.json(), "TASK_NOT_FOUND", -32001)
     assert rest_answer.status_code == 404
     assert rest_answer.json()["error"]["message"].startswith("TASK_NOT_FOUND: ")
+    assert rest_answer.headers["content-type"] == "application/json"  # 0.3's, and 1.0.0's
     assert_v0_3_refusal(cancel.json(), "TASK_NOT_FOUND", -32001)
     [event] = [line[5:] for line in resubscribe.text.splitlines() if line.startswith("data:")]
     assert_v0_3_refusal(httpx.Response(200, content=event.strip()).json(), "TASK_NOT_FOUND", -32001)
@@ -209,7 +210,9 @@ async def test_a_0_3_body_over_the_cap_is_refused_before_it_is_parsed(
 
     before = await count(alice)
     async with https_client(pki, "bob") as client:
-        answer = await client.post(alice.https_url + path, content=chunks())
+        answer = await client.post(
+            alice.https_url + path, content=chunks(), headers={"Content-Type": "application/json"}
+        )
     if path == JSONRPC_PATH:
         assert_v0_3_refusal(answer.json(), "PAYLOAD_TOO_LARGE", -32000)
     else:
@@ -292,6 +295,9 @@ async def test_with_v0_3_compat_off_0_3_requests_are_refused_audited(
         )
     assert {i["protocolVersion"] for i in card["supportedInterfaces"]} == {"1.0"}
     assert "url" not in card and "preferredTransport" not in card
+    # A request naming no version gets the 1.0 form: no 0.3 field anywhere, skills present.
+    assert "type" not in card["securitySchemes"]["mtls"] and card["skills"] == []
+    assert len(card["signatures"]) == 1
     error = answer.json()["error"]
     assert (error["code"], error["message"].split(":")[0]) == (-32601, "INVALID_REQUEST")
     assert rest.status_code == 404

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 PENDING, TAKEN, REFUSED, WITHDRAWN = "pending", "taken", "refused", "withdrawn"
 """How an answer left by another process ended (``a2a_task_inputs.state``)."""
@@ -43,7 +43,10 @@ class PendingInput:
 class TaskInputs(ABC):
     """The ``a2a_task_inputs`` statements of the A2A task store (both backends)."""
 
-    _mark: ClassVar[str]
+    _mark: str
+    """The SQL parameter placeholder of the store's driver."""
+    _key_names: tuple[str, ...]
+    """Names of the key columns besides ``task_id`` (the scope: the agent id, or none)."""
 
     @abstractmethod
     async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
@@ -56,10 +59,6 @@ class TaskInputs(ABC):
     @abstractmethod
     def _key(self) -> tuple[str, ...]:
         """Values of the key columns besides ``task_id``."""
-
-    @abstractmethod
-    def _key_names(self) -> tuple[str, ...]:
-        """Names of the key columns besides ``task_id``."""
 
     @abstractmethod
     def _key_columns(self) -> str:
@@ -102,8 +101,8 @@ class TaskInputs(ABC):
             StateUnavailable: the store could not be read.
         """
         mark = self._mark
-        same = "".join(f"i.{column} = t.{column} AND " for column in self._key_names())
-        mine = "".join(f"i.{column} = {mark} AND " for column in self._key_names())
+        same = "".join(f"i.{column} = t.{column} AND " for column in self._key_names)
+        mine = "".join(f"i.{column} = {mark} AND " for column in self._key_names)
         rows = await self._query(
             "SELECT i.task_id, i.message_id, i.input, i.parts FROM a2a_task_inputs i "
             f"JOIN a2a_tasks t ON {same}t.task_id = i.task_id AND t.owner = i.owner "

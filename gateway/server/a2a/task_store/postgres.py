@@ -23,20 +23,10 @@ from typing import Any
 
 from gateway.errors import StateUnavailable
 from gateway.postgres.pool import Connection, StatePool
-from gateway.server.a2a.task_store.store import (
-    TASK_COLUMNS,
-    A2ATask,
-    A2ATaskStore,
-    Scope,
-    task_row,
-)
+from gateway.server.a2a.task_store.store import A2ATask, A2ATaskStore
+from gateway.sql.dialect import POSTGRES
 
 _log = logging.getLogger(__name__)
-
-_INSERT = (
-    f"INSERT INTO a2a_tasks (agent_id, {TASK_COLUMNS}) VALUES "
-    f"({', '.join(['%s'] * (1 + len(TASK_COLUMNS.split(', '))))})"
-)
 
 
 class PostgresA2ATaskStore(A2ATaskStore):
@@ -48,11 +38,8 @@ class PostgresA2ATaskStore(A2ATaskStore):
         agent_id: The agent id whose tasks these are (replicas share it).
     """
 
-    _mark = "%s"
-
     def __init__(self, pool: StatePool, agent_id: str) -> None:
-        super().__init__()  # put, flush, get, list and the background-task statements
-        self._agent = agent_id
+        super().__init__(POSTGRES, (agent_id,))  # every statement; the pool runs them
         self._pool = pool
 
     async def _drain(self) -> None:
@@ -64,24 +51,14 @@ class PostgresA2ATaskStore(A2ATaskStore):
                 _log.error("A2A task store: %d tasks not stored: %s", len(batch), err.message)
 
     def _insert_rows(self, conn: Connection, *, batch: list[A2ATask]) -> None:
-        rows = [(self._agent, *task_row(task)) for task in batch]
         with conn.cursor() as cursor:
-            cursor.executemany(_INSERT, rows)
+            cursor.executemany(self._insert, self._rows(batch))
 
     async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         def work(conn: Connection) -> list[tuple[Any, ...]]:
             return conn.execute(sql, params).fetchall()
 
         return await asyncio.to_thread(self._pool.run, work)
-
-    def _scope(self, owner: str) -> Scope:
-        return ["agent_id = %s", "owner = %s"], [self._agent, owner]
-
-    def _key(self) -> tuple[str, ...]:
-        return (self._agent,)
-
-    def _key_names(self) -> tuple[str, ...]:
-        return ("agent_id",)
 
     def close(self) -> None:
         """Close the pool (``flush`` first: queued tasks are not written here)."""

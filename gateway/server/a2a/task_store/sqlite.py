@@ -11,14 +11,8 @@ from typing import Any
 
 from gateway.errors import StateUnavailable
 from gateway.local.private_files import connect_private
-from gateway.server.a2a.task_store.store import (
-    TASK_COLUMNS,
-    UNFINISHED,
-    A2ATask,
-    A2ATaskStore,
-    Scope,
-    task_row,
-)
+from gateway.server.a2a.task_store.store import UNFINISHED, A2ATask, A2ATaskStore
+from gateway.sql.dialect import SQLITE
 
 _log = logging.getLogger(__name__)
 
@@ -61,10 +55,8 @@ _ADDED_COLUMNS = (
 class SqliteA2ATaskStore(A2ATaskStore):
     """The A2A tasks of one agent in a SQLite file (``a2a-tasks.sqlite``, WAL)."""
 
-    _mark = "?"
-
     def __init__(self, path: Path) -> None:
-        super().__init__()
+        super().__init__(SQLITE)
         self._lock = threading.Lock()
         try:
             self._db = connect_private(path, check_same_thread=False, isolation_level=None)
@@ -96,35 +88,20 @@ class SqliteA2ATaskStore(A2ATaskStore):
         while self._pending:
             batch, self._pending = self._pending, []
             try:
-                await asyncio.to_thread(self._insert, batch)
+                await asyncio.to_thread(self._insert_rows, batch)
             except sqlite3.Error as err:  # answered already: the log is all that is left
                 _log.error("A2A task store: %d tasks not stored: %s", len(batch), err)
 
-    def _insert(self, batch: list[A2ATask]) -> None:
-        rows = [task_row(task) for task in batch]
+    def _insert_rows(self, batch: list[A2ATask]) -> None:
+        rows = self._rows(batch)
         with self._lock:
             self._db.execute("BEGIN")
             try:
-                self._db.executemany(
-                    f"INSERT INTO a2a_tasks ({TASK_COLUMNS}) VALUES "
-                    f"({', '.join('?' * len(TASK_COLUMNS.split(', ')))})",
-                    rows,
-                )
+                self._db.executemany(self._insert, rows)
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-
-    def _scope(self, owner: str) -> Scope:
-        """The conditions (and their values) every read of ``owner``'s tasks starts with."""
-        return [f"owner = {self._mark}"], [owner]
-
-    def _key(self) -> tuple[str, ...]:
-        """Values of the key columns besides ``task_id`` (none in a SQLite file)."""
-        return ()
-
-    def _key_names(self) -> tuple[str, ...]:
-        return ()
 
     def close(self) -> None:
         """Release the store (``flush`` first: queued tasks are not written here)."""

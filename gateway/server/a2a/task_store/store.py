@@ -43,11 +43,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any
 
 from gateway.errors import InvalidRequest
 from gateway.inbound.call import REQUEST_ID
 from gateway.server.a2a.task_store.inputs import TaskInputs
+from gateway.sql.dialect import Dialect
 
 _log = logging.getLogger(__name__)
 
@@ -171,9 +172,11 @@ class TaskPage:
 class A2ATaskStore(TaskInputs, ABC):
     """Finished (and background) A2A tasks; safe to share between threads.
 
-    The interface of every backend and the statements they share
-    (:class:`SqliteA2ATaskStore`,
-    :class:`~gateway.server.a2a.task_store.postgres.PostgresA2ATaskStore`).
+    The interface of every backend and the statements they share, written
+    once over a :class:`~gateway.sql.dialect.Dialect`
+    (:class:`~gateway.server.a2a.task_store.sqlite.SqliteA2ATaskStore`,
+    :class:`~gateway.server.a2a.task_store.postgres.PostgresA2ATaskStore`
+    run them on their connection).
     Invariants every implementation keeps: every read waits for this
     process's queued tasks first; a read names the owner, so another peer's
     task is the same empty answer as an id that never existed; ``updated_ms``
@@ -181,12 +184,21 @@ class A2ATaskStore(TaskInputs, ABC):
     unreadable store raises
     :class:`~gateway.errors.StateUnavailable`, a batch that cannot be written
     is logged by its size (its calls were answered already).
+
+    Args:
+        sql: The backend's dialect.
+        scope: The values of ``sql.scope`` (the agent id in a shared table).
     """
 
-    _mark: ClassVar[str]
-    """The SQL parameter placeholder of the store's driver."""
-
-    def __init__(self) -> None:
+    def __init__(self, sql: Dialect, scope: tuple[str, ...] = ()) -> None:
+        self._mark = sql.mark
+        self._key_names = sql.scope
+        self._scope_values = scope
+        self._insert = (
+            f"INSERT INTO a2a_tasks ({sql.columns(TASK_COLUMNS)}) "
+            f"VALUES ({sql.marks(len(sql.scope) + len(TASK_COLUMNS.split(', ')))})"
+        )
+        """Inserts one finished task (:meth:`put`'s batches), scope values first."""
         self._pending: list[A2ATask] = []
         self._writer: asyncio.Task[None] | None = None
 
@@ -282,9 +294,10 @@ class A2ATaskStore(TaskInputs, ABC):
             raise InvalidRequest(_BAD_TOKEN)
         return int(rows[0][0]), int(rows[0][1])
 
-    @abstractmethod
     def _scope(self, owner: str) -> Scope:
         """The conditions (and their values) every read of ``owner``'s tasks starts with."""
+        names = (*self._key_names, "owner")
+        return [f"{name} = {self._mark}" for name in names], [*self._scope_values, owner]
 
     # --- background and streamed tasks (see gateway.server.a2a.background_tasks) ---
 
@@ -474,19 +487,19 @@ class A2ATaskStore(TaskInputs, ABC):
             (*self._key(), task_id),
         )
 
-    @abstractmethod
     def _key(self) -> tuple[str, ...]:
-        """Values of the key columns besides ``task_id``."""
+        """Values of the key columns besides ``task_id`` (the scope)."""
+        return self._scope_values
 
     def _key_columns(self) -> str:
-        return "".join(f"{column}, " for column in self._key_names())
+        return "".join(f"{column}, " for column in self._key_names)
 
     def _key_where(self) -> str:
-        return "".join(f"{column} = {self._mark} AND " for column in self._key_names())
+        return "".join(f"{column} = {self._mark} AND " for column in self._key_names)
 
-    @abstractmethod
-    def _key_names(self) -> tuple[str, ...]:
-        """Names of the key columns besides ``task_id``."""
+    def _rows(self, batch: Sequence[A2ATask]) -> Sequence[tuple[object, ...]]:
+        """The values :attr:`_insert` takes for each task of ``batch``."""
+        return [(*self._scope_values, *task_row(task)) for task in batch]
 
     @abstractmethod
     def close(self) -> None:

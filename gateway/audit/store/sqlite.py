@@ -1,28 +1,44 @@
-"""Audit chain writers: the interface, and its SQLite side (one connection, one
-transaction per batch).
+"""One agent's audit log in a SQLite file (WAL): its chain writer and its reader.
 
-Used only from the audit writer thread (see :mod:`gateway.audit.log`), which
-owns the connection for its whole life. The PostgreSQL side is
-:mod:`gateway.audit.store.postgres_append`.
+:class:`SqliteChainWriter` owns one connection for the life of the audit
+writer thread (see :mod:`gateway.audit.log`) and commits each batch in one
+``BEGIN IMMEDIATE`` transaction; the file's one chain head is the
+``chain_head`` row, re-read inside the transaction, so another process may
+append in between (the operator CLI records its idempotency resolutions this
+way while the agent runs). :class:`SqliteAuditReader` opens the file
+read-only for each call, one read transaction each. The layout both share,
+and the record columns the PostgreSQL store shares too, is
+:mod:`gateway.audit.store.sqlite_schema`.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+import time
+from collections.abc import Collection, Iterator, Sequence
+from datetime import timedelta
 from pathlib import Path
 
 from gateway.audit.chain import GENESIS_HASH, chained_row
+from gateway.audit.filter import AuditFilter
+from gateway.audit.record import AuditRecord
 from gateway.audit.store.sqlite_schema import (
     DDL,
     INSERT_RECORDS,
     MIGRATE_1_TO_2,
     ROWS_PER_INSERT,
     SCHEMA_VERSION,
+    SELECT_CHAINED,
+    SELECT_RECORDS,
+    connect_read_only,
+    readable_record,
 )
-from gateway.audit.store.store import ChainWriter
-from gateway.errors import AuditUnavailable
+from gateway.audit.store.store import AuditReader, ChainWriter
+from gateway.audit.verify import VerifyReport, verify_rows
+from gateway.errors import AuditUnavailable, ConfigError
 from gateway.local.private_files import connect_private
+
+_PAGE_ROWS = 10_000
 
 
 class SqliteChainWriter(ChainWriter):
@@ -186,3 +202,100 @@ class SqliteChainWriter(ChainWriter):
                 conn.execute("ROLLBACK")
             except sqlite3.Error:
                 pass  # the transaction is gone either way; the caller reports the cause
+
+
+class SqliteAuditReader(AuditReader):
+    """Reads one agent's audit log from its SQLite file, opened read-only per call."""
+
+    def __init__(self, path: Path) -> None:
+        """Read the log at ``path`` (nothing is opened yet)."""
+        self._path = path
+
+    @property
+    def many_chains(self) -> bool:
+        """False: a SQLite file holds one agent's chain."""
+        return False
+
+    def query(self, wanted: AuditFilter) -> list[AuditRecord]:
+        """Records matching ``wanted``, in seq order (``wanted.agent`` is not needed)."""
+        wanted.check_limit()
+        where, params = wanted.clauses("?")
+        oldest_ms = wanted.oldest_ms()
+        if oldest_ms is not None:
+            where.append("time_unix_ms >= ?")
+            params.append(oldest_ms)
+        sql = SELECT_RECORDS + (f" WHERE {' AND '.join(where)}" if where else "")
+        # The most recent ``limit`` rows, then back into seq order.
+        sql += " ORDER BY seq DESC" + (" LIMIT ?" if wanted.limit is not None else "")
+        if wanted.limit is not None:
+            params.append(wanted.limit)
+        conn = connect_read_only(self._path)
+        try:
+            rows = conn.execute(sql, params).fetchall()
+        except sqlite3.Error as err:
+            raise ConfigError(f"audit log {self._path}: cannot read: {err}") from err
+        finally:
+            conn.close()
+        log = f"audit log {self._path}"
+        return [readable_record(row, log, str(self._path)) for row in reversed(rows)]
+
+    def recent_request_ids(
+        self, *, agent: str, since: timedelta, limit: int, refusals: Collection[str]
+    ) -> Iterator[tuple[str, str, int]]:
+        """Streamed in pages, newest first (``agent`` is not needed)."""
+        marks = ", ".join("?" for _ in refusals) or "NULL"
+        sql = (
+            "SELECT peer_id, request_id, time_unix_ms FROM audit_records "
+            f"WHERE time_unix_ms >= ? AND (decision = 'allow' OR reason IN ({marks})) "
+            "ORDER BY seq DESC LIMIT ?"
+        )
+        oldest_ms = int((time.time() - since.total_seconds()) * 1000)
+        conn = connect_read_only(self._path)
+        try:
+            cursor = conn.execute(sql, (oldest_ms, *refusals, limit))
+            while rows := cursor.fetchmany(_PAGE_ROWS):
+                for peer_id, request_id, time_unix_ms in rows:
+                    yield str(peer_id), str(request_id), int(time_unix_ms)
+        except sqlite3.Error as err:
+            raise ConfigError(f"audit log {self._path}: cannot read: {err}") from err
+        finally:
+            conn.close()
+
+    def verify(self, agent: str | None = None) -> VerifyReport:
+        """Check the file's one chain against its head."""
+        conn = connect_read_only(self._path)
+        try:
+            # One read transaction: rows and head from the same snapshot, even
+            # while a gateway keeps appending.
+            conn.execute("BEGIN")
+            raw = conn.execute(f"{SELECT_CHAINED} ORDER BY seq").fetchall()
+            head_row = conn.execute(
+                "SELECT count, last_hash FROM chain_head WHERE id = 1"
+            ).fetchone()
+        except sqlite3.Error as err:
+            raise ConfigError(f"audit log {self._path}: cannot read: {err}") from err
+        finally:
+            conn.close()
+        head = None if head_row is None else (int(head_row[0]), str(head_row[1]))
+        return verify_rows(raw, head)
+
+    def hashes_at(self, agent: str, seqs: list[int]) -> tuple[int, dict[int, str]]:
+        """From one snapshot of the file."""
+        conn = connect_read_only(self._path)
+        try:
+            conn.execute("BEGIN")  # one snapshot, even while a gateway appends
+            last = int(
+                conn.execute("SELECT COALESCE(MAX(seq), 0) FROM audit_records").fetchone()[0]
+            )
+            hashes: dict[int, str] = {}
+            for seq in seqs:
+                row = conn.execute(
+                    "SELECT record_hash FROM audit_records WHERE seq = ?", (seq,)
+                ).fetchone()
+                if row is not None:
+                    hashes[seq] = str(row[0])
+        except sqlite3.Error as err:
+            raise ConfigError(f"audit log {self._path}: cannot read: {err}") from err
+        finally:
+            conn.close()
+        return last, hashes

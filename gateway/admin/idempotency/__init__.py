@@ -1,1 +1,0 @@
-"""Operator actions on idempotency keys: list, resolve, release; one backend per store."""

@@ -1,0 +1,1 @@
+"""SQL the stores share between their SQLite and PostgreSQL backends: the dialect."""
