@@ -5,11 +5,20 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
 
     GatewayError                      INTERNAL
     ├── Unauthenticated               UNAUTHENTICATED    UNAUTHENTICATED
+    │   └── TokenInvalid              UNAUTHENTICATED    TOKEN_INVALID         (bearer tokens)
+    │       ├── TokenExpired          TOKEN_EXPIRED
+    │       ├── TokenAudienceMismatch TOKEN_AUDIENCE_MISMATCH
+    │       ├── TokenIssuerUnknown    TOKEN_ISSUER_UNKNOWN
+    │       ├── TokenSignatureInvalid TOKEN_SIGNATURE_INVALID
+    │       ├── TokenReplayed         TOKEN_REPLAYED
+    │       └── TokenNotBound         TOKEN_NOT_BOUND
     ├── PolicyRefusal                 PERMISSION_DENIED
     │   ├── UnknownPeer               UNKNOWN_PEER
     │   ├── GrantExpired              GRANT_EXPIRED
     │   ├── CapabilityNotGranted      CAPABILITY_NOT_GRANTED
     │   ├── RiskNotGranted            RISK_NOT_GRANTED
+    │   ├── UserNotAuthorized         USER_NOT_AUTHORIZED
+    │   ├── ConditionNotMet           CONDITION_NOT_MET
     │   └── OutboundNotAllowed        OUTBOUND_NOT_ALLOWED
     ├── VersionNotAvailable           NOT_FOUND          VERSION_NOT_AVAILABLE
     ├── PayloadTooLarge               RESOURCE_EXHAUSTED PAYLOAD_TOO_LARGE
@@ -140,6 +149,62 @@ class Unauthenticated(GatewayError):
     nothing_ran = True
 
 
+class TokenInvalid(Unauthenticated):
+    """A bearer token (the caller's or its user's) that this agent does not accept.
+
+    The base of every token refusal, and the reason itself for what has no
+    finer one: a malformed or oversized token, an ``alg`` this issuer is not
+    configured for (``none``, ``HS256``), a missing or unknown ``kid``, a
+    missing claim, a lifetime above the configured maximum, a token on a
+    door or in a config that takes none. The token itself is never in a
+    message, a detail or a log line.
+    """
+
+    reason = "TOKEN_INVALID"
+
+
+class TokenExpired(TokenInvalid):
+    """The token's ``exp`` has passed (beyond the configured clock skew)."""
+
+    reason = "TOKEN_EXPIRED"
+
+
+class TokenAudienceMismatch(TokenInvalid):
+    """The token's ``aud`` does not name this agent's configured audience."""
+
+    reason = "TOKEN_AUDIENCE_MISMATCH"
+
+
+class TokenIssuerUnknown(TokenInvalid):
+    """No trusted issuer (``[[identity.tokens.issuers]]``) matches the token."""
+
+    reason = "TOKEN_ISSUER_UNKNOWN"
+
+
+class TokenSignatureInvalid(TokenInvalid):
+    """The token's signature does not verify with the issuer's key its ``kid`` names."""
+
+    reason = "TOKEN_SIGNATURE_INVALID"
+
+
+class TokenReplayed(TokenInvalid):
+    """A single-use token (its issuer's ``single_use_jti``) presented a second time."""
+
+    reason = "TOKEN_REPLAYED"
+
+
+class TokenNotBound(TokenInvalid):
+    """The token was not issued to the party presenting it.
+
+    A caller token naming another identity than the client certificate (or
+    whose ``cnf.x5t#S256`` is not that certificate's), a certificate-bound
+    token without its certificate, or a user token whose actor (``act.sub``,
+    else ``azp``) is not the caller.
+    """
+
+    reason = "TOKEN_NOT_BOUND"
+
+
 class PolicyRefusal(GatewayError):
     """The caller is known (or not) but the policy does not allow the call."""
 
@@ -171,6 +236,22 @@ class RiskNotGranted(PolicyRefusal):
     """The capability's risk is above the grant's ``max_risk``."""
 
     reason = "RISK_NOT_GRANTED"
+
+
+class UserNotAuthorized(PolicyRefusal):
+    """The grant needs a user the call does not carry (``users = "required"``), or the
+    user's claims do not match its ``user_claims``; or a call for a user cannot get a
+    token for that user to carry on (outbound: nothing was sent)."""
+
+    reason = "USER_NOT_AUTHORIZED"
+
+
+class ConditionNotMet(PolicyRefusal):
+    """A condition of the grant (``when``) is not true for this call; its message names
+    the condition, never the values it read."""
+
+    reason = "CONDITION_NOT_MET"
+    spends_request_id = True  # decided after the replay check (it reads the valid input)
 
 
 class OutboundNotAllowed(PolicyRefusal):

@@ -9,6 +9,12 @@ Order (each refusal has its own reason code):
 4. ``VERSION_NOT_AVAILABLE``  no local version satisfies both the request and the grant
 5. ``RISK_NOT_GRANTED``       the resolved version's risk is above ``max_risk``
 6. ``PAYLOAD_TOO_LARGE``      raw payload bytes above the grant's cap
+7. ``USER_NOT_AUTHORIZED``    the grant needs a user (``users``, ``user_claims``) the
+   call does not carry, or whose claims do not match
+
+Then, once the input is valid (the pipeline runs it after ``valid_input``):
+
+8. ``CONDITION_NOT_MET``      a condition of the grant (``when``) is not true
 
 Each step is a small named function over a ``PolicyQuery``; ``POLICY_STEPS``
 lists them in order. The whole inbound order (identity and request checks
@@ -18,33 +24,38 @@ before them, replay, input and deadline after) is written once, in
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 from capabilities.registry import Capability, CapabilityRegistry
 from capabilities.versions import VersionConstraint
 from gateway.errors import (
     CapabilityNotGranted,
+    ConditionNotMet,
     GrantExpired,
     PayloadTooLarge,
     RiskNotGranted,
     UnknownPeer,
+    UserNotAuthorized,
     VersionNotAvailable,
 )
+from policies.conditions import CallFacts, holds
 from policies.grants import CapabilityGrant, PeerGrant
 from policies.policy_file import Policy
+from policies.users import OnBehalfOf, claims_match
 
 
 # Final fields, not frozen: see CONTRIBUTING.md, "Value classes built per call".
 @dataclass(slots=True, unsafe_hash=True)
 class Admission:
-    """A call the policy allows: who, under which grant, served by which version."""
+    """A call the policy allows: who, for whom, under which grant, served by which version."""
 
     peer_id: Final[str]
     grant: Final[PeerGrant]
     capability: Final[Capability]
+    user: Final[OnBehalfOf | None] = None
 
 
 _NO_CAPABILITIES = CapabilityRegistry()
@@ -81,6 +92,7 @@ class PolicyQuery:
         chosen: Set by ``version_available``.
         entries: The grant's entries naming the capability, set by
             ``capability_granted`` (read again by ``version_available``).
+        user: The verified user the call acts for (None: none).
     """
 
     policy: Policy
@@ -93,11 +105,28 @@ class PolicyQuery:
     grant: PeerGrant | None = None
     chosen: Capability | None = None
     entries: tuple[CapabilityGrant, ...] | None = None
+    user: OnBehalfOf | None = None
 
     def admission(self) -> Admission:
         """The admission, once every step has passed."""
         assert self.grant is not None and self.chosen is not None
-        return Admission(peer_id=self.peer_id, grant=self.grant, capability=self.chosen)
+        return Admission(self.peer_id, self.grant, self.chosen, self.user)
+
+    def facts(self, payload: Mapping[str, Any] | None) -> CallFacts:
+        """What the grant's conditions read, once a version is chosen (``payload``: the
+        validated input's declared fields; None where it is not known)."""
+        assert self.chosen is not None
+        user = self.user
+        return CallFacts(
+            caller=self.peer_id,
+            user={} if user is None else user.claims,
+            actors=() if user is None else user.actors,
+            capability=self.capability,
+            version=str(self.chosen.version),
+            risk=self.chosen.contract.risk.value,
+            time=self.now,
+            input=payload,
+        )
 
 
 def known_peer(query: PolicyQuery) -> None:
@@ -166,6 +195,35 @@ def payload_within_cap(query: PolicyQuery) -> None:
         raise PayloadTooLarge(f"payload is {query.payload_size} bytes; this peer's cap is {cap}")
 
 
+def user_authorized(query: PolicyQuery) -> None:
+    """Step 7: the user the grant needs is there, with its claims (``USER_NOT_AUTHORIZED``)."""
+    assert query.grant is not None
+    grant = query.grant
+    if not grant.needs_user:
+        return
+    if query.user is None:
+        raise UserNotAuthorized("this grant needs a user the call acts for; none was sent")
+    missing = claims_match(query.user.claims, dict(grant.user_claims))
+    if missing is not None:
+        raise UserNotAuthorized(
+            f"the user does not have the claim {missing} this grant needs",
+            detail=f"user {query.user.subject}: claim {missing}",
+        )
+
+
+def conditions_met(query: PolicyQuery, payload: Mapping[str, Any] | None) -> None:
+    """Step 8: every condition of the grant is true (``CONDITION_NOT_MET`` names the first
+    that is not; its detail says why: false, or an evaluation error's kind)."""
+    assert query.grant is not None
+    if not query.grant.when:
+        return
+    facts = query.facts(payload)
+    for name, expression in query.grant.when:
+        met, why = holds(expression, facts)
+        if not met:
+            raise ConditionNotMet(f"condition {name} not met", detail=f"{name}: {why}")
+
+
 PolicyStep = Callable[[PolicyQuery], None]
 
 POLICY_STEPS: tuple[PolicyStep, ...] = (
@@ -175,8 +233,10 @@ POLICY_STEPS: tuple[PolicyStep, ...] = (
     version_available,
     risk_within_grant,
     payload_within_cap,
+    user_authorized,
 )
-"""Steps 1-6, in order; the first to raise answers the call."""
+"""Steps 1-7, in order; the first to raise answers the call (step 8, the conditions,
+needs the valid input: :func:`conditions_met`)."""
 
 
 def admit(
@@ -188,11 +248,19 @@ def admit(
     constraint: VersionConstraint,
     payload_size: int,
     now: datetime,
+    user: OnBehalfOf | None = None,
+    payload: Mapping[str, Any] | None = None,
 ) -> Admission:
-    """Run steps 1-6 in order; return the admission or raise the first refusal."""
+    """Run steps 1-8 in order; return the admission or raise the first refusal.
+
+    ``payload``: the input's declared fields for the conditions (None: a
+    condition that reads ``input`` fails to evaluate, so it is not met).
+    """
     query = PolicyQuery(policy, registry, peer_id, capability, constraint, payload_size, now)
+    query.user = user
     for step in POLICY_STEPS:
         step(query)
+    conditions_met(query, payload)
     return query.admission()
 
 

@@ -8,16 +8,29 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from capabilities.contract import CapabilityName, Risk
 from capabilities.versions import ConstraintText, VersionConstraint
+from policies.conditions import ConditionError, compiled
 from policies.identity import SpiffeId
+from policies.users import ClaimValue
 
 MAX_PAYLOAD_CEILING = 4 * 1024 * 1024
 """No grant may allow a payload above the server-wide message ceiling."""
+
+
+ConditionName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]{0,63}$")]
+"""A condition's name (shown in refusals): lowercase letters, digits, ``_`` and ``-``."""
 
 
 class _Frozen(BaseModel):
@@ -71,6 +84,15 @@ class PeerGrant(_Frozen):
             rounded up, at least 1).
         max_in_flight: Calls of this peer running here at once
             (``CONCURRENCY_LIMITED`` above it); no limit when absent.
+        users: ``"required"``: every call under this grant must carry a
+            verified user (``USER_NOT_AUTHORIZED`` otherwise, nothing runs);
+            ``"optional"`` (default): a user is carried and audited if sent.
+        user_claims: Claims the user must have (``USER_NOT_AUTHORIZED``
+            otherwise): each equals the value, or a list claim (or the
+            space-separated ``scope``) contains it. Implies a user is required.
+        when: Named CEL conditions (``policies.conditions``), compiled when the
+            file loads; each must be true (``CONDITION_NOT_MET`` names the
+            first that is not). A plain string is one condition named ``when``.
     """
 
     peer: SpiffeId
@@ -81,11 +103,42 @@ class PeerGrant(_Frozen):
     max_calls_per_second: float | None = Field(default=None, gt=0, le=1_000_000)
     burst: int | None = Field(default=None, ge=1, le=1_000_000)
     max_in_flight: int | None = Field(default=None, ge=1, le=100_000)
+    users: Literal["optional", "required"] = "optional"
+    user_claims: tuple[tuple[str, ClaimValue], ...] = Field(default=(), max_length=64)
+    when: tuple[tuple[ConditionName, str], ...] = Field(default=(), max_length=16)
 
     @field_validator("capabilities", mode="before")
     @classmethod
     def _entries(cls, value: object) -> object:
         return _entries(value)
+
+    @field_validator("user_claims", mode="before")
+    @classmethod
+    def _claim_table(cls, value: object) -> object:
+        # A TOML table; kept as pairs so the frozen grant stays hashable.
+        return tuple(value.items()) if isinstance(value, dict) else value
+
+    @field_validator("when", mode="before")
+    @classmethod
+    def _named_conditions(cls, value: object) -> object:
+        if isinstance(value, str):
+            return (("when", value),)
+        return tuple(value.items()) if isinstance(value, dict) else value
+
+    @field_validator("when")
+    @classmethod
+    def _conditions_compile(cls, value: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+        for name, expression in value:
+            try:
+                compiled(expression)
+            except ConditionError as err:
+                raise ValueError(f"condition {name!r}: {err}") from err
+        return value
+
+    @property
+    def needs_user(self) -> bool:
+        """True if every call under this grant must carry a verified user."""
+        return self.users == "required" or bool(self.user_claims)
 
     @model_validator(mode="after")
     def _burst_needs_rate(self) -> PeerGrant:

@@ -73,6 +73,14 @@ def render_policy(document: PolicyDocument) -> str:
             lines.append(f"burst = {grant.burst}")
         if grant.max_in_flight is not None:
             lines.append(f"max_in_flight = {grant.max_in_flight}")
+        if grant.users != "optional":
+            lines.append(f"users = {_toml_str(grant.users)}")
+        if grant.user_claims:
+            claims = ", ".join(f"{_toml_str(k)} = {_toml_value(v)}" for k, v in grant.user_claims)
+            lines.append(f"user_claims = {{ {claims} }}")
+        if grant.when:
+            conditions = ", ".join(f"{_toml_str(k)} = {_toml_str(v)}" for k, v in grant.when)
+            lines.append(f"when = {{ {conditions} }}")
         lines.append("")
     for rule in document.outbound:
         lines += [
@@ -82,6 +90,12 @@ def render_policy(document: PolicyDocument) -> str:
             "",
         ]
     return "\n".join(lines)
+
+
+def _toml_value(value: str | int | bool) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value) if isinstance(value, int) else _toml_str(value)
 
 
 def _toml_str(value: str) -> str:

@@ -18,28 +18,47 @@ An allowed call is judged by its served (``OK``) record only.
 ``version_available`` and ``risk_within_grant`` need the agent's capabilities
 (versions and risks). Without a registry they are skipped, and a call whose
 recorded refusal came from one of them is not judged.
+
+Users and conditions: a record names the user a call acted for
+(``on_behalf_of``, ``actor_chain``) but not the user's claims nor the input,
+so a backtest judges ``users = "required"`` (was there a user?) and skips
+``user_claims`` and the conditions (``when``); ``policy explain`` judges all
+of them from the user claims and input it is given (a condition that reads
+``input`` is skipped without one).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from capabilities.registry import CapabilityRegistry
 from capabilities.versions import VersionConstraint, VersionSyntaxError
 from gateway.audit import AuditRecord
 from gateway.errors import (
     CapabilityNotGranted,
+    ConditionNotMet,
     GatewayError,
     GrantExpired,
     PayloadTooLarge,
     RiskNotGranted,
     UnknownPeer,
+    UserNotAuthorized,
     VersionNotAvailable,
 )
-from policies.decisions import POLICY_STEPS, PolicyQuery, risk_within_grant, version_available
+from policies.conditions import holds, uses_input
+from policies.decisions import (
+    POLICY_STEPS,
+    PolicyQuery,
+    risk_within_grant,
+    user_authorized,
+    version_available,
+)
 from policies.policy_file import Policy
+from policies.users import OnBehalfOf
 
 POLICY_REASONS: frozenset[str] = frozenset(
     cls.reason
@@ -50,6 +69,7 @@ POLICY_REASONS: frozenset[str] = frozenset(
         VersionNotAvailable,
         RiskNotGranted,
         PayloadTooLarge,
+        UserNotAuthorized,
     )
 )
 """Refusals the policy steps make; the only refusals that are re-decided."""
@@ -67,7 +87,9 @@ _STEP_OF_REASON = {
     VersionNotAvailable.reason: version_available.__name__,
     RiskNotGranted.reason: risk_within_grant.__name__,
     PayloadTooLarge.reason: "payload_within_cap",
+    UserNotAuthorized.reason: user_authorized.__name__,
 }
+CONDITIONS_STEP = "conditions_met"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,10 +120,18 @@ def decide(
     constraint: VersionConstraint,
     payload_size: int,
     now: datetime,
+    user: OnBehalfOf | None = None,
+    payload: Mapping[str, Any] | None = None,
+    claims_known: bool = True,
 ) -> Verdict:
     """Run the policy steps in order; the first refusal (and its step) answers.
 
-    Without ``registry`` the steps in :data:`REGISTRY_STEPS` are skipped.
+    Without ``registry`` the steps in :data:`REGISTRY_STEPS` are skipped, and
+    the conditions too (they read the version). ``user``: the user the call
+    acts for; ``claims_known`` false (a backtest: the audit log keeps the
+    subject, not the claims) skips ``user_claims`` and the conditions;
+    ``payload``: the input's fields (None: a condition reading ``input`` is
+    skipped).
     """
     query = PolicyQuery(
         policy,
@@ -112,16 +142,70 @@ def decide(
         payload_size,
         now,
     )
+    query.user = user
     skipped: list[str] = []
     for step in POLICY_STEPS:
         if registry is None and step.__name__ in REGISTRY_STEPS:
             skipped.append(step.__name__)
             continue
+        if step is user_authorized and not claims_known and _claims_needed(query):
+            skipped.append(f"{step.__name__} (user_claims: claims are not in the audit log)")
+            continue
         try:
             step(query)
         except GatewayError as err:
             return Verdict("refuse", err.reason, step.__name__, err.message, tuple(skipped))
+    try:
+        skipped += _conditions(query, registry, payload, claims_known)
+    except ConditionNotMet as err:
+        return Verdict("refuse", err.reason, CONDITIONS_STEP, err.message, tuple(skipped))
     return Verdict("allow", "OK", skipped=tuple(skipped))
+
+
+def _claims_needed(query: PolicyQuery) -> bool:
+    grant = query.grant
+    return grant is not None and bool(grant.user_claims) and query.user is not None
+
+
+def _conditions(
+    query: PolicyQuery,
+    registry: CapabilityRegistry | None,
+    payload: Mapping[str, Any] | None,
+    claims_known: bool,
+) -> list[str]:
+    """Evaluate the grant's conditions that can be judged; the names of those that cannot.
+
+    Raises:
+        ConditionNotMet: the first judged condition that is not true.
+    """
+    grant = query.grant
+    if grant is None or not grant.when:
+        return []
+    if registry is None or not claims_known:
+        why = "needs --config" if registry is None else "claims and input are not in the audit log"
+        return [f"{CONDITIONS_STEP} ({why})"]
+    facts = query.facts(payload)
+    skipped = []
+    for name, expression in grant.when:
+        if payload is None and uses_input(expression):
+            skipped.append(f"{CONDITIONS_STEP} ({name}: needs --input)")
+            continue
+        met, why = holds(expression, facts)
+        if not met:
+            raise ConditionNotMet(f"condition {name} not met ({why})")
+    return skipped
+
+
+def recorded_user(record: AuditRecord) -> OnBehalfOf | None:
+    """The user ``record``'s call acted for (its subject and actors; no claims), if any."""
+    if not record.on_behalf_of:
+        return None
+    try:
+        actors = json.loads(record.actor_chain or "[]")
+    except ValueError:
+        actors = []
+    chain = tuple(str(a) for a in actors) if isinstance(actors, list) else ()
+    return OnBehalfOf.of(record.on_behalf_of, "", {"sub": record.on_behalf_of}, chain)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +297,8 @@ def backtest(
             constraint=constraint,
             payload_size=record.payload_size,
             now=datetime.fromtimestamp(record.time_unix_ms / 1000, tz=UTC),
+            user=recorded_user(record),
+            claims_known=False,
         )
         if before == after.decision:
             continue

@@ -12,9 +12,17 @@ just as unambiguous and several times cheaper to build on the writer thread.
 Because ``seq`` is part of the canonical bytes, renumbering a record breaks its
 hash just as editing any other field does.
 
-``trace_id`` (schema version 2) is the array's last element only when it is
-not empty, so records written before it existed keep their hashes; setting or
-clearing it still changes the array, hence the hash.
+The record format has versions, and a record is hashed in the form of the
+version that can hold it, so every record ever written keeps its hash:
+
+- version 1: the 15 fields up to ``latency_ms``;
+- version 2: then ``trace_id``, only when it is not empty;
+- version 3: then ``trace_id`` (even empty), ``on_behalf_of`` and
+  ``actor_chain``, only when one of the last two is not empty.
+
+The array's length says which form it is (15, 16 or 18 values), so no two
+records of different content share bytes; setting or clearing any field
+still changes the array, hence the hash (docs/audit.md, "Record format").
 """
 
 from __future__ import annotations
@@ -84,8 +92,10 @@ def _canonical(fields: Mapping[str, object]) -> bytes:
 
 
 def _canonical_values(values: tuple[object, ...]) -> bytes:
-    if values[-1] == "":  # trace_id: absent from version-1 hashes
-        values = values[:-1]
+    if values[-1] == "" and values[-2] == "":  # no user: the version-2 form
+        values = values[:-2]
+        if values[-1] == "":  # trace_id: absent from version-1 hashes
+            values = values[:-1]
     return _encode(values).encode("utf-8")
 
 

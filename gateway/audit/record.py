@@ -53,6 +53,12 @@ class AuditRecord:
     """Position in the log, assigned when stored (0 before)."""
     trace_id: str = ""
     """W3C trace id (32 hex digits) of the call's trace; ``""`` when it had none."""
+    on_behalf_of: str = ""
+    """The subject (``sub``) of the user the call acted for, proven by a verified user
+    token; ``""`` when none. Never the token itself."""
+    actor_chain: str = ""
+    """The agents acting for that user, nearest first (the caller, then each earlier
+    one), as a compact JSON array of strings; ``""`` when the call carried no user."""
 
     def to_json_dict(self) -> dict[str, object]:
         """All fields as a JSON-ready dict (keys are the field names)."""

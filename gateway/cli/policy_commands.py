@@ -14,7 +14,13 @@ from typing import Any
 from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
 from capabilities.registry import CapabilityRegistry
 from capabilities.versions import VersionConstraint, VersionSyntaxError
-from gateway.admin.policy_backtest import backtest, changes_as_json, decide, reasons_in
+from gateway.admin.policy_backtest import (
+    REGISTRY_STEPS,
+    backtest,
+    changes_as_json,
+    decide,
+    reasons_in,
+)
 from gateway.audit import parse_since, query_records
 from gateway.audit.filter import AuditFilter
 from gateway.config import load_agent_config
@@ -24,6 +30,7 @@ from gateway.postgres.dsn import StoreLocation
 from gateway.storage import location, open_audit_reader
 from policies.grants import MAX_PAYLOAD_CEILING
 from policies.policy_file import load_policy
+from policies.users import OnBehalfOf
 
 EXIT_REFUSED = 1
 
@@ -66,8 +73,26 @@ def add_actions(policy_sub: Any) -> None:
     explain.add_argument(
         "--config", type=Path, help="agent config: judge versions and risks with its capabilities"
     )
+    explain.add_argument("--user", help="the subject of the user the call acts for")
+    explain.add_argument(
+        "--user-claims", type=json_object, help='the user\'s claims, JSON: {"groups": ["x"]}'
+    )
+    explain.add_argument(
+        "--input", type=json_object, help="the call's input (JSON), for conditions reading it"
+    )
     explain.add_argument("--json", action="store_true", help="exact JSON")
     explain.set_defaults(run=_explain)
+
+
+def json_object(text: str) -> dict[str, object]:
+    """An argparse type: a JSON object."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not JSON") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("not a JSON object")
+    return value
 
 
 def byte_count(text: str) -> int:
@@ -175,6 +200,8 @@ def _explain(args: argparse.Namespace) -> int:
         constraint=constraint,
         payload_size=args.size,
         now=datetime.now(UTC),
+        user=_user(args),
+        payload=args.input,
     )
     if args.json:
         data = {
@@ -190,8 +217,25 @@ def _explain(args: argparse.Namespace) -> int:
     else:
         print(f"refuse {verdict.reason} at step {verdict.step}: {printable(verdict.message)}")
     if verdict.skipped and not args.json:
-        print(f"not judged without --config: {', '.join(verdict.skipped)}", file=sys.stderr)
+        registry_steps = [step for step in verdict.skipped if step in REGISTRY_STEPS]
+        others = [step for step in verdict.skipped if step not in REGISTRY_STEPS]
+        if registry_steps:
+            print(f"not judged without --config: {', '.join(registry_steps)}", file=sys.stderr)
+        if others:
+            print(f"not judged: {', '.join(others)}", file=sys.stderr)
     return 0 if verdict.decision == "allow" else EXIT_REFUSED
+
+
+def _user(args: argparse.Namespace) -> OnBehalfOf | None:
+    """The user ``--user`` and ``--user-claims`` describe (claims alone name ``sub``)."""
+    claims = dict(args.user_claims or {})
+    subject = args.user or claims.get("sub")
+    if not subject:
+        if claims:
+            raise ConfigError("--user-claims: name the user with --user or a sub claim")
+        return None
+    claims["sub"] = str(subject)
+    return OnBehalfOf.of(str(subject), "", claims, (printable(args.peer),))
 
 
 def _iso(time_unix_ms: int) -> str:

@@ -36,6 +36,7 @@ from gateway.errors import (
     PeerIdentityMismatch,
     PeerUnavailable,
 )
+from gateway.identity.presented import USER_TOKEN
 from gateway.telemetry.tracing import AgentTracing, mark_refused, outgoing_metadata
 from gateway.transport.status import from_rpc_error
 from gateway.transport.tls import TlsMaterial, channel_options
@@ -159,8 +160,13 @@ class PeerClient:
         task_id: str = "",
         step_id: str = "",
         idempotency_key: str = "",
+        user_token: str = "",
     ) -> InvokeResult:
-        """Call ``capability`` on the peer; raises the GatewayError it answered with."""
+        """Call ``capability`` on the peer; raises the GatewayError it answered with.
+
+        ``user_token``: a token for the user the call acts for, made for this
+        peer (``gateway.identity.exchange``), sent as ``a2agw-user-token``.
+        """
         if isinstance(payload, dict):
             try:
                 payload = ascii_json(payload, sort_keys=False)
@@ -189,8 +195,11 @@ class PeerClient:
             except GatewayError as err:
                 mark_refused(span, err)
                 raise
+            metadata = outgoing_metadata()
+            if user_token:
+                metadata = (*metadata, (USER_TOKEN, user_token))
             try:
-                reply = await self._stub.Invoke(request, timeout=left, metadata=outgoing_metadata())
+                reply = await self._stub.Invoke(request, timeout=left, metadata=metadata)
             except grpc.RpcError as err:
                 error = from_rpc_error(err)
                 mark_refused(span, error)

@@ -9,6 +9,7 @@ from gateway.config.agent import AgentConfig, load_agent_config
 from gateway.config.audit_checkpoints import AuditCheckpoints
 from gateway.config.console import ConsoleSettings
 from gateway.config.fields import Duration
+from gateway.config.identity import IdentitySettings, TokenIssuer, TokenSettings
 from gateway.config.metrics import MetricsSettings
 from gateway.config.peers import PeerEntry
 from gateway.config.plans import PlanSettings
@@ -22,11 +23,14 @@ __all__ = [
     "AuditCheckpoints",
     "ConsoleSettings",
     "Duration",
+    "IdentitySettings",
     "MetricsSettings",
     "PeerEntry",
     "PlanSettings",
     "TlsFiles",
     "TlsSettings",
+    "TokenIssuer",
+    "TokenSettings",
     "TracingSettings",
     "UpstreamEntry",
     "UpstreamSkill",

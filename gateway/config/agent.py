@@ -90,6 +90,7 @@ from gateway.config.addresses import (
 from gateway.config.audit_checkpoints import AuditCheckpoints
 from gateway.config.console import ConsoleSettings
 from gateway.config.fields import Duration, FrozenTable
+from gateway.config.identity import IdentitySettings
 from gateway.config.metrics import MetricsSettings
 from gateway.config.peers import PeerEntry
 from gateway.config.plans import PlanSettings
@@ -131,6 +132,8 @@ class AgentConfig(FrozenTable):
         audit_checkpoints: Signed checkpoints of the audit log's head.
         plans: How this agent runs plans (``[plans]``).
         a2a: How this agent serves A2A and keeps its tasks (``[a2a]``).
+        identity: Bearer tokens accepted beside certificates (``[identity.tokens]``,
+            off by default; ``gateway.config.identity``, docs/identity.md).
         max_concurrent_calls: Calls the agent runs at once, all peers
             together (default 256); a call above it is refused ``SERVER_BUSY``
             before any parsing.
@@ -180,6 +183,7 @@ class AgentConfig(FrozenTable):
     audit_checkpoints: AuditCheckpoints = AuditCheckpoints()
     plans: PlanSettings = PlanSettings()
     a2a: A2ASettings = A2ASettings()
+    identity: IdentitySettings = IdentitySettings()
     idempotency_retention: Duration = timedelta(days=7)
     max_concurrent_calls: int = Field(default=256, ge=1, le=100_000)
     audit_retry_seconds: float | None = Field(default=2.0, gt=0)
@@ -216,6 +220,16 @@ class AgentConfig(FrozenTable):
     def _one_https_server(self) -> AgentConfig:
         if self.a2a.http_listen is not None and self.workers > 1:
             raise ValueError("a2a.http_listen is served by one process: set workers = 1")
+        return self
+
+    @model_validator(mode="after")
+    def _single_use_tokens_one_process(self) -> AgentConfig:
+        tokens = self.identity.tokens
+        if tokens is not None and self.workers > 1:
+            if any(issuer.single_use_jti for issuer in tokens.issuers):
+                raise ValueError(
+                    "identity.tokens: single_use_jti is remembered by one process: set workers = 1"
+                )
         return self
 
     @model_validator(mode="after")
@@ -266,6 +280,7 @@ class AgentConfig(FrozenTable):
                     }
                 ),
                 "policy": fix(self.policy),
+                "identity": self.identity.resolved(fix),
                 "module_dir": base if self.module_dir is None else fix(self.module_dir),
                 "audit_db": fix_store(self.audit_db),
                 "state_db": None if self.state_db is None else fix_store(self.state_db),

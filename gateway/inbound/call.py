@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from capabilities.contract import Accepts
 from capabilities.parts import Part
+from gateway.identity.presented import PresentedTokens
 
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 """What a request id may be (a2agw.v1 ``request_id``, A2A ``message_id``)."""
@@ -102,6 +103,8 @@ class InvokeCall:
             empty); the pipeline replaces the call with the decoded one.
         payload_sha256: Hex SHA-256 of ``payload`` (computed once, on
             construction); "" while the payload is pending.
+        tokens: The bearer tokens the request presented (``Authorization``,
+            ``A2AGW-User-Token``; None: neither), verified by ``identity``.
         message: The A2A message the call came in (None: an Invoke); kept
             after its pending payload is decoded.
     """
@@ -122,6 +125,7 @@ class InvokeCall:
         "request_id",
         "step_id",
         "task_id",
+        "tokens",
         "version_constraint",
     )
 
@@ -142,6 +146,7 @@ class InvokeCall:
         deadline_unix_ms: int = 0,
         pending_payload: PendingPayload | None = None,
         payload_sha256: str | None = None,
+        tokens: PresentedTokens | None = None,
         message: InboundMessage | None = None,
     ) -> None:
         # ``payload_sha256``: the digest of this very payload, already computed
@@ -160,6 +165,7 @@ class InvokeCall:
         self.claimed_identity: Final[str] = claimed_identity
         self.deadline_unix_ms: Final[int] = deadline_unix_ms
         self.pending_payload: Final[PendingPayload | None] = pending_payload
+        self.tokens: Final[PresentedTokens | None] = tokens
         self.message: Final[InboundMessage | None] = message
         # Needed by every audit record of the call and by the idempotency
         # claim: hash the payload once (a pending one once it is decoded).
@@ -209,6 +215,7 @@ class InvokeCall:
             self.deadline_unix_ms,
             pending_payload,
             payload_sha256,
+            self.tokens,
             self.message,
         )
 

@@ -10,6 +10,7 @@ capability runs, so no side effect happens that the log cannot show.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from gateway.errors import (
     LimitRefusal,
     OutputTooLarge,
 )
+from gateway.identity import PresentedTokens, TokenIdentities
+from gateway.identity.exchange import ActingFor
 from gateway.inbound.call import REQUEST_ID, InvokeCall, deadline_from
 from gateway.inbound.idempotency.store import IdempotencyStore, StoredAnswer
 from gateway.inbound.limits.admission import AdmissionControl, CallSlot, PeerCallLimits
@@ -65,8 +68,8 @@ ADMITTED = "ADMITTED"
 FOLLOW_UP = "follow-up message: input for its task"
 """Audit detail of a message that answered a running task's ``ctx.ask_input``."""
 
-PeerCallBinder = Callable[[float, str, str], PeerCall]
-"""Makes a capability's ``call_peer`` from (deadline, task_id, step_id)."""
+PeerCallBinder = Callable[[float, str, str, ActingFor | None], PeerCall]
+"""Makes a capability's ``call_peer`` from (deadline, task_id, step_id, the user it acts for)."""
 
 
 # Final fields, not frozen: see CONTRIBUTING.md, "Value classes built per call".
@@ -116,6 +119,7 @@ class InvokeHandler:
         limits: AdmissionControl | None = None,
         limit_refusals: LimitRefusalLog | None = None,
         peer_issuer: PeerIssuerCheck | None = None,
+        tokens: TokenIdentities | None = None,
     ) -> None:
         self._registry = registry
         self._audit = audit
@@ -136,6 +140,7 @@ class InvokeHandler:
             replay=replay if replay is not None else ReplayTable(None),
             limits=self.limits,
             peer_issuer=peer_issuer,
+            tokens=tokens,
         )
         """The one decision path (every protocol's servicer goes through this handler)."""
 
@@ -145,14 +150,18 @@ class InvokeHandler:
         operation: str = "Describe",
         *,
         edge_slot: EdgeSlot | None = None,
+        tokens: PresentedTokens | None = None,
     ) -> tuple[PeerGrant, list[Admission]]:
         """The caller's grant and the capabilities it may call (nothing else leaks).
 
         A refused Describe is audited like a refused Invoke (capability ``""``,
         detail ``operation``: ``Describe``, or the A2A method that asked).
-        ``edge_slot``: as for :meth:`admit`.
+        ``edge_slot``: as for :meth:`admit`; ``tokens``: the bearer tokens the
+        request presented (``gateway.identity.presented``).
         """
-        peer_id, grant = await self.admit_peer(peer_cert_pem, operation, edge_slot=edge_slot)
+        peer_id, grant = await self.admit_peer(
+            peer_cert_pem, operation, edge_slot=edge_slot, tokens=tokens
+        )
         return grant, [
             Admission(peer_id=peer_id, grant=grant, capability=cap)
             for cap in visible_capabilities(grant, self._registry)
@@ -165,6 +174,7 @@ class InvokeHandler:
         task_id: str = "",
         *,
         edge_slot: EdgeSlot | None = None,
+        tokens: PresentedTokens | None = None,
     ) -> tuple[str, PeerGrant]:
         """The Describe prefix of the pipeline for a call that names no capability.
 
@@ -173,10 +183,10 @@ class InvokeHandler:
         The request takes a token of the peer's rate and must find room under
         its in-flight and the server's caps, like a call; it gives its slot back
         at once, as what follows is a short read of the agent's own state.
-        ``edge_slot``: as for :meth:`admit`.
+        ``edge_slot``: as for :meth:`admit`; ``tokens``: as for :meth:`describe`.
         """
         inbound = await self._admit_prefix(
-            peer_cert_pem, operation, task_id, InFlight.ROOM, edge_slot=edge_slot
+            peer_cert_pem, operation, task_id, InFlight.ROOM, edge_slot=edge_slot, tokens=tokens
         )
         assert inbound.query is not None and inbound.query.grant is not None
         return inbound.peer_id, inbound.query.grant
@@ -189,21 +199,27 @@ class InvokeHandler:
         kind: InFlight,
         *,
         edge_slot: EdgeSlot | None = None,
+        tokens: PresentedTokens | None = None,
     ) -> tuple[str, CallSlot]:
         """The Describe prefix for reading or following one's own tasks (``kind``).
 
         Returns the caller's SPIFFE ID and its slot: already given back for a
         poll, held for a subscription until the caller releases it.
-        ``edge_slot``: as for :meth:`admit`.
+        ``edge_slot``: as for :meth:`admit`; ``tokens``: as for :meth:`describe`.
         """
         inbound = await self._admit_prefix(
-            peer_cert_pem, operation, task_id, kind, edge_slot=edge_slot
+            peer_cert_pem, operation, task_id, kind, edge_slot=edge_slot, tokens=tokens
         )
         assert inbound.slot is not None
         return inbound.peer_id, inbound.slot
 
     async def admit_edge(
-        self, peer_cert_pem: bytes | None, operation: str, kind: InFlight
+        self,
+        peer_cert_pem: bytes | None,
+        operation: str,
+        kind: InFlight,
+        *,
+        tokens: PresentedTokens | None = None,
     ) -> tuple[str, PeerGrant, EdgeSlot]:
         """The Describe prefix for a transport that must hold the limits before it reads
         the request (the HTTP edge: nothing of a body is parsed before the rate holds).
@@ -215,7 +231,9 @@ class InvokeHandler:
         token, and call :meth:`EdgeSlot.release_unless_adopted` when the
         request ends.
         """
-        inbound = await self._admit_prefix(peer_cert_pem, operation, "", kind, keep=True)
+        inbound = await self._admit_prefix(
+            peer_cert_pem, operation, "", kind, keep=True, tokens=tokens
+        )
         assert inbound.query is not None and inbound.query.grant is not None
         assert inbound.slot is not None
         return inbound.peer_id, inbound.query.grant, EdgeSlot(inbound.slot, kind)
@@ -229,15 +247,16 @@ class InvokeHandler:
         *,
         edge_slot: EdgeSlot | None = None,
         keep: bool = False,
+        tokens: PresentedTokens | None = None,
     ) -> Inbound:
         started = time.perf_counter()
         inbound = Inbound(
-            InvokeCall(peer_cert_pem, "", "", "", b"", 0.0, task_id=task_id),
+            InvokeCall(peer_cert_pem, "", "", "", b"", 0.0, task_id=task_id, tokens=tokens),
             in_flight=kind,
             edge_slot=edge_slot,
         )
         try:
-            self.pipeline.admit_describe(inbound)
+            await self.pipeline.admit_describe(inbound)
         except GatewayError as refusal:
             await self._record_refusal(
                 refusal,
@@ -484,7 +503,9 @@ class InvokeHandler:
             call_peer=(
                 None
                 if self._bind_peer_call is None
-                else self._bind_peer_call(call.deadline, call.task_id, call.step_id)
+                else self._bind_peer_call(
+                    call.deadline, call.task_id, call.step_id, acting_for(call)
+                )
             ),
             events=events,
             message=call.message,
@@ -566,6 +587,7 @@ class InvokeHandler:
         started: float,
         detail: str = "",
     ) -> AuditRecord:
+        on_behalf_of, actor_chain = _user_columns(call)
         return AuditRecord(
             time_unix_ms=int(time.time() * 1000),
             request_id=call.request_id if REQUEST_ID.fullmatch(call.request_id) else "",
@@ -584,7 +606,28 @@ class InvokeHandler:
             step_id=_shown(call.step_id),
             detail=detail,
             trace_id=current_trace_id(),
+            on_behalf_of=on_behalf_of,
+            actor_chain=actor_chain,
         )
+
+
+def acting_for(call: InvokeCall) -> ActingFor | None:
+    """The user ``call`` acts for, with the token it came with (for calls onward)."""
+    tokens = call.tokens
+    if tokens is None or tokens.verified is None or tokens.verified.user is None:
+        return None
+    return ActingFor(tokens.verified.user, tokens.user)
+
+
+def _user_columns(call: InvokeCall) -> tuple[str, str]:
+    """The audit record's ``on_behalf_of`` and ``actor_chain`` for ``call``: its verified
+    user's subject and actors (never a token), or two empty strings."""
+    tokens = call.tokens
+    if tokens is None or tokens.verified is None or tokens.verified.user is None:
+        return "", ""
+    user = tokens.verified.user
+    actors = json.dumps(list(user.actors), separators=(",", ":"), ensure_ascii=True)
+    return printable(user.subject[:256]), actors
 
 
 def _cancel_detail(err: asyncio.CancelledError, note: str = "") -> str:

@@ -4,7 +4,10 @@ An ordered list of named checks, written once; the first to raise answers the
 call and nothing after it runs::
 
     audit_available        AUDIT_UNAVAILABLE   the log can record (fails closed)
-    identity               UNAUTHENTICATED     exactly one SPIFFE ID in the verified cert
+    identity               UNAUTHENTICATED     exactly one SPIFFE ID in the verified cert;
+                           TOKEN_*             with [identity.tokens], the bearer tokens
+                                               beside or instead of it, and the user one
+                                               (``gateway.identity.callers``)
     no_claimed_identity    UNAUTHENTICATED     the request names no caller itself (an A2A
                                                metadata key such as ``a2agw.peer``)
     well_formed_request    INVALID_REQUEST     parsable request, request id, no control or
@@ -20,6 +23,7 @@ call and nothing after it runs::
     version_available      VERSION_NOT_AVAILABLE   policy step 4
     risk_within_grant      RISK_NOT_GRANTED    policy step 5
     payload_within_cap     PAYLOAD_TOO_LARGE   policy step 6 (an A2A message: all its parts)
+    user_authorized        USER_NOT_AUTHORIZED policy step 7: the user the grant needs
     parts_accepted         CONTENT_TYPE_NOT_SUPPORTED  an A2A message's parts are of kinds and
                            INVALID_REQUEST     media types the chosen version accepts, no more
                            INVALID_INPUT       of them than it takes (text for a contract
@@ -30,6 +34,8 @@ call and nothing after it runs::
     first_sighting         REPLAYED_REQUEST    request id not seen from this peer
     valid_input            INVALID_INPUT       payload matches the input contract (a
                                                follow-up's: the schema it answers)
+    conditions_met         CONDITION_NOT_MET   policy step 8: the grant's CEL conditions
+                                               over the caller, user and valid input
     deadline_ahead         DEADLINE_EXCEEDED   the deadline has not already passed
 
 ``Describe`` (and every A2A method that names no capability: the agent card,
@@ -44,7 +50,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
@@ -64,6 +70,7 @@ from gateway.errors import (
     ReplayedRequest,
     Unauthenticated,
 )
+from gateway.identity import PresentedTokens, TokenIdentities
 from gateway.inbound.call import REQUEST_ID, InvokeCall
 from gateway.inbound.limits.admission import AdmissionControl, CallSlot
 from gateway.inbound.replay.store import ReplayWindow
@@ -71,12 +78,14 @@ from policies.decisions import (
     POLICY_STEPS,
     Admission,
     PolicyQuery,
+    conditions_met,
     grant_live,
     known_peer,
     payload_within_cap,
 )
 from policies.identity import peer_certificate
 from policies.store import PolicyStore
+from policies.users import OnBehalfOf
 
 _ANY_VERSION = VersionConstraint.parse("")
 _NAMED_TEXTS = ("capability", "version_constraint", "task_id", "step_id", "idempotency_key")
@@ -138,10 +147,12 @@ class Inbound:
         in_flight: How the call counts against the peer's ``max_in_flight``.
         edge_slot: A slot the transport took before reading the request, for
             ``within_limits`` to adopt (HTTP); None: it takes one.
+        user: The verified user the call acts for, set by ``identity`` (None: none).
     """
 
     call: InvokeCall
     peer_id: str = ""
+    user: OnBehalfOf | None = None
     query: PolicyQuery | None = None
     payload: BaseModel | None = None
     slot: CallSlot | None = None
@@ -222,6 +233,7 @@ class DecisionPipeline:
         replay: ReplayWindow,
         limits: AdmissionControl,
         peer_issuer: PeerIssuerCheck | None = None,
+        tokens: TokenIdentities | None = None,
     ) -> None:
         self._registry = registry
         self._policies = policies
@@ -229,6 +241,8 @@ class DecisionPipeline:
         self._replay = replay
         self._limits = limits
         self._peer_issuer = peer_issuer
+        self.tokens = tokens
+        """What verifies presented tokens (None: ``[identity.tokens]`` is off, any is refused)."""
 
     async def admit_call(self, inbound: Inbound) -> None:
         """Every check, in order, filling in ``inbound``; raises the first refusal.
@@ -241,10 +255,12 @@ class DecisionPipeline:
             if pending is not None:
                 await pending
 
-    def admit_describe(self, inbound: Inbound) -> None:
+    async def admit_describe(self, inbound: Inbound) -> None:
         """The Describe prefix (audit, identity, known peer, live grant), like ``admit_call``."""
         for check in DESCRIBE_CHECKS:
-            check.run(self, inbound)
+            pending = check.run(self, inbound)
+            if pending is not None:
+                await pending
 
     # The checks, in the order CALL_CHECKS lists them.
 
@@ -253,15 +269,48 @@ class DecisionPipeline:
         if not self._audit.healthy:
             raise AuditUnavailable("the audit log cannot record; refusing work")
 
-    def identity(self, inbound: Inbound) -> None:
+    def identity(self, inbound: Inbound) -> Coroutine[None, None, None] | None:
         """Exactly one SPIFFE ID from the certificate the TLS handshake verified, issued
-        within that ID's own trust domain (when bundles of several are trusted)."""
-        peer_id = peer_id_from_cert(inbound.call.peer_cert_pem)
-        if self._peer_issuer is not None and inbound.call.peer_cert_pem:
+        within that ID's own trust domain (when bundles of several are trusted).
+
+        A request that presents tokens is identified by
+        :meth:`TokenIdentities.identify` (awaited: an unknown ``kid`` may
+        fetch its issuer's keys), its certificate optional where the door
+        and the config allow; once per request (``PresentedTokens.verified``).
+        """
+        presented = inbound.call.tokens
+        if presented is not None:
+            return self._identity_by_tokens(inbound, presented)
+        inbound.peer_id = self._certificate_id(inbound.call.peer_cert_pem)
+        inbound.query = self._query(inbound)
+        return None
+
+    def _certificate_id(self, pem: bytes | None) -> str:
+        peer_id = peer_id_from_cert(pem)
+        if self._peer_issuer is not None and pem:
             # Before the id is taken as the caller's: a forged one is nobody's.
-            self._peer_issuer(inbound.call.peer_cert_pem, peer_id)
-        inbound.peer_id = peer_id
-        inbound.query = PolicyQuery(
+            self._peer_issuer(pem, peer_id)
+        return peer_id
+
+    async def _identity_by_tokens(self, inbound: Inbound, presented: PresentedTokens) -> None:
+        pem = inbound.call.peer_cert_pem
+        cert_id = self._certificate_id(pem) if pem else ""
+        inbound.peer_id = cert_id  # a refusal below is audited under the certificate's id
+        if self.tokens is None:
+            raise Unauthenticated(
+                "this agent accepts no bearer tokens; the caller is identified by its "
+                "TLS client certificate only"
+            )
+        verified = presented.verified
+        if verified is None or verified.certificate != pem:
+            verified = await self.tokens.identify(cert_id, pem, presented)
+            presented.verified = verified
+        inbound.peer_id = verified.peer_id
+        inbound.user = verified.user
+        inbound.query = self._query(inbound)
+
+    def _query(self, inbound: Inbound) -> PolicyQuery:
+        query = PolicyQuery(
             self._policies.current,
             self._registry,
             inbound.peer_id,
@@ -270,6 +319,8 @@ class DecisionPipeline:
             inbound.call.payload_size,
             datetime.now(UTC),
         )
+        query.user = inbound.user
+        return query
 
     def no_claimed_identity(self, inbound: Inbound) -> None:
         """The request claims no identity of its own: only the handshake names the caller."""
@@ -372,6 +423,14 @@ class DecisionPipeline:
         except ValidationError as err:
             raise InvalidInput(_describe_input_error(err, model)) from err
 
+    def conditions_met(self, inbound: Inbound) -> None:
+        """The grant's conditions hold for this call, its user and its valid input."""
+        assert inbound.query is not None and inbound.query.grant is not None
+        if not inbound.query.grant.when:
+            return
+        assert inbound.payload is not None
+        conditions_met(inbound.query, inbound.payload.model_dump(mode="json"))
+
     def deadline_ahead(self, inbound: Inbound) -> None:
         """The call's deadline has not passed yet."""
         if inbound.call.deadline <= time.monotonic():
@@ -415,6 +474,7 @@ CALL_CHECKS: tuple[NamedCheck, ...] = (
     NamedCheck("payload_decoded", DecisionPipeline.payload_decoded),
     NamedCheck("first_sighting", DecisionPipeline.first_sighting),
     NamedCheck("valid_input", DecisionPipeline.valid_input),
+    NamedCheck("conditions_met", DecisionPipeline.conditions_met),
     NamedCheck("deadline_ahead", DecisionPipeline.deadline_ahead),
 )
 """The whole decision order for a call, identity to deadline."""

@@ -44,7 +44,9 @@ from gateway.errors import (
     OutboundNotAllowed,
     PayloadTooLarge,
     PeerUnavailable,
+    UserNotAuthorized,
 )
+from gateway.identity.exchange import ActingFor, TokenExchange
 from policies.store import PolicyStore
 
 _log = logging.getLogger(__name__)
@@ -194,7 +196,9 @@ class Router:
         describe_timeout: float = 3.0,
         cache_seconds: float = 300.0,
         failure_memory_seconds: float = 5.0,
+        exchange: TokenExchange | None = None,
     ) -> None:
+        self._exchange = exchange
         self._registry = registry
         self._policies = policies
         self._peers = tuple(peers)
@@ -359,8 +363,13 @@ class Router:
         task_id: str = "",
         step_id: str = "",
         idempotency_key: str = "",
+        acting_for: ActingFor | None = None,
     ) -> InvokeResult:
-        """Send exactly ``payload`` to the offer's peer, after the outbound and size checks."""
+        """Send exactly ``payload`` to the offer's peer, after the outbound and size checks.
+
+        ``acting_for``: the user the call acts for; the peer gets a token for
+        that user made for it (:meth:`user_token`), or nothing is sent.
+        """
         if offer.where == LOCAL or not self.may_send(offer.where, offer.capability, offer.version):
             raise OutboundNotAllowed(f"outbound rules do not allow {offer.capability} to this peer")
         body = encode_payload(payload)
@@ -368,6 +377,7 @@ class Router:
             raise PayloadTooLarge(
                 f"payload is {len(body)} bytes; the peer accepts {offer.max_payload_bytes}"
             )
+        user_token = await self.user_token(acting_for, offer.where)
         return await self._client_for(offer.where).invoke(
             offer.capability,
             body,
@@ -377,10 +387,29 @@ class Router:
             task_id=task_id,
             step_id=step_id,
             idempotency_key=idempotency_key,
+            user_token=user_token,
         )
 
-    def bind(self, deadline: float, task_id: str, step_id: str) -> PeerCall:
-        """A ``CallContext.call_peer`` for one call: its deadline bounds every peer call."""
+    async def user_token(self, acting_for: ActingFor | None, peer_id: str) -> str:
+        """The token carrying ``acting_for``'s user to ``peer_id`` ("" for a call for no user).
+
+        Raises:
+            UserNotAuthorized: the user cannot be carried there (nothing is sent).
+        """
+        if acting_for is None:
+            return ""
+        if self._exchange is None:
+            raise UserNotAuthorized(
+                "this call acts for a user, and this agent takes no tokens to carry the "
+                "user onward ([identity.tokens]); nothing was sent"
+            )
+        return await self._exchange.token_for(acting_for, peer_id)
+
+    def bind(
+        self, deadline: float, task_id: str, step_id: str, acting_for: ActingFor | None = None
+    ) -> PeerCall:
+        """A ``CallContext.call_peer`` for one call: its deadline bounds every peer call, and
+        every peer call acts for its user (``acting_for``), if it has one."""
 
         async def call_peer(
             peer_id: str, capability: str, payload: dict[str, Any], *, constraint: str = ""
@@ -393,6 +422,7 @@ class Router:
                 deadline=deadline,
                 task_id=task_id,
                 step_id=step_id,
+                acting_for=acting_for,
             )
 
         return call_peer
@@ -407,20 +437,24 @@ class Router:
         deadline: float,
         task_id: str,
         step_id: str,
+        acting_for: ActingFor | None = None,
     ) -> Any:
-        """A call made from inside a capability: outbound rules apply; the deadline carries on."""
+        """A call made from inside a capability: outbound rules apply; the deadline carries on,
+        and so does the user the call acts for."""
         if not self.may_send(peer_id, capability):
             raise OutboundNotAllowed(f"outbound rules do not allow {capability} to this peer")
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise DeadlineExceeded("no time left to call a peer")
+        user_token = await self.user_token(acting_for, peer_id)
         result = await self._client_for(peer_id).invoke(
             capability,
             encode_payload(payload),
             constraint=constraint,
-            timeout=remaining,
+            timeout=max(0.001, deadline - time.monotonic()),
             task_id=task_id,
             step_id=step_id,
+            user_token=user_token,
         )
         return result.output()
 

@@ -169,8 +169,13 @@ _V7 = (
     "PRIMARY KEY (agent_id, task_id, n))",
 )
 
-_OPEN_STATES = "('submitted', 'working', 'input-required', 'auth-required')"
 _V8 = (
+    *add_record_column("on_behalf_of", "TEXT"),
+    *add_record_column("actor_chain", "TEXT"),
+)
+
+_OPEN_STATES = "('submitted', 'working', 'input-required', 'auth-required')"
+_V9 = (
     "ALTER TABLE a2a_tasks DROP CONSTRAINT IF EXISTS a2a_tasks_state_check",
     "ALTER TABLE a2a_tasks ADD CONSTRAINT a2a_tasks_state_check CHECK (state IN "
     "('completed', 'failed', 'canceled', 'submitted', 'working', 'input-required', "
@@ -201,9 +206,15 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "output chunks of running A2A tasks, for followers in other processes", _V7),
     Migration(
         8,
+        "audit: the user a call acted for and its actor chain",
+        _V8,
+        (("on_behalf_of", "TEXT"), ("actor_chain", "TEXT")),
+    ),
+    Migration(
+        9,
         "A2A conversations: waiting states, status messages with parts, history, answers left "
         "for the process running a task",
-        _V8,
+        _V9,
     ),
 )
 """Every schema version in order; append, never edit a released one."""

@@ -24,6 +24,8 @@ from gateway.client.a2a.upstream_client import UpstreamClient
 from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig
 from gateway.console import ConsoleServer
+from gateway.errors import Unauthenticated
+from gateway.identity.exchange import ActingFor
 from gateway.inbound.idempotency.store import IdempotencyStore
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.limits.admission import LimitStats
@@ -211,6 +213,21 @@ class Agent:
     def client(self, peer_id: str, address: str | None = None) -> PeerClient:
         """A reused mTLS client for ``peer_id`` (address from config unless given)."""
         return self.parts.clients.get(peer_id, address)
+
+    async def acting_for(self, user_token: str) -> ActingFor:
+        """A user this agent may act for: ``user_token`` verified as a user token of a
+        trusted issuer (``[identity.tokens]``) issued to this agent (``azp`` or ``act.sub``).
+
+        For ``self.plans.start(plan, acting_for=...)``: every step the task sends
+        to a peer then carries a token for that user made for that peer.
+
+        Raises:
+            Unauthenticated: tokens are off here, or the token is refused (its reason).
+        """
+        tokens = self.handler.pipeline.tokens
+        if tokens is None:
+            raise Unauthenticated("this agent takes no tokens ([identity.tokens] is off)")
+        return ActingFor(await tokens.user_of(user_token, self.config.id), user_token)
 
     async def run(self, plan: Plan, *, on_event: EventSink | None = None) -> TaskResult:
         """Run ``plan`` as a new task (see ``self.plans`` for start/resume/cancel)."""

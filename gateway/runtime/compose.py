@@ -11,12 +11,16 @@ services to undo.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from gateway.audit import AuditLog
 from gateway.client.a2a.upstream_client import UpstreamClient
 from gateway.client.peer_client import PeerClient
-from gateway.config import AgentConfig
+from gateway.config import AgentConfig, WorkloadApiTls
 from gateway.console import ConsoleServer
+from gateway.errors import AgentConfigError
+from gateway.identity import TokenIdentities, token_identities
+from gateway.identity.exchange import TokenExchange
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.limits.refusal_log import LimitRefusalLog
 from gateway.outbound.router import Router
@@ -85,6 +89,7 @@ def compose(
         policies=policies,
         peers=[peer.id for peer in config.peers],
         client_for=client_for or clients.get,
+        exchange=_token_exchange(config),
     )
     handler = InvokeHandler(
         registry=registry,
@@ -96,6 +101,7 @@ def compose(
         limits=stores.limits,
         limit_refusals=LimitRefusalLog(audit),
         peer_issuer=tls.check_peer_issuer,
+        tokens=_token_identities(config),
     )
     a2a_runs = BackgroundTasks(
         handler, stores.a2a_tasks, shared=stores.shared, retention=config.a2a.task_retention
@@ -176,3 +182,37 @@ def compose(
     )
     tls.on_change(lambda material: use_new_certificate(parts, material))
     return parts
+
+
+def _token_identities(config: AgentConfig) -> TokenIdentities | None:
+    """What verifies bearer tokens, with ``[identity.tokens]`` (None: off)."""
+    tokens = config.identity.tokens
+    if tokens is None:
+        return None
+    socket = config.tls.socket if isinstance(config.tls, WorkloadApiTls) else None
+    return token_identities(tokens, config.id, socket)
+
+
+def _token_exchange(config: AgentConfig) -> TokenExchange | None:
+    """How calls onward carry the user they act for (None without ``[identity.tokens]``).
+
+    The token endpoint is authenticated with the agent's certificate files; an
+    agent whose certificate comes from the Workload API has none on disk, so
+    it can only forward (``forward_user_tokens``), not exchange.
+    """
+    tokens = config.identity.tokens
+    if tokens is None:
+        return None
+    tls = config.tls
+    if isinstance(tls, WorkloadApiTls):
+        if tokens.exchange_url is not None:
+            raise AgentConfigError(
+                "identity.tokens.exchange_url needs [tls] certificate files (the token "
+                "endpoint is authenticated with them); the Workload API keeps none on disk"
+            )
+        return TokenExchange(tokens, _no_files)
+    return TokenExchange(tokens, lambda: (tls.cert, tls.key))
+
+
+def _no_files() -> tuple[Path, Path]:
+    raise AssertionError("no exchange_url: the client certificate is never needed")

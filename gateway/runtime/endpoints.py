@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateway.config import AgentConfig
-from gateway.server.a2a.card import CardIssuer
+from gateway.server.a2a.card import BearerTokens, CardIssuer
 from gateway.server.a2a.card_signing import CardSigner
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 
@@ -48,4 +48,20 @@ class Endpoints:
             rest_url=f"{base}{REST_PATH}" if base else "",
             v0_3=a2a.v0_3_compat,
             sign=self._sign,
+            bearer=self._bearer(),
+        )
+
+    def _bearer(self) -> BearerTokens | None:
+        tokens = self._config.identity.tokens
+        if tokens is None:
+            return None
+        return BearerTokens(
+            audience=tokens.audience_for(self._config.id),
+            token_only=tokens.token_only_callers,
+            trust_domains=tuple(
+                i.trust_domain for i in tokens.issuers if i.trust_domain is not None
+            ),
+            oidc_issuers=tuple(
+                (i.name, i.issuer) for i in tokens.issuers if i.kind == "oidc" and i.issuer
+            ),
         )

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 from functools import partial
 
+from gateway.identity import keep_keys_fresh, load_keys
 from gateway.runtime.checkpoint_signing import keep_signer_certificate
 from gateway.runtime.parts import Parts
 from gateway.runtime.service_stack import BackgroundLoop, Service, Step
@@ -63,6 +64,9 @@ def agent_services(
     ]
     if parts.workload_api is not None:
         services.append(_workload_api_feed(parts))
+    tokens = handler.pipeline.tokens
+    if tokens is not None:
+        services.append(Step("token issuers' keys", partial(load_keys, tokens)))
     services += [
         Step("calls in flight", on_stop=handler.wait_running),
         parts.grpc,
@@ -73,6 +77,8 @@ def agent_services(
         services.append(BackgroundLoop("policy watcher", parts.policies.watch))
     if watch_tls:
         services.append(BackgroundLoop("certificate watcher", parts.live_tls.watch))
+    if tokens is not None:
+        services.append(BackgroundLoop("token keys refresh", partial(keep_keys_fresh, tokens)))
     services += [
         BackgroundLoop(
             "idempotency purge loop", partial(purge_periodically, config, parts.idempotency)

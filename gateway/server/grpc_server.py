@@ -17,7 +17,13 @@ from gateway.inbound.call import InvokeCall, deadline_from
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.server.a2a import SERVICE_NAME as A2A_SERVICE_NAME
 from gateway.server.a2a import A2AServicer, add_a2a_servicer
-from gateway.server.received import GenericOnly, MalformedRequest, peer_cert, tolerant
+from gateway.server.received import (
+    GenericOnly,
+    MalformedRequest,
+    peer_cert,
+    request_tokens,
+    tolerant,
+)
 from gateway.server.unknown_methods import UnknownMethods
 from gateway.telemetry import Telemetry
 from gateway.telemetry.tracing import mark_refused
@@ -81,7 +87,9 @@ class GatewayServicer:
             "Describe", context.invocation_metadata(), {"rpc.method": "Describe"}
         ) as span:
             try:
-                grant, admissions = await self._handler.describe(peer_cert(context))
+                grant, admissions = await self._handler.describe(
+                    peer_cert(context), tokens=request_tokens(context)
+                )
             except GatewayError as err:
                 mark_refused(span, err)
                 await _refuse(context, err)
@@ -128,6 +136,7 @@ class GatewayServicer:
             idempotency_key=request.idempotency_key,
             malformed=malformed,
             deadline_unix_ms=request.deadline_unix_ms,
+            tokens=request_tokens(context),
         )
         # Few attributes, set once: each costs the hot path. The request id,
         # versions and decision are in the audit record, which holds the trace id.

@@ -1,5 +1,5 @@
-"""What every servicer needs from a received call: the peer's certificate, parsed requests,
-and a registration that does not cost the other services' calls.
+"""What every servicer needs from a received call: the peer's certificate, the bearer tokens
+beside it, parsed requests, and a registration that does not cost the other services' calls.
 
 Both services (``a2agw.v1`` and ``lf.a2a.v1``) register their RPCs with
 deserializers that never raise: the generated registration lets a corrupt
@@ -16,6 +16,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from grpc import aio
 
+from gateway.identity import PresentedTokens, presented_tokens
 from gateway.inbound.pipeline import EdgeSlot
 
 
@@ -43,6 +44,20 @@ def peer_cert(context: aio.ServicerContext[Any, Any]) -> bytes | None:
     auth: Mapping[str, Iterable[bytes]] = context.auth_context()
     certs = list(auth.get("x509_pem_cert", ()))
     return certs[0] if len(certs) == 1 else None
+
+
+def request_tokens(context: aio.ServicerContext[Any, Any]) -> PresentedTokens | None:
+    """The bearer tokens the call presented (``authorization``, ``a2agw-user-token``).
+
+    On gRPC, read from the metadata; a gRPC caller always has a client
+    certificate (the handshake requires one), so a token there is only ever
+    bound to it. Behind the HTTP edge, the edge's own object for the request
+    (``HttpServicerContext.presented_tokens``), verified once for both.
+    """
+    if hasattr(context, "presented_tokens"):
+        tokens = context.presented_tokens
+        return tokens if isinstance(tokens, PresentedTokens) else None
+    return presented_tokens(context.invocation_metadata() or ())
 
 
 def edge_slot(context: aio.ServicerContext[Any, Any]) -> EdgeSlot | None:

@@ -33,7 +33,8 @@ def test_to_json_dict_has_every_field(make_record: RecordFactory) -> None:
 def test_canonical_bytes_are_a_compact_json_array_in_column_order(
     make_record: RecordFactory,
 ) -> None:
-    rec = make_record(seq=3, trace_id="ab" * 16)
+    # With a user, every column is in the array (the version-3 form).
+    rec = make_record(seq=3, trace_id="ab" * 16, on_behalf_of="u", actor_chain='["a"]')
     raw = canonical_bytes(rec)
     values = json.loads(raw)
     assert values == [rec.to_json_dict()[name] for name in RECORD_COLUMNS]
@@ -55,7 +56,9 @@ def test_canonical_bytes_are_the_encoders_bytes_for_any_text_and_latency(
 ) -> None:
     # The chain's format is JSONEncoder(separators, ensure_ascii=False,
     # allow_nan=False).encode(array) encoded as UTF-8, whatever builds it.
-    rec = make_record(seq=9, detail=detail, latency_ms=latency, trace_id="cd" * 16)
+    rec = make_record(
+        seq=9, detail=detail, latency_ms=latency, trace_id="cd" * 16, on_behalf_of=detail or "u"
+    )
     values = [checked_fields(rec)[name] for name in RECORD_COLUMNS]
     encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     assert canonical_bytes(rec) == encoder.encode(values).encode("utf-8")
@@ -78,8 +81,19 @@ def test_an_empty_trace_id_hashes_as_records_before_it_existed(
     # Schema version 1 had no trace_id: its records must keep their hashes.
     rec = make_record(seq=3)
     values = json.loads(canonical_bytes(rec))
-    assert values == [rec.to_json_dict()[name] for name in RECORD_COLUMNS[:-1]]
+    assert values == [rec.to_json_dict()[name] for name in RECORD_COLUMNS[:-3]]
     assert canonical_bytes(dataclasses.replace(rec, trace_id="00" * 16)) != canonical_bytes(rec)
+
+
+def test_empty_user_columns_hash_as_records_before_they_existed(
+    make_record: RecordFactory,
+) -> None:
+    # Schema version 2 had no on_behalf_of and actor_chain: its records keep their hashes.
+    rec = make_record(seq=3, trace_id="ab" * 16)
+    values = json.loads(canonical_bytes(rec))
+    assert values == [rec.to_json_dict()[name] for name in RECORD_COLUMNS[:-2]]
+    for user in ({"on_behalf_of": "u"}, {"actor_chain": '["a"]'}):
+        assert canonical_bytes(dataclasses.replace(rec, **user)) != canonical_bytes(rec)
 
 
 def test_record_hash_depends_on_prev_hash_seq_and_fields(make_record: RecordFactory) -> None:

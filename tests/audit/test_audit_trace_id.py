@@ -1,4 +1,5 @@
-"""Audit logs of schema version 1 (no trace_id) are read as they are and migrated on open."""
+"""Audit logs of schema versions 1 (no trace_id) and 2 (no user columns) are read as they are
+and migrated on open."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ async def _version_1_log(path: Path, make_record: RecordFactory) -> None:
         await log.record_durable(make_record())
     await log.close()
     with closing(sqlite3.connect(path)) as conn, conn:
-        conn.execute("ALTER TABLE audit_records DROP COLUMN trace_id")
+        for column in ("trace_id", "on_behalf_of", "actor_chain"):
+            conn.execute(f"ALTER TABLE audit_records DROP COLUMN {column}")
         conn.execute("PRAGMA user_version = 1")
 
 
@@ -49,7 +51,7 @@ async def test_opening_a_version_1_log_migrates_it_and_keeps_the_chain(
     await log.close()
 
     with closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
     assert [r.trace_id for r in query_records(open_audit_reader(path))] == [
         "",
         "",
@@ -58,3 +60,35 @@ async def test_opening_a_version_1_log_migrates_it_and_keeps_the_chain(
     ]
     report = verify_chain(open_audit_reader(path))
     assert report.ok and report.records == 4
+
+
+async def test_opening_a_version_2_log_migrates_it_and_a_user_record_chains_on(
+    tmp_path: Path, make_record: RecordFactory
+) -> None:
+    path = tmp_path / "v2.db"
+    log = AuditLog(open_chain_writer(path))
+    await log.start()
+    for _ in range(2):
+        await log.record_durable(make_record(trace_id="0af7651916cd43dd8448eb211c80319c"))
+    await log.close()
+    with closing(sqlite3.connect(path)) as conn, conn:
+        for column in ("on_behalf_of", "actor_chain"):
+            conn.execute(f"ALTER TABLE audit_records DROP COLUMN {column}")
+        conn.execute("PRAGMA user_version = 2")
+    assert verify_chain(open_audit_reader(path)).ok  # read as it is, unmigrated
+
+    log = AuditLog(open_chain_writer(path))
+    await log.start()
+    await log.record_durable(make_record(on_behalf_of="user-7", actor_chain='["x"]'))
+    await log.close()
+
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+    rows = query_records(open_audit_reader(path))
+    assert [(r.on_behalf_of, r.actor_chain) for r in rows] == [
+        ("", ""),
+        ("", ""),
+        ("user-7", '["x"]'),
+    ]
+    report = verify_chain(open_audit_reader(path))
+    assert report.ok and report.records == 3

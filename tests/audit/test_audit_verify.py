@@ -293,7 +293,8 @@ def test_copied_row_is_inserted(log_copy: Path) -> None:
         conn.execute(
             "INSERT INTO audit_records SELECT 42, time_unix_ms, request_id, task_id, step_id,"
             " peer_id, capability, version_constraint, served_version, decision, reason,"
-            " detail, payload_size, payload_sha256, latency_ms, prev_hash, record_hash, trace_id"
+            " detail, payload_size, payload_sha256, latency_ms, prev_hash, record_hash, trace_id,"
+            " on_behalf_of, actor_chain"
             " FROM audit_records WHERE seq = 4"
         )
 

@@ -128,3 +128,28 @@ def test_odd_values_refused(change: dict[str, Any], error: type[Exception], mess
 def test_a_lone_surrogate_passes_the_checks_but_never_reaches_the_chain() -> None:
     with pytest.raises(UnicodeEncodeError):
         canonical_bytes(record(detail="\ud800"))
+
+
+def test_a_record_with_a_user_is_hashed_in_the_version_3_form() -> None:
+    # Version 3 appends trace_id (even empty), on_behalf_of and actor_chain, and
+    # only when a user is there: every record above keeps its version-1/2 bytes.
+    sha = "ab" * 32
+    actors = '["spiffe://example.org/agent/bob"]'
+    rec = record(on_behalf_of="user-42", actor_chain=actors, seq=8)
+    assert (
+        canonical_bytes(rec)
+        == (
+            '[8,1767225600123,"req-1","","","spiffe://example.org/agent/alice","text.echo",'
+            f'"^1.0","1.0.0","allow","OK","",256,"{sha}",0.25,"","user-42",'
+            '"[\\"spiffe://example.org/agent/bob\\"]"]'
+        ).encode()
+    )
+    assert (
+        record_hash(GENESIS_HASH, rec)
+        == "917bf33b91ca72beabc5dc13736bb48935f0ee271b582db8e398c700e658c0ff"
+    )
+    # Clearing the user, or only its actor chain, changes the hash.
+    assert record_hash(GENESIS_HASH, record(seq=8)) != record_hash(GENESIS_HASH, rec)
+    assert record_hash(GENESIS_HASH, record(on_behalf_of="user-42", seq=8)) != record_hash(
+        GENESIS_HASH, rec
+    )

@@ -271,6 +271,39 @@ def _card_extension(text: str) -> None:
         assert key in listed and key in keys, key
 
 
+def _identity_tokens(text: str) -> None:
+    from gateway.config.identity import IdentitySettings
+
+    settings = IdentitySettings.model_validate(tomllib.loads(text)["identity"])
+    assert settings.tokens is not None
+    assert [issuer.kind for issuer in settings.tokens.issuers] == ["jwt-svid", "oidc"]
+
+
+def _named_reasons(text: str) -> list[str]:
+    from gateway.errors import all_error_classes
+
+    known = {cls.reason for cls in all_error_classes()}
+    named = re.findall(r"\b(?:TOKEN|USER|UNAUTH)[A-Z_]+\b", text)
+    assert named and set(named) <= known, sorted(set(named) - known)
+    return named
+
+
+def _token_callers(text: str) -> None:
+    cases = [line.split("  ")[0] for line in text.splitlines() if line and not line[0].isspace()]
+    assert cases == [
+        "certificate, no token",
+        "certificate and token",
+        "token, no certificate",
+        "neither",
+    ]
+    _named_reasons(text)
+
+
+def _token_checks(text: str) -> None:
+    named = _named_reasons(text)
+    assert named[0] == "TOKEN_INVALID" and "TOKEN_REPLAYED" in named
+
+
 CHECKS: dict[tuple[str, str, int], Callable[[str], None]] = {
     ("gateway.config.agent", "", 0): _agent_config,
     ("gateway.plans.document.model", "", 0): _plan,
@@ -286,6 +319,9 @@ CHECKS: dict[tuple[str, str, int], Callable[[str], None]] = {
     ("gateway.audit.chain", "", 0): _chain_formula,
     ("gateway.server.a2a_http.edge", "", 0): _http_routes,
     ("gateway.server.a2a.card", "", 0): _card_extension,
+    ("gateway.config.identity", "", 0): _identity_tokens,
+    ("gateway.identity.callers", "", 0): _token_callers,
+    ("gateway.identity.verifier", "", 0): _token_checks,
 }
 """(module, object, n-th block of its docstring) -> the check of that block."""
 

@@ -1,4 +1,5 @@
-"""Every snippet of docs/spire.md not marked ``<!-- snippet: not-runnable: WHY -->`` runs here."""
+"""Every snippet of docs/spire.md not marked ``<!-- snippet: not-runnable: WHY -->`` runs here,
+but for the walkthrough "Try it on one machine", which tests/deploy/test_walkthroughs.py runs."""
 
 from __future__ import annotations
 
@@ -16,8 +17,12 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "spire.md"
 _FENCE = re.compile(r"(<!-- snippet: not-runnable: [^\n]* -->\n)?```(\w+)\n(.*?)```", re.DOTALL)
 
 
+WALKTHROUGH = re.compile(r"^## Try it on one machine.*?(?=^## )", re.M | re.S)
+
+
 def runnable_snippets() -> list[tuple[str, str]]:
-    return [(lang, body) for marker, lang, body in _FENCE.findall(DOC.read_text()) if not marker]
+    text = WALKTHROUGH.sub("", DOC.read_text())
+    return [(lang, body) for marker, lang, body in _FENCE.findall(text) if not marker]
 
 
 def test_every_runnable_snippet_is_one_this_test_knows() -> None:

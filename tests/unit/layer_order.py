@@ -33,6 +33,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gateway.config",),
     # what the serving and the calling side share: TLS, SVIDs, the status table
     ("gateway.transport",),
+    # bearer identities: token verification, callers and users, token exchange
+    ("gateway.identity",),
     # serving HTTP with uvicorn: listeners, bounded connections, the Host check
     ("gateway.http",),
     # the audit record and chain layout, which the PostgreSQL migrations also build on

@@ -62,6 +62,15 @@ def test_every_documented_reason_code_exists() -> None:
         "RATE_LIMITED",
         "CONCURRENCY_LIMITED",
         "SERVER_BUSY",
+        "TOKEN_INVALID",
+        "TOKEN_EXPIRED",
+        "TOKEN_AUDIENCE_MISMATCH",
+        "TOKEN_ISSUER_UNKNOWN",
+        "TOKEN_SIGNATURE_INVALID",
+        "TOKEN_REPLAYED",
+        "TOKEN_NOT_BOUND",
+        "USER_NOT_AUTHORIZED",
+        "CONDITION_NOT_MET",
     }
     assert documented <= {cls.reason for cls in all_error_classes()}
 
@@ -255,6 +264,7 @@ def test_reason_sets_of_each_fact() -> None:
         "INVALID_INPUT",
         "DEADLINE_EXCEEDED",
         "CAPABILITY_TIMEOUT",
+        "CONDITION_NOT_MET",
     }
     assert reasons_where("peer_specific") == {
         "POLICY_REFUSED",
@@ -262,6 +272,8 @@ def test_reason_sets_of_each_fact() -> None:
         "GRANT_EXPIRED",
         "CAPABILITY_NOT_GRANTED",
         "RISK_NOT_GRANTED",
+        "USER_NOT_AUTHORIZED",
+        "CONDITION_NOT_MET",
         "OUTBOUND_NOT_ALLOWED",
         "VERSION_NOT_AVAILABLE",
         "PAYLOAD_TOO_LARGE",

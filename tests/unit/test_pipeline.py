@@ -18,10 +18,12 @@ def test_the_call_checks_run_in_the_documented_order() -> None:
         "version_available",
         "risk_within_grant",
         "payload_within_cap",
+        "user_authorized",
         "parts_accepted",
         "payload_decoded",
         "first_sighting",
         "valid_input",
+        "conditions_met",
         "deadline_ahead",
     ]
 

@@ -26,6 +26,7 @@ from gateway.audit.store.sqlite_schema import (
     DDL,
     INSERT_RECORDS,
     MIGRATE_1_TO_2,
+    MIGRATE_2_TO_3,
     ROWS_PER_INSERT,
     SCHEMA_VERSION,
     SELECT_CHAINED,
@@ -148,7 +149,7 @@ class SqliteChainWriter(ChainWriter):
         conn.execute(f"PRAGMA synchronous = {self._synchronous}")
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version not in (0, 1, SCHEMA_VERSION):
+        if version not in (0, 1, 2, SCHEMA_VERSION):
             raise AuditUnavailable(
                 f"audit log {self._path}: unknown schema version {version} "
                 f"(this gateway writes version {SCHEMA_VERSION})"
@@ -159,8 +160,12 @@ class SqliteChainWriter(ChainWriter):
         # but not write must fail here, not at the first record.
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if conn.execute("PRAGMA user_version").fetchone()[0] == 1:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version == 1:
                 conn.execute(MIGRATE_1_TO_2)
+            if version in (1, 2):
+                for statement in MIGRATE_2_TO_3:
+                    conn.execute(statement)
             for statement in DDL.split(";"):
                 if statement.strip():
                     conn.execute(statement)

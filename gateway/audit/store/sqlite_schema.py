@@ -13,8 +13,9 @@ from typing import Any, cast
 from gateway.audit.record import AuditRecord, Decision, checked_fields
 from gateway.errors import ConfigError
 
-SCHEMA_VERSION = 2
-"""1: the first layout. 2: adds ``trace_id`` (files of version 1 are migrated on open)."""
+SCHEMA_VERSION = 3
+"""1: the first layout. 2: adds ``trace_id``. 3: adds ``on_behalf_of`` and ``actor_chain``
+(files of an older version are migrated on open)."""
 
 RECORD_COLUMNS: tuple[str, ...] = (
     "seq",
@@ -33,13 +34,22 @@ RECORD_COLUMNS: tuple[str, ...] = (
     "payload_sha256",
     "latency_ms",
     "trace_id",
+    "on_behalf_of",
+    "actor_chain",
 )
-"""Record columns in hashing order (``trace_id``, added in version 2, is last in the table)."""
+"""Record columns in hashing order (``trace_id``, added in version 2, and the user columns of
+version 3 come last, as in the table)."""
 
 CHAIN_COLUMNS: tuple[str, ...] = ("prev_hash", "record_hash")
 
 MIGRATE_1_TO_2 = "ALTER TABLE audit_records ADD COLUMN trace_id TEXT NOT NULL DEFAULT ''"
 """Version 1 → 2. Old records read back ``trace_id = ""``, which hashes as before."""
+
+MIGRATE_2_TO_3 = (
+    "ALTER TABLE audit_records ADD COLUMN on_behalf_of TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE audit_records ADD COLUMN actor_chain TEXT NOT NULL DEFAULT ''",
+)
+"""Version 2 → 3. Old records read back both empty, which hashes as before."""
 
 # STRICT keeps a stored value's type exactly as written, so a value edited into
 # another type shows up as a modification instead of being silently coerced.
@@ -62,7 +72,9 @@ CREATE TABLE IF NOT EXISTS audit_records (
     latency_ms REAL NOT NULL,
     prev_hash TEXT NOT NULL,
     record_hash TEXT NOT NULL,
-    trace_id TEXT NOT NULL DEFAULT ''
+    trace_id TEXT NOT NULL DEFAULT '',
+    on_behalf_of TEXT NOT NULL DEFAULT '',
+    actor_chain TEXT NOT NULL DEFAULT ''
 ) STRICT;
 CREATE INDEX IF NOT EXISTS audit_records_time ON audit_records (time_unix_ms);
 CREATE TABLE IF NOT EXISTS chain_head (
@@ -73,7 +85,7 @@ CREATE TABLE IF NOT EXISTS chain_head (
 """
 
 ROWS_PER_INSERT = 32
-"""Most records one INSERT statement stores (32 x 18 values: within any SQLite's 999)."""
+"""Most records one INSERT statement stores (32 x 20 values: within any SQLite's 999)."""
 
 _ROW_VALUES = f"({', '.join('?' * (len(RECORD_COLUMNS) + len(CHAIN_COLUMNS)))})"
 
@@ -159,10 +171,14 @@ def connect_read_only(path: Path) -> sqlite3.Connection:
         conn.close()
         raise ConfigError(f"audit log {path}: not an audit log (tables missing)")
     columns = {row[1] for row in conn.execute("PRAGMA table_info(audit_records)")}
-    if "trace_id" not in columns:
-        # A version-1 file no agent has opened since: read it as migrated
+    missing = [name for name in _ADDED_COLUMNS if name not in columns]
+    if missing:
+        # A file of an older version no agent has opened since: read it as migrated
         # (a temp view shadows the table for this connection only).
-        conn.execute(
-            "CREATE TEMP VIEW audit_records AS SELECT *, '' AS trace_id FROM main.audit_records"
-        )
+        added = ", ".join(f"'' AS {name}" for name in missing)
+        conn.execute(f"CREATE TEMP VIEW audit_records AS SELECT *, {added} FROM main.audit_records")
     return conn
+
+
+_ADDED_COLUMNS = ("trace_id", "on_behalf_of", "actor_chain")
+"""Columns later versions added, in order (older files read them as "")."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from gateway.audit import AuditLog
 from gateway.errors import AuditUnavailable, TaskNotFound
+from gateway.identity.exchange import ActingFor
 from gateway.local.process_owner import new_owner_id
 from gateway.plans.document.model import Plan
 from gateway.plans.execution.approval import ApprovalRequest, Decision, audit_record, local_decider
@@ -69,29 +70,49 @@ class PlanDriver:
         """This runner's lease owner id (``host:pid:nonce``)."""
 
     async def run(
-        self, plan: Plan, *, task_id: str | None = None, on_event: EventSink = _ignore
+        self,
+        plan: Plan,
+        *,
+        task_id: str | None = None,
+        on_event: EventSink = _ignore,
+        acting_for: ActingFor | None = None,
     ) -> TaskResult:
         """Run ``plan`` as a new task to its end; returns the typed result."""
-        return await self.start(plan, task_id=task_id, on_event=on_event).result()
+        handle = self.start(plan, task_id=task_id, on_event=on_event, acting_for=acting_for)
+        return await handle.result()
 
     def start(
-        self, plan: Plan, *, task_id: str | None = None, on_event: EventSink = _ignore
+        self,
+        plan: Plan,
+        *,
+        task_id: str | None = None,
+        on_event: EventSink = _ignore,
+        acting_for: ActingFor | None = None,
     ) -> TaskHandle:
-        """Start ``plan`` as a new task in the background."""
+        """Start ``plan`` as a new task in the background.
+
+        ``acting_for``: the user the task acts for (a verified user and its
+        token): every step sent to a peer carries a token for that user made
+        for that peer (``gateway.identity.exchange``), or is not sent.
+        """
         task_id = task_id or uuid.uuid4().hex
 
         async def create() -> StoredTask:
             await self._parts.store.create(task_id, plan, int(time.time() * 1000))
             return await self._parts.store.load(task_id)
 
-        return self._launch(task_id, create, on_event)
+        return self._launch(task_id, create, on_event, acting_for)
 
-    async def resume(self, task_id: str, *, on_event: EventSink = _ignore) -> TaskResult:
+    async def resume(
+        self, task_id: str, *, on_event: EventSink = _ignore, acting_for: ActingFor | None = None
+    ) -> TaskResult:
         """Resume a checkpointed task (a finished one just returns its result)."""
-        return await self.start_resume(task_id, on_event=on_event).result()
+        return await self.start_resume(task_id, on_event=on_event, acting_for=acting_for).result()
 
-    def start_resume(self, task_id: str, *, on_event: EventSink = _ignore) -> TaskHandle:
-        """Resume ``task_id`` in the background."""
+    def start_resume(
+        self, task_id: str, *, on_event: EventSink = _ignore, acting_for: ActingFor | None = None
+    ) -> TaskHandle:
+        """Resume ``task_id`` in the background (``acting_for``: as for :meth:`start`)."""
         running = self._running.get(task_id)
         if running is not None:
             return running
@@ -99,7 +120,7 @@ class PlanDriver:
         async def load() -> StoredTask:
             return await self._parts.store.load(task_id)
 
-        return self._launch(task_id, load, on_event)
+        return self._launch(task_id, load, on_event, acting_for)
 
     async def decide(
         self, task_id: str, step_id: str, *, approve: bool, who: str | None = None
@@ -147,7 +168,13 @@ class PlanDriver:
                 await handle._future
         self._running.clear()
 
-    def _launch(self, task_id: str, prepare: _Prepare, on_event: EventSink) -> TaskHandle:
+    def _launch(
+        self,
+        task_id: str,
+        prepare: _Prepare,
+        on_event: EventSink,
+        acting_for: ActingFor | None = None,
+    ) -> TaskHandle:
         cancel = asyncio.Event()
 
         async def body() -> TaskResult:
@@ -164,7 +191,7 @@ class PlanDriver:
                     stored = await store.load(task_id)  # as of the lease: nobody else runs it now
                     if stored.state.terminal:
                         return stored_result(stored)
-                    executor = TaskExecutor(self._parts, stored, on_event, self.owner)
+                    executor = TaskExecutor(self._parts, stored, on_event, self.owner, acting_for)
                     return await executor.run(cancel)
                 finally:
                     await asyncio.shield(store.release_lease(task_id, self.owner))

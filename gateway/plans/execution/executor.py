@@ -42,6 +42,7 @@ from gateway.errors import (
     TaskLeased,
     Unverified,
 )
+from gateway.identity.exchange import ActingFor
 from gateway.outbound.router import Router
 from gateway.plans.document.checks import PlanLimits, check_routes, check_structure
 from gateway.plans.document.model import Plan, Step, resolve_input
@@ -84,7 +85,7 @@ class ExecutorParts:
     store: TaskStore
     planner: Planner
     limits: PlanLimits
-    bind_peer_call: Callable[[float, str, str], PeerCall] | None = None
+    bind_peer_call: Callable[[float, str, str, ActingFor | None], PeerCall] | None = None
     approval_min_risk: Risk | None = None
     """The agent's ``[plans] approval_min_risk``: applies to every plan it runs."""
     telemetry: Telemetry | None = None
@@ -96,9 +97,15 @@ class TaskExecutor:
     """Runs (or resumes) one checkpointed task to a terminal state."""
 
     def __init__(
-        self, parts: ExecutorParts, stored: StoredTask, on_event: EventSink, owner: str
+        self,
+        parts: ExecutorParts,
+        stored: StoredTask,
+        on_event: EventSink,
+        owner: str,
+        acting_for: ActingFor | None = None,
     ) -> None:
         self._parts = parts
+        self._acting_for = acting_for
         self._pins = stored.pins
         self._task_id = stored.task_id
         self._plan = stored.plan
@@ -240,6 +247,7 @@ class TaskExecutor:
             default_retries=self._parts.limits.default_retries,
             pins=self._pins,
             bind_peer_call=self._parts.bind_peer_call,
+            acting_for=self._acting_for,
             approvals=self._approvals,
             approval_min=self._approval_min(),
             telemetry=self._parts.telemetry,

@@ -58,6 +58,7 @@ from gateway.errors import (
     TaskLeased,
     VersionNotAvailable,
 )
+from gateway.identity.exchange import ActingFor
 from gateway.outbound.router import LOCAL, Offer, Router, encode_payload
 from gateway.plans.document.model import Plan, Step
 from gateway.plans.execution.approval import (
@@ -137,7 +138,8 @@ class StepExecutor:
         stored_progress: StoredProgress,
         default_retries: int,
         pins: Mapping[str, WritePin] | None = None,
-        bind_peer_call: Callable[[float, str, str], PeerCall] | None = None,
+        bind_peer_call: Callable[[float, str, str, ActingFor | None], PeerCall] | None = None,
+        acting_for: ActingFor | None = None,
         approvals: Mapping[str, ApprovalRequest] | None = None,
         approval_min: Risk | None = None,
         telemetry: Telemetry | None = None,
@@ -156,6 +158,7 @@ class StepExecutor:
         self._meter = meter
         self._default_retries = default_retries
         self._bind = bind_peer_call
+        self._acting_for = acting_for
 
     async def run(
         self, step: Step, resolved: dict[str, Any], progress: StepProgress | None = None
@@ -439,6 +442,7 @@ class StepExecutor:
             task_id=self._task_id,
             step_id=step.id,
             idempotency_key=key,
+            acting_for=self._acting_for,
         )
         crash_point(AFTER_ANSWER)
         return peer_answer(step, offer, result)
@@ -468,7 +472,9 @@ class StepExecutor:
             task_id=self._task_id,
             step_id=step.id,
             idempotency_key=key,
-            call_peer=None if self._bind is None else self._bind(deadline, self._task_id, step.id),
+            call_peer=None
+            if self._bind is None
+            else self._bind(deadline, self._task_id, step.id, self._acting_for),
         )
         capability = offer.local
         if self._audit is None:

@@ -51,6 +51,8 @@ PROTOCOL_VERSION = "1.0"
 LEGACY_PROTOCOL_VERSION = "0.3"
 """Listed for the HTTP bindings too when ``[a2a] v0_3_compat`` is on."""
 MTLS_SCHEME = "mtls"
+BEARER_SCHEME = "bearer"
+"""The card's name for ``Authorization: Bearer`` tokens (``[identity.tokens]``)."""
 _MEDIA = "application/json"
 
 
@@ -59,6 +61,58 @@ def _gateway_version() -> str:
         return metadata.version("a2a-peer-gateway")
     except metadata.PackageNotFoundError:
         return "0.0.0"
+
+
+@dataclass(frozen=True)
+class BearerTokens:
+    """What the cards say of the bearer tokens accepted (``[identity.tokens]``).
+
+    Attributes:
+        audience: The ``aud`` a token must name.
+        token_only: A token alone identifies a caller on the HTTPS bindings.
+        trust_domains: The trust domains whose JWT-SVIDs are accepted.
+        oidc_issuers: ``(name, iss)`` of the OIDC issuers trusted.
+    """
+
+    audience: str
+    token_only: bool
+    trust_domains: tuple[str, ...] = ()
+    oidc_issuers: tuple[tuple[str, str], ...] = ()
+
+    def schemes(self) -> dict[str, a2a_pb2.SecurityScheme]:
+        """The bearer scheme, and one OpenID Connect scheme per OIDC issuer."""
+        sources = [f"JWT-SVIDs of {domain}" for domain in self.trust_domains]
+        sources += [f"tokens of {iss}" for _, iss in self.oidc_issuers]
+        binding = (
+            "bound to the client certificate when one is presented; alone on the HTTPS bindings"
+            if self.token_only
+            else "bound to the client certificate (sub or cnf.x5t#S256)"
+        )
+        schemes = {
+            BEARER_SCHEME: a2a_pb2.SecurityScheme(
+                http_auth_security_scheme=a2a_pb2.HTTPAuthSecurityScheme(
+                    scheme="Bearer",
+                    bearer_format="JWT",
+                    description=(
+                        f"{'; '.join(sources)}, audience {self.audience}, {binding}. "
+                        "The user a call acts for: header A2AGW-User-Token."
+                    ),
+                )
+            )
+        }
+        for name, iss in self.oidc_issuers:
+            schemes[f"oidc-{name}"] = a2a_pb2.SecurityScheme(
+                open_id_connect_security_scheme=a2a_pb2.OpenIdConnectSecurityScheme(
+                    open_id_connect_url=iss.rstrip("/") + "/.well-known/openid-configuration",
+                    description="The issuer of the bearer and user tokens it signs.",
+                )
+            )
+        return schemes
+
+    def requirements(self) -> list[a2a_pb2.SecurityRequirement]:
+        """Beside mTLS alone: a token alone (token-only callers) or with the certificate."""
+        needed = [BEARER_SCHEME] if self.token_only else [MTLS_SCHEME, BEARER_SCHEME]
+        return [a2a_pb2.SecurityRequirement(schemes={n: a2a_pb2.StringList() for n in needed})]
 
 
 @dataclass(frozen=True)
@@ -71,6 +125,7 @@ class CardIssuer:
         rest_url: Base URL of the HTTP+JSON binding ("" when not served).
         v0_3: The HTTP bindings also serve A2A 0.3 (``[a2a] v0_3_compat``).
         sign: Signs a finished card, and its 0.3 form (None: unsigned).
+        bearer: The bearer tokens accepted (None: certificates only).
     """
 
     grpc_address: str
@@ -78,6 +133,7 @@ class CardIssuer:
     rest_url: str = ""
     v0_3: bool = False
     sign: CardSigner | None = None
+    bearer: BearerTokens | None = None
 
     def interfaces(self) -> list[a2a_pb2.AgentInterface]:
         """Every interface served, gRPC first (the card's preferred one).
@@ -215,6 +271,10 @@ def _unsigned_public_card(agent_id: str, issuer: CardIssuer) -> a2a_pb2.AgentCar
         default_input_modes=[_MEDIA],
         default_output_modes=[_MEDIA],
     )
+    if issuer.bearer is not None:
+        for name, scheme in issuer.bearer.schemes().items():
+            card.security_schemes[name].CopyFrom(scheme)
+        card.security_requirements.extend(issuer.bearer.requirements())
     return card
 
 

@@ -61,7 +61,7 @@ from gateway.server.a2a.task_follow import TIMED_OUT
 from gateway.server.a2a.task_store.inputs import PENDING, TAKEN, WITHDRAWN
 from gateway.server.a2a.task_store.store import A2ATask, A2ATaskStore
 from gateway.server.a2a.wire_parts import parts_json
-from gateway.server.received import edge_slot, peer_cert
+from gateway.server.received import edge_slot, peer_cert, request_tokens
 
 TASK_NOT_FOUND = "task not found"
 FINISHED = "the task has finished; it takes no more messages"
@@ -161,6 +161,7 @@ class FollowUps:
             deadline=deadline_from(context.time_remaining(), 0),
             task_id=task_id,
             follow_up=follow_up,
+            tokens=request_tokens(context),
         )
         admitted = await self._handler.admit(
             call, edge_slot=edge_slot(context), in_flight=InFlight.POLL
@@ -205,6 +206,7 @@ class FollowUps:
             deadline=deadline_from(context.time_remaining(), 0),
             task_id=asked.task_id,
             follow_up=follow_up,
+            tokens=request_tokens(context),
         )
         admitted = await self._handler.admit(
             call, edge_slot=edge_slot(context), in_flight=InFlight.POLL
@@ -307,9 +309,16 @@ def _schema(task: A2ATask) -> type[BaseModel] | None:
 
 
 def _caller(context: aio.ServicerContext[Any, Any]) -> str | None:
-    """The caller's SPIFFE ID if its certificate names one (else None: the decision path
-    refuses it, audited); read only to find its run, never to admit it."""
-    try:
-        return peer_id_from_cert(peer_cert(context))
-    except GatewayError:
-        return None
+    """The caller's SPIFFE ID, read only to find its task, never to admit it: its
+    certificate's (a token a certificate holder presents is bound to it), or, for a
+    token-only caller, what the HTTP edge's check of its tokens found. None: unknown
+    here (the decision path identifies, or refuses, it, audited)."""
+    pem = peer_cert(context)
+    if pem:
+        try:
+            return peer_id_from_cert(pem)
+        except GatewayError:
+            return None
+    tokens = request_tokens(context)
+    verified = None if tokens is None else tokens.verified
+    return None if verified is None else verified.peer_id

@@ -38,6 +38,7 @@ from pydantic import BaseModel
 
 from capabilities.versions import Version, VersionConstraint, VersionSyntaxError
 from gateway.display import printable
+from gateway.identity import PresentedTokens
 from gateway.inbound.call import REQUEST_ID, InvokeCall
 from gateway.transport.a2a.part_payloads import MessageParts, lone_json
 
@@ -87,6 +88,7 @@ def invoke_call(
     default_capability: str = "",
     context_id: str = "",
     follow_up: FollowUp | None = None,
+    tokens: PresentedTokens | None = None,
 ) -> InvokeCall:
     """The call a SendMessage asks for; ``problem`` says why it is not one.
 
@@ -94,7 +96,8 @@ def invoke_call(
     (see the module doc). ``default_capability`` (``NAME[@CONSTRAINT]``, ""
     for none) is called when the message names no capability; ``context_id``
     is the one the task gets. ``follow_up``: the task the message continues
-    (``task_id`` is then that task's id).
+    (``task_id`` is then that task's id). ``tokens``: the bearer tokens the
+    request presented (its headers, not its metadata).
     """
     message = request.message
     capability = constraint = idempotency_key = problem = ""
@@ -136,6 +139,7 @@ def invoke_call(
         claimed_identity=claimed_identity(request.metadata, message.metadata),
         pending_payload=None if payload else parts,
         message=parts,
+        tokens=tokens,
     )
 
 

@@ -83,7 +83,7 @@ from gateway.server.a2a.task_store.store import (
 from gateway.server.a2a.task_view import list_answer, message_answer, send_answer, task_message
 from gateway.server.a2a.wire_errors import to_a2a_status
 from gateway.server.a2a.wire_parts import parts_json
-from gateway.server.received import MalformedRequest, edge_slot, peer_cert
+from gateway.server.received import MalformedRequest, edge_slot, peer_cert, request_tokens
 from gateway.telemetry import Telemetry
 from gateway.telemetry.tracing import mark_refused
 
@@ -154,6 +154,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             f"A2A {operation}",
             task_id_of(request),
             edge_slot=edge_slot(context),
+            tokens=request_tokens(context),
         )
         await self._a2a_checks(request, context, peer_id, operation)
         return peer_id
@@ -180,6 +181,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             task_id_of(request),
             kind,
             edge_slot=edge_slot(context),
+            tokens=request_tokens(context),
         )
         try:
             await self._a2a_checks(request, context, peer_id, operation)
@@ -304,6 +306,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             task_id=task_id,
             default_capability=self._default_capability,
             context_id=context_id,
+            tokens=request_tokens(context),
         )
         if malformed:
             call = _with_problem(call, f"the request is not a valid {SERVICE_NAME} {operation}")
@@ -431,7 +434,10 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
 
         async def work() -> a2a_pb2.AgentCard:
             grant, admissions = await self._handler.describe(
-                peer_cert(context), "A2A GetExtendedAgentCard", edge_slot=edge_slot(context)
+                peer_cert(context),
+                "A2A GetExtendedAgentCard",
+                edge_slot=edge_slot(context),
+                tokens=request_tokens(context),
             )
             await self._a2a_checks(request, context, grant.peer, "GetExtendedAgentCard")
             visible = [admission.capability for admission in admissions]

@@ -22,6 +22,7 @@ from google.rpc import status_pb2
 from grpc_status import rpc_status
 
 from gateway.errors import GatewayError
+from gateway.identity import PresentedTokens
 from gateway.inbound.pipeline import EdgeSlot
 
 EXCHANGE_KEY = "a2agw.exchange"
@@ -53,6 +54,8 @@ class Exchange:
             pipeline adopts it (``edge_slot``), else the edge gives it back.
         v0_3: The request is A2A 0.3, parsed and translated to 1.0 by the
             a2a-sdk's compat layer (a 0.3 REST path, or a 0.3 JSON-RPC method).
+        tokens: The bearer tokens in its headers (None: none, or tokens are
+            off); verified once, by the edge, for the servicer too.
     """
 
     peer_cert_pem: bytes | None
@@ -64,6 +67,7 @@ class Exchange:
     request_id: str | int | None = None
     slot: EdgeSlot | None = None
     v0_3: bool = False
+    tokens: PresentedTokens | None = None
     _done: list[Callable[[], None]] = field(default_factory=list)
 
 
@@ -111,6 +115,11 @@ class HttpServicerContext:
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         """The request's headers (lowercased names), as gRPC metadata."""
         return self._exchange.metadata
+
+    @property
+    def presented_tokens(self) -> PresentedTokens | None:
+        """The request's bearer tokens, as the edge read (and verified) them."""
+        return self._exchange.tokens
 
     @property
     def edge_slot(self) -> EdgeSlot | None:

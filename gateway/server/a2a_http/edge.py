@@ -17,7 +17,11 @@ Before the SDK sees a request, the edge (in this order, each refusal audited onc
    when the servicer admits the request, so no second token is taken, and
    the edge gives it back if the request never gets that far;
 2. refuses a request that names an identity in its headers
-   (``X-Forwarded-Client-Cert``, ``Authorization``, ...: ``UNAUTHENTICATED``);
+   (``X-Forwarded-Client-Cert``, ``Authorization``, ...: ``UNAUTHENTICATED``),
+   except, with ``[identity.tokens]``, ``Authorization: Bearer`` and
+   ``A2AGW-User-Token``: step 1 verified those (``gateway.identity``; a caller
+   without a certificate is identified by its token here, and only here, if
+   ``token_only_callers``), and a 401 then says ``WWW-Authenticate: Bearer``;
 3. refuses a request whose body, or whose write, is not declared JSON
    (``media_types.declared_json``: ``CONTENT_TYPE_NOT_SUPPORTED``, JSON-RPC ``-32005``,
    HTTP ``415``), so that a form or ``text/plain`` post, which a browser sends
@@ -82,9 +86,11 @@ from gateway.errors import (
     GatewayError,
     InvalidRequest,
     PayloadTooLarge,
+    TokenInvalid,
     Unauthenticated,
 )
 from gateway.http.connection import client_certificate, connection_abort
+from gateway.identity import AUTHORIZATION, USER_TOKEN, PresentedTokens, presented_tokens
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.pipeline import InFlight
 from gateway.server.a2a.card import PublicCardDocuments
@@ -217,6 +223,21 @@ class HttpEdge:
         self._public_card = public_card
         self._sdk_handler = ServicerRequestHandler(servicer)
         self._card_route = CardRoute(v0_3_compat)
+        self._accepts_tokens = handler.pipeline.tokens is not None
+        # With tokens on, their two headers are the pipeline's to judge; every
+        # other identity header is refused as before.
+        self._refused_headers = (
+            IDENTITY_HEADERS - {AUTHORIZATION, USER_TOKEN}
+            if self._accepts_tokens
+            else IDENTITY_HEADERS | {USER_TOKEN}
+        )
+
+    def _tokens(self, request: Request) -> PresentedTokens | None:
+        """The request's bearer tokens, if this agent takes any (else the header check
+        refuses them)."""
+        if not self._accepts_tokens:
+            return None
+        return presented_tokens(request.headers.items(), token_only_door=True)
 
     def app(self) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
         """The ASGI app: public card, JSON-RPC, REST, and a refusal for any other target."""
@@ -284,6 +305,7 @@ class HttpEdge:
                 _metadata(request),
                 f"A2A {operation}",
                 v0_3=v0_3,
+                tokens=self._tokens(request),
             )
             try:
                 body = await self._admit(request, exchange, kind)
@@ -338,6 +360,24 @@ class HttpEdge:
         path (known from the route) is answered ``application/json``, 0.3's
         media type; a 1.0 one too (see ``media_types``).
         """
+        response = self._rendered(binding, error, request, exchange, request_id, sdk_code)
+        if self._accepts_tokens and isinstance(error, Unauthenticated):
+            # RFC 6750 3: how to authenticate here; invalid_token for a token refused.
+            challenge = 'Bearer realm="a2agw"'
+            if isinstance(error, TokenInvalid):
+                challenge += ', error="invalid_token"'
+            response.headers["www-authenticate"] = challenge
+        return response
+
+    def _rendered(
+        self,
+        binding: Binding,
+        error: GatewayError,
+        request: Request,
+        exchange: Exchange,
+        request_id: str | int | None,
+        sdk_code: int | None,
+    ) -> Response:
         if binding is Binding.REST:
             media_type = V0_3_REST_MEDIA_TYPE if exchange.v0_3 else REST_MEDIA_TYPE
             return _render(binding, error, request_id, sdk_code=sdk_code, media_type=media_type)
@@ -359,7 +399,7 @@ class HttpEdge:
         limit slot, taken before a byte of the body was read.
         """
         peer_id, grant, slot = await self._handler.admit_edge(
-            exchange.peer_cert_pem, exchange.operation, kind
+            exchange.peer_cert_pem, exchange.operation, kind, tokens=exchange.tokens
         )
         exchange.peer_id = peer_id
         try:
@@ -388,9 +428,8 @@ class HttpEdge:
         exchange.slot = slot
         return body
 
-    @staticmethod
-    def _no_identity_headers(request: Request) -> None:
-        claimed = sorted(IDENTITY_HEADERS.intersection(request.headers.keys()))
+    def _no_identity_headers(self, request: Request) -> None:
+        claimed = sorted(self._refused_headers.intersection(request.headers.keys()))
         if claimed:
             raise Unauthenticated(
                 f"the caller is identified by its TLS client certificate only; "
@@ -416,13 +455,20 @@ class HttpEdge:
         return self._render(binding, error, request, exchange, request_id, sdk_code=code)
 
     async def _unknown_path(self, request: Request) -> Response:
-        exchange = Exchange(client_certificate(request.scope), _metadata(request), "A2A HTTP")
+        exchange = Exchange(
+            client_certificate(request.scope),
+            _metadata(request),
+            "A2A HTTP",
+            tokens=self._tokens(request),
+        )
         # A method outside _METHODS gets an HTTP status, never JSON-RPC's 200:
         # a 2xx answer to CONNECT would turn the connection into a tunnel.
         json_rpc = request.scope["path"] == JSONRPC_PATH and request.method in _METHODS
         binding = Binding.JSONRPC if json_rpc else Binding.REST
         try:
-            peer_id, _ = await self._handler.admit_peer(exchange.peer_cert_pem, exchange.operation)
+            peer_id, _ = await self._handler.admit_peer(
+                exchange.peer_cert_pem, exchange.operation, tokens=exchange.tokens
+            )
             target = request.scope["path"][:64]
             error = InvalidRequest(f"no A2A method at {request.method} {target}")
             raise await self._handler.refuse(peer_id, error, exchange.operation)
