@@ -28,6 +28,7 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
     │   ├── ConcurrencyLimited        CONCURRENCY_LIMITED
     │   └── ServerBusy                SERVER_BUSY
     ├── InvalidInput                  INVALID_ARGUMENT   INVALID_INPUT
+    │   └── PushUrlRefused            INVALID_ARGUMENT   PUSH_URL_REFUSED      (A2A push)
     ├── InvalidRequest                INVALID_ARGUMENT   INVALID_REQUEST
     │   └── UnknownMethod             UNIMPLEMENTED      UNKNOWN_METHOD        (gRPC)
     ├── DeadlineExceeded              DEADLINE_EXCEEDED  DEADLINE_EXCEEDED
@@ -53,6 +54,8 @@ gRPC status each maps to, from ``STATUS_TABLE`` in the transport, beside it)::
     ├── Unverified                    FAILED_PRECONDITION UNVERIFIED           (plans)
     ├── UnsupportedOperation          UNIMPLEMENTED      UNSUPPORTED_OPERATION (A2A)
     ├── PushNotificationNotSupported  UNIMPLEMENTED      PUSH_NOTIFICATION_NOT_SUPPORTED (A2A)
+    │   └── PushNotGranted            UNIMPLEMENTED      PUSH_NOT_GRANTED      (A2A push)
+    ├── PushConfigLimit               RESOURCE_EXHAUSTED PUSH_CONFIG_LIMIT     (A2A push)
     ├── ProtocolVersionNotSupported   UNIMPLEMENTED      VERSION_NOT_SUPPORTED (A2A)
     ├── ContentTypeNotSupported       INVALID_ARGUMENT   CONTENT_TYPE_NOT_SUPPORTED (A2A)
     ├── TaskNotCancelable             FAILED_PRECONDITION TASK_NOT_CANCELABLE  (A2A)
@@ -584,10 +587,39 @@ class UnsupportedOperation(GatewayError):
 
 
 class PushNotificationNotSupported(GatewayError):
-    """A2A push-notification configuration: this gateway sends no push notifications."""
+    """A2A push-notification configuration: this agent sends no push notifications
+    (``[push] enabled`` is off)."""
 
     reason = "PUSH_NOTIFICATION_NOT_SUPPORTED"
     peer_may_answer = True
+
+
+class PushNotGranted(PushNotificationNotSupported):
+    """The caller's grant names no webhook host (``push_hosts``): no push for it here.
+
+    A2A clients see the spec's PushNotificationNotSupportedError.
+    """
+
+    reason = "PUSH_NOT_GRANTED"
+
+
+class PushUrlRefused(InvalidInput):
+    """A webhook URL this agent will not call for this caller: not ``https``, malformed,
+    a host its grant's ``push_hosts`` does not name, or an address it may not reach.
+
+    A2A clients see the spec's INVALID_PARAMS (as the a2a-sdk answers an unsafe URL).
+    """
+
+    reason = "PUSH_URL_REFUSED"
+    spends_request_id = False
+
+
+class PushConfigLimit(GatewayError):
+    """The task already has as many push configs as ``[push] max_configs_per_task``."""
+
+    reason = "PUSH_CONFIG_LIMIT"
+    peer_may_answer = True
+    nothing_ran = True
 
 
 class ProtocolVersionNotSupported(GatewayError):

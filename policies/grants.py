@@ -6,7 +6,9 @@ loaded; nothing is allowed unless a grant says so.
 
 from __future__ import annotations
 
+import ipaddress
 import math
+import re
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -68,6 +70,46 @@ def _entries(value: object) -> object:
     return value
 
 
+MAX_PUSH_HOSTS = 64
+"""Most entries one grant's ``push_hosts`` may hold."""
+_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+
+
+def push_host_entry(entry: str) -> str:
+    """``entry`` of ``push_hosts`` in its one spelling: a lowercase DNS name, ``*.NAME``
+    or an IP address as :mod:`ipaddress` writes it (IPv4-mapped IPv6: its IPv4 address).
+
+    Raises:
+        ValueError: anything else (a port, a scheme, a CIDR range, a bare ``*``,
+            ``*.`` over a single label, a trailing dot, an IPv6 zone, non-ASCII).
+    """
+    if not isinstance(entry, str) or "%" in entry:
+        raise ValueError(f"push_hosts: {str(entry)[:80]!r} is not a host name or an address")
+    try:
+        address = ipaddress.ip_address(entry)
+    except ValueError:
+        pass
+    else:  # an IPv4-mapped IPv6 address is the IPv4 address it carries
+        mapped = getattr(address, "ipv4_mapped", None)
+        return str(mapped or address)
+    wildcard = entry.startswith("*.")
+    name = entry[2:] if wildcard else entry
+    if not is_dns_name(name.lower()):
+        raise ValueError(f"push_hosts: {entry[:80]!r} is not a DNS name, *.NAME or an IP address")
+    if wildcard and name.count(".") < 1:
+        raise ValueError(f"push_hosts: {entry[:80]!r}: *. needs a name of two labels or more")
+    return entry.lower()
+
+
+def is_dns_name(name: str) -> bool:
+    """True for a lowercase LDH name (labels of 1-63, at most 253 characters, no trailing
+    dot) whose last label is not all digits (so never a numeric IPv4 spelling)."""
+    if not name or len(name) > 253 or not name.isascii():
+        return False
+    labels = name.split(".")
+    return all(_LABEL.fullmatch(label) for label in labels) and not labels[-1].isdigit()
+
+
 class PeerGrant(_Frozen):
     """What one peer (by SPIFFE ID) may call on this agent.
 
@@ -93,6 +135,12 @@ class PeerGrant(_Frozen):
         when: Named CEL conditions (``policies.conditions``), compiled when the
             file loads; each must be true (``CONDITION_NOT_MET`` names the
             first that is not). A plain string is one condition named ``when``.
+        push_hosts: Hosts this peer's A2A push-notification webhooks may name
+            (default none: no push for this peer). Each entry is a DNS name
+            (``hooks.example.com``), ``*.`` and a name of two labels or more
+            (any name below it, at any depth), or an IP address. A webhook's
+            name must resolve to public addresses only, unless the address it
+            resolves to is itself an entry here (docs/a2a-push.md).
     """
 
     peer: SpiffeId
@@ -106,6 +154,7 @@ class PeerGrant(_Frozen):
     users: Literal["optional", "required"] = "optional"
     user_claims: tuple[tuple[str, ClaimValue], ...] = Field(default=(), max_length=64)
     when: tuple[tuple[ConditionName, str], ...] = Field(default=(), max_length=16)
+    push_hosts: tuple[str, ...] = Field(default=(), max_length=MAX_PUSH_HOSTS)
 
     @field_validator("capabilities", mode="before")
     @classmethod
@@ -139,6 +188,14 @@ class PeerGrant(_Frozen):
     def needs_user(self) -> bool:
         """True if every call under this grant must carry a verified user."""
         return self.users == "required" or bool(self.user_claims)
+
+    @field_validator("push_hosts")
+    @classmethod
+    def _push_hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        hosts = tuple(push_host_entry(entry) for entry in value)
+        if len(set(hosts)) != len(hosts):
+            raise ValueError("push_hosts: an entry appears twice")
+        return hosts
 
     @model_validator(mode="after")
     def _burst_needs_rate(self) -> PeerGrant:

@@ -81,6 +81,8 @@ def render_policy(document: PolicyDocument) -> str:
         if grant.when:
             conditions = ", ".join(f"{_toml_str(k)} = {_toml_str(v)}" for k, v in grant.when)
             lines.append(f"when = {{ {conditions} }}")
+        if grant.push_hosts:
+            lines.append(f"push_hosts = [{', '.join(_toml_str(h) for h in grant.push_hosts)}]")
         lines.append("")
     for rule in document.outbound:
         lines += [

@@ -13,6 +13,7 @@ from gateway.config.identity import IdentitySettings, TokenIssuer, TokenSettings
 from gateway.config.metrics import MetricsSettings
 from gateway.config.peers import PeerEntry
 from gateway.config.plans import PlanSettings
+from gateway.config.push import PushSettings
 from gateway.config.tls import TlsFiles, TlsSettings, WorkloadApiTls, check_workload_api_socket
 from gateway.config.tracing import TracingSettings
 from gateway.config.upstreams import UpstreamEntry, UpstreamSkill
@@ -27,6 +28,7 @@ __all__ = [
     "MetricsSettings",
     "PeerEntry",
     "PlanSettings",
+    "PushSettings",
     "TlsFiles",
     "TlsSettings",
     "TokenIssuer",

@@ -52,6 +52,10 @@ Example::
     task_retention = "7d"        # finished A2A tasks older than this are deleted (the default)
     v0_3_compat = true           # also serve A2A 0.3 clients, behind the same checks (the default)
 
+    [push]                       # optional; A2A push notifications, off unless enabled
+    enabled = true               # the hosts a caller may name: its grant's push_hosts
+    # ca = "pki/webhooks-ca.pem" # extra CAs trusted for webhook certificates (with the system's)
+
     [metrics]                    # optional; off unless configured
     listen = "127.0.0.1:9464"    # Prometheus text format at /metrics
     peer_labels = false          # peer ids as labels (cardinality: off by default)
@@ -94,6 +98,7 @@ from gateway.config.identity import IdentitySettings
 from gateway.config.metrics import MetricsSettings
 from gateway.config.peers import PeerEntry
 from gateway.config.plans import PlanSettings
+from gateway.config.push import PushSettings
 from gateway.config.tls import TlsSettings, WorkloadApiTls
 from gateway.config.tracing import TracingSettings
 from gateway.config.upstreams import UpstreamEntry
@@ -134,6 +139,7 @@ class AgentConfig(FrozenTable):
         a2a: How this agent serves A2A and keeps its tasks (``[a2a]``).
         identity: Bearer tokens accepted beside certificates (``[identity.tokens]``,
             off by default; ``gateway.config.identity``, docs/identity.md).
+        push: A2A push notifications to the callers' webhooks (``[push]``).
         max_concurrent_calls: Calls the agent runs at once, all peers
             together (default 256); a call above it is refused ``SERVER_BUSY``
             before any parsing.
@@ -184,6 +190,7 @@ class AgentConfig(FrozenTable):
     plans: PlanSettings = PlanSettings()
     a2a: A2ASettings = A2ASettings()
     identity: IdentitySettings = IdentitySettings()
+    push: PushSettings = PushSettings()
     idempotency_retention: Duration = timedelta(days=7)
     max_concurrent_calls: int = Field(default=256, ge=1, le=100_000)
     audit_retry_seconds: float | None = Field(default=2.0, gt=0)
@@ -285,6 +292,9 @@ class AgentConfig(FrozenTable):
                 "audit_db": fix_store(self.audit_db),
                 "state_db": None if self.state_db is None else fix_store(self.state_db),
                 "state_dir": fix(self.state_dir),
+                "push": self.push.model_copy(
+                    update={"ca": None if self.push.ca is None else fix(self.push.ca)}
+                ),
                 "audit_checkpoints": self.audit_checkpoints.model_copy(
                     update={
                         "file": None

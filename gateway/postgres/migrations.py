@@ -174,8 +174,23 @@ _V8 = (
     *add_record_column("actor_chain", "TEXT"),
 )
 
-_OPEN_STATES = "('submitted', 'working', 'input-required', 'auth-required')"
 _V9 = (
+    "CREATE TABLE push_configs (agent_id TEXT NOT NULL, seq BIGINT GENERATED ALWAYS AS IDENTITY, "
+    "task_id TEXT NOT NULL, config_id TEXT NOT NULL, owner TEXT NOT NULL, url TEXT NOT NULL, "
+    "token TEXT NOT NULL, auth_scheme TEXT NOT NULL, auth_credentials TEXT NOT NULL, "
+    "created_ms BIGINT NOT NULL, PRIMARY KEY (agent_id, task_id, config_id))",
+    "CREATE INDEX push_configs_seq ON push_configs (agent_id, seq)",
+    "CREATE TABLE push_outbox (agent_id TEXT NOT NULL, "
+    "seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, owner TEXT NOT NULL, "
+    "task_id TEXT NOT NULL, config_id TEXT NOT NULL, notification_id TEXT NOT NULL, "
+    "body BYTEA NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, next_ms BIGINT NOT NULL, "
+    "lease_ms BIGINT NOT NULL DEFAULT 0, created_ms BIGINT NOT NULL)",
+    "CREATE INDEX push_outbox_config ON push_outbox (agent_id, task_id, config_id, seq)",
+    "CREATE INDEX push_outbox_due ON push_outbox (agent_id, next_ms)",
+)
+
+_OPEN_STATES = "('submitted', 'working', 'input-required', 'auth-required')"
+_V10 = (
     "ALTER TABLE a2a_tasks DROP CONSTRAINT IF EXISTS a2a_tasks_state_check",
     "ALTER TABLE a2a_tasks ADD CONSTRAINT a2a_tasks_state_check CHECK (state IN "
     "('completed', 'failed', 'canceled', 'submitted', 'working', 'input-required', "
@@ -210,11 +225,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         _V8,
         (("on_behalf_of", "TEXT"), ("actor_chain", "TEXT")),
     ),
+    Migration(9, "A2A push notifications: webhook configs and the delivery outbox", _V9),
     Migration(
-        9,
+        10,
         "A2A conversations: waiting states, status messages with parts, history, answers left "
         "for the process running a task",
-        _V9,
+        _V10,
     ),
 )
 """Every schema version in order; append, never edit a released one."""

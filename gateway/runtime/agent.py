@@ -38,6 +38,7 @@ from gateway.plans.execution.planner import Planner
 from gateway.plans.execution.step_events import EventSink
 from gateway.plans.task import TaskResult
 from gateway.plans.task_store.store import TaskStore
+from gateway.push.resolver import Resolver
 from gateway.runtime.compose import compose
 from gateway.runtime.inputs import Inputs, load_capabilities, read_identity
 from gateway.runtime.parts import Parts
@@ -78,6 +79,7 @@ class Agent:
         plan_limits: PlanLimits | None = None,
         span_exporter: SpanExporter | None = None,
         worker: int = 0,
+        push_resolver: Resolver | None = None,
     ) -> None:
         """Remember what to compose; nothing is read, opened or started yet.
 
@@ -90,8 +92,11 @@ class Agent:
             worker: This process's index when ``config.workers > 1``; worker 0
                 alone serves the metrics endpoint and writes audit checkpoints
                 (see :mod:`gateway.runtime.supervisor`).
+            push_resolver: Looks up webhook names (default: the system's resolver;
+                tests pass their own).
         """
         self.config = config
+        self._push_resolver = push_resolver
         self.worker = worker
         self._registry = registry
         self._planner = planner
@@ -153,6 +158,7 @@ class Agent:
             planner=self._planner,
             plan_limits=self._plan_limits,
             client_for=self.client,  # a subclass may wrap the clients the router uses
+            push_resolver=self._push_resolver,
         )
         return self._parts
 

@@ -29,6 +29,11 @@ from gateway.plans.document.checks import PlanLimits
 from gateway.plans.execution.driver import PlanDriver
 from gateway.plans.execution.executor import ExecutorParts
 from gateway.plans.execution.planner import Planner, RerouteOrStop
+from gateway.push.dispatcher import PushDispatcher
+from gateway.push.notifier import PushNotifier
+from gateway.push.resolver import Resolver, system_resolver
+from gateway.push.sender import WebhookSender
+from gateway.push.signature import NotificationSigner
 from gateway.runtime.checkpoint_signing import checkpointer
 from gateway.runtime.endpoints import Endpoints
 from gateway.runtime.gauges import observe_parts
@@ -42,6 +47,7 @@ from gateway.server.a2a import A2AServicer
 from gateway.server.a2a.background_tasks import BackgroundTasks
 from gateway.server.a2a.card import PublicCardCache
 from gateway.server.a2a.card_signing import card_signer
+from gateway.server.a2a.push_wire import ends_task, notification_body
 from gateway.server.a2a_http import HttpEdge
 from gateway.server.health import HealthMonitor
 from gateway.storage import open_chain_writer
@@ -55,6 +61,7 @@ def compose(
     planner: Planner | None = None,
     plan_limits: PlanLimits | None = None,
     client_for: Callable[[str], PeerClient] | None = None,
+    push_resolver: Resolver | None = None,
 ) -> Parts:
     """The parts of the agent ``config`` describes, wired over ``inputs``, none started.
 
@@ -66,6 +73,7 @@ def compose(
         planner: Replans a failed plan step (default: reroute, else stop).
         plan_limits: Bounds on a plan's size and budget.
         client_for: The peer client the router uses (default: ``parts.clients.get``).
+        push_resolver: Looks up webhook names (default: the system's resolver).
 
     Raises:
         AgentConfigError: an upstream's skill clashes with a served capability.
@@ -103,9 +111,28 @@ def compose(
         peer_issuer=tls.check_peer_issuer,
         tokens=_token_identities(config),
     )
+    push = None
+    if stores.push is not None:
+        push = PushDispatcher(
+            stores.push,
+            PushNotifier(stores.push, config.push, audit, notification_body, ends_task),
+            WebhookSender(config.push, push_resolver or system_resolver),
+            NotificationSigner(config.id, lambda: tls.current),
+            policies,
+            audit,
+            config.push,
+            shared=stores.shared,
+            retention=config.a2a.task_retention,
+        )
     a2a_runs = BackgroundTasks(
-        handler, stores.a2a_tasks, shared=stores.shared, retention=config.a2a.task_retention
+        handler,
+        stores.a2a_tasks,
+        shared=stores.shared,
+        retention=config.a2a.task_retention,
+        notify=None if push is None else push.notifier.event,
     )
+    if push is not None:
+        push.notifier.runs_here = lambda task_id: a2a_runs.running(task_id) is not None
     endpoints = Endpoints(config, card_signer(config.id, lambda: tls.current))
     public_card = PublicCardCache(config.id, endpoints.card_issuer)
     a2a_servicer = A2AServicer(
@@ -117,6 +144,7 @@ def compose(
         telemetry,
         default_capability=config.a2a.default_capability or "",
         runs=a2a_runs,
+        push=None if push is None else push.notifier,
     )
     grpc = GrpcServing(config, handler, tls, a2a_servicer, telemetry, endpoints)
     https = None
@@ -179,6 +207,7 @@ def compose(
         status=status,
         console=ConsoleServer(config.console, status) if config.console and worker == 0 else None,
         plans=plans,
+        push=push,
     )
     tls.on_change(lambda material: use_new_certificate(parts, material))
     return parts

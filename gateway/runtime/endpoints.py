@@ -49,6 +49,7 @@ class Endpoints:
             v0_3=a2a.v0_3_compat,
             sign=self._sign,
             bearer=self._bearer(),
+            push=self._config.push.enabled,
         )
 
     def _bearer(self) -> BearerTokens | None:

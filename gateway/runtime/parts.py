@@ -16,6 +16,7 @@ from gateway.inbound.replay.store import ReplayWindow
 from gateway.outbound.router import Router
 from gateway.plans.execution.driver import PlanDriver
 from gateway.plans.task_store.store import TaskStore
+from gateway.push.dispatcher import PushDispatcher
 from gateway.runtime.endpoints import Endpoints
 from gateway.runtime.listeners import GrpcServing, HttpsServing
 from gateway.runtime.peer_clients import PeerClients
@@ -82,6 +83,9 @@ class Parts:
     """The read-only operator console (``[console]``; the first worker only)."""
     plans: PlanDriver
     """Runs, resumes and cancels plan tasks."""
+    push: PushDispatcher | None = None
+    """A2A push notifications: the config methods' side and the delivery worker
+    (``[push] enabled``; None when off)."""
 
     @property
     def idempotency(self) -> IdempotencyStore:

@@ -90,3 +90,5 @@ class StateStores:
             stores.limit_table.close()
         stores.plan_tasks.close()
         stores.a2a_tasks.close()
+        if stores.push is not None:
+            stores.push.close()

@@ -12,7 +12,9 @@ place in it keeps a promise:
 4. the HTTPS and gRPC servers stop; calls still running after the grace are
    cancelled, and the agent waits for them: each queues its audit record
    (``CANCELLED``) as it unwinds, before the log closes;
-5. the counted limit refusals are written, the A2A task store flushed;
+5. the counted limit refusals are written; queued push notifications are
+   committed and deliveries under way get the grace to finish (a cut one is
+   attempted again after a restart); the A2A task store is flushed;
 6. the peer and upstream clients close, then the audit log (everything
    queued is committed), then, with the resources, the state stores and
    telemetry (``/metrics`` answers until then).
@@ -60,6 +62,7 @@ def agent_services(
         Step("replay window", partial(_reload_replay_window, parts)),
         Step("idempotency purge", partial(purge_completed_keys, config, parts.idempotency)),
         Step("A2A task recovery", partial(_recover_a2a, parts), partial(_flush_a2a, parts)),
+        *([_push_deliveries(parts)] if parts.push is not None else []),
         Step("limit refusal log", on_stop=partial(_flush_refusals, parts)),
     ]
     if parts.workload_api is not None:
@@ -124,6 +127,14 @@ async def _recover_a2a(parts: Parts) -> None:
 async def _flush_a2a(parts: Parts, _grace: float) -> None:
     await parts.a2a_runs.shutdown()  # done already, unless a start failed before "A2A runs"
     await parts.a2a_tasks.flush()
+
+
+def _push_deliveries(parts: Parts) -> Step:
+    push = parts.push
+    assert push is not None
+    # Stops after the A2A runs ended (their last events are queued) and before the
+    # audit log closes (every attempt is recorded).
+    return Step("push deliveries", push.start, push.stop)
 
 
 async def _flush_refusals(parts: Parts, _grace: float) -> None:

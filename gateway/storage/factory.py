@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from gateway.inbound.replay.store import ReplayWindow
     from gateway.plans.task_store.store import TaskStore
     from gateway.postgres.source import ConnectionSource
+    from gateway.push.store.store import PushStore
     from gateway.server.a2a.task_store.store import A2ATaskStore
 
 
@@ -51,6 +52,8 @@ class Stores:
     """Plan tasks, their steps and leases."""
     shared: bool
     """True when other processes (workers or replicas) use the same stores."""
+    push: PushStore | None = None
+    """A2A push configs and the notification outbox (None: ``[push]`` is not enabled)."""
 
 
 def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
@@ -93,6 +96,7 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
             a2a_tasks=PostgresA2ATaskStore(StatePool(database, "A2A task store"), config.id),
             plan_tasks=PostgresTaskStore(StatePool(database, "task store"), config.id),
             shared=True,
+            push=_postgres_push_store(database, config.id) if config.push.enabled else None,
         )
     shared = config.workers > 1  # sibling processes share the files
     return Stores(
@@ -106,7 +110,21 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
         a2a_tasks=SqliteA2ATaskStore(config.state_dir / "a2a-tasks.sqlite"),
         plan_tasks=SqliteTaskStore(config.state_dir / "tasks.sqlite"),
         shared=shared,
+        push=_sqlite_push_store(config.state_dir / "push.sqlite") if config.push.enabled else None,
     )
+
+
+def _sqlite_push_store(path: Path) -> PushStore:
+    from gateway.push.store.sqlite import SqlitePushStore
+
+    return SqlitePushStore(path)
+
+
+def _postgres_push_store(database: ConnectionSource, agent_id: str) -> PushStore:
+    from gateway.postgres.pool import StatePool
+    from gateway.push.store.postgres import PostgresPushStore
+
+    return PostgresPushStore(StatePool(database, "push store"), agent_id)
 
 
 def prepare_shared_files(config: AgentConfig) -> None:

@@ -50,6 +50,7 @@ from gateway.errors import (
     PeerUnavailable,
     PolicyRefusal,
     ProtocolVersionNotSupported,
+    PushConfigLimit,
     PushNotificationNotSupported,
     ReplayedRequest,
     Stagnated,
@@ -101,6 +102,7 @@ STATUS_TABLE: dict[type[GatewayError], grpc.StatusCode] = {
     # A2A 1.0 spec section 5.4 codes (the 1.0.0 table: see gateway.server.a2a.wire_errors).
     UnsupportedOperation: grpc.StatusCode.UNIMPLEMENTED,
     PushNotificationNotSupported: grpc.StatusCode.UNIMPLEMENTED,
+    PushConfigLimit: grpc.StatusCode.RESOURCE_EXHAUSTED,
     ProtocolVersionNotSupported: grpc.StatusCode.UNIMPLEMENTED,
     ContentTypeNotSupported: grpc.StatusCode.INVALID_ARGUMENT,
     TaskNotCancelable: grpc.StatusCode.FAILED_PRECONDITION,

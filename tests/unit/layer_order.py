@@ -44,6 +44,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gateway.telemetry",),
     # the calling side: PeerClient, the handshake, the A2A upstream client
     ("gateway.client",),
+    # A2A push notifications: webhook configs, the outbox, guarded and signed deliveries
+    ("gateway.push",),
     ("gateway.inbound",),
     ("gateway.outbound",),
     ("gateway.plans",),

@@ -26,3 +26,4 @@ def test_the_docstring_example_parses_and_validates() -> None:
     assert config.a2a.default_capability == "text.echo@^1"
     assert config.upstreams[0].skills[0].capability == "legacy.echo"
     assert config.console is not None
+    assert config.push.enabled

@@ -37,10 +37,12 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
+
+from a2a.types import a2a_pb2
 
 from capabilities.replies import is_message_reply
 from gateway.errors import (
@@ -89,6 +91,8 @@ class BackgroundTasks:
         shared: Other processes use ``store`` as well (workers, or replicas on
             PostgreSQL): at start only tasks whose lease has passed are orphans.
         retention: Finished tasks older than this are deleted (at start, then hourly).
+        notify: Called with (owner, task id, event) for every event a run
+            publishes (the push notifier's hook; None: push is off).
     """
 
     def __init__(
@@ -98,8 +102,10 @@ class BackgroundTasks:
         *,
         shared: bool = False,
         retention: timedelta = timedelta(days=7),
+        notify: Callable[[str, str, a2a_pb2.StreamResponse], None] | None = None,
     ) -> None:
         self._handler = handler
+        self._notify = notify
         self._store = store
         self._shared = shared
         self._retention = retention
@@ -161,7 +167,9 @@ class BackgroundTasks:
             if admitted.slot is not None:
                 admitted.slot.release()
             raise
-        run = BackgroundTask(task, admitted, keeps_chunks=self._shared, unannounced=quiet)
+        run = BackgroundTask(
+            task, admitted, keeps_chunks=self._shared, unannounced=quiet, notify=self._notify
+        )
         run.progressed = lambda: self._save_latest(run)
         run.changed = lambda changed: self._change(run, changed)
         self._runs[task.task_id] = run

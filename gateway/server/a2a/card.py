@@ -9,11 +9,15 @@ Extension params (a JSON object)::
 
     max_payload_bytes   the caller's payload cap here (input and output)
     grant_expires_at    when the caller's grant ends (RFC 3339)
+    push_hosts          the hosts the caller's push webhooks may name (its grant's)
     capabilities        {NAME: {version, versions, risk, idempotent, timeout_seconds,
                                 input_schema, output_schema, preconditions}}
 
 ``version`` is the highest version the caller may call (what an empty
 constraint is served); ``versions`` lists every version it may call.
+
+The public card says ``capabilities.push_notifications`` when ``[push]`` is
+enabled; a caller's card says it only if its grant also names webhook hosts.
 
 Both cards list every interface the agent serves (:class:`CardIssuer`:
 gRPC, and JSON-RPC and HTTP+JSON when ``[a2a] http_listen`` is set) and,
@@ -126,6 +130,7 @@ class CardIssuer:
         v0_3: The HTTP bindings also serve A2A 0.3 (``[a2a] v0_3_compat``).
         sign: Signs a finished card, and its 0.3 form (None: unsigned).
         bearer: The bearer tokens accepted (None: certificates only).
+        push: The agent sends push notifications (``[push] enabled``).
     """
 
     grpc_address: str
@@ -134,6 +139,7 @@ class CardIssuer:
     v0_3: bool = False
     sign: CardSigner | None = None
     bearer: BearerTokens | None = None
+    push: bool = False
 
     def interfaces(self) -> list[a2a_pb2.AgentInterface]:
         """Every interface served, gRPC first (the card's preferred one).
@@ -244,7 +250,7 @@ def _unsigned_public_card(agent_id: str, issuer: CardIssuer) -> a2a_pb2.AgentCar
         supported_interfaces=issuer.interfaces(),
         capabilities=a2a_pb2.AgentCapabilities(
             streaming=True,
-            push_notifications=False,
+            push_notifications=issuer.push,
             extended_agent_card=True,
             extensions=[
                 a2a_pb2.AgentExtension(
@@ -293,11 +299,14 @@ def extended_card(
     for name, cap in latest.items():
         card.skills.append(_skill(cap))
         contracts[name] = _contract(cap, versions[name])
+    # Push for this caller: offered here, and its grant names a webhook host.
+    card.capabilities.push_notifications = issuer.push and bool(grant.push_hosts)
     extension = card.capabilities.extensions[0]
     extension.params.update(
         {
             "max_payload_bytes": grant.max_payload_bytes,
             "grant_expires_at": grant.expires_at.isoformat(),
+            "push_hosts": list(grant.push_hosts),
             "capabilities": contracts,
         }
     )

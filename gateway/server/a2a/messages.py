@@ -165,8 +165,10 @@ def _check_envelope(request: a2a_pb2.SendMessageRequest, follow_up: FollowUp | N
     if follow_up is not None and message.context_id not in ("", follow_up.context_id):
         raise _Problem("context_id differs from the task's; send the task's or none")
     configuration = request.configuration
-    if configuration.HasField("task_push_notification_config"):
-        raise _Problem("push notifications are not supported by this agent")
+    if follow_up is not None and configuration.HasField("task_push_notification_config"):
+        raise _Problem(
+            "a message continuing a task sets no push config; use CreateTaskPushNotificationConfig"
+        )
     if configuration.HasField("history_length") and configuration.history_length < 0:
         raise _Problem("history_length must not be negative")
     keys = len(request.metadata.fields) + len(message.metadata.fields)

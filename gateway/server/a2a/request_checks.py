@@ -124,7 +124,8 @@ def _timestamp_ms(timestamp: timestamp_pb2.Timestamp) -> int:
 
 def task_id_of(request: object) -> str:
     """The task id a request names, if it is fit for an audit record ("" otherwise)."""
-    return safe_id(str(getattr(request, "id", "") or getattr(request, "task_id", "")))
+    # A push-config request's ``id`` is the config's; its task is ``task_id``.
+    return safe_id(str(getattr(request, "task_id", "") or getattr(request, "id", "")))
 
 
 def safe_id(task_id: str) -> str:

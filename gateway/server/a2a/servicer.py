@@ -7,7 +7,12 @@ Invoke; the task methods also take a token of the peer's rate, and a
 subscription a place in its ``max_in_flight`` while open. Then, in this
 order, a method refuses (audited) an ``a2a-version`` that is not 1.x
 (missing means 0.3, as the spec says), a request that did not parse, and a
-non-empty tenant. Push notifications are answered with the spec's error.
+non-empty tenant. Push notifications (``[push] enabled``) are the caller's
+own: the four push-config methods work on its own tasks, and a SendMessage
+carrying a push config stores it for the new task before the task starts
+(:mod:`gateway.push`); with push off they are refused with the spec's error.
+A blocking SendMessage with a push config runs its task in the background
+and answers when it ends, so the webhook gets the events a stream would.
 
 SendMessage refusals before dispatch are gRPC errors; a capability that fails
 after admission is a ``TASK_STATE_FAILED`` task carrying the reason code.
@@ -56,11 +61,13 @@ from gateway.inbound.call import InvokeCall, deadline_from
 from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler, InvokeOutcome
 from gateway.inbound.limits.admission import CallSlot
 from gateway.inbound.pipeline import InFlight
+from gateway.push.notifier import PushNotifier
 from gateway.server.a2a import history
 from gateway.server.a2a.background_tasks import BackgroundTasks
 from gateway.server.a2a.card import CardIssuer, extended_card
 from gateway.server.a2a.conversations import Elsewhere, FollowUps, continues_task
 from gateway.server.a2a.messages import invoke_call
+from gateway.server.a2a.push_wire import config_request, wire_config
 from gateway.server.a2a.request_checks import (
     SERVICE_NAME,
     protocol_version,
@@ -86,10 +93,12 @@ from gateway.server.a2a.wire_parts import parts_json
 from gateway.server.received import MalformedRequest, edge_slot, peer_cert, request_tokens
 from gateway.telemetry import Telemetry
 from gateway.telemetry.tracing import mark_refused
+from policies.grants import PeerGrant
 
 _TASK_NOT_FOUND = "task not found"
 _FINISHED = "the task has already finished; use GetTask"
 _FINISHED_CANCEL = "the task has already finished"
+_NO_PUSH = "push notifications are not supported by this agent"
 FALLBACK_TIMEOUT_SECONDS = 3600.0
 """Followed tasks of a capability this process does not have (a different deployment)."""
 _T = TypeVar("_T")
@@ -114,7 +123,9 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         telemetry: Telemetry | None = None,
         default_capability: str = "",
         runs: BackgroundTasks | None = None,
+        push: PushNotifier | None = None,
     ) -> None:
+        self._push = push  # None: [push] is off
         self._default_capability = default_capability  # [a2a] default_capability
         self._telemetry = telemetry if telemetry is not None else Telemetry.off(agent_id)
         self._agent_id = agent_id
@@ -240,6 +251,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
                 return send_answer(continued.task, _history_length(request))
             return await self._settled_answer(continued, request)
         admitted, submitted = await self._admit_message(request, context, "SendMessage")
+        pushed = await self._attach_push(request, admitted, submitted, "SendMessage")
         contract = admitted.admission.capability.contract
         immediately = (
             not isinstance(request, MalformedRequest)
@@ -249,10 +261,11 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         if immediately:
             run = await self._start(submitted, admitted, "SendMessage")
             return send_answer(run.task, _history_length(request))
-        if contract.asks_input:  # it may wait for the caller: the run outlives this RPC
-            run = await self._start(
-                submitted, admitted, "SendMessage", quiet=contract.gives.messages
-            )
+        if contract.asks_input or pushed:
+            # It may wait for the caller, or its webhook gets the events a stream would:
+            # the run outlives this RPC, which answers at its first interrupted or final state.
+            quiet = contract.gives.messages and not pushed
+            run = await self._start(submitted, admitted, "SendMessage", quiet=quiet)
             return await self._settled_answer(run, request)
         outcome: InvokeOutcome | None = None
         failure: GatewayError | None = None
@@ -334,6 +347,40 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         )
         return admitted, task
 
+    async def _attach_push(
+        self,
+        request: a2a_pb2.SendMessageRequest | MalformedRequest,
+        admitted: AdmittedCall,
+        task: A2ATask,
+        operation: str,
+    ) -> bool:
+        """Store the message's push config for its new task (True), before the task starts.
+
+        A refusal gives the call's slot back and is audited; nothing runs.
+        """
+        if isinstance(request, MalformedRequest):
+            return False
+        if not request.configuration.HasField("task_push_notification_config"):
+            return False
+        wire = request.configuration.task_push_notification_config
+        try:
+            if self._push is None:
+                raise PushNotificationNotSupported(_NO_PUSH)
+            if wire.tenant:
+                raise InvalidRequest(
+                    "tenants are not supported by this agent; send an empty tenant"
+                )
+            grant = admitted.admission.grant
+            asked = config_request(wire)
+            await self._push.create(task.owner, grant, task.task_id, asked, operation, follow=True)
+        except GatewayError as err:  # nothing ran: one refusal record, as before dispatch
+            if admitted.slot is not None:
+                admitted.slot.release()
+            raise await self._handler.refuse(
+                task.owner, err, f"A2A {operation}", task.task_id
+            ) from err
+        return True
+
     async def _start(
         self, task: A2ATask, admitted: AdmittedCall, operation: str, *, quiet: bool = False
     ) -> BackgroundTask:
@@ -366,7 +413,8 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             admitted, submitted = await self._admit_message(
                 request, context, "SendStreamingMessage"
             )
-            quiet = admitted.admission.capability.contract.gives.messages
+            pushed = await self._attach_push(request, admitted, submitted, "SendStreamingMessage")
+            quiet = admitted.admission.capability.contract.gives.messages and not pushed
             run = await self._start(submitted, admitted, "SendStreamingMessage", quiet=quiet)
             events = run.listen(until_waiting=True).events()  # no await since start
             return _message_or_task(events) if quiet else events
@@ -525,41 +573,108 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             )
         return task
 
-    # --- what we do not offer -------------------------------------------------
+    # --- push notifications ---------------------------------------------------
 
     async def CreateTaskPushNotificationConfig(
-        self, request: Any, context: aio.ServicerContext[Any, Any]
+        self, request: a2a_pb2.TaskPushNotificationConfig, context: aio.ServicerContext[Any, Any]
     ) -> a2a_pb2.TaskPushNotificationConfig:
-        """PUSH_NOTIFICATION_NOT_SUPPORTED."""
-        await self._no_push(request, context, "CreateTaskPushNotificationConfig")
+        """Push the events of one of the caller's tasks to a webhook its grant names."""
+        operation = "CreateTaskPushNotificationConfig"
+
+        async def work(push: PushNotifier) -> a2a_pb2.TaskPushNotificationConfig:
+            peer_id, grant, task = await self._push_task(request, context, operation)
+            asked = config_request(request)
+            follow = not task.state.finished
+            made = push.create(peer_id, grant, task.task_id, asked, operation, follow=follow)
+            return wire_config(await self._pushing(peer_id, operation, task, made))
+
+        return await self._push_method(request, context, operation, work)
 
     async def GetTaskPushNotificationConfig(
-        self, request: Any, context: aio.ServicerContext[Any, Any]
+        self,
+        request: a2a_pb2.GetTaskPushNotificationConfigRequest,
+        context: aio.ServicerContext[Any, Any],
     ) -> a2a_pb2.TaskPushNotificationConfig:
-        """PUSH_NOTIFICATION_NOT_SUPPORTED."""
-        await self._no_push(request, context, "GetTaskPushNotificationConfig")
+        """One push config of one of the caller's tasks (unknown: TASK_NOT_FOUND)."""
+        operation = "GetTaskPushNotificationConfig"
+
+        async def work(push: PushNotifier) -> a2a_pb2.TaskPushNotificationConfig:
+            peer_id, _, task = await self._push_task(request, context, operation)
+            found = push.get(peer_id, task.task_id, request.id)
+            return wire_config(await self._pushing(peer_id, operation, task, found))
+
+        return await self._push_method(request, context, operation, work)
 
     async def ListTaskPushNotificationConfigs(
-        self, request: Any, context: aio.ServicerContext[Any, Any]
+        self,
+        request: a2a_pb2.ListTaskPushNotificationConfigsRequest,
+        context: aio.ServicerContext[Any, Any],
     ) -> a2a_pb2.ListTaskPushNotificationConfigsResponse:
-        """PUSH_NOTIFICATION_NOT_SUPPORTED."""
-        await self._no_push(request, context, "ListTaskPushNotificationConfigs")
+        """Every push config of one of the caller's tasks, in one page."""
+        operation = "ListTaskPushNotificationConfigs"
+
+        async def work(push: PushNotifier) -> a2a_pb2.ListTaskPushNotificationConfigsResponse:
+            peer_id, _, task = await self._push_task(request, context, operation)
+            listed = await self._pushing(
+                peer_id, operation, task, push.list_configs(peer_id, task.task_id)
+            )
+            return a2a_pb2.ListTaskPushNotificationConfigsResponse(
+                configs=[wire_config(config) for config in listed]
+            )
+
+        return await self._push_method(request, context, operation, work)
 
     async def DeleteTaskPushNotificationConfig(
-        self, request: Any, context: aio.ServicerContext[Any, Any]
+        self,
+        request: a2a_pb2.DeleteTaskPushNotificationConfigRequest,
+        context: aio.ServicerContext[Any, Any],
     ) -> empty_pb2.Empty:
-        """PUSH_NOTIFICATION_NOT_SUPPORTED."""
-        await self._no_push(request, context, "DeleteTaskPushNotificationConfig")
+        """Forget a push config of one of the caller's tasks (idempotent)."""
+        operation = "DeleteTaskPushNotificationConfig"
 
-    async def _no_push(
+        async def work(push: PushNotifier) -> empty_pb2.Empty:
+            peer_id, _, task = await self._push_task(request, context, operation)
+            deleted = push.delete(peer_id, task.task_id, request.id, operation)
+            await self._pushing(peer_id, operation, task, deleted)
+            return empty_pb2.Empty()
+
+        return await self._push_method(request, context, operation, work)
+
+    async def _push_method(
+        self,
+        request: Any,
+        context: aio.ServicerContext[Any, Any],
+        operation: str,
+        work: Callable[[PushNotifier], Awaitable[_T]],
+    ) -> _T:
+        if self._push is None:
+            await self._refuse(context, request, operation, PushNotificationNotSupported(_NO_PUSH))
+        assert self._push is not None
+        return await self._answer(context, operation, work(self._push))
+
+    async def _push_task(
         self, request: Any, context: aio.ServicerContext[Any, Any], operation: str
-    ) -> NoReturn:
-        await self._refuse(
-            context,
-            request,
-            operation,
-            PushNotificationNotSupported("push notifications are not supported by this agent"),
+    ) -> tuple[str, PeerGrant, A2ATask]:
+        """The Describe prefix, the A2A checks, then the caller's own task ``request.task_id``."""
+        peer_id, grant = await self._handler.admit_peer(
+            peer_cert(context),
+            f"A2A {operation}",
+            task_id_of(request),
+            edge_slot=edge_slot(context),
         )
+        await self._a2a_checks(request, context, peer_id, operation)  # refuses unparsed bytes
+        return peer_id, grant, await self._owned(peer_id, request.task_id, operation)
+
+    async def _pushing(
+        self, peer_id: str, operation: str, task: A2ATask, work: Awaitable[_T]
+    ) -> _T:
+        """``work``'s answer; its refusal audited (task ``task``)."""
+        try:
+            return await work
+        except GatewayError as err:
+            raise await self._handler.refuse(
+                peer_id, err, f"A2A {operation}", task.task_id
+            ) from err
 
 
 def _with_problem(call: InvokeCall, problem: str) -> InvokeCall:

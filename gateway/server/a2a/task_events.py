@@ -122,6 +122,8 @@ class BackgroundTask:
         settles: Waiters for the next interrupted or terminal state (blocking sends).
         message_only: The run ended with a Message nobody saw a task before: the
             answer is that Message, and no task is kept.
+        notify: Called with (owner, task id, event) for every event published
+            (the push notifier's hook; None: push is off).
     """
 
     task: A2ATask
@@ -144,6 +146,7 @@ class BackgroundTask:
     unannounced: bool = False
     settles: list[asyncio.Future[A2ATask]] = field(default_factory=list)
     message_only: bool = False
+    notify: Callable[[str, str, a2a_pb2.StreamResponse], None] | None = None
 
     @property
     def contract_asks(self) -> bool:
@@ -156,7 +159,9 @@ class BackgroundTask:
         return self.admitted.admission.capability.contract.risk is not Risk.READ
 
     def publish(self, event: a2a_pb2.StreamResponse, *, last: bool = False) -> None:
-        """Hand ``event`` to every listener."""
+        """Hand ``event`` to every listener (and to the push notifier)."""
+        if self.notify is not None:
+            self.notify(self.task.owner, self.task.task_id, event)
         for listener in list(self.listeners):
             listener.push(event, last=last)
 

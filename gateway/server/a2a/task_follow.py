@@ -78,11 +78,13 @@ async def followed(
         StateUnavailable: the store could not be read.
         TaskNotFound: the row is gone (it cannot be, unfinished, unless deleted by hand).
     """
+    # Counted before the task is sent: a stream's consumer may be slow to ask for
+    # the next event, and chunks kept meanwhile were emitted after the follow began.
+    chunks = await store.chunk_count(task.owner, task.task_id)
     yield task_event(task)
     if until_waiting and task.state.waiting:
         return
     seen, said = task.state, task.message
-    chunks = await store.chunk_count(task.owner, task.task_id)  # those after this moment
     pause = FIRST_POLL_SECONDS
     while True:
         left = deadline - time.time()

@@ -1,7 +1,7 @@
 """An A2A task store made by the release before conversations keeps working once upgraded.
 
 SQLite: an older ``a2a-tasks.sqlite`` gets the new columns and the index of the
-new unfinished states when opened. PostgreSQL: migration 9 widens the state
+new unfinished states when opened. PostgreSQL: migration 10 widens the state
 check, adds the columns and replaces the index. Either way the old rows read
 as before, and waiting tasks are stored, listed and ended as orphans.
 """
@@ -26,7 +26,7 @@ from tests.postgres import state_pool
 
 ALICE = "spiffe://example.org/agent/alice"
 BOB = "spiffe://example.org/agent/bob"
-CONVERSATIONS_VERSION = 9
+CONVERSATIONS_VERSION = 10
 
 _SQLITE_BEFORE = (
     "CREATE TABLE a2a_tasks (seq INTEGER PRIMARY KEY AUTOINCREMENT, "

@@ -1,0 +1,1 @@
+"""Push configs and the notification outbox: the interface (``store``) and its backends."""
