@@ -58,6 +58,7 @@ from gateway.errors import (
     UnsupportedOperation,
 )
 from gateway.inbound.call import InvokeCall, deadline_from
+from gateway.inbound.in_flight import current_binding, serving_binding
 from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler, InvokeOutcome
 from gateway.inbound.limits.admission import CallSlot
 from gateway.inbound.pipeline import InFlight
@@ -143,6 +144,8 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         self, context: aio.ServicerContext[Any, Any], operation: str, work: Awaitable[_T]
     ) -> _T:
         """Await ``work`` in a span; a GatewayError becomes its status, anything else INTERNAL."""
+        if not current_binding():  # the HTTP edge names its binding before it gets here
+            serving_binding("A2A gRPC")
         name = f"A2A {operation}"
         with self._telemetry.inbound(
             name, context.invocation_metadata(), {"rpc.method": operation}
