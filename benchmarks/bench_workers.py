@@ -3,14 +3,21 @@
 Run ``python benchmarks/bench_workers.py --help``. One run mints a PKI, writes
 a policy granting ``caller`` ``text.echo`` and two agent configs that differ
 only in ``workers`` (the N-worker one with ``pin_workers = true`` unless
-``--no-pin``), and starts each agent as ``a2a-gateway serve`` (the real
-supervisor and worker processes; full audit). This process is the client: it
-opens ``--channels`` connections (the kernel spreads connections, not calls,
-over the workers) and keeps 32 calls in flight across them for ``--seconds``,
-alternating the two agents round by round; medians of rounds are reported
-with the ratio calls/s(N workers) / calls/s(1 worker), the CPU per call of
-the serving processes (supervisor and workers, from /proc) and of the client,
-each worker's share of the server CPU (how evenly the kernel spread the
+``--no-pin``), both serving ``[a2a] http_listen`` too, and starts each agent
+as ``a2a-gateway serve`` (the real supervisor and worker processes; full
+audit). This process is the client, on each binding of ``--bindings``:
+
+- ``grpc``: ``Invoke`` over ``--channels`` connections, 32 calls in flight
+  across them;
+- ``https``: A2A ``SendMessage`` over JSON-RPC (HTTPS, HTTP/1.1 keep-alive),
+  32 connections with one call in flight each (HTTP/1.1 has no multiplexing).
+
+The kernel spreads connections, not calls, over the workers. Each binding
+keeps its calls in flight for ``--seconds``, alternating the two agents round
+by round; medians of rounds are reported per binding with the ratio
+calls/s(N workers) / calls/s(1 worker), the CPU per call of the serving
+processes (supervisor and workers, from /proc) and of the client, each
+worker's share of the server CPU (how evenly the kernel spread the
 connections), and the calls/s that the CPU per call allows on idle CPUs.
 
 The exit status is 0 whatever the ratio (a measurement, not a test) and 1
@@ -33,11 +40,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from bench_a2a_http import JsonRpcTarget, jsonrpc_client, jsonrpc_params
 from grpc import aio
 
 from gateway.audit import query_records
 from gateway.audit.filter import AuditFilter
 from gateway.devtools.pki import IssuedIdentity, init_ca, issue
+from gateway.server.a2a_http import JSONRPC_PATH
 from gateway.storage import open_audit_reader
 from gateway.transport.tls import TlsMaterial, channel_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
@@ -46,7 +55,8 @@ from policies.policy_file import render_policy
 
 TRUST_DOMAIN = "bench.example"
 CONCURRENCY = 32
-PAYLOAD = json.dumps({"text": "x" * 245}, separators=(",", ":")).encode()  # 256 bytes
+TEXT = "x" * 245
+PAYLOAD = json.dumps({"text": TEXT}, separators=(",", ":")).encode()  # 256 bytes
 TARGET_RATIO = 1.3
 _REQUEST_IDS = itertools.count()  # unique over rounds: a reused id is refused
 START_TIMEOUT_SECONDS = 120.0
@@ -94,6 +104,8 @@ def write_agent(
             f'ca = "{ca}"',
             f'cert = "{server.cert_path}"',
             f'key = "{server.key_path}"',
+            "[a2a]",
+            'http_listen = "127.0.0.1:0"',
             "",
         ]
     )
@@ -102,8 +114,19 @@ def write_agent(
     return path
 
 
-def start(config: Path) -> tuple[subprocess.Popen[str], int]:
-    """``serve --config``; returns the process and its port once it serves."""
+@dataclass(frozen=True)
+class Served:
+    """One agent started by :func:`start`."""
+
+    proc: subprocess.Popen[str]
+    port: int
+    """The gRPC port."""
+    https_url: str
+    """``https://HOST:PORT`` of the A2A HTTP bindings."""
+
+
+def start(config: Path) -> Served:
+    """``serve --config``; returns the process and where it serves once it does."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(config)],
         stdin=subprocess.DEVNULL,
@@ -112,12 +135,15 @@ def start(config: Path) -> tuple[subprocess.Popen[str], int]:
     )
     assert proc.stdout is not None
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    https_url = ""
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         if not line:
             break
+        if line.startswith("a2a https on "):
+            https_url = line.removeprefix("a2a https on ").strip()
         if " serving on " in line:
-            return proc, int(line.rsplit(":", 1)[1])
+            return Served(proc, int(line.rsplit(":", 1)[1]), https_url)
     proc.kill()
     raise SystemExit(f"{config.name}: did not start serving")
 
@@ -127,12 +153,71 @@ class Round:
     """One agent's share of one round."""
 
     calls: int
+    untimed: int
+    """Calls made before the clock started (connecting), audited all the same."""
     calls_per_s: float
     server_us_per_call: float
     """CPU of the supervisor and all workers (every thread) per call."""
     client_us_per_call: float
     worker_cpu_shares: list[float]
     """Each serving process's part of the server CPU (one entry with ``workers = 1``)."""
+
+
+class Clock:
+    """The server's and this process's CPU over one timed run."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self._pids = pids
+        self._served = [cpu_seconds(pid) for pid in pids]
+        self._client = time.process_time()
+        self._started = time.monotonic()
+
+    def round(self, done: int, untimed: int) -> Round:
+        """The round of ``done`` calls since this clock started."""
+        elapsed = time.monotonic() - self._started
+        client_cpu = time.process_time() - self._client
+        served = [
+            cpu_seconds(pid) - before for pid, before in zip(self._pids, self._served, strict=True)
+        ]
+        total = sum(served) or 1e-9
+        return Round(
+            calls=done,
+            untimed=untimed,
+            calls_per_s=done / elapsed,
+            server_us_per_call=total / done * 1e6,
+            client_us_per_call=client_cpu / done * 1e6,
+            worker_cpu_shares=[part / total for part in served[1:] or served],
+        )
+
+
+async def drive_https(
+    url: str, pids: list[int], tls: TlsMaterial, server_id: str, args: argparse.Namespace
+) -> Round:
+    """32 connections, one JSON-RPC ``SendMessage`` in flight on each, for ``args.seconds``."""
+    targets = [
+        JsonRpcTarget("gateway", url + JSONRPC_PATH, jsonrpc_client(tls), server_id)
+        for _ in range(CONCURRENCY)
+    ]
+    done = 0
+
+    async def loop(target: JsonRpcTarget) -> None:
+        nonlocal done
+        while time.monotonic() < end and not target.errors:
+            await target.call(jsonrpc_params(TEXT), TEXT)
+            done += 1
+
+    # Connected (TLS handshakes done) before the clock starts: one call each.
+    await asyncio.gather(*(target.call(jsonrpc_params(TEXT), TEXT) for target in targets))
+    clock = Clock(pids)
+    end = time.monotonic() + args.seconds
+    await asyncio.gather(*(loop(target) for target in targets))
+    measured = clock.round(done, CONCURRENCY)
+    for target in targets:
+        await target.close()
+    errors = [error for target in targets for error in target.errors]
+    if errors:
+        raise SystemExit(f"call failed: {errors[0]}")
+    return measured
 
 
 async def drive(
@@ -169,35 +254,32 @@ async def drive(
 
     for channel in channels:  # connected (TLS handshakes done) before the clock starts
         await channel.channel_ready()
-    served_before = [cpu_seconds(pid) for pid in pids]
-    client_before = time.process_time()
-    started = time.monotonic()
-    end = started + args.seconds
+    clock = Clock(pids)
+    end = time.monotonic() + args.seconds
     await asyncio.gather(*(loop(stubs[i % len(stubs)]) for i in range(CONCURRENCY)))
-    elapsed = time.monotonic() - started
-    client_cpu = time.process_time() - client_before
-    served = [cpu_seconds(pid) - before for pid, before in zip(pids, served_before, strict=True)]
+    measured = clock.round(done, 0)
     for channel in channels:
         await channel.close()
     if errors:
         raise SystemExit(f"call failed: {errors[0]}")
-    total = sum(served) or 1e-9
-    return Round(
-        calls=done,
-        calls_per_s=done / elapsed,
-        server_us_per_call=total / done * 1e6,
-        client_us_per_call=client_cpu / done * 1e6,
-        worker_cpu_shares=[part / total for part in served[1:] or served],
-    )
+    return measured
+
+
+BINDINGS = ("grpc", "https")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison and print the report."""
     parser = argparse.ArgumentParser(description="workers = 1 vs workers = N, 32 in flight.")
     parser.add_argument("--workers", type=int, default=2, help="N (default 2)")
-    parser.add_argument("--seconds", type=float, default=6.0, help="per round and agent")
+    parser.add_argument("--seconds", type=float, default=6.0, help="per round, binding and agent")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--channels", type=int, default=8, help="client connections")
+    parser.add_argument("--channels", type=int, default=8, help="gRPC client connections")
+    parser.add_argument(
+        "--bindings",
+        default=",".join(BINDINGS),
+        help="grpc (Invoke), https (A2A JSON-RPC SendMessage), or both (default: grpc,https)",
+    )
     parser.add_argument(
         "--pin",
         action=argparse.BooleanOptionalAction,
@@ -205,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         help="pin_workers = true for the N-worker agent (default; --no-pin to compare)",
     )
     args = parser.parse_args(argv)
+    bindings = [b for b in BINDINGS if b in args.bindings.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-workers-") as tmp:
         base = Path(tmp)
         pki = base / "pki"
@@ -228,16 +311,22 @@ def main(argv: list[str] | None = None) -> int:
             n: start(write_agent(base, f"w{n}", n, server, pki / "ca.pem", pin=args.pin))
             for n in (1, args.workers)
         }
-        rounds: dict[int, list[Round]] = {n: [] for n in agents}
+        rounds: dict[tuple[str, int], list[Round]] = {(b, n): [] for b in bindings for n in agents}
         try:
             for _ in range(args.rounds):
-                for n, (proc, port) in agents.items():
-                    pids = serving_pids(proc.pid)
-                    rounds[n].append(asyncio.run(drive(port, pids, tls, server.spiffe_id, args)))
+                for binding in bindings:
+                    for n, agent in agents.items():
+                        pids = serving_pids(agent.proc.pid)
+                        run = (
+                            drive(agent.port, pids, tls, server.spiffe_id, args)
+                            if binding == "grpc"
+                            else drive_https(agent.https_url, pids, tls, server.spiffe_id, args)
+                        )
+                        rounds[binding, n].append(asyncio.run(run))
         finally:
-            for proc, _ in agents.values():
-                proc.terminate()
-                proc.wait(timeout=60)
+            for agent in agents.values():
+                agent.proc.terminate()
+                agent.proc.wait(timeout=60)
         audited = {
             n: len(
                 query_records(
@@ -246,15 +335,28 @@ def main(argv: list[str] | None = None) -> int:
             )
             for n in agents
         }
-    one, many = (statistics.median(r.calls_per_s for r in rounds[n]) for n in (1, args.workers))
-    ratio = many / one
-    print(
-        f"{CONCURRENCY} in flight over {args.channels} connections, "
-        f"{os.cpu_count()} CPUs, medians of {args.rounds} rounds:"
+    print(f"{CONCURRENCY} in flight, {os.cpu_count()} CPUs, medians of {args.rounds} rounds:")
+    for binding in bindings:
+        report(binding, {n: rounds[binding, n] for n in agents}, args)
+    made = {
+        n: sum(r.calls + r.untimed for (_, m), rs in rounds.items() if m == n for r in rs)
+        for n in agents
+    }
+    print(f"audit records: {audited} (calls made: {made})")
+    return 0 if audited == made else 1
+
+
+def report(binding: str, rounds: dict[int, list[Round]], args: argparse.Namespace) -> None:
+    """The table and ratio of one binding."""
+    over = (
+        f"over {args.channels} connections"
+        if binding == "grpc"
+        else f"over {CONCURRENCY} connections"
     )
+    what = "Invoke" if binding == "grpc" else "A2A JSON-RPC SendMessage over HTTPS"
+    print(f"\n{binding}: {what}, {over}")
     print("workers  calls/s  srv us/call  cli us/call  worker CPU shares (last round)   rounds")
-    for n in (1, args.workers):
-        runs = rounds[n]
+    for n, runs in rounds.items():
         shares = " ".join(f"{share:.2f}" for share in runs[-1].worker_cpu_shares)
         print(
             f"{n:7d} {statistics.median(r.calls_per_s for r in runs):8.0f} "
@@ -262,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{statistics.median(r.client_us_per_call for r in runs):12.0f}  {shares:32s} "
             f"{[round(r.calls_per_s) for r in runs]}"
         )
+    one, many = (statistics.median(r.calls_per_s for r in rounds[n]) for n in (1, args.workers))
+    ratio = many / one
     verdict = "met" if ratio >= TARGET_RATIO else "MISSED"
     print(f"ratio {ratio:.2f}x (target >= {TARGET_RATIO}x: {verdict})")
     cpu_per_call = statistics.median(
@@ -272,9 +376,6 @@ def main(argv: list[str] | None = None) -> int:
         f"so at most {(os.cpu_count() or 1) * 1e6 / cpu_per_call:.0f} calls/s "
         f"on {os.cpu_count()} idle CPUs"
     )
-    made = {n: sum(r.calls for r in rounds[n]) for n in rounds}
-    print(f"audit records: {audited} (calls made: {made})")
-    return 0 if audited == made else 1
 
 
 if __name__ == "__main__":

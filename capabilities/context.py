@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, TypeVar, overload
 
@@ -39,6 +39,33 @@ class MessageView(Protocol):
 
     def parts(self) -> tuple[Part, ...]:
         """Every part, typed (built when first asked for)."""
+        ...
+
+
+class CallUser(Protocol):
+    """The user a call acts for, as a verified user token proved it (never the token).
+
+    The gateway's ``policies.users.OnBehalfOf`` is one.
+    """
+
+    @property
+    def subject(self) -> str:
+        """The user's ``sub`` (what the audit record's ``on_behalf_of`` holds)."""
+        ...
+
+    @property
+    def issuer(self) -> str:
+        """The issuer that vouched for the user."""
+        ...
+
+    @property
+    def claims(self) -> Mapping[str, Any]:
+        """The token's claims, read-only."""
+        ...
+
+    @property
+    def actors(self) -> tuple[str, ...]:
+        """The actor chain, nearest first: the calling agent's SPIFFE ID, then earlier ones."""
         ...
 
 
@@ -84,6 +111,9 @@ class CallContext:
             nobody watches this call, and both do nothing), and :meth:`ask_input`.
         message: The A2A message the call came in (None for Invoke); read it
             through :attr:`parts` and :attr:`context_id`.
+        user: The user the call acts for, as a verified user token proved it
+            (subject, issuer, claims, actor chain; never the token), or None.
+            ``call_peer`` carries that user on: each peer gets a token made for it.
     """
 
     peer_id: Final[str]
@@ -95,6 +125,7 @@ class CallContext:
     call_peer: Final[PeerCall | None] = None
     events: Final[CallEvents | None] = None
     message: Final[MessageView | None] = None
+    user: Final[CallUser | None] = None
 
     @property
     def message_id(self) -> str:

@@ -26,7 +26,8 @@ from gateway.local.regular_files import read_regular_file
 from gateway.postgres.dsn import is_dsn, redact_credentials
 from gateway.runtime.agent import Agent
 from gateway.runtime.instance_lock import InstanceLock
-from gateway.runtime.supervisor import READY_MARK, Supervisor, check_workers
+from gateway.runtime.supervisor import Supervisor, check_workers
+from gateway.runtime.worker_ports import ready_line, worker_config
 from gateway.storage import connection_source, location
 from gateway.telemetry.json_logs import name_agent
 from gateway.transport.svid_checks import check_material
@@ -42,6 +43,7 @@ def add_commands(commands: Any) -> None:
     # Set by the supervisor of ``workers > 1`` (gateway.runtime.supervisor), not by people.
     serve.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     serve.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
+    serve.add_argument("--https-port", type=int, default=None, help=argparse.SUPPRESS)
     serve.set_defaults(run=_serve)
 
     describe = commands.add_parser("describe", help="what a peer lets this agent call")
@@ -109,9 +111,7 @@ def _serve(args: argparse.Namespace) -> int:
 async def _serve_agent(args: argparse.Namespace, config: AgentConfig) -> int:
     """Serve until SIGINT/SIGTERM. A start that fails (a taken port, a bad file) has
     stopped what it started when its error reaches the CLI's one ``error:`` line."""
-    if args.port is not None:
-        host = config.listen.rsplit(":", 1)[0]
-        config = config.model_copy(update={"listen": f"{host}:{args.port}"})
+    config = worker_config(config, args.port, args.https_port)
     async with Agent(config, worker=args.worker or 0) as agent:
         agent.install_reload_signal()
         stop = asyncio.Event()
@@ -128,7 +128,7 @@ async def _serve_agent(args: argparse.Namespace, config: AgentConfig) -> int:
             print(f"{agent.config.id} serving on {agent.address}", flush=True)
             await stop.wait()
         else:
-            print(f"worker {args.worker}{READY_MARK}{agent.address}", flush=True)
+            print(ready_line(args.worker, agent.address, agent.https_url), flush=True)
             orphan_watch = asyncio.create_task(_stop_when_orphaned(stop))
             await stop.wait()
             orphan_watch.cancel()

@@ -171,10 +171,11 @@ class AgentConfig(FrozenTable):
         metrics: Prometheus endpoint (None: no metrics, near-zero cost).
         tracing: Spans and OTLP export (None: no spans; traceparent still carried).
         console: The read-only operator console in the browser (None: off).
-        workers: Serving processes on the one ``listen`` port (default 1);
-            more than one share it with ``SO_REUSEPORT`` and share the policy
-            file, the audit chain, the idempotency keys and the replay window
-            (see :mod:`gateway.runtime.supervisor`).
+        workers: Serving processes on the one ``listen`` port, and on the one
+            ``[a2a] http_listen`` port if set (default 1); more than one share
+            them with ``SO_REUSEPORT`` and share the policy file, the audit
+            chain, the idempotency keys, the replay window, the limits and the
+            task stores (see :mod:`gateway.runtime.supervisor`).
         pin_workers: With ``workers > 1``, pin worker i's event-loop thread
             to the i-th CPU this process may use (modulo their count), so
             workers stop migrating between cores (less CPU per call; Linux
@@ -240,12 +241,6 @@ class AgentConfig(FrozenTable):
     def _positive_retention(self) -> AgentConfig:
         if self.idempotency_retention <= timedelta(0):
             raise ValueError("idempotency_retention must be positive")
-        return self
-
-    @model_validator(mode="after")
-    def _one_https_server(self) -> AgentConfig:
-        if self.a2a.http_listen is not None and self.workers > 1:
-            raise ValueError("a2a.http_listen is served by one process: set workers = 1")
         return self
 
     @model_validator(mode="after")

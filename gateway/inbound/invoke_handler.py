@@ -512,6 +512,7 @@ class InvokeHandler:
     def _context(
         self, call: InvokeCall, admission: Admission, events: CallEvents | None = None
     ) -> CallContext:
+        acting = acting_for(call)
         return CallContext(
             peer_id=admission.peer_id,
             request_id=call.request_id,
@@ -522,12 +523,11 @@ class InvokeHandler:
             call_peer=(
                 None
                 if self._bind_peer_call is None
-                else self._bind_peer_call(
-                    call.deadline, call.task_id, call.step_id, acting_for(call)
-                )
+                else self._bind_peer_call(call.deadline, call.task_id, call.step_id, acting)
             ),
             events=events,
             message=call.message,
+            user=None if acting is None else acting.user,
         )
 
     async def _execute(

@@ -159,7 +159,9 @@ def compose(
             v0_3_compat=config.a2a.v0_3_compat,
             stream_send_timeout=config.a2a.stream_send_timeout,
         )
-        https = HttpsServing(config.a2a.http_listen, edge, tls, endpoints)
+        https = HttpsServing(
+            config.a2a.http_listen, edge, tls, endpoints, reuse_port=config.workers > 1
+        )
     mcp = McpServing(config, handler, registry, tls) if config.mcp is not None else None
     health = HealthMonitor(
         {

@@ -82,12 +82,25 @@ class GrpcServing:
 
 
 class HttpsServing:
-    """The A2A JSON-RPC and HTTP+JSON bindings over HTTPS on ``[a2a] http_listen``."""
+    """The A2A JSON-RPC and HTTP+JSON bindings over HTTPS on ``[a2a] http_listen``.
+
+    With ``reuse_port`` (``workers > 1``) every worker binds the one port, as
+    for gRPC; each worker has its own connection budget.
+    """
 
     name = "A2A HTTPS bindings"
 
-    def __init__(self, listen: str, edge: HttpEdge, tls: LiveTls, endpoints: Endpoints) -> None:
+    def __init__(
+        self,
+        listen: str,
+        edge: HttpEdge,
+        tls: LiveTls,
+        endpoints: Endpoints,
+        *,
+        reuse_port: bool = False,
+    ) -> None:
         self._listen = listen
+        self._reuse_port = reuse_port
         self._edge = edge
         self._tls = tls
         self._endpoints = endpoints
@@ -111,7 +124,7 @@ class HttpsServing:
             ConfigError: the address is malformed, or uvicorn would not start.
         """
         server = A2AHttpServer(self._edge.app(), self._tls.current)
-        await server.start(self._listen)
+        await server.start(self._listen, reuse_port=self._reuse_port)
         self._server = server
         self._endpoints.https_host, self._endpoints.https_port = server.host, server.port
 

@@ -4,7 +4,12 @@
 agent. It starts worker 0 (``serve --worker 0``) on the configured address,
 learns the port it bound (so ``listen = "host:0"`` works too), then starts
 workers 1..N-1 on that port. Every worker binds with ``SO_REUSEPORT`` and the
-kernel spreads new connections over them.
+kernel spreads new connections over them. ``[a2a] http_listen`` is served the
+same way: worker 0 reports the HTTPS port it bound, the others join it, so
+every worker lists the same URLs on the agent's cards. A request may land on
+any worker: the A2A task store is shared, a task another worker runs is read,
+followed and cancelled through it (:mod:`gateway.server.a2a.task_follow`,
+``BackgroundTasks.cancel_elsewhere``).
 
 What the workers share: the policy file (each watches it; SIGHUP is forwarded
 to all), the audit chain (one SQLite file, each append re-reads the head
@@ -15,8 +20,9 @@ stores, and the per-peer limits and ``max_concurrent_calls`` (``limits.table``
 in ``state_dir``, memory-mapped, made anew here before the first worker starts:
 a grant's rate and in-flight cap and the server's cap hold across all workers;
 a restarted worker frees the places its dead predecessor held). Per worker:
-limit refusal counts and their aggregated audit records, metrics and audit
-checkpoints (worker 0 only).
+limit refusal counts and their aggregated audit records, the HTTPS connection
+budget (each worker holds its own), metrics and audit checkpoints (worker 0
+only).
 
 With ``pin_workers`` the supervisor pins each worker's event-loop thread (its
 main thread, once it is ready; threads it starts later inherit the CPU) to
@@ -24,9 +30,11 @@ one CPU of those the supervisor may use, worker i to the i-th modulo their
 count, a restarted worker to the same one. Its gRPC and audit threads,
 started before, may still run anywhere.
 
-Only this agent's own workers share the port: the caller holds the state
+Only this agent's own workers share the ports: the caller holds the state
 directory's lock (:mod:`gateway.runtime.instance_lock`) and every worker inherits it,
-and before worker 0 starts a port another process listens on is refused.
+and before worker 0 starts a port another process listens on is refused, as are
+two of ``listen``, ``[a2a] http_listen`` and ``[mcp] listen`` on one address
+(with ``SO_REUSEPORT`` on both, the kernel would mix their connections).
 
 Lifecycle: SIGTERM/SIGINT stop every worker gracefully, SIGHUP reloads them
 all. A worker that dies is restarted on the same port, at most
@@ -49,17 +57,16 @@ from pathlib import Path
 from types import FrameType
 
 from gateway.config import AgentConfig
-from gateway.errors import AddressUnavailable, AgentConfigError, StateUnavailable
+from gateway.errors import AgentConfigError, StateUnavailable
 from gateway.local.private_files import private_dir
 from gateway.runtime.instance_lock import InstanceLock
+from gateway.runtime.worker_ports import WorkerReady, check_ports_free, parse_ready_line
 from gateway.storage import prepare_shared_files
 
 MAX_RESTARTS = 5
 RESTART_WINDOW_SECONDS = 60.0
 READY_TIMEOUT_SECONDS = 120.0
 STOP_TIMEOUT_SECONDS = 30.0
-READY_MARK = " ready on "
-"""A worker's first stdout line: ``worker I ready on HOST:PORT``."""
 
 
 _CONFIG_REFUSED = 2
@@ -76,6 +83,10 @@ class Supervisor:
         self._lock = lock
         self._host = config.listen.rsplit(":", 1)[0]
         self._port = int(config.listen.rsplit(":", 1)[1])
+        https = config.a2a.http_listen
+        self._https_host = "" if https is None else https.rsplit(":", 1)[0]
+        self._https_port = 0 if https is None else int(https.rsplit(":", 1)[1])
+        self._https_url = ""
         self._workers: list[subprocess.Popen[str] | None] = [None] * config.workers
         self._config_refused = False
         """A worker exited ``_CONFIG_REFUSED`` before serving: the config is at fault."""
@@ -89,9 +100,16 @@ class Supervisor:
         refused the config at start (as ``serve`` with one process does).
 
         Raises:
-            AddressUnavailable: another process listens on the configured port.
+            AddressUnavailable: another process listens on a configured port.
+            AgentConfigError: two listening settings name one address.
         """
-        _check_port_free(self._host, self._port)
+        served = [("listen", self._host, self._port)]
+        if self._https_host:
+            served.append(("a2a.http_listen", self._https_host, self._https_port))
+        mcp = self._config.mcp
+        if mcp is not None:  # a fixed port with workers (see McpSettings)
+            served.append(("mcp.listen", mcp.listen.rsplit(":", 1)[0], mcp.port))
+        check_ports_free(served)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
         try:
@@ -108,6 +126,8 @@ class Supervisor:
             # A worker refused the config (its error: line is above): the exit of a
             # one-process serve with that config, not a supervisor failure.
             return _CONFIG_REFUSED if self._config_refused else 1
+        if self._https_url:  # as ``serve`` of one process says it, before the serving line
+            print(f"a2a https on {self._https_url}", flush=True)
         print(
             f"{self._config.id} ({len(self._workers)} workers) serving on "
             f"{self._host}:{self._port}",
@@ -129,6 +149,8 @@ class Supervisor:
         command += ["--config", str(self._config_path), "--worker", str(index)]
         if self._port:
             command += ["--port", str(self._port)]
+        if self._https_port:
+            command += ["--https-port", str(self._https_port)]
         proc = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -137,13 +159,15 @@ class Supervisor:
             pass_fds=(self._lock.fileno(),),  # held until the last worker is gone
         )
         self._workers[index] = proc
-        port = _read_ready_port(proc)
-        if port is None:
+        ready = _read_ready(proc)
+        if ready is None:
             proc.kill()
             proc.wait()
             self._config_refused = proc.returncode == _CONFIG_REFUSED
             raise AgentConfigError(f"worker {index} did not start (exit {proc.returncode})")
-        self._port = port
+        self._port = ready.port
+        if ready.https_url:
+            self._https_url, self._https_port = ready.https_url, ready.https_port
         if self._cpus:
             # After the ready line: pinning only the loop thread leaves gRPC's
             # and the audit writer's threads free to use another core.
@@ -216,51 +240,21 @@ class Supervisor:
         return 0 if clean else 1
 
 
-def _read_ready_port(proc: subprocess.Popen[str]) -> int | None:
-    """The port from the worker's ready line; None if it exited or stayed silent."""
+def _read_ready(proc: subprocess.Popen[str]) -> WorkerReady | None:
+    """The ports of the worker's ready line; None if it exited or stayed silent."""
     assert proc.stdout is not None
-    found: list[int] = []
+    found: list[WorkerReady] = []
 
     def read() -> None:
         assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if READY_MARK in line:
-            found.append(int(line.rsplit(":", 1)[1]))
+        ready = parse_ready_line(proc.stdout.readline())
+        if ready is not None:
+            found.append(ready)
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     reader.join(READY_TIMEOUT_SECONDS)
     return found[0] if found else None
-
-
-def _check_port_free(host: str, port: int) -> None:
-    """Refuse a port another process listens on before worker 0 joins it.
-
-    Workers bind with ``SO_REUSEPORT``, so the kernel would let them share a
-    port with a foreign process that also set it. This probe binds without it
-    (``SO_REUSEADDR`` only: a connection in TIME_WAIT is no listener).
-
-    Raises:
-        AgentConfigError: ``host`` does not resolve.
-        AddressUnavailable: something listens on ``host:port`` already.
-    """
-    if port == 0:
-        return
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-    except socket.gaierror as err:
-        raise AgentConfigError(f"listen {host}:{port}: {err.strerror}") from err
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError as err:
-            raise AddressUnavailable(
-                f"listen {host}:{port}: {err.strerror} (another process listens there; "
-                "only this agent's own workers may share its port)"
-            ) from err
 
 
 def check_workers(config: AgentConfig) -> None:

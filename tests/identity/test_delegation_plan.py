@@ -49,13 +49,16 @@ class Text(ContractModel):
     text: str
 
 
-def relay_registry(counter: WriteCounter, state: Path) -> CapabilityRegistry:
+def relay_registry(
+    counter: WriteCounter, state: Path, users_seen: list[tuple[str, tuple[str, ...]]]
+) -> CapabilityRegistry:
     registry = standard_registry(counter, state)
 
     @capability("relay.text", "1.0.0", risk="read", timeout=10.0)
     async def relay(inp: Text, ctx: CallContext) -> Text:
         """Echo ``text`` through carol."""
         assert ctx.call_peer is not None
+        users_seen.append(("", ()) if ctx.user is None else (ctx.user.subject, ctx.user.actors))
         answer = await ctx.call_peer(CAROL, "text.echo", {"text": inp.text})
         return Text(text=str(answer["text"]))
 
@@ -86,6 +89,7 @@ class Chain:
     alice: Agent
     bob: Agent
     carol: Agent
+    users_seen_by_bob: list[tuple[str, tuple[str, ...]]]
 
 
 async def start(
@@ -111,6 +115,7 @@ async def chain(
 ) -> AsyncIterator[Chain]:
     settings = identity(issuer, svid)
     needs_user = {"users": "required"}
+    users_seen: list[tuple[str, tuple[str, ...]]] = []
     carol = await start(
         pki,
         tmp_path,
@@ -123,7 +128,7 @@ async def chain(
         pki,
         tmp_path,
         "bob",
-        relay_registry(counter, tmp_path / "bob-state"),
+        relay_registry(counter, tmp_path / "bob-state", users_seen),
         [grant("alice", ["relay.text"]) | needs_user],
         settings,
         outbound=[outbound_rule("carol", ["text.echo"])],
@@ -139,7 +144,7 @@ async def chain(
         outbound=[outbound_rule("bob", ["relay.text"])],
         peers=[bob],
     )
-    yield Chain(alice, bob, carol)
+    yield Chain(alice, bob, carol, users_seen)
     for agent in (alice, bob, carol):
         await agent.stop(grace=0)
 
@@ -176,6 +181,7 @@ async def test_each_hop_gets_an_exchanged_token_and_audits_the_user_and_actors(
         {"actor": BOB, "audience": CAROL},
     ]
     assert await user_rows(chain.bob) == [(ALICE, "relay.text", "OK", "user-9", [ALICE])]
+    assert chain.users_seen_by_bob == [("user-9", (ALICE,))]  # ctx.user, never the token
     assert await user_rows(chain.carol) == [(BOB, "text.echo", "OK", "user-9", [BOB, ALICE])]
     for agent in (chain.alice, chain.bob, chain.carol):
         assert user_token.split(".")[2].encode() not in agent.config.audit_db.read_bytes()

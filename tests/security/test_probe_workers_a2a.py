@@ -1,8 +1,8 @@
 """Probe: A2A tasks and limits over the A2A gRPC binding across the workers of one agent.
 
-``workers = 2`` served by ``a2a-gateway serve`` (``[a2a] http_listen`` needs
-``workers = 1``, so the HTTP bindings are out of scope here). Separate
-channels are separate connections, which the kernel spreads over the workers;
+``workers = 2`` served by ``a2a-gateway serve`` (the HTTP bindings across
+workers: ``tests/faults/test_workers_https.py``). Separate channels are
+separate connections, which the kernel spreads over the workers;
 ``worker.pid`` says which worker a channel reaches.
 """
 

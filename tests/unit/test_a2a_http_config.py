@@ -39,9 +39,9 @@ def test_anything_else_is_refused_at_load_time(listen: str) -> None:
         A2ASettings(http_listen=listen)
 
 
-def test_more_than_one_worker_is_refused() -> None:
-    with pytest.raises(ValidationError, match="workers = 1"):
-        config(a2a={"http_listen": "127.0.0.1:0"}, workers=2)
+def test_workers_serve_the_https_port_too() -> None:
+    loaded = config(a2a={"http_listen": "127.0.0.1:0"}, workers=2)
+    assert (loaded.workers, loaded.a2a.http_listen) == (2, "127.0.0.1:0")
 
 
 def test_the_public_url_must_be_https_without_a_path() -> None:

@@ -119,17 +119,17 @@ class BackgroundTasks:
         self.stopping = asyncio.Event()
         """Set when shutdown begins: subscriptions following tasks run elsewhere end."""
 
+    @property
+    def shared(self) -> bool:
+        """Other processes of this agent use the store too (workers, replicas)."""
+        return self._shared
+
     def running(self, task_id: str) -> BackgroundTask | None:
         """The run of ``task_id`` if this process runs it (None otherwise)."""
         return self._runs.get(task_id)
 
     def __len__(self) -> int:
         return len(self._runs)
-
-    @property
-    def shared(self) -> bool:
-        """Other processes of this agent use the same task store (workers, replicas)."""
-        return self._shared
 
     def waiting(self) -> bool:
         """Some task this process runs waits for its caller's answer."""

@@ -291,6 +291,8 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         if outcome is not None and is_message_reply(outcome.payload):
             return message_answer(task)  # a Message answer: no task is kept
         self._tasks.put(task)
+        if self.runs.shared:  # the caller's next request may reach another process
+            await self._tasks.flush()
         return send_answer(task, _history_length(request))
 
     async def _settled_answer(

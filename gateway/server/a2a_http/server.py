@@ -5,7 +5,9 @@ requests carry the verified client certificate, and connections are bounded
 in number and in how long a request head may take) and the listening
 context of :class:`LiveServerContext` (so each handshake uses the
 certificate in force), on a listener of ``gateway.http`` (our socket, on the
-agent's event loop, driven without uvicorn's signal handlers).
+agent's event loop, driven without uvicorn's signal handlers). With
+``workers > 1`` every worker runs one of these on the one port
+(``SO_REUSEPORT``), each with its own connection budget.
 """
 
 from __future__ import annotations
@@ -76,9 +78,11 @@ class A2AHttpServer:
         """New handshakes use ``material`` (a rotated certificate or CA)."""
         self._tls.use(material)
 
-    async def start(self, address: str) -> int:
+    async def start(self, address: str, *, reuse_port: bool = False) -> int:
         """Bind ``HOST:PORT`` (port 0 picks one) and serve; returns the bound port.
 
+        ``reuse_port``: sibling worker processes share the port (``SO_REUSEPORT``;
+        see :mod:`gateway.runtime.supervisor`), each with its own connection budget.
         A start that fails leaves no socket open.
 
         Raises:
@@ -87,7 +91,7 @@ class A2AHttpServer:
         """
         host, port = split_host_port(address)
         try:
-            await self._listener.start(host, port)
+            await self._listener.start(host, port, reuse_port=reuse_port)
         except OSError as err:
             raise AddressUnavailable(
                 f"could not listen on {host}:{port} for A2A over HTTPS: {err}"
