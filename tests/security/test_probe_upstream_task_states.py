@@ -6,8 +6,10 @@ bob fronts a scripted gRPC A2A upstream. Two defects found by probing:
    stream that ends while it is still ``WORKING``) failed the call
    (``CAPABILITY_FAILED``) but was never cancelled upstream: the upstream kept
    the parked or running task for ever. A streamed ``INPUT_REQUIRED`` kept the
-   call waiting for the skill's timeout (``CAPABILITY_TIMEOUT``) although the
-   docs say a task that wants input is ``CAPABILITY_FAILED``.
+   call waiting for the skill's timeout (``CAPABILITY_TIMEOUT``). Since issue 33
+   a caller over A2A gets the question at once (its task waits in that state)
+   and the upstream task is cancelled when the call ends unanswered; a call that
+   cannot ask (Invoke) still fails and cancels it.
 2. A ``GetTask`` answer (or stream event) for another task than the one asked
    about was taken as this call's answer: the caller got that other task's
    output, and a later cancel went to that other task.
@@ -161,24 +163,28 @@ def _streaming(address: str) -> dict[str, object]:
 
 
 @pytest.mark.parametrize("state", INTERRUPTED.values(), ids=INTERRUPTED.keys())
-async def test_a_streamed_task_that_wants_input_fails_at_once_and_is_cancelled(
+async def test_a_streamed_task_that_wants_input_is_passed_on_at_once_then_cancelled(
     pki: Pki, tmp_path: Path, state: int
 ) -> None:
-    # The stream stays open after the interrupted state (as a broken upstream may).
+    # The stream stays open after the interrupted state (as a broken upstream may). The
+    # caller's task waits in that state at once (its stream ends there); the upstream
+    # task is cancelled when the skill's timeout ends with nobody having answered.
     fake = Upstream(stream=[task_event(a2a_pb2.TASK_STATE_SUBMITTED), status_event(state)])
     async with scripted_grpc_upstream(fake, pki) as address:
-        async with fronted(pki, tmp_path, _streaming(address), timeout=5.0) as bob:
+        async with fronted(pki, tmp_path, _streaming(address), timeout=2.0) as bob:
             started = asyncio.get_running_loop().time()
             seen, broke = await stream_from(pki, bob)
             took = asyncio.get_running_loop().time() - started
+            waiting = list(fake.cancels)
             await eventually(lambda: fake.cancels == [TASK], "the upstream task cancelled")
             rows = await audited(bob)
             sent = fake.sent
             fake.serve_fine()
             again = await still_serving(pki, bob)
-    assert (broke, ending(seen)) == ("", ("TASK_STATE_FAILED", "CAPABILITY_FAILED"))
-    assert took < 4.0  # not held until the skill's 5 s timeout
-    assert rows == [("CAPABILITY_FAILED", "")]
+    assert (broke, ending(seen)) == ("", (a2a_pb2.TaskState.Name(state), ""))
+    assert took < 1.5  # not held until the skill's 2 s timeout
+    assert waiting == []  # not cancelled while the caller may still answer
+    assert rows == [("CAPABILITY_TIMEOUT", "")]
     assert sent == 1
     assert again == {"text": "fine"}
 
