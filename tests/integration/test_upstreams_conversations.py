@@ -364,3 +364,44 @@ async def test_two_callers_with_one_message_id_and_one_context_stay_apart(
     assert "ctx" not in {alice_1.served_context, carol_1.served_context}
     assert alice_2.served_context == alice_1.served_context
     assert carol_1.served_context != alice_1.served_context
+
+
+async def test_only_the_owner_continues_and_each_follow_up_is_checked_and_audited(
+    pki: Pki, tmp_path: Path
+) -> None:
+    upstream = ConversingAgent()
+    chunk = a2a_pb2.Part(raw=b"x" * 30_000, media_type="text/plain", filename="part.txt")
+    async with fronting(pki, tmp_path, upstream) as bob:
+        async with A2APeer(pki, bob, "alice") as alice, A2APeer(pki, bob, "carol") as carol:
+            asked = (await send(alice, message("talk.pass", text("ask Which city?")))).task
+            with pytest.raises(grpc.aio.AioRpcError) as foreign:
+                await send(carol, message("", text("Paris"), task_id=asked.id))
+            with pytest.raises(grpc.aio.AioRpcError) as unknown:
+                await send(carol, message("", text("Paris"), task_id="no-such-task"))
+            # Each part under the grant's 64 KiB, all three over it: refused before parsing.
+            with pytest.raises(grpc.aio.AioRpcError) as too_large:
+                await send(alice, message("", chunk, chunk, chunk, task_id=asked.id))
+            waiting = await alice.stub.GetTask(
+                a2a_pb2.GetTaskRequest(id=asked.id), metadata=V1, timeout=30
+            )
+            done = (await send(alice, message("", text("Lisbon"), task_id=asked.id))).task
+        rows = await records(bob)
+    # Another's task and no task are answered alike.
+    assert (foreign.value.code(), unknown.value.code()) == (grpc.StatusCode.NOT_FOUND,) * 2
+    assert foreign.value.details() == unknown.value.details()
+    assert too_large.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert waiting.status.state == INPUT_REQUIRED  # the refusals left it waiting
+    assert (done.id, done.status.state) == (asked.id, COMPLETED)
+    # Only alice's first message and her one admitted answer reached the upstream task.
+    assert [h.parts for h in upstream.heard] == [
+        [{"text": "ask Which city?"}],
+        [{"text": "Lisbon"}],
+    ]
+    assert upstream.heard[1].continued
+    assert rows == [
+        ("carol", "", "refuse", "TASK_NOT_FOUND"),
+        ("carol", "", "refuse", "TASK_NOT_FOUND"),
+        ("alice", "talk.pass", "refuse", "PAYLOAD_TOO_LARGE"),
+        ("alice", "talk.pass", "allow", "OK"),  # the answer, admitted
+        ("alice", "talk.pass", "allow", "OK"),  # the run, once, when it ended
+    ]

@@ -172,9 +172,7 @@ async def test_a_streamed_task_that_wants_input_is_passed_on_at_once_then_cancel
     fake = Upstream(stream=[task_event(a2a_pb2.TASK_STATE_SUBMITTED), status_event(state)])
     async with scripted_grpc_upstream(fake, pki) as address:
         async with fronted(pki, tmp_path, _streaming(address), timeout=2.0) as bob:
-            started = asyncio.get_running_loop().time()
             seen, broke = await stream_from(pki, bob)
-            took = asyncio.get_running_loop().time() - started
             waiting = list(fake.cancels)
             await eventually(lambda: fake.cancels == [TASK], "the upstream task cancelled")
             rows = await audited(bob)
@@ -182,8 +180,9 @@ async def test_a_streamed_task_that_wants_input_is_passed_on_at_once_then_cancel
             fake.serve_fine()
             again = await still_serving(pki, bob)
     assert (broke, ending(seen)) == ("", (a2a_pb2.TaskState.Name(state), ""))
-    assert took < 1.5  # not held until the skill's 2 s timeout
-    assert waiting == []  # not cancelled while the caller may still answer
+    # Not held until the skill's timeout: that cancels the upstream task, which had not
+    # happened when the caller's stream ended.
+    assert waiting == []
     assert rows == [("CAPABILITY_TIMEOUT", "")]
     assert sent == 1
     assert again == {"text": "fine"}
