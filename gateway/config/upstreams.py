@@ -130,7 +130,9 @@ class UpstreamSkill(FrozenTable):
             (a task ``INPUT_REQUIRED``/``AUTH_REQUIRED``): over A2A the caller's
             task then waits in that state, and its next message on the task goes
             to the same upstream task. False: such an answer fails the call, and
-            the task keeps no message history.
+            the task keeps no message history. None (default): true for a skill
+            with ``accepts`` or ``gives``, false for one without (its blocking
+            calls then run inline, the cheaper path; see :attr:`asks_caller`).
     """
 
     skill: str
@@ -144,7 +146,7 @@ class UpstreamSkill(FrozenTable):
     output_schema: dict[str, Any] | None = None
     accepts: UpstreamAccepts | None = None
     gives: UpstreamGives | None = None
-    asks_input: bool = True
+    asks_input: bool | None = None
 
     @field_validator("skill")
     @classmethod
@@ -171,6 +173,13 @@ class UpstreamSkill(FrozenTable):
             except SchemaNotSupported as err:
                 raise ValueError(f"unsupported JSON Schema: {err}") from err
         return value
+
+    @property
+    def asks_caller(self) -> bool:
+        """Whether the upstream's questions reach the caller (``asks_input`` resolved)."""
+        if self.asks_input is not None:
+            return self.asks_input
+        return self.accepts is not None or self.gives is not None
 
     @model_validator(mode="after")
     def _input_parts(self) -> UpstreamSkill:

@@ -27,10 +27,11 @@ What comes back:
 
 Every message keeps the caller's ``message_id`` (``upstream_ids``). An upstream
 task that waits for its caller (``INPUT_REQUIRED``/``AUTH_REQUIRED``) is passed
-on (``asks_input``, the default): the caller's task waits in that state with
-the upstream's question, and the caller's next message on it goes to the same
+on when the skill asks its caller (``asks_input``; by default a skill with
+``accepts`` or ``gives``): the caller's task waits in that state with the
+upstream's question, and the caller's next message on it goes to the same
 upstream task, for as long as the skill's timeout lasts. A call that cannot
-pass the question on (an Invoke, or ``asks_input = false``) fails, and the
+pass the question on (an Invoke, or a skill that does not ask) fails, and the
 upstream task is cancelled; so is one left waiting when the call ends
 otherwise (cancelled, timed out). Nothing of the caller's message but its
 parts and id is sent: no metadata (only ``a2agw.skill``), no identity, no push
@@ -104,7 +105,7 @@ def upstream_capability(skill: UpstreamSkill, client: UpstreamClient) -> Capabil
         description=skill.description or f"A2A skill {skill.skill!r} of an upstream agent",
         accepts=_accepts(skill),
         gives=skill.gives.contract() if skill.gives is not None else Gives(),
-        asks_input=skill.asks_input,
+        asks_input=skill.asks_caller,
     )
     return Capability(contract, _handler(skill, client, output_model), upstream=client.name)
 
@@ -164,7 +165,7 @@ def _handler(
                 asks = answer.asks
                 if asks is None:
                     return _output(skill, client, answer, output_model)
-                if not (skill.asks_input and ctx.events is not None and ctx.message is not None):
+                if not (skill.asks_caller and ctx.events is not None and ctx.message is not None):
                     raise UpstreamFailed(f"the upstream task waits ({asks}); this call cannot ask")
                 reply = await ctx.ask_input(answer.prompt(), state=asks)
                 parts, message_id = reply.parts, reply.message_id

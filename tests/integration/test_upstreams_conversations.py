@@ -4,7 +4,7 @@ alice and carol (a2a-sdk clients over A2A gRPC, or a2agw.v1 Invoke) call bob,
 which fronts a real conversing a2a-sdk agent (``tests.a2a_conversing_upstream``)
 over gRPC or JSON-RPC. Its skills (all answered alike) are served as: ``talk.pass``
 (``accepts``/``gives``: parts both ways as they are), ``talk.text`` (no
-``accepts``/``gives``: text in, ``{"text"}`` out) and ``talk.mute``
+``accepts``/``gives``: text in, ``{"text"}`` out, ``asks_input = true``), ``talk.mute``
 (``asks_input = false``), and ``talk.search`` (``accepts``/``gives`` and
 schemas). Each test checks what the caller got, what reached
 the upstream (ids, parts, metadata, no push config), what it was asked to
@@ -54,7 +54,7 @@ def talk_skills(timeout: float) -> list[dict[str, Any]]:
     base = {"version": "1.0.0", "risk": "read", "timeout": timeout}
     return [
         {**base, "skill": "pass", "capability": "talk.pass", "accepts": ALL_PARTS, "gives": GIVES},
-        {**base, "skill": "text", "capability": "talk.text"},
+        {**base, "skill": "text", "capability": "talk.text", "asks_input": True},
         {
             **base,
             "skill": "mute",

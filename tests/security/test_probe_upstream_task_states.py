@@ -163,15 +163,39 @@ def _streaming(address: str) -> dict[str, object]:
 
 
 @pytest.mark.parametrize("state", INTERRUPTED.values(), ids=INTERRUPTED.keys())
+async def test_a_streamed_task_that_wants_input_fails_at_once_and_is_cancelled(
+    pki: Pki, tmp_path: Path, state: int
+) -> None:
+    # The stream stays open after the interrupted state (as a broken upstream may).
+    # The skill does not ask its caller (a text skill's default).
+    fake = Upstream(stream=[task_event(a2a_pb2.TASK_STATE_SUBMITTED), status_event(state)])
+    async with scripted_grpc_upstream(fake, pki) as address:
+        async with fronted(pki, tmp_path, _streaming(address), timeout=5.0) as bob:
+            started = asyncio.get_running_loop().time()
+            seen, broke = await stream_from(pki, bob)
+            took = asyncio.get_running_loop().time() - started
+            await eventually(lambda: fake.cancels == [TASK], "the upstream task cancelled")
+            rows = await audited(bob)
+            sent = fake.sent
+            fake.serve_fine()
+            again = await still_serving(pki, bob)
+    assert (broke, ending(seen)) == ("", ("TASK_STATE_FAILED", "CAPABILITY_FAILED"))
+    assert took < 4.0  # not held until the skill's 5 s timeout
+    assert rows == [("CAPABILITY_FAILED", "")]
+    assert sent == 1
+    assert again == {"text": "fine"}
+
+
+@pytest.mark.parametrize("state", INTERRUPTED.values(), ids=INTERRUPTED.keys())
 async def test_a_streamed_task_that_wants_input_is_passed_on_at_once_then_cancelled(
     pki: Pki, tmp_path: Path, state: int
 ) -> None:
-    # The stream stays open after the interrupted state (as a broken upstream may). The
-    # caller's task waits in that state at once (its stream ends there); the upstream
-    # task is cancelled when the skill's timeout ends with nobody having answered.
+    # As above, for a skill that asks its caller: the caller's task waits in that state
+    # at once (its stream ends there); the upstream task is cancelled when the skill's
+    # timeout ends with nobody having answered.
     fake = Upstream(stream=[task_event(a2a_pb2.TASK_STATE_SUBMITTED), status_event(state)])
     async with scripted_grpc_upstream(fake, pki) as address:
-        async with fronted(pki, tmp_path, _streaming(address), timeout=2.0) as bob:
+        async with fronted(pki, tmp_path, _streaming(address), timeout=2.0, asks_input=True) as bob:
             seen, broke = await stream_from(pki, bob)
             waiting = list(fake.cancels)
             await eventually(lambda: fake.cancels == [TASK], "the upstream task cancelled")

@@ -25,11 +25,20 @@ def contract(**keys: Any) -> Any:
     return upstream_capability(skill, _Client()).contract  # type: ignore[arg-type]
 
 
-def test_without_accepts_or_gives_a_skill_is_text_in_text_out_and_may_ask() -> None:
+def test_without_accepts_or_gives_a_skill_is_text_in_text_out_and_asks_only_if_told() -> None:
     made = contract()
     assert (made.input_model, made.output_model) == (TextInput, TextOutput)
-    assert (made.accepts, made.gives, made.asks_input) == (Accepts(text=True), Gives(), True)
+    assert (made.accepts, made.gives, made.asks_input) == (Accepts(text=True), Gives(), False)
     assert contract(input_schema=SCHEMA).accepts == Accepts()  # data only, as before
+    assert contract(asks_input=True).asks_input
+
+
+@pytest.mark.parametrize("keys", [{"accepts": {}}, {"gives": {}}], ids=["accepts", "gives"])
+def test_a_skill_that_passes_parts_asks_its_caller_unless_told_not_to(
+    keys: dict[str, Any],
+) -> None:
+    assert contract(**keys).asks_input
+    assert not contract(**keys, asks_input=False).asks_input
 
 
 def test_accepts_and_gives_make_the_contract() -> None:
