@@ -456,7 +456,8 @@ class PeerUnavailable(GatewayError):
 
 
 class UpstreamUnavailable(PeerUnavailable):
-    """An A2A agent this agent fronts (``[[upstreams]]``) could not be reached.
+    """An A2A agent or MCP server this agent fronts (``[[upstreams]]``,
+    ``[[mcp_upstreams]]``) could not be reached.
 
     The one gateway error a capability may raise and have passed on as its
     answer (see ``capabilities.runner``): only the capability built for that
@@ -465,7 +466,8 @@ class UpstreamUnavailable(PeerUnavailable):
     detail says, e.g. PEER_IDENTITY_MISMATCH).
 
     Attributes:
-        upstream: The upstream's name (its SPIFFE ID, else its address or URL).
+        upstream: The upstream's name (its SPIFFE ID, else its address or URL;
+            ``mcp:NAME`` for an MCP server).
     """
 
     def __init__(self, message: str = "", *, upstream: str = "", detail: str = "") -> None:

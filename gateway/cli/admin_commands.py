@@ -38,8 +38,10 @@ def add_commands(commands: Any) -> None:
     pki_parser = commands.add_parser("pki", help="development certificates")
     pki_sub = pki_parser.add_subparsers(dest="pki_command", required=True, metavar="ACTION")
     init = pki_sub.add_parser("init", help="make a CA for a trust domain")
-    init.add_argument("--dir", type=Path, required=True)
-    init.add_argument("--trust-domain", required=True)
+    init.add_argument(
+        "--dir", type=Path, required=True, help="folder for ca.pem and ca.key (made if missing)"
+    )
+    init.add_argument("--trust-domain", required=True, help="e.g. example.org")
     init.add_argument("--force", action="store_true", help="replace an existing CA")
     init.add_argument(
         "--permit-dns",
@@ -50,8 +52,13 @@ def add_commands(commands: Any) -> None:
     )
     init.set_defaults(run=_pki_init)
     issue = pki_sub.add_parser("issue", help="issue spiffe://DOMAIN/agent/NAME")
-    issue.add_argument("name")
-    issue.add_argument("--dir", type=Path, required=True)
+    issue.add_argument("name", help="the SVID is for spiffe://DOMAIN/agent/NAME")
+    issue.add_argument(
+        "--dir",
+        type=Path,
+        required=True,
+        help="the CA's folder (pki init); NAME.pem and NAME.key are written there",
+    )
     issue.add_argument(
         "--days", type=certificate_days, default=30, help=f"1..{MAX_DAYS} (default 30)"
     )
@@ -73,6 +80,12 @@ def add_commands(commands: Any) -> None:
         "--ip", action="append", default=[], metavar="ADDR", help="extra IP address (repeatable)"
     )
     issue.add_argument(
+        "--uri-san-only",
+        action="store_true",
+        help="leave out the DNS name derived from the SPIFFE ID, as SPIRE does without -dns "
+        "(clients pin the URI SAN)",
+    )
+    issue.add_argument(
         "--force",
         action="store_true",
         help="re-issue over an existing certificate and key (atomic replace; a running agent "
@@ -83,7 +96,7 @@ def add_commands(commands: Any) -> None:
     policy = commands.add_parser("policy", help="policy files")
     policy_sub = policy.add_subparsers(dest="policy_command", required=True, metavar="ACTION")
     check = policy_sub.add_parser("check", help="validate a policy file and explain problems")
-    check.add_argument("file", type=Path)
+    check.add_argument("file", type=Path, help="policy file (TOML)")
     check.set_defaults(run=_policy_check)
     policy_commands.add_actions(policy_sub)
 
@@ -172,6 +185,7 @@ def _pki_issue(args: argparse.Namespace) -> int:
         overwrite=args.force,
         dns_names=args.dns,
         ip_addresses=args.ip,
+        uri_san_only=args.uri_san_only,
     )
     print(printable(f"{issued.spiffe_id}: {issued.cert_path} {issued.key_path}"))
     if issued.dropped_names:
@@ -214,6 +228,9 @@ def _audit_verify_agents(args: argparse.Namespace) -> int:
 
 def _audit_agents(args: argparse.Namespace) -> int:
     entries = query_agent_records(connection_source(args.db), audit_follow.audit_filter(args))
+    if not entries and not args.json:
+        print(_no_records(args))
+        return 0
     if args.summary:  # across agents: the per-peer counts an auditor asks for
         rows = summarize([entry.record for entry in entries])
         text = format_summary_json(rows) if args.json else format_summary(rows)
@@ -230,6 +247,18 @@ def _audit_agents(args: argparse.Namespace) -> int:
     for agent, records in sorted(by_agent.items()):
         sys.stdout.write(f"== {printable(agent)}\n{format_table(records)}")
     return 0
+
+
+def _no_records(args: argparse.Namespace) -> str:
+    """What an empty listing says instead of a bare header: no records, and under which filters."""
+    filters = [
+        f"--{name.replace('_', '-')} {printable(str(getattr(args, name)))}"
+        for name in ("agent", "peer", "capability", "since", "trace")
+        if getattr(args, name, None)
+    ]
+    if args.refusals:
+        filters.insert(0, "--refusals")
+    return f"no records match {' '.join(filters)}" if filters else "no records yet"
 
 
 def _audit_verify(args: argparse.Namespace) -> int:
@@ -363,6 +392,9 @@ def _audit(args: argparse.Namespace) -> int:
     if args.agent is not None:
         raise ConfigError("--agent: a SQLite audit log holds one agent; give a PostgreSQL DSN")
     records = query_records(open_audit_reader(args.db), audit_follow.audit_filter(args))
+    if not records and not args.json:
+        print(_no_records(args))
+        return 0
     if args.summary:
         rows = summarize(records)
         text = format_summary_json(rows) if args.json else format_summary(rows)

@@ -45,20 +45,25 @@ def add_commands(commands: Any) -> None:
     serve.set_defaults(run=_serve)
 
     describe = commands.add_parser("describe", help="what a peer lets this agent call")
-    describe.add_argument("--config", type=Path, required=True)
+    describe.add_argument("--config", type=Path, required=True, help="agent config (TOML)")
     describe.add_argument("--peer", required=True, help="peer SPIFFE ID from [[peers]]")
     describe.add_argument("--json", action="store_true", help="print JSON")
     describe.set_defaults(run=_describe)
 
     call = commands.add_parser("call", help="invoke a capability on a peer")
-    call.add_argument("--config", type=Path, required=True)
+    call.add_argument("--config", type=Path, required=True, help="agent config (TOML)")
     call.add_argument("--peer", required=True, help="peer SPIFFE ID from [[peers]]")
     call.add_argument("capability", help="NAME or NAME@CONSTRAINT")
     call.add_argument(
         "--input", required=True, help="JSON text, or @FILE (a regular file, at most 4 MiB)"
     )
     call.add_argument("--timeout", type=positive_seconds, default=10.0, help="seconds (default 10)")
-    call.add_argument("--idempotency-key", default="")
+    call.add_argument(
+        "--idempotency-key",
+        default="",
+        metavar="KEY",
+        help="run a write at most once per KEY: a retry gets the stored answer",
+    )
     call.set_defaults(run=_call)
 
     card = commands.add_parser(
@@ -116,6 +121,8 @@ async def _serve_agent(args: argparse.Namespace, config: AgentConfig) -> int:
         if args.worker is None:
             if agent.https_url:
                 print(f"a2a https on {agent.https_url}", flush=True)
+            if agent.mcp_url:
+                print(f"mcp on {agent.mcp_url}", flush=True)
             if agent.console is not None:
                 print(f"console on {agent.console.url}", flush=True)
             print(f"{agent.config.id} serving on {agent.address}", flush=True)
@@ -190,6 +197,8 @@ async def _describe(args: argparse.Namespace) -> int:
             f"grant expires {description.grant_expires_at}"
         )
     )
+    if not description.capabilities:
+        print("  no capability here is granted to this agent")
     for c in description.capabilities:
         key, risk = printable(f"{c.name}@{c.version}"), printable(c.risk)
         print(f"  {key:<28} {risk:<8} {c.timeout_seconds:>5g}s  {printable(c.description)}")
@@ -199,7 +208,24 @@ async def _describe(args: argparse.Namespace) -> int:
 def _read_input(text: str) -> bytes:
     """``--input``: the JSON text, or the bytes of the regular file ``@FILE`` names (a FIFO
     or device is refused, not waited on or read for ever, like every file an operator
-    names); a file over the largest payload any grant allows is refused unsent."""
+    names); a file over the largest payload any grant allows is refused unsent, and so is
+    anything that is not JSON (a usage error here, not a refusal from the peer)."""
+    payload = _input_bytes(text)
+    where = f"input file {text[1:]}" if text.startswith("@") else "--input"
+    try:
+        json.loads(payload)
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{where}: not UTF-8 (byte {err.start + 1})") from err
+    except json.JSONDecodeError as err:  # the position only: the text may be anything
+        raise ConfigError(
+            f"{where}: not valid JSON ({err.msg} at line {err.lineno} column {err.colno})"
+        ) from err
+    except RecursionError as err:
+        raise ConfigError(f"{where}: JSON nested too deep to read") from err
+    return payload
+
+
+def _input_bytes(text: str) -> bytes:
     if text.startswith("@"):
         path = Path(text[1:])
         try:

@@ -5,7 +5,8 @@ what it is about) and exits 1 if any finding is an error. Nothing is served,
 written or called: capability modules register into a throw-away registry
 with a scratch state folder, and ``plan check`` creates no task. Only
 ``config check --reach`` opens connections (TCP only, to the configured
-peers and upstreams).
+peers and upstreams), and ``config check`` of an agent whose certificate
+comes from the SPIFFE Workload API asks that API, as ``serve`` would.
 """
 
 from __future__ import annotations
@@ -15,30 +16,32 @@ import asyncio
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from cryptography import x509
+from spiffe.errors import PySpiffeError
 
 from capabilities.loading import AgentEnvironment, CapabilityModuleError, load_capability_modules
 from capabilities.registry import CapabilityRegistry
 from capabilities.versions import VersionConstraint
-from gateway.config import AgentConfig, TlsFiles, WorkloadApiTls, load_agent_config
+from gateway.config import AgentConfig, TlsFiles, TlsSettings, WorkloadApiTls, load_agent_config
+from gateway.config.fields import expiry_window
 from gateway.display import printable
 from gateway.errors import ConfigError, GatewayError
 from gateway.local.regular_files import read_regular_file
 from gateway.plans.document.checks import PlanLimits, check_structure
 from gateway.plans.document.model import Plan, parse_plan
-from gateway.transport.svid_checks import check_material, require_svid_dns_name
+from gateway.transport.svid_checks import check_material
 from gateway.transport.tls import TlsMaterial
-from gateway.transport.workload_api import workload_api_socket
+from gateway.transport.workload_api import fetch_material, workload_api_socket
 from policies.identity import svid_dns_name
 from policies.policy_file import Policy, load_policy
 
 EXIT_PROBLEMS = 1
 _REACH_TIMEOUT = 3.0
+_WORKLOAD_API_TIMEOUT = 3.0
 
 Level = Literal["ok", "warning", "error"]
 
@@ -138,55 +141,103 @@ def _check_policy(config: AgentConfig, findings: list[Finding]) -> Policy | None
 
 def _check_certificate(config: AgentConfig, findings: list[Finding]) -> None:
     if not isinstance(config.tls, TlsFiles):
-        findings.append(_workload_api_finding(config.tls))
+        findings.extend(_workload_api_findings(config.id, config.tls))
         return
     subject = f"certificate {config.tls.cert}"
-    now = datetime.now(UTC)
     try:
         material = TlsMaterial.from_files(config.tls.ca, config.tls.cert, config.tls.key)
-        facts = check_material(material, config.id, now)
     except ConfigError as err:
         findings.extend(_errors(subject, err))
         return
-    try:  # the leaf check_material has just read: only its DNS name is looked at here
-        require_svid_dns_name(x509.load_pem_x509_certificate(material.cert_pem), config.id)
-    except ConfigError:
-        findings.append(
+    findings.extend(_material_findings(config.id, material, config.tls, subject))
+
+
+def _material_findings(
+    agent_id: str, material: TlsMaterial, tls: TlsSettings, subject: str, source: str = ""
+) -> list[Finding]:
+    """What the agent would say of ``material`` at start: accepted, when it expires, and
+    whether it carries the optional derived DNS name (``source`` opens the first line)."""
+    now = datetime.now(UTC)
+    try:
+        facts = check_material(material, agent_id, now)
+    except ConfigError as err:
+        return _errors(subject, err)
+    left = facts.not_after - now
+    window = expiry_window(tls.expiry_warning, facts.not_before, facts.not_after)
+    level: Level = "warning" if left <= window else "ok"
+    found = [
+        Finding(
+            level,
+            subject,
+            f"{source}{agent_id}, expires {facts.not_after.isoformat()} ({_span(left)} left, "
+            f"warned within {_span(window)})",
+        )
+    ]
+    if not facts.derived_name:
+        found.append(
             Finding(
-                "warning",
+                "ok",
                 subject,
-                f"lacks the DNS name {svid_dns_name(config.id)} that peers verify "
-                f"{config.id} by: every caller will fail PEER_IDENTITY_MISMATCH "
-                "(a2a-gateway pki issue adds it)",
+                f"carries only its SPIFFE ID (no DNS name {svid_dns_name(agent_id)}): "
+                "gateway clients pin the URI SAN; a gRPC client that can verify only a "
+                "host name needs that name (docs/other-languages.md)",
             )
         )
-    left = facts.not_after - now
-    level: Level = "warning" if left <= config.tls.expiry_warning else "ok"
-    findings.append(
-        Finding(
-            level, subject, f"{config.id}, expires {facts.not_after.isoformat()} ({left.days}d)"
-        )
-    )
+    return found
 
 
-def _workload_api_finding(tls: WorkloadApiTls) -> Finding:
-    """Where the SVID will come from: an error if ``serve`` would find no address (no
-    ``socket`` and no ``SPIFFE_ENDPOINT_SOCKET`` here), a warning if no socket is there now.
-    The SVID itself is checked at start."""
+def _span(span: timedelta) -> str:
+    seconds = max(0, int(span.total_seconds()))
+    if seconds >= 2 * 86400:
+        return f"{seconds // 86400}d"
+    if seconds >= 2 * 3600:
+        return f"{seconds // 3600}h"
+    if seconds >= 120:
+        return f"{seconds // 60}m"
+    return f"{seconds}s"
+
+
+def _workload_api_findings(agent_id: str, tls: WorkloadApiTls) -> list[Finding]:
+    """Where the SVID will come from, and what the Workload API gives this process now.
+
+    An error if ``serve`` would find no address (no ``socket`` and no
+    ``SPIFFE_ENDPOINT_SOCKET`` here) or the API answers without an SVID for the
+    agent; a warning if no socket is there now or it does not answer.
+    """
     try:
         socket = workload_api_socket(tls.socket)
     except ConfigError as err:
-        return Finding("error", "certificate", err.message)
+        return [Finding("error", "certificate", err.message)]
+    source = f"from the SPIFFE Workload API ({socket}): "
     if not Path(socket.removeprefix("unix://")).is_socket():
-        return Finding(
-            "warning",
-            "certificate",
-            f"from the SPIFFE Workload API ({socket}): no socket there now "
-            "(is the SPIRE agent running?)",
-        )
-    return Finding(
-        "ok", "certificate", f"from the SPIFFE Workload API ({socket}), checked at start"
-    )
+        return [
+            Finding(
+                "warning",
+                "certificate",
+                f"{source}no socket there now (is the SPIRE agent running?)",
+            )
+        ]
+    try:
+        material = fetch_material(socket, agent_id, _WORKLOAD_API_TIMEOUT)
+    except PySpiffeError as err:
+        return [
+            Finding(
+                "warning",
+                "certificate",
+                f"{source}no answer within {_WORKLOAD_API_TIMEOUT:g}s ({err}); "
+                "asked again at start",
+            )
+        ]
+    except ConfigError as err:
+        return [
+            Finding(
+                "error",
+                "certificate",
+                f"{source}{err.message} (entries are selected by the process that asks: "
+                "run the check as the agent's user)",
+            )
+        ]
+    return _material_findings(agent_id, material, tls, "certificate", source)
 
 
 def _check_modules(config: AgentConfig, findings: list[Finding]) -> CapabilityRegistry | None:

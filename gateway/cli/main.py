@@ -17,6 +17,7 @@ from gateway.cli import (
     admin_commands,
     agent_commands,
     check_commands,
+    completion,
     db_commands,
     idempotency_commands,
     plan_commands,
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     db_commands.add_commands(commands)
     spiffe_commands.add_commands(commands)
     check_commands.add_commands(commands)
+    completion.add_commands(commands)
     return parser
 
 

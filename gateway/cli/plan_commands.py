@@ -121,6 +121,9 @@ async def _tasks(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps([_summary(task) for task in listed], indent=2))
             return 0
+        if not listed:
+            print("no tasks (a plan run with `a2a-gateway run` makes one)")
+            return 0
         print(f"{'TASK':<34} {'STATE':<13} {'REV':>3} {'STEPS':>5} {'REASON'}")
         for task in listed:
             print(

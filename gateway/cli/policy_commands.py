@@ -66,7 +66,7 @@ def add_actions(policy_sub: Any) -> None:
     explain = policy_sub.add_parser(
         "explain", help="the decision for one call and the step that makes it"
     )
-    explain.add_argument("--policy", type=Path, required=True)
+    explain.add_argument("--policy", type=Path, required=True, help="policy file (TOML)")
     explain.add_argument("--peer", required=True, help="caller's SPIFFE ID")
     explain.add_argument("capability", help="NAME or NAME@CONSTRAINT")
     explain.add_argument("--size", type=byte_count, default=0, help="payload bytes (default 0)")

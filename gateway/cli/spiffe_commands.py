@@ -15,9 +15,10 @@ def add_commands(commands: Any) -> None:
     sub = spiffe.add_subparsers(dest="spiffe_command", required=True, metavar="ACTION")
     dns_name = sub.add_parser(
         "dns-name",
-        help="print the DNS name peers verify SPIFFE_ID by (spire-server entry create -dns NAME)",
+        help="print the DNS name derived from SPIFFE_ID, optional on its SVID, for clients "
+        "that verify only host names (spire-server entry create -dns NAME)",
     )
-    dns_name.add_argument("spiffe_id", metavar="SPIFFE_ID")
+    dns_name.add_argument("spiffe_id", metavar="SPIFFE_ID", help="the agent's SPIFFE ID")
     dns_name.set_defaults(run=_dns_name)
 
 

@@ -9,8 +9,10 @@ nothing was sent. So:
 * a call is sent only on a READY channel (:func:`channel_connected`), i.e. once
   the TLS handshake, which checks the server's identity, has succeeded;
 * when a channel fails to connect, nothing was sent, and a handshake of our own
-  (:func:`serves_another_identity`: same CA, same expected name) tells whether
-  the server's certificate is for another identity. gRPC Python reports its own
+  (:func:`probe_server_identity`: same bundle, the SPIFFE ID pinned by its URI
+  SAN) tells whether the server's certificate is for another identity, or for
+  the expected one without the DNS name gRPC verifies (the caller then goes
+  through ``gateway.client.spiffe_relay``). gRPC Python reports its own
   handshake error only as status text, the very thing a server can also send.
 
 Used by ``PeerClient`` (peers) and ``gateway.client.a2a.upstream_reach``
@@ -20,13 +22,13 @@ Used by ``PeerClient`` (peers) and ``gateway.client.a2a.upstream_reach``
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
+from enum import Enum
 
 import grpc
 from grpc import aio
 
-_HOSTNAME_MISMATCH = 62  # OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH
+from gateway.client.pinned_tls import WrongServerIdentity, carries_derived_name
 
 
 async def channel_connected(channel: aio.Channel) -> bool:
@@ -44,45 +46,46 @@ async def channel_connected(channel: aio.Channel) -> bool:
     return True
 
 
-def identity_check_context(ca_pem: bytes) -> ssl.SSLContext:
-    """A client context that trusts only ``ca_pem`` and verifies the server's name.
+class ServerIdentity(Enum):
+    """What our own handshake found the server to be (see :func:`probe_server_identity`)."""
 
-    It presents no certificate: the client checks the server's certificate as
-    soon as it arrives, before it would send its own, so the check needs none.
-    """
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=ca_pem.decode("ascii"))
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.set_alpn_protocols(["h2"])
-    return context
+    EXPECTED = "the expected SPIFFE ID, with the DNS name derived from it"
+    EXPECTED_URI_ONLY = "the expected SPIFFE ID, without the derived DNS name"
+    ANOTHER = "a certificate of the bundle for another identity"
+    UNKNOWN = "no verdict: refused, closed, timed out, or another verification error"
 
 
-def names_another_identity(err: ssl.SSLCertVerificationError) -> bool:
-    """True if our OpenSSL refused the certificate because it is not valid for the name."""
-    return err.verify_code == _HOSTNAME_MISMATCH
+def names_another_identity(err: ssl.SSLError) -> bool:
+    """True if our own handshake refused the server for holding another identity."""
+    return isinstance(err, WrongServerIdentity)
 
 
-async def serves_another_identity(
-    address: str, context: ssl.SSLContext, server_name: str, timeout: float
-) -> bool:
-    """True only when our own handshake with ``address`` found its certificate not
-    valid for ``server_name``.
+async def probe_server_identity(
+    address: str, context: ssl.SSLContext, expected_id: str, timeout: float
+) -> ServerIdentity:
+    """Who the server at ``address`` is, by a TLS handshake of our own.
 
-    False for anything else: refused, closed, timed out, another verification
-    error, or a handshake that now succeeds.
+    ``context`` comes from ``gateway.client.pinned_tls.pinned_context`` for
+    ``expected_id``: it presents our certificate (so the handshake completes
+    under TLS 1.2 too) and checks the SPIFFE ID in the handshake. The
+    connection is closed at once; nothing is sent on it.
     """
     host, _, port = address.rpartition(":")
     try:
         _, writer = await asyncio.wait_for(
-            asyncio.open_connection(
-                host.strip("[]"), int(port), ssl=context, server_hostname=server_name
-            ),
+            # SNI: the host dialled (none for an IP address); no name is verified.
+            asyncio.open_connection(host.strip("[]"), int(port), ssl=context),
             timeout,
         )
-    except ssl.SSLCertVerificationError as err:
-        return names_another_identity(err)
-    except (OSError, TimeoutError, ValueError):
-        return False
-    writer.close()
-    with contextlib.suppress(OSError, ssl.SSLError):
-        await writer.wait_closed()
-    return False
+    except WrongServerIdentity:
+        return ServerIdentity.ANOTHER
+    except (OSError, TimeoutError, ValueError):  # ssl errors are OSErrors
+        return ServerIdentity.UNKNOWN
+    ssl_object = writer.get_extra_info("ssl_object")
+    der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+    # No TLS close: a gRPC server answers close_notify only when its handshake
+    # timeout ends the connection that never sent the HTTP/2 preface.
+    writer.transport.abort()
+    if der and carries_derived_name(der, expected_id):
+        return ServerIdentity.EXPECTED
+    return ServerIdentity.EXPECTED_URI_ONLY

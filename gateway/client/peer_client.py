@@ -3,7 +3,11 @@
 A call is sent only once the channel's TLS handshake, which checks the peer's
 identity, has succeeded; a channel that cannot connect sent nothing, and only
 then does ``PEER_IDENTITY_MISMATCH`` come up, decided by a handshake of our own
-(``gateway.client.handshake``). What a peer answers after a call was sent
+(``gateway.client.handshake``). The channel first pins the peer by the DNS
+name derived from its SPIFFE ID; when that handshake of our own finds the
+peer's certificate holds the SPIFFE ID but not that name (an SVID with only
+its URI SAN), the client goes on through ``gateway.client.spiffe_relay``,
+which pins the URI SAN itself. What a peer answers after a call was sent
 never claims that nothing ran unless it is a refusal a peer may give
 (``gateway.transport.status.from_rpc_error``).
 """
@@ -25,10 +29,12 @@ from opentelemetry.trace import SpanKind
 
 from capabilities.canonical import ascii_json
 from gateway.client.handshake import (
+    ServerIdentity,
     channel_connected,
-    identity_check_context,
-    serves_another_identity,
+    probe_server_identity,
 )
+from gateway.client.pinned_tls import pinned_context
+from gateway.client.spiffe_relay import SpiffeRelay
 from gateway.errors import (
     DeadlineExceeded,
     GatewayError,
@@ -39,9 +45,8 @@ from gateway.errors import (
 from gateway.identity.presented import USER_TOKEN
 from gateway.telemetry.tracing import AgentTracing, mark_refused, outgoing_metadata
 from gateway.transport.status import from_rpc_error
-from gateway.transport.tls import TlsMaterial, channel_options
+from gateway.transport.tls import TlsMaterial, channel_options, relay_channel_options
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
-from policies.identity import svid_dns_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,24 +118,47 @@ class RequestIds:
 class PeerClient:
     """One reusable mTLS channel to one peer.
 
-    The TLS handshake only succeeds if the server's certificate carries the
-    ``peer_id`` it is expected to be (see ``policies.identity.svid_dns_name``),
-    and no call is sent before it has.
+    The TLS handshake only succeeds if the server's certificate holds the
+    ``peer_id`` it is expected to be, and no call is sent before it has: by the
+    DNS name derived from it (``policies.identity.svid_dns_name``), or, for a
+    certificate without that name, by its URI SAN through a relay.
+
+    Args:
+        peer_id: The SPIFFE ID the peer must hold.
+        address: Its ``host:port``.
+        tls: This agent's certificate, key and bundles.
+        tracing: Spans of the calls.
+        through_relay: Start with the relay (the peer's certificate is known
+            to carry only its URI SAN, e.g. from a client this one replaces).
     """
 
     def __init__(
-        self, peer_id: str, address: str, tls: TlsMaterial, tracing: AgentTracing | None = None
+        self,
+        peer_id: str,
+        address: str,
+        tls: TlsMaterial,
+        tracing: AgentTracing | None = None,
+        *,
+        through_relay: bool = False,
     ) -> None:
         self.peer_id = peer_id
         self.address = address
         self._tracing = tracing if tracing is not None else AgentTracing(peer_id, None)
+        self._tls = tls
+        self._relay: SpiffeRelay | None = None
+        self._relay_wanted = through_relay
+        self._switching = asyncio.Lock()
         self._channel = aio.secure_channel(
             address, tls.channel_credentials(peer_id), options=channel_options(peer_id)
         )
         self._stub = gateway_pb2_grpc.PeerGatewayStub(self._channel)  # type: ignore[no-untyped-call]
         self._ids = RequestIds()
-        self._ca_pem = tls.ca_pem
-        self._check_context: ssl.SSLContext | None = None
+        self._context: ssl.SSLContext | None = None
+
+    @property
+    def through_relay(self) -> bool:
+        """True once calls go through the relay (the peer's SVID has only its URI SAN)."""
+        return self._relay is not None
 
     async def describe(self, *, timeout: float = 5.0) -> PeerDescription:
         """Ask the peer what we may call there."""
@@ -225,6 +253,9 @@ class PeerClient:
         if self._channel.get_state(try_to_connect=True) is grpc.ChannelConnectivity.READY:
             return timeout
         started = time.monotonic()
+        if self._relay_wanted and self._relay is None:
+            await self._use_relay()
+        relayed = self._relay is not None
         try:
             connected = await asyncio.wait_for(channel_connected(self._channel), timeout)
         except TimeoutError as err:
@@ -232,25 +263,53 @@ class PeerClient:
         left = timeout - (time.monotonic() - started)
         if connected:
             return left
-        if left > 0 and await self._serves_another_identity(left):
+        identity = await self._identity(left) if left > 0 else ServerIdentity.UNKNOWN
+        if identity is ServerIdentity.EXPECTED_URI_ONLY and not relayed:
+            self._relay_wanted = True  # the peer's certificate has no derived DNS name
+            return await self._connected(timeout - (time.monotonic() - started))
+        if identity is ServerIdentity.ANOTHER:
             raise PeerIdentityMismatch(
-                f"the server's certificate is not valid for {self.peer_id}: it must carry "
-                f"that SPIFFE ID and the DNS name {svid_dns_name(self.peer_id)} made from it"
+                f"the server's certificate is not valid for {self.peer_id}: "
+                "it must carry that SPIFFE ID as its one URI SAN"
             )
         raise PeerUnavailable(f"UNAVAILABLE: could not connect to {self.address}")
 
-    async def _serves_another_identity(self, timeout: float) -> bool:
-        if self._check_context is None:
+    async def _identity(self, timeout: float) -> ServerIdentity:
+        try:
+            if self._context is None:
+                self._context = pinned_context(self._tls, self.peer_id, alpn=["h2"])
+        except (ssl.SSLError, ValueError, GatewayError):  # a bundle Python's ssl cannot read
+            return ServerIdentity.UNKNOWN
+        return await probe_server_identity(self.address, self._context, self.peer_id, timeout)
+
+    async def _use_relay(self) -> None:
+        """From now on, reach the peer through a relay that pins its URI SAN.
+
+        Raises:
+            PeerUnavailable: no bundle for the peer's trust domain, or the relay
+                could not listen (nothing was sent).
+        """
+        async with self._switching:
+            if self._relay is not None:
+                return
             try:
-                self._check_context = identity_check_context(self._ca_pem)
-            except (ssl.SSLError, ValueError):  # a CA file Python's ssl cannot read
-                return False
-        name = svid_dns_name(self.peer_id)
-        return await serves_another_identity(self.address, self._check_context, name, timeout)
+                if self._context is None:
+                    self._context = pinned_context(self._tls, self.peer_id, alpn=["h2"])
+                relay = SpiffeRelay(self.address, self._context)
+                target = await relay.start()
+            except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
+                raise PeerUnavailable(f"UNAVAILABLE: no relay to {self.address}: {err}") from err
+            native, self._relay = self._channel, relay
+            options = relay_channel_options(self.peer_id)
+            self._channel = aio.insecure_channel(target, options=options)
+            self._stub = gateway_pb2_grpc.PeerGatewayStub(self._channel)  # type: ignore[no-untyped-call]
+            await native.close()
 
     async def close(self, grace: float | None = None) -> None:
         """Close the channel; with ``grace``, calls in flight get that long to finish."""
         await self._channel.close(grace)
+        if self._relay is not None:
+            await self._relay.close()
 
     async def __aenter__(self) -> PeerClient:
         return self

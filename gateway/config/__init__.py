@@ -10,6 +10,7 @@ from gateway.config.audit_checkpoints import AuditCheckpoints
 from gateway.config.console import ConsoleSettings
 from gateway.config.fields import Duration
 from gateway.config.identity import IdentitySettings, TokenIssuer, TokenSettings
+from gateway.config.mcp import McpSettings, McpUpstreamEntry, McpUpstreamTool
 from gateway.config.metrics import MetricsSettings
 from gateway.config.peers import PeerEntry
 from gateway.config.plans import PlanSettings
@@ -25,6 +26,9 @@ __all__ = [
     "ConsoleSettings",
     "Duration",
     "IdentitySettings",
+    "McpSettings",
+    "McpUpstreamEntry",
+    "McpUpstreamTool",
     "MetricsSettings",
     "PeerEntry",
     "PlanSettings",

@@ -56,6 +56,19 @@ Example::
     enabled = true               # the hosts a caller may name: its grant's push_hosts
     # ca = "pki/webhooks-ca.pem" # extra CAs trusted for webhook certificates (with the system's)
 
+    [mcp]                        # optional; off unless configured
+    listen = "127.0.0.1:7444"    # capabilities as MCP tools (Streamable HTTP at /mcp, mTLS)
+
+    [[mcp_upstreams]]            # an MCP server, fronted here (or url = "https://...")
+    name = "files"
+    command = "mcp-files-server"
+    [[mcp_upstreams.tools]]
+    tool = "read_file"
+    capability = "files.read"
+    version = "1.0.0"
+    risk = "read"
+    timeout = 10.0
+
     [metrics]                    # optional; off unless configured
     listen = "127.0.0.1:9464"    # Prometheus text format at /metrics
     peer_labels = false          # peer ids as labels (cardinality: off by default)
@@ -78,6 +91,7 @@ Relative paths are resolved against the config file's folder.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Literal
@@ -95,6 +109,7 @@ from gateway.config.audit_checkpoints import AuditCheckpoints
 from gateway.config.console import ConsoleSettings
 from gateway.config.fields import Duration, FrozenTable
 from gateway.config.identity import IdentitySettings
+from gateway.config.mcp import McpSettings, McpUpstreamEntry
 from gateway.config.metrics import MetricsSettings
 from gateway.config.peers import PeerEntry
 from gateway.config.plans import PlanSettings
@@ -134,6 +149,8 @@ class AgentConfig(FrozenTable):
             module beside the config needs no ``PYTHONPATH``).
         peers: Known peers.
         upstreams: Existing A2A agents whose skills this agent serves.
+        mcp: Serve the capabilities as MCP tools (``[mcp]``; None: not served).
+        mcp_upstreams: MCP servers whose tools this agent serves.
         audit_checkpoints: Signed checkpoints of the audit log's head.
         plans: How this agent runs plans (``[plans]``).
         a2a: How this agent serves A2A and keeps its tasks (``[a2a]``).
@@ -186,6 +203,8 @@ class AgentConfig(FrozenTable):
     module_dir: Path | None = None
     peers: tuple[PeerEntry, ...] = ()
     upstreams: tuple[UpstreamEntry, ...] = ()
+    mcp: McpSettings | None = None
+    mcp_upstreams: tuple[McpUpstreamEntry, ...] = ()
     audit_checkpoints: AuditCheckpoints = AuditCheckpoints()
     plans: PlanSettings = PlanSettings()
     a2a: A2ASettings = A2ASettings()
@@ -254,6 +273,24 @@ class AgentConfig(FrozenTable):
             raise ValueError("upstreams: a capability name appears twice in upstreams.skills")
         return self
 
+    @model_validator(mode="after")
+    def _unique_mcp_upstreams(self) -> AgentConfig:
+        names = [entry.name for entry in self.mcp_upstreams]
+        if len(names) != len(set(names)):
+            raise ValueError("mcp_upstreams: a name appears twice")
+        capabilities = [
+            *(skill.capability for up in self.upstreams for skill in up.skills),
+            *(tool.capability for up in self.mcp_upstreams for tool in up.tools),
+        ]
+        if len(capabilities) != len(set(capabilities)):
+            raise ValueError(
+                "mcp_upstreams: a capability name appears twice in mcp_upstreams.tools "
+                "or upstreams.skills"
+            )
+        if self.mcp is not None and self.workers > 1 and self.mcp.port == 0:
+            raise ValueError("mcp.listen: with workers > 1 the workers share a fixed port, not 0")
+        return self
+
     def peer(self, peer_id: str) -> PeerEntry:
         """The configured peer ``peer_id``; AgentConfigError if unknown."""
         for entry in self.peers:
@@ -295,6 +332,7 @@ class AgentConfig(FrozenTable):
                 "push": self.push.model_copy(
                     update={"ca": None if self.push.ca is None else fix(self.push.ca)}
                 ),
+                "mcp_upstreams": tuple(_resolved_mcp(entry, fix) for entry in self.mcp_upstreams),
                 "audit_checkpoints": self.audit_checkpoints.model_copy(
                     update={
                         "file": None
@@ -304,6 +342,21 @@ class AgentConfig(FrozenTable):
                 ),
             }
         )
+
+
+def _resolved_mcp(entry: McpUpstreamEntry, fix: Callable[[Path], Path]) -> McpUpstreamEntry:
+    """``entry`` with its folder, stderr file and a command given as a relative path made
+    absolute (a bare command name is still looked up on ``PATH``)."""
+    command = entry.command
+    if command is not None and "/" in command:
+        command = str(fix(Path(command)))
+    return entry.model_copy(
+        update={
+            "command": command,
+            "cwd": None if entry.cwd is None else fix(entry.cwd),
+            "stderr_file": None if entry.stderr_file is None else fix(entry.stderr_file),
+        }
+    )
 
 
 def load_agent_config(path: Path) -> AgentConfig:

@@ -13,7 +13,7 @@ from pydantic import (
     field_validator,
 )
 
-from gateway.config.fields import Duration, FrozenTable
+from gateway.config.fields import ExpiryWindow, FrozenTable, LifetimeShare
 
 
 class TlsFiles(FrozenTable):
@@ -25,16 +25,17 @@ class TlsFiles(FrozenTable):
         cert: The agent's certificate (its SPIFFE ID must equal the agent id).
         key: The agent's private key.
         expiry_warning: Warn (log line and stat) when the agent's own
-            certificate expires within this span (default ``"7d"``): at start,
-            on every reload and once a day. The files are re-read on SIGHUP
-            and when they change; see ``gateway.transport.live_tls``.
+            certificate expires within this span (default ``"7d"``), or within
+            this share of its lifetime (``"25%"``): at start, on every reload
+            and once a day. The files are re-read on SIGHUP and when they
+            change; see ``gateway.transport.live_tls``.
     """
 
     source: Literal["files"] = "files"
     ca: Path
     cert: Path
     key: Path
-    expiry_warning: Duration = timedelta(days=7)
+    expiry_warning: ExpiryWindow = timedelta(days=7)
 
 
 _SOCKET_SCHEME = "unix://"
@@ -57,15 +58,17 @@ class WorkloadApiTls(FrozenTable):
             (the SPIRE agent may still be attesting it); then it refuses to
             start.
         expiry_warning: Warn (log line and stat) when the SVID in force
-            expires within this span (default ``"5m"``): SPIRE rotates an SVID
-            at half its lifetime, so an SVID this close to its end means
-            rotation has stopped.
+            has less than this share of its lifetime left (default ``"25%"``),
+            or expires within a span (``"5m"``). SPIRE rotates an SVID at half
+            its lifetime, so a quarter left means rotation has stopped, however
+            short the SVIDs are (a fixed ``"5m"`` would warn of every
+            ten-minute SVID just before its rotation).
     """
 
     source: Literal["workload-api"]
     socket: str | None = None
     start_timeout: float = Field(default=10.0, gt=0, le=600)
-    expiry_warning: Duration = timedelta(minutes=5)
+    expiry_warning: ExpiryWindow = LifetimeShare(25.0)
 
     @field_validator("socket")
     @classmethod

@@ -30,21 +30,47 @@ DECISION_COLUMNS = (
     "Time (UTC)",
     "Peer",
     "Capability",
-    "Constraint",
-    "Served",
+    "Version",
     "Decision",
     "Reason",
     "Size",
-    "Latency ms",
+    "ms",
     "Request id",
     "Trace id",
 )
+"""The live table's columns; ``static/console.js`` fills the same ones, cut the same way."""
+SHOWN = {"peer": 32, "capability": 32, "request_id": 14, "trace_id": 9}
+"""Characters a cell of the live table shows (the whole value in its ``title``), so the table
+fits a 1280 px wide window; ``static/console.js`` cuts to the same widths."""
 FILTERS = ("peer", "capability", "reason", "since", "trace")
 
 
 def esc(value: object) -> str:
     """A value as HTML text: printable, then escaped (quotes too, for attributes)."""
     return html.escape(printable(str(value)), quote=True)
+
+
+def cell(value: str, shown: int) -> str:
+    """``value`` cut to ``shown`` characters (an ellipsis in the middle), the whole value in
+    its ``title`` (what the browser shows on hover), both escaped."""
+    text = printable(value)
+    if len(text) <= shown:
+        return html.escape(text, quote=True)
+    half = (shown - 1) // 2
+    short = text[:half] + "…" + text[-(shown - 1 - half) :]
+    return f'<span title="{html.escape(text, quote=True)}">{html.escape(short, quote=True)}</span>'
+
+
+def span_text(seconds: float) -> str:
+    """A duration as people read it: ``0.4 s``, ``12 s``, ``4 min 05 s``, ``2 h 03 min``."""
+    if seconds < 10:
+        return f"{max(0.0, seconds):.1f} s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
 
 
 def href(path: str, params: Mapping[str, str]) -> str:
@@ -64,16 +90,20 @@ def utc(time_unix_ms: int | float) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def layout(title: str, active: str, agent_id: str, body: str) -> str:
-    """A whole page: header with the agent's id, navigation, ``body`` (already HTML)."""
+def layout(title: str, active: str, agent_id: str, body: str, *, refresh: int = 0) -> str:
+    """A whole page: header with the agent's id, navigation, ``body`` (already HTML).
+
+    ``refresh``: the browser loads the page again every that many seconds (0: never).
+    """
     current = ' class="active"'
     nav = "".join(
         f'<a href="{path}"{current if path == active else ""}>{esc(name)}</a>' for path, name in NAV
     )
+    reload = f'<meta http-equiv="refresh" content="{refresh}">' if refresh else ""
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{esc(title)} · a2a-gateway console</title>"
+        f"{reload}<title>{esc(title)} · a2a-gateway console</title>"
         '<link rel="stylesheet" href="/static/console.css">'
         '<script src="/static/console.js" defer></script></head><body>'
         f'<header><h1>a2a-gateway console</h1><p class="agent">{esc(agent_id)}</p>'
@@ -89,27 +119,35 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], body_id: str = 
     return f"<table><thead><tr>{head}</tr></thead><tbody{ident}>{body}</tbody></table>"
 
 
-def trace_link(trace_id: str) -> str:
-    """A link to every record of the trace (``-`` without one)."""
+def clock(moment: str) -> str:
+    """``HH:MM:SS.mmm`` of an ISO 8601 time from :func:`utc` (anything else as it is)."""
+    return moment[11:23] if moment[10:11] == "T" else moment
+
+
+def trace_link(trace_id: str, shown: int = 32) -> str:
+    """A link to every record of the trace (``-`` without one), its id cut to ``shown``."""
     if not trace_id:
         return "-"
-    return f'<a class="trace" href="{href("/", {"trace": trace_id})}">{esc(trace_id)}</a>'
+    target = href("/", {"trace": trace_id})
+    return (
+        f'<a class="trace" href="{target}" data-trace="{esc(trace_id)}">{cell(trace_id, shown)}</a>'
+    )
 
 
 def decision_cells(rec: AuditRecord) -> list[str]:
     """The cells of one decision row (the same columns the live script fills in)."""
+    moment = utc(rec.time_unix_ms)
     return [
-        esc(utc(rec.time_unix_ms)),
-        esc(rec.peer_id or "-"),
-        esc(rec.capability or "-"),
-        esc(rec.version_constraint or "-"),
-        esc(rec.served_version or "-"),
+        f'<span title="{esc(moment)}">{esc(clock(moment))}</span>',
+        cell(rec.peer_id or "-", SHOWN["peer"]),
+        cell(rec.capability or "-", SHOWN["capability"]),
+        esc(f"{rec.version_constraint or '*'} → {rec.served_version or '-'}"),
         f'<span class="{esc(rec.decision)}">{esc(rec.decision)}</span>',
         esc(rec.reason),
         esc(rec.payload_size),
         esc(f"{rec.latency_ms:.1f}"),
-        esc(rec.request_id),
-        trace_link(rec.trace_id),
+        cell(rec.request_id or "-", SHOWN["request_id"]),
+        trace_link(rec.trace_id, SHOWN["trace_id"]),
     ]
 
 

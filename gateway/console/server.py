@@ -65,6 +65,8 @@ _PAGES: dict[str, tuple[str, Callable[[views.ConsoleSource, Query], Awaitable[st
     "/audit": ("Audit chain and checkpoints", status_views.audit_status),
     "/tasks": ("Calls and A2A tasks in flight", lambda source, _: status_views.in_flight(source)),
 }
+_REFRESH_SECONDS = {"/tasks": 5}
+"""Pages the browser loads again by itself (calls in flight change by the second)."""
 _MISDIRECTED = "this console answers only requests for its own address\n"
 
 
@@ -171,7 +173,10 @@ class ConsoleServer:
         path = request.scope["path"]
         title, view = _PAGES[path]
         body = await _page_body(view, self._source, Query.of(request))
-        return Response(layout(title, path, self._source.config.id, body), media_type=HTML)
+        page = layout(
+            title, path, self._source.config.id, body, refresh=_REFRESH_SECONDS.get(path, 0)
+        )
+        return Response(page, media_type=HTML)
 
     async def _health(self, request: Request) -> Response:
         status, body = health_answer(request.scope["path"], self._source.health_state)

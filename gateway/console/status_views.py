@@ -17,9 +17,20 @@ from gateway.audit.filter import AuditFilter
 from gateway.audit.store.sqlite_schema import TIME_RANGE_MS
 from gateway.config import TlsFiles, TlsSettings
 from gateway.console.http import Query
-from gateway.console.pages import esc, facts, href, problem_note, table, trace_link, utc
+from gateway.console.pages import (
+    cell,
+    esc,
+    facts,
+    href,
+    problem_note,
+    span_text,
+    table,
+    trace_link,
+    utc,
+)
 from gateway.console.views import ConsoleSource, agent_filter
 from gateway.errors import ConfigError
+from gateway.inbound.in_flight import RunningCall
 from gateway.storage import open_audit_reader
 
 
@@ -193,13 +204,14 @@ def _in_range(time_unix_ms: int) -> bool:
 
 
 def in_flight(source: ConsoleSource) -> str:
-    """Calls (Invoke and A2A tasks) running now, per peer."""
+    """Calls (Invoke and A2A tasks) running now, one row each, the longest running first.
+
+    Each row: the peer, capability and version, binding, task, how long it has
+    run, and the last progress its capability reported to the watching caller
+    (shown here only: the console already shows every decision).
+    """
     stats = source.limit_stats()
-    rows = [
-        [f'<a href="{href("/", {"peer": peer})}">{esc(peer)}</a>', esc(count)]
-        for peer, count in sorted(stats.in_flight.items())
-        if count
-    ]
+    running = source.calls_in_flight()
     summary = facts(
         [
             ("Running now", esc(stats.in_flight_total)),
@@ -207,4 +219,31 @@ def in_flight(source: ConsoleSource) -> str:
             ("Limit refusals since start", esc(stats.refused_total)),
         ]
     )
-    return summary + table(("Peer", "Calls and A2A tasks in flight"), rows)
+    note = ""
+    if source.config.workers > 1:
+        note = (
+            '<p class="note">The rows are the calls of the worker that serves this console; '
+            "the count above is of every worker.</p>"
+        )
+    if not running.calls:
+        return summary + note + '<p class="empty">No call is running now.</p>'
+    rows = [_in_flight_row(call, running.now) for call in running.calls]
+    headers = ("Peer", "Capability", "Binding", "Task", "Running for", "Progress")
+    return summary + note + table(headers, rows, body_id="in-flight-rows")
+
+
+def _in_flight_row(call: RunningCall, now: float) -> list[str]:
+    progress = "-"
+    if call.progress_at:
+        progress = (
+            f'{cell(call.progress, 60)} <span class="age">'
+            f"({esc(span_text(now - call.progress_at))} ago)</span>"
+        )
+    return [
+        f'<a href="{href("/", {"peer": call.peer_id})}">{cell(call.peer_id, 44)}</a>',
+        f'{cell(call.capability, 32)} <span class="version">{esc(call.version)}</span>',
+        esc(call.binding or "-"),
+        cell(call.task_id or "-", 14),
+        esc(span_text(now - call.started)),
+        progress,
+    ]

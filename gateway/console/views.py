@@ -27,6 +27,7 @@ from gateway.console.pages import (
     table,
 )
 from gateway.errors import ConfigError
+from gateway.inbound.in_flight import InFlightCalls
 from gateway.inbound.limits.admission import LimitStats
 from gateway.storage import open_audit_reader
 from gateway.telemetry.health_http import HealthState
@@ -61,6 +62,9 @@ class ConsoleSource(Protocol):
 
     def limit_stats(self) -> LimitStats:
         """Calls in flight and limit refusals."""
+
+    def calls_in_flight(self) -> InFlightCalls:
+        """The calls running now, one row each."""
 
     def health_state(self) -> HealthState:
         """What the gRPC health service says."""

@@ -2,8 +2,10 @@
 
 Certificates follow the SPIFFE X.509-SVID spec (one URI SAN per leaf, a CA
 without a path below it) and add the DNS name from ``svid_dns_name`` so gRPC's
-hostname check proves which SPIFFE ID the server holds. Meant for local and
-test deployments; production trust domains bring their own CA.
+hostname check proves which SPIFFE ID the server holds. ``uri_san_only`` leaves
+that name out, as a SPIRE registration without ``-dns`` does: clients then pin
+the URI SAN (``gateway.client.pinned_tls``). Meant for local and test
+deployments; production trust domains bring their own CA.
 
 That binding holds only while no certificate of the CA can answer for another
 agent's name, so:
@@ -215,6 +217,7 @@ class CertificateAuthority:
         loopback_sans: bool = False,
         dns_names: Sequence[str] = (),
         ip_addresses: Sequence[str] = (),
+        uri_san_only: bool = False,
     ) -> tuple[bytes, bytes]:
         """An X.509-SVID for ``spiffe_id``, usable as both TLS server and client.
 
@@ -230,6 +233,8 @@ class CertificateAuthority:
                 the CA's permitted DNS subtrees.
             ip_addresses: Extra IP addresses (any; not from an older CA that
                 constrains IPs).
+            uri_san_only: Leave out the DNS name derived from ``spiffe_id``
+                (the SVID a SPIRE registration without ``-dns`` gives).
 
         Returns:
             ``(cert_pem, key_pem)``.
@@ -249,9 +254,10 @@ class CertificateAuthority:
         extra_ips = [*(LOOPBACK_IPS if loopback_sans else ()), *ip_addresses]
         check_extra_names(self.certificate, extra_dns, extra_ips)
         now = now or datetime.now(UTC)
+        derived = [] if uri_san_only else [svid_dns_name(spiffe_id)]
         return self.mint(
             uris=[spiffe_id],
-            dns_names=_unique([svid_dns_name(spiffe_id), *(dns_name(n) for n in extra_dns)]),
+            dns_names=_unique([*derived, *(dns_name(n) for n in extra_dns)]),
             ip_addresses=_unique([str(ipaddress.ip_address(ip)) for ip in extra_ips]),
             not_before=now - CLOCK_SKEW,
             not_after=now + valid_for,
@@ -295,6 +301,7 @@ def issue(
     overwrite: bool = False,
     dns_names: Sequence[str] = (),
     ip_addresses: Sequence[str] = (),
+    uri_san_only: bool = False,
 ) -> IssuedIdentity:
     """Issue ``spiffe://<trust domain>/agent/<name>`` from the CA in ``directory``.
 
@@ -304,7 +311,7 @@ def issue(
     agent watching them sees old or new files, never half of one; in between
     it sees a new key with the old certificate, rejects the mismatch, and takes
     the pair once the certificate follows. ``loopback_sans``, ``dns_names``,
-    ``ip_addresses``: see :meth:`CertificateAuthority.issue_svid`.
+    ``ip_addresses``, ``uri_san_only``: see :meth:`CertificateAuthority.issue_svid`.
 
     Raises:
         ConfigError: ``name`` is invalid or reserved, the CA cannot be loaded,
@@ -324,6 +331,7 @@ def issue(
         loopback_sans=loopback_sans,
         dns_names=dns_names,
         ip_addresses=ip_addresses,
+        uri_san_only=uri_san_only,
     )
     cert_path, key_path = directory / f"{name}.pem", directory / f"{name}.key"
     existing = [path for path in (cert_path, key_path) if path.exists()]

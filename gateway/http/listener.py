@@ -23,8 +23,10 @@ from gateway.errors import ConfigError
 ASGIApp = Any
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
+def bind_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     """A TCP socket bound to ``host:port``, not yet listening (a name: its IPv4 address).
+
+    ``reuse_port``: the agent's sibling workers bind the same port (``SO_REUSEPORT``).
 
     Raises:
         OSError: The address cannot be bound (in use, not ours, unresolvable).
@@ -38,6 +40,8 @@ def bind_socket(host: str, port: int) -> socket.socket:
     # response on a kept-alive connection waits ~40 ms for the peer's delayed ACK.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
     except OSError:
@@ -96,15 +100,17 @@ class HttpListener:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, *, reuse_port: bool = False) -> int:
         """Bind ``host:port`` (port 0 picks one) and serve; returns the bound port.
+
+        ``reuse_port``: as for :func:`bind_socket`.
 
         Raises:
             OSError: The address cannot be bound.
             ConfigError: uvicorn would not start on it.
             ssl.SSLError: The listening context cannot be built.
         """
-        self._sock = bind_socket(host, port)
+        self._sock = bind_socket(host, port, reuse_port=reuse_port)
         try:
             self._config.load()
             self._server.lifespan = self._config.lifespan_class(self._config)

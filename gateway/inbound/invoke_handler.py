@@ -28,6 +28,7 @@ from gateway.errors import (
     Cancelled,
     DeadlineExceeded,
     GatewayError,
+    IdempotencyConflict,
     LimitRefusal,
     OutputTooLarge,
 )
@@ -35,6 +36,7 @@ from gateway.identity import PresentedTokens, TokenIdentities
 from gateway.identity.exchange import ActingFor
 from gateway.inbound.call import REQUEST_ID, InvokeCall, deadline_from
 from gateway.inbound.idempotency.store import IdempotencyStore, StoredAnswer
+from gateway.inbound.in_flight import CallsInFlight, ProgressTap
 from gateway.inbound.limits.admission import AdmissionControl, CallSlot, PeerCallLimits
 from gateway.inbound.limits.refusal_log import LimitRefusalLog
 from gateway.inbound.pipeline import (
@@ -127,6 +129,8 @@ class InvokeHandler:
         self._bind_peer_call = bind_peer_call
         self._running: set[asyncio.Future[object]] = set()
         """Tasks inside :meth:`run` (their outcome record is still to be queued)."""
+        self.in_flight = CallsInFlight()
+        """The calls inside :meth:`run`, one row each (the console's in-flight page)."""
         self.limits: AdmissionControl = limits if limits is not None else PeerCallLimits(256)
         """Per-peer rate/in-flight limits and the server-wide cap (``stats()``)."""
         self.limit_refusals = (
@@ -398,7 +402,8 @@ class InvokeHandler:
         return AdmittedCall(inbound.call, inbound.admission, inbound.payload, started, inbound.slot)
 
     async def run(self, admitted: AdmittedCall, events: CallEvents | None = None) -> InvokeOutcome:
-        """Run an admitted call; a failure is audited (decision ``allow``) and raised.
+        """Run an admitted call; a failure is audited (decision ``allow``; ``refuse`` for
+        an idempotency key reused with another payload, which runs nothing) and raised.
 
         The call's in-flight slot is given back when this returns or raises.
         ``events`` receives the capability's ``ctx.report_progress`` and
@@ -409,9 +414,20 @@ class InvokeHandler:
         task = asyncio.current_task()
         if task is not None:
             self._running.add(task)
+        call, admission = admitted.call, admitted.admission
+        key, row = self.in_flight.start(
+            admission.peer_id,
+            admission.capability.name,
+            str(admission.capability.version),
+            task_id=call.task_id,
+            request_id=call.request_id,
+        )
+        if events is not None:
+            events = ProgressTap(events, self.in_flight, row)
         try:
             return await self._run(admitted, events)
         finally:
+            self.in_flight.end(key)
             if task is not None:
                 self._running.discard(task)
             if admitted.slot is not None:
@@ -448,9 +464,12 @@ class InvokeHandler:
         try:
             outcome = await self._execute(call, admission, admitted.payload, ctx)
         except GatewayError as failure:
+            # A key reused with another payload is refused before anything runs, and
+            # the caller is told so: the log says the same (after any ADMITTED record).
+            decision = "refuse" if isinstance(failure, IdempotencyConflict) else "allow"
             await self._record_failure(
                 self._record(
-                    call, peer_id, served, "allow", failure.reason, started, failure.detail
+                    call, peer_id, served, decision, failure.reason, started, failure.detail
                 )
             )
             raise

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from gateway.display import printable
 from gateway.errors import ConfigError
 from gateway.local.regular_files import NOT_REGULAR, read_regular_file
+from gateway.local.toml_problems import toml_message, toml_path
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -23,18 +24,23 @@ MAX_FILE_BYTES = 16 * 1024 * 1024
 """Largest policy or agent config file read (about 100,000 grants); a larger one is refused."""
 
 
-def describe_validation_error(source: str, err: ValidationError, data: Any = None) -> str:
-    """One line per problem: ``file: key: why``, keys written TOML-style."""
+def describe_validation_error(
+    source: str, err: ValidationError, data: Any = None, model: type[BaseModel] | None = None
+) -> str:
+    """One line per problem: ``file: key: why``, keys written TOML-style and the why in the
+    file's words (``gateway.local.toml_problems``; ``model`` is what the file was read into)."""
     lines = []
     for problem in err.errors():
-        key = _toml_key(problem["loc"], data)
+        path = toml_path(problem, model)
+        key = _toml_key(path, data)
+        why = toml_message(problem, model, path)
         # Keys, values and the path come from outside: a newline in one must
         # not forge a second problem line, nor ESC or bidi codes reach a terminal.
-        lines.append(printable(f"{source}: {key or '(top level)'}: {problem['msg']}"))
+        lines.append(printable(f"{source}: {key or '(top level)'}: {why}"))
     return "\n".join(lines)
 
 
-def _toml_key(loc: tuple[int | str, ...], data: Any) -> str:
+def _toml_key(loc: list[int | str], data: Any) -> str:
     parts: list[str] = []
     for item in loc:
         if isinstance(item, int):
@@ -68,7 +74,7 @@ def parse_toml_model(
     try:
         return model.model_validate(data), data
     except ValidationError as err:
-        raise error(describe_validation_error(source, err, data)) from err
+        raise error(describe_validation_error(source, err, data, model)) from err
     except RecursionError as err:
         raise error(printable(f"{source}: nested too deeply to validate")) from err
 

@@ -21,12 +21,14 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from capabilities.registry import CapabilityRegistry
 from gateway.audit import AuditLog
 from gateway.client.a2a.upstream_client import UpstreamClient
+from gateway.client.mcp import McpUpstream
 from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig
 from gateway.console import ConsoleServer
 from gateway.errors import Unauthenticated
 from gateway.identity.exchange import ActingFor
 from gateway.inbound.idempotency.store import IdempotencyStore
+from gateway.inbound.in_flight import InFlightCalls
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.limits.admission import LimitStats
 from gateway.inbound.replay.store import ReplayWindow
@@ -212,6 +214,12 @@ class Agent:
         https = None if self._parts is None else self._parts.https
         return None if https is None else https.budget
 
+    @property
+    def mcp_url(self) -> str:
+        """``https://HOST:PORT/mcp`` of the MCP endpoint ("" when not served)."""
+        mcp = None if self._parts is None else self._parts.mcp
+        return "" if mcp is None else mcp.url
+
     def card_issuer(self) -> CardIssuer:
         """The interfaces the agent serves and its card signer, for the A2A cards."""
         return self.parts.endpoints.card_issuer()
@@ -257,6 +265,10 @@ class Agent:
     def limit_stats(self) -> LimitStats:
         """Limit refusals per peer and reason, and calls in flight (read-only snapshot)."""
         return self.parts.status.limit_stats()
+
+    def calls_in_flight(self) -> InFlightCalls:
+        """The calls running now, one row each (read-only snapshot)."""
+        return self.parts.status.calls_in_flight()
 
     def tls_stats(self) -> TlsStats:
         """Certificate reloads ok/rejected and the own certificate's expiry (snapshot)."""
@@ -346,6 +358,11 @@ class Agent:
     def console(self) -> ConsoleServer | None:
         """The read-only operator console (``[console]``; the first worker only)."""
         return self.parts.console
+
+    @property
+    def mcp_upstreams(self) -> list[McpUpstream]:
+        """One connection per ``[[mcp_upstreams]]`` entry (their tools pinned at start)."""
+        return self.parts.mcp_upstreams
 
     @property
     def upstreams(self) -> list[UpstreamClient]:

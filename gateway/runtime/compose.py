@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gateway.audit import AuditLog
 from gateway.client.a2a.upstream_client import UpstreamClient
+from gateway.client.mcp import McpUpstream
 from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig, WorkloadApiTls
 from gateway.console import ConsoleServer
@@ -38,7 +39,7 @@ from gateway.runtime.checkpoint_signing import checkpointer
 from gateway.runtime.endpoints import Endpoints
 from gateway.runtime.gauges import observe_parts
 from gateway.runtime.inputs import Inputs
-from gateway.runtime.listeners import GrpcServing, HttpsServing
+from gateway.runtime.listeners import GrpcServing, HttpsServing, McpServing
 from gateway.runtime.parts import Parts
 from gateway.runtime.peer_clients import PeerClients
 from gateway.runtime.rotation import use_new_certificate
@@ -83,6 +84,8 @@ def compose(
     registry, policies = inputs.registry, inputs.policies
     upstreams = [UpstreamClient(entry, tls.current, config.tls) for entry in config.upstreams]
     register_upstreams(registry, upstreams)
+    # Their tools are registered when they start (their schemas come from their tools/list).
+    mcp_upstreams = [McpUpstream(entry, tls.current, config.tls) for entry in config.mcp_upstreams]
     telemetry.metrics.label_capabilities(cap.name for cap in registry)
     checkpoints = checkpointer(config, worker, tls.current)
     audit = AuditLog(
@@ -157,6 +160,7 @@ def compose(
             stream_send_timeout=config.a2a.stream_send_timeout,
         )
         https = HttpsServing(config.a2a.http_listen, edge, tls, endpoints)
+    mcp = McpServing(config, handler, registry, tls) if config.mcp is not None else None
     health = HealthMonitor(
         {
             "audit log": lambda: audit.healthy,
@@ -193,6 +197,7 @@ def compose(
         registry=registry,
         stores=stores,
         upstreams=upstreams,
+        mcp_upstreams=mcp_upstreams,
         checkpoints=checkpoints,
         audit=audit,
         clients=clients,
@@ -203,6 +208,7 @@ def compose(
         public_card=public_card,
         grpc=grpc,
         https=https,
+        mcp=mcp,
         health=health,
         status=status,
         console=ConsoleServer(config.console, status) if config.console and worker == 0 else None,

@@ -8,6 +8,7 @@ from capabilities.registry import CapabilityRegistry
 from gateway.audit import AuditLog
 from gateway.audit.checkpoint import Checkpointer
 from gateway.client.a2a.upstream_client import UpstreamClient
+from gateway.client.mcp import McpUpstream
 from gateway.config import AgentConfig
 from gateway.console import ConsoleServer
 from gateway.inbound.idempotency.store import IdempotencyStore
@@ -18,7 +19,7 @@ from gateway.plans.execution.driver import PlanDriver
 from gateway.plans.task_store.store import TaskStore
 from gateway.push.dispatcher import PushDispatcher
 from gateway.runtime.endpoints import Endpoints
-from gateway.runtime.listeners import GrpcServing, HttpsServing
+from gateway.runtime.listeners import GrpcServing, HttpsServing, McpServing
 from gateway.runtime.peer_clients import PeerClients
 from gateway.runtime.status import AgentStatus
 from gateway.server.a2a.background_tasks import BackgroundTasks
@@ -55,6 +56,8 @@ class Parts:
     """The state stores (idempotency, replay, limits, A2A and plan tasks)."""
     upstreams: list[UpstreamClient]
     """One reused a2a-sdk client per ``[[upstreams]]`` entry."""
+    mcp_upstreams: list[McpUpstream]
+    """One connection per ``[[mcp_upstreams]]`` entry; its tools are registered at start."""
     checkpoints: Checkpointer | None
     """The signed audit checkpoints (worker 0, when enabled)."""
     audit: AuditLog
@@ -75,6 +78,8 @@ class Parts:
     """The gRPC server (PeerGateway, A2A, health)."""
     https: HttpsServing | None
     """The A2A HTTP bindings (``[a2a] http_listen``): same servicer, handler and audit."""
+    mcp: McpServing | None
+    """The capabilities as MCP tools (``[mcp] listen``): same handler and audit."""
     health: HealthMonitor
     """Keeps the gRPC health status true (see gateway.server.health)."""
     status: AgentStatus

@@ -24,6 +24,9 @@ class PeerClients:
         self._tls = tls
         self._tracing = tracing
         self._clients: dict[str, PeerClient] = {}
+        self._relayed: set[str] = set()
+        """Peers whose certificate carries only its URI SAN: their next client starts
+        with the relay instead of finding out again."""
         self._retiring: set[asyncio.Task[None]] = set()
 
     def get(self, peer_id: str, address: str | None = None) -> PeerClient:
@@ -31,7 +34,13 @@ class PeerClients:
         client = self._clients.get(peer_id)
         if client is None:
             target = address or self._config.peer(peer_id).address
-            client = PeerClient(peer_id, target, self._tls.current, self._tracing)
+            client = PeerClient(
+                peer_id,
+                target,
+                self._tls.current,
+                self._tracing,
+                through_relay=peer_id in self._relayed,
+            )
             self._clients[peer_id] = client
         return client
 
@@ -39,6 +48,7 @@ class PeerClients:
         """After a rotation: new clients use the new certificate; the old ones close
         once their calls in flight have had ``RETIRE_GRACE_SECONDS`` to end."""
         retired, self._clients = list(self._clients.values()), {}
+        self._relayed |= {client.peer_id for client in retired if client.through_relay}
         for client in retired:
             self.retire(client.close(RETIRE_GRACE_SECONDS))
 

@@ -18,6 +18,8 @@ def use_new_certificate(parts: Parts, material: TlsMaterial) -> None:
     parts.public_card.invalidate()  # re-signed with the new key when next asked for
     if parts.https is not None:  # new HTTPS handshakes present the new certificate
         parts.https.use_tls(material)
+    if parts.mcp is not None:
+        parts.mcp.use_tls(material)
     if parts.checkpoints is not None:  # a rotated-away key signs nothing more
         keep_signer_certificate(parts.config, material)
         parts.checkpoints.use_signer(checkpoint_signer(parts.config, material))
@@ -26,3 +28,5 @@ def use_new_certificate(parts: Parts, material: TlsMaterial) -> None:
         link = upstream.use_tls(material)
         if link is not None:
             parts.clients.retire(close_later(link.aclose, RETIRE_GRACE_SECONDS))
+    for mcp_upstream in parts.mcp_upstreams:
+        mcp_upstream.use_tls(material, RETIRE_GRACE_SECONDS)

@@ -15,14 +15,15 @@ place in it keeps a promise:
 5. the counted limit refusals are written; queued push notifications are
    committed and deliveries under way get the grace to finish (a cut one is
    attempted again after a restart); the A2A task store is flushed;
-6. the peer and upstream clients close, then the audit log (everything
+6. the MCP upstreams close (stdio servers are stopped), the peer and
+   upstream clients close, then the audit log (everything
    queued is committed), then, with the resources, the state stores and
    telemetry (``/metrics`` answers until then).
 
 A service that is not configured (no ``[a2a] http_listen``, no console, no
 Workload API) is not in the list. Starting follows the same list from the
-top: nothing serves before the audit log is open, the replay window reloaded
-and orphaned A2A tasks ended.
+top: nothing serves before the audit log is open, the replay window reloaded,
+orphaned A2A tasks ended and the MCP upstreams' tools listed and registered.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import asyncio
 from functools import partial
 
 from gateway.identity import keep_keys_fresh, load_keys
+from gateway.outbound.mcp_upstream_capabilities import register_mcp_upstreams
 from gateway.runtime.checkpoint_signing import keep_signer_certificate
 from gateway.runtime.parts import Parts
 from gateway.runtime.service_stack import BackgroundLoop, Service, Step
@@ -70,10 +72,15 @@ def agent_services(
     tokens = handler.pipeline.tokens
     if tokens is not None:
         services.append(Step("token issuers' keys", partial(load_keys, tokens)))
+    if parts.mcp_upstreams:
+        services.append(
+            Step("MCP upstreams", partial(_start_mcp_upstreams, parts), partial(_close_mcp, parts))
+        )
     services += [
         Step("calls in flight", on_stop=handler.wait_running),
         parts.grpc,
         *([parts.https] if parts.https is not None else []),
+        *([parts.mcp] if parts.mcp is not None else []),
         Step("public card", partial(_invalidate_card, parts)),  # the ports are known now
     ]
     if watch_policy:
@@ -113,6 +120,21 @@ async def _close_clients(parts: Parts, _grace: float) -> None:
     await parts.clients.close()
     for upstream in parts.upstreams:
         await upstream.close()
+
+
+async def _start_mcp_upstreams(parts: Parts) -> None:
+    """Connect every MCP upstream, pin its listed tools and register them, before serving."""
+    try:
+        await asyncio.gather(*(upstream.start() for upstream in parts.mcp_upstreams))
+        register_mcp_upstreams(parts.registry, parts.mcp_upstreams)
+    except BaseException:
+        await _close_mcp(parts, 0.0)  # a start that fails leaves no server process behind
+        raise
+    parts.telemetry.metrics.label_capabilities(cap.name for cap in parts.registry)
+
+
+async def _close_mcp(parts: Parts, _grace: float) -> None:
+    await asyncio.gather(*(upstream.close() for upstream in parts.mcp_upstreams))
 
 
 async def _reload_replay_window(parts: Parts) -> None:

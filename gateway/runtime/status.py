@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gateway.config import AgentConfig
+from gateway.inbound.in_flight import InFlightCalls
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.limits.admission import LimitStats
 from gateway.server.health import HealthMonitor
@@ -44,6 +45,11 @@ class AgentStatus:
     def limit_stats(self) -> LimitStats:
         """Limit refusals per peer and reason, and calls in flight."""
         return self._handler.limits.stats()
+
+    def calls_in_flight(self) -> InFlightCalls:
+        """The calls running now, one row each, and the clock their times are on."""
+        registry = self._handler.in_flight
+        return InFlightCalls(registry.snapshot(), registry.now())
 
     def health_state(self) -> HealthState:
         """What the gRPC health service says now, and why (for ``/readyz``)."""

@@ -14,6 +14,7 @@ from grpc_health.v1._async import HealthServicer
 
 from gateway.errors import AddressUnavailable, GatewayError
 from gateway.inbound.call import InvokeCall, deadline_from
+from gateway.inbound.in_flight import serving_binding
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.server.a2a import SERVICE_NAME as A2A_SERVICE_NAME
 from gateway.server.a2a import A2AServicer, add_a2a_servicer
@@ -119,6 +120,7 @@ class GatewayServicer:
         self, request: gateway_pb2.InvokeRequest, context: aio.ServicerContext[object, object]
     ) -> gateway_pb2.InvokeResponse:
         """Run one capability for the calling peer."""
+        serving_binding("a2agw.v1 gRPC")
         if isinstance(request, MalformedRequest):
             request = gateway_pb2.InvokeRequest()
             malformed = True

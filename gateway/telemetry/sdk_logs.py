@@ -22,6 +22,10 @@ as they are; each becomes a new record, with a fixed message, handed to the
 ``gateway.a2a_sdk`` logger and so to the process's handlers. Idempotent; an
 agent calls it when it starts. A handler someone attached to an ``a2a.*``
 logger directly still sees the SDK's own records: that is their choice.
+
+The MCP SDK's records (logger ``mcp``) are relayed the same way, to
+``gateway.mcp_sdk``: they quote MCP requests and the answers of fronted MCP
+servers (a parse error's text, a ``Host`` header it refused).
 """
 
 from __future__ import annotations
@@ -37,6 +41,12 @@ RELAY_LOGGER = "gateway.a2a_sdk"
 
 WITHHELD = "a2a-sdk %s: %s (text withheld: it may quote the request; the audit has the decision)"
 """The message of every relayed line: the SDK module and the exception type (or 'no exception')."""
+
+MCP_SDK_LOGGER = "mcp"
+"""The MCP SDK's top logger (``mcp.server...``, ``mcp.client...``): its lines quote
+requests and the answers of fronted MCP servers alike, so they are relayed the same way."""
+MCP_RELAY_LOGGER = "gateway.mcp_sdk"
+MCP_WITHHELD = "mcp-sdk %s: %s (text withheld: it may quote a request or an answer)"
 
 
 _REFUSED = ContextVar("a2agw_refused_by_the_gateway", default=False)
@@ -58,20 +68,25 @@ def _skill_less_card_notice(record: logging.LogRecord) -> bool:
 class _FactsOnly(logging.Handler):
     """Relays each SDK record as its logger, level (see above) and exception type, nothing else."""
 
+    def __init__(self, relay: str = RELAY_LOGGER, message: str = WITHHELD) -> None:
+        super().__init__()
+        self._relay = relay
+        self._message = message
+
     def emit(self, record: logging.LogRecord) -> None:
         kind = record.exc_info[0] if record.exc_info else None
-        relay = logging.getLogger(RELAY_LOGGER)
+        relay = logging.getLogger(self._relay)
         quiet = _REFUSED.get() or _skill_less_card_notice(record)
         level = logging.DEBUG if quiet else min(record.levelno, logging.WARNING)
         if not relay.isEnabledFor(level):
             return
         relay.handle(
             relay.makeRecord(
-                RELAY_LOGGER,
+                self._relay,
                 level,
                 record.pathname,
                 record.lineno,
-                WITHHELD,
+                self._message,
                 (record.name, kind.__name__ if kind is not None else "no exception"),
                 None,
                 func=record.funcName,
@@ -80,8 +95,13 @@ class _FactsOnly(logging.Handler):
 
 
 def withhold_a2a_sdk_text() -> None:
-    """Route the a2a-sdk's log records through :class:`_FactsOnly` (once per process)."""
-    sdk = logging.getLogger(SDK_LOGGER)
-    if not any(isinstance(handler, _FactsOnly) for handler in sdk.handlers):
-        sdk.addHandler(_FactsOnly())
-    sdk.propagate = False
+    """Route the a2a-sdk's and the MCP SDK's log records through :class:`_FactsOnly`
+    (once per process)."""
+    for name, handler in (
+        (SDK_LOGGER, _FactsOnly()),
+        (MCP_SDK_LOGGER, _FactsOnly(MCP_RELAY_LOGGER, MCP_WITHHELD)),
+    ):
+        sdk = logging.getLogger(name)
+        if not any(isinstance(known, _FactsOnly) for known in sdk.handlers):
+            sdk.addHandler(handler)
+        sdk.propagate = False

@@ -7,8 +7,8 @@ is checked before it is used: the certificate parses, carries exactly the
 agent's SPIFFE ID and no wildcard DNS name, is valid now, was issued by the
 configured CA (the agent's own trust bundle; the leaf itself, through the file's
 intermediates, each a CA valid now), and the key is the
-certificate's; an SVID from the Workload API must also carry the DNS name
-peers verify the agent by. A set that fails is rejected (logged, counted) and
+certificate's. The DNS name derived from the SPIFFE ID is optional: clients
+pin the URI SAN. A set that fails is rejected (logged, counted) and
 the old one stays in force.
 
 New TLS handshakes of the server present the new certificate at once (gRPC's
@@ -31,6 +31,7 @@ from datetime import UTC, datetime, timedelta
 import grpc
 
 from gateway.config import TlsFiles, TlsSettings, WorkloadApiTls
+from gateway.config.fields import expiry_window
 from gateway.errors import AgentConfigError, ConfigError, Unauthenticated
 from gateway.transport.svid_checks import (
     CertificateFacts,
@@ -56,7 +57,8 @@ class TlsStats:
         reloads_rejected: New sets rejected (the old one stayed in force).
         serial: Serial number of the certificate in force.
         not_after_unix: When it expires, seconds since the Unix epoch.
-        expiring_soon: It expires within ``[tls] expiry_warning``.
+        expiring_soon: It expires within ``[tls] expiry_warning`` (a span, or a
+            share of its lifetime).
         expiry_warnings: Expiry warnings logged since start.
     """
 
@@ -90,9 +92,7 @@ class LiveTls:
         self._stamps = self._file_stamps()
         try:
             material = material if material is not None else self._read()
-            facts = check_material(
-                material, agent_id, datetime.now(UTC), require_dns_name=self._from_workload_api
-            )
+            facts = check_material(material, agent_id, datetime.now(UTC))
         except ConfigError as err:
             raise AgentConfigError(err.message) from err
         self._material, self._facts = material, facts
@@ -139,12 +139,7 @@ class LiveTls:
         """
         try:
             material = produce()
-            facts = check_material(
-                material,
-                self._agent_id,
-                datetime.now(UTC),
-                require_dns_name=self._from_workload_api,
-            )
+            facts = check_material(material, self._agent_id, datetime.now(UTC))
         except ConfigError as err:
             self._rejected += 1
             _log.error(
@@ -273,7 +268,9 @@ class LiveTls:
         )
 
     def _expiring_soon(self) -> bool:
-        return self._facts.not_after - datetime.now(UTC) <= self._settings.expiry_warning
+        facts = self._facts
+        window = expiry_window(self._settings.expiry_warning, facts.not_before, facts.not_after)
+        return facts.not_after - datetime.now(UTC) <= window
 
     @property
     def _from_workload_api(self) -> bool:

@@ -27,25 +27,34 @@ DROPPED_ROOTS_KEPT = 64
 
 @dataclass(frozen=True, slots=True)
 class CertificateFacts:
-    """What the agent may say about its own certificate (no key, no PEM)."""
+    """What the agent may say about its own certificate (no key, no PEM).
+
+    Attributes:
+        serial: Its serial number.
+        not_before: Start of its validity.
+        not_after: End of its validity.
+        derived_name: It carries the DNS name derived from the agent's SPIFFE ID
+            (``svid_dns_name``). Optional: clients that cannot pin the URI SAN
+            (gRPC clients that verify only a host name) need it.
+    """
 
     serial: int
+    not_before: datetime
     not_after: datetime
+    derived_name: bool
 
 
-def check_material(
-    material: TlsMaterial, agent_id: str, now: datetime, *, require_dns_name: bool = False
-) -> CertificateFacts:
+def check_material(material: TlsMaterial, agent_id: str, now: datetime) -> CertificateFacts:
     """Everything an agent requires of its own TLS material before using it.
 
-    ``require_dns_name``: the certificate must carry ``svid_dns_name(agent_id)``
-    (an SVID from the Workload API, whose registration entry must list it).
+    The DNS name derived from ``agent_id`` is not required: an SVID with only
+    its URI SAN (a SPIRE registration without ``-dns``) serves every binding.
 
     Raises:
         ConfigError: a file does not parse, the SPIFFE ID is not ``agent_id`` or
             a DNS name is a wildcard, the certificate is expired or not yet
             valid, it was not issued by the CA file (the agent's own trust
-            bundle), the key is not its key, or the DNS name is missing.
+            bundle), or the key is not its key.
     """
     spiffe_id = material.spiffe_id()  # also refuses wildcard DNS names
     if spiffe_id != agent_id:
@@ -74,29 +83,21 @@ def check_material(
             "the certificate was not issued by the configured CA "
             "(its own chain in the certificate file does not lead to it)"
         )
-    if require_dns_name:
-        require_svid_dns_name(leaf, agent_id)
-    return CertificateFacts(serial=leaf.serial_number, not_after=leaf.not_valid_after_utc)
+    return CertificateFacts(
+        serial=leaf.serial_number,
+        not_before=leaf.not_valid_before_utc,
+        not_after=leaf.not_valid_after_utc,
+        derived_name=carries_svid_dns_name(leaf, agent_id),
+    )
 
 
-def require_svid_dns_name(leaf: x509.Certificate, agent_id: str) -> None:
-    """Refuse an SVID without the DNS name peers verify ``agent_id`` by.
-
-    Raises:
-        ConfigError: the name is missing, with the registration flag that adds it.
-    """
-    name = svid_dns_name(agent_id)
+def carries_svid_dns_name(leaf: x509.Certificate, agent_id: str) -> bool:
+    """True if ``leaf`` carries ``svid_dns_name(agent_id)`` as a DNS SAN."""
     try:
         san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        names = san.get_values_for_type(x509.DNSName)
     except x509.ExtensionNotFound:
-        names = []
-    if name not in names:
-        raise ConfigError(
-            f"the SVID for {agent_id} lacks the DNS name {name} that peers verify it by: "
-            f"add `-dns {name}` to its SPIRE registration entry "
-            f"(`a2a-gateway spiffe dns-name {agent_id}` prints it)"
-        )
+        return False
+    return svid_dns_name(agent_id) in san.get_values_for_type(x509.DNSName)
 
 
 def issued_within(

@@ -140,10 +140,23 @@ def channel_options(expected_peer_id: str) -> list[tuple[str, str | int]]:
     """Client options that bind the TLS handshake to ``expected_peer_id``.
 
     The server must present a certificate carrying ``svid_dns_name`` of the
-    expected SPIFFE ID, so a different agent of the same CA is refused.
+    expected SPIFFE ID, so a different agent of the same CA is refused. A server
+    whose certificate carries only its SPIFFE ID (no derived DNS name) is
+    reached through ``gateway.client.spiffe_relay`` instead
+    (:func:`relay_channel_options`).
     """
     return [
         ("grpc.ssl_target_name_override", svid_dns_name(expected_peer_id)),
+        ("grpc.default_authority", svid_dns_name(expected_peer_id)),
+        ("grpc.max_receive_message_length", MESSAGE_CEILING),
+        ("grpc.max_send_message_length", MESSAGE_CEILING),
+    ]
+
+
+def relay_channel_options(expected_peer_id: str) -> list[tuple[str, str | int]]:
+    """Options of a plaintext channel to ``gateway.client.spiffe_relay``, which pins
+    ``expected_peer_id`` by its URI SAN; the authority is the same as over TLS."""
+    return [
         ("grpc.default_authority", svid_dns_name(expected_peer_id)),
         ("grpc.max_receive_message_length", MESSAGE_CEILING),
         ("grpc.max_send_message_length", MESSAGE_CEILING),

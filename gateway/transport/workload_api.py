@@ -74,12 +74,24 @@ def workload_api_socket(configured: str | None) -> str:
         raise AgentConfigError(f"Workload API socket {err}") from err
 
 
+def fetch_material(socket: str, agent_id: str, timeout: float) -> TlsMaterial:
+    """One answer of the Workload API at ``socket``, taken as the agent takes it.
+
+    Raises:
+        PySpiffeError: the Workload API did not answer within ``timeout``.
+        ConfigError: it answered without an SVID for ``agent_id``.
+    """
+    with WorkloadApiClient(socket, default_timeout=timeout) as client:
+        return material_from_context(client.fetch_x509_context(), agent_id)
+
+
 def material_from_context(context: X509Context, agent_id: str) -> TlsMaterial:
     """The agent's SVID (the one for ``agent_id``) and every bundle, as PEM.
 
     Several registration entries may give the workload SVIDs of ``agent_id``
-    (in an order that varies): the first that carries the DNS name peers verify
-    it by is taken, else the first (whose lack :class:`LiveTls` then names).
+    (in an order that varies): the first that carries the DNS name derived from
+    it is taken (gRPC clients that verify only a host name need it), else the
+    first; either serves, since clients pin the URI SAN.
 
     Raises:
         ConfigError: the update holds no SVID for ``agent_id`` (names those it holds).
@@ -171,8 +183,7 @@ class WorkloadApiFeed:
             time.sleep(_START_RETRY_SECONDS)
 
     def _fetch_once(self, timeout: float) -> TlsMaterial:
-        with WorkloadApiClient(self.socket, default_timeout=timeout) as client:
-            return material_from_context(client.fetch_x509_context(), self._agent_id)
+        return fetch_material(self.socket, self._agent_id, timeout)
 
     def start(self, live: LiveTls) -> None:
         """Stream updates into ``live`` (from the event loop the agent runs on)."""

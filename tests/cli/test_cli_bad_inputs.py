@@ -212,7 +212,9 @@ def test_call_input_file_must_be_a_regular_file_a_peer_could_take(
 
 def test_call_input_file_at_the_payload_ceiling_is_read(pki: Pki, tmp_path: Path) -> None:
     source = tmp_path / "input.json"
-    source.write_bytes(b" " * MAX_PAYLOAD_CEILING)
+    head, tail = b'{"text": "', b'"}'  # JSON: the input is checked before it is sent
+    source.write_bytes(head + b"x" * (MAX_PAYLOAD_CEILING - len(head) - len(tail)) + tail)
+    assert source.stat().st_size == MAX_PAYLOAD_CEILING
     config = config_file(pki, tmp_path, peers=[("bob", "127.0.0.1:1")])
     result = run(
         "call", "--config", str(config), "--peer", spiffe("bob"), "text.echo",

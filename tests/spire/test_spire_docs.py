@@ -10,6 +10,7 @@ import tomllib
 from pathlib import Path
 
 from gateway.config import AgentConfig, TlsFiles, WorkloadApiTls
+from gateway.config.fields import LifetimeShare
 from policies.identity import svid_dns_name
 from policies.policy_file import load_policy
 
@@ -40,6 +41,7 @@ def test_the_agent_config_policy_and_files_section_parse(tmp_path: Path) -> None
     config = AgentConfig.model_validate(tomllib.loads(agent))
     assert isinstance(config.tls, WorkloadApiTls)
     assert config.tls.socket == "unix:///run/spire/agent/public/api.sock"
+    assert config.tls.expiry_warning == LifetimeShare(25.0)  # the default, written out
     (tmp_path / "alice-policy.toml").write_text(policy)
     grants = load_policy(tmp_path / "alice-policy.toml").document.grants
     assert [grant.peer for grant in grants] == ["spiffe://partner.example/agent/dave"]

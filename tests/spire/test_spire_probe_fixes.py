@@ -279,10 +279,14 @@ def test_config_check_says_what_serve_would_find_of_the_workload_api(
         f"warning: certificate: from the SPIFFE Workload API ({missing}): no socket there "
         "now (is the SPIRE agent running?)",
     )
-    assert _config_check(tmp_path, "", alice_node.address) == (
-        0,
-        f"ok: certificate: from the SPIFFE Workload API ({alice_node.address}), checked at start",
-    )
+    # The check asks the Workload API as serve would, and says what the SVID is.
+    code, line = _config_check(tmp_path, "", alice_node.address)
+    assert code == 0
+    assert line.startswith(
+        f"ok: certificate: from the SPIFFE Workload API ({alice_node.address}): {ALICE}, expires "
+    ), line
+    # A quarter of the SVID's lifetime (SPIRE backdates not_before: longer than its TTL).
+    assert re.search(r" \(\d+s left, warned within \d+s\)$", line), line
 
 
 def test_a_ca_taken_out_of_the_ca_file_is_not_trusted_on_open_connections(

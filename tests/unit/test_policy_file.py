@@ -47,7 +47,7 @@ def test_valid_file_loads(tmp_path: Path) -> None:
         (
             '[[grants]]\npeer = "bob"\ncapabilities = []\nmax_payload_bytes = 1\n'
             "expires_at = 2030-01-01T00:00:00Z\n",
-            "grants[0] (peer bob).peer: Value error, 'bob' is not a SPIFFE ID",
+            "grants[0] (peer bob).peer: 'bob' is not a SPIFFE ID",
         ),
         (
             '[[grants]]\npeer = "spiffe://e.org/a"\ncapabilities = ["Bad Name"]\n'
@@ -62,12 +62,12 @@ def test_valid_file_loads(tmp_path: Path) -> None:
         (
             '[[grants]]\npeer = "spiffe://e.org/a"\ncapabilities = []\nmax_payload_bytes = 0\n'
             "expires_at = 2030-01-01T00:00:00Z\n",
-            "max_payload_bytes: Input should be greater than 0",
+            "max_payload_bytes: must be greater than 0",
         ),
         (
             '[[grants]]\npeer = "spiffe://e.org/a"\ncapabilities = []\nmax_payload_bytes = 1\n'
             'expires_at = "2030-01-01T00:00:00"\n',
-            "expires_at: Value error, expires_at needs a UTC offset",
+            "expires_at: expires_at needs a UTC offset",
         ),
         (
             '[[grants]]\npeer = "spiffe://e.org/a"\ncapabilities = []\nmax_payload_bytes = 1\n'
@@ -77,14 +77,14 @@ def test_valid_file_loads(tmp_path: Path) -> None:
         (
             '[[grants]]\npeer = "spiffe://e.org/a"\ncapabilities = []\nmax_payload_bytes = 1\n'
             "expires_at = 2030-01-01T00:00:00Z\nallow_all = true\n",
-            "allow_all: Extra inputs are not permitted",
+            "allow_all: unknown key",
         ),
         (
             '[[grants]]\npeer = "spiffe://e.org/a"\ncapabilities = []\nmax_payload_bytes = 1\n'
             "expires_at = 2030-01-01T00:00:00Z\n" * 2,
             "peer spiffe://e.org/a appears twice",
         ),
-        ("version = 2\n", "version: Input should be 1"),
+        ("version = 2\n", "version: expected 1"),
     ],
 )
 def test_invalid_files_explain_file_key_and_why(tmp_path: Path, text: str, expected: str) -> None:
@@ -193,5 +193,5 @@ def test_risk_above_grant(tmp_path: Path) -> None:
 
 def test_a_key_cannot_forge_a_problem_line(tmp_path: Path) -> None:
     message = problems(tmp_path, '[[grants]]\n"x\\nforged: line" = 1\n')
-    assert "x\\x0aforged: line: Extra inputs are not permitted" in message
+    assert "x\\x0aforged: line: unknown key" in message
     assert all(line.startswith(str(tmp_path)) for line in message.splitlines())

@@ -150,8 +150,7 @@ def test_plaintext_non_loopback_in_a_file_is_config_invalid(pki: Pki, tmp_path: 
         load_agent_config(path)
     assert caught.value.reason == "CONFIG_INVALID"
     assert str(caught.value) == (
-        f"CONFIG_INVALID: {path}: upstreams[0]: Value error, "
-        "url: plaintext http:// only to a loopback IP"
+        f"CONFIG_INVALID: {path}: upstreams[0]: url: plaintext http:// only to a loopback IP"
     )
 
 

@@ -132,19 +132,30 @@ def test_an_update_is_checked_like_a_file_and_a_bad_one_keeps_the_old_set(
     bundles = X509BundleSet.of([_bundle(own)])
     live = _live(X509Context([_svid(own, ALICE)], bundles))
     kept = live.facts.serial
-    no_dns_cert, no_dns_key = own.mint(uris=[ALICE])
     for bad in (
-        X509Context([X509Svid.parse(no_dns_cert, no_dns_key)], bundles),  # lacks the DNS name
         X509Context([_svid(other, DAVE)], X509BundleSet.of([_bundle(other)])),  # not alice
         X509Context([_svid(other, ALICE.replace("example.org", "other.test"))], bundles),
     ):
         assert live.offer(lambda bad=bad: material_from_context(bad, ALICE)) is not None
-    assert (live.stats().reloads_rejected, live.facts.serial) == (3, kept)
+    assert (live.stats().reloads_rejected, live.facts.serial) == (2, kept)
     assert (
         live.offer(lambda: material_from_context(X509Context([_svid(own, ALICE)], bundles), ALICE))
         is None
     )
     assert live.stats().reloads_ok == 1 and live.facts.serial != kept
+
+
+def test_an_svid_with_only_its_uri_san_is_taken(
+    cas: tuple[CertificateAuthority, CertificateAuthority],
+) -> None:
+    own, _ = cas
+    bundles = X509BundleSet.of([_bundle(own)])
+    live = _live(X509Context([_svid(own, ALICE)], bundles))
+    assert live.facts.derived_name
+    no_dns_cert, no_dns_key = own.mint(uris=[ALICE])  # a SPIRE entry without -dns
+    svid = X509Svid.parse(no_dns_cert, no_dns_key)
+    assert live.offer(lambda: material_from_context(X509Context([svid], bundles), ALICE)) is None
+    assert (live.stats().reloads_ok, live.facts.derived_name) == (1, False)
 
 
 def test_spiffe_dns_name_prints_the_name_for_the_registration_entry(

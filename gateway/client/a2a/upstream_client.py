@@ -49,11 +49,10 @@ from gateway.client.a2a.upstream_ids import UpstreamIds
 from gateway.client.a2a.upstream_links import UpstreamLink, client_tls_context, open_link
 from gateway.client.a2a.upstream_parts import fill_wire_part
 from gateway.client.a2a.upstream_reach import (
-    NOT_SENT,
     exception_chain,
     grpc_cause,
-    handshake_cause,
     http_cause,
+    identity_cause,
 )
 from gateway.client.a2a.upstream_replies import ASKS, UpstreamAnswer
 from gateway.client.a2a.upstream_tasks import (
@@ -63,11 +62,11 @@ from gateway.client.a2a.upstream_tasks import (
     followed,
     streamed,
 )
-from gateway.client.handshake import channel_connected
+from gateway.client.handshake import ServerIdentity, channel_connected, probe_server_identity
+from gateway.client.spiffe_relay import SpiffeRelay
 from gateway.config import TlsSettings, UpstreamEntry
 from gateway.errors import GatewayError, UpstreamUnavailable
 from gateway.transport.tls import TlsMaterial
-from policies.identity import svid_dns_name
 
 _log = logging.getLogger(__name__)
 
@@ -111,6 +110,8 @@ class UpstreamClient:
         self._tls = tls
         self._files = files
         self._link: UpstreamLink | None = None
+        self._relay: SpiffeRelay | None = None
+        self._switching = asyncio.Lock()
         self._cancels = UpstreamCancels()
         self._ids = UpstreamIds()
 
@@ -158,11 +159,7 @@ class UpstreamClient:
         """
         # Before any await: the runner's timeout for this call ends about now + timeout.
         talk = conversation if conversation is not None else self.conversation(timeout)
-        if self._link is None:
-            self._link = open_link(self.entry, self._tls, self._files)
-        link = self._link
-        if link.channel is not None and not await channel_connected(link.channel):
-            raise self._unreachable(await self._why_not_connected(timeout))  # nothing was sent
+        link = await self._connected_link(timeout)
         request = self._request(talk, skill, parts, message_id)
         context = ClientCallContext(timeout=timeout + SDK_DEADLINE_MARGIN_SECONDS)
         progress = None if events is None else events.progress
@@ -259,13 +256,54 @@ class UpstreamClient:
             detail=cause,
         )
 
-    async def _why_not_connected(self, timeout: float) -> str:
-        if self.entry.id is None or self.entry.address is None:  # plaintext: no identity
-            return NOT_SENT
+    async def _connected_link(self, timeout: float) -> UpstreamLink:
+        """The link, its gRPC channel READY (a JSON-RPC link connects per request).
+
+        A channel that cannot connect to an upstream whose certificate holds its
+        SPIFFE ID without the derived DNS name is replaced, once, by one
+        through a relay that pins the URI SAN.
+
+        Raises:
+            UpstreamUnavailable: it could not connect (nothing was sent).
+        """
+        loop = asyncio.get_running_loop()
+        started, relayed = loop.time(), self._relay is not None
+        if self._link is None:
+            self._link = open_link(self.entry, self._tls, self._files, self._relay_target())
+        link = self._link
+        if link.channel is None or await channel_connected(link.channel):
+            return link
+        identity = await self._identity(timeout - (loop.time() - started))
+        if identity is ServerIdentity.EXPECTED_URI_ONLY and not relayed:
+            await self._use_relay()
+            return await self._connected_link(timeout - (loop.time() - started))
+        raise self._unreachable(identity_cause(identity))  # nothing was sent
+
+    async def _identity(self, timeout: float) -> ServerIdentity:
+        if self.entry.id is None or self.entry.address is None or timeout <= 0:
+            return ServerIdentity.UNKNOWN  # plaintext: no identity
         context = client_tls_context(self._tls, self.entry.id, self._files)
         context.set_alpn_protocols(["h2"])
-        name = svid_dns_name(self.entry.id)
-        return await handshake_cause(self.entry.address, context, name, timeout)
+        return await probe_server_identity(self.entry.address, context, self.entry.id, timeout)
+
+    async def _use_relay(self) -> None:
+        async with self._switching:
+            if self._relay is None:
+                await self._start_relay()
+
+    async def _start_relay(self) -> None:
+        assert self.entry.id is not None and self.entry.address is not None
+        context = client_tls_context(self._tls, self.entry.id, self._files)
+        context.set_alpn_protocols(["h2"])
+        relay = SpiffeRelay(self.entry.address, context)
+        await relay.start()
+        self._relay = relay
+        link, self._link = self._link, None
+        if link is not None:
+            await link.aclose()  # it never connected: nothing is in flight on it
+
+    def _relay_target(self) -> str | None:
+        return self._relay.target if self._relay is not None else None
 
     def use_tls(self, tls: TlsMaterial) -> UpstreamLink | None:
         """Open later connections with ``tls`` (a rotated certificate).
@@ -275,6 +313,10 @@ class UpstreamClient:
         new one.
         """
         self._tls = tls
+        if self._relay is not None and self.entry.id is not None:
+            context = client_tls_context(tls, self.entry.id, self._files)
+            context.set_alpn_protocols(["h2"])
+            self._relay.use_context(context)
         link, self._link = self._link, None
         return link
 
@@ -285,6 +327,9 @@ class UpstreamClient:
         link, self._link = self._link, None
         if link is not None:
             await link.aclose()
+        relay, self._relay = self._relay, None
+        if relay is not None:
+            await relay.close()
 
 
 def _undecodable(err: BaseException) -> bool:

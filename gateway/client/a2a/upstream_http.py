@@ -61,8 +61,9 @@ class CheckedResponse(httpx.Response):
 class BoundedTransport(httpx.AsyncBaseTransport):
     """Answers of at most ``limit`` decoded bytes, checked (see the module doc).
 
-    Optionally, every TLS handshake asks for, and verifies, ``server_name``
-    instead of the URL's host.
+    Optionally, every TLS handshake asks for ``server_name`` (SNI) instead of
+    the URL's host; the identity is checked by the TLS context (its SPIFFE ID
+    pinned by ``gateway.client.pinned_tls``), never by a host name.
     """
 
     def __init__(
@@ -85,8 +86,7 @@ class BoundedTransport(httpx.AsyncBaseTransport):
                 did not ask for or with an ambiguous media type.
         """
         if self._server_name:
-            # httpcore checks the certificate against sni_hostname (check_hostname
-            # stays on), so the handshake proves the upstream's identity.
+            # SNI only: the context checks no host name, it pins the SPIFFE ID.
             request.extensions["sni_hostname"] = self._server_name
         request.headers["Accept-Encoding"] = "identity"
         response = await self._inner.handle_async_request(request)

@@ -4,11 +4,13 @@ gRPC binding: a ``grpc.aio`` channel with this agent's certificate and
 ``grpc.ssl_target_name_override`` set to the DNS name derived from the
 upstream's SPIFFE ID, exactly as ``PeerClient`` binds a peer: the TLS handshake
 itself proves the server holds a CA-signed certificate for that ID, before any
-request byte is sent.
+request byte is sent. An upstream whose certificate carries only its SPIFFE ID
+is reached the same way through ``gateway.client.spiffe_relay`` (``relay``).
 
-JSON-RPC binding over https: an httpx client with this agent's certificate and
-CA whose every connection asks for (SNI) and verifies that same derived name,
-so the same proof happens in the handshake.
+JSON-RPC binding over https: an httpx client with this agent's certificate,
+trusting only the bundle of the upstream's trust domain, whose every handshake
+pins the upstream's SPIFFE ID by its URI SAN (``gateway.client.pinned_tls``),
+so the same proof happens in the handshake; SNI names the derived DNS name.
 
 Both bindings check every answer before the SDK reads it (``upstream_answers``,
 ``upstream_http``; over JSON-RPC each event of an SSE stream too, ``upstream_sse``).
@@ -22,11 +24,8 @@ URL is the only place requests go, whatever an upstream's card might claim
 
 from __future__ import annotations
 
-import os
 import ssl
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 from a2a.client import Client, ClientConfig, ClientFactory, minimal_agent_card
@@ -36,10 +35,15 @@ from grpc import aio
 from gateway.client.a2a.upstream_answers import AnswerCheck
 from gateway.client.a2a.upstream_http import BoundedTransport
 from gateway.client.a2a.upstream_streams import StreamCalls
-from gateway.config import TlsFiles, TlsSettings, UpstreamEntry
-from gateway.errors import PeerUnavailable
-from gateway.transport.tls import MESSAGE_CEILING, TlsMaterial, channel_options
-from policies.identity import svid_dns_name, trust_domain_of
+from gateway.client.pinned_tls import pinned_context
+from gateway.config import TlsSettings, UpstreamEntry
+from gateway.transport.tls import (
+    MESSAGE_CEILING,
+    TlsMaterial,
+    channel_options,
+    relay_channel_options,
+)
+from policies.identity import svid_dns_name
 
 _CONNECTIONS = 32
 """Most connections open to one JSON-RPC upstream (calls beyond wait for one)."""
@@ -71,11 +75,17 @@ class UpstreamLink:
             await self.http.aclose()
 
 
-def open_link(entry: UpstreamEntry, tls: TlsMaterial, files: TlsSettings) -> UpstreamLink:
-    """A client for ``entry`` (no connection is made until the first call)."""
+def open_link(
+    entry: UpstreamEntry, tls: TlsMaterial, files: TlsSettings, relay: str | None = None
+) -> UpstreamLink:
+    """A client for ``entry`` (no connection is made until the first call).
+
+    ``relay``: the gRPC target of a ``SpiffeRelay`` to the upstream, for one whose
+    certificate carries only its SPIFFE ID.
+    """
     if entry.binding == "grpc":
         assert entry.address is not None
-        channel = _grpc_channel(entry, tls)
+        channel = _grpc_channel(entry, tls, relay)
         config = ClientConfig(
             streaming=False,
             supported_protocol_bindings=[TransportProtocol.GRPC],
@@ -112,7 +122,7 @@ def open_link(entry: UpstreamEntry, tls: TlsMaterial, files: TlsSettings) -> Ups
     return link
 
 
-def _grpc_channel(entry: UpstreamEntry, tls: TlsMaterial) -> aio.Channel:
+def _grpc_channel(entry: UpstreamEntry, tls: TlsMaterial, relay: str | None) -> aio.Channel:
     assert entry.address is not None
     if entry.id is None:  # loopback only (checked when the config was loaded)
         limits = [
@@ -120,6 +130,9 @@ def _grpc_channel(entry: UpstreamEntry, tls: TlsMaterial) -> aio.Channel:
             ("grpc.max_send_message_length", MESSAGE_CEILING),
         ]
         return aio.insecure_channel(entry.address, options=limits, interceptors=_interceptors())
+    if relay is not None:  # the relay pins the upstream's URI SAN
+        options = relay_channel_options(entry.id)
+        return aio.insecure_channel(relay, options=options, interceptors=_interceptors())
     return aio.secure_channel(
         entry.address,
         tls.channel_credentials(entry.id),
@@ -148,24 +161,10 @@ def _http_client(entry: UpstreamEntry, tls: TlsMaterial, files: TlsSettings) -> 
 
 def client_tls_context(tls: TlsMaterial, upstream_id: str, files: TlsSettings) -> ssl.SSLContext:
     """A client context presenting this agent's certificate, trusting only the upstream's
-    trust domain's bundle."""
-    roots = tls.roots_for(trust_domain_of(upstream_id))
-    if roots is None:
-        raise PeerUnavailable(f"no trust bundle for the trust domain of {upstream_id}")
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=roots.decode())
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    # Python's ssl loads a client certificate only from files: the agent's
-    # configured files, the ones its TlsMaterial was read from; an SVID from
-    # the Workload API lives in memory only, so it goes through a private
-    # temporary folder that is removed at once.
-    if isinstance(files, TlsFiles):
-        context.load_cert_chain(files.cert, files.key)
-        return context
-    with tempfile.TemporaryDirectory(prefix="a2agw-svid-") as folder:  # mode 0700
-        cert, key = Path(folder) / "svid.pem", Path(folder) / "svid.key"
-        cert.write_bytes(tls.cert_pem)
-        descriptor = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(descriptor, "wb") as out:
-            out.write(tls.key_pem)
-        context.load_cert_chain(cert, key)
-    return context
+    trust domain's bundle, and pinning the upstream's SPIFFE ID by its URI SAN
+    (``gateway.client.pinned_tls.pinned_context``).
+
+    Raises:
+        PeerUnavailable: there is no bundle for the upstream's trust domain.
+    """
+    return pinned_context(tls, upstream_id, files)

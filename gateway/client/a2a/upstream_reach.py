@@ -7,12 +7,13 @@ must not then say that nothing was sent. So:
 
 * gRPC: a call is sent only once its channel is READY, i.e. the TLS handshake,
   which checks the upstream's identity, has succeeded. A channel that fails
-  to connect means nothing was sent; a handshake of our own (same certificate,
-  CA and expected name) then says why: ``PEER_IDENTITY_MISMATCH`` when the
-  server's certificate is not for that name, else ``PEER_UNAVAILABLE``
-  (both from ``gateway.client.handshake``, shared with ``PeerClient``).
+  to connect means nothing was sent; a handshake of our own (same certificate
+  and bundle, the SPIFFE ID pinned by its URI SAN) then says why:
+  ``PEER_IDENTITY_MISMATCH`` when the server's certificate is for another
+  identity, else ``PEER_UNAVAILABLE`` (both from ``gateway.client.handshake``,
+  shared with ``PeerClient``).
 * JSON-RPC: httpx's ``ConnectError``/``ConnectTimeout`` mean nothing was sent;
-  the ssl error raised by our own OpenSSL (its verify code) tells a wrong name.
+  the ``WrongServerIdentity`` our own handshake raised tells a wrong identity.
 
 Once a call may have been sent, ``UNAVAILABLE`` (answered by the upstream, or
 the connection lost) is ``SENT_THEN_UNAVAILABLE``: the call may have run.
@@ -25,7 +26,7 @@ import ssl
 import grpc
 import httpx
 
-from gateway.client.handshake import names_another_identity, serves_another_identity
+from gateway.client.handshake import ServerIdentity, names_another_identity
 from gateway.errors import PeerIdentityMismatch, PeerUnavailable
 
 NOT_SENT = PeerUnavailable.reason
@@ -36,17 +37,14 @@ SENT_THEN_UNAVAILABLE = "PEER_UNAVAILABLE_AFTER_SEND"
 """Audit detail: the call may have reached the upstream, which may have run it."""
 
 
-async def handshake_cause(
-    address: str, context: ssl.SSLContext, server_name: str, timeout: float
-) -> str:
-    """Why a TLS handshake with ``address`` as ``server_name`` fails (a detail above).
+def identity_cause(identity: ServerIdentity) -> str:
+    """The audit detail for what our own handshake found (``probe_server_identity``).
 
-    ``WRONG_IDENTITY`` only when our own OpenSSL found the certificate not
-    valid for ``server_name``; anything else (refused, closed, another
-    verification error, a handshake that now succeeds) is ``NOT_SENT``.
+    ``WRONG_IDENTITY`` only when the certificate is for another identity;
+    anything else (refused, closed, another verification error, a handshake
+    that now succeeds) is ``NOT_SENT``.
     """
-    wrong = await serves_another_identity(address, context, server_name, timeout)
-    return WRONG_IDENTITY if wrong else NOT_SENT
+    return WRONG_IDENTITY if identity is ServerIdentity.ANOTHER else NOT_SENT
 
 
 def http_cause(err: BaseException) -> str | None:

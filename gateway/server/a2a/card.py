@@ -264,9 +264,10 @@ def _unsigned_public_card(agent_id: str, issuer: CardIssuer) -> a2a_pb2.AgentCar
             MTLS_SCHEME: a2a_pb2.SecurityScheme(
                 mtls_security_scheme=a2a_pb2.MutualTlsSecurityScheme(
                     description=(
-                        "Mutual TLS with X.509-SVIDs of this agent's trust domain. The "
-                        f"server certificate carries the DNS name {svid_dns_name(agent_id)}: "
-                        "use it as the TLS target name."
+                        "Mutual TLS with X.509-SVIDs of this agent's trust domain. Verify "
+                        f"the server certificate's one URI SAN: {agent_id}. A client that "
+                        "can verify only a host name may use the DNS name "
+                        f"{svid_dns_name(agent_id)}, if the certificate carries it."
                     )
                 )
             )

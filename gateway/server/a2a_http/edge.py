@@ -91,6 +91,7 @@ from gateway.errors import (
 )
 from gateway.http.connection import client_certificate, connection_abort
 from gateway.identity import AUTHORIZATION, USER_TOKEN, PresentedTokens, presented_tokens
+from gateway.inbound.in_flight import serving_binding
 from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.pipeline import InFlight
 from gateway.server.a2a.card import PublicCardDocuments
@@ -300,6 +301,7 @@ class HttpEdge:
         self, endpoint: Any, binding: Binding, operation: str, kind: InFlight, *, v0_3: bool
     ) -> _ENDPOINT:
         async def guarded(request: Request) -> Response:
+            serving_binding(f"A2A {binding.value}")
             exchange = Exchange(
                 client_certificate(request.scope),
                 _metadata(request),

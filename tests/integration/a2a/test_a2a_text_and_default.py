@@ -174,7 +174,7 @@ async def test_without_a_default_a_message_naming_nothing_is_invalid_request(
         ),
         ('"text.echo\\n"', "default_capability holds whitespace or a control character"),
         ('" text.echo"', "default_capability holds whitespace or a control character"),
-        ("5", "Input should be a valid string"),
+        ("5", "default_capability: expected a string (in quotes)"),
     ],
 )
 def test_a_bad_default_capability_is_refused_at_load_naming_file_and_key(

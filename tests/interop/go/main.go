@@ -30,9 +30,44 @@ type config struct {
 	OtherTaskID string `json:"other_task_id"`
 	Refused     string `json:"refused_capability"`
 	LargeBytes  int    `json:"large_bytes"`
+	// PinServerID: the server's SVID may carry only its SPIFFE ID, so no host name is checked;
+	// the chain is verified to the CA and the one URI SAN must be this ID. WrongServerID: the
+	// same call, pinned to another ID, must fail.
+	PinServerID   string `json:"pin_server_id"`
+	WrongServerID string `json:"wrong_server_id"`
+}
+
+// pinSpiffeID verifies, instead of a host name, the chain to roots and the leaf's one URI SAN.
+func pinSpiffeID(tlsConfig *tls.Config, roots *x509.CertPool, want string) {
+	tlsConfig.InsecureSkipVerify = true // the host name check only: VerifyConnection does the rest
+	tlsConfig.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return fmt.Errorf("no server certificate")
+		}
+		intermediates := x509.NewCertPool()
+		for _, c := range cs.PeerCertificates[1:] {
+			intermediates.AddCert(c)
+		}
+		leaf := cs.PeerCertificates[0]
+		opts := x509.VerifyOptions{
+			Roots: roots, Intermediates: intermediates,
+			KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		}
+		if _, err := leaf.Verify(opts); err != nil {
+			return err
+		}
+		if len(leaf.URIs) != 1 || leaf.URIs[0].String() != want {
+			return fmt.Errorf("server is not %s", want)
+		}
+		return nil
+	}
 }
 
 func httpClient(cfg config, withCert bool) *http.Client {
+	return pinnedClient(cfg, withCert, cfg.PinServerID)
+}
+
+func pinnedClient(cfg config, withCert bool, pin string) *http.Client {
 	caPEM, err := os.ReadFile(cfg.CA)
 	if err != nil {
 		fail(err)
@@ -40,6 +75,9 @@ func httpClient(cfg config, withCert bool) *http.Client {
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(caPEM)
 	tlsConfig := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	if pin != "" {
+		pinSpiffeID(tlsConfig, roots, pin)
+	}
 	if withCert {
 		cert, err := tls.LoadX509KeyPair(cfg.Cert, cfg.Key)
 		if err != nil {
@@ -117,6 +155,14 @@ func main() {
 		os.Exit(0)
 	}
 	taskID := send(ctx, "send_data", client, message("text.echo", a2a.DataPart{Data: map[string]any{"text": "hello"}}))
+	if cfg.PinServerID != "" {
+		wrong, err := a2aclient.NewFromCard(ctx, card, a2aclient.WithJSONRPCTransport(pinnedClient(cfg, true, cfg.WrongServerID)))
+		if err != nil {
+			fail(err)
+		}
+		send(ctx, "wrong_identity", wrong, message("text.echo", a2a.DataPart{Data: map[string]any{"text": "not for you"}}))
+		return
+	}
 	send(ctx, "send_text", client, message("text.echo", a2a.TextPart{Text: "hello text"}))
 	send(ctx, "refused", client, message(cfg.Refused, a2a.DataPart{Data: map[string]any{"id": "n1"}}))
 

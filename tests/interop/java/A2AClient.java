@@ -39,6 +39,14 @@ import java.util.function.Consumer;
 import javax.net.ssl.KeyManagerFactory;
 import javax.net.ssl.SSLContext;
 import javax.net.ssl.TrustManagerFactory;
+import java.net.Socket;
+import java.security.cert.CertificateException;
+import java.security.cert.X509Certificate;
+import java.util.Collection;
+import javax.net.ssl.SSLEngine;
+import javax.net.ssl.TrustManager;
+import javax.net.ssl.X509ExtendedTrustManager;
+import javax.net.ssl.X509TrustManager;
 
 public class A2AClient {
   static final ObjectMapper JSON = new ObjectMapper();
@@ -61,9 +69,50 @@ public class A2AClient {
       kmf = KeyManagerFactory.getInstance(KeyManagerFactory.getDefaultAlgorithm());
       kmf.init(keys, password);
     }
+    TrustManager[] trusted = tmf.getTrustManagers();
+    if (cfg.get("pin_server_id") != null) {
+      trusted = new TrustManager[] {new PinnedSpiffeId((X509TrustManager) trusted[0], (String) cfg.get("pin_server_id"))};
+    }
     SSLContext context = SSLContext.getInstance("TLS");
-    context.init(kmf == null ? null : kmf.getKeyManagers(), tmf.getTrustManagers(), null);
+    context.init(kmf == null ? null : kmf.getKeyManagers(), trusted, null);
     return context;
+  }
+
+  /**
+   * With "pin_server_id": the server's SVID may carry only its SPIFFE ID, so no host name is
+   * checked. The chain is verified to the CA (the default trust manager's two-argument check,
+   * which checks no host name) and the leaf's one URI SAN must be the expected ID.
+   */
+  static final class PinnedSpiffeId extends X509ExtendedTrustManager {
+    final X509TrustManager chain;
+    final String want;
+
+    PinnedSpiffeId(X509TrustManager chain, String want) {
+      this.chain = chain;
+      this.want = want;
+    }
+
+    void check(X509Certificate[] certs, String authType) throws CertificateException {
+      chain.checkServerTrusted(certs, authType);
+      List<String> uris = new ArrayList<>();
+      Collection<List<?>> names = certs[0].getSubjectAlternativeNames();
+      if (names != null) {
+        for (List<?> name : names) {
+          if ((Integer) name.get(0) == 6) uris.add((String) name.get(1));
+        }
+      }
+      if (uris.size() != 1 || !uris.get(0).equals(want)) {
+        throw new CertificateException("server is not " + want);
+      }
+    }
+
+    @Override public void checkServerTrusted(X509Certificate[] c, String a) throws CertificateException { check(c, a); }
+    @Override public void checkServerTrusted(X509Certificate[] c, String a, Socket s) throws CertificateException { check(c, a); }
+    @Override public void checkServerTrusted(X509Certificate[] c, String a, SSLEngine e) throws CertificateException { check(c, a); }
+    @Override public void checkClientTrusted(X509Certificate[] c, String a) throws CertificateException { throw new CertificateException("a client only"); }
+    @Override public void checkClientTrusted(X509Certificate[] c, String a, Socket s) throws CertificateException { throw new CertificateException("a client only"); }
+    @Override public void checkClientTrusted(X509Certificate[] c, String a, SSLEngine e) throws CertificateException { throw new CertificateException("a client only"); }
+    @Override public X509Certificate[] getAcceptedIssuers() { return chain.getAcceptedIssuers(); }
   }
 
   static void emit(String step, Map<String, Object> fields) throws Exception {
@@ -140,6 +189,20 @@ public class A2AClient {
     Client client = client(card);
     Map<String, Object> sent = send(client, message("text.echo", new DataPart(Map.of("text", "hello"))));
     emit("send_data", sent);
+    if (cfg.get("pin_server_id") != null) { // the same call, pinned to another SPIFFE ID: refused
+      Map<String, Object> wrong = new LinkedHashMap<>(cfg);
+      wrong.put("pin_server_id", cfg.get("wrong_server_id"));
+      SSLContext.setDefault(tls(wrong, true));
+      try { // the streaming client reports no TLS failure: the card fetch shows it
+        A2A.getAgentCard(new JdkA2AHttpClient(), base);
+        emit("wrong_identity", Map.of("served", true));
+      } catch (Exception error) {
+        Throwable cause = error;
+        while (cause.getCause() != null) cause = cause.getCause();
+        emit("wrong_identity", Map.of("error", String.valueOf(cause)));
+      }
+      System.exit(0);
+    }
     emit("send_text", send(client, message("text.echo", new TextPart("hello text"))));
     emit("refused", send(client, message((String) cfg.get("refused_capability"),
         new DataPart(Map.of("id", "n1")))));

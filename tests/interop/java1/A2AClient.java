@@ -66,6 +66,14 @@ import java.util.function.Consumer;
 import javax.net.ssl.KeyManagerFactory;
 import javax.net.ssl.SSLContext;
 import javax.net.ssl.TrustManagerFactory;
+import java.net.Socket;
+import java.security.cert.CertificateException;
+import java.security.cert.X509Certificate;
+import java.util.Collection;
+import javax.net.ssl.SSLEngine;
+import javax.net.ssl.TrustManager;
+import javax.net.ssl.X509ExtendedTrustManager;
+import javax.net.ssl.X509TrustManager;
 
 public class A2AClient {
   static final Gson JSON = new Gson();
@@ -91,9 +99,50 @@ public class A2AClient {
       kmf = KeyManagerFactory.getInstance(KeyManagerFactory.getDefaultAlgorithm());
       kmf.init(keys, password);
     }
+    TrustManager[] trusted = tmf.getTrustManagers();
+    if (cfg.get("pin_server_id") != null) {
+      trusted = new TrustManager[] {new PinnedSpiffeId((X509TrustManager) trusted[0], (String) cfg.get("pin_server_id"))};
+    }
     SSLContext context = SSLContext.getInstance("TLS");
-    context.init(kmf == null ? null : kmf.getKeyManagers(), tmf.getTrustManagers(), null);
+    context.init(kmf == null ? null : kmf.getKeyManagers(), trusted, null);
     return context;
+  }
+
+  /**
+   * With "pin_server_id": the server's SVID may carry only its SPIFFE ID, so no host name is
+   * checked. The chain is verified to the CA (the default trust manager's two-argument check,
+   * which checks no host name) and the leaf's one URI SAN must be the expected ID.
+   */
+  static final class PinnedSpiffeId extends X509ExtendedTrustManager {
+    final X509TrustManager chain;
+    final String want;
+
+    PinnedSpiffeId(X509TrustManager chain, String want) {
+      this.chain = chain;
+      this.want = want;
+    }
+
+    void check(X509Certificate[] certs, String authType) throws CertificateException {
+      chain.checkServerTrusted(certs, authType);
+      List<String> uris = new ArrayList<>();
+      Collection<List<?>> names = certs[0].getSubjectAlternativeNames();
+      if (names != null) {
+        for (List<?> name : names) {
+          if ((Integer) name.get(0) == 6) uris.add((String) name.get(1));
+        }
+      }
+      if (uris.size() != 1 || !uris.get(0).equals(want)) {
+        throw new CertificateException("server is not " + want);
+      }
+    }
+
+    @Override public void checkServerTrusted(X509Certificate[] c, String a) throws CertificateException { check(c, a); }
+    @Override public void checkServerTrusted(X509Certificate[] c, String a, Socket s) throws CertificateException { check(c, a); }
+    @Override public void checkServerTrusted(X509Certificate[] c, String a, SSLEngine e) throws CertificateException { check(c, a); }
+    @Override public void checkClientTrusted(X509Certificate[] c, String a) throws CertificateException { throw new CertificateException("a client only"); }
+    @Override public void checkClientTrusted(X509Certificate[] c, String a, Socket s) throws CertificateException { throw new CertificateException("a client only"); }
+    @Override public void checkClientTrusted(X509Certificate[] c, String a, SSLEngine e) throws CertificateException { throw new CertificateException("a client only"); }
+    @Override public X509Certificate[] getAcceptedIssuers() { return chain.getAcceptedIssuers(); }
   }
 
   /**
@@ -286,6 +335,21 @@ public class A2AClient {
     }
     Client plain = client(card, binding, false, false);
     emit(binding, "send_data", send(plain, false, message("text.echo", new DataPart(Map.of("text", "hello")))));
+    if (cfg.get("pin_server_id") != null) { // the same call, pinned to another SPIFFE ID: refused
+      Map<String, Object> wrong = new LinkedHashMap<>(cfg);
+      wrong.put("pin_server_id", cfg.get("wrong_server_id"));
+      SSLContext.setDefault(tls(wrong, true));
+      try { // the card fetch over the same TLS: the handshake refuses the server
+        new JdkA2AHttpClient().createGet().url(cfg.get("base_url") + "/.well-known/agent-card.json").get();
+        emit(binding, "wrong_identity", Map.of("served", true));
+      } catch (Exception failure) {
+        Throwable cause = failure;
+        while (cause.getCause() != null) cause = cause.getCause();
+        emit(binding, "wrong_identity", Map.of("error", String.valueOf(cause)));
+      }
+      SSLContext.setDefault(tls(cfg, true));
+      return;
+    }
     emit(binding, "send_text", send(plain, false, message("text.echo", new TextPart("hello text"))));
     Client streaming = client(card, binding, true, false);
     emit(binding, "stream", send(streaming, true, message("text.echo", new DataPart(Map.of("text", "streamed")))));

@@ -1,0 +1,88 @@
+"""MCP callers identified by a bearer token (``[identity.tokens]``), as on the A2A HTTPS door.
+
+With ``token_only_callers``, an MCP client without a client certificate is the
+SPIFFE ID of its JWT-SVID (``Authorization: Bearer``), and the official SDK's
+client sends one as any MCP client sends its OAuth token. Without a token or
+certificate, the 401 says how to authenticate (RFC 6750).
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from mcp.client.client import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from gateway.config import AgentConfig, IdentitySettings
+from gateway.runtime.agent import Agent
+from tests.identity.issuer import es256_key, sign
+from tests.integration.mcp.mcp_support import modern_call, raw_client, serving_mcp
+from tests.support import Pki, agent_config, audit_rows, grant, spiffe, started, write_policy
+
+ALICE = spiffe("alice")
+
+
+@pytest.fixture
+async def alice(pki: Pki, tmp_path: Path) -> AsyncIterator[tuple[Agent, str]]:
+    """alice taking JWT-SVIDs of example.org on her MCP door; the token bob presents."""
+    key = es256_key("svid-1")
+    bundle = tmp_path / "jwt-bundle.json"
+    bundle.write_text(json.dumps({"keys": [{**key.jwk(), "use": "jwt-svid"}]}))
+    identity = IdentitySettings.model_validate(
+        {
+            "tokens": {
+                "token_only_callers": True,
+                "issuers": [
+                    {
+                        "name": "spire",
+                        "kind": "jwt-svid",
+                        "trust_domain": "example.org",
+                        "jwks_file": str(bundle),
+                    }
+                ],
+            }
+        }
+    )
+    policy = write_policy(tmp_path / "alice-policy.toml", [grant("bob", ["text.echo"])])
+    plain = serving_mcp(agent_config(pki, tmp_path, "alice", policy), pki, tmp_path / "https")
+    config = AgentConfig.model_validate({**plain.model_dump(), "identity": identity.model_dump()})
+    agent = await started(config)
+    now = int(time.time())
+    token = sign(key, {"sub": spiffe("bob"), "aud": [ALICE], "iat": now, "exp": now + 300})
+    yield agent, token
+    await agent.stop()
+
+
+async def test_a_bearer_token_alone_is_the_mcp_callers_identity(
+    alice: tuple[Agent, str], pki: Pki
+) -> None:
+    agent, token = alice
+    ca_only = ssl.create_default_context(cafile=str(pki.dir / "ca.pem"))
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(verify=ca_only, headers=headers, timeout=20) as http:
+        async with Client(streamable_http_client(agent.mcp_url, http_client=http)) as client:
+            tools = [tool.name for tool in (await client.list_tools()).tools]
+            result = await client.call_tool("text.echo", {"text": "by token"})
+    body, call_headers = modern_call("text.echo", {"text": "hi"})
+    async with raw_client(pki, None) as http:
+        anonymous = await http.post(agent.mcp_url, json=body, headers=call_headers)
+        forged = await http.post(
+            agent.mcp_url, json=body, headers={**call_headers, "Authorization": "Bearer not.a.jwt"}
+        )
+
+    assert tools == ["text.echo"]
+    assert result.structured_content == {"text": "by token"}
+    assert anonymous.status_code == 401
+    assert anonymous.headers["www-authenticate"] == 'Bearer realm="a2agw"'
+    assert forged.status_code == 401
+    assert forged.headers["www-authenticate"] == 'Bearer realm="a2agw", error="invalid_token"'
+    assert forged.json()["error"]["data"]["reason"] == "TOKEN_INVALID"
+    await agent.audit.flush()
+    records = [(r.peer_id, r.capability, r.reason) for r in audit_rows(agent.config.audit_db)]
+    assert (spiffe("bob"), "text.echo", "OK") in records
