@@ -103,6 +103,16 @@ async def test_auth_required_reaches_the_webhook(
         "status:WORKING",
         "status:AUTH_REQUIRED:Authorize the transfer",
     ]
+    # The caller's answer ends it, so no delivery is in flight when alice stops.
+    done = await bob.send(message(text="yes", task_id=task.id))
+    assert done.status.state == a2a_pb2.TASK_STATE_COMPLETED
+    got = await receiver.wait(5)
+    assert [summary(d.event()) for d in got[2:]] == [
+        "status:WORKING",
+        "artifact:output",
+        "status:COMPLETED",
+    ]
+    await attempts(alice, 5)
 
 
 async def test_a_message_answer_keeps_no_task_and_is_its_one_notification(
