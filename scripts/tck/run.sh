@@ -166,6 +166,7 @@ svid_dns_name() {
 "$GW" pki issue native --dir "$WORK/pki" --loopback-sans > /dev/null   # https://127.0.0.1 needs IP:127.0.0.1
 "$GW" pki issue front --dir "$WORK/pki" --loopback-sans > /dev/null
 "$GW" pki issue tck --dir "$WORK/pki" > /dev/null                      # the TCK's client SVID
+"$GW" pki issue webhook --dir "$WORK/pki" --loopback-sans > /dev/null  # the kit's https webhook
 
 # ------------------------------------------------------------------ 4. configs
 policy() {  # policy FILE CAPABILITY...
@@ -202,6 +203,7 @@ default_capability = "tck.conformance"
 
 [push]
 enabled = true
+ca = "pki/ca.pem"             # the kit's webhook receiver: https with a certificate of the dev CA
 CONFIG
 }
 
@@ -270,7 +272,8 @@ SUT_URL[direct]="http://127.0.0.1:$REF_HTTP_PORT"
 # ------------------------------------------------------------------ 7. the TCK runs
 run_one() {  # run_one SUT BINDING OUTDIR KIT_FIXES
   local sut="$1" binding="$2" out="$3" fixes="$4" name="$1-$2"
-  local -a env=(PYTHONPATH="$HERE" A2AGW_TCK_RESULTS_JSON="$out/$name.json" A2AGW_TCK_KIT_FIXES="$fixes")
+  local -a env=(PYTHONPATH="$HERE" A2AGW_TCK_RESULTS_JSON="$out/$name.json" A2AGW_TCK_KIT_FIXES="$fixes"
+                A2AGW_TCK_WEBHOOK_CERT="$WORK/pki/webhook.pem" A2AGW_TCK_WEBHOOK_KEY="$WORK/pki/webhook.key")
   if [ "$sut" != "direct" ]; then
     env+=(A2AGW_TCK_CA="$WORK/pki/ca.pem" A2AGW_TCK_CERT="$WORK/pki/tck.pem" A2AGW_TCK_KEY="$WORK/pki/tck.key"
           A2AGW_TCK_GRPC_TARGET_NAME="$(svid_dns_name "${SUT_AGENT[$sut]}")")

@@ -33,6 +33,8 @@ _CA = os.environ.get("A2AGW_TCK_CA")
 _CERT = os.environ.get("A2AGW_TCK_CERT")
 _KEY = os.environ.get("A2AGW_TCK_KEY")
 _TARGET_NAME = os.environ.get("A2AGW_TCK_GRPC_TARGET_NAME")
+_WEBHOOK_CERT = os.environ.get("A2AGW_TCK_WEBHOOK_CERT")
+_WEBHOOK_KEY = os.environ.get("A2AGW_TCK_WEBHOOK_KEY")
 _CARD_PATH = "/.well-known/agent-card.json"
 
 
@@ -198,11 +200,40 @@ def _fix_card_version_header() -> None:
     httpx.get = get
 
 
+def _fix_https_webhook() -> None:
+    """The kit's push webhook receiver speaks plain HTTP only.
+
+    ``tck/webhook/server.py`` serves ``http://<host>:<port>/webhook`` and has no TLS option, so an
+    agent that takes only ``https`` webhook URLs (ours: spec 13.2 says webhook URLs SHOULD use
+    HTTPS, and a webhook is an SSRF door) refuses the push config and the delivery tests skip.
+    With A2AGW_TCK_WEBHOOK_CERT/KEY set (run.sh: a loopback certificate of the dev CA, which the
+    agents' ``[push] ca`` trusts), the receiver serves TLS and names an ``https`` URL.
+    """
+    if not (_WEBHOOK_CERT and _WEBHOOK_KEY):
+        return
+    from tck.webhook import server
+
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(_WEBHOOK_CERT, _WEBHOOK_KEY)
+    original_start = server.WebhookReceiver.start
+
+    def start(self: Any) -> None:
+        original_start(self)
+        self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+
+    def url(self: Any, webhook_host: str = "localhost") -> str:
+        return f"https://{webhook_host}:{self.port}/webhook"
+
+    server.WebhookReceiver.start = start
+    server.WebhookReceiver.url = url
+
+
 FIXES: dict[str, Callable[[], None]] = {
     "jsonrpc-url": _fix_jsonrpc_url,
     "unique-message-ids": _fix_unique_message_ids,
     "stream-error-read": _fix_stream_error_read,
     "card-version-header": _fix_card_version_header,
+    "https-webhook": _fix_https_webhook,
 }
 """Every kit fix by name (A2AGW_TCK_KIT_FIXES picks them)."""
 
