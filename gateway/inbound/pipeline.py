@@ -27,7 +27,9 @@ call and nothing after it runs::
     parts_accepted         CONTENT_TYPE_NOT_SUPPORTED  an A2A message's parts are of kinds and
                            INVALID_REQUEST     media types the chosen version accepts, no more
                            INVALID_INPUT       of them than it takes (text for a contract
-                                               taking no text: as before this check)
+                                               taking no text: as before this check);
+                                               a call of one JSON object (Invoke, MCP, a
+                                               plan step) is one data part
     payload_decoded        INVALID_REQUEST     a payload the transport measured but did not
                            INVALID_INPUT       decode yet (an A2A ``data`` or ``text`` part)
                            PAYLOAD_TOO_LARGE   becomes JSON, which must be within the cap too
@@ -64,6 +66,7 @@ from gateway.audit import AuditLog
 from gateway.display import has_unsafe_characters
 from gateway.errors import (
     AuditUnavailable,
+    ContentTypeNotSupported,
     DeadlineExceeded,
     InvalidInput,
     InvalidRequest,
@@ -387,12 +390,21 @@ class DecisionPipeline:
         inbound.slot = self._limits.acquire(inbound.peer_id, grant)
 
     def parts_accepted(self, inbound: Inbound) -> None:
-        """An A2A message's parts are what the chosen version accepts (nothing decoded yet)."""
-        message = inbound.call.message
-        if message is None:
-            return
+        """An A2A message's parts are what the chosen version accepts (nothing decoded yet).
+
+        A call that is one JSON object and no message (Invoke, an MCP ``tools/call``,
+        a plan step) is one data part: a version that takes no data part refuses it.
+        """
         assert inbound.query is not None and inbound.query.chosen is not None
         accepts = inbound.query.chosen.contract.accepts
+        message = inbound.call.message
+        if message is None:
+            if not accepts.data:
+                raise ContentTypeNotSupported(
+                    "this capability takes no data part, and a call of one JSON object is "
+                    f"one; send it an A2A message of the parts it takes ({accepts.describe()})"
+                )
+            return
         message.check_parts(accepts, _input_model(inbound))
 
     def payload_decoded(self, inbound: Inbound) -> None:

@@ -267,7 +267,9 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         if contract.asks_input or pushed:
             # It may wait for the caller, or its webhook gets the events a stream would:
             # the run outlives this RPC, which answers at its first interrupted or final state.
-            quiet = contract.gives.messages and not pushed
+            # Quiet even with a webhook: a Message answer keeps no task (the webhook gets
+            # that Message, its one notification).
+            quiet = contract.gives.messages
             run = await self._start(submitted, admitted, "SendMessage", quiet=quiet)
             return await self._settled_answer(run, request)
         outcome: InvokeOutcome | None = None
@@ -416,8 +418,8 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             admitted, submitted = await self._admit_message(
                 request, context, "SendStreamingMessage"
             )
-            pushed = await self._attach_push(request, admitted, submitted, "SendStreamingMessage")
-            quiet = admitted.admission.capability.contract.gives.messages and not pushed
+            await self._attach_push(request, admitted, submitted, "SendStreamingMessage")
+            quiet = admitted.admission.capability.contract.gives.messages  # see _send
             run = await self._start(submitted, admitted, "SendStreamingMessage", quiet=quiet)
             events = run.listen(until_waiting=True).events()  # no await since start
             return _message_or_task(events) if quiet else events

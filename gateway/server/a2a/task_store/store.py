@@ -47,7 +47,7 @@ from typing import Any
 
 from gateway.errors import InvalidRequest
 from gateway.inbound.call import REQUEST_ID
-from gateway.server.a2a.task_store.inputs import TaskInputs
+from gateway.server.a2a.task_store.inputs import WAITING_STATES, TaskInputs
 from gateway.sql.dialect import Dialect
 
 _log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ TASK_COLUMNS = (
 """The task columns of ``a2a_tasks`` in ``A2ATask`` field order (both stores)."""
 UNFINISHED = ("submitted", "working", "input-required", "auth-required")
 """The states of a task that has not ended (``TaskOutcome`` values)."""
-WAITING = ("input-required", "auth-required")
+WAITING = WAITING_STATES
 """The states of a task that waits for its caller's next message (``TaskOutcome`` values)."""
 
 
