@@ -235,6 +235,10 @@ version = "1.0.0"
 risk = "read"
 timeout = 15.0
 description = "The A2A TCK reference agent (sut/a2a-python/sut_agent.py), fronted"
+# Every part kind both ways, Message answers, and questions (input-required) passed through:
+# the reference agent's scenarios need them, and the upstream decides what it accepts.
+accepts = { data = true, text = true, files = ["*/*"], urls = true, max_parts = 16 }
+gives = { data = true, text = true, files = ["*/*"], urls = true, messages = true }
 CONFIG
 
 # ------------------------------------------------------------------ 5. the reference agent
