@@ -206,6 +206,11 @@ _V10 = (
     f"CREATE INDEX a2a_tasks_open ON a2a_tasks (agent_id, lease_ms) WHERE state IN {_OPEN_STATES}",
 )
 
+_V11 = (
+    "ALTER TABLE tasks ADD COLUMN on_behalf_of TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE tasks ADD COLUMN user_issuer TEXT NOT NULL DEFAULT ''",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "audit, idempotency, replay window, tasks", _V1, _V1_RECORD_COLUMNS),
     Migration(
@@ -232,6 +237,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "for the process running a task",
         _V10,
     ),
+    Migration(11, "plan tasks: the user a task acts for (subject and issuer)", _V11),
 )
 """Every schema version in order; append, never edit a released one."""
 

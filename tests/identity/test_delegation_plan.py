@@ -13,6 +13,7 @@ user-9 via [alice]; carol's says user-9 via [bob, alice].
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from capabilities.context import CallContext
 from capabilities.contract import ContractModel
 from capabilities.registry import CapabilityRegistry, capability
 from gateway.config import IdentitySettings
-from gateway.errors import TokenNotBound
+from gateway.errors import TokenNotBound, UserNotAuthorized
 from gateway.plans.document.model import Plan
 from gateway.plans.task import PlanTaskState
 from gateway.runtime.agent import Agent
@@ -200,3 +201,40 @@ async def test_a_user_token_issued_to_another_agent_is_not_acted_for(
     token = issuer.token("user-9", ALICE, azp="bob-client")
     with pytest.raises(TokenNotBound):
         await chain.alice.acting_for(token)
+
+
+async def test_a_task_keeps_its_user_and_resumes_only_for_that_user(
+    chain: Chain, issuer: SessionIssuer
+) -> None:
+    token = issuer.token("user-9", ALICE, azp="alice-client", groups=["finance"])
+    acting_for = await chain.alice.acting_for(token)
+    other = await chain.alice.acting_for(
+        issuer.token("user-8", ALICE, azp="alice-client", groups=["finance"])
+    )
+    user = (acting_for.user.subject, acting_for.user.issuer)
+    await chain.alice.plan_tasks.create("t-user", relay_plan(), now_ms(), user)  # as if interrupted
+
+    for wrong in (None, other):
+        with pytest.raises(UserNotAuthorized, match="acts for a user"):
+            await chain.alice.plans.resume("t-user", acting_for=wrong)
+    assert await user_rows(chain.bob) == []  # nothing was sent for a wrong user
+
+    result = await chain.alice.plans.resume("t-user", acting_for=acting_for)
+    assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK")
+    assert await user_rows(chain.bob) == [(ALICE, "relay.text", "OK", "user-9", [ALICE])]
+    stored = await chain.alice.plan_tasks.load("t-user")
+    assert (stored.on_behalf_of, stored.user_issuer) == user
+
+
+async def test_a_task_for_no_user_does_not_resume_for_one(
+    chain: Chain, issuer: SessionIssuer
+) -> None:
+    await chain.alice.plan_tasks.create("t-none", relay_plan(), now_ms())
+    token = issuer.token("user-9", ALICE, azp="alice-client", groups=["finance"])
+    with pytest.raises(UserNotAuthorized, match="acts for no user"):
+        await chain.alice.plans.resume("t-none", acting_for=await chain.alice.acting_for(token))
+    assert await user_rows(chain.bob) == []
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

@@ -80,7 +80,9 @@ class Backend:
                     if "failed_attempts" not in statement:
                         db.execute(statement)
                 db.execute(
-                    "INSERT INTO tasks VALUES (?, ?, 'running', 0, 'OK', '', 1, 1, 0.0, 1, 1, 0)",
+                    "INSERT INTO tasks (task_id, plan_json, state, revision, reason, message, "
+                    "steps_used, peer_calls, elapsed, created_ms, updated_ms, tool_calls) "
+                    "VALUES (?, ?, 'running', 0, 'OK', '', 1, 1, 0.0, 1, 1, 0)",
                     ("t1", PLAN.to_json()),
                 )
                 marks = ", ".join(["?"] * 20)

@@ -79,7 +79,9 @@ def _old_sqlite_store(path: Path, results: list[StepResult]) -> None:
         for statement in SCHEMA:
             db.execute(statement.replace("may_have_written INTEGER NOT NULL DEFAULT 0, ", ""))
         db.execute(
-            "INSERT INTO tasks VALUES (?, ?, 'running', 0, 'OK', '', 1, 1, 0.0, 1, 1, 0)",
+            "INSERT INTO tasks (task_id, plan_json, state, revision, reason, message, "
+            "steps_used, peer_calls, elapsed, created_ms, updated_ms, tool_calls) "
+            "VALUES (?, ?, 'running', 0, 'OK', '', 1, 1, 0.0, 1, 1, 0)",
             ("t1", PLAN.to_json()),
         )
         marks = ", ".join(["?"] * 19)

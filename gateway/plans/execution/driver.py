@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from gateway.audit import AuditLog
-from gateway.errors import AuditUnavailable, TaskNotFound
+from gateway.errors import AuditUnavailable, TaskNotFound, UserNotAuthorized
 from gateway.identity.exchange import ActingFor
 from gateway.local.process_owner import new_owner_id
 from gateway.plans.document.model import Plan
@@ -98,7 +98,9 @@ class PlanDriver:
         task_id = task_id or uuid.uuid4().hex
 
         async def create() -> StoredPlanTask:
-            await self._parts.store.create(task_id, plan, int(time.time() * 1000))
+            await self._parts.store.create(
+                task_id, plan, int(time.time() * 1000), _user_key(acting_for)
+            )
             return await self._parts.store.load(task_id)
 
         return self._launch(task_id, create, on_event, acting_for)
@@ -183,6 +185,7 @@ class PlanDriver:
                 stored = await prepare()
                 if stored.state.terminal:
                     return stored_result(stored)
+                check_same_user(stored, acting_for)
                 now_ms = int(time.time() * 1000)
                 await store.take_lease(
                     task_id, self.owner, now_ms, self._parts.limits.lease_seconds
@@ -201,3 +204,31 @@ class PlanDriver:
         handle = TaskHandle(task_id, asyncio.create_task(body()), cancel)
         self._running[task_id] = handle
         return handle
+
+
+def _user_key(acting_for: ActingFor | None) -> tuple[str, str]:
+    """(subject, issuer) of the user a task acts for, or two empty strings."""
+    if acting_for is None:
+        return "", ""
+    return acting_for.user.subject, acting_for.user.issuer
+
+
+def check_same_user(stored: StoredPlanTask, acting_for: ActingFor | None) -> None:
+    """Refuse to run ``stored`` for another user than the one it was started for.
+
+    A task started for a user resumes only for that user (a fresh token of
+    theirs); one started for no user resumes for none. Its user is kept
+    (subject and issuer, never a token) when it is created.
+
+    Raises:
+        UserNotAuthorized: the user given is not the task's.
+    """
+    wanted = (stored.on_behalf_of, stored.user_issuer)
+    given = _user_key(acting_for)
+    if given == wanted:
+        return
+    if not wanted[0]:
+        raise UserNotAuthorized(f"task {stored.task_id} acts for no user: resume it without one")
+    raise UserNotAuthorized(
+        f"task {stored.task_id} acts for a user: resume it with acting_for that user"
+    )

@@ -86,3 +86,7 @@ class StoredPlanTask:
     """The latest approval request of each step (pending or decided)."""
     failed_attempts: frozenset[FailedAttempt] = frozenset()
     """Every failed attempt of the task, so a resumed run still recognizes a repeat."""
+    on_behalf_of: str = ""
+    """The subject of the user the task acts for ("" for none); never a token."""
+    user_issuer: str = ""
+    """The issuer that vouched for that user ("" for none)."""

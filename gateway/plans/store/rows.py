@@ -15,7 +15,7 @@ from gateway.plans.task import Evidence, PlanTaskState, RevisionRecord, StepResu
 
 TASK_COLUMNS = (
     "task_id, plan_json, state, revision, reason, message, steps_used, peer_calls, "
-    "elapsed, created_ms, updated_ms, tool_calls"
+    "elapsed, created_ms, updated_ms, tool_calls, on_behalf_of, user_issuer"
 )
 """The ``tasks`` columns :func:`stored_task` reads, in order."""
 STEP_COLUMNS = (
@@ -92,6 +92,8 @@ def stored_task(
         created,
         updated,
         tool_calls,
+        on_behalf_of,
+        user_issuer,
     ) = row
     return StoredPlanTask(
         task_id=task_id,
@@ -105,6 +107,8 @@ def stored_task(
         usage=Usage(int(steps_used), int(peer_calls), float(elapsed), int(tool_calls)),
         created_unix_ms=int(created),
         updated_unix_ms=int(updated),
+        on_behalf_of=on_behalf_of,
+        user_issuer=user_issuer,
     )
 
 

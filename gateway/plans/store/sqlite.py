@@ -43,7 +43,8 @@ SCHEMA = (
     "state TEXT NOT NULL, revision INTEGER NOT NULL, reason TEXT NOT NULL, "
     "message TEXT NOT NULL, steps_used INTEGER NOT NULL, peer_calls INTEGER NOT NULL, "
     "elapsed REAL NOT NULL, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL, "
-    "tool_calls INTEGER NOT NULL DEFAULT 0)",
+    "tool_calls INTEGER NOT NULL DEFAULT 0, on_behalf_of TEXT NOT NULL DEFAULT '', "
+    "user_issuer TEXT NOT NULL DEFAULT '')",
     "CREATE TABLE IF NOT EXISTS steps (task_id TEXT NOT NULL, step_id TEXT NOT NULL, "
     "revision INTEGER NOT NULL, status TEXT NOT NULL, where_ TEXT NOT NULL, "
     "attempts INTEGER NOT NULL, duration_ms REAL NOT NULL, output_json TEXT, "
@@ -71,7 +72,11 @@ SCHEMA = (
 )
 
 ADDED_COLUMNS = {
-    "tasks": ("tool_calls INTEGER NOT NULL DEFAULT 0",),
+    "tasks": (
+        "tool_calls INTEGER NOT NULL DEFAULT 0",
+        "on_behalf_of TEXT NOT NULL DEFAULT ''",
+        "user_issuer TEXT NOT NULL DEFAULT ''",
+    ),
     "steps": (
         "confidence TEXT NOT NULL DEFAULT 'unverified'",
         "sources_json TEXT NOT NULL DEFAULT '[]'",

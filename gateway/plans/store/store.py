@@ -66,7 +66,8 @@ class _Statements:
         key = sql.columns("task_id")
         self.create = (
             f"INSERT INTO {t.tasks} ({sql.columns(rows.TASK_COLUMNS)}) "
-            f"VALUES ({sql.marks(len(sql.scope) + 3)}, 0, 'OK', '', 0, 0, 0.0, {mark}, {mark}, 0)"
+            f"VALUES ({sql.marks(len(sql.scope) + 3)}, 0, 'OK', '', 0, 0, 0.0, {mark}, {mark}, 0, "
+            f"{mark}, {mark})"
         )
         self.set_state = (
             f"UPDATE {t.tasks} SET state = {mark}, reason = {mark}, message = {mark} WHERE {task}"
@@ -160,8 +161,14 @@ class PlanTaskStore(ABC):
     def close(self) -> None:
         """Release the store."""
 
-    async def create(self, task_id: str, plan: Plan, now_ms: int) -> None:
-        """Record a new task in state ``created`` at revision 0."""
+    async def create(
+        self, task_id: str, plan: Plan, now_ms: int, user: tuple[str, str] = ("", "")
+    ) -> None:
+        """Record a new task in state ``created`` at revision 0.
+
+        ``user``: the (subject, issuer) of the user the task acts for, or two
+        empty strings; kept so a resume can only act for that same user.
+        """
         values = (
             *self._scope,
             task_id,
@@ -169,6 +176,7 @@ class PlanTaskStore(ABC):
             PlanTaskState.CREATED.value,
             now_ms,
             now_ms,
+            *user,
         )
         await self._in_transaction(lambda conn: conn.execute(self._sql.create, values))
 
