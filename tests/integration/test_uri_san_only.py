@@ -30,40 +30,51 @@ from tests.a2a_upstream import SdkAgent, grpc_upstream, jsonrpc_upstream
 from tests.integration.test_upstreams import fronted, outcome, records
 from tests.support import Pki, agent_config, audit_rows, grant, spiffe, started, write_policy
 
-ERIN = spiffe("erin")  # serves with an SVID that has only its URI SAN
+URSULA = spiffe("ursula")  # serves with an SVID that has only its URI SAN
 
 
 def uri_only(pki: Pki, name: str) -> None:
-    """Issue ``name``'s SVID without the derived DNS name (once per session)."""
-    if not (pki.dir / f"{name}.pem").exists():
+    """Issue ``name``'s SVID without the derived DNS name (once per session).
+
+    The session's PKI is shared: a name another test issued first with its DNS
+    name would make these tests pass for the wrong reason, so that is an error.
+    """
+    pem = pki.dir / f"{name}.pem"
+    if not pem.exists():
         issue(pki.dir, name, uri_san_only=True)
+    leaf = x509.load_pem_x509_certificate(pem.read_bytes())
+    san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    if san.get_values_for_type(x509.DNSName):
+        raise AssertionError(
+            f"{name!r} was issued with a DNS name elsewhere: use a name of its own"
+        )
 
 
 @pytest.fixture
-async def erin(pki: Pki, tmp_path: Path) -> AsyncIterator[Agent]:
-    uri_only(pki, "erin")
-    policy = write_policy(tmp_path / "erin-policy.toml", [grant("bob", ["text.echo"])])
-    agent = await started(agent_config(pki, tmp_path, "erin", policy))
+async def ursula(pki: Pki, tmp_path: Path) -> AsyncIterator[Agent]:
+    uri_only(pki, "ursula")
+    policy = write_policy(tmp_path / "ursula-policy.toml", [grant("bob", ["text.echo"])])
+    agent = await started(agent_config(pki, tmp_path, "ursula", policy))
     yield agent
     await agent.stop()
 
 
 def test_the_svid_has_no_dns_name(pki: Pki) -> None:
-    uri_only(pki, "erin")
-    leaf = x509.load_pem_x509_certificate((pki.dir / "erin.pem").read_bytes())
+    uri_only(pki, "ursula")
+    leaf = x509.load_pem_x509_certificate((pki.dir / "ursula.pem").read_bytes())
     san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert san.get_values_for_type(x509.UniformResourceIdentifier) == [ERIN]
+    assert san.get_values_for_type(x509.UniformResourceIdentifier) == [URSULA]
     assert san.get_values_for_type(x509.DNSName) == []
 
 
-async def test_a_peer_call_reaches_it_pinned_by_its_uri_san(pki: Pki, erin: Agent) -> None:
-    async with PeerClient(ERIN, erin.address, pki.material("bob")) as bob:
+async def test_a_peer_call_reaches_it_pinned_by_its_uri_san(pki: Pki, ursula: Agent) -> None:
+    async with PeerClient(URSULA, ursula.address, pki.material("bob")) as bob:
         result = await bob.invoke("text.echo", {"text": "hi"})
         again = await bob.invoke("text.echo", {"text": "again"})
         assert bob.through_relay
     assert (result.output(), again.output()) == ({"text": "hi"}, {"text": "again"})
-    await erin.audit.flush()
-    rows = audit_rows(erin.config.audit_db)
+    await ursula.audit.flush()
+    rows = audit_rows(ursula.config.audit_db)
     assert [(r.peer_id, r.capability, r.decision) for r in rows] == [
         (spiffe("bob"), "text.echo", "allow"),
         (spiffe("bob"), "text.echo", "allow"),
@@ -72,33 +83,33 @@ async def test_a_peer_call_reaches_it_pinned_by_its_uri_san(pki: Pki, erin: Agen
 
 @pytest.mark.parametrize("through_relay", [False, True])
 async def test_another_identity_of_the_bundle_is_a_mismatch_and_gets_nothing(
-    pki: Pki, erin: Agent, through_relay: bool
+    pki: Pki, ursula: Agent, through_relay: bool
 ) -> None:
     async with PeerClient(
-        spiffe("carol"), erin.address, pki.material("bob"), through_relay=through_relay
+        spiffe("carol"), ursula.address, pki.material("bob"), through_relay=through_relay
     ) as bob:
         with pytest.raises(PeerIdentityMismatch) as caught:
             await bob.invoke("text.echo", {"text": "for carol"}, timeout=5)
     assert "one URI SAN" in caught.value.message
-    await erin.audit.flush()
-    assert audit_rows(erin.config.audit_db) == []  # nothing reached erin's pipeline
+    await ursula.audit.flush()
+    assert audit_rows(ursula.config.audit_db) == []  # nothing reached ursula's pipeline
 
 
 @pytest.mark.parametrize("through_relay", [False, True])
 async def test_the_right_uri_from_a_ca_outside_the_bundle_never_connects(
     pki: Pki, tmp_path: Path, through_relay: bool
 ) -> None:
-    if not (pki.foreign_dir / "erin.pem").exists():
-        issue(pki.foreign_dir, "erin", uri_san_only=True)
-    policy = write_policy(tmp_path / "erin-policy.toml", [grant("bob", ["text.echo"])])
-    config = agent_config(pki, tmp_path, "erin", policy)
+    if not (pki.foreign_dir / "ursula.pem").exists():
+        issue(pki.foreign_dir, "ursula", uri_san_only=True)
+    policy = write_policy(tmp_path / "ursula-policy.toml", [grant("bob", ["text.echo"])])
+    config = agent_config(pki, tmp_path, "ursula", policy)
     forged = config.model_copy(
         update={
             "tls": config.tls.model_copy(
                 update={
                     "ca": pki.foreign_dir / "ca.pem",
-                    "cert": pki.foreign_dir / "erin.pem",
-                    "key": pki.foreign_dir / "erin.key",
+                    "cert": pki.foreign_dir / "ursula.pem",
+                    "key": pki.foreign_dir / "ursula.key",
                 }
             )
         }
@@ -106,7 +117,7 @@ async def test_the_right_uri_from_a_ca_outside_the_bundle_never_connects(
     impostor = await started(forged)
     try:
         async with PeerClient(
-            ERIN, impostor.address, pki.material("bob"), through_relay=through_relay
+            URSULA, impostor.address, pki.material("bob"), through_relay=through_relay
         ) as bob:
             with pytest.raises(PeerUnavailable):
                 await bob.invoke("text.echo", {"text": "x"}, timeout=5)
@@ -117,10 +128,10 @@ async def test_the_right_uri_from_a_ca_outside_the_bundle_never_connects(
 
 
 async def test_the_relay_serves_no_other_process(
-    pki: Pki, erin: Agent, caplog: pytest.LogCaptureFixture
+    pki: Pki, ursula: Agent, caplog: pytest.LogCaptureFixture
 ) -> None:
-    context = pinned_context(pki.material("bob"), ERIN, alpn=["h2"])
-    relay = SpiffeRelay(erin.address, context)
+    context = pinned_context(pki.material("bob"), URSULA, alpn=["h2"])
+    relay = SpiffeRelay(ursula.address, context)
     socket_path = (await relay.start()).removeprefix("unix:")
     other = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -138,11 +149,11 @@ async def test_the_relay_serves_no_other_process(
     )
     out, _ = await other.communicate()
     await relay.close()
-    assert out.strip() == b"0"  # closed unread: nothing came back from erin
+    assert out.strip() == b"0"  # closed unread: nothing came back from ursula
     assert "closed a connection from another process" in caplog.text
     assert not Path(socket_path).exists()  # noqa: ASYNC240 - after the relay closed
-    await erin.audit.flush()
-    assert audit_rows(erin.config.audit_db) == []
+    await ursula.audit.flush()
+    assert audit_rows(ursula.config.audit_db) == []
 
 
 @pytest.fixture
@@ -153,9 +164,9 @@ async def legacy() -> SdkAgent:
 async def test_a_grpc_upstream_with_only_its_uri_san(
     pki: Pki, tmp_path: Path, legacy: SdkAgent
 ) -> None:
-    uri_only(pki, "frank")
-    async with grpc_upstream(legacy, pki, "frank") as address:
-        upstream = {"id": spiffe("frank"), "binding": "grpc", "address": address}
+    uri_only(pki, "ulrich")
+    async with grpc_upstream(legacy, pki, "ulrich") as address:
+        upstream = {"id": spiffe("ulrich"), "binding": "grpc", "address": address}
         async with fronted(pki, tmp_path, upstream) as bob:
             async with PeerClient(spiffe("bob"), bob.address, pki.material("alice")) as alice:
                 result = await alice.invoke("legacy.echo", {"text": "hi"})
@@ -167,9 +178,9 @@ async def test_a_grpc_upstream_with_only_its_uri_san(
 async def test_a_jsonrpc_upstream_with_only_its_uri_san(
     pki: Pki, tmp_path: Path, legacy: SdkAgent
 ) -> None:
-    uri_only(pki, "frank")
-    async with jsonrpc_upstream(legacy, pki, "frank") as url:
-        upstream = {"id": spiffe("frank"), "binding": "jsonrpc", "url": url}
+    uri_only(pki, "ulrich")
+    async with jsonrpc_upstream(legacy, pki, "ulrich") as url:
+        upstream = {"id": spiffe("ulrich"), "binding": "jsonrpc", "url": url}
         async with fronted(pki, tmp_path, upstream) as bob:
             async with PeerClient(spiffe("bob"), bob.address, pki.material("alice")) as alice:
                 result = await alice.invoke("legacy.echo", {"text": "hi"})
@@ -182,9 +193,9 @@ async def test_a_jsonrpc_upstream_with_only_its_uri_san(
 async def test_an_upstream_of_another_identity_is_a_mismatch_and_gets_nothing(
     pki: Pki, tmp_path: Path, legacy: SdkAgent, binding: str
 ) -> None:
-    uri_only(pki, "frank")
+    uri_only(pki, "ulrich")
     upstreams = {"grpc": grpc_upstream, "jsonrpc": jsonrpc_upstream}
-    async with upstreams[binding](legacy, pki, "frank") as where:
+    async with upstreams[binding](legacy, pki, "ulrich") as where:
         place = {"address": where} if binding == "grpc" else {"url": where}
         upstream = {"id": spiffe("legacy"), "binding": binding, **place}
         async with fronted(pki, tmp_path, upstream) as bob:

@@ -102,6 +102,7 @@ def invoke_call(
     message = request.message
     capability = constraint = idempotency_key = problem = ""
     payload = b""
+    json_bytes = False  # a lone application/json raw part: its bytes are the payload, even b""
     parts: MessageParts | None = None
     try:
         _check_envelope(request, follow_up)
@@ -119,6 +120,7 @@ def invoke_call(
             raise _Problem("the message has no parts")
         if lone_json(message.parts):
             payload = bytes(message.parts[0].raw)
+            json_bytes = True
         parts = MessageParts(
             message.parts,
             follow_up.context_id if follow_up is not None else context_id,
@@ -137,7 +139,7 @@ def invoke_call(
         idempotency_key=idempotency_key,
         problem=problem,
         claimed_identity=claimed_identity(request.metadata, message.metadata),
-        pending_payload=None if payload else parts,
+        pending_payload=None if json_bytes else parts,
         message=parts,
         tokens=tokens,
     )
