@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import types
 import typing
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -11,7 +12,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from capabilities.context import CallContext
-from capabilities.contract import CapabilityContract, Example, Risk
+from capabilities.contract import Accepts, CapabilityContract, Example, Gives, Risk
+from capabilities.parts import AnyObject, MessageReply, TaskReply
 from capabilities.versions import Version, VersionConstraint
 
 Handler = Callable[[Any, CallContext], Awaitable[Any]]
@@ -59,12 +61,20 @@ def capability(
     description: str | None = None,
     preconditions: Sequence[str] = (),
     examples: Sequence[Example] = (),
+    accepts: Accepts | None = None,
+    gives: Gives | None = None,
+    asks_input: bool = False,
 ) -> Callable[[Callable[..., Awaitable[Any]]], Capability]:
     """Declare a typed async function as a capability.
 
     The function takes ``(input_model, ctx: CallContext)`` (``ctx`` optional) and
-    returns an instance of its output model; both models come from its type
-    hints. The docstring is the description unless one is given.
+    returns an instance of its output model, or a ``TaskReply`` / ``MessageReply``
+    (:mod:`capabilities.parts`); the models come from its type hints (a return
+    hint of replies only has ``AnyObject`` as its output model, for the data
+    parts of its replies). The docstring is the description unless one is given.
+    ``accepts`` (default: one data part) and ``asks_input`` are the contract's;
+    ``gives`` defaults to what the return hint names: tasks for an output model
+    or ``TaskReply``, messages for ``MessageReply``, data parts only.
 
     Example::
 
@@ -82,10 +92,16 @@ def capability(
         params = list(inspect.signature(function).parameters)
         if not params or params[0] not in hints or "return" not in hints:
             raise TypeError(f"capability {name}: annotate the input parameter and return type")
-        input_model, output_model = hints[params[0]], hints["return"]
+        input_model = hints[params[0]]
+        output_model, replies = _answers(name, hints["return"])
         for model in (input_model, output_model):
             if not (isinstance(model, type) and issubclass(model, BaseModel)):
                 raise TypeError(f"capability {name}: {model!r} is not a pydantic model")
+        if gives is None:
+            tasks = TaskReply in replies or output_model is not AnyObject or not replies
+            given = Gives(tasks=tasks, messages=MessageReply in replies)
+        else:
+            given = gives
         contract = CapabilityContract(
             name=name,
             version=Version.parse(version),
@@ -97,11 +113,29 @@ def capability(
             description=description or inspect.cleandoc(function.__doc__ or ""),
             preconditions=tuple(preconditions),
             examples=tuple(examples),
+            accepts=accepts if accepts is not None else Accepts(),
+            gives=given,
+            asks_input=asks_input,
         )
         handler = function if len(params) >= 2 else _ignore_context(function)
         return Capability(contract=contract, handler=handler)
 
     return wrap
+
+
+def _answers(name: str, hint: Any) -> tuple[Any, set[type]]:
+    """The output model and the reply types a return hint names (``Model | TaskReply``).
+
+    A hint of replies only has :class:`AnyObject` as its output model.
+    """
+    members = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    if typing.get_origin(hint) is typing.Union:
+        members = typing.get_args(hint)
+    replies = {member for member in members if member in (TaskReply, MessageReply)}
+    models = [member for member in members if member not in replies]
+    if len(models) > 1:
+        raise TypeError(f"capability {name}: return one output model (and replies), not several")
+    return (models[0] if models else AnyObject), replies
 
 
 def _ignore_context(function: Callable[[Any], Awaitable[Any]]) -> Handler:

@@ -14,7 +14,9 @@ from pydantic import BaseModel, ValidationError
 
 from capabilities.canonical import CanonicalJson, canonical_json
 from capabilities.context import CallContext
+from capabilities.parts import MessageReply, TaskReply
 from capabilities.registry import Capability
+from capabilities.replies import REPLY_KEY, checked_reply, reply_json
 from gateway.errors import (
     CapabilityFailed,
     CapabilityTimeout,
@@ -175,6 +177,24 @@ def _reports_own_upstream(cap: Capability, err: GatewayError) -> bool:
 
 
 def _validated_output(cap: Capability, output: Any) -> dict[str, Any]:
+    """The canonical JSON object of ``output``: an output object, or a reply
+    (:mod:`capabilities.replies`), checked against the contract."""
+    contract = cap.contract
+    if isinstance(output, (TaskReply, MessageReply)):
+        try:
+            checked = checked_reply(output, contract.gives, lambda data: _validated(cap, data))
+        except ValueError as err:  # what the contract does not give: named, never quoted
+            raise InvalidOutput(f"{contract.key} returned {err}") from err
+        return reply_json(checked)
+    if not (contract.gives.tasks and contract.gives.data):
+        raise InvalidOutput(f"{contract.key} returned an output object; its contract gives none")
+    result = _validated(cap, output)
+    if REPLY_KEY in result:  # no model field has this name: only a free-form object can
+        raise InvalidOutput(f"{contract.key} returned an object holding the key {REPLY_KEY!r}")
+    return result
+
+
+def _validated(cap: Capability, output: Any) -> dict[str, Any]:
     model = cap.contract.output_model
     raw = output.model_dump(mode="json") if isinstance(output, BaseModel) else output
     try:

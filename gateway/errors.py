@@ -636,7 +636,8 @@ class ContentTypeNotSupported(GatewayError):
 
     Said of a request body on the HTTPS port that is not declared JSON (a form
     or ``text/plain`` post a browser may send cross-site is never run), before
-    the body is read.
+    the body is read; and of a message part of a kind or media type the chosen
+    capability version does not accept, before any part is decoded.
     """
 
     reason = "CONTENT_TYPE_NOT_SUPPORTED"

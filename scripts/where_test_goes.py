@@ -38,6 +38,7 @@ COMMON = (
 
 MOVED = {
     "tests.a2a_client_script": "tests.helpers.a2a_client_script",
+    "tests.a2a_conversing_upstream": "tests.helpers.a2a_conversing_upstream",
     "tests.a2a_hostile_upstream": "tests.helpers.a2a_hostile_upstream",
     "tests.a2a_http_client_script": "tests.helpers.a2a_http_client_script",
     "tests.a2a_http_support": "tests.helpers.a2a_http",
@@ -45,6 +46,7 @@ MOVED = {
     "tests.a2a_support": "tests.helpers.a2a_grpc",
     "tests.a2a_upstream": "tests.helpers.a2a_upstream",
     "tests.agent_process": "tests.helpers.agent_process",
+    "tests.conversation_capabilities": "tests.helpers.conversation_capabilities",
     "tests.deploy.podman_lab": "tests.helpers.podman_lab",
     "tests.docs.prose": "tests.helpers.prose",
     "tests.docs.run_python_snippet": "tests.helpers.run_python_snippet",

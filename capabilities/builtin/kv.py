@@ -1,7 +1,7 @@
 """``kv.put`` / ``kv.get``: a durable key-value store in SQLite.
 
-``kv.put`` is a write capability marked idempotent: the gateway replays the
-stored answer for a repeated idempotency key, so a retried put lands once.
+``kv.put`` is a write capability marked idempotent: the gateway serves the
+stored answer again for a repeated idempotency key, so a retried put lands once.
 Each key carries a revision that counts the writes that really happened.
 """
 

@@ -22,7 +22,7 @@ from gateway.errors import PlanInvalid
 from gateway.local.regular_files import read_regular_file
 from gateway.plans.document.model import parse_plan, resolve_input
 from gateway.plans.execution.step_events import StepEvent
-from gateway.plans.task import TaskResult, TaskState
+from gateway.plans.task import PlanTaskResult, PlanTaskState
 from gateway.runtime.agent import Agent
 
 EXIT_TASK_FAILED = 1
@@ -146,7 +146,7 @@ def _print_event(event: StepEvent) -> None:
     print(f"{step:<16} {where:<40} {status:<10} {took:>9}", flush=True)
 
 
-async def _report(agent: Agent, result: TaskResult, args: argparse.Namespace) -> int:
+async def _report(agent: Agent, result: PlanTaskResult, args: argparse.Namespace) -> int:
     values = await _waiting_values(agent, result) if args.show_values else {}
     if args.json:
         summary = _summary(result, with_outputs=True)
@@ -159,7 +159,7 @@ async def _report(agent: Agent, result: TaskResult, args: argparse.Namespace) ->
         _print_approvals(result, values)
     if result.ok:
         return 0
-    if result.state is TaskState.WAITING_APPROVAL:
+    if result.state is PlanTaskState.WAITING_APPROVAL:
         waiting = " ".join(printable(a.step_id) for a in result.approvals)
         print(
             f"task waiting-approval: a2a-gateway tasks --config {shlex.quote(str(args.config))} "
@@ -175,11 +175,11 @@ async def _report(agent: Agent, result: TaskResult, args: argparse.Namespace) ->
     return EXIT_TASK_FAILED
 
 
-async def _waiting_values(agent: Agent, result: TaskResult) -> dict[str, dict[str, Any]]:
+async def _waiting_values(agent: Agent, result: PlanTaskResult) -> dict[str, dict[str, Any]]:
     """What each waiting step would send, recomputed from the checkpoint (``--show-values``)."""
     if not result.approvals:
         return {}
-    stored = await agent.task_store.load(result.task_id)
+    stored = await agent.plan_tasks.load(result.task_id)
     outputs = {sid: r.output for sid, r in stored.steps.items()}
     found: dict[str, dict[str, Any]] = {}
     for request in result.approvals:
@@ -191,7 +191,7 @@ async def _waiting_values(agent: Agent, result: TaskResult) -> dict[str, dict[st
     return found
 
 
-def _print_approvals(result: TaskResult, values: dict[str, dict[str, Any]]) -> None:
+def _print_approvals(result: PlanTaskResult, values: dict[str, dict[str, Any]]) -> None:
     for request in result.approvals:
         print(
             f"  waiting for approval: step {printable(request.step_id)} would call "
@@ -205,7 +205,7 @@ def _print_approvals(result: TaskResult, values: dict[str, dict[str, Any]]) -> N
         print(f"    input sha256 {request.input_sha256}")
 
 
-def _print_table(result: TaskResult) -> None:
+def _print_table(result: PlanTaskResult) -> None:
     print(f"\ntask {printable(result.task_id)}: {result.state.value} (revision {result.revision})")
     header = f"  {'STEP':<16} {'WHERE':<40} {'STATUS':<10} {'TRIES':>5} {'TIME':>9}"
     print(f"{header}  {'CONFIDENCE':<10}  EVIDENCE")
@@ -233,7 +233,7 @@ def _print_table(result: TaskResult) -> None:
     )
 
 
-def _summary(result: TaskResult, *, with_outputs: bool = False) -> dict[str, Any]:
+def _summary(result: PlanTaskResult, *, with_outputs: bool = False) -> dict[str, Any]:
     steps = {}
     for sid, step in result.steps.items():
         entry = asdict(step)

@@ -135,6 +135,9 @@ def registry_of(config_path: Path | None) -> CapabilityRegistry | None:
 
 
 def _backtest(args: argparse.Namespace) -> int:
+    if args.policy_command == "replay":
+        # "replay" now means replay protection only; the old name keeps working.
+        print("warning: `policy replay` is deprecated; use `policy backtest`", file=sys.stderr)
     candidate = load_policy(args.policy)
     registry = registry_of(args.config)
     since = parse_since(args.since) if args.since is not None else None

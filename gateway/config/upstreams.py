@@ -12,7 +12,7 @@ from pydantic import (
     model_validator,
 )
 
-from capabilities.contract import CapabilityName, Risk
+from capabilities.contract import MAX_PARTS, Accepts, CapabilityName, Gives, Risk
 from capabilities.schema_models import SchemaNotSupported, contract_model
 from capabilities.versions import Version, VersionSyntaxError
 from gateway.config.addresses import (
@@ -23,6 +23,82 @@ from gateway.config.fields import FrozenTable
 from policies.identity import SpiffeId
 
 _SKILL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
+
+
+class UpstreamAccepts(FrozenTable):
+    """``accepts``: the parts of a caller's message a skill takes and passes on as they are.
+
+    The keys and defaults of ``capabilities.contract.Accepts``.
+
+    Attributes:
+        data: ``data`` parts (the first one is the input, checked against
+            ``input_schema`` when the skill has one).
+        text: Text parts.
+        files: Media type patterns (``text/*``, ``image/png``, ``*/*``) of the file
+            parts (bytes) it takes.
+        urls: URL parts (never fetched by the gateway).
+        max_parts: Most parts in one message (1-64).
+    """
+
+    data: bool = True
+    text: bool = False
+    files: tuple[str, ...] = ()
+    urls: bool = False
+    max_parts: int = Field(default=1, ge=1, le=MAX_PARTS)
+
+    @model_validator(mode="after")
+    def _patterns(self) -> UpstreamAccepts:
+        self.contract()  # raises ValueError naming a bad media type pattern
+        return self
+
+    def contract(self) -> Accepts:
+        """The contract's ``accepts``."""
+        return Accepts(
+            data=self.data,
+            text=self.text,
+            files=self.files,
+            urls=self.urls,
+            max_parts=self.max_parts,
+        )
+
+
+class UpstreamGives(FrozenTable):
+    """``gives``: the answers of a skill passed back as the upstream gave them.
+
+    The keys and defaults of ``capabilities.contract.Gives``.
+
+    Attributes:
+        data: Data parts (each a JSON object, checked against ``output_schema``
+            when the skill has one).
+        text: Text parts.
+        files: Media type patterns of the file parts it may answer with.
+        urls: URL parts.
+        tasks: Task answers (artifacts and a final status message).
+        messages: Message answers (the caller gets a Message; no task is kept).
+    """
+
+    data: bool = True
+    text: bool = False
+    files: tuple[str, ...] = ()
+    urls: bool = False
+    tasks: bool = True
+    messages: bool = False
+
+    @model_validator(mode="after")
+    def _valid(self) -> UpstreamGives:
+        self.contract()  # raises ValueError: a bad pattern, or neither tasks nor messages
+        return self
+
+    def contract(self) -> Gives:
+        """The contract's ``gives``."""
+        return Gives(
+            data=self.data,
+            text=self.text,
+            files=self.files,
+            urls=self.urls,
+            tasks=self.tasks,
+            messages=self.messages,
+        )
 
 
 class UpstreamSkill(FrozenTable):
@@ -44,6 +120,19 @@ class UpstreamSkill(FrozenTable):
         output_schema: JSON Schema of the output, read from the answer's first
             ``data`` part. Default: ``{"text": string}``, the answer's text
             parts joined.
+        accepts: The parts of a caller's A2A message it takes, each sent on as it
+            came (the first data part as ``input_schema`` validated it; any
+            object without one). None: the input above.
+        gives: The answers passed back as the upstream gave them (a Message, or a
+            task's artifacts and final status text; each part checked, data parts
+            against ``output_schema`` when declared). None: the output above.
+        asks_input: The upstream may ask its caller for input or authorization
+            (a task ``INPUT_REQUIRED``/``AUTH_REQUIRED``): over A2A the caller's
+            task then waits in that state, and its next message on the task goes
+            to the same upstream task. False: such an answer fails the call, and
+            the task keeps no message history. None (default): true for a skill
+            with ``accepts`` or ``gives``, false for one without (its blocking
+            calls then run inline, the cheaper path; see :attr:`asks_caller`).
     """
 
     skill: str
@@ -55,6 +144,9 @@ class UpstreamSkill(FrozenTable):
     description: str = Field(default="", max_length=2000)
     input_schema: dict[str, Any] | None = None
     output_schema: dict[str, Any] | None = None
+    accepts: UpstreamAccepts | None = None
+    gives: UpstreamGives | None = None
+    asks_input: bool | None = None
 
     @field_validator("skill")
     @classmethod
@@ -81,6 +173,21 @@ class UpstreamSkill(FrozenTable):
             except SchemaNotSupported as err:
                 raise ValueError(f"unsupported JSON Schema: {err}") from err
         return value
+
+    @property
+    def asks_caller(self) -> bool:
+        """Whether the upstream's questions reach the caller (``asks_input`` resolved)."""
+        if self.asks_input is not None:
+            return self.asks_input
+        return self.accepts is not None or self.gives is not None
+
+    @model_validator(mode="after")
+    def _input_parts(self) -> UpstreamSkill:
+        if self.input_schema is not None and self.accepts is not None and not self.accepts.data:
+            raise ValueError("input_schema describes a data part: accepts.data must be true")
+        if self.output_schema is not None and self.gives is not None and not self.gives.data:
+            raise ValueError("output_schema describes data parts: gives.data must be true")
+        return self
 
 
 class UpstreamEntry(FrozenTable):

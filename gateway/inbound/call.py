@@ -9,6 +9,8 @@ from typing import Final, Protocol
 
 from pydantic import BaseModel
 
+from capabilities.contract import Accepts
+from capabilities.parts import Part
 from gateway.identity.presented import PresentedTokens
 
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
@@ -37,6 +39,33 @@ class PendingPayload(Protocol):
             GatewayError: the payload cannot become JSON (INVALID_REQUEST), or
                 not for this contract (INVALID_INPUT); never quoting it.
         """
+        ...
+
+
+class InboundMessage(Protocol):
+    """The A2A message a call came in: what only the chosen version can judge of it.
+
+    ``check_parts`` runs once the version is chosen (``parts_accepted``), before
+    anything of the message is decoded; ``parts`` once the call is admitted.
+    """
+
+    @property
+    def context_id(self) -> str:
+        """The message's context (the task's, for a follow-up)."""
+        ...
+
+    @property
+    def answers(self) -> type[BaseModel] | None:
+        """For a follow-up answering ``ctx.ask_input``: the model its content is validated
+        against instead of the input model (None: the chosen version's input model)."""
+        ...
+
+    def check_parts(self, accepts: Accepts, input_model: type[BaseModel]) -> None:
+        """Raise the refusal of parts the contract does not take (nothing decoded)."""
+        ...
+
+    def parts(self) -> tuple[Part, ...]:
+        """Every part, typed (for ``ctx.parts``)."""
         ...
 
 
@@ -76,6 +105,8 @@ class InvokeCall:
             construction); "" while the payload is pending.
         tokens: The bearer tokens the request presented (``Authorization``,
             ``A2AGW-User-Token``; None: neither), verified by ``identity``.
+        message: The A2A message the call came in (None: an Invoke); kept
+            after its pending payload is decoded.
     """
 
     __slots__ = (
@@ -85,6 +116,7 @@ class InvokeCall:
         "deadline_unix_ms",
         "idempotency_key",
         "malformed",
+        "message",
         "payload",
         "payload_sha256",
         "peer_cert_pem",
@@ -115,6 +147,7 @@ class InvokeCall:
         pending_payload: PendingPayload | None = None,
         payload_sha256: str | None = None,
         tokens: PresentedTokens | None = None,
+        message: InboundMessage | None = None,
     ) -> None:
         # ``payload_sha256``: the digest of this very payload, already computed
         # (``with_deadline``); None hashes it.
@@ -133,6 +166,7 @@ class InvokeCall:
         self.deadline_unix_ms: Final[int] = deadline_unix_ms
         self.pending_payload: Final[PendingPayload | None] = pending_payload
         self.tokens: Final[PresentedTokens | None] = tokens
+        self.message: Final[InboundMessage | None] = message
         # Needed by every audit record of the call and by the idempotency
         # claim: hash the payload once (a pending one once it is decoded).
         if payload_sha256 is None:
@@ -182,6 +216,7 @@ class InvokeCall:
             pending_payload,
             payload_sha256,
             self.tokens,
+            self.message,
         )
 
     def __repr__(self) -> str:

@@ -67,6 +67,8 @@ __all__ = [
 
 ADMITTED = "ADMITTED"
 """Reason of the write-ahead record of a write/external call, committed before it runs."""
+FOLLOW_UP = "follow-up message: input for its task"
+"""Audit detail of a message that answered a running task's ``ctx.ask_input``."""
 
 PeerCallBinder = Callable[[float, str, str, ActingFor | None], PeerCall]
 """Makes a capability's ``call_peer`` from (deadline, task_id, step_id, the user it acts for)."""
@@ -317,11 +319,50 @@ class InvokeHandler:
             )
         )
 
+    async def settle_follow_up(self, admitted: AdmittedCall, refusal: GatewayError | None) -> None:
+        """Audit an admitted follow-up (a message answering a running task's ``ctx.ask_input``)
+        once the task took it (``refusal`` None: ``allow``/``OK``) or could not (``refuse``:
+        it stopped waiting meanwhile); give its slot back. The task's own run is audited
+        when it ends, as any call.
+        """
+        call, admission = admitted.call, admitted.admission
+        served = str(admission.capability.version)
+        try:
+            if refusal is None:
+                record = self._record(
+                    call, admission.peer_id, served, "allow", "OK", admitted.started, FOLLOW_UP
+                )
+                if admission.capability.contract.risk is Risk.READ:
+                    self._audit.record(record)
+                else:  # it resumes a capability that may write: committed first
+                    await self._audit.record_durable(record)
+            else:
+                await self._audit.record_durable(
+                    self._record(
+                        call,
+                        admission.peer_id,
+                        "",
+                        "refuse",
+                        refusal.reason,
+                        admitted.started,
+                        f"{FOLLOW_UP}: {refusal.message}",
+                    )
+                )
+        finally:
+            if admitted.slot is not None:
+                admitted.slot.release()
+
     async def invoke(self, call: InvokeCall) -> InvokeOutcome:
         """Run one call end to end; raises a GatewayError on refusal or failure."""
         return await self.run(await self.admit(call))
 
-    async def admit(self, call: InvokeCall, *, edge_slot: EdgeSlot | None = None) -> AdmittedCall:
+    async def admit(
+        self,
+        call: InvokeCall,
+        *,
+        edge_slot: EdgeSlot | None = None,
+        in_flight: InFlight = InFlight.ROOM,
+    ) -> AdmittedCall:
         """Every check of the pipeline; a refusal is audited and raised (nothing ran).
 
         A transport that answers refusals and failures differently (A2A: a gRPC
@@ -329,10 +370,12 @@ class InvokeHandler:
         ``run`` itself; ``invoke`` is the two in a row. ``edge_slot``: the slot
         the transport took for this request before reading it
         (:meth:`admit_edge`); ``within_limits`` adopts it, so the request costs
-        one token.
+        one token. ``in_flight``: POLL for a message that continues a running task
+        (an answer to ``ctx.ask_input``): it needs no room under ``max_in_flight``,
+        which its own task may hold.
         """
         started = time.perf_counter()
-        inbound = Inbound(call, edge_slot=edge_slot)
+        inbound = Inbound(call, in_flight=in_flight, edge_slot=edge_slot)
         try:
             await self.pipeline.admit_call(inbound)
         except GatewayError as refusal:
@@ -483,6 +526,7 @@ class InvokeHandler:
                 else self._bind_peer_call(call.deadline, call.task_id, call.step_id, acting)
             ),
             events=events,
+            message=call.message,
             user=None if acting is None else acting.user,
         )
 

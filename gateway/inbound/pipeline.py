@@ -22,13 +22,20 @@ call and nothing after it runs::
     capability_granted     CAPABILITY_NOT_GRANTED  policy step 3
     version_available      VERSION_NOT_AVAILABLE   policy step 4
     risk_within_grant      RISK_NOT_GRANTED    policy step 5
-    payload_within_cap     PAYLOAD_TOO_LARGE   policy step 6
+    payload_within_cap     PAYLOAD_TOO_LARGE   policy step 6 (an A2A message: all its parts)
     user_authorized        USER_NOT_AUTHORIZED policy step 7: the user the grant needs
+    parts_accepted         CONTENT_TYPE_NOT_SUPPORTED  an A2A message's parts are of kinds and
+                           INVALID_REQUEST     media types the chosen version accepts, no more
+                           INVALID_INPUT       of them than it takes (text for a contract
+                                               taking no text: as before this check);
+                                               a call of one JSON object (Invoke, MCP, a
+                                               plan step) is one data part
     payload_decoded        INVALID_REQUEST     a payload the transport measured but did not
                            INVALID_INPUT       decode yet (an A2A ``data`` or ``text`` part)
                            PAYLOAD_TOO_LARGE   becomes JSON, which must be within the cap too
     first_sighting         REPLAYED_REQUEST    request id not seen from this peer
-    valid_input            INVALID_INPUT       payload matches the input contract
+    valid_input            INVALID_INPUT       payload matches the input contract (a
+                                               follow-up's: the schema it answers)
     conditions_met         CONDITION_NOT_MET   policy step 8: the grant's CEL conditions
                                                over the caller, user and valid input
     deadline_ahead         DEADLINE_EXCEEDED   the deadline has not already passed
@@ -59,6 +66,7 @@ from gateway.audit import AuditLog
 from gateway.display import has_unsafe_characters
 from gateway.errors import (
     AuditUnavailable,
+    ContentTypeNotSupported,
     DeadlineExceeded,
     InvalidInput,
     InvalidRequest,
@@ -381,6 +389,24 @@ class DecisionPipeline:
             grant = grant.model_copy(update={"max_in_flight": None})
         inbound.slot = self._limits.acquire(inbound.peer_id, grant)
 
+    def parts_accepted(self, inbound: Inbound) -> None:
+        """An A2A message's parts are what the chosen version accepts (nothing decoded yet).
+
+        A call that is one JSON object and no message (Invoke, an MCP ``tools/call``,
+        a plan step) is one data part: a version that takes no data part refuses it.
+        """
+        assert inbound.query is not None and inbound.query.chosen is not None
+        accepts = inbound.query.chosen.contract.accepts
+        message = inbound.call.message
+        if message is None:
+            if not accepts.data:
+                raise ContentTypeNotSupported(
+                    "this capability takes no data part, and a call of one JSON object is "
+                    f"one; send it an A2A message of the parts it takes ({accepts.describe()})"
+                )
+            return
+        message.check_parts(accepts, _input_model(inbound))
+
     def payload_decoded(self, inbound: Inbound) -> None:
         """A pending payload becomes JSON for the chosen version, and that JSON is within the cap.
 
@@ -390,7 +416,7 @@ class DecisionPipeline:
         pending = inbound.call.pending_payload
         if pending is None:
             return
-        model = inbound.admission.capability.contract.input_model
+        model = _input_model(inbound)
         inbound.call = inbound.call.with_decoded_payload(pending.decode(model))
         assert inbound.query is not None
         inbound.query.payload_size = len(inbound.call.payload)
@@ -403,8 +429,7 @@ class DecisionPipeline:
 
     def valid_input(self, inbound: Inbound) -> None:
         """The payload parses into the chosen version's input contract."""
-        assert inbound.query is not None and inbound.query.chosen is not None
-        model = inbound.query.chosen.contract.input_model  # no Admission built for it
+        model = _input_model(inbound)
         try:
             inbound.payload = model.model_validate_json(inbound.call.payload)
         except ValidationError as err:
@@ -422,6 +447,17 @@ class DecisionPipeline:
         """The call's deadline has not passed yet."""
         if inbound.call.deadline <= time.monotonic():
             raise DeadlineExceeded("the call's deadline had passed before it could run")
+
+
+def _input_model(inbound: Inbound) -> type[BaseModel]:
+    """What the call's content is validated against: the schema a follow-up answers,
+    else the chosen version's input model (no Admission built for it)."""
+    message = inbound.call.message
+    answers = None if message is None else message.answers
+    if answers is not None:
+        return answers
+    assert inbound.query is not None and inbound.query.chosen is not None
+    return inbound.query.chosen.contract.input_model
 
 
 def _adoptable(edge: EdgeSlot, peer_id: str) -> bool:
@@ -446,6 +482,7 @@ CALL_CHECKS: tuple[NamedCheck, ...] = (
     *(_policy_step(step) for step in POLICY_STEPS[:2]),  # known_peer, grant_live
     NamedCheck("within_limits", DecisionPipeline.within_limits),
     *(_policy_step(step) for step in POLICY_STEPS[2:]),
+    NamedCheck("parts_accepted", DecisionPipeline.parts_accepted),
     NamedCheck("payload_decoded", DecisionPipeline.payload_decoded),
     NamedCheck("first_sighting", DecisionPipeline.first_sighting),
     NamedCheck("valid_input", DecisionPipeline.valid_input),

@@ -1,6 +1,6 @@
 """Who a process is, as an owner id (``host:pid:nonce``), and whether one is gone.
 
-Task leases (``gateway.plans.task_store.lease``) and idempotency claims
+Task leases (``gateway.plans.store.lease``) and idempotency claims
 (``gateway.inbound.idempotency``) name their holder this way, so a restart can
 take over what a killed process on this host left behind without waiting for
 an expiry. Only the standard library: any layer may use it.

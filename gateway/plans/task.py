@@ -1,4 +1,6 @@
-"""A task's life: its state machine and the typed results it produces.
+"""A plan task's life: its state machine and the typed results it produces.
+
+A plan task is one run of a plan; "task" alone means an A2A task.
 
 States::
 
@@ -14,6 +16,7 @@ decision resumes it). Terminal states never change.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -22,8 +25,8 @@ from gateway.plans.execution.approval import ApprovalRequest
 from gateway.plans.execution.verification import Confidence, weakest
 
 
-class TaskState(StrEnum):
-    """Where a task is in its life."""
+class PlanTaskState(StrEnum):
+    """Where a plan task is in its life."""
 
     CREATED = "created"
     PLANNING = "planning"
@@ -40,23 +43,23 @@ class TaskState(StrEnum):
         return self in _TERMINAL
 
 
-_TERMINAL = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED})
+_TERMINAL = frozenset({PlanTaskState.COMPLETED, PlanTaskState.FAILED, PlanTaskState.CANCELLED})
 _ENDINGS = _TERMINAL
-_NEXT: dict[TaskState, frozenset[TaskState]] = {
-    TaskState.CREATED: frozenset({TaskState.PLANNING, TaskState.CANCELLED}),
-    TaskState.PLANNING: frozenset({TaskState.RUNNING}) | _ENDINGS,
-    TaskState.RUNNING: frozenset(
-        {TaskState.WAITING_PEER, TaskState.PLANNING, TaskState.WAITING_APPROVAL}
+_NEXT: dict[PlanTaskState, frozenset[PlanTaskState]] = {
+    PlanTaskState.CREATED: frozenset({PlanTaskState.PLANNING, PlanTaskState.CANCELLED}),
+    PlanTaskState.PLANNING: frozenset({PlanTaskState.RUNNING}) | _ENDINGS,
+    PlanTaskState.RUNNING: frozenset(
+        {PlanTaskState.WAITING_PEER, PlanTaskState.PLANNING, PlanTaskState.WAITING_APPROVAL}
     )
     | _ENDINGS,
-    TaskState.WAITING_PEER: frozenset(
-        {TaskState.RUNNING, TaskState.PLANNING, TaskState.WAITING_APPROVAL}
+    PlanTaskState.WAITING_PEER: frozenset(
+        {PlanTaskState.RUNNING, PlanTaskState.PLANNING, PlanTaskState.WAITING_APPROVAL}
     )
     | _ENDINGS,
-    TaskState.WAITING_APPROVAL: frozenset({TaskState.PLANNING}) | _ENDINGS,
-    TaskState.COMPLETED: frozenset(),
-    TaskState.FAILED: frozenset(),
-    TaskState.CANCELLED: frozenset(),
+    PlanTaskState.WAITING_APPROVAL: frozenset({PlanTaskState.PLANNING}) | _ENDINGS,
+    PlanTaskState.COMPLETED: frozenset(),
+    PlanTaskState.FAILED: frozenset(),
+    PlanTaskState.CANCELLED: frozenset(),
 }
 
 
@@ -64,7 +67,7 @@ class InvalidTransition(ValueError):
     """A state change the machine does not allow (a bug, not a user error)."""
 
 
-def transition(current: TaskState, new: TaskState) -> TaskState:
+def transition(current: PlanTaskState, new: PlanTaskState) -> PlanTaskState:
     """``new`` if the machine allows ``current → new`` (or they are equal)."""
     if new is not current and new not in _NEXT[current]:
         raise InvalidTransition(f"task cannot go from {current.value} to {new.value}")
@@ -159,7 +162,7 @@ class RevisionRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class TaskResult:
+class PlanTaskResult:
     """The typed outcome of running (or resuming) a plan.
 
     Attributes:
@@ -177,7 +180,7 @@ class TaskResult:
     """
 
     task_id: str
-    state: TaskState
+    state: PlanTaskState
     revision: int
     steps: dict[str, StepResult]
     reason: str = "OK"
@@ -201,7 +204,7 @@ class TaskResult:
     @property
     def ok(self) -> bool:
         """True if the task completed."""
-        return self.state is TaskState.COMPLETED
+        return self.state is PlanTaskState.COMPLETED
 
     def completed(self) -> list[str]:
         """Ids of completed steps."""
@@ -213,3 +216,13 @@ class TaskResult:
         if result.status is not StepStatus.COMPLETED:
             raise KeyError(step_id)
         return result.output
+
+
+def __getattr__(name: str) -> Any:
+    """``TaskResult``, the name the docs gave ``PlanTaskResult`` before, warns and still imports."""
+    if name == "TaskResult":
+        warnings.warn(
+            "gateway.plans.task.TaskResult is now PlanTaskResult", DeprecationWarning, stacklevel=2
+        )
+        return PlanTaskResult
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

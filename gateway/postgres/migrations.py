@@ -189,6 +189,28 @@ _V9 = (
     "CREATE INDEX push_outbox_due ON push_outbox (agent_id, next_ms)",
 )
 
+_OPEN_STATES = "('submitted', 'working', 'input-required', 'auth-required')"
+_V10 = (
+    "ALTER TABLE a2a_tasks DROP CONSTRAINT IF EXISTS a2a_tasks_state_check",
+    "ALTER TABLE a2a_tasks ADD CONSTRAINT a2a_tasks_state_check CHECK (state IN "
+    "('completed', 'failed', 'canceled', 'submitted', 'working', 'input-required', "
+    "'auth-required'))",
+    "ALTER TABLE a2a_tasks ADD COLUMN status_json BYTEA NOT NULL DEFAULT ''::bytea",
+    "ALTER TABLE a2a_tasks ADD COLUMN history BYTEA NOT NULL DEFAULT ''::bytea",
+    "ALTER TABLE a2a_tasks ADD COLUMN asked_schema TEXT NOT NULL DEFAULT ''",
+    "CREATE TABLE a2a_task_inputs (agent_id TEXT NOT NULL, task_id TEXT NOT NULL, "
+    "owner TEXT NOT NULL, message_id TEXT NOT NULL, state TEXT NOT NULL, "
+    "input BYTEA NOT NULL, parts BYTEA NOT NULL, created_ms BIGINT NOT NULL, "
+    "PRIMARY KEY (agent_id, task_id, message_id))",
+    "DROP INDEX IF EXISTS a2a_tasks_unfinished",
+    f"CREATE INDEX a2a_tasks_open ON a2a_tasks (agent_id, lease_ms) WHERE state IN {_OPEN_STATES}",
+)
+
+_V11 = (
+    "ALTER TABLE tasks ADD COLUMN on_behalf_of TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE tasks ADD COLUMN user_issuer TEXT NOT NULL DEFAULT ''",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "audit, idempotency, replay window, tasks", _V1, _V1_RECORD_COLUMNS),
     Migration(
@@ -209,6 +231,13 @@ MIGRATIONS: tuple[Migration, ...] = (
         (("on_behalf_of", "TEXT"), ("actor_chain", "TEXT")),
     ),
     Migration(9, "A2A push notifications: webhook configs and the delivery outbox", _V9),
+    Migration(
+        10,
+        "A2A conversations: waiting states, status messages with parts, history, answers left "
+        "for the process running a task",
+        _V10,
+    ),
+    Migration(11, "plan tasks: the user a task acts for (subject and issuer)", _V11),
 )
 """Every schema version in order; append, never edit a released one."""
 

@@ -38,8 +38,8 @@ from gateway.plans.document.model import Plan
 from gateway.plans.execution.driver import PlanDriver
 from gateway.plans.execution.planner import Planner
 from gateway.plans.execution.step_events import EventSink
-from gateway.plans.task import TaskResult
-from gateway.plans.task_store.store import TaskStore
+from gateway.plans.store.store import PlanTaskStore
+from gateway.plans.task import PlanTaskResult
 from gateway.push.resolver import Resolver
 from gateway.runtime.compose import compose
 from gateway.runtime.inputs import Inputs, load_capabilities, read_identity
@@ -243,7 +243,7 @@ class Agent:
             raise Unauthenticated("this agent takes no tokens ([identity.tokens] is off)")
         return ActingFor(await tokens.user_of(user_token, self.config.id), user_token)
 
-    async def run(self, plan: Plan, *, on_event: EventSink | None = None) -> TaskResult:
+    async def run(self, plan: Plan, *, on_event: EventSink | None = None) -> PlanTaskResult:
         """Run ``plan`` as a new task (see ``self.plans`` for start/resume/cancel)."""
         if on_event is None:
             return await self.plans.run(plan)
@@ -320,9 +320,9 @@ class Agent:
         return self.parts.plans
 
     @property
-    def task_store(self) -> TaskStore:
+    def plan_tasks(self) -> PlanTaskStore:
         """Plan tasks, their steps and leases."""
-        return self.parts.task_store
+        return self.parts.plan_tasks
 
     @property
     def a2a_tasks(self) -> A2ATaskStore:

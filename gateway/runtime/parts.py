@@ -16,7 +16,7 @@ from gateway.inbound.invoke_handler import InvokeHandler
 from gateway.inbound.replay.store import ReplayWindow
 from gateway.outbound.router import Router
 from gateway.plans.execution.driver import PlanDriver
-from gateway.plans.task_store.store import TaskStore
+from gateway.plans.store.store import PlanTaskStore
 from gateway.push.dispatcher import PushDispatcher
 from gateway.runtime.endpoints import Endpoints
 from gateway.runtime.listeners import GrpcServing, HttpsServing, McpServing
@@ -108,6 +108,6 @@ class Parts:
         return self.stores.a2a_tasks
 
     @property
-    def task_store(self) -> TaskStore:
+    def plan_tasks(self) -> PlanTaskStore:
         """Plan tasks, their steps and leases."""
         return self.stores.plan_tasks

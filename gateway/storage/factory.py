@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from gateway.inbound.limits.admission import AdmissionControl
     from gateway.inbound.limits.shared_table import LimitTable
     from gateway.inbound.replay.store import ReplayWindow
-    from gateway.plans.task_store.store import TaskStore
+    from gateway.plans.store.store import PlanTaskStore
     from gateway.postgres.source import ConnectionSource
     from gateway.push.store.store import PushStore
     from gateway.server.a2a.task_store.store import A2ATaskStore
@@ -48,7 +48,7 @@ class Stores:
     """The mmap table behind ``limits`` when workers share it (flushed periodically)."""
     a2a_tasks: A2ATaskStore
     """A2A tasks and their history."""
-    plan_tasks: TaskStore
+    plan_tasks: PlanTaskStore
     """Plan tasks, their steps and leases."""
     shared: bool
     """True when other processes (workers or replicas) use the same stores."""
@@ -66,7 +66,7 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
     from gateway.inbound.limits.admission import PeerCallLimits
     from gateway.inbound.limits.shared_table import LIMITS_FILE, LimitTable
     from gateway.inbound.replay.mmap import REPLAY_FILE, ReplayTable
-    from gateway.plans.task_store.sqlite import SqliteTaskStore
+    from gateway.plans.store.sqlite import SqlitePlanTaskStore
     from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
 
     limit_table = None
@@ -79,7 +79,7 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
     if isinstance(config.state_db, PostgresDsn):
         from gateway.inbound.idempotency.postgres import PostgresIdempotencyStore
         from gateway.inbound.replay.postgres import PostgresReplayWindow
-        from gateway.plans.task_store.postgres import PostgresTaskStore
+        from gateway.plans.store.postgres import PostgresPlanTaskStore
         from gateway.postgres.pool import StatePool
         from gateway.server.a2a.task_store.postgres import PostgresA2ATaskStore
 
@@ -94,7 +94,7 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
             limits=limits,
             limit_table=limit_table,
             a2a_tasks=PostgresA2ATaskStore(StatePool(database, "A2A task store"), config.id),
-            plan_tasks=PostgresTaskStore(StatePool(database, "task store"), config.id),
+            plan_tasks=PostgresPlanTaskStore(StatePool(database, "task store"), config.id),
             shared=True,
             push=_postgres_push_store(database, config.id) if config.push.enabled else None,
         )
@@ -108,7 +108,7 @@ def open_stores(config: AgentConfig, worker: int = 0) -> Stores:
         limits=limits,
         limit_table=limit_table,
         a2a_tasks=SqliteA2ATaskStore(config.state_dir / "a2a-tasks.sqlite"),
-        plan_tasks=SqliteTaskStore(config.state_dir / "tasks.sqlite"),
+        plan_tasks=SqlitePlanTaskStore(config.state_dir / "tasks.sqlite"),
         shared=shared,
         push=_sqlite_push_store(config.state_dir / "push.sqlite") if config.push.enabled else None,
     )

@@ -168,7 +168,7 @@ async def test_capability_modules_import_from_the_config_folder(pki: Pki, tmp_pa
     finally:
         agent.ensure_stopped()
 
-    replayed = await run_async(
+    backtested = await run_async(
         "policy",
         "replay",
         "--db",
@@ -179,9 +179,9 @@ async def test_capability_modules_import_from_the_config_folder(pki: Pki, tmp_pa
         str(config),
         cwd=elsewhere,
     )
-    assert replayed.returncode == 0, replayed.stderr
-    assert replayed.stdout.startswith("1 recorded policy decisions re-decided under ")
-    assert "not judged without --config" not in replayed.stdout  # the modules did load
+    assert backtested.returncode == 0, backtested.stderr
+    assert backtested.stdout.startswith("1 recorded policy decisions re-decided under ")
+    assert "not judged without --config" not in backtested.stdout  # the modules did load
 
     resolved = await run_async(
         "idempotency",

@@ -127,9 +127,9 @@ async def test_keys_cut_off_by_a_crash_are_resolved_and_released_exactly_once(
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith(f"resolved: key 'k-n1' of {BOB} for notes.append")
-        replayed = await client.invoke("notes.append", {"note": "n1"}, idempotency_key="k-n1")
-        assert replayed.remembered and replayed.output() == {"appended": 1}
-        assert replayed.served_version == "1.0.0"
+        again = await client.invoke("notes.append", {"note": "n1"}, idempotency_key="k-n1")
+        assert again.remembered and again.output() == {"appended": 1}
+        assert again.served_version == "1.0.0"
 
         # n2: pretend the operator found the write had not landed: release, retry runs once.
         released = await _resolve_async(

@@ -137,6 +137,19 @@ async def test_backtest_is_the_new_name_of_replay_and_answers_the_same(
     assert "backtest (replay)" in (await cli_async("policy", "--help")).stdout
 
 
+async def test_the_old_name_replay_warns_that_it_is_deprecated(
+    recorded: tuple[Path, Path], tmp_path: Path
+) -> None:
+    db, _ = recorded
+    args = ("--db", str(db), "--policy", str(candidate(tmp_path)), "--json")
+    replay = cli("policy", "replay", *args)
+    assert (replay.returncode, replay.stderr) == (
+        0,
+        "warning: `policy replay` is deprecated; use `policy backtest`\n",
+    )
+    assert replay.stdout == cli("policy", "backtest", *args).stdout
+
+
 async def test_replay_with_the_agent_config_judges_risk_and_versions(
     recorded: tuple[Path, Path], tmp_path: Path
 ) -> None:

@@ -34,9 +34,20 @@ URSULA = spiffe("ursula")  # serves with an SVID that has only its URI SAN
 
 
 def uri_only(pki: Pki, name: str) -> None:
-    """Issue ``name``'s SVID without the derived DNS name (once per session)."""
-    if not (pki.dir / f"{name}.pem").exists():
+    """Issue ``name``'s SVID without the derived DNS name (once per session).
+
+    The session's PKI is shared: a name another test issued first with its DNS
+    name would make these tests pass for the wrong reason, so that is an error.
+    """
+    pem = pki.dir / f"{name}.pem"
+    if not pem.exists():
         issue(pki.dir, name, uri_san_only=True)
+    leaf = x509.load_pem_x509_certificate(pem.read_bytes())
+    san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    if san.get_values_for_type(x509.DNSName):
+        raise AssertionError(
+            f"{name!r} was issued with a DNS name elsewhere: use a name of its own"
+        )
 
 
 @pytest.fixture
@@ -153,9 +164,9 @@ async def legacy() -> SdkAgent:
 async def test_a_grpc_upstream_with_only_its_uri_san(
     pki: Pki, tmp_path: Path, legacy: SdkAgent
 ) -> None:
-    uri_only(pki, "frank")
-    async with grpc_upstream(legacy, pki, "frank") as address:
-        upstream = {"id": spiffe("frank"), "binding": "grpc", "address": address}
+    uri_only(pki, "ulrich")
+    async with grpc_upstream(legacy, pki, "ulrich") as address:
+        upstream = {"id": spiffe("ulrich"), "binding": "grpc", "address": address}
         async with fronted(pki, tmp_path, upstream) as bob:
             async with PeerClient(spiffe("bob"), bob.address, pki.material("alice")) as alice:
                 result = await alice.invoke("legacy.echo", {"text": "hi"})
@@ -167,9 +178,9 @@ async def test_a_grpc_upstream_with_only_its_uri_san(
 async def test_a_jsonrpc_upstream_with_only_its_uri_san(
     pki: Pki, tmp_path: Path, legacy: SdkAgent
 ) -> None:
-    uri_only(pki, "frank")
-    async with jsonrpc_upstream(legacy, pki, "frank") as url:
-        upstream = {"id": spiffe("frank"), "binding": "jsonrpc", "url": url}
+    uri_only(pki, "ulrich")
+    async with jsonrpc_upstream(legacy, pki, "ulrich") as url:
+        upstream = {"id": spiffe("ulrich"), "binding": "jsonrpc", "url": url}
         async with fronted(pki, tmp_path, upstream) as bob:
             async with PeerClient(spiffe("bob"), bob.address, pki.material("alice")) as alice:
                 result = await alice.invoke("legacy.echo", {"text": "hi"})
@@ -182,9 +193,9 @@ async def test_a_jsonrpc_upstream_with_only_its_uri_san(
 async def test_an_upstream_of_another_identity_is_a_mismatch_and_gets_nothing(
     pki: Pki, tmp_path: Path, legacy: SdkAgent, binding: str
 ) -> None:
-    uri_only(pki, "frank")
+    uri_only(pki, "ulrich")
     upstreams = {"grpc": grpc_upstream, "jsonrpc": jsonrpc_upstream}
-    async with upstreams[binding](legacy, pki, "frank") as where:
+    async with upstreams[binding](legacy, pki, "ulrich") as where:
         place = {"address": where} if binding == "grpc" else {"url": where}
         upstream = {"id": spiffe("legacy"), "binding": binding, **place}
         async with fronted(pki, tmp_path, upstream) as bob:

@@ -216,10 +216,10 @@ def _problem_kinds(text: str) -> None:
 
 
 def _task_states(text: str) -> None:
-    from gateway.plans.task import TaskState
+    from gateway.plans.task import PlanTaskState
 
     words = set(re.findall(r"[a-z-]+", text))
-    assert {state.value for state in TaskState} <= words
+    assert {state.value for state in PlanTaskState} <= words
 
 
 def _schema_subset(text: str) -> None:
@@ -304,6 +304,34 @@ def _token_checks(text: str) -> None:
     assert named[0] == "TOKEN_INVALID" and "TOKEN_REPLAYED" in named
 
 
+def _reply_forms(text: str) -> None:
+    from capabilities.parts import (
+        Artifact,
+        DataPart,
+        FilePart,
+        MessageReply,
+        TaskReply,
+        TextPart,
+        UrlPart,
+    )
+    from capabilities.replies import reply_json
+
+    parts = (TextPart("t"), DataPart({}), FilePart(b"x", "text/csv", "out.csv"), UrlPart("u"))
+    task = reply_json(TaskReply(artifacts=(Artifact(parts, name="report"),), text="done"))
+    message = reply_json(MessageReply((TextPart("m"),)))
+
+    def keys(value: Any) -> set[str]:
+        if isinstance(value, dict):
+            return set(value).union(*(keys(v) for v in value.values()))
+        if isinstance(value, list):
+            return set().union(*(keys(v) for v in value))
+        return set()
+
+    assert set(re.findall(r'"([a-z0-9_.]+)":', text)) == keys(task) | keys(message)
+    for part in task["artifacts"][0]["parts"]:
+        assert f'"kind": "{part["kind"]}"' in text
+
+
 CHECKS: dict[tuple[str, str, int], Callable[[str], None]] = {
     ("gateway.config.agent", "", 0): _agent_config,
     ("gateway.plans.document.model", "", 0): _plan,
@@ -322,6 +350,7 @@ CHECKS: dict[tuple[str, str, int], Callable[[str], None]] = {
     ("gateway.config.identity", "", 0): _identity_tokens,
     ("gateway.identity.callers", "", 0): _token_callers,
     ("gateway.identity.verifier", "", 0): _token_checks,
+    ("capabilities.replies", "", 0): _reply_forms,
 }
 """(module, object, n-th block of its docstring) -> the check of that block."""
 

@@ -48,9 +48,9 @@ import pytest
 from gateway.plans.execution.attempt_rules import WRITE_IN_DOUBT
 from gateway.plans.execution.crash_points import AFTER_FAILURE_RECORDED, CRASH_AT_ENV
 from gateway.plans.execution.verification import comparison_digest
-from gateway.plans.task_store.postgres import PostgresTaskStore
-from gateway.plans.task_store.sqlite import FailedAttempt, SqliteTaskStore, StoredTask
-from gateway.plans.task_store.store import TaskStore
+from gateway.plans.store.postgres import PostgresPlanTaskStore
+from gateway.plans.store.sqlite import FailedAttempt, SqlitePlanTaskStore, StoredPlanTask
+from gateway.plans.store.store import PlanTaskStore
 from tests.helpers.agent_process import REPO, AgentProcess, write_agent_toml
 from tests.helpers.agents import Pki, audit_rows, grant, outbound_rule, spiffe, write_policy
 from tests.helpers.ledger_write import (
@@ -82,7 +82,7 @@ class Scene:
     plan: Path
     resume_config: Path
     """Who resumes: alice again, or (PostgreSQL) another replica of alice."""
-    open_store: Callable[[], TaskStore]
+    open_store: Callable[[], PlanTaskStore]
     bob_audit: Path
 
     def runs(self) -> dict[str, int]:
@@ -141,14 +141,14 @@ def scene(request: pytest.FixtureRequest, pki: Pki, tmp_path: Path) -> Iterator[
         if dsn is None:
             resume_config = alice_configs[0]
 
-            def open_store() -> TaskStore:
-                return SqliteTaskStore(alice_state / "tasks.sqlite")
+            def open_store() -> PlanTaskStore:
+                return SqlitePlanTaskStore(alice_state / "tasks.sqlite")
         else:
             resume_config = alice_configs[1]
             shared = dsn
 
-            def open_store() -> TaskStore:
-                return PostgresTaskStore(state_pool(shared, "task store"), spiffe("alice"))
+            def open_store() -> PlanTaskStore:
+                return PostgresPlanTaskStore(state_pool(shared, "task store"), spiffe("alice"))
 
         plan = tmp_path / "plan.json"
         step = {"id": "w", "capability": "ledger.write", "input": {"entry": "once"}}
@@ -232,10 +232,10 @@ def resume(scene: Scene, task_id: str) -> tuple[int, dict[str, Any], str]:
     return done.returncode, json.loads(done.stdout), done.stderr
 
 
-def stored(scene: Scene) -> StoredTask:
+def stored(scene: Scene) -> StoredPlanTask:
     """alice's only task, as checkpointed."""
 
-    async def load() -> StoredTask:
+    async def load() -> StoredPlanTask:
         store = scene.open_store()
         try:
             [task] = await store.list()
@@ -246,7 +246,7 @@ def stored(scene: Scene) -> StoredTask:
     return asyncio.run(load())
 
 
-def crash(scene: Scene, point: str) -> StoredTask:
+def crash(scene: Scene, point: str) -> StoredPlanTask:
     """Run the plan, kill alice at ``point``; returns the checkpoint she left."""
     run_until_killed(scene, point)
     task = stored(scene)
@@ -258,7 +258,7 @@ def crash(scene: Scene, point: str) -> StoredTask:
     return task
 
 
-def assert_pinned_to_bob(task: StoredTask) -> None:
+def assert_pinned_to_bob(task: StoredPlanTask) -> None:
     pin = task.pins["w"]
     assert (pin.where, pin.revision, pin.version) == (BOB, 0, "1.0.0")
     assert pin.idempotency_key == f"{task.task_id}:w:0"
@@ -403,13 +403,13 @@ def outcome(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def unfinished(scene: Scene) -> StoredTask:
+def unfinished(scene: Scene) -> StoredPlanTask:
     """alice's only task that has not ended, as checkpointed."""
     return next(task for task in all_tasks(scene) if not task.state.terminal)
 
 
-def all_tasks(scene: Scene) -> list[StoredTask]:
-    async def load() -> list[StoredTask]:
+def all_tasks(scene: Scene) -> list[StoredPlanTask]:
+    async def load() -> list[StoredPlanTask]:
         store = scene.open_store()
         try:
             return [await store.load(task.task_id) for task in await store.list()]
@@ -469,5 +469,5 @@ def test_failure_recorded_then_killed_resumes_as_the_run_that_was_not_killed(
     assert before_the_kill.startswith(f"{task.task_id}.w.0.1.")
 
 
-def stored_task(scene: Scene, task_id: str) -> StoredTask:
+def stored_task(scene: Scene, task_id: str) -> StoredPlanTask:
     return next(task for task in all_tasks(scene) if task.task_id == task_id)

@@ -33,9 +33,9 @@ import pytest
 from capabilities.registry import CapabilityRegistry
 from gateway.plans import Plan
 from gateway.plans.execution.attempt_rules import ATTEMPT_MARGIN_SECONDS, WRITE_IN_DOUBT
-from gateway.plans.task import StepStatus, TaskResult, TaskState
-from gateway.plans.task_store.resume_point import stored_result
-from gateway.plans.task_store.sqlite import SqliteTaskStore
+from gateway.plans.store.resume_point import stored_result
+from gateway.plans.store.sqlite import SqlitePlanTaskStore
+from gateway.plans.task import PlanTaskResult, PlanTaskState, StepStatus
 from gateway.runtime.agent import Agent
 from tests.helpers.agent_process import REPO, SERVE_START_TIMEOUT, AgentProcess, write_agent_toml
 from tests.helpers.agents import (
@@ -148,7 +148,7 @@ def held(capability: str, *, seconds: float = BUDGET) -> Plan:
 
 async def run_held(
     agent: Agent, scene: Scene, capability: str, fault: Any, *, seconds: float = BUDGET
-) -> TaskResult:
+) -> PlanTaskResult:
     """Run :func:`held`; when the gate is reached, apply ``fault()`` and open the gate."""
     handle = agent.plans.start(held(capability, seconds=seconds))
     await asyncio.wait_for(scene.gate.reached.wait(), WAIT)
@@ -157,7 +157,7 @@ async def run_held(
     return await asyncio.wait_for(handle.result(), WAIT)
 
 
-def assert_evidence(result: TaskResult) -> None:
+def assert_evidence(result: PlanTaskResult) -> None:
     """Every completed step has evidence naming the step and where it ran."""
     for sid in result.completed():
         evidence = result.steps[sid].evidence
@@ -165,7 +165,7 @@ def assert_evidence(result: TaskResult) -> None:
         assert (evidence.step_id, evidence.where) == (sid, result.steps[sid].where)
 
 
-async def checkpoint(agent: Agent, task_id: str) -> TaskResult:
+async def checkpoint(agent: Agent, task_id: str) -> PlanTaskResult:
     """The task as alice's checkpoint has it."""
     [stored] = [t for t in await agent.plans.tasks() if t.task_id == task_id]
     return stored
@@ -188,14 +188,14 @@ async def test_silent_peer_with_no_other_route_exhausts_the_budget(pki: Pki, sce
         stored = await checkpoint(alice, result.task_id)
     finally:
         await alice.stop(grace=0)
-    assert (result.state, result.reason) == (TaskState.FAILED, "BUDGET_EXHAUSTED")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "BUDGET_EXHAUSTED")
     assert result.message == (
         f"max_elapsed_seconds ({BUDGET:g}) reached; completed steps: first, gate"
     )
     assert result.completed() == ["first", "gate"] and result.steps["first"].where == BOB
     assert_evidence(result)
     assert (stored.state, stored.reason, stored.completed()) == (
-        TaskState.FAILED,
+        PlanTaskState.FAILED,
         "BUDGET_EXHAUSTED",
         ["first", "gate"],
     )
@@ -218,7 +218,7 @@ async def test_silent_peer_read_fails_over_to_the_next_peer(scene: Scene) -> Non
         lambda: scene.proxy.set_blackhole(True),
         seconds=3 * (SHORT_TIMEOUT + ATTEMPT_MARGIN_SECONDS) + BUDGET,
     )
-    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK"), result.message
+    assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK"), result.message
     then = result.steps["then"]
     assert (then.where, then.attempts) == (CAROL, 4)
     assert any(note.startswith(f"{BOB}: ") for note in then.notes), then.notes
@@ -235,7 +235,7 @@ async def test_peer_silent_from_the_start_is_passed_over_for_the_next(scene: Sce
     result = await asyncio.wait_for(
         scene.alice.run(plan(step("r", "fault.read"), seconds=20.0)), 30.0
     )
-    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
+    assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK")
     assert (result.steps["r"].where, result.steps["r"].attempts) == (CAROL, 1)
     assert result.steps["r"].notes == (f"{BOB}: PEER_UNAVAILABLE",)
     assert_evidence(result)
@@ -254,7 +254,7 @@ async def test_peer_silent_from_the_start_with_no_other_route_is_not_an_invalid_
         result = await asyncio.wait_for(alice.run(plan(step("r", "fault.read"), seconds=1.0)), WAIT)
     finally:
         await alice.stop(grace=0)
-    assert result.state is TaskState.FAILED
+    assert result.state is PlanTaskState.FAILED
     assert result.reason in {"PEER_UNAVAILABLE", "DEADLINE_EXCEEDED", "BUDGET_EXHAUSTED"}, (
         result.reason,
         result.message,
@@ -282,7 +282,7 @@ async def test_write_slower_than_the_task_deadline_fails_and_runs_once(
     result = await asyncio.wait_for(
         scene.alice.run(plan(step("w", capability), seconds=BUDGET)), WAIT
     )
-    assert (result.state, result.reason) == (TaskState.FAILED, "BUDGET_EXHAUSTED")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "BUDGET_EXHAUSTED")
     assert result.message == f"max_elapsed_seconds ({BUDGET:g}) reached; completed steps: none"
     stored = (await checkpoint(scene.alice, result.task_id)).steps["w"]
     assert (stored.status, stored.where, stored.reason) == (
@@ -307,7 +307,7 @@ async def test_write_timing_out_on_the_peer_is_retried_once_and_not_run_again(
     writing again, and the task fails with that explanation; carol is not asked."""
     scene.faults["bob"].modes["fault.brief"] = "hang"
     result = await asyncio.wait_for(scene.alice.run(plan(step("w", "fault.brief"))), WAIT)
-    assert (result.state, result.reason) == (TaskState.FAILED, "IDEMPOTENCY_IN_DOUBT")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "IDEMPOTENCY_IN_DOUBT")
     assert result.message == (
         f"step 'w' failed on {BOB}: an earlier attempt with this key was cut off; "
         "its effect is unknown; completed steps: none"
@@ -327,7 +327,7 @@ async def test_invalid_output_of_a_read_is_rerouted_not_retried(scene: Scene) ->
     why."""
     scene.faults["bob"].modes["fault.read"] = "invalid"
     result = await asyncio.wait_for(scene.alice.run(plan(step("r", "fault.read"))), WAIT)
-    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
+    assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK")
     assert (result.steps["r"].where, result.steps["r"].revision) == (CAROL, 1)
     assert [r.reason for r in result.revisions] == [
         f"step 'r': {BOB} answered INVALID_OUTPUT; rerouting away from it"
@@ -350,7 +350,7 @@ async def test_failed_write_with_no_other_route_is_not_retried(
     finally:
         await alice.stop(grace=0)
     reason = {"invalid": "INVALID_OUTPUT", "raise": "CAPABILITY_FAILED"}[mode]
-    assert result.state is TaskState.FAILED
+    assert result.state is PlanTaskState.FAILED
     explained = " | ".join([result.reason, result.message, *(r.reason for r in result.revisions)])
     assert reason in explained and BOB in explained, explained
     assert scene.runs("fault.write") == {"bob": 1, "carol": 0}
@@ -365,7 +365,7 @@ async def test_write_that_ran_is_not_rerouted_to_another_peer(scene: Scene, mode
     result = await asyncio.wait_for(scene.alice.run(plan(step("w", "fault.write"))), WAIT)
     assert scene.runs("fault.write") == {"bob": 1, "carol": 0}
     reason = {"invalid": "INVALID_OUTPUT", "raise": "CAPABILITY_FAILED"}[mode]
-    assert (result.state, result.reason, result.revisions) == (TaskState.FAILED, reason, ())
+    assert (result.state, result.reason, result.revisions) == (PlanTaskState.FAILED, reason, ())
     assert result.message.startswith(f"step 'w' failed on {BOB}: "), result.message
     assert "the write may have run there and its outcome is unknown" in result.message
     assert (result.steps["w"].where, result.steps["w"].attempts) == (BOB, 1)
@@ -374,7 +374,7 @@ async def test_write_that_ran_is_not_rerouted_to_another_peer(scene: Scene, mode
 # --- A peer killed mid-plan -----------------------------------------------------------------
 
 
-async def kill_bob_during(scene: Scene, capability: str) -> TaskResult:
+async def kill_bob_during(scene: Scene, capability: str) -> PlanTaskResult:
     """``first`` completes on bob, then bob is stopped while he runs ``then``."""
     handle = scene.alice.plans.start(held(capability, seconds=10.0))
     await asyncio.wait_for(scene.gate.reached.wait(), WAIT)
@@ -389,12 +389,12 @@ async def kill_bob_during(scene: Scene, capability: str) -> TaskResult:
 
 async def test_peer_killed_during_a_read_fails_over_and_loses_nothing(scene: Scene) -> None:
     result = await kill_bob_during(scene, "fault.read")
-    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
+    assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK")
     then = result.steps["then"]
     assert then.where == CAROL
     assert f"{BOB}: PEER_UNAVAILABLE, trying the next route" in then.notes
     stored = await checkpoint(scene.alice, result.task_id)
-    assert stored.state is TaskState.COMPLETED
+    assert stored.state is PlanTaskState.COMPLETED
     assert stored.completed() == ["first", "gate", "then"]
     assert stored.steps["first"].where == BOB
     assert_evidence(stored)
@@ -407,13 +407,13 @@ async def test_peer_killed_during_a_plain_write_fails_explained_and_runs_once(
     """A non-idempotent write cut off by bob's death is neither retried nor failed over:
     PEER_UNAVAILABLE, naming the step, bob, and what completed (which the checkpoint keeps)."""
     result = await kill_bob_during(scene, "fault.append")
-    assert (result.state, result.reason) == (TaskState.FAILED, "PEER_UNAVAILABLE")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "PEER_UNAVAILABLE")
     assert result.message.startswith(f"step 'then' failed on {BOB}: ")
     assert result.message.endswith("; completed steps: first, gate")
     then = result.steps["then"]
     assert (then.status, then.where, then.attempts) == (StepStatus.FAILED, BOB, 1)
     stored = await checkpoint(scene.alice, result.task_id)
-    assert (stored.state, stored.reason) == (TaskState.FAILED, "PEER_UNAVAILABLE")
+    assert (stored.state, stored.reason) == (PlanTaskState.FAILED, "PEER_UNAVAILABLE")
     assert stored.completed() == ["first", "gate"]
     assert stored.steps["then"].status is StepStatus.FAILED
     assert_evidence(stored)
@@ -428,7 +428,7 @@ async def test_peer_killed_during_an_idempotent_write_does_not_duplicate_it(
     protect; the task fails naming bob and saying the write's outcome is unknown."""
     result = await kill_bob_during(scene, "fault.write")
     assert scene.runs("fault.write") == {"bob": 1, "carol": 0}
-    assert (result.state, result.reason) == (TaskState.FAILED, "PEER_UNAVAILABLE")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "PEER_UNAVAILABLE")
     assert result.message.startswith(f"step 'then' failed on {BOB}: "), result.message
     assert "the write may have run there and its outcome is unknown" in result.message
     assert result.message.endswith("; completed steps: first, gate")
@@ -572,9 +572,9 @@ def test_link_cut_mid_plan_across_hosts(hosts: Hosts) -> None:
     assert {sid: s["where"] for sid, s in after["steps"].items()} == {"first": BOB, "then": BOB}
 
 
-async def stored_task(state_dir: Path, task_id: str) -> TaskResult:
+async def stored_task(state_dir: Path, task_id: str) -> PlanTaskResult:
     """A task as checkpointed in ``state_dir`` (read after the agent's process ended)."""
-    store = SqliteTaskStore(state_dir / "tasks.sqlite")
+    store = SqlitePlanTaskStore(state_dir / "tasks.sqlite")
     try:
         return stored_result(await store.load(task_id))
     finally:

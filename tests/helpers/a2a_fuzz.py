@@ -255,14 +255,19 @@ def _payload_problems(case: A2ACase, size: int, digest: str, reason: str) -> lis
         return []
     part = request.message.parts[0]
     nothing = (0, hashlib.sha256(b"").hexdigest())  # refused before a call was built
-    if part.WhichOneof("content") == "raw":
+    kind = part.WhichOneof("content")
+    if kind == "raw" and part.media_type == "application/json":  # the JSON payload itself
         if (size, digest) not in (nothing, (len(part.raw), hashlib.sha256(part.raw).hexdigest())):
             return ["audit size/digest are neither those of the raw part nor of nothing"]
         return []
-    kind = part.WhichOneof("content")
-    if kind not in ("data", "text") or (size, digest) == nothing:
+    if kind not in ("data", "text", "raw") or (size, digest) == nothing:
         return []
-    measured = part.data.ByteSize() if kind == "data" else len(part.text.encode())
+    # What the cap counts of a part before anything of it is read: its content, then its
+    # file name and media type (a raw part of another media type is a file part).
+    content = {"data": part.data.ByteSize, "text": lambda: len(part.text.encode())}.get(
+        kind, lambda: len(part.raw)
+    )()
+    measured = content + len(part.filename.encode()) + len(part.media_type.encode())
     # A text part for a contract that is not text-only fails its decoding INVALID_INPUT.
     never_undecoded = AFTER_DECODING - ({"INVALID_INPUT"} if kind == "text" else set())
     if digest == "":  # refused before (or at) decoding

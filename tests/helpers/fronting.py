@@ -88,11 +88,17 @@ async def start_bob(pki: Pki, base: Path, upstreams: list[dict[str, Any]]) -> Ag
 
 @contextlib.asynccontextmanager
 async def fronted(
-    pki: Pki, base: Path, *upstreams: dict[str, Any], timeout: float = 5.0
+    pki: Pki,
+    base: Path,
+    *upstreams: dict[str, Any],
+    timeout: float = 5.0,
+    asks_input: bool | None = None,
 ) -> AsyncIterator[Agent]:
-    """bob fronting ``upstreams`` (the first as ``legacy.*``, a second as ``gone.*``)."""
+    """bob fronting ``upstreams`` (the first as ``legacy.*``, a second as ``gone.*``;
+    ``asks_input`` set on every skill unless None)."""
+    asks = {} if asks_input is None else {"asks_input": asks_input}
     entries = [
-        {**up, "skills": skills(prefix, timeout)}
+        {**up, "skills": [{**skill, **asks} for skill in skills(prefix, timeout)]}
         for up, prefix in zip(upstreams, ("legacy", "gone"), strict=False)
     ]
     bob = await start_bob(pki, base, entries)

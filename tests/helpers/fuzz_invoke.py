@@ -372,7 +372,9 @@ def write_ahead_problems(
         problems.append(f"write-ahead records out of place: {[r.reason for r in records]}")
     if first.capability not in target.write_capabilities or first.decision != "allow":
         problems.append(f"write-ahead record for {first.capability!r} ({first.decision})")
-    if records[-1].decision != "allow":
+    last = records[-1]
+    # A key reused with another payload is refused after its ADMITTED record (nothing ran).
+    if last.decision != "allow" and last.reason != "IDEMPOTENCY_CONFLICT":
         problems.append("an ADMITTED call was then refused")
     return problems
 

@@ -9,6 +9,9 @@ seconds. The agent trusts its CA through ``[push] ca``.
 ``ScriptedResolver`` is the resolver seam of deliveries: each name answers
 the next of its scripted answers (the last one again once they run out), and
 every lookup is counted.
+
+``webhook`` and ``pushed`` put a webhook config on a SendMessage; ``attempts`` waits for
+the agent's delivery records.
 """
 
 from __future__ import annotations
@@ -34,8 +37,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.audit import AuditRecord
 from gateway.config import AgentConfig, PushSettings
 from gateway.push.signature import SIGNATURE_HEADER, verify_notification
+from gateway.runtime.agent import Agent
+from tests.helpers.agents import audit_rows
 
 
 @dataclass(frozen=True)
@@ -192,3 +198,40 @@ def with_push(config: AgentConfig, ca: Path | None = None, **settings: Any) -> A
     """``config`` with ``[push]`` enabled, trusting ``ca`` for webhooks."""
     push = PushSettings.model_validate({"enabled": True, "ca": ca, **settings})
     return config.model_copy(update={"push": push})
+
+
+def webhook(
+    url: str, config_id: str = "hook-1", **fields: Any
+) -> a2a_pb2.TaskPushNotificationConfig:
+    """A webhook config for ``url`` with a token and Bearer credentials."""
+    return a2a_pb2.TaskPushNotificationConfig(
+        id=config_id,
+        url=url,
+        token="tok-123",
+        authentication=a2a_pb2.AuthenticationInfo(scheme="Bearer", credentials="secret-456"),
+        **fields,
+    )
+
+
+def pushed(
+    request: a2a_pb2.SendMessageRequest, config: a2a_pb2.TaskPushNotificationConfig
+) -> a2a_pb2.SendMessageRequest:
+    """``request`` asking for push notifications to ``config``."""
+    request.configuration.task_push_notification_config.CopyFrom(config)
+    return request
+
+
+def push_records(rows: list[AuditRecord]) -> list[AuditRecord]:
+    """The delivery records among ``rows``."""
+    return [r for r in rows if r.detail.startswith("A2A push")]
+
+
+async def attempts(agent: Agent, count: int) -> list[AuditRecord]:
+    """The first ``count`` delivery records, once they are in the log (bounded wait)."""
+    for _ in range(1000):
+        await agent.audit.flush()
+        found = push_records(audit_rows(agent.config.audit_db))
+        if len(found) >= count:
+            return found[:count]
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"fewer than {count} delivery records")

@@ -20,7 +20,7 @@ SUITES = {
     "helpers": "what tests share (no tests)",
     "security": "adversarial suites and fuzzing across the packages",
     "faults": "crashes, storage failures, outages, signals",
-    "interop": "clients in other languages",
+    "interop": "clients that are not ours: other languages, the A2A TCK",
     "spire": "identities from a real SPIRE server",
     "deploy": "the deployments of docs/deploy.md",
     "docs": "the docs' snippets and links",

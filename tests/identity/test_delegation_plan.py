@@ -13,6 +13,7 @@ user-9 via [alice]; carol's says user-9 via [bob, alice].
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +25,9 @@ from capabilities.context import CallContext
 from capabilities.contract import ContractModel
 from capabilities.registry import CapabilityRegistry, capability
 from gateway.config import IdentitySettings
-from gateway.errors import TokenNotBound
+from gateway.errors import TokenNotBound, UserNotAuthorized
 from gateway.plans.document.model import Plan
-from gateway.plans.task import TaskState
+from gateway.plans.task import PlanTaskState
 from gateway.runtime.agent import Agent
 from tests.helpers.agents import (
     Pki,
@@ -173,7 +174,7 @@ async def test_each_hop_gets_an_exchanged_token_and_audits_the_user_and_actors(
     before = len(issuer.exchanges)
     result = await chain.alice.plans.run(relay_plan(), acting_for=acting_for)
 
-    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
+    assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK")
     assert result.steps["relay"].where == BOB
     assert issuer.exchanges[before:] == [
         {"actor": ALICE, "audience": BOB},
@@ -188,7 +189,7 @@ async def test_each_hop_gets_an_exchanged_token_and_audits_the_user_and_actors(
 
 async def test_a_plan_for_no_user_is_refused_where_a_grant_needs_one(chain: Chain) -> None:
     result = await chain.alice.plans.run(relay_plan())
-    assert result.state == TaskState.FAILED
+    assert result.state == PlanTaskState.FAILED
     assert await user_rows(chain.bob) == [(ALICE, "relay.text", "USER_NOT_AUTHORIZED", "", [])]
     assert await user_rows(chain.carol) == []
 
@@ -199,3 +200,40 @@ async def test_a_user_token_issued_to_another_agent_is_not_acted_for(
     token = issuer.token("user-9", ALICE, azp="bob-client")
     with pytest.raises(TokenNotBound):
         await chain.alice.acting_for(token)
+
+
+async def test_a_task_keeps_its_user_and_resumes_only_for_that_user(
+    chain: Chain, issuer: SessionIssuer
+) -> None:
+    token = issuer.token("user-9", ALICE, azp="alice-client", groups=["finance"])
+    acting_for = await chain.alice.acting_for(token)
+    other = await chain.alice.acting_for(
+        issuer.token("user-8", ALICE, azp="alice-client", groups=["finance"])
+    )
+    user = (acting_for.user.subject, acting_for.user.issuer)
+    await chain.alice.plan_tasks.create("t-user", relay_plan(), now_ms(), user)  # as if interrupted
+
+    for wrong in (None, other):
+        with pytest.raises(UserNotAuthorized, match="acts for a user"):
+            await chain.alice.plans.resume("t-user", acting_for=wrong)
+    assert await user_rows(chain.bob) == []  # nothing was sent for a wrong user
+
+    result = await chain.alice.plans.resume("t-user", acting_for=acting_for)
+    assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK")
+    assert await user_rows(chain.bob) == [(ALICE, "relay.text", "OK", "user-9", [ALICE])]
+    stored = await chain.alice.plan_tasks.load("t-user")
+    assert (stored.on_behalf_of, stored.user_issuer) == user
+
+
+async def test_a_task_for_no_user_does_not_resume_for_one(
+    chain: Chain, issuer: SessionIssuer
+) -> None:
+    await chain.alice.plan_tasks.create("t-none", relay_plan(), now_ms())
+    token = issuer.token("user-9", ALICE, azp="alice-client", groups=["finance"])
+    with pytest.raises(UserNotAuthorized, match="acts for no user"):
+        await chain.alice.plans.resume("t-none", acting_for=await chain.alice.acting_for(token))
+    assert await user_rows(chain.bob) == []
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

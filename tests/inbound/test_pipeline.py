@@ -19,6 +19,7 @@ def test_the_call_checks_run_in_the_documented_order() -> None:
         "risk_within_grant",
         "payload_within_cap",
         "user_authorized",
+        "parts_accepted",
         "payload_decoded",
         "first_sighting",
         "valid_input",

@@ -24,7 +24,7 @@ from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig, McpSettings
 from gateway.errors import GatewayError
 from gateway.plans import Plan
-from gateway.plans.task import TaskState
+from gateway.plans.task import PlanTaskState
 from gateway.runtime.agent import Agent
 from tests.helpers import mcp_sdk_tool_server as sdk_tool_server
 from tests.helpers.a2a_grpc import A2APeer, data_request, output_of
@@ -194,7 +194,7 @@ async def test_an_a2a_client_and_a_plan_step_call_the_fronted_tools(
         outcomes = await _outcomes(bob)
 
     assert output_of(task) == {"sum": 3, "keys": ["a", "b"]}
-    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
+    assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK")
     assert result.output("sum") == {"sum": 42, "keys": ["a", "b"]}
     assert result.output("say") == {"text": "echo: answer"}
     assert [o[1:] for o in outcomes] == [("tools.add", "allow", "OK")] * 2 + [

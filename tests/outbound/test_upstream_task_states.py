@@ -6,8 +6,10 @@ bob fronts a scripted gRPC A2A upstream. Two defects found by probing:
    stream that ends while it is still ``WORKING``) failed the call
    (``CAPABILITY_FAILED``) but was never cancelled upstream: the upstream kept
    the parked or running task for ever. A streamed ``INPUT_REQUIRED`` kept the
-   call waiting for the skill's timeout (``CAPABILITY_TIMEOUT``) although the
-   docs say a task that wants input is ``CAPABILITY_FAILED``.
+   call waiting for the skill's timeout (``CAPABILITY_TIMEOUT``). Since issue 33
+   a caller over A2A gets the question at once (its task waits in that state)
+   and the upstream task is cancelled when the call ends unanswered; a call that
+   cannot ask (Invoke) still fails and cancels it.
 2. A ``GetTask`` answer (or stream event) for another task than the one asked
    about was taken as this call's answer: the caller got that other task's
    output, and a later cancel went to that other task.
@@ -165,6 +167,7 @@ async def test_a_streamed_task_that_wants_input_fails_at_once_and_is_cancelled(
     pki: Pki, tmp_path: Path, state: int
 ) -> None:
     # The stream stays open after the interrupted state (as a broken upstream may).
+    # The skill does not ask its caller (a text skill's default).
     fake = Upstream(stream=[task_event(a2a_pb2.TASK_STATE_SUBMITTED), status_event(state)])
     async with scripted_grpc_upstream(fake, pki) as address:
         async with fronted(pki, tmp_path, _streaming(address), timeout=5.0) as bob:
@@ -179,6 +182,32 @@ async def test_a_streamed_task_that_wants_input_fails_at_once_and_is_cancelled(
     assert (broke, ending(seen)) == ("", ("TASK_STATE_FAILED", "CAPABILITY_FAILED"))
     assert took < 4.0  # not held until the skill's 5 s timeout
     assert rows == [("CAPABILITY_FAILED", "")]
+    assert sent == 1
+    assert again == {"text": "fine"}
+
+
+@pytest.mark.parametrize("state", INTERRUPTED.values(), ids=INTERRUPTED.keys())
+async def test_a_streamed_task_that_wants_input_is_passed_on_at_once_then_cancelled(
+    pki: Pki, tmp_path: Path, state: int
+) -> None:
+    # As above, for a skill that asks its caller: the caller's task waits in that state
+    # at once (its stream ends there); the upstream task is cancelled when the skill's
+    # timeout ends with nobody having answered.
+    fake = Upstream(stream=[task_event(a2a_pb2.TASK_STATE_SUBMITTED), status_event(state)])
+    async with scripted_grpc_upstream(fake, pki) as address:
+        async with fronted(pki, tmp_path, _streaming(address), timeout=2.0, asks_input=True) as bob:
+            seen, broke = await stream_from(pki, bob)
+            waiting = list(fake.cancels)
+            await eventually(lambda: fake.cancels == [TASK], "the upstream task cancelled")
+            rows = await audited(bob)
+            sent = fake.sent
+            fake.serve_fine()
+            again = await still_serving(pki, bob)
+    assert (broke, ending(seen)) == ("", (a2a_pb2.TaskState.Name(state), ""))
+    # Not held until the skill's timeout: that cancels the upstream task, which had not
+    # happened when the caller's stream ended.
+    assert waiting == []
+    assert rows == [("CAPABILITY_TIMEOUT", "")]
     assert sent == 1
     assert again == {"text": "fine"}
 

@@ -25,7 +25,7 @@ from gateway.errors import (
     PeerUnavailable,
 )
 from gateway.plans import Plan
-from gateway.plans.task import TaskState
+from gateway.plans.task import PlanTaskState
 from gateway.runtime.agent import Agent
 from gateway.transport.tls import MESSAGE_CEILING
 from tests.helpers.a2a_upstream import SdkAgent, closed_port, grpc_upstream, jsonrpc_upstream
@@ -321,7 +321,7 @@ async def test_plan_step_routed_to_the_fronting_agent(
         )
     finally:
         await alice.stop(grace=0)
-    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
+    assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK")
     assert [result.steps[s].where for s in ("hello", "find")] == [spiffe("bob")] * 2
     assert result.output("find") == {
         "hits": ["echo: hi"] * 2,

@@ -33,7 +33,13 @@ from tests.helpers.agents import (
     started,
     write_policy,
 )
-from tests.helpers.push_receiver import WebhookReceiver, with_push
+from tests.helpers.push_receiver import (
+    WebhookReceiver,
+    attempts,
+    pushed,
+    webhook,
+    with_push,
+)
 from tests.helpers.task_capabilities import TaskGate
 
 ALICE, BOB = spiffe("alice"), spiffe("bob")
@@ -81,44 +87,9 @@ async def bob(pki: Pki, alice: Agent) -> AsyncIterator[A2APeer]:
         yield peer
 
 
-def webhook(
-    url: str, config_id: str = "hook-1", **fields: Any
-) -> a2a_pb2.TaskPushNotificationConfig:
-    return a2a_pb2.TaskPushNotificationConfig(
-        id=config_id,
-        url=url,
-        token="tok-123",
-        authentication=a2a_pb2.AuthenticationInfo(scheme="Bearer", credentials="secret-456"),
-        **fields,
-    )
-
-
-def pushed(
-    request: a2a_pb2.SendMessageRequest, config: a2a_pb2.TaskPushNotificationConfig
-) -> a2a_pb2.SendMessageRequest:
-    request.configuration.task_push_notification_config.CopyFrom(config)
-    return request
-
-
 async def records(agent: Agent) -> list[AuditRecord]:
     await agent.audit.flush()
     return audit_rows(agent.config.audit_db)
-
-
-def push_records(rows: list[AuditRecord]) -> list[AuditRecord]:
-    return [r for r in rows if r.detail.startswith("A2A push")]
-
-
-async def attempts(agent: Agent, count: int) -> list[AuditRecord]:
-    """The first ``count`` delivery records, once they are in the log (bounded wait)."""
-    import asyncio
-
-    for _ in range(1000):
-        found = push_records(await records(agent))
-        if len(found) >= count:
-            return found[:count]
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"fewer than {count} delivery records")
 
 
 async def test_the_card_offers_push_and_the_callers_card_says_whose_grant_allows_it(

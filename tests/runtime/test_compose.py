@@ -51,7 +51,7 @@ def _inputs(config: AgentConfig, tmp_path: Path, telemetry: Telemetry | None = N
 
 
 def _close_stores(parts: Parts) -> None:
-    for store in (parts.idempotency, parts.replay, parts.task_store, parts.a2a_tasks):
+    for store in (parts.idempotency, parts.replay, parts.plan_tasks, parts.a2a_tasks):
         store.close()
 
 

@@ -36,7 +36,7 @@ from gateway.errors import (
 )
 from gateway.plans import Plan
 from gateway.plans.execution.attempt_rules import WRITE_IN_DOUBT
-from gateway.plans.task import StepStatus, TaskResult, TaskState
+from gateway.plans.task import PlanTaskResult, PlanTaskState, StepStatus
 from gateway.runtime.agent import Agent
 from gateway.server.grpc_server import PROTOCOL_VERSION
 from gateway.transport.status import status_code_for
@@ -247,7 +247,7 @@ async def test_a_write_whose_peer_lies_after_running_it_is_not_moved(
     assert (written.status, written.where) == (StepStatus.FAILED, BOB)
     assert written.attempts == peer.invocations >= 1
     assert written.may_have_written
-    assert (result.state, result.revisions) == (TaskState.FAILED, ())
+    assert (result.state, result.revisions) == (PlanTaskState.FAILED, ())
     assert result.message.startswith(f"step 'w' failed on {BOB}: "), result.message
     assert WRITE_IN_DOUBT in result.message  # "... its outcome is unknown ..."
 
@@ -260,7 +260,7 @@ async def test_a_peer_describing_itself_as_another_is_skipped_not_a_mismatch(
     peer = HostilePeer(plain=(grpc.StatusCode.INTERNAL, "x"), described_as=spiffe("mallory"))
     counter = WriteCounter()
     result = await _run_write(pki, tmp_path, peer, counter)
-    assert (result.state, peer.invocations, counter.calls) == (TaskState.COMPLETED, 0, 1)
+    assert (result.state, peer.invocations, counter.calls) == (PlanTaskState.COMPLETED, 0, 1)
     assert result.steps["w"].where == CAROL
     assert f"{BOB}: INVALID_OUTPUT" in result.steps["w"].notes
     assert not any("PEER_IDENTITY_MISMATCH" in note for note in result.steps["w"].notes)
@@ -268,7 +268,7 @@ async def test_a_peer_describing_itself_as_another_is_skipped_not_a_mismatch(
 
 async def _run_write(
     pki: Pki, tmp_path: Path, peer: HostilePeer, counter: WriteCounter
-) -> TaskResult:
+) -> PlanTaskResult:
     """alice runs one notes.write step; her routes: ``peer`` as bob first, then carol."""
     carol = await start_peer(
         pki,

@@ -19,9 +19,9 @@ from gateway.inbound.limits.admission import PeerCallLimits
 from gateway.inbound.replay.mmap import ReplayTable
 from gateway.inbound.replay.postgres import PostgresReplayWindow
 from gateway.inbound.replay.store import ReplayWindow
-from gateway.plans.task_store.postgres import PostgresTaskStore
-from gateway.plans.task_store.sqlite import SqliteTaskStore
-from gateway.plans.task_store.store import TaskStore
+from gateway.plans.store.postgres import PostgresPlanTaskStore
+from gateway.plans.store.sqlite import SqlitePlanTaskStore
+from gateway.plans.store.store import PlanTaskStore
 from gateway.server.a2a.task_store.postgres import PostgresA2ATaskStore
 from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
 from gateway.server.a2a.task_store.store import A2ATaskStore
@@ -86,7 +86,7 @@ TWINS: list[tuple[type, type, type | None]] = [
     (SqliteIdempotencyStore, PostgresIdempotencyStore, IdempotencyStore),
     (ReplayTable, PostgresReplayWindow, ReplayWindow),
     (SqliteA2ATaskStore, PostgresA2ATaskStore, A2ATaskStore),
-    (SqliteTaskStore, PostgresTaskStore, TaskStore),
+    (SqlitePlanTaskStore, PostgresPlanTaskStore, PlanTaskStore),
 ]
 """(SQLite class, PostgreSQL class, their shared interface) of each kind of state."""
 
@@ -120,7 +120,7 @@ def test_open_stores_on_sqlite_opens_the_files_under_state_dir(pki: Pki, tmp_pat
         assert type(stores.limits) is PeerCallLimits
         assert stores.limit_table is None
         assert type(stores.a2a_tasks) is SqliteA2ATaskStore
-        assert type(stores.plan_tasks) is SqliteTaskStore
+        assert type(stores.plan_tasks) is SqlitePlanTaskStore
         assert stores.shared is False
         assert sorted(p.name for p in config.state_dir.iterdir() if p.suffix == ".sqlite") == [
             "a2a-tasks.sqlite",
@@ -145,7 +145,7 @@ def test_open_stores_on_postgres_shares_them_with_replicas(
         assert type(stores.replay) is PostgresReplayWindow
         assert type(stores.limits) is PeerCallLimits
         assert type(stores.a2a_tasks) is PostgresA2ATaskStore
-        assert type(stores.plan_tasks) is PostgresTaskStore
+        assert type(stores.plan_tasks) is PostgresPlanTaskStore
         assert stores.shared is True
         assert not any(p.suffix == ".sqlite" for p in config.state_dir.iterdir())
     finally:

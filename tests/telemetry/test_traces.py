@@ -13,7 +13,7 @@ from capabilities.registry import CapabilityRegistry
 from gateway.client.peer_client import PeerClient
 from gateway.config import TracingSettings
 from gateway.plans.document.model import Plan
-from gateway.plans.task import TaskState
+from gateway.plans.task import PlanTaskState
 from gateway.runtime.agent import Agent
 from tests.helpers.agents import (
     Pki,
@@ -80,7 +80,7 @@ async def test_one_trace_id_from_plan_step_to_the_second_hop(pki: Pki, tmp_path:
                 }
             )
         )
-        assert result.state is TaskState.COMPLETED
+        assert result.state is PlanTaskState.COMPLETED
         for agent in (alice, bob, carol):
             await agent.audit.flush()
     finally:

@@ -12,8 +12,13 @@ This is the boundary where a2a-sdk, gRPC and httpx failures are translated:
   JSON-RPC response, an unknown payload) -> ``None``, which the capability's
   output check reports as INVALID_OUTPUT;
 * anything else the upstream answered (an A2A error, any other status, a task
-  that failed, was rejected or wants more input) -> ``UpstreamFailed``, a
-  plain exception the capability runner reports as CAPABILITY_FAILED.
+  that failed, was rejected or was cancelled) -> ``UpstreamFailed``, a plain
+  exception the capability runner reports as CAPABILITY_FAILED.
+
+A task waiting for its caller (``INPUT_REQUIRED``/``AUTH_REQUIRED``) is an
+answer: the capability passes the question on, or gives the task up
+(:meth:`UpstreamClient.abandon`). One :class:`Conversation` carries a
+caller's messages to one upstream task, with the ids ``upstream_ids`` chooses.
 
 The gateway's own errors raised while the answer is passed on (a streamed
 chunk over the caller's cap: ``OutputTooLarge``) are not the upstream's
@@ -29,24 +34,34 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import httpx
 from a2a.client import ClientCallContext
-from a2a.types import Message, Part, Role, SendMessageRequest, StreamResponse, TaskState
+from a2a.types import Role, SendMessageRequest, StreamResponse, TaskState
 from google.protobuf import json_format
 
 from capabilities.context import CallEvents
+from capabilities.parts import Part
 from gateway.client.a2a.upstream_answers import UnreadableAnswer
+from gateway.client.a2a.upstream_ids import UpstreamIds
 from gateway.client.a2a.upstream_links import UpstreamLink, client_tls_context, open_link
+from gateway.client.a2a.upstream_parts import fill_wire_part
 from gateway.client.a2a.upstream_reach import (
     exception_chain,
     grpc_cause,
     http_cause,
     identity_cause,
 )
-from gateway.client.a2a.upstream_tasks import Abandon, UpstreamCancels, followed, streamed
+from gateway.client.a2a.upstream_replies import ASKS, UpstreamAnswer
+from gateway.client.a2a.upstream_tasks import (
+    Abandon,
+    StreamedTask,
+    UpstreamCancels,
+    followed,
+    streamed,
+)
 from gateway.client.handshake import ServerIdentity, channel_connected, probe_server_identity
 from gateway.client.spiffe_relay import SpiffeRelay
 from gateway.config import TlsSettings, UpstreamEntry
@@ -63,7 +78,28 @@ SDK_DEADLINE_MARGIN_SECONDS = 1.0
 
 
 class UpstreamFailed(Exception):
-    """The upstream answered, but not with a completed result (never payload content)."""
+    """The upstream answered, but not with a result (never payload content)."""
+
+
+@dataclass(slots=True)
+class Conversation:
+    """One caller's messages to one upstream task (a first message and its follow-ups).
+
+    Attributes:
+        abandon: How the call gives up on the upstream task (once, until its time ends).
+        caller: The caller's SPIFFE ID ("" for none: ids are then not remembered).
+        context_id: The caller's context id ("" for none).
+        task_id: The upstream task the next message continues ("" for a new one).
+        task_context: That task's context, as the upstream named it.
+        seen: What the conversation's streams collected.
+    """
+
+    abandon: Abandon
+    caller: str = ""
+    context_id: str = ""
+    task_id: str = ""
+    task_context: str = ""
+    seen: StreamedTask = field(default_factory=StreamedTask)
 
 
 class UpstreamClient:
@@ -77,11 +113,18 @@ class UpstreamClient:
         self._relay: SpiffeRelay | None = None
         self._switching = asyncio.Lock()
         self._cancels = UpstreamCancels()
+        self._ids = UpstreamIds()
 
     @property
     def name(self) -> str:
         """The upstream's name (SPIFFE ID, else address or URL)."""
         return self.entry.name
+
+    def conversation(self, timeout: float, caller: str = "", context_id: str = "") -> Conversation:
+        """A new conversation of ``caller`` (in its context ``context_id``), its time
+        ending ``timeout`` seconds from now (the capability's)."""
+        until = asyncio.get_running_loop().time() + timeout
+        return Conversation(Abandon(self._cancels, until), caller, context_id)
 
     async def send(
         self,
@@ -90,44 +133,54 @@ class UpstreamClient:
         *,
         timeout: float,
         events: CallEvents | None = None,
-    ) -> list[Part] | None:
-        """Send one message to ``skill``; the answer's parts (None: no readable answer).
+        conversation: Conversation | None = None,
+        message_id: str = "",
+        text_chunks: bool = False,
+    ) -> UpstreamAnswer | None:
+        """Send one message to ``skill``; the upstream's answer (None: no readable answer).
 
-        Sent with ``return_immediately``: a task the upstream is still running is
-        followed to its end (polled, its status texts passed to ``events`` as
-        progress, cancelled upstream if this call is cancelled, times out or
-        fails). With ``streaming = true`` and ``events`` (the caller follows
-        its task) it is streamed instead, events passed on as they come; see
-        ``upstream_tasks``.
+        The answer is a Message, a completed task, or a task that waits for its
+        caller; ``conversation`` (one made here if None) then continues that
+        task with its next message. Sent with ``return_immediately``: a task
+        the upstream is still running is followed until it ends or waits
+        (polled, its status texts passed to ``events`` as progress, cancelled
+        upstream if this call is cancelled, times out or fails). With
+        ``streaming = true`` and ``events`` (the caller follows its task) it is
+        streamed instead, events passed on as they come (text chunks as text
+        with ``text_chunks``); see ``upstream_tasks``.
 
         Raises:
             UpstreamUnavailable: the upstream could not be reached as the identity
                 it must have (nothing was sent), or answered UNAVAILABLE or was
                 lost once the call may have been sent; the detail says which.
-            UpstreamFailed: it answered with an error or an unfinished/failed task.
+            UpstreamFailed: it answered with an error, or a task that failed, was
+                rejected or cancelled, or did not say how it ends.
             GatewayError: raised by ``events`` (a chunk over the caller's cap), unchanged.
         """
         # Before any await: the runner's timeout for this call ends about now + timeout.
-        abandon = Abandon(self._cancels, asyncio.get_running_loop().time() + timeout)
+        talk = conversation if conversation is not None else self.conversation(timeout)
         link = await self._connected_link(timeout)
-        request = SendMessageRequest(
-            message=Message(
-                message_id=uuid.uuid4().hex,
-                role=Role.ROLE_USER,
-                parts=list(parts),
-                metadata={SKILL_METADATA_KEY: skill},
-            )
-        )
-        request.configuration.return_immediately = True
+        request = self._request(talk, skill, parts, message_id)
         context = ClientCallContext(timeout=timeout + SDK_DEADLINE_MARGIN_SECONDS)
         progress = None if events is None else events.progress
+        event: StreamResponse | None = None
         try:
             if link.streaming is not None and events is not None:
-                return answer_parts(
-                    await streamed(link.streaming, request, events, context, abandon)
+                event = await streamed(
+                    link.streaming,
+                    request,
+                    events,
+                    context,
+                    talk.abandon,
+                    seen=talk.seen,
+                    text_chunks=text_chunks,
                 )
-            async for event in link.client.send_message(request, context=context):
-                return answer_parts(await followed(link.client, event, progress, timeout, abandon))
+            else:
+                async for first in link.client.send_message(request, context=context):
+                    event = await followed(
+                        link.client, first, progress, timeout, talk.abandon, talk.task_id
+                    )
+                    break
         except (UpstreamFailed, GatewayError):  # GatewayError: ours, e.g. OutputTooLarge
             raise
         except Exception as err:
@@ -135,7 +188,58 @@ class UpstreamClient:
                 _log.warning("upstream %s sent an answer that is not A2A", self.name)
                 return None
             raise self._translated(err) from err
-        return None
+        return None if event is None else self._settled(talk, event)
+
+    def _request(
+        self, talk: Conversation, skill: str, parts: Sequence[Part], message_id: str
+    ) -> SendMessageRequest:
+        """The request carrying ``parts`` (built in place: a built message would be copied)."""
+        request = SendMessageRequest()
+        message = request.message
+        message.message_id = self._ids.message_id(talk.caller, message_id)
+        message.role = Role.ROLE_USER
+        if talk.task_id:
+            message.task_id = talk.task_id
+        context_id = talk.task_context or self._ids.context_id(talk.caller, talk.context_id)
+        if context_id:
+            message.context_id = context_id
+        for part in parts:
+            fill_wire_part(message.parts.add(), part)
+        message.metadata[SKILL_METADATA_KEY] = skill
+        request.configuration.return_immediately = True
+        return request
+
+    def _settled(self, talk: Conversation, event: StreamResponse) -> UpstreamAnswer | None:
+        """``event`` as the answer, ``talk`` ready for a follow-up if its task waits.
+
+        Raises:
+            UpstreamFailed: a task that did not complete and does not wait.
+        """
+        answer = UpstreamAnswer(event)
+        kind = event.WhichOneof("payload")
+        if kind not in ("message", "task"):
+            return None
+        self._ids.remember_context(talk.caller, talk.context_id, answer.context_id)
+        if kind == "task":
+            state = event.task.status.state
+            waits = state in ASKS
+            talk.task_id = answer.task_id if waits else ""  # the one task a follow-up continues
+            if waits:
+                talk.task_context = answer.context_id
+            elif state != TaskState.TASK_STATE_COMPLETED:
+                raise UpstreamFailed(f"upstream task ended {TaskState.Name(state)}")
+        return answer
+
+    async def abandon(self, conversation: Conversation, ended_by: BaseException | None) -> None:
+        """Give up on the conversation's upstream task (cancelled upstream, once), the
+        call being left by ``ended_by`` (None: it goes on, without that task)."""
+        if not conversation.task_id or self._link is None:
+            return
+        client = self._link.client
+        if ended_by is None:
+            conversation.abandon.start(client, conversation.task_id)
+        else:
+            await conversation.abandon.task(client, conversation.task_id, ended_by)
 
     def _translated(self, err: Exception) -> Exception:
         cause = grpc_cause(err) if self.entry.binding == "grpc" else http_cause(err)
@@ -226,26 +330,6 @@ class UpstreamClient:
         relay, self._relay = self._relay, None
         if relay is not None:
             await relay.close()
-
-
-def answer_parts(event: StreamResponse) -> list[Part] | None:
-    """The parts holding the answer: a message's, or a completed task's artifacts'
-    (its status message's if it has no artifacts). None if the event is neither.
-
-    Raises:
-        UpstreamFailed: the task did not complete (failed, rejected, cancelled,
-            waiting for input or authentication, still running).
-    """
-    kind = event.WhichOneof("payload")
-    if kind == "message":
-        return list(event.message.parts)
-    if kind == "task":
-        task = event.task
-        if task.status.state != TaskState.TASK_STATE_COMPLETED:
-            raise UpstreamFailed(f"upstream task ended {TaskState.Name(task.status.state)}")
-        parts = [part for artifact in task.artifacts for part in artifact.parts]
-        return parts or list(task.status.message.parts)
-    return None
 
 
 def _undecodable(err: BaseException) -> bool:

@@ -4,7 +4,7 @@ A key in doubt (an attempt was cut off mid-run) answers ``IDEMPOTENCY_IN_DOUBT``
 until an operator, having looked at the capability's real state, either
 
 - *resolves* it with the outcome they observed: the answer is stored as if the
-  attempt had finished, and a retry gets it replayed (the write never runs
+  attempt had finished, and a retry gets it as the stored answer (the write never runs
   again); or
 - *releases* it: the key is freed and the next call with it runs the write
   (only right when the operator checked the write did not happen).
@@ -219,7 +219,7 @@ class KeyAdmin(ABC):
         reason: str,
         check_output: OutputCheck | None = None,
     ) -> Resolution:
-        """Store ``output`` as the answer of a key in doubt; a retry gets it replayed.
+        """Store ``output`` as the answer of a key in doubt; a retry gets it as the stored answer.
 
         Args:
             ident: (peer, capability, key).

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from gateway.errors import PeerUnavailable, PlanInvalid
 from gateway.outbound.router import Offer, Skipped, select_routes
 from gateway.plans.document.model import Plan, Step, reference_step
-from gateway.plans.task_store.lease import LEASE_SECONDS
+from gateway.plans.store.lease import LEASE_SECONDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ class PlanLimits:
         max_steps: Most steps a plan may have.
         default_retries: Retries for a step that does not set ``max_retries``.
         lease_seconds: How long a task's lease lasts unless renewed (renewed every
-            third of it while the task runs); see ``gateway.plans.task_store.lease``.
+            third of it while the task runs); see ``gateway.plans.store.lease``.
     """
 
     max_steps: int = 256
@@ -44,8 +44,23 @@ class PlanLimits:
             raise ValueError("max_steps must be >= 1, default_retries >= 0 and lease_seconds > 0")
 
 
-def check_structure(plan: Plan, limits: PlanLimits) -> tuple[str, ...]:
-    """Run the structural checks; returns the step ids in a dependency order."""
+def check_structure(plan: Plan, limits: PlanLimits) -> None:
+    """Run the structural checks (those of ``step_order``).
+
+    Raises:
+        PlanInvalid: too many steps, a duplicate id, an unknown or own dependency,
+            a cycle, or a ``$from`` reference that is empty or to a step it does
+            not depend on.
+    """
+    step_order(plan, limits)
+
+
+def step_order(plan: Plan, limits: PlanLimits) -> tuple[str, ...]:
+    """The step ids in a dependency order, once the structural checks pass.
+
+    Raises:
+        PlanInvalid: as ``check_structure``.
+    """
     if len(plan.steps) > limits.max_steps:
         raise PlanInvalid(
             f"plan has {len(plan.steps)} steps; this agent accepts at most {limits.max_steps}"

@@ -6,7 +6,7 @@ import time
 
 from gateway.errors import BudgetExhausted
 from gateway.plans.document.model import Budget
-from gateway.plans.task_store.records import Usage
+from gateway.plans.store.records import Usage
 
 
 class BudgetMeter:

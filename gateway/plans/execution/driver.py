@@ -20,18 +20,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from gateway.audit import AuditLog
-from gateway.errors import AuditUnavailable, TaskNotFound
+from gateway.errors import AuditUnavailable, TaskNotFound, UserNotAuthorized
 from gateway.identity.exchange import ActingFor
 from gateway.local.process_owner import new_owner_id
 from gateway.plans.document.model import Plan
 from gateway.plans.execution.approval import ApprovalRequest, Decision, audit_record, local_decider
 from gateway.plans.execution.executor import ExecutorParts, TaskExecutor
 from gateway.plans.execution.step_events import EventSink, StepEvent
-from gateway.plans.task import TaskResult
-from gateway.plans.task_store.records import StoredTask
-from gateway.plans.task_store.resume_point import stored_result
+from gateway.plans.store.records import StoredPlanTask
+from gateway.plans.store.resume_point import stored_result
+from gateway.plans.task import PlanTaskResult
 
-_Prepare = Callable[[], Awaitable[StoredTask]]
+_Prepare = Callable[[], Awaitable[StoredPlanTask]]
 
 
 def _ignore(event: StepEvent) -> None:
@@ -47,14 +47,14 @@ class TaskHandle:
     """
 
     task_id: str
-    _future: asyncio.Task[TaskResult]
+    _future: asyncio.Task[PlanTaskResult]
     _cancel: asyncio.Event = field(default_factory=asyncio.Event)
 
     def cancel(self) -> None:
         """Ask the task to stop; its in-flight peer calls are cancelled."""
         self._cancel.set()
 
-    async def result(self) -> TaskResult:
+    async def result(self) -> PlanTaskResult:
         """Wait for the task to end."""
         return await asyncio.shield(self._future)
 
@@ -76,7 +76,7 @@ class PlanDriver:
         task_id: str | None = None,
         on_event: EventSink = _ignore,
         acting_for: ActingFor | None = None,
-    ) -> TaskResult:
+    ) -> PlanTaskResult:
         """Run ``plan`` as a new task to its end; returns the typed result."""
         handle = self.start(plan, task_id=task_id, on_event=on_event, acting_for=acting_for)
         return await handle.result()
@@ -97,15 +97,17 @@ class PlanDriver:
         """
         task_id = task_id or uuid.uuid4().hex
 
-        async def create() -> StoredTask:
-            await self._parts.store.create(task_id, plan, int(time.time() * 1000))
+        async def create() -> StoredPlanTask:
+            await self._parts.store.create(
+                task_id, plan, int(time.time() * 1000), _user_key(acting_for)
+            )
             return await self._parts.store.load(task_id)
 
         return self._launch(task_id, create, on_event, acting_for)
 
     async def resume(
         self, task_id: str, *, on_event: EventSink = _ignore, acting_for: ActingFor | None = None
-    ) -> TaskResult:
+    ) -> PlanTaskResult:
         """Resume a checkpointed task (a finished one just returns its result)."""
         return await self.start_resume(task_id, on_event=on_event, acting_for=acting_for).result()
 
@@ -117,7 +119,7 @@ class PlanDriver:
         if running is not None:
             return running
 
-        async def load() -> StoredTask:
+        async def load() -> StoredPlanTask:
             return await self._parts.store.load(task_id)
 
         return self._launch(task_id, load, on_event, acting_for)
@@ -154,7 +156,7 @@ class PlanDriver:
         handle.cancel()
         return True
 
-    async def tasks(self, limit: int = 100) -> list[TaskResult]:
+    async def tasks(self, limit: int = 100) -> list[PlanTaskResult]:
         """Checkpointed tasks, most recently updated first."""
         return [stored_result(stored) for stored in await self._parts.store.list(limit)]
 
@@ -177,12 +179,13 @@ class PlanDriver:
     ) -> TaskHandle:
         cancel = asyncio.Event()
 
-        async def body() -> TaskResult:
+        async def body() -> PlanTaskResult:
             store = self._parts.store
             try:
                 stored = await prepare()
                 if stored.state.terminal:
                     return stored_result(stored)
+                check_same_user(stored, acting_for)
                 now_ms = int(time.time() * 1000)
                 await store.take_lease(
                     task_id, self.owner, now_ms, self._parts.limits.lease_seconds
@@ -201,3 +204,31 @@ class PlanDriver:
         handle = TaskHandle(task_id, asyncio.create_task(body()), cancel)
         self._running[task_id] = handle
         return handle
+
+
+def _user_key(acting_for: ActingFor | None) -> tuple[str, str]:
+    """(subject, issuer) of the user a task acts for, or two empty strings."""
+    if acting_for is None:
+        return "", ""
+    return acting_for.user.subject, acting_for.user.issuer
+
+
+def check_same_user(stored: StoredPlanTask, acting_for: ActingFor | None) -> None:
+    """Refuse to run ``stored`` for another user than the one it was started for.
+
+    A task started for a user resumes only for that user (a fresh token of
+    theirs); one started for no user resumes for none. Its user is kept
+    (subject and issuer, never a token) when it is created.
+
+    Raises:
+        UserNotAuthorized: the user given is not the task's.
+    """
+    wanted = (stored.on_behalf_of, stored.user_issuer)
+    given = _user_key(acting_for)
+    if given == wanted:
+        return
+    if not wanted[0]:
+        raise UserNotAuthorized(f"task {stored.task_id} acts for no user: resume it without one")
+    raise UserNotAuthorized(
+        f"task {stored.task_id} acts for a user: resume it with acting_for that user"
+    )

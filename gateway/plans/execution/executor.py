@@ -54,24 +54,24 @@ from gateway.plans.execution.planner import Failure, Planner
 from gateway.plans.execution.step_events import EventSink, StepEvent
 from gateway.plans.execution.step_executor import StepExecutor
 from gateway.plans.execution.verification import Confidence, comparison_digest
+from gateway.plans.store.progress import StoredProgress
+from gateway.plans.store.records import FailedAttempt, StoredPlanTask
+from gateway.plans.store.resume_point import resume_point
+from gateway.plans.store.store import PlanTaskStore
 from gateway.plans.task import (
+    PlanTaskResult,
+    PlanTaskState,
     RevisionRecord,
     StepResult,
     StepStatus,
-    TaskResult,
-    TaskState,
     transition,
 )
-from gateway.plans.task_store.progress import StoredProgress
-from gateway.plans.task_store.records import FailedAttempt, StoredTask
-from gateway.plans.task_store.resume_point import resume_point
-from gateway.plans.task_store.store import TaskStore
 from gateway.telemetry import Telemetry
 
 
 @dataclass
 class _Ending:
-    state: TaskState
+    state: PlanTaskState
     reason: str = "OK"
     message: str = ""
 
@@ -82,7 +82,7 @@ class ExecutorParts:
 
     agent_id: str
     router: Router
-    store: TaskStore
+    store: PlanTaskStore
     planner: Planner
     limits: PlanLimits
     bind_peer_call: Callable[[float, str, str, ActingFor | None], PeerCall] | None = None
@@ -99,7 +99,7 @@ class TaskExecutor:
     def __init__(
         self,
         parts: ExecutorParts,
-        stored: StoredTask,
+        stored: StoredPlanTask,
         on_event: EventSink,
         owner: str,
         acting_for: ActingFor | None = None,
@@ -129,7 +129,7 @@ class TaskExecutor:
         self._in_flight: dict[asyncio.Task[StepResult], Step] = {}
         self._progress: dict[asyncio.Task[StepResult], StepProgress] = {}
 
-    async def run(self, cancel: asyncio.Event) -> TaskResult:
+    async def run(self, cancel: asyncio.Event) -> PlanTaskResult:
         """Plan, run and finish; an asyncio cancellation (shutdown) leaves the task resumable.
 
         Raises:
@@ -173,7 +173,7 @@ class TaskExecutor:
             running.cancel()
 
     async def _plan_and_run(self, cancel: asyncio.Event) -> _Ending:
-        await self._set_state(TaskState.PLANNING)
+        await self._set_state(PlanTaskState.PLANNING)
         try:
             self._meter.check_time()  # a resumed task may have spent it all already
         except BudgetExhausted as err:
@@ -186,13 +186,13 @@ class TaskExecutor:
             )
             check_routes(self._plan, catalog, skip=frozenset(self._results), skipped=skipped)
         except (PlanInvalid, PeerUnavailable) as err:
-            return _Ending(TaskState.FAILED, err.reason, err.message)
+            return _Ending(PlanTaskState.FAILED, err.reason, err.message)
         # After the route check, as in the run that recorded them: a step revised here
         # is not checked again (it fails when it runs, as it would have there).
         ending = await self._answer_recorded_failures()
         if ending is not None:
             return ending
-        await self._set_state(TaskState.RUNNING)
+        await self._set_state(PlanTaskState.RUNNING)
         return await self._loop(cancel)
 
     async def _loop(self, cancel: asyncio.Event) -> _Ending:
@@ -216,7 +216,7 @@ class TaskExecutor:
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 if cancel.is_set():
-                    ending = _Ending(TaskState.CANCELLED, "CANCELLED", "cancelled by request")
+                    ending = _Ending(PlanTaskState.CANCELLED, "CANCELLED", "cancelled by request")
                     await self._abandon_in_flight(ending)
                     return ending
                 if not done:
@@ -224,7 +224,7 @@ class TaskExecutor:
                         f"max_elapsed_seconds ({self._plan.budget.max_elapsed_seconds:g}) reached"
                     )
                     await self._abandon_in_flight(
-                        _Ending(TaskState.FAILED, err.reason, err.message)
+                        _Ending(PlanTaskState.FAILED, err.reason, err.message)
                     )
                     return self._failed(err.reason, err.message)
                 for task in [t for t in self._in_flight if t in done]:
@@ -313,10 +313,12 @@ class TaskExecutor:
     def _finished(self) -> _Ending:
         missing = [s.id for s in self._plan.steps if s.id not in self._done()]
         if not missing:
-            return _Ending(TaskState.COMPLETED)
+            return _Ending(PlanTaskState.COMPLETED)
         if self._waiting:
             waiting = ", ".join(sorted(self._waiting))
-            return _Ending(TaskState.WAITING_APPROVAL, "OK", f"steps {waiting} wait for approval")
+            return _Ending(
+                PlanTaskState.WAITING_APPROVAL, "OK", f"steps {waiting} wait for approval"
+            )
         return self._failed("INTERNAL", f"steps {', '.join(missing)} can never become ready")
 
     async def _collect(self, task: asyncio.Task[StepResult]) -> _Ending | None:
@@ -376,13 +378,13 @@ class TaskExecutor:
         if proposal is None or not self._acceptable(proposal.plan, done):
             return False
         await self._check_progress(proposal.plan.step(step.id))
-        await self._set_state(TaskState.PLANNING)
+        await self._set_state(PlanTaskState.PLANNING)
         record = RevisionRecord(revision, proposal.reason, int(time.time() * 1000))
         await self._stored_progress.revise(proposal.plan, record)
         self._plan, self._revision = proposal.plan, revision
         self._revisions.append(record)
         del self._results[step.id]
-        await self._set_state(TaskState.RUNNING)
+        await self._set_state(PlanTaskState.RUNNING)
         return True
 
     async def _check_progress(self, step: Step) -> None:
@@ -415,7 +417,7 @@ class TaskExecutor:
     def _failed(self, reason: str, message: str) -> _Ending:
         completed = sorted(self._done())
         summary = ", ".join(completed) if completed else "none"
-        return _Ending(TaskState.FAILED, reason, f"{message}; completed steps: {summary}")
+        return _Ending(PlanTaskState.FAILED, reason, f"{message}; completed steps: {summary}")
 
     async def _record(
         self, step: Step, result: StepResult, failed: FailedAttempt | None = None
@@ -465,18 +467,18 @@ class TaskExecutor:
             router.has_local(step.capability, step.constraint) and "local" not in step.avoid
             for step in self._in_flight.values()
         )
-        await self._set_state(TaskState.WAITING_PEER if remote_only else TaskState.RUNNING)
+        await self._set_state(PlanTaskState.WAITING_PEER if remote_only else PlanTaskState.RUNNING)
 
-    async def _set_state(self, state: TaskState, reason: str = "OK", message: str = "") -> None:
+    async def _set_state(self, state: PlanTaskState, reason: str = "OK", message: str = "") -> None:
         if state is self._state and not state.terminal:
             return
         self._state = transition(self._state, state)
         await self._stored_progress.state(state, reason, message)
 
-    def result(self, ending: _Ending) -> TaskResult:
+    def result(self, ending: _Ending) -> PlanTaskResult:
         """The typed result for ``ending``."""
         usage = self._meter.usage()
-        return TaskResult(
+        return PlanTaskResult(
             task_id=self._task_id,
             state=ending.state,
             revision=self._revision,

@@ -97,9 +97,9 @@ from gateway.plans.execution.verification import (
     comparison_digest,
     judge,
 )
+from gateway.plans.store.progress import StoredProgress
+from gateway.plans.store.records import WritePin
 from gateway.plans.task import Evidence, StepResult, StepStatus
-from gateway.plans.task_store.progress import StoredProgress
-from gateway.plans.task_store.records import WritePin
 from gateway.telemetry import Telemetry
 
 _STALE_DISCOVERY = (VersionNotAvailable, CapabilityNotGranted)

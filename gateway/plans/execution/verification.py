@@ -100,8 +100,18 @@ def judge(verify: Verify, digests: Sequence[str]) -> Judgement:
     return Judgement(Confidence.PARTIAL, 0)
 
 
-def check_deterministic(step_id: str, expect: Expect | None, output: Any) -> bool:
-    """Run ``expect.equals`` and ``expect.range`` on ``output``; True if there were any.
+def check_deterministic(step_id: str, expect: Expect | None, output: Any) -> None:
+    """Run ``expect.equals`` and ``expect.range`` on ``output``.
+
+    Raises:
+        ExpectationFailed: a check failed (the message names the path, never the value).
+    """
+    is_deterministically_verified(step_id, expect, output)
+
+
+def is_deterministically_verified(step_id: str, expect: Expect | None, output: Any) -> bool:
+    """True if ``expect`` has deterministic checks (``equals``, ``range``) and ``output``
+    passes them; False if it has none.
 
     Raises:
         ExpectationFailed: a check failed (the message names the path, never the value).

@@ -17,6 +17,12 @@ pipeline. Invariants:
 * ``CancelTask`` cancels the capability (asyncio cancellation): the task ends
   ``CANCELED``, audited ``CANCELLED`` with who cancelled it. Shutdown cancels
   every run the same way, and they end ``FAILED`` with ``TASK_INTERRUPTED``.
+* A capability that asks for input (``ctx.ask_input``) leaves its task
+  ``INPUT_REQUIRED`` (or ``AUTH_REQUIRED``), saved at once, until the owner's
+  next message on the task is admitted and handed to it (``BackgroundTask.answer``);
+  a task waiting so is unfinished like a working one (leases, orphans, cancel).
+* A quiet run (see ``task_events``) that ends with a Message before anything
+  was published answers that Message: its row is deleted, no task is kept.
 * A run is owned by this process (``process_id``, stored in the ``runner``
   column): it renews the lease of its unfinished rows every
   ``LEASE_RENEW_SECONDS``. An unfinished row whose process is gone is ended
@@ -38,6 +44,7 @@ from typing import Any
 
 from a2a.types import a2a_pb2
 
+from capabilities.replies import is_message_reply
 from gateway.errors import (
     AgentStopping,
     Cancelled,
@@ -47,8 +54,11 @@ from gateway.errors import (
     TaskNotCancelable,
 )
 from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler, InvokeOutcome
-from gateway.server.a2a.task_events import BackgroundTask, RunEvents, output_event, status_event
+from gateway.server.a2a import history
+from gateway.server.a2a.left_answers import take_left_answers
+from gateway.server.a2a.task_events import BackgroundTask, RunEvents, output_events, status_event
 from gateway.server.a2a.task_store.store import A2ATask, A2ATaskStore, TaskOutcome
+from gateway.server.a2a.task_view import final_message_json, message_event
 
 _log = logging.getLogger(__name__)
 
@@ -121,12 +131,20 @@ class BackgroundTasks:
     def __len__(self) -> int:
         return len(self._runs)
 
-    async def start(self, task: A2ATask, admitted: AdmittedCall) -> BackgroundTask:
+    def waiting(self) -> bool:
+        """Some task this process runs waits for its caller's answer."""
+        return any(run.waiting is not None for run in self._runs.values())
+
+    async def start(
+        self, task: A2ATask, admitted: AdmittedCall, *, quiet: bool = False
+    ) -> BackgroundTask:
         """Save ``task`` (SUBMITTED), then run ``admitted`` in the background.
 
-        The job starts at the loop's next turn: a ``run.listen()`` right after
-        this returns (no await between) sees every event. Whatever happens,
-        the call's slot is given back.
+        The job starts at the loop's next turn: a ``run.listen()`` (or
+        ``run.next_settled()``) right after this returns (no await between)
+        sees every event. Whatever happens, the call's slot is given back.
+        ``quiet``: publish WORKING only once the capability does something
+        (it may still answer with a lone Message; see ``task_events``).
 
         Raises:
             StateUnavailable: the task could not be saved (nothing ran).
@@ -149,8 +167,11 @@ class BackgroundTasks:
             if admitted.slot is not None:
                 admitted.slot.release()
             raise
-        run = BackgroundTask(task, admitted, keeps_chunks=self._shared, notify=self._notify)
+        run = BackgroundTask(
+            task, admitted, keeps_chunks=self._shared, unannounced=quiet, notify=self._notify
+        )
         run.progressed = lambda: self._save_latest(run)
+        run.changed = lambda changed: self._change(run, changed)
         self._runs[task.task_id] = run
         run.job = asyncio.get_running_loop().create_task(self._drive(run))
         return run
@@ -158,7 +179,12 @@ class BackgroundTasks:
     async def _drive(self, run: BackgroundTask) -> None:
         run.started.set()
         try:
-            self._change(run, replace(run.task, state=TaskOutcome.WORKING))
+            working = replace(run.task, state=TaskOutcome.WORKING)
+            if run.unannounced:  # published with the capability's first event (task_events)
+                run.task = working
+                self._save_latest(run)
+            else:
+                self._change(run, working)
             outcome = await self._handler.run(run.admitted, RunEvents(run))
             ended = _completed(run.task, outcome)
         except GatewayError as err:
@@ -176,9 +202,13 @@ class BackgroundTasks:
         await self._end(run, ended)
 
     def _change(self, run: BackgroundTask, task: A2ATask) -> None:
-        """A running task's new state: published now, saved in the background."""
+        """A running task's new state: published now, saved in the background (an
+        interrupted one at once, and once saved it answers the blocking sends waiting
+        for it: a GetTask or ListTasks after that answer finds it so, on any process)."""
         run.task = task
         run.publish(status_event(task))
+        if task.state.waiting:
+            run.save_now.set()
         self._save_latest(run)
 
     def _save_latest(self, run: BackgroundTask) -> None:
@@ -200,12 +230,17 @@ class BackgroundTasks:
         try:
             while not run.task.state.finished:
                 run.save_wanted = False
-                started = time.monotonic()
+                run.save_now.clear()
+                started, snapshot = time.monotonic(), run.task
                 await self._keep_chunks(run)  # first: a follower that sees the row has them
-                await self._save_quietly(run.task)
+                await self._save_quietly(snapshot)
+                if snapshot.state.waiting:
+                    run.settle(snapshot)
                 if not run.save_wanted:
                     return
-                await asyncio.sleep(max(0.0, started + PROGRESS_SAVE_SECONDS - time.monotonic()))
+                pause = max(0.0, started + PROGRESS_SAVE_SECONDS - time.monotonic())
+                with contextlib.suppress(TimeoutError):  # a question is saved at once
+                    await asyncio.wait_for(run.save_now.wait(), pause)
         finally:
             run.saving = False
 
@@ -252,16 +287,42 @@ class BackgroundTasks:
         run.chunks_kept += len(chunks)
 
     async def _end(self, run: BackgroundTask, ended: A2ATask) -> None:
+        completed = ended.state is TaskOutcome.COMPLETED
+        if completed and run.unannounced and is_message_reply(ended.output):
+            await self._end_with_message(run, ended)
+            return
+        if completed and run.contract_asks:
+            final = final_message_json(ended)
+            if final is not None:
+                ended = replace(ended, history=history.appended(ended.history, "agent", *final))
+        run.announce()  # a quiet run that did nothing visible: WORKING, then its end
         run.task = ended
         if await self._save_end(ended) and run.chunks_kept:
             # The output holds them all; prune drops them otherwise.
             with contextlib.suppress(StateUnavailable):
                 await self._store.drop_chunks(ended.task_id)
-        if ended.state is TaskOutcome.COMPLETED:
-            run.publish(output_event(ended))
+        if completed:
+            for event in output_events(ended):
+                run.publish(event)
         run.publish(status_event(ended), last=True)
+        self._settle_end(run)
+
+    async def _end_with_message(self, run: BackgroundTask, ended: A2ATask) -> None:
+        """A quiet run answered a Message before anything was published: the answer is
+        that Message, and no task is kept (its row goes)."""
+        run.task, run.message_only = ended, True
+        try:
+            await self._store.forget(ended.owner, ended.task_id)
+        except StateUnavailable as err:  # its end is kept instead: still not a task anyone saw
+            _log.warning("A2A task %s: row of a Message answer not deleted: %s", ended.task_id, err)
+            await self._save_end(ended)
+        run.publish(message_event(ended), last=True)
+        self._settle_end(run)
+
+    def _settle_end(self, run: BackgroundTask) -> None:
         run.ended.set()
-        self._runs.pop(ended.task_id, None)
+        run.settle(run.task)
+        self._runs.pop(run.task.task_id, None)
 
     async def cancel(self, run: BackgroundTask, canceller: str) -> A2ATask:
         """Cancel ``run`` for ``canceller`` (its owner) and wait until it has ended.
@@ -301,12 +362,15 @@ class BackgroundTasks:
         """Renew leases, end orphans, retry unsaved ends and prune, in the background.
 
         With a shared store, also carry out the cancel requests other processes
-        of this agent recorded for the tasks running here (every second).
+        of this agent recorded for the tasks running here (every second), and
+        take the answers they admitted for its waiting tasks (``left_answers``).
         """
         loop = asyncio.get_running_loop()
         self._upkeep = [loop.create_task(self._keep_up())]
         if self._shared:
             self._upkeep.append(loop.create_task(self._watch_cancel_requests()))
+            answers = take_left_answers(self, self._store, self._handler)
+            self._upkeep.append(loop.create_task(answers))
 
     async def cancel_elsewhere(self, task: A2ATask, canceller: str) -> A2ATask:
         """Cancel ``task``, run by another process of this agent (a shared store).
@@ -439,6 +503,8 @@ def _completed(task: A2ATask, outcome: InvokeOutcome) -> A2ATask:
         remembered=outcome.remembered,
         reason="OK",
         message="",
+        status_json=b"",
+        asked_schema="",
         updated_ms=int(time.time() * 1000),
     )
 
@@ -449,5 +515,7 @@ def _failed(task: A2ATask, state: TaskOutcome, err: GatewayError) -> A2ATask:
         state=state,
         reason=err.reason,
         message=err.remote_message,  # the task is the caller's: no internals
+        status_json=b"",  # a question it may have shown is not its end
+        asked_schema="",
         updated_ms=int(time.time() * 1000),
     )

@@ -1,70 +1,56 @@
-"""A2A messages ⇄ the protocol-neutral call, and stored tasks → A2A ``Task``.
+"""A2A messages → the protocol-neutral call (stored tasks → A2A: ``task_view``).
 
 A SendMessage becomes one :class:`~gateway.inbound.call.InvokeCall`:
 
 * capability: message metadata ``a2agw.capability`` = ``NAME[@CONSTRAINT]``,
   passed on exactly as sent (never stripped: the pipeline refuses what Invoke
-  refuses); without it, the agent's ``[a2a] default_capability`` if set;
+  refuses); without it, the agent's ``[a2a] default_capability`` if set. A
+  message that continues a task (:class:`FollowUp`) calls the task's
+  capability at the version that serves it; ``a2agw.capability`` may only
+  name that one (and a constraint that admits that version);
 * request id: ``message_id`` (replay protection, as ``request_id`` for Invoke);
-* idempotency key: message metadata ``a2agw.idempotency_key`` (optional);
-* payload: exactly one part, either ``data`` holding a JSON object, ``raw``
-  bytes with media type ``application/json`` (used unchanged: the payload cap
-  and the digest apply to those bytes), or ``text``: the input ``{"text": ...}``
-  of a version whose input is exactly one string field ``text`` (else
-  INVALID_INPUT, once that version is chosen).
-
-A ``data`` (or ``text``) part is not converted here: it becomes a pending
-payload whose size is the serialized size of its ``Value`` (the text's UTF-8
-bytes), which the payload cap counts before anything is decoded. Only a call
-admitted up to the cap has it decoded (JSON, compact with sorted keys, as a
-Struct keeps no key order; whole numbers made integers where the chosen
-version's input schema says integer), and that JSON must be within the cap too.
+* idempotency key: message metadata ``a2agw.idempotency_key`` (optional; not on
+  a follow-up: the key belongs to the message that starts the run);
+* payload: the message's parts (:class:`~gateway.transport.a2a.part_payloads.MessageParts`),
+  measured here, checked against the chosen version's ``accepts`` and decoded
+  by the pipeline once every check up to the cap has passed; a lone ``raw``
+  part of media type ``application/json`` is the payload itself, unchanged (the
+  payload cap and the digest apply to those bytes).
 
 Metadata (the message's or the request's) that claims who is calling
 (:data:`IDENTITY_KEYS`) becomes ``InvokeCall.claimed_identity``, refused
 UNAUTHENTICATED: only the TLS handshake names the caller.
 
 Every other ``a2agw.*`` metadata value must be a string, and ``context_id`` an
-id (empty, or 1-128 of ``[A-Za-z0-9._:-]``). Anything else becomes
-``InvokeCall.problem``, which the pipeline answers with INVALID_REQUEST once it
-knows who is asking. Problems never quote payload content.
+id (empty, or 1-128 of ``[A-Za-z0-9._:-]``; on a follow-up, empty or the
+task's: spec 3.4.3). Anything else becomes ``InvokeCall.problem``, which the
+pipeline answers with INVALID_REQUEST once it knows who is asking. Problems
+never quote payload content.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from dataclasses import dataclass
 
-import orjson
 from a2a.types import a2a_pb2
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import struct_pb2
+from pydantic import BaseModel
 
-from capabilities.canonical import CanonicalJson
+from capabilities.versions import Version, VersionConstraint, VersionSyntaxError
 from gateway.display import printable
 from gateway.identity import PresentedTokens
 from gateway.inbound.call import REQUEST_ID, InvokeCall
-from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome, TaskPage, page_token
-from gateway.transport.a2a.part_payloads import DataPart, TextPart
-from policies.grants import MAX_PAYLOAD_CEILING
+from gateway.transport.a2a.part_payloads import MessageParts, lone_json
 
 CAPABILITY_KEY = "a2agw.capability"
 """Message metadata key naming the capability: ``NAME`` or ``NAME@CONSTRAINT``."""
 IDEMPOTENCY_KEY = "a2agw.idempotency_key"
 """Message metadata key of the idempotency key (write capabilities run once per key)."""
-REASON_KEY = "a2agw.reason"
-"""Metadata key of a failed task's reason code (status message and task metadata)."""
-SERVED_VERSION_KEY = "a2agw.served_version"
-EVIDENCE_KEY = "a2agw.evidence_sha256"
-REPLAYED_KEY = "a2agw.replayed"
 IDENTITY_KEYS = frozenset({"a2agw.peer", "a2agw.identity", "a2agw.spiffe_id", "a2agw.caller"})
 """Metadata keys that would name the caller: refused, whatever their value (UNAUTHENTICATED)."""
-JSON_MEDIA_TYPE = "application/json"
 _GATEWAY_PREFIX = "a2agw."
 CONTEXT_ID_RULE = "context_id must be empty or 1-128 characters of [A-Za-z0-9._:-]"
 """The problem a malformed ``context_id`` is refused with (SendMessage and ListTasks)."""
-MAX_LIST_BYTES = MAX_PAYLOAD_CEILING
-"""Most bytes of tasks in one ListTasks answer (the gRPC message ceiling less the envelope's)."""
-_FIELD_OVERHEAD = 16  # a repeated field's tag and length, generously
 MAX_METADATA_KEYS = 256
 """Most keys a request's and its message's metadata may hold together. Each key is read
 (``a2agw.*`` values checked, identity claims looked for); a peer granted a few bytes of payload
@@ -75,6 +61,24 @@ class _Problem(Exception):
     """Why a SendMessage cannot become a call (becomes ``InvokeCall.problem``)."""
 
 
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """The task a message continues: what it is checked and run against.
+
+    Attributes:
+        capability: The task's capability.
+        served_version: The version running it.
+        context_id: The task's context.
+        answers: The model the message's content is validated against (the
+            schema ``ctx.ask_input`` asked with, or ``AnyObject``).
+    """
+
+    capability: str
+    served_version: str
+    context_id: str
+    answers: type[BaseModel]
+
+
 def invoke_call(
     request: a2a_pb2.SendMessageRequest,
     *,
@@ -82,26 +86,47 @@ def invoke_call(
     deadline: float,
     task_id: str,
     default_capability: str = "",
+    context_id: str = "",
+    follow_up: FollowUp | None = None,
     tokens: PresentedTokens | None = None,
 ) -> InvokeCall:
     """The call a SendMessage asks for; ``problem`` says why it is not one.
 
-    Nothing here grows with the size of a ``data`` part: it is measured, not
-    converted (see the module doc). ``default_capability`` (``NAME[@CONSTRAINT]``,
-    "" for none) is called when the message names no capability. ``tokens``:
-    the bearer tokens the request presented (its headers, not its metadata).
+    Nothing here grows with the size of a part: it is measured, not converted
+    (see the module doc). ``default_capability`` (``NAME[@CONSTRAINT]``, ""
+    for none) is called when the message names no capability; ``context_id``
+    is the one the task gets. ``follow_up``: the task the message continues
+    (``task_id`` is then that task's id). ``tokens``: the bearer tokens the
+    request presented (its headers, not its metadata).
     """
     message = request.message
     capability = constraint = idempotency_key = problem = ""
     payload = b""
-    pending: DataPart | TextPart | None = None
+    json_bytes = False  # a lone application/json raw part: its bytes are the payload, even b""
+    parts: MessageParts | None = None
     try:
-        _check_envelope(request)
+        _check_envelope(request, follow_up)
         _check_gateway_metadata(message)
-        capability, constraint = _capability(message, default_capability)
+        if follow_up is None:
+            capability, constraint = _capability(message, default_capability)
+        else:
+            capability, constraint = _follow_up_capability(message, follow_up)
         idempotency_key = _text_metadata(message, IDEMPOTENCY_KEY)
-        payload, pending = _payload(message)
-    except _Problem as err:
+        if idempotency_key and follow_up is not None:
+            raise _Problem(
+                f"{IDEMPOTENCY_KEY} belongs to the message that starts a task, not a follow-up"
+            )
+        if not message.parts:
+            raise _Problem("the message has no parts")
+        if lone_json(message.parts):
+            payload = bytes(message.parts[0].raw)
+            json_bytes = True
+        parts = MessageParts(
+            message.parts,
+            follow_up.context_id if follow_up is not None else context_id,
+            follow_up.answers if follow_up is not None else None,
+        )
+    except _Problem as err:  # nothing of the parts is measured: refused before the cap
         problem = str(err)
     return InvokeCall(
         peer_cert_pem=peer_cert_pem,
@@ -114,7 +139,8 @@ def invoke_call(
         idempotency_key=idempotency_key,
         problem=problem,
         claimed_identity=claimed_identity(request.metadata, message.metadata),
-        pending_payload=pending,
+        pending_payload=None if json_bytes else parts,
+        message=parts,
         tokens=tokens,
     )
 
@@ -128,16 +154,26 @@ def claimed_identity(*metadata: struct_pb2.Struct) -> str:
     return ""
 
 
-def _check_envelope(request: a2a_pb2.SendMessageRequest) -> None:
+def _check_envelope(request: a2a_pb2.SendMessageRequest, follow_up: FollowUp | None) -> None:
     if request.tenant:
         raise _Problem("tenants are not supported by this agent; send an empty tenant")
     if not request.HasField("message"):
         raise _Problem("SendMessageRequest.message is missing")
-    if request.message.task_id:
-        raise _Problem("every message starts a new task here; send it without task_id")
-    if request.message.context_id and not REQUEST_ID.fullmatch(request.message.context_id):
+    message = request.message
+    if message.task_id and follow_up is None:  # the servicer looks tasks up first
+        raise _Problem("this message names a task that cannot be continued here")
+    if message.context_id and not REQUEST_ID.fullmatch(message.context_id):
         raise _Problem(CONTEXT_ID_RULE)
-    keys = len(request.metadata.fields) + len(request.message.metadata.fields)
+    if follow_up is not None and message.context_id not in ("", follow_up.context_id):
+        raise _Problem("context_id differs from the task's; send the task's or none")
+    configuration = request.configuration
+    if follow_up is not None and configuration.HasField("task_push_notification_config"):
+        raise _Problem(
+            "a message continuing a task sets no push config; use CreateTaskPushNotificationConfig"
+        )
+    if configuration.HasField("history_length") and configuration.history_length < 0:
+        raise _Problem("history_length must not be negative")
+    keys = len(request.metadata.fields) + len(message.metadata.fields)
     if keys > MAX_METADATA_KEYS:
         raise _Problem(f"metadata holds {keys} keys; at most {MAX_METADATA_KEYS} are read")
 
@@ -162,159 +198,28 @@ def _capability(message: a2a_pb2.Message, default: str) -> tuple[str, str]:
     return name, constraint
 
 
+def _follow_up_capability(message: a2a_pb2.Message, follow_up: FollowUp) -> tuple[str, str]:
+    """The task's capability at its served version; a named one must be the same."""
+    exact = f"={follow_up.served_version}"
+    if CAPABILITY_KEY not in message.metadata.fields:
+        return follow_up.capability, exact
+    name, _, constraint = _text_metadata(message, CAPABILITY_KEY).partition("@")
+    if name != follow_up.capability:
+        raise _Problem(f"message metadata {CAPABILITY_KEY!r} must name the task's capability")
+    try:
+        allowed = VersionConstraint.parse(constraint).allows(
+            Version.parse(follow_up.served_version)
+        )
+    except (VersionSyntaxError, ValueError):
+        allowed = False
+    if not allowed:
+        raise _Problem(
+            f"message metadata {CAPABILITY_KEY!r} must admit the task's version "
+            f"{follow_up.served_version}"
+        )
+    return follow_up.capability, exact
+
+
 def _text_metadata(message: a2a_pb2.Message, key: str) -> str:
     value = message.metadata.fields.get(key)
     return "" if value is None else str(value.string_value)  # a string: checked before
-
-
-def _payload(message: a2a_pb2.Message) -> tuple[bytes, DataPart | TextPart | None]:
-    if len(message.parts) != 1:
-        raise _Problem(f"the message must have exactly one part, it has {len(message.parts)}")
-    part = message.parts[0]
-    kind = part.WhichOneof("content")
-    if kind == "raw":
-        if part.media_type != JSON_MEDIA_TYPE:
-            raise _Problem(f"a raw part must have media_type {JSON_MEDIA_TYPE!r}")
-        return bytes(part.raw), None
-    if kind == "data":
-        if part.data.WhichOneof("kind") != "struct_value":
-            raise _Problem("a data part must hold a JSON object")
-        return b"", DataPart(part.data)
-    if kind == "text":
-        return b"", TextPart(part.text)
-    raise _Problem(f"a {kind or 'empty'} part cannot carry a payload; send data, text or raw JSON")
-
-
-def task_message(task: A2ATask, *, include_artifacts: bool = True) -> a2a_pb2.Task:
-    """The A2A ``Task`` for a stored task (SendMessage, GetTask, ListTasks, CancelTask)."""
-    answer = a2a_pb2.Task()
-    fill_task(answer, task, include_artifacts=include_artifacts)
-    return answer
-
-
-def send_answer(task: A2ATask) -> a2a_pb2.SendMessageResponse:
-    """The SendMessage answer holding ``task``, built where it is sent."""
-    response = a2a_pb2.SendMessageResponse()
-    fill_task(response.task, task)
-    return response
-
-
-def task_event(task: A2ATask) -> a2a_pb2.StreamResponse:
-    """The stream event holding ``task`` (a stream's first event), built where it is sent."""
-    event = a2a_pb2.StreamResponse()
-    fill_task(event.task, task)
-    return event
-
-
-def fill_task(answer: a2a_pb2.Task, task: A2ATask, *, include_artifacts: bool = True) -> None:
-    """Write ``task`` into the empty ``answer`` in place (see :func:`task_message`).
-
-    In place because handing a built ``Task`` to a message constructor
-    (``SendMessageResponse(task=...)``) merges it field by field: ~1 ms for a
-    256 KB output here, against ~20 µs for ``CopyFrom`` and nothing at all
-    for a task written where it is sent.
-    """
-    answer.id = task.task_id
-    answer.context_id = task.context_id
-    answer.status.timestamp.FromMilliseconds(task.updated_ms)
-    answer.metadata.update({"a2agw.capability": task.capability})
-    if task.served_version:
-        answer.metadata[SERVED_VERSION_KEY] = task.served_version
-    if task.state is not TaskOutcome.COMPLETED:
-        _unfinished_or_failed(answer, task)
-        return
-    answer.status.state = a2a_pb2.TASK_STATE_COMPLETED
-    if include_artifacts:
-        fill_artifact(answer.artifacts.add(), task)  # in place: appending copies the output
-
-
-_WIRE_STATES = {
-    TaskOutcome.FAILED: a2a_pb2.TASK_STATE_FAILED,
-    TaskOutcome.CANCELED: a2a_pb2.TASK_STATE_CANCELED,
-    TaskOutcome.SUBMITTED: a2a_pb2.TASK_STATE_SUBMITTED,
-    TaskOutcome.WORKING: a2a_pb2.TASK_STATE_WORKING,
-}
-
-
-def _unfinished_or_failed(answer: a2a_pb2.Task, task: A2ATask) -> None:
-    """A failed or canceled task carries its reason; a running one its latest progress text."""
-    answer.status.state = _WIRE_STATES[task.state]
-    if task.state.finished or task.message:
-        answer.status.message.CopyFrom(
-            a2a_pb2.Message(
-                message_id=f"{task.task_id}-status",
-                context_id=task.context_id,
-                task_id=task.task_id,
-                role=a2a_pb2.ROLE_AGENT,
-                parts=[a2a_pb2.Part(text=task.message)],
-            )
-        )
-    if task.state.finished:
-        answer.status.message.metadata[REASON_KEY] = task.reason
-        answer.metadata[REASON_KEY] = task.reason
-
-
-def list_answer(page: TaskPage, *, include_artifacts: bool) -> a2a_pb2.ListTasksResponse:
-    """The ListTasks answer for ``page``, cut short to fit one gRPC message.
-
-    A page of large outputs can exceed what gRPC sends; the page then ends at
-    the last task that fits and its token continues right after that task.
-    """
-    response = a2a_pb2.ListTasksResponse(total_size=page.total_size)
-    answers = response.tasks  # each task written in place: passing built ones copies them
-    used, token, size = 0, page.next_page_token, page.page_size
-    for task in page.tasks:
-        answer = answers.add()
-        fill_task(answer, task, include_artifacts=include_artifacts)
-        used += answer.ByteSize() + _FIELD_OVERHEAD
-        if len(answers) > 1 and used > MAX_LIST_BYTES:
-            del answers[-1]
-            token = page_token(answers[-1].id)
-            size = len(answers)  # the page size this answer used: what one message holds
-            break
-    response.next_page_token = token
-    response.page_size = size  # the spec's "page size used", not the tasks a last page holds
-    return response
-
-
-def output_artifact(task: A2ATask) -> a2a_pb2.Artifact:
-    """A completed task's one artifact: the capability's output and its evidence."""
-    artifact = a2a_pb2.Artifact()
-    fill_artifact(artifact, task)
-    return artifact
-
-
-def fill_artifact(artifact: a2a_pb2.Artifact, task: A2ATask) -> None:
-    """Write a completed task's one artifact into the empty ``artifact`` in place."""
-    # The output is decoded straight into the part's Value: every copy of a
-    # message holding it (CopyFrom, append) copies the whole output again.
-    artifact.artifact_id = f"{task.task_id}-output"
-    artifact.name = task.capability
-    part = artifact.parts.add(media_type=JSON_MEDIA_TYPE)
-    _set_json(part.data, task.output)
-    artifact.metadata.update(
-        {
-            SERVED_VERSION_KEY: task.served_version,
-            EVIDENCE_KEY: task.evidence_sha256,
-            REPLAYED_KEY: task.remembered,
-        }
-    )
-
-
-def _set_json(value: struct_pb2.Value, payload: bytes) -> None:
-    decoded = _decoded(payload)
-    if isinstance(decoded, dict):
-        value.struct_value.update(decoded)
-    else:  # outputs are objects by contract; anything else still travels faithfully
-        json_format.ParseDict(decoded, value)
-
-
-def _decoded(payload: bytes) -> Any:
-    if isinstance(payload, CanonicalJson):  # an output just run: its value, not a re-read
-        return payload.value
-    # orjson reads an integer beyond 64 bits as a float where json keeps an int;
-    # a Value holds every number as a double, so the Value comes out the same.
-    try:
-        return orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return json.loads(payload)  # what only json reads, e.g. NaN

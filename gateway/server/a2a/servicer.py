@@ -19,7 +19,19 @@ after admission is a ``TASK_STATE_FAILED`` task carrying the reason code.
 ``return_immediately`` and ``SendStreamingMessage`` pass the same checks, then
 run in the background (:mod:`gateway.server.a2a.background_tasks`);
 ``SendStreamingMessage`` and ``SubscribeToTask`` are async generators of
-``StreamResponse`` (the task first, its events in order, the last terminal).
+``StreamResponse`` (the task first, its events in order, the last terminal;
+a SendStreamingMessage's also ends when the task waits for input).
+
+A capability that may ask for input (contract ``asks_input``) runs in the
+background for a blocking SendMessage too, which answers the task at its
+first interrupted or terminal state (spec 3.2.2). A message naming a
+``task_id`` continues that task (:mod:`gateway.server.a2a.conversations`). A
+capability that answers with a Message (``MessageReply``) gets the Message
+answered and no task kept, when nobody has seen its task yet: a blocking call,
+or a stream whose first event is held until the capability's first event
+(only for contracts that give messages); ``return_immediately`` answers a
+task at once, unless the contract gives messages only (then it runs as a
+blocking call).
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ from google.protobuf import empty_pb2
 from grpc import aio
 
 from capabilities.registry import CapabilityRegistry
+from capabilities.replies import is_message_reply
 from gateway.errors import (
     GatewayError,
     InvalidRequest,
@@ -50,9 +63,11 @@ from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler, InvokeOu
 from gateway.inbound.limits.admission import CallSlot
 from gateway.inbound.pipeline import InFlight
 from gateway.push.notifier import PushNotifier
+from gateway.server.a2a import history
 from gateway.server.a2a.background_tasks import BackgroundTasks
 from gateway.server.a2a.card import CardIssuer, extended_card
-from gateway.server.a2a.messages import invoke_call, list_answer, send_answer, task_message
+from gateway.server.a2a.conversations import Elsewhere, FollowUps, continues_task
+from gateway.server.a2a.messages import invoke_call
 from gateway.server.a2a.push_wire import config_request, wire_config
 from gateway.server.a2a.request_checks import (
     SERVICE_NAME,
@@ -63,7 +78,7 @@ from gateway.server.a2a.request_checks import (
     task_filter,
     task_id_of,
 )
-from gateway.server.a2a.task_events import BackgroundTask, Listener
+from gateway.server.a2a.task_events import BackgroundTask
 from gateway.server.a2a.task_follow import follow_deadline, followed
 from gateway.server.a2a.task_store.store import (
     A2ATask,
@@ -73,7 +88,9 @@ from gateway.server.a2a.task_store.store import (
     TaskPage,
     page_size,
 )
+from gateway.server.a2a.task_view import list_answer, message_answer, send_answer, task_message
 from gateway.server.a2a.wire_errors import to_a2a_status
+from gateway.server.a2a.wire_parts import parts_json
 from gateway.server.received import MalformedRequest, edge_slot, peer_cert, request_tokens
 from gateway.telemetry import Telemetry
 from gateway.telemetry.tracing import mark_refused
@@ -119,6 +136,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         self._address = address
         self.runs = runs if runs is not None else BackgroundTasks(handler, tasks)
         """The background and streamed tasks this servicer started."""
+        self._follow_ups = FollowUps(handler, tasks, self.runs, self._admit)
 
     # --- the common path ------------------------------------------------------
 
@@ -223,15 +241,37 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         request: a2a_pb2.SendMessageRequest | MalformedRequest,
         context: aio.ServicerContext[Any, Any],
     ) -> a2a_pb2.SendMessageResponse:
+        if continues_task(request):
+            assert isinstance(request, a2a_pb2.SendMessageRequest)
+            continued = await self._follow_ups.accept(request, context, "SendMessage")
+            immediately = request.configuration.return_immediately
+            if isinstance(continued, Elsewhere):  # followed through the store
+                asked = continued.asked
+                deadline = follow_deadline(asked, self._timeout_of(asked))
+                latest = await self._follow_ups.after(asked, deadline, settled=not immediately)
+                return send_answer(latest, _history_length(request))
+            if immediately:
+                return send_answer(continued.task, _history_length(request))
+            return await self._settled_answer(continued, request)
         admitted, submitted = await self._admit_message(request, context, "SendMessage")
         pushed = await self._attach_push(request, admitted, submitted, "SendMessage")
-        if not isinstance(request, MalformedRequest) and request.configuration.return_immediately:
+        contract = admitted.admission.capability.contract
+        immediately = (
+            not isinstance(request, MalformedRequest)
+            and request.configuration.return_immediately
+            and not contract.gives.messages_only
+        )
+        if immediately:
             run = await self._start(submitted, admitted, "SendMessage")
-            return send_answer(run.task)
-        if pushed:  # its webhook gets the events a stream would: it runs in the background
-            run = await self._start(submitted, admitted, "SendMessage")
-            await run.ended.wait()
-            return send_answer(run.task)
+            return send_answer(run.task, _history_length(request))
+        if contract.asks_input or pushed:
+            # It may wait for the caller, or its webhook gets the events a stream would:
+            # the run outlives this RPC, which answers at its first interrupted or final state.
+            # Quiet even with a webhook: a Message answer keeps no task (the webhook gets
+            # that Message, its one notification).
+            quiet = contract.gives.messages
+            run = await self._start(submitted, admitted, "SendMessage", quiet=quiet)
+            return await self._settled_answer(run, request)
         outcome: InvokeOutcome | None = None
         failure: GatewayError | None = None
         try:
@@ -248,10 +288,22 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             message="" if failure is None else failure.message,
             updated_ms=int(time.time() * 1000),
         )
+        if outcome is not None and is_message_reply(outcome.payload):
+            return message_answer(task)  # a Message answer: no task is kept
         self._tasks.put(task)
         if self.runs.shared:  # the caller's next request may reach another process
             await self._tasks.flush()
-        return send_answer(task)
+        return send_answer(task, _history_length(request))
+
+    async def _settled_answer(
+        self, run: BackgroundTask, request: a2a_pb2.SendMessageRequest | MalformedRequest
+    ) -> a2a_pb2.SendMessageResponse:
+        """A blocking send's answer: the task at its next interrupted or terminal state
+        (or the Message it was answered with). The run goes on if this RPC ends first."""
+        settled = await run.next_settled()
+        if run.message_only:
+            return message_answer(settled)
+        return send_answer(settled, _history_length(request))
 
     async def _admit_message(
         self,
@@ -266,22 +318,28 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         parsed = a2a_pb2.SendMessageRequest() if malformed else request
         assert isinstance(parsed, a2a_pb2.SendMessageRequest)
         task_id = str(uuid.uuid4())
+        context_id = parsed.message.context_id or str(uuid.uuid4())
         call = invoke_call(
             parsed,
             peer_cert_pem=peer_cert(context),
             deadline=deadline_from(context.time_remaining(), 0),
             task_id=task_id,
             default_capability=self._default_capability,
+            context_id=context_id,
             tokens=request_tokens(context),
         )
         if malformed:
             call = _with_problem(call, f"the request is not a valid {SERVICE_NAME} {operation}")
         admitted = await self._handler.admit(call, edge_slot=edge_slot(context))
         now_ms = int(time.time() * 1000)
+        kept = b""
+        if admitted.admission.capability.contract.asks_input and admitted.call.message:
+            parts = parts_json(admitted.call.message.parts())
+            kept = history.appended(b"", "user", admitted.call.request_id, parts)
         task = A2ATask(
             task_id=task_id,
             owner=admitted.admission.peer_id,
-            context_id=parsed.message.context_id or str(uuid.uuid4()),
+            context_id=context_id,
             state=TaskOutcome.SUBMITTED,
             capability=call.capability,
             served_version=str(admitted.admission.capability.version),
@@ -292,6 +350,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             message="",
             created_ms=now_ms,
             updated_ms=now_ms,
+            history=kept,
         )
         return admitted, task
 
@@ -329,10 +388,12 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             ) from err
         return True
 
-    async def _start(self, task: A2ATask, admitted: AdmittedCall, operation: str) -> BackgroundTask:
+    async def _start(
+        self, task: A2ATask, admitted: AdmittedCall, operation: str, *, quiet: bool = False
+    ) -> BackgroundTask:
         """Start ``admitted`` in the background; a failure to start is audited and raised."""
         try:
-            return await self.runs.start(task, _unhurried(admitted))
+            return await self.runs.start(task, _unhurried(admitted), quiet=quiet)
         except GatewayError as err:  # nothing ran: one refusal record, as before dispatch
             raise await self._handler.refuse(
                 task.owner, err, f"A2A {operation}", task.task_id
@@ -343,18 +404,30 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
     async def SendStreamingMessage(
         self, request: a2a_pb2.SendMessageRequest, context: aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[a2a_pb2.StreamResponse]:
-        """SendMessage run in the background, streamed: the task, then its events."""
+        """SendMessage run in the background, streamed: the task, then its events, up to
+        its end or its next interrupted state (or the one Message it was answered with)."""
 
-        async def work() -> Listener:
+        async def work() -> AsyncIterator[a2a_pb2.StreamResponse]:
+            if continues_task(request):
+                continued = await self._follow_ups.accept(request, context, "SendStreamingMessage")
+                if isinstance(continued, Elsewhere):  # followed through the store
+                    asked = continued.asked
+                    deadline = follow_deadline(asked, self._timeout_of(asked))
+                    latest = await self._follow_ups.after(asked, deadline, settled=False)
+                    stopping = self.runs.stopping
+                    return followed(self._tasks, latest, deadline, stopping, until_waiting=True)
+                return continued.listen(until_waiting=True).events()  # no await since hand-over
             admitted, submitted = await self._admit_message(
                 request, context, "SendStreamingMessage"
             )
             await self._attach_push(request, admitted, submitted, "SendStreamingMessage")
-            run = await self._start(submitted, admitted, "SendStreamingMessage")
-            return run.listen()  # no await since start: every event is seen
+            quiet = admitted.admission.capability.contract.gives.messages  # see _send
+            run = await self._start(submitted, admitted, "SendStreamingMessage", quiet=quiet)
+            events = run.listen(until_waiting=True).events()  # no await since start
+            return _message_or_task(events) if quiet else events
 
-        listener = await self._answer(context, "SendStreamingMessage", work())
-        async for event in listener.events():
+        events = await self._answer(context, "SendStreamingMessage", work())
+        async for event in events:
             yield event
 
     async def SubscribeToTask(
@@ -437,8 +510,13 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         async def work() -> a2a_pb2.Task:
             peer_id, _ = await self._admit_limited(request, context, "GetTask")
             stored = await self._owned(peer_id, request.id, "GetTask")
+            asked = _history_length(request)
+            if asked is not None and asked < 0:
+                raise await self._handler.refuse(
+                    peer_id, InvalidRequest(_NEGATIVE_HISTORY), "A2A GetTask", stored.task_id
+                )
             run = self.runs.running(stored.task_id)
-            return task_message(stored if run is None else run.task)
+            return task_message(stored if run is None else run.task, history_length=asked)
 
         return await self._answer(context, "GetTask", work())
 
@@ -471,7 +549,10 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
 
         async def work() -> a2a_pb2.ListTasksResponse:
             peer_id, _ = await self._admit_limited(request, context, "ListTasks")
+            history_length = _history_length(request)
             try:
+                if history_length is not None and history_length < 0:
+                    raise InvalidRequest(_NEGATIVE_HISTORY)
                 wanted = task_filter(request)
                 if wanted is None:  # a state no task here is ever in: an empty page
                     has_size = request.HasField("page_size")
@@ -482,7 +563,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             except GatewayError as err:
                 raise await self._handler.refuse(peer_id, err, "A2A ListTasks") from err
             include = request.include_artifacts if request.HasField("include_artifacts") else False
-            return list_answer(page, include_artifacts=include)
+            return list_answer(page, include_artifacts=include, history_length=history_length)
 
         return await self._answer(context, "ListTasks", work())
 
@@ -605,6 +686,36 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
 
 def _with_problem(call: InvokeCall, problem: str) -> InvokeCall:
     return call.with_problem(problem)
+
+
+_NEGATIVE_HISTORY = "history_length must not be negative"
+
+
+def _history_length(request: object) -> int | None:
+    """The ``history_length`` a request asks for (None: unset, the whole history)."""
+    if isinstance(request, a2a_pb2.SendMessageRequest):
+        configuration = request.configuration
+        return configuration.history_length if configuration.HasField("history_length") else None
+    if isinstance(request, a2a_pb2.GetTaskRequest | a2a_pb2.ListTasksRequest):
+        return request.history_length if request.HasField("history_length") else None
+    return None
+
+
+async def _message_or_task(
+    events: AsyncIterator[a2a_pb2.StreamResponse],
+) -> AsyncIterator[a2a_pb2.StreamResponse]:
+    """A quiet run's stream: the one Message, if the capability answered with it before
+    anything else, else the task (held until then) and every event after it."""
+    task = await anext(events)
+    following = await anext(events, None)
+    if following is not None and following.HasField("message"):
+        yield following
+        return
+    yield task
+    if following is not None:
+        yield following
+    async for event in events:
+        yield event
 
 
 def _unhurried(admitted: AdmittedCall) -> AdmittedCall:

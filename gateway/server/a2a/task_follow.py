@@ -39,9 +39,9 @@ from a2a.types import a2a_pb2
 
 from gateway.errors import AgentStopping, DeadlineExceeded, TaskNotFound
 from gateway.server.a2a.background_tasks import LEASE_RENEW_SECONDS, LEASE_SECONDS
-from gateway.server.a2a.messages import task_event
-from gateway.server.a2a.task_events import chunk_event, output_event, status_event
+from gateway.server.a2a.task_events import chunk_event, output_events, status_event
 from gateway.server.a2a.task_store.store import A2ATask, A2ATaskStore, TaskOutcome
+from gateway.server.a2a.task_view import task_event
 
 FIRST_POLL_SECONDS = 0.05
 MAX_POLL_SECONDS = 1.0
@@ -61,9 +61,16 @@ def follow_deadline(task: A2ATask, timeout_seconds: float) -> float:
 
 
 async def followed(
-    store: A2ATaskStore, task: A2ATask, deadline: float, stopping: asyncio.Event
+    store: A2ATaskStore,
+    task: A2ATask,
+    deadline: float,
+    stopping: asyncio.Event,
+    *,
+    until_waiting: bool = False,
 ) -> AsyncIterator[a2a_pb2.StreamResponse]:
-    """``task`` as it is, then its changes as the store shows them; the last event terminal.
+    """``task`` as it is, then its changes as the store shows them; the last event terminal
+    (``until_waiting``: or the first in which it waits for its caller, as a
+    SendStreamingMessage's stream ends there).
 
     Raises:
         DeadlineExceeded: ``deadline`` (epoch seconds) passed with the task unfinished.
@@ -75,6 +82,8 @@ async def followed(
     # the next event, and chunks kept meanwhile were emitted after the follow began.
     chunks = await store.chunk_count(task.owner, task.task_id)
     yield task_event(task)
+    if until_waiting and task.state.waiting:
+        return
     seen, said = task.state, task.message
     pause = FIRST_POLL_SECONDS
     while True:
@@ -90,7 +99,8 @@ async def followed(
             raise TaskNotFound("task not found")
         if latest.state.finished:
             if latest.state is TaskOutcome.COMPLETED:
-                yield output_event(latest)
+                for event in output_events(latest):
+                    yield event
             yield status_event(latest)
             return
         changed = False
@@ -98,6 +108,8 @@ async def followed(
             seen, said = latest.state, latest.message
             changed = True
             yield status_event(latest)
+            if until_waiting and latest.state.waiting:
+                return
         for chunk in await store.chunks_from(task.owner, task.task_id, chunks):
             changed = True
             yield chunk_event(latest, json.loads(chunk), first=chunks == 0)

@@ -316,7 +316,7 @@ class HttpEdge:
             scope = {**request.scope, EXCHANGE_KEY: exchange}
             try:
                 response: Response = await endpoint(
-                    ParsedJsonRequest(scope, receive=_replay(body, request.receive))
+                    ParsedJsonRequest(scope, receive=_refeed(body, request.receive))
                 )
                 if isinstance(response, EventSourceResponse) and not exchange.reached:
                     response = await _started(response, exchange)
@@ -708,7 +708,7 @@ def _no_lone_surrogates(body: bytes) -> None:
         return  # not JSON the SDK reads: its own parse error answers it
 
 
-def _replay(
+def _refeed(
     body: bytes, then: Callable[[], Awaitable[Any]]
 ) -> Callable[[], Awaitable[dict[str, Any]]]:
     """``receive`` for the SDK: the body already read, then the connection's own events

@@ -212,7 +212,7 @@ class McpEdge:
             self._cancel(caller.peer_id, message)
             await send_empty(send, 202)
         else:
-            await self._sdk.handle(scope, _replay(body, receive), send)
+            await self._sdk.handle(scope, _refeed(body, receive), send)
 
     def _refused_request(self, request: Request) -> tuple[GatewayError, int] | None:
         """The refusal and its HTTP status for a wrong path, identity headers, ``Origin``
@@ -385,7 +385,7 @@ def _absorb_cancel(
     return True
 
 
-def _replay(body: bytes, then: Receive) -> Callable[[], Awaitable[Message]]:
+def _refeed(body: bytes, then: Receive) -> Callable[[], Awaitable[Message]]:
     """``receive`` for the SDK: the body already read, then the connection's own events."""
     sent = False
 

@@ -98,5 +98,5 @@ class SdkMcpServer:
         await task
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Answer one request (its body replayed by ``receive``)."""
+        """Answer one request (its body re-fed by ``receive``)."""
         await self._manager.handle_request(scope, receive, send)

@@ -24,6 +24,10 @@ Progress: a capability's ``ctx.report_progress(text)`` becomes one
 ``notifications/progress`` for the call's ``progressToken`` (``progress``
 counts the reports, ``message`` is the text). ``ctx.emit_chunk`` sends
 nothing: MCP has no partial results; the output comes whole in the answer.
+``ctx.ask_input`` fails the call (``CAPABILITY_FAILED``): a tool call has no
+next message to answer with. A capability that takes no data part is no tool
+(``arguments`` are one JSON object, a data part): ``tools/list`` leaves it
+out and a call to it is refused ``CONTENT_TYPE_NOT_SUPPORTED`` (audited).
 """
 
 from __future__ import annotations
@@ -33,8 +37,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import orjson
+from pydantic import BaseModel
 
-from capabilities.context import CallEvents
+from capabilities.context import AskState, CallEvents
+from capabilities.parts import Part
 from gateway.errors import GatewayError
 from gateway.identity import PresentedTokens
 from gateway.inbound.call import InvokeCall, deadline_from
@@ -77,8 +83,18 @@ class ProgressEvents(CallEvents):
         params = {"progressToken": self._token, "progress": self._count, "message": text}
         await self._notify("notifications/progress", params)
 
-    async def chunk(self, data: dict[str, Any]) -> None:
+    async def chunk(self, data: dict[str, Any] | str) -> None:
         """Nothing: MCP has no partial results (the output comes whole in the answer)."""
+
+    async def ask(
+        self, prompt: tuple[Part, ...], state: AskState, schema: type[BaseModel] | None
+    ) -> Any:
+        """Refused: a ``tools/call`` has no next message to answer with (A2A tasks only).
+
+        Raises:
+            RuntimeError: always (the capability fails ``CAPABILITY_FAILED``).
+        """
+        raise RuntimeError("ctx.ask_input works only over A2A: an MCP tool call cannot answer it")
 
 
 def invoke_call(

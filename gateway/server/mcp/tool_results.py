@@ -2,7 +2,10 @@
 
 An allowed call's output (a JSON object, as every contract's output is) is the
 result's ``structuredContent`` and, for clients that read only content
-blocks, one ``text`` block holding the same JSON. ``_meta`` carries the version
+blocks, one ``text`` block holding the same JSON. A reply
+(``TaskReply``/``MessageReply``) is content blocks, one per part
+(:func:`reply_content`), and ``structuredContent`` only when it holds exactly
+one data part (that part). ``_meta`` carries the version
 served, the output's evidence digest and whether the idempotency store answered
 (``a2agw/version``, ``a2agw/evidence_sha256``, ``a2agw/replayed``).
 
@@ -28,6 +31,7 @@ from typing import Any
 
 import orjson
 
+from capabilities.replies import REPLY_KEY
 from gateway.errors import (
     ERROR_DOMAIN,
     AuditUnavailable,
@@ -101,7 +105,7 @@ def tool_error(error: GatewayError) -> dict[str, Any]:
 def tool_result(outcome: InvokeOutcome) -> dict[str, Any]:
     """The ``CallToolResult`` of an allowed call's output."""
     output = _output_value(outcome.payload)
-    return {
+    result: dict[str, Any] = {
         "content": answer_content(outcome.payload),
         "structuredContent": output,
         "isError": False,
@@ -111,16 +115,56 @@ def tool_result(outcome: InvokeOutcome) -> dict[str, Any]:
             REPLAYED_META: outcome.remembered,
         },
     }
+    if isinstance(output, dict) and REPLY_KEY in output:  # a TaskReply or MessageReply
+        result["content"] = reply_content(output)
+        data = [part["data"] for part in _reply_parts(output) if part.get("kind") == "data"]
+        if len(data) == 1:  # what an output schema describes, if the tool declares one
+            result["structuredContent"] = data[0]
+        else:
+            del result["structuredContent"]
+    return result
 
 
 def answer_content(payload: bytes) -> list[dict[str, Any]]:
-    """The content blocks of an output: one text block of its JSON.
-
-    The one place content blocks are made: once a capability can answer with
-    parts (text, files), they become blocks here (``text``, ``resource``),
-    beside the structured output.
-    """
+    """The content blocks of an output object: one text block of its JSON (a reply's
+    parts: :func:`reply_content`)."""
     return [{"type": "text", "text": payload.decode("utf-8")}]
+
+
+def reply_content(reply: dict[str, Any]) -> list[dict[str, Any]]:
+    """The content blocks of a reply's canonical JSON (:mod:`capabilities.replies`).
+
+    A TaskReply's final text first, then each part in order: text as ``text``,
+    a data part as ``text`` holding its JSON, file bytes as an embedded
+    ``resource`` (``blob``, base64 as the reply holds it; its ``uri`` names the
+    part: ``a2agw:part/<n>/<name>``), a URL as a ``resource_link`` (never fetched).
+    """
+    blocks: list[dict[str, Any]] = []
+    if reply.get("text"):
+        blocks.append({"type": "text", "text": reply["text"]})
+    for n, part in enumerate(_reply_parts(reply)):
+        kind = part.get("kind")
+        if kind == "text":
+            blocks.append({"type": "text", "text": part["text"]})
+        elif kind == "data":
+            blocks.append({"type": "text", "text": orjson.dumps(part["data"]).decode("utf-8")})
+        elif kind == "file":
+            resource = {"uri": f"a2agw:part/{n}/{part.get('name', '')}", "blob": part["bytes"]}
+            if part.get("media_type"):
+                resource["mimeType"] = part["media_type"]
+            blocks.append({"type": "resource", "resource": resource})
+        elif kind == "url":
+            link = {"type": "resource_link", "uri": part["url"], "name": part.get("name") or ""}
+            if part.get("media_type"):
+                link["mimeType"] = part["media_type"]
+            blocks.append(link)
+    return blocks
+
+
+def _reply_parts(reply: dict[str, Any]) -> list[dict[str, Any]]:
+    if reply.get(REPLY_KEY) == "message":
+        return list(reply.get("parts", []))
+    return [part for artifact in reply.get("artifacts", []) for part in artifact["parts"]]
 
 
 def _output_value(payload: bytes) -> Any:

@@ -12,6 +12,7 @@ from capabilities.versions import Version
 from gateway.errors import ConfigError
 from gateway.outbound.router import Offer
 from gateway.plans import PlanInvalid, PlanLimits, check_routes, check_structure, parse_plan
+from gateway.plans.document.checks import step_order
 from gateway.plans.document.model import resolve_input
 
 
@@ -37,7 +38,7 @@ def invalid(text: str, limits: PlanLimits | None = None) -> str:
 
 def test_valid_plan_gives_a_dependency_order() -> None:
     text = plan([step("b", depends_on=["a"]), step("a"), step("c", depends_on=["a", "b"])])
-    assert check_structure(parse_plan(text), PlanLimits()) == ("a", "b", "c")
+    assert step_order(parse_plan(text), PlanLimits()) == ("a", "b", "c")
 
 
 def test_defaults_fail_closed_on_risk() -> None:

@@ -19,7 +19,7 @@ from capabilities.registry import CapabilityRegistry
 from gateway.outbound.router import encode_payload
 from gateway.plans import Plan
 from gateway.plans.execution.local_step_audit import LOCAL_STEP_DETAIL
-from gateway.plans.task import TaskState
+from gateway.plans.task import PlanTaskState
 from tests.helpers.agents import Pki, WriteCounter, audit_rows, spiffe, start_peer
 
 
@@ -61,13 +61,13 @@ async def test_local_steps_are_audited_like_calls(pki: Pki, tmp_path: Path) -> N
             }
         )
         result = await alice.run(plan)
-        assert (result.state, counter.calls) == (TaskState.COMPLETED, 1)
+        assert (result.state, counter.calls) == (PlanTaskState.COMPLETED, 1)
         failing = await alice.run(
             Plan.model_validate(
                 {"goal": "g", "steps": [{"id": "x", "capability": "always.fails", "input": {}}]}
             )
         )
-        assert failing.state is TaskState.FAILED
+        assert failing.state is PlanTaskState.FAILED
         await alice.audit.flush()
     finally:
         await alice.stop(grace=0)

@@ -25,7 +25,7 @@ from capabilities.registry import Capability, CapabilityRegistry, capability
 from gateway.errors import InvalidInput, PlanInvalid
 from gateway.plans import Plan, parse_plan
 from gateway.plans.execution.minimise import declared_part
-from gateway.plans.task import StepStatus, TaskState
+from gateway.plans.task import PlanTaskState, StepStatus
 from gateway.runtime.agent import Agent
 from gateway.transport.tls import server_options
 from gateway.wire.v1 import gateway_pb2
@@ -170,7 +170,7 @@ async def test_nested_fields_the_contract_does_not_declare_never_leave(
             }
         )
     )
-    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
+    assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK")
     assert [json.loads(p) for p in lying_bob.payloads] == [
         {"doc": {"title": "t"}, "extra": {"title": "x"}, "key": "k", "tags": [{"title": "a"}]}
     ]
@@ -181,7 +181,7 @@ async def test_deeply_nested_peer_output_fails_the_step_invalid_output(
 ) -> None:
     lying_bob.answer = b"[" * 100_000 + b"]" * 100_000
     result = await alice.run(read_step({"key": "k", "doc": {"title": "t"}}))
-    assert (result.state, result.reason) == (TaskState.FAILED, "INVALID_OUTPUT")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "INVALID_OUTPUT")
     step = result.steps["s"]
     assert (step.status, step.reason, step.where) == (StepStatus.FAILED, "INVALID_OUTPUT", BOB)
     assert "nests too deeply" in step.message
@@ -202,7 +202,7 @@ async def test_malformed_advertised_schema_is_no_route_and_nothing_is_sent(
 ) -> None:
     lying_bob.mutate = lambda descriptor: setattr(descriptor, field, text)
     result = await alice.run(read_step({"key": "k", "doc": {"title": "t"}}))
-    assert (result.state, result.reason) == (TaskState.FAILED, PlanInvalid.reason)
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, PlanInvalid.reason)
     assert "no local capability or authorized peer offers doc.read" in result.message
     assert lying_bob.payloads == []
 
@@ -236,7 +236,7 @@ async def test_a_peer_with_another_identity_gets_nothing_and_is_named(
         result = await agent.run(read_step({"key": "k", "doc": {"title": "t"}}))
     finally:
         await agent.stop(grace=0)
-    assert (result.state, result.reason) == (TaskState.FAILED, PlanInvalid.reason)
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, PlanInvalid.reason)
     assert f"could not ask {carol} (PEER_IDENTITY_MISMATCH)" in result.message
     assert lying_bob.payloads == []
 

@@ -24,7 +24,7 @@ from capabilities.runner import canonical_json
 from gateway.client.peer_client import PeerClient
 from gateway.errors import PeerUnavailable
 from gateway.plans import Plan
-from gateway.plans.task import StepStatus, TaskState
+from gateway.plans.task import PlanTaskState, StepStatus
 from gateway.runtime.agent import Agent
 from tests.helpers.agents import (
     Pki,
@@ -121,7 +121,7 @@ async def test_local_first_then_authorized_peer_with_evidence(mesh: Mesh) -> Non
             search("find", "audit log", version="^1"),
         )
     )
-    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
+    assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK")
     assert result.steps["echo"].where == "local"
     assert result.steps["find"].where == spiffe("bob")
     evidence = result.steps["find"].evidence
@@ -142,7 +142,7 @@ async def test_outbound_rules_pick_the_peer_and_refusal_is_noted(mesh: Mesh) -> 
             max_risk="write",
         )
     )
-    assert result.state is TaskState.COMPLETED
+    assert result.state is PlanTaskState.COMPLETED
     assert result.steps["put"].where == spiffe("carol")  # bob offers kv.put, but not to be sent it
     assert f"{spiffe('bob')}: OUTBOUND_NOT_ALLOWED" in result.steps["put"].notes
 
@@ -164,7 +164,7 @@ async def test_payload_carries_only_the_declared_fields(mesh: Mesh) -> None:
             max_risk="write",
         )
     )
-    assert result.state is TaskState.COMPLETED
+    assert result.state is PlanTaskState.COMPLETED
     assert result.steps["note"].where == spiffe("bob")
     assert mesh.counters["bob"].seen_fields == [frozenset({"note"})]
     await mesh.peers["bob"].audit.flush()
@@ -179,7 +179,7 @@ async def test_failover_when_a_peer_is_killed(mesh: Mesh) -> None:
     assert first.steps["a"].where == spiffe("bob")  # discovery is now cached
     await mesh.peers["bob"].stop(grace=0)
     result = await mesh.alice.run(plan(search("a", max_retries=1)))
-    assert result.state is TaskState.COMPLETED
+    assert result.state is PlanTaskState.COMPLETED
     step = result.steps["a"]
     assert (step.where, step.attempts) == (spiffe("carol"), 3)
     assert f"{spiffe('bob')}: PEER_UNAVAILABLE, trying the next route" in step.notes
@@ -222,7 +222,7 @@ async def test_retried_write_lands_exactly_once(pki: Pki, mesh: Mesh, tmp_path: 
         )
     finally:
         await agent.stop(grace=0)
-    assert result.state is TaskState.COMPLETED
+    assert result.state is PlanTaskState.COMPLETED
     step = result.steps["w"]
     assert (step.where, step.attempts, step.remembered) == (spiffe("bob"), 2, True)
     assert mesh.counters["bob"].calls == 1
@@ -236,7 +236,7 @@ async def test_non_transient_refusal_is_not_retried(mesh: Mesh) -> None:
             max_risk="write",
         )
     )
-    assert (result.state, result.reason) == (TaskState.FAILED, "INVALID_INPUT")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "INVALID_INPUT")
     assert result.steps["w"].attempts == 1
     assert result.message.startswith(f"step 'w' failed on {spiffe('bob')}: ")
     assert mesh.counters["bob"].calls == 0
@@ -249,7 +249,7 @@ async def test_deadline_travels_over_two_hops(mesh: Mesh) -> None:
             budget={"max_elapsed_seconds": 5},
         )
     )
-    assert result.state is TaskState.COMPLETED
+    assert result.state is PlanTaskState.COMPLETED
     out = result.output("ask")
     # Without propagation each hop would get the 30 s default deadline.
     assert 0 < out["remaining"] <= out["hop_remaining"] <= 5
@@ -262,17 +262,17 @@ async def test_cancelling_a_task_cancels_the_peer_call(mesh: Mesh) -> None:
     await asyncio.wait_for(probe.started.wait(), 5)
     handle.cancel()
     result = await handle.result()
-    assert (result.state, result.reason) == (TaskState.CANCELLED, "CANCELLED")
+    assert (result.state, result.reason) == (PlanTaskState.CANCELLED, "CANCELLED")
     await asyncio.wait_for(probe.cancelled.wait(), 5)
     stored = (await mesh.alice.plans.tasks())[0]
-    assert (stored.task_id, stored.state) == (handle.task_id, TaskState.CANCELLED)
+    assert (stored.task_id, stored.state) == (handle.task_id, PlanTaskState.CANCELLED)
 
 
 async def test_budget_of_peer_calls_is_enforced(mesh: Mesh) -> None:
     result = await mesh.alice.run(
         plan(*(search(f"s{i}") for i in range(4)), max_parallel=1, budget={"max_peer_calls": 2})
     )
-    assert (result.state, result.reason) == (TaskState.FAILED, "BUDGET_EXHAUSTED")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "BUDGET_EXHAUSTED")
     assert result.completed() == ["s0", "s1"]
     assert result.message == "max_peer_calls (2) reached; completed steps: s0, s1"
     assert result.peer_calls == 2
@@ -282,7 +282,7 @@ async def test_budget_of_steps_is_enforced(mesh: Mesh) -> None:
     result = await mesh.alice.run(
         plan(*(search(f"s{i}") for i in range(3)), max_parallel=1, budget={"max_steps": 1})
     )
-    assert (result.state, result.reason) == (TaskState.FAILED, "BUDGET_EXHAUSTED")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "BUDGET_EXHAUSTED")
     assert result.completed() == ["s0"]
 
 
@@ -294,7 +294,7 @@ async def test_ready_steps_run_concurrently_within_max_parallel(mesh: Mesh) -> N
             max_parallel=3,
         )
     )
-    assert result.state is TaskState.COMPLETED
+    assert result.state is PlanTaskState.COMPLETED
     assert set(result.completed()) == {f"s{i}" for i in range(6)} | {"last"}
     assert all(s.status is StepStatus.COMPLETED for s in result.steps.values())
 
@@ -304,7 +304,7 @@ async def test_stale_discovery_refusal_is_rerouted_and_recorded(mesh: Mesh) -> N
     assert warm.steps["a"].where == spiffe("bob")
     mesh.peer_policy("bob", [grant("alice", ["text.echo"])])  # bob revokes text.search
     result = await mesh.alice.run(plan(search("a"), search("b", depends_on=["a"])))
-    assert result.state is TaskState.COMPLETED
+    assert result.state is PlanTaskState.COMPLETED
     assert result.steps["a"].where == spiffe("carol")
     assert result.revision == 1
     assert [r.reason for r in result.revisions] == [
@@ -369,7 +369,7 @@ async def test_static_checks_refuse_before_anything_runs(
     finally:
         await agent.stop(grace=0)
     assert (result.state, result.reason, result.message) == (
-        TaskState.FAILED,
+        PlanTaskState.FAILED,
         "PLAN_INVALID",
         message,
     )
@@ -390,7 +390,7 @@ async def test_peer_without_outbound_rule_never_receives_a_step(
         result = await agent.run(plan(search("a")))
     finally:
         await agent.stop(grace=0)
-    assert (result.state, result.reason) == (TaskState.FAILED, "PLAN_INVALID")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "PLAN_INVALID")
     for name in PEERS:
         assert all(
             r.capability != "text.search" for r in audit_rows(mesh.peers[name].config.audit_db)
@@ -410,20 +410,20 @@ async def test_restarted_agent_resumes_without_rerunning_completed_steps(
     await asyncio.wait_for(gate.started.wait(), 5)
     await mesh.alice.stop(grace=0)  # killed mid-task
     stored = await_stored_state(mesh, handle.task_id)
-    assert stored in {TaskState.RUNNING.value, TaskState.WAITING_PEER.value}
+    assert stored in {PlanTaskState.RUNNING.value, PlanTaskState.WAITING_PEER.value}
 
     gate.release.set()
     restarted = Agent(mesh.alice.config, alice_registry())
     await restarted.start(watch_policy=False)
     mesh.alice = restarted
     result = await restarted.plans.resume(handle.task_id)
-    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
+    assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK")
     assert mesh.counters["bob"].calls == 1  # the write did not run again
     assert result.steps["w"].status is StepStatus.COMPLETED
     assert result.steps["gate"].where == spiffe("bob")
     assert gate.waits == 2  # interrupted once, then run to completion
     again = await restarted.plans.resume(handle.task_id)
-    assert again.state is TaskState.COMPLETED and mesh.counters["bob"].calls == 1
+    assert again.state is PlanTaskState.COMPLETED and mesh.counters["bob"].calls == 1
 
 
 def await_stored_state(mesh: Mesh, task_id: str) -> str:

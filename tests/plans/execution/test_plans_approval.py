@@ -30,7 +30,7 @@ from gateway.errors import TaskNotFound
 from gateway.plans import Plan
 from gateway.plans.execution.approval import Decision
 from gateway.plans.execution.planner import Failure, Planner, Revision
-from gateway.plans.task import RevisionRecord, TaskResult, TaskState
+from gateway.plans.task import PlanTaskResult, PlanTaskState, RevisionRecord
 from gateway.runtime.agent import Agent
 from tests.helpers.agents import (
     Pki,
@@ -125,7 +125,7 @@ def digest_of(payload: bytes) -> str:
 
 async def test_pause_restart_approve_completes_with_one_write(scene: Scene) -> None:
     waiting = await scene.alice.run(guarded(key={"$from": "first.key"}))
-    assert (waiting.state, waiting.reason) == (TaskState.WAITING_APPROVAL, "OK")
+    assert (waiting.state, waiting.reason) == (PlanTaskState.WAITING_APPROVAL, "OK")
     assert scene.runs("fault.write") == 0 and scene.runs("fault.read") == 1
     [request] = waiting.approvals
     assert (request.step_id, request.capability, request.where, request.version) == (
@@ -136,13 +136,15 @@ async def test_pause_restart_approve_completes_with_one_write(scene: Scene) -> N
     )
     assert request.fields == {"key": len(b'"r"')}
     assert request.input_sha256 == digest_of(b'{"key":"r"}')
-    assert (await scene.alice.task_store.load(waiting.task_id)).state is TaskState.WAITING_APPROVAL
+    assert (
+        await scene.alice.plan_tasks.load(waiting.task_id)
+    ).state is PlanTaskState.WAITING_APPROVAL
 
     alice = await scene.restart_alice()
     decided = await alice.plans.decide(waiting.task_id, "put", approve=True)
     assert decided.decision is Decision.APPROVED
     result = await alice.plans.resume(waiting.task_id)
-    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
+    assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK")
     assert scene.runs("fault.write") == 1 and scene.runs("fault.read") == 1
     await alice.audit.flush()
     [row] = [r for r in audit_rows(alice.config.audit_db) if r.step_id == "put"]
@@ -156,7 +158,7 @@ async def test_deny_fails_the_step_and_nothing_is_written(scene: Scene) -> None:
     waiting = await scene.alice.run(guarded())
     await scene.alice.plans.decide(waiting.task_id, "put", approve=False)
     result = await scene.alice.plans.resume(waiting.task_id)
-    assert (result.state, result.reason) == (TaskState.FAILED, "APPROVAL_DENIED")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "APPROVAL_DENIED")
     assert "step 'put'" in result.message and "completed steps: first" in result.message
     assert scene.runs("fault.write") == 0
     await scene.alice.audit.flush()
@@ -171,26 +173,26 @@ async def test_a_changed_input_after_approval_asks_again(scene: Scene) -> None:
     approved = await scene.alice.plans.decide(waiting.task_id, "put", approve=True)
     # A revision changes what the step would send (as a replan whose $from resolves
     # differently would); the approval was for the old input only.
-    stored = await scene.alice.task_store.load(waiting.task_id)
+    stored = await scene.alice.plan_tasks.load(waiting.task_id)
     changed = stored.plan.step("put").model_copy(update={"input": {"key": "new"}, "revision": 1})
     record = RevisionRecord(1, "input changed", int(time.time() * 1000))
-    await scene.alice.task_store.revise(waiting.task_id, stored.plan.replace_step(changed), record)
+    await scene.alice.plan_tasks.revise(waiting.task_id, stored.plan.replace_step(changed), record)
 
     again = await scene.alice.plans.resume(waiting.task_id)
-    assert again.state is TaskState.WAITING_APPROVAL
+    assert again.state is PlanTaskState.WAITING_APPROVAL
     [request] = again.approvals
     assert request.input_sha256 == digest_of(b'{"key":"new"}') != approved.input_sha256
     assert scene.runs("fault.write") == 0
     await scene.alice.plans.decide(waiting.task_id, "put", approve=True)
     result = await scene.alice.plans.resume(waiting.task_id)
-    assert result.state is TaskState.COMPLETED and scene.runs("fault.write") == 1
+    assert result.state is PlanTaskState.COMPLETED and scene.runs("fault.write") == 1
 
 
 async def test_agent_policy_makes_approval_mandatory(scene: Scene) -> None:
     alice = await scene.restart_alice(approval_min_risk=Risk.WRITE)
     unguarded = plan({"id": "put", "capability": "fault.write", "input": {"key": "k"}})
     result = await alice.run(unguarded)
-    assert result.state is TaskState.WAITING_APPROVAL
+    assert result.state is PlanTaskState.WAITING_APPROVAL
     assert [a.step_id for a in result.approvals] == ["put"]
     assert scene.runs("fault.write") == 0
 
@@ -202,7 +204,7 @@ async def test_reads_below_the_approval_risk_do_not_wait(scene: Scene) -> None:
             approval={"min_risk": "write"},
         )
     )
-    assert (result.state, result.approvals) == (TaskState.COMPLETED, ())
+    assert (result.state, result.approvals) == (PlanTaskState.COMPLETED, ())
 
 
 async def test_verify_of_a_write_needing_approval_is_refused_before_sending(scene: Scene) -> None:
@@ -210,7 +212,7 @@ async def test_verify_of_a_write_needing_approval_is_refused_before_sending(scen
     result = await scene.alice.run(
         plan({**step, "verify": {"quorum": 2}}, approval={"min_risk": "write"})
     )
-    assert (result.state, result.reason) == (TaskState.FAILED, "PLAN_INVALID")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "PLAN_INVALID")
     assert "step 'put': verify cannot run a step that needs approval" in result.message
     assert scene.runs("fault.write") == 0 and result.approvals == ()
 
@@ -229,7 +231,7 @@ async def test_a_replan_repeating_a_failed_attempt_stagnates(scene: Scene) -> No
     alice = await scene.restart_alice(planner=SameAgain())
     scene.faults["bob"].modes["fault.read"] = "invalid"
     result = await alice.run(plan({"id": "r", "capability": "fault.read", "input": {"key": "k"}}))
-    assert (result.state, result.reason) == (TaskState.FAILED, "STAGNATED")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "STAGNATED")
     assert f"step 'r': the revised plan would run it on {BOB}" in result.message
     assert scene.faults["bob"].total("fault.read") == 1  # the repeat was never sent
     assert result.revisions == ()
@@ -239,16 +241,16 @@ async def test_resumes_while_waiting_do_not_spend_the_step_budget(scene: Scene) 
     # Two steps, max_steps 2: a step that waits for a person sent nothing, so
     # resuming before the decision must not count it again each time.
     waiting = await scene.alice.run(guarded(budget={"max_elapsed_seconds": 20, "max_steps": 2}))
-    assert waiting.state is TaskState.WAITING_APPROVAL
+    assert waiting.state is PlanTaskState.WAITING_APPROVAL
     for _ in range(3):
         again = await scene.alice.plans.resume(waiting.task_id)
-        assert (again.state, again.reason) == (TaskState.WAITING_APPROVAL, "OK")
+        assert (again.state, again.reason) == (PlanTaskState.WAITING_APPROVAL, "OK")
     alice = await scene.restart_alice()
     await alice.plans.decide(waiting.task_id, "put", approve=True)
     result = await alice.plans.resume(waiting.task_id)
-    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
+    assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK")
     assert scene.runs("fault.write") == 1 and scene.runs("fault.read") == 1
-    assert (await alice.task_store.load(waiting.task_id)).usage.steps == 2
+    assert (await alice.plan_tasks.load(waiting.task_id)).usage.steps == 2
 
 
 class BackAndForth(Planner):
@@ -285,7 +287,7 @@ async def test_a_restarted_agent_does_not_repeat_a_failed_write(
     result = await alice.plans.resume(handle.task_id)
     # carol answers the pinned retry IDEMPOTENCY_IN_DOUBT (her run was cut off), and the
     # planner sends the step back to bob with the input that already failed there.
-    assert (result.state, result.reason) == (TaskState.FAILED, "STAGNATED")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "STAGNATED")
     assert result.message == f"{REPEAT}; completed steps: none"
     assert scene.writes() == {"bob": 1, "carol": 1}  # nothing ran again, anywhere
     assert [r.revision for r in result.revisions] == [1]
@@ -302,14 +304,14 @@ async def test_a_task_that_waited_for_approval_does_not_repeat_a_failed_write(
     task_id = (await alice.run(plan(PUT, approval={"min_risk": "write"}))).task_id
     await alice.plans.decide(task_id, "put", approve=True)
     moved = await alice.plans.resume(task_id)  # fails on bob; revision 1 asks for carol
-    assert moved.state is TaskState.WAITING_APPROVAL
+    assert moved.state is PlanTaskState.WAITING_APPROVAL
     assert [a.where for a in moved.approvals] == [spiffe("carol")]
     assert scene.writes() == {"bob": 1, "carol": 0}
 
     alice = await scene.restart_alice(planner=BackAndForth())
     await alice.plans.decide(task_id, "put", approve=True)
     result = await alice.plans.resume(task_id)  # fails on carol; revision 2 would be bob
-    assert (result.state, result.reason) == (TaskState.FAILED, "STAGNATED")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "STAGNATED")
     assert result.message == f"{REPEAT}; completed steps: none"
     assert scene.writes() == {"bob": 1, "carol": 1}
     assert result.approvals == ()  # nobody is asked to approve the repeat
@@ -317,16 +319,16 @@ async def test_a_task_that_waited_for_approval_does_not_repeat_a_failed_write(
 
 async def test_a_task_store_from_before_failed_attempts_resumes(scene: Scene) -> None:
     waiting = await scene.alice.run(guarded())
-    assert waiting.state is TaskState.WAITING_APPROVAL
+    assert waiting.state is PlanTaskState.WAITING_APPROVAL
     await scene.alice.stop(grace=0)
     path = scene.alice.config.state_dir / "tasks.sqlite"
     with contextlib.closing(sqlite3.connect(path)) as db:  # as the release before left it
         db.execute("DROP TABLE failed_attempts")
     alice = await scene.restart_alice()
-    assert (await alice.task_store.load(waiting.task_id)).failed_attempts == frozenset()
+    assert (await alice.plan_tasks.load(waiting.task_id)).failed_attempts == frozenset()
     await alice.plans.decide(waiting.task_id, "put", approve=True)
     result = await alice.plans.resume(waiting.task_id)
-    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
+    assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK")
     assert scene.runs("fault.write") == 1 and scene.runs("fault.read") == 1
 
 
@@ -360,7 +362,7 @@ async def test_a_failure_recorded_before_a_restart_is_answered_not_run_again(
     result = await alice.plans.resume(handle.task_id)
     # As test_a_replan_repeating_a_failed_attempt_stagnates, run without the restart:
     # the planner's repeat stops the task, and bob is not asked again.
-    assert (result.state, result.reason) == (TaskState.FAILED, "STAGNATED")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "STAGNATED")
     assert result.message == (
         f"step 'r': the revised plan would run it on {BOB} with the same input as an "
         "attempt that already failed; completed steps: none"
@@ -372,7 +374,7 @@ async def test_a_failure_recorded_before_a_restart_is_answered_not_run_again(
     assert (r.where, r.reason, r.attempts) == (BOB, "INVALID_OUTPUT", 1)
 
 
-def summary(result: TaskResult) -> tuple[object, ...]:
+def summary(result: PlanTaskResult) -> tuple[object, ...]:
     """What must not depend on a restart in between (ids and times left out)."""
     steps = {
         sid: (r.status, r.revision, r.where, r.attempts, r.reason, r.message, r.notes)
@@ -392,7 +394,7 @@ async def test_a_recorded_failure_whose_revision_has_no_route_ends_as_without_a_
     scene.faults["bob"].modes["fault.read"] = "invalid"
     step = {"id": "r", "capability": "fault.read", "input": {"key": "k"}, "avoid": [CAROL]}
     uninterrupted = await alice.run(plan(step))
-    assert (uninterrupted.state, uninterrupted.reason) == (TaskState.FAILED, "NO_ROUTE")
+    assert (uninterrupted.state, uninterrupted.reason) == (PlanTaskState.FAILED, "NO_ROUTE")
     assert uninterrupted.message.startswith("step 'r' failed: no local capability or ")
 
     stopping = StopsWhileRevising()

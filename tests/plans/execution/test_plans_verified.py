@@ -19,7 +19,7 @@ from capabilities.builtin.echo import echo
 from capabilities.registry import CapabilityRegistry
 from gateway.plans import Plan
 from gateway.plans.execution.verification import Confidence
-from gateway.plans.task import StepStatus, TaskState
+from gateway.plans.task import PlanTaskState, StepStatus
 from gateway.runtime.agent import Agent
 from tests.helpers.agents import (
     Pki,
@@ -93,7 +93,7 @@ def use(**extra: Any) -> dict[str, Any]:
 @pytest.mark.slow
 async def test_two_peers_agreeing_make_a_verified_result(pair: Pair) -> None:
     result = await pair.alice.run(plan(read("price", verify={"quorum": 2}), use()))
-    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
+    assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK")
     price = result.steps["price"]
     assert price.confidence is Confidence.VERIFIED
     assert sorted(e.where for e in price.sources) == [BOB, CAROL]
@@ -103,7 +103,7 @@ async def test_two_peers_agreeing_make_a_verified_result(pair: Pair) -> None:
     assert pair.runs("fault.read") == {"bob": 1, "carol": 1}
     assert result.peer_calls == 3  # two sources, then the dependent step
     assert result.confidence is Confidence.VERIFIED
-    stored = await pair.alice.task_store.load(result.task_id)
+    stored = await pair.alice.plan_tasks.load(result.task_id)
     assert stored.steps["price"].confidence is Confidence.VERIFIED
     assert stored.steps["price"].sources == price.sources
 
@@ -111,7 +111,7 @@ async def test_two_peers_agreeing_make_a_verified_result(pair: Pair) -> None:
 async def test_disagreeing_peers_keep_both_outputs_and_stop_the_dependent(pair: Pair) -> None:
     pair.faults["carol"].runs["fault.read"] = 1  # carol will answer runs=2, bob runs=1
     result = await pair.alice.run(plan(read("price", verify={"quorum": 2}), use()))
-    assert (result.state, result.reason) == (TaskState.FAILED, "UNVERIFIED")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "UNVERIFIED")
     assert "'use' was not run" in result.message
     price = result.steps["price"]
     assert (price.status, price.confidence) == (StepStatus.COMPLETED, Confidence.UNVERIFIED)
@@ -127,7 +127,7 @@ async def test_on_unverified_continue_runs_the_dependent(pair: Pair) -> None:
     result = await pair.alice.run(
         plan(read("price", verify={"quorum": 2}), use(on_unverified="continue"))
     )
-    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
+    assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK")
     assert result.steps["price"].confidence is Confidence.UNVERIFIED
     assert len(result.steps["price"].candidates) == 2
     assert pair.runs("fault.glance") == {"bob": 1, "carol": 0}
@@ -138,7 +138,7 @@ async def test_compare_paths_ignore_the_fields_not_listed(pair: Pair) -> None:
     pair.faults["carol"].runs["fault.read"] = 1
     step = read("price", verify={"quorum": 2, "compare": ["key"]})
     result = await pair.alice.run(plan(step))
-    assert result.state is TaskState.COMPLETED
+    assert result.state is PlanTaskState.COMPLETED
     assert result.steps["price"].confidence is Confidence.VERIFIED
     assert result.steps["price"].candidates == ()
 
@@ -148,7 +148,7 @@ async def test_one_silent_peer_gives_a_partial_result(pair: Pair) -> None:
     result = await pair.alice.run(
         plan(read("price", "fault.glance", verify={"quorum": 2}, max_retries=0))
     )
-    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK")
+    assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK")
     price = result.steps["price"]
     assert price.confidence is Confidence.PARTIAL
     assert [e.where for e in price.sources] == [CAROL]
@@ -160,7 +160,7 @@ async def test_one_silent_peer_gives_a_partial_result(pair: Pair) -> None:
 async def test_a_failing_deterministic_check_fails_the_step(pair: Pair) -> None:
     step = read("price", expect={"equals": {"runs": 5}})
     result = await pair.alice.run(plan(step, budget=NO_REVISIONS))
-    assert (result.state, result.reason) == (TaskState.FAILED, "EXPECTATION_FAILED")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "EXPECTATION_FAILED")
     assert "'runs' is not the expected value" in result.message
     assert pair.runs("fault.read") == {"bob": 1, "carol": 0}
 
@@ -168,7 +168,7 @@ async def test_a_failing_deterministic_check_fails_the_step(pair: Pair) -> None:
 async def test_a_passing_deterministic_check_verifies_a_single_source(pair: Pair) -> None:
     step = read("price", expect={"range": {"runs": {"min": 1, "max": 3}}, "equals": {"key": "k"}})
     result = await pair.alice.run(plan(step))
-    assert result.state is TaskState.COMPLETED
+    assert result.state is PlanTaskState.COMPLETED
     assert result.steps["price"].confidence is Confidence.VERIFIED
     assert [e.where for e in result.steps["price"].all_evidence()] == [BOB]
     assert pair.runs("fault.read") == {"bob": 1, "carol": 0}
@@ -177,21 +177,21 @@ async def test_a_passing_deterministic_check_verifies_a_single_source(pair: Pair
 async def test_range_check_out_of_bounds_fails(pair: Pair) -> None:
     step = read("price", expect={"range": {"runs": {"min": 2}}})
     result = await pair.alice.run(plan(step, budget=NO_REVISIONS))
-    assert (result.state, result.reason) == (TaskState.FAILED, "EXPECTATION_FAILED")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "EXPECTATION_FAILED")
     assert "outside [2, open]" in result.message
 
 
 async def test_verify_on_a_plain_write_is_plan_invalid(pair: Pair) -> None:
     step = read("append", "fault.append", verify={"quorum": 2})
     result = await pair.alice.run(plan(step, max_risk="write"))
-    assert (result.state, result.reason) == (TaskState.FAILED, "PLAN_INVALID")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "PLAN_INVALID")
     assert "step 'append'" in result.message and "idempotent" in result.message
     assert pair.runs("fault.append") == {"bob": 0, "carol": 0}
 
 
 async def test_a_quorum_above_the_sources_is_plan_invalid(pair: Pair) -> None:
     result = await pair.alice.run(plan(read("price", verify={"quorum": 3})))
-    assert (result.state, result.reason) == (TaskState.FAILED, "PLAN_INVALID")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "PLAN_INVALID")
     assert "step 'price': verify needs 3 sources; only 2" in result.message
     assert pair.runs("fault.read") == {"bob": 0, "carol": 0}
 
@@ -201,8 +201,8 @@ async def test_max_tool_calls_limits_local_runs(pair: Pair) -> None:
     result = await pair.alice.run(
         plan(*steps, max_parallel=1, budget={"max_tool_calls": 1, "max_elapsed_seconds": 20})
     )
-    assert (result.state, result.reason) == (TaskState.FAILED, "BUDGET_EXHAUSTED")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "BUDGET_EXHAUSTED")
     assert "max_tool_calls (1) reached" in result.message
     assert result.tool_calls == 1
-    stored = await pair.alice.task_store.load(result.task_id)
+    stored = await pair.alice.plan_tasks.load(result.task_id)
     assert stored.usage.tool_calls == 1

@@ -18,7 +18,7 @@ from capabilities.context import CallContext
 from capabilities.contract import ContractModel
 from capabilities.registry import Capability, CapabilityRegistry, capability
 from gateway.plans import Plan
-from gateway.plans.task import StepStatus, TaskState
+from gateway.plans.task import PlanTaskState, StepStatus
 from gateway.runtime.agent import Agent
 from tests.helpers.agents import Pki, audit_rows, grant, outbound_rule, spiffe, start_peer
 
@@ -82,7 +82,7 @@ async def test_unversioned_step_runs_the_highest_version_the_rule_allows(
 ) -> None:
     alice, bob, runs = agents
     result = await alice.run(plan(None))
-    assert (result.state, result.reason) == (TaskState.COMPLETED, "OK"), result.message
+    assert (result.state, result.reason) == (PlanTaskState.COMPLETED, "OK"), result.message
     step = result.steps["a"]
     assert (step.status, step.where, step.output) == (
         StepStatus.COMPLETED,
@@ -101,7 +101,7 @@ async def test_step_asking_only_for_a_version_the_rule_refuses_is_refused_static
 ) -> None:
     alice, bob, runs = agents
     result = await alice.run(plan("^2"))
-    assert (result.state, result.reason) == (TaskState.FAILED, "PLAN_INVALID")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "PLAN_INVALID")
     assert "ver.x@^2" in result.message
     assert result.steps == {} and runs == {}
     assert [r for r in audit_rows(bob.config.audit_db) if r.capability == "ver.x"] == []

@@ -30,8 +30,8 @@ from gateway.plans.execution.attempt_rules import (
 from gateway.plans.execution.driver import PlanDriver
 from gateway.plans.execution.executor import ExecutorParts
 from gateway.plans.execution.planner import Failure, RerouteOrStop
-from gateway.plans.task import StepStatus, TaskState
-from gateway.plans.task_store.sqlite import SqliteTaskStore
+from gateway.plans.store.sqlite import SqlitePlanTaskStore
+from gateway.plans.task import PlanTaskState, StepStatus
 from tests.helpers.agents import spiffe
 from tests.helpers.fake_peers import BOB, FakePeer, router
 
@@ -119,7 +119,7 @@ class SilentRouter(Router):
 async def test_write_in_flight_when_the_budget_ends_is_recorded_with_its_peer(
     tmp_path: Path,
 ) -> None:
-    store = SqliteTaskStore(tmp_path / "tasks.sqlite")
+    store = SqlitePlanTaskStore(tmp_path / "tasks.sqlite")
     parts = ExecutorParts(
         agent_id=spiffe("alice"),
         router=router(tmp_path, FakePeer(risk="write"), SilentRouter),
@@ -140,7 +140,7 @@ async def test_write_in_flight_when_the_budget_ends_is_recorded_with_its_peer(
         stored = await store.load(result.task_id)
     finally:
         store.close()
-    assert (result.state, result.reason) == (TaskState.FAILED, "BUDGET_EXHAUSTED")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "BUDGET_EXHAUSTED")
     w = result.steps["w"]
     assert (w.status, w.where, w.attempts, w.reason) == (
         StepStatus.FAILED,

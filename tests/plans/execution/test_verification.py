@@ -11,6 +11,7 @@ from gateway.plans.execution.verification import (
     Confidence,
     check_deterministic,
     comparison_digest,
+    is_deterministically_verified,
     judge,
     weakest,
 )
@@ -60,9 +61,9 @@ def test_deterministic_checks() -> None:
     expect = Expect.model_validate(
         {"equals": {"items.0.id": "d"}, "range": {"n": {"min": 1, "max": 2}}}
     )
-    assert check_deterministic("s", expect, {"items": [{"id": "d"}], "n": 2}) is True
-    assert check_deterministic("s", Expect.model_validate({"schema": {}}), {}) is False
-    assert check_deterministic("s", None, {}) is False
+    assert is_deterministically_verified("s", expect, {"items": [{"id": "d"}], "n": 2}) is True
+    assert is_deterministically_verified("s", Expect.model_validate({"schema": {}}), {}) is False
+    assert is_deterministically_verified("s", None, {}) is False
     for bad in (
         {"items": [{"id": "e"}], "n": 1},
         {"items": [], "n": 1},

@@ -236,7 +236,7 @@ REFUSALS = [
     (
         "bob",
         raw_request("notes.write", b'{"note":"x"}', media_type="text/plain"),
-        "INVALID_REQUEST",
+        "CONTENT_TYPE_NOT_SUPPORTED",
         grpc.StatusCode.INVALID_ARGUMENT,
     ),
     (

@@ -14,17 +14,18 @@ from google.rpc import error_details_pb2, status_pb2
 
 from capabilities.builtin.echo import EchoInput
 from capabilities.builtin.search import SearchInput
-from capabilities.contract import ContractModel
+from capabilities.contract import Accepts, ContractModel
 from gateway import errors
 from gateway.inbound.call import InvokeCall
-from gateway.server.a2a.messages import invoke_call, task_message
+from gateway.server.a2a.messages import invoke_call
 from gateway.server.a2a.registration import a2a_method_names
 from gateway.server.a2a.request_checks import speaks_1_0
 from gateway.server.a2a.servicer import A2AServicer
 from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome
+from gateway.server.a2a.task_view import task_message
 from gateway.server.a2a.wire_errors import SPEC_DOMAIN, SPEC_ERRORS, to_a2a_status
 from gateway.transport.a2a.json_numbers import restore_integers
-from gateway.transport.a2a.part_payloads import TextPart
+from gateway.transport.a2a.part_payloads import MessageParts
 from gateway.transport.status import status_code_for
 from tests.helpers.a2a_grpc import a2a_task, data_request, raw_request
 
@@ -111,9 +112,11 @@ def test_a_text_part_is_pending_until_a_text_only_contract_decodes_it() -> None:
     call = _call(_with_part(a2a_pb2.Part(text="héllo")))
     pending = call.pending_payload
     assert call.problem == "" and pending is not None and pending.size == len("héllo".encode())
+    assert call.message is pending
+    pending.check_parts(Accepts(), EchoInput)  # type: ignore[attr-defined]
     assert pending.decode(EchoInput) == '{"text":"héllo"}'.encode()
     with pytest.raises(errors.InvalidInput) as info:
-        pending.decode(SearchInput)
+        pending.check_parts(Accepts(), SearchInput)  # type: ignore[attr-defined]
     assert info.value.message == (
         'a text part is the input {"text": ...} only of a capability whose input is exactly '
         "one string field 'text'; this one's fields are: limit, query; send a data part"
@@ -153,12 +156,39 @@ def _with_part(part: a2a_pb2.Part) -> a2a_pb2.SendMessageRequest:
 
 PROBLEMS = [
     (data_request("", {"text": "x"}), "a2agw.capability"),
-    (data_request("text.echo", {"text": "x"}, extra_parts=1), "exactly one part, it has 2"),
-    (data_request("text.echo", [1, 2]), "JSON object"),
-    (raw_request("text.echo", b"{}", media_type="text/plain"), "media_type"),
-    (_with_part(a2a_pb2.Part(url="https://x")), "a url part cannot carry"),
     (a2a_pb2.SendMessageRequest(), "message is missing"),
+    (_with_part(a2a_pb2.Part(text="x")), ""),
 ]
+PROBLEMS[2][0].message.ClearField("parts")
+PROBLEMS[2] = (PROBLEMS[2][0], "the message has no parts")
+
+
+PART_REFUSALS = [
+    # What only the chosen version's contract decides, once every check up to the cap passed.
+    (data_request("text.echo", {"text": "x"}, extra_parts=1), errors.InvalidRequest, "at most 1"),
+    (raw_request("text.echo", b"{}", media_type="text/plain"), errors.ContentTypeNotSupported,
+     "file parts of media type 'text/plain'"),
+    (_with_part(a2a_pb2.Part(url="https://x")), errors.ContentTypeNotSupported, "URL parts"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("request_", "error", "problem"), PART_REFUSALS)
+def test_parts_the_contract_does_not_take_are_refused_by_it(
+    request_: a2a_pb2.SendMessageRequest, error: type[errors.GatewayError], problem: str
+) -> None:
+    call = _call(request_)
+    assert call.problem == "" and call.message is not None
+    with pytest.raises(error) as refused:
+        call.message.check_parts(Accepts(), EchoInput)
+    assert problem in refused.value.message
+
+
+def test_a_data_part_that_is_the_input_must_be_an_object() -> None:
+    call = _call(data_request("text.echo", [1, 2]))
+    assert call.pending_payload is not None
+    with pytest.raises(errors.InvalidRequest) as refused:
+        call.pending_payload.decode(EchoInput)
+    assert "JSON object" in refused.value.message
 
 
 @pytest.mark.parametrize(("request_", "problem"), PROBLEMS)
@@ -173,8 +203,8 @@ def test_envelope_problems() -> None:
     request.tenant = "t"
     assert "tenants are not supported" in _call(request).problem
     request = data_request("text.echo", {"text": "x"})
-    request.message.task_id = "old"
-    assert "new task" in _call(request).problem
+    request.message.task_id = "old"  # continued only through the servicer's task lookup
+    assert "cannot be continued" in _call(request).problem
     request = data_request("text.echo", {"text": "x"})
     request.message.metadata["a2agw.capability"] = 5
     assert "must be a string" in _call(request).problem
@@ -256,8 +286,6 @@ def test_our_own_errors_carry_only_our_reason() -> None:
 
 
 def test_outputs_travel_as_data_parts() -> None:
-    from gateway.server.a2a.messages import task_message
-    from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome
 
     task = A2ATask(
         "t",
@@ -311,15 +339,16 @@ def test_a_text_part_fits_fronted_skills_without_a_schema_and_schemas_of_one_tex
     from capabilities.schema_models import contract_model
     from gateway.outbound.upstream_capabilities import TextInput
 
-    part = TextPart("t")
+    part = MessageParts([a2a_pb2.Part(text="t")])
     one_text = {"type": "object", "properties": {"text": {"type": "string"}}}
     two = {"type": "object", "properties": {"text": {"type": "string"}, "n": {"type": "integer"}}}
     not_string = {"type": "object", "properties": {"text": {"type": "integer"}}}
-    assert part.decode(TextInput) == b'{"text":"t"}'
-    assert part.decode(contract_model("OneText", one_text)) == b'{"text":"t"}'
+    for model in (TextInput, contract_model("OneText", one_text)):
+        part.check_parts(Accepts(), model)
+        assert part.decode(model) == b'{"text":"t"}'
     for schema in (two, not_string):
         with pytest.raises(errors.InvalidInput):
-            part.decode(contract_model("NotText", schema))
+            part.check_parts(Accepts(), contract_model("NotText", schema))
 
 
 @pytest.mark.parametrize(
@@ -336,8 +365,8 @@ def test_answers_built_in_place_are_the_messages_built_by_constructors(
 ) -> None:
     # The in-place builders (fast at 256 KB) must send exactly what the
     # constructor form sent: same fields, same bytes on the wire.
-    from gateway.server.a2a.messages import output_artifact, send_answer, task_event
-    from gateway.server.a2a.task_events import output_event
+    from gateway.server.a2a.task_events import output_events
+    from gateway.server.a2a.task_view import output_artifact, send_answer, task_event
 
     task = A2ATask(
         "t9", "o", "c9", state, "text.echo", "1.0.0", output, "ab" * 32, True, reason, message, 5, 7
@@ -357,7 +386,7 @@ def test_answers_built_in_place_are_the_messages_built_by_constructors(
                 task_id="t9", context_id="c9", artifact=output_artifact(task), last_chunk=True
             )
         )
-        assert output_event(task) == old_event
+        assert output_events(task) == [old_event]
 
 
 @pytest.mark.parametrize(

@@ -337,3 +337,27 @@ async def test_metadata_maps_past_the_bound_are_refused_before_their_keys_are_re
         (spiffe("bob"), "allow", "OK"),
     ]
     assert counter.calls == 1
+
+
+@pytest.mark.parametrize("raw", [b'{"note":"hi"}', b"", b"{"])
+async def test_a_lone_json_raw_part_is_the_payload_itself(
+    alice: Agent, bob: A2APeer, counter: WriteCounter, raw: bytes
+) -> None:
+    request = data_request("notes.write", {})
+    request.message.ClearField("parts")
+    request.message.parts.add(raw=raw, media_type="application/json")
+    if raw == b'{"note":"hi"}':
+        await bob.stub.SendMessage(request, metadata=V1, timeout=20)
+        reason, runs = "OK", 1
+    else:
+        err = await refusal(bob, request)
+        assert (err.code(), from_rpc_error(err).reason) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "INVALID_INPUT",
+        )
+        reason, runs = "INVALID_INPUT", 0
+    record = await last_record(alice)
+    # The bytes as sent, even none: the part's media type is not counted as a file part's.
+    assert (record.reason, record.payload_size) == (reason, len(raw))
+    assert record.payload_sha256 == hashlib.sha256(raw).hexdigest()
+    assert counter.calls == runs

@@ -10,9 +10,9 @@ from dataclasses import replace
 
 from a2a.types import a2a_pb2
 
-from gateway.server.a2a.messages import task_message
 from gateway.server.a2a.task_events import MAX_BEHIND, BackgroundTask, status_event
 from gateway.server.a2a.task_store.store import A2ATask, TaskOutcome
+from gateway.server.a2a.task_view import task_message
 from tests.helpers.a2a_grpc import a2a_task
 
 

@@ -12,9 +12,9 @@ from google.protobuf import json_format, struct_pb2
 from capabilities.builtin.echo import EchoInput
 from gateway.client.a2a.upstream_parts import data_part, first_data
 from gateway.errors import InvalidRequest
-from gateway.server.a2a.messages import output_artifact, task_message
 from gateway.server.a2a.task_store.store import TaskOutcome
-from gateway.transport.a2a.part_payloads import DataPart, plain_json
+from gateway.server.a2a.task_view import output_artifact, task_message
+from gateway.transport.a2a.part_payloads import MessageParts, plain_json
 from tests.helpers.a2a_grpc import a2a_task
 
 VALUES: list[Any] = [
@@ -51,13 +51,13 @@ def test_numbers_json_cannot_carry_are_refused(number: float) -> None:
     with pytest.raises(ValueError):
         plain_json(value)
     with pytest.raises(InvalidRequest) as refused:
-        DataPart(value).decode(EchoInput)
+        MessageParts([a2a_pb2.Part(data=value)]).decode(EchoInput)
     assert refused.value.reason == "INVALID_REQUEST"
 
 
 def test_a_data_part_decodes_to_compact_sorted_json() -> None:
     value = _value({"text": "hi", "a": 1})
-    assert DataPart(value).decode(EchoInput) == b'{"a":1.0,"text":"hi"}'
+    assert MessageParts([a2a_pb2.Part(data=value)]).decode(EchoInput) == b'{"a":1.0,"text":"hi"}'
 
 
 def test_a_fronted_data_part_is_the_value_parse_dict_makes() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from gateway.errors import StateUnavailable
 from gateway.local.private_files import connect_private
-from gateway.server.a2a.task_store.store import A2ATask, A2ATaskStore
+from gateway.server.a2a.task_store.store import UNFINISHED, A2ATask, A2ATaskStore
 from gateway.sql.dialect import SQLITE
 
 _log = logging.getLogger(__name__)
@@ -24,22 +24,32 @@ _SCHEMA = (
     "output BLOB, evidence_sha256 TEXT NOT NULL, replayed INTEGER NOT NULL, "
     "reason TEXT NOT NULL, message TEXT NOT NULL, created_ms INTEGER NOT NULL, "
     "updated_ms INTEGER NOT NULL, runner TEXT NOT NULL DEFAULT '', "
-    "lease_ms INTEGER NOT NULL DEFAULT 0, cancel_by TEXT NOT NULL DEFAULT '')",
+    "lease_ms INTEGER NOT NULL DEFAULT 0, cancel_by TEXT NOT NULL DEFAULT '', "
+    "status_json BLOB NOT NULL DEFAULT x'', history BLOB NOT NULL DEFAULT x'', "
+    "asked_schema TEXT NOT NULL DEFAULT '')",
     "CREATE INDEX IF NOT EXISTS a2a_tasks_owner ON a2a_tasks (owner, seq)",
     "CREATE TABLE IF NOT EXISTS a2a_task_chunks (task_id TEXT NOT NULL, owner TEXT NOT NULL, "
     "n INTEGER NOT NULL, chunk BLOB NOT NULL, PRIMARY KEY (task_id, n))",
+    "CREATE TABLE IF NOT EXISTS a2a_task_inputs (task_id TEXT NOT NULL, owner TEXT NOT NULL, "
+    "message_id TEXT NOT NULL, state TEXT NOT NULL, input BLOB NOT NULL, parts BLOB NOT NULL, "
+    "created_ms INTEGER NOT NULL, PRIMARY KEY (task_id, message_id))",
 )
 _UNFINISHED_INDEX = (
-    "CREATE INDEX IF NOT EXISTS a2a_tasks_unfinished ON a2a_tasks (lease_ms) "
-    "WHERE state IN ('submitted', 'working')"
+    "DROP INDEX IF EXISTS a2a_tasks_unfinished",  # before input-required: two states only
+    "CREATE INDEX IF NOT EXISTS a2a_tasks_open ON a2a_tasks (lease_ms) "
+    f"WHERE state IN {UNFINISHED!r}",
 )
 """Finds orphans without a scan; finished rows (nearly all) are not in it."""
-_RUN_COLUMNS = (
+_ADDED_COLUMNS = (
     ("runner", "TEXT NOT NULL DEFAULT ''"),
     ("lease_ms", "INTEGER NOT NULL DEFAULT 0"),
     ("cancel_by", "TEXT NOT NULL DEFAULT ''"),
+    ("status_json", "BLOB NOT NULL DEFAULT x''"),
+    ("history", "BLOB NOT NULL DEFAULT x''"),
+    ("asked_schema", "TEXT NOT NULL DEFAULT ''"),
 )
-"""Columns added for background tasks (older files get them when opened)."""
+"""Columns added since the first release: background tasks, then conversations
+(older files get them when opened)."""
 
 
 class SqliteA2ATaskStore(A2ATaskStore):
@@ -56,10 +66,11 @@ class SqliteA2ATaskStore(A2ATaskStore):
             for statement in _SCHEMA:
                 self._db.execute(statement)
             present = {row[1] for row in self._db.execute("PRAGMA table_info(a2a_tasks)")}
-            for name, ddl in _RUN_COLUMNS:
+            for name, ddl in _ADDED_COLUMNS:
                 if name not in present:
                     self._db.execute(f"ALTER TABLE a2a_tasks ADD COLUMN {name} {ddl}")
-            self._db.execute(_UNFINISHED_INDEX)
+            for statement in _UNFINISHED_INDEX:
+                self._db.execute(statement)
         except sqlite3.Error as err:
             raise StateUnavailable(f"A2A task store {path}: {err}") from err
 

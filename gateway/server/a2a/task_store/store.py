@@ -47,6 +47,7 @@ from typing import Any
 
 from gateway.errors import InvalidRequest
 from gateway.inbound.call import REQUEST_ID
+from gateway.server.a2a.task_store.inputs import WAITING_STATES, TaskInputs
 from gateway.sql.dialect import Dialect
 
 _log = logging.getLogger(__name__)
@@ -60,11 +61,14 @@ CHUNKS_PER_STATEMENT = 200
 
 TASK_COLUMNS = (
     "task_id, owner, context_id, state, capability, served_version, output, "
-    "evidence_sha256, replayed, reason, message, created_ms, updated_ms"
+    "evidence_sha256, replayed, reason, message, created_ms, updated_ms, status_json, history, "
+    "asked_schema"
 )
 """The task columns of ``a2a_tasks`` in ``A2ATask`` field order (both stores)."""
-UNFINISHED = ("submitted", "working")
+UNFINISHED = ("submitted", "working", "input-required", "auth-required")
 """The states of a task that has not ended (``TaskOutcome`` values)."""
+WAITING = WAITING_STATES
+"""The states of a task that waits for its caller's next message (``TaskOutcome`` values)."""
 
 
 Scope = tuple[list[str], list[Any]]
@@ -79,11 +83,18 @@ class TaskOutcome(StrEnum):
     CANCELED = "canceled"
     SUBMITTED = "submitted"
     WORKING = "working"
+    INPUT_REQUIRED = "input-required"
+    AUTH_REQUIRED = "auth-required"
 
     @property
     def finished(self) -> bool:
         """True once the task has ended (it never changes again)."""
         return self.value not in UNFINISHED
+
+    @property
+    def waiting(self) -> bool:
+        """True while the task waits for its caller (``ctx.ask_input``): an interrupted state."""
+        return self.value in WAITING
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +116,17 @@ class A2ATask:
             its latest progress text (``ctx.report_progress``).
         created_ms: Unix ms when the message arrived.
         updated_ms: Unix ms of its latest change (when it ended, once it has).
+        status_json: The status message when it is more than ``message``'s text
+            (a ``ctx.ask_input`` prompt, a reply's message): canonical JSON
+            ``{"message_id", "parts"}`` (:mod:`capabilities.replies` part forms);
+            empty otherwise.
+        history: The task's messages, oldest first, for a capability that asks
+            for input (canonical JSON list of ``{"role", "message_id", "parts"}``,
+            bounded: ``gateway.server.a2a.history``); empty for other tasks,
+            whose input is not kept.
+        asked_schema: While it waits: ``module:qualname`` of the model its answer
+            is validated against ("" for none: any message; ``?`` for a model
+            no other process can name), so another process can admit an answer.
     """
 
     task_id: str
@@ -120,6 +142,9 @@ class A2ATask:
     message: str
     created_ms: int
     updated_ms: int
+    status_json: bytes = b""
+    history: bytes = b""
+    asked_schema: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +169,7 @@ class TaskPage:
     """The page size used (the one asked for, clamped), however many tasks the page holds."""
 
 
-class A2ATaskStore(ABC):
+class A2ATaskStore(TaskInputs, ABC):
     """Finished (and background) A2A tasks; safe to share between threads.
 
     The interface of every backend and the statements they share, written
@@ -304,6 +329,22 @@ class A2ATaskStore(ABC):
         )
         return bool(rows)
 
+    async def forget(self, owner: str, task_id: str) -> None:
+        """Delete ``owner``'s task ``task_id`` and its chunks (a call answered with a Message
+        keeps no task).
+
+        Raises:
+            StateUnavailable: the store could not be written.
+        """
+        await self.flush()
+        where, params = self._scope(owner)
+        await self._query(
+            f"DELETE FROM a2a_tasks WHERE {' AND '.join(where)} AND task_id = {self._mark} "
+            "RETURNING task_id",
+            (*params, task_id),
+        )
+        await self.drop_chunks(task_id)
+
     async def renew_leases(self, process_id: str, lease_ms: int) -> None:
         """Extend the lease of every unfinished task process ``process_id`` runs to ``lease_ms``."""
         mark = self._mark
@@ -360,7 +401,8 @@ class A2ATaskStore(ABC):
 
     async def prune(self, before_ms: int) -> int:
         """Delete the finished tasks that last changed before ``before_ms``, and the chunks
-        of every task that is not running (ended, or gone); returns how many tasks."""
+        and left answers of every task that is not running (ended, or gone); returns how
+        many tasks."""
         await self.flush()
         mark = self._mark
         rows = await self._query(
@@ -368,12 +410,13 @@ class A2ATaskStore(ABC):
             f"AND updated_ms < {mark} RETURNING task_id",
             (*self._key(), before_ms),
         )
-        await self._query(
-            f"DELETE FROM a2a_task_chunks WHERE {self._key_where()}task_id NOT IN "
-            f"(SELECT task_id FROM a2a_tasks WHERE {self._key_where()}state IN {UNFINISHED!r}) "
-            "RETURNING n",
-            (*self._key(), *self._key()),
-        )
+        for table, column in (("a2a_task_chunks", "n"), ("a2a_task_inputs", "message_id")):
+            await self._query(  # kept only while their task runs
+                f"DELETE FROM {table} WHERE {self._key_where()}task_id NOT IN "
+                f"(SELECT task_id FROM a2a_tasks WHERE {self._key_where()}state IN "
+                f"{UNFINISHED!r}) RETURNING {column}",
+                (*self._key(), *self._key()),
+            )
         return len(rows)
 
     async def add_chunks(
@@ -507,6 +550,9 @@ def task_row(task: A2ATask) -> tuple[object, ...]:
         task.message,
         task.created_ms,
         task.updated_ms,
+        task.status_json,
+        task.history,
+        task.asked_schema,
     )
 
 
@@ -526,4 +572,7 @@ def task_from_row(row: tuple[Any, ...]) -> A2ATask:
         message=row[10],
         created_ms=row[11],
         updated_ms=row[12],
+        status_json=bytes(row[13] or b""),
+        history=bytes(row[14] or b""),
+        asked_schema=str(row[15] or ""),
     )

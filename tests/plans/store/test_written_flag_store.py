@@ -16,11 +16,11 @@ import pytest
 
 from gateway.plans import Plan
 from gateway.plans.execution.attempt_rules import written_note
+from gateway.plans.store import rows
+from gateway.plans.store.postgres import PostgresPlanTaskStore
+from gateway.plans.store.sqlite import SCHEMA, SqlitePlanTaskStore
+from gateway.plans.store.store import PlanTaskStore
 from gateway.plans.task import StepResult, StepStatus
-from gateway.plans.task_store import rows
-from gateway.plans.task_store.postgres import PostgresTaskStore
-from gateway.plans.task_store.sqlite import SCHEMA, SqliteTaskStore
-from gateway.plans.task_store.store import TaskStore
 from gateway.postgres.migrations import MIGRATIONS
 from tests.helpers.postgres import state_pool
 
@@ -55,18 +55,18 @@ def failed(step: str, *, written: bool, notes: tuple[str, ...] = ()) -> StepResu
 @pytest.fixture(params=["sqlite", "postgres"])
 def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> object:
     if request.param == "sqlite":
-        return lambda: SqliteTaskStore(tmp_path / "tasks.sqlite")
+        return lambda: SqlitePlanTaskStore(tmp_path / "tasks.sqlite")
     dsn = request.getfixturevalue("pg_dsn")
-    return lambda: PostgresTaskStore(state_pool(dsn, "task store"), ALICE)
+    return lambda: PostgresPlanTaskStore(state_pool(dsn, "task store"), ALICE)
 
 
 async def test_the_flag_round_trips_without_any_note(open_store: object) -> None:
-    store: TaskStore = open_store()  # type: ignore[operator]
+    store: PlanTaskStore = open_store()  # type: ignore[operator]
     await store.create("t1", PLAN, 1)
     assert await store.record_step("t1", failed("a", written=True))
     assert await store.record_step("t1", failed("b", written=False, notes=(written_note(BOB),)))
     store.close()
-    again: TaskStore = open_store()  # type: ignore[operator]
+    again: PlanTaskStore = open_store()  # type: ignore[operator]
     loaded = await again.load("t1")
     again.close()
     # The field says it, not the note: a note alone no longer sets the flag.
@@ -79,7 +79,9 @@ def _old_sqlite_store(path: Path, results: list[StepResult]) -> None:
         for statement in SCHEMA:
             db.execute(statement.replace("may_have_written INTEGER NOT NULL DEFAULT 0, ", ""))
         db.execute(
-            "INSERT INTO tasks VALUES (?, ?, 'running', 0, 'OK', '', 1, 1, 0.0, 1, 1, 0)",
+            "INSERT INTO tasks (task_id, plan_json, state, revision, reason, message, "
+            "steps_used, peer_calls, elapsed, created_ms, updated_ms, tool_calls) "
+            "VALUES (?, ?, 'running', 0, 'OK', '', 1, 1, 0.0, 1, 1, 0)",
             ("t1", PLAN.to_json()),
         )
         marks = ", ".join(["?"] * 19)
@@ -118,14 +120,14 @@ async def test_rows_of_an_older_release_are_filled_from_their_note(
         failed("a", written=False, notes=("skipped carol: RATE_LIMITED", written_note(BOB))),
         failed("b", written=False, notes=(f"{BOB}: abandoned while running there",)),
     ]
-    store: TaskStore
+    store: PlanTaskStore
     if backend == "sqlite":
         _old_sqlite_store(tmp_path / "tasks.sqlite", old)
-        store = SqliteTaskStore(tmp_path / "tasks.sqlite")
+        store = SqlitePlanTaskStore(tmp_path / "tasks.sqlite")
     else:
         dsn = request.getfixturevalue("pg_dsn")
         _old_postgres_store(dsn, old)
-        store = PostgresTaskStore(state_pool(dsn, "task store"), ALICE)
+        store = PostgresPlanTaskStore(state_pool(dsn, "task store"), ALICE)
     loaded = await store.load("t1")
     store.close()
     assert loaded.steps["a"].may_have_written is True

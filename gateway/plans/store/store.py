@@ -1,19 +1,19 @@
 """Checkpoints of plan tasks: plan, revisions, step results, evidence, usage, write pins,
 leases, approval requests and decisions, and failed attempts (digests only).
 
-:class:`TaskStore` is the interface and the statements both backends run,
+:class:`PlanTaskStore` is the interface and the statements both backends run,
 written once over a :class:`~gateway.sql.dialect.Dialect`: a SQLite file
-(:mod:`~gateway.plans.task_store.sqlite`, an agent's ``tasks.sqlite``) or the
+(:mod:`~gateway.plans.store.sqlite`, an agent's ``tasks.sqlite``) or the
 tables every replica of an agent id shares in PostgreSQL
-(:mod:`~gateway.plans.task_store.postgres`, keyed by agent id, so any replica
+(:mod:`~gateway.plans.store.postgres`, keyed by agent id, so any replica
 can resume a task another one started). An agent restarted mid-task resumes
 without re-running completed steps. Rows are laid out by
-:mod:`~gateway.plans.task_store.rows`; the records are in
-:mod:`~gateway.plans.task_store.records`. Step outputs are the agent's own data
+:mod:`~gateway.plans.store.rows`; the records are in
+:mod:`~gateway.plans.store.records`. Step outputs are the agent's own data
 and are kept for resume; nothing here is logged.
 
 Writes made while a task runs name the lease ``owner`` (see
-:mod:`gateway.plans.task_store.lease`): they are fenced, i.e. refused with
+:mod:`gateway.plans.store.lease`): they are fenced, i.e. refused with
 ``TaskLeased`` in the same transaction if another process has taken the task
 over. The lease is read, checked and written in the transaction of the write it
 fences; where replicas run beside each other the lease row (and, for a new
@@ -32,17 +32,17 @@ from typing import TypeVar
 from gateway.errors import TaskLeased, TaskNotFound
 from gateway.plans.document.model import Plan
 from gateway.plans.execution.approval import ApprovalRequest, Decision
-from gateway.plans.task import RevisionRecord, StepResult, TaskState
-from gateway.plans.task_store import rows
-from gateway.plans.task_store.lease import Lease, may_take
-from gateway.plans.task_store.records import FailedAttempt, StoredTask, Usage, WritePin
+from gateway.plans.store import rows
+from gateway.plans.store.lease import Lease, may_take
+from gateway.plans.store.records import FailedAttempt, StoredPlanTask, Usage, WritePin
+from gateway.plans.task import PlanTaskState, RevisionRecord, StepResult
 from gateway.sql.dialect import Dialect, SqlConnection
 
 _T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
-class TaskTables:
+class PlanTaskTables:
     """The table names of one backend (the shared database prefixes ``task_``)."""
 
     steps: str
@@ -61,12 +61,13 @@ def _updates(*columns: str) -> str:
 class _Statements:
     """Every statement of the store in one dialect (built once per store)."""
 
-    def __init__(self, sql: Dialect, t: TaskTables) -> None:
+    def __init__(self, sql: Dialect, t: PlanTaskTables) -> None:
         task, mark = sql.where("task_id"), sql.mark
         key = sql.columns("task_id")
         self.create = (
             f"INSERT INTO {t.tasks} ({sql.columns(rows.TASK_COLUMNS)}) "
-            f"VALUES ({sql.marks(len(sql.scope) + 3)}, 0, 'OK', '', 0, 0, 0.0, {mark}, {mark}, 0)"
+            f"VALUES ({sql.marks(len(sql.scope) + 3)}, 0, 'OK', '', 0, 0, 0.0, {mark}, {mark}, 0, "
+            f"{mark}, {mark})"
         )
         self.set_state = (
             f"UPDATE {t.tasks} SET state = {mark}, reason = {mark}, message = {mark} WHERE {task}"
@@ -134,7 +135,7 @@ class _Statements:
         )
 
 
-class TaskStore(ABC):
+class PlanTaskStore(ABC):
     """Durable task checkpoints; safe to share between threads.
 
     Args:
@@ -143,7 +144,7 @@ class TaskStore(ABC):
         scope: The values of ``sql.scope`` (the agent id in the shared tables).
     """
 
-    def __init__(self, sql: Dialect, tables: TaskTables, scope: tuple[str, ...] = ()) -> None:
+    def __init__(self, sql: Dialect, tables: PlanTaskTables, scope: tuple[str, ...] = ()) -> None:
         self._sql = _Statements(sql, tables)
         self._scope = scope
 
@@ -160,15 +161,29 @@ class TaskStore(ABC):
     def close(self) -> None:
         """Release the store."""
 
-    async def create(self, task_id: str, plan: Plan, now_ms: int) -> None:
-        """Record a new task in state ``created`` at revision 0."""
-        values = (*self._scope, task_id, plan.to_json(), TaskState.CREATED.value, now_ms, now_ms)
+    async def create(
+        self, task_id: str, plan: Plan, now_ms: int, user: tuple[str, str] = ("", "")
+    ) -> None:
+        """Record a new task in state ``created`` at revision 0.
+
+        ``user``: the (subject, issuer) of the user the task acts for, or two
+        empty strings; kept so a resume can only act for that same user.
+        """
+        values = (
+            *self._scope,
+            task_id,
+            plan.to_json(),
+            PlanTaskState.CREATED.value,
+            now_ms,
+            now_ms,
+            *user,
+        )
         await self._in_transaction(lambda conn: conn.execute(self._sql.create, values))
 
     async def set_state(
         self,
         task_id: str,
-        state: TaskState,
+        state: PlanTaskState,
         usage: Usage,
         now_ms: int,
         reason: str,
@@ -321,11 +336,11 @@ class TaskStore(ABC):
         key = (*self._scope, task_id, owner)
         await self._in_transaction(lambda conn: conn.execute(self._sql.release, key))
 
-    async def load(self, task_id: str) -> StoredTask:
+    async def load(self, task_id: str) -> StoredPlanTask:
         """The checkpoint of ``task_id`` (one snapshot); TaskNotFound if none."""
         key = (*self._scope, task_id)
 
-        def work(conn: SqlConnection) -> StoredTask:
+        def work(conn: SqlConnection) -> StoredPlanTask:
             row = conn.execute(self._sql.task, key).fetchone()
             if row is None:
                 raise TaskNotFound(f"no task {task_id!r} in this agent's task store")
@@ -344,7 +359,7 @@ class TaskStore(ABC):
 
         return await self._in_transaction(work, writes=False)
 
-    async def list(self, limit: int = 100) -> list[StoredTask]:
+    async def list(self, limit: int = 100) -> list[StoredPlanTask]:
         """Most recently updated tasks first."""
         found = await self._in_transaction(
             lambda conn: conn.execute(self._sql.latest, (*self._scope, limit)).fetchall(),

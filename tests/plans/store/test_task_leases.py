@@ -27,11 +27,11 @@ from gateway.plans.execution.attempt_rules import WRITE_IN_DOUBT
 from gateway.plans.execution.driver import PlanDriver
 from gateway.plans.execution.executor import ExecutorParts
 from gateway.plans.execution.planner import RerouteOrStop
-from gateway.plans.task import StepResult, StepStatus, TaskState
-from gateway.plans.task_store.lease import Lease, may_take
-from gateway.plans.task_store.postgres import PostgresTaskStore
-from gateway.plans.task_store.sqlite import SqliteTaskStore, Usage, WritePin
-from gateway.plans.task_store.store import TaskStore
+from gateway.plans.store.lease import Lease, may_take
+from gateway.plans.store.postgres import PostgresPlanTaskStore
+from gateway.plans.store.sqlite import SqlitePlanTaskStore, Usage, WritePin
+from gateway.plans.store.store import PlanTaskStore
+from gateway.plans.task import PlanTaskState, StepResult, StepStatus
 from policies.store import PolicyStore
 from tests.helpers.agents import WriteCounter, outbound_rule, spiffe, write_policy
 from tests.helpers.fake_peers import BOB, FakePeer, router
@@ -61,12 +61,12 @@ def dead_pid() -> int:
 @pytest.fixture(params=["sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     """The lease rules hold for both task stores."""
-    opened: TaskStore
+    opened: PlanTaskStore
     if request.param == "sqlite":
-        opened = SqliteTaskStore(tmp_path / "tasks.sqlite")
+        opened = SqlitePlanTaskStore(tmp_path / "tasks.sqlite")
     else:
         dsn = request.getfixturevalue("pg_dsn")
-        opened = PostgresTaskStore(
+        opened = PostgresPlanTaskStore(
             state_pool(dsn, "task store"), "spiffe://example.org/agent/alice"
         )
     yield opened
@@ -76,7 +76,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 # --- The lease in the store -------------------------------------------------------------------
 
 
-async def test_live_lease_refuses_a_second_owner_until_it_expires(store: SqliteTaskStore) -> None:
+async def test_live_lease_refuses_a_second_owner_until_it_expires(
+    store: SqlitePlanTaskStore,
+) -> None:
     await store.create("t1", PLAN, 1000)
     await store.take_lease("t1", "other-host:1:a", 1000, 30.0)
     with pytest.raises(TaskLeased) as refused:
@@ -94,7 +96,7 @@ async def test_live_lease_refuses_a_second_owner_until_it_expires(store: SqliteT
 
 
 async def test_lease_of_a_dead_process_on_this_host_can_be_taken_at_once(
-    store: SqliteTaskStore,
+    store: SqlitePlanTaskStore,
 ) -> None:
     host = socket.gethostname()
     gone = f"{host}:{dead_pid()}:x"
@@ -110,7 +112,7 @@ async def test_lease_of_a_dead_process_on_this_host_can_be_taken_at_once(
     assert (await store.load("t1")).lease == Lease("me", 31_001)
 
 
-async def test_every_checkpoint_of_a_run_is_fenced_by_its_lease(store: SqliteTaskStore) -> None:
+async def test_every_checkpoint_of_a_run_is_fenced_by_its_lease(store: SqlitePlanTaskStore) -> None:
     await store.create("t1", PLAN, 1000)
     await store.take_lease("t1", "host:1:old", 1000, 1.0)
     await store.take_lease("t1", "host:2:new", 5000, 30.0)  # the old lease had expired
@@ -118,7 +120,7 @@ async def test_every_checkpoint_of_a_run_is_fenced_by_its_lease(store: SqliteTas
     pin = WritePin("r", 0, BOB, "t1:r:0", "1.0.0", 5001)
     attempts = [
         store.record_step("t1", late, owner="host:1:old"),
-        store.set_state("t1", TaskState.FAILED, Usage(), 5001, "X", "", owner="host:1:old"),
+        store.set_state("t1", PlanTaskState.FAILED, Usage(), 5001, "X", "", owner="host:1:old"),
         store.record_usage("t1", Usage(9, 9, 9.0), 5001, owner="host:1:old"),
         store.pin_write("t1", pin, Usage(9, 9, 9.0), owner="host:1:old"),
     ]
@@ -127,7 +129,7 @@ async def test_every_checkpoint_of_a_run_is_fenced_by_its_lease(store: SqliteTas
             await attempt
     loaded = await store.load("t1")
     assert (loaded.state, loaded.steps, loaded.pins, loaded.usage) == (
-        TaskState.CREATED,
+        PlanTaskState.CREATED,
         {},
         {},
         Usage(),
@@ -136,7 +138,7 @@ async def test_every_checkpoint_of_a_run_is_fenced_by_its_lease(store: SqliteTas
 
 
 async def test_the_latest_pin_of_a_step_and_the_usage_with_it_are_kept(
-    store: SqliteTaskStore,
+    store: SqlitePlanTaskStore,
 ) -> None:
     await store.create("t1", PLAN, 1000)
     await store.take_lease("t1", "me", 1000, 30.0)
@@ -179,7 +181,7 @@ def parts(tmp_path: Path, routes: type[Router], **limits: Any) -> ExecutorParts:
     return ExecutorParts(
         agent_id=spiffe("alice"),
         router=router(tmp_path, FakePeer(), routes),
-        store=SqliteTaskStore(tmp_path / "tasks.sqlite"),
+        store=SqlitePlanTaskStore(tmp_path / "tasks.sqlite"),
         planner=RerouteOrStop(),
         limits=PlanLimits(**limits),
     )
@@ -202,10 +204,10 @@ async def test_second_resume_of_a_running_task_is_refused_and_sends_nothing(
         assert handle.task_id in refused.value.message and held.sends == 1
         handle.cancel()
         cancelled = await asyncio.wait_for(handle.result(), WAIT)
-        assert cancelled.state is TaskState.CANCELLED
+        assert cancelled.state is PlanTaskState.CANCELLED
         assert (await second.store.load(handle.task_id)).lease is None  # given back
         again = await asyncio.wait_for(other.resume(handle.task_id), WAIT)
-        assert again.state is TaskState.CANCELLED and held.sends == 1
+        assert again.state is PlanTaskState.CANCELLED and held.sends == 1
     finally:
         first.store.close()
         second.store.close()
@@ -223,7 +225,7 @@ async def test_run_that_loses_its_lease_stops_and_records_nothing(tmp_path: Path
         with pytest.raises(TaskLeased):
             await asyncio.wait_for(handle.result(), WAIT)  # at its next renewal
         after = await own.store.load(handle.task_id)
-        assert after.steps == {} and after.state is TaskState.WAITING_PEER
+        assert after.steps == {} and after.state is PlanTaskState.WAITING_PEER
         assert after.lease is not None and after.lease.owner == "elsewhere:1:x"
         assert held.sends == 1
     finally:
@@ -239,15 +241,15 @@ async def test_resumed_task_counts_what_was_spent_before_and_while_down(tmp_path
     try:
         await own.store.create("t1", PLAN, now_ms - 3000)
         await own.store.set_state(
-            "t1", TaskState.PLANNING, Usage(0, 0, 0.0), now_ms - 3000, "OK", ""
+            "t1", PlanTaskState.PLANNING, Usage(0, 0, 0.0), now_ms - 3000, "OK", ""
         )
         await own.store.set_state(
-            "t1", TaskState.RUNNING, Usage(1, 1, 3.0), now_ms - 2500, "OK", ""
+            "t1", PlanTaskState.RUNNING, Usage(1, 1, 3.0), now_ms - 2500, "OK", ""
         )
         result = await asyncio.wait_for(PlanDriver(own).resume("t1"), WAIT)
     finally:
         own.store.close()
-    assert (result.state, result.reason) == (TaskState.FAILED, "BUDGET_EXHAUSTED")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "BUDGET_EXHAUSTED")
     assert result.message.startswith("max_elapsed_seconds (5) reached")
     assert held.sends == 0 and result.elapsed_seconds >= 5.5 and result.peer_calls == 1
 
@@ -258,12 +260,12 @@ async def test_resumed_task_counts_the_peer_calls_made_before_the_crash(tmp_path
     now_ms = int(time.time() * 1000)
     try:
         await own.store.create("t1", PLAN, now_ms)
-        await own.store.set_state("t1", TaskState.PLANNING, Usage(), now_ms, "OK", "")
-        await own.store.set_state("t1", TaskState.RUNNING, Usage(1, 3, 0.1), now_ms, "OK", "")
+        await own.store.set_state("t1", PlanTaskState.PLANNING, Usage(), now_ms, "OK", "")
+        await own.store.set_state("t1", PlanTaskState.RUNNING, Usage(1, 3, 0.1), now_ms, "OK", "")
         result = await asyncio.wait_for(PlanDriver(own).resume("t1"), WAIT)
     finally:
         own.store.close()
-    assert (result.state, result.reason) == (TaskState.FAILED, "BUDGET_EXHAUSTED")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "BUDGET_EXHAUSTED")
     assert "max_peer_calls (3) reached" in result.message
     assert held.sends == 0 and result.peer_calls == 3
 
@@ -314,7 +316,7 @@ async def test_write_pinned_locally_is_in_doubt_on_resume_and_not_run_again(
 ) -> None:
     pin = WritePin("w", 0, "local", "t1:w:0", "1.0.0", 1)
     result, counter, held = await pinned_resume(tmp_path, "notes.write", pin)
-    assert (result.state, result.reason) == (TaskState.FAILED, "IDEMPOTENCY_IN_DOUBT")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "IDEMPOTENCY_IN_DOUBT")
     assert result.steps["w"].where == "local" and result.steps["w"].may_have_written
     assert counter.calls == 0 and held.sends == 0
 
@@ -324,7 +326,7 @@ async def test_write_pinned_to_a_version_the_peer_no_longer_serves_is_not_moved(
 ) -> None:
     pin = WritePin("w", 0, BOB, "t1:w:0", "0.9.0", 1)
     result, counter, held = await pinned_resume(tmp_path, "text.search", pin)
-    assert (result.state, result.reason) == (TaskState.FAILED, "VERSION_NOT_AVAILABLE")
+    assert (result.state, result.reason) == (PlanTaskState.FAILED, "VERSION_NOT_AVAILABLE")
     assert result.message.startswith(
         f"step 'w' failed on {BOB}: {BOB} no longer offers text.search 0.9.0 to this agent; "
     )

@@ -19,11 +19,11 @@ import pytest
 from gateway.errors import TaskLeased
 from gateway.plans import Plan
 from gateway.plans.execution.verification import comparison_digest
+from gateway.plans.store import rows
+from gateway.plans.store.postgres import PostgresPlanTaskStore
+from gateway.plans.store.sqlite import SCHEMA, FailedAttempt, SqlitePlanTaskStore
+from gateway.plans.store.store import PlanTaskStore
 from gateway.plans.task import StepResult, StepStatus
-from gateway.plans.task_store import rows
-from gateway.plans.task_store.postgres import PostgresTaskStore
-from gateway.plans.task_store.sqlite import SCHEMA, FailedAttempt, SqliteTaskStore
-from gateway.plans.task_store.store import TaskStore
 from gateway.postgres.migrations import LATEST_VERSION, MIGRATIONS
 from tests.helpers.postgres import state_pool
 
@@ -55,10 +55,10 @@ class Backend:
     sqlite_path: Path | None = None
     dsn: str = ""
 
-    def open(self) -> TaskStore:
+    def open(self) -> PlanTaskStore:
         if self.sqlite_path is not None:
-            return SqliteTaskStore(self.sqlite_path)
-        return PostgresTaskStore(state_pool(self.dsn, "task store"), ALICE)
+            return SqlitePlanTaskStore(self.sqlite_path)
+        return PostgresPlanTaskStore(state_pool(self.dsn, "task store"), ALICE)
 
     def columns(self) -> list[str]:
         """The columns of the failed attempts table, in order."""
@@ -80,7 +80,9 @@ class Backend:
                     if "failed_attempts" not in statement:
                         db.execute(statement)
                 db.execute(
-                    "INSERT INTO tasks VALUES (?, ?, 'running', 0, 'OK', '', 1, 1, 0.0, 1, 1, 0)",
+                    "INSERT INTO tasks (task_id, plan_json, state, revision, reason, message, "
+                    "steps_used, peer_calls, elapsed, created_ms, updated_ms, tool_calls) "
+                    "VALUES (?, ?, 'running', 0, 'OK', '', 1, 1, 0.0, 1, 1, 0)",
                     ("t1", PLAN.to_json()),
                 )
                 marks = ", ".join(["?"] * 20)

@@ -1,6 +1,6 @@
 """Plan task checkpoints in one SQLite file (``tasks.sqlite``), shared by an agent's workers.
 
-The statements are :class:`~gateway.plans.task_store.store.TaskStore`'s; this
+The statements are :class:`~gateway.plans.store.store.PlanTaskStore`'s; this
 module holds the file: its schema (created, or brought up from an older release,
 when it is opened), one connection and its lock, and the transaction (``BEGIN
 IMMEDIATE`` for a write: the file's write lock, which fences a write against
@@ -20,15 +20,15 @@ from typing import TypeVar
 
 from gateway.errors import AuditUnavailable
 from gateway.local.private_files import connect_private
-from gateway.plans.task_store.records import FailedAttempt, StoredTask, Usage, WritePin
-from gateway.plans.task_store.store import TaskStore, TaskTables
+from gateway.plans.store.records import FailedAttempt, StoredPlanTask, Usage, WritePin
+from gateway.plans.store.store import PlanTaskStore, PlanTaskTables
 from gateway.sql.dialect import SQLITE, SqlConnection
 
-__all__ = ["FailedAttempt", "SqliteTaskStore", "StoredTask", "Usage", "WritePin"]
+__all__ = ["FailedAttempt", "SqlitePlanTaskStore", "StoredPlanTask", "Usage", "WritePin"]
 
 _T = TypeVar("_T")
 
-TABLES = TaskTables(
+TABLES = PlanTaskTables(
     steps="steps",
     revisions="revisions",
     write_pins="write_pins",
@@ -43,7 +43,8 @@ SCHEMA = (
     "state TEXT NOT NULL, revision INTEGER NOT NULL, reason TEXT NOT NULL, "
     "message TEXT NOT NULL, steps_used INTEGER NOT NULL, peer_calls INTEGER NOT NULL, "
     "elapsed REAL NOT NULL, created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL, "
-    "tool_calls INTEGER NOT NULL DEFAULT 0)",
+    "tool_calls INTEGER NOT NULL DEFAULT 0, on_behalf_of TEXT NOT NULL DEFAULT '', "
+    "user_issuer TEXT NOT NULL DEFAULT '')",
     "CREATE TABLE IF NOT EXISTS steps (task_id TEXT NOT NULL, step_id TEXT NOT NULL, "
     "revision INTEGER NOT NULL, status TEXT NOT NULL, where_ TEXT NOT NULL, "
     "attempts INTEGER NOT NULL, duration_ms REAL NOT NULL, output_json TEXT, "
@@ -71,7 +72,11 @@ SCHEMA = (
 )
 
 ADDED_COLUMNS = {
-    "tasks": ("tool_calls INTEGER NOT NULL DEFAULT 0",),
+    "tasks": (
+        "tool_calls INTEGER NOT NULL DEFAULT 0",
+        "on_behalf_of TEXT NOT NULL DEFAULT ''",
+        "user_issuer TEXT NOT NULL DEFAULT ''",
+    ),
     "steps": (
         "confidence TEXT NOT NULL DEFAULT 'unverified'",
         "sources_json TEXT NOT NULL DEFAULT '[]'",
@@ -107,8 +112,8 @@ def add_missing_columns(db: sqlite3.Connection) -> None:
                     db.execute(BACKFILLS[name])
 
 
-class SqliteTaskStore(TaskStore):
-    """``TaskStore`` in one SQLite file; safe to share between threads.
+class SqlitePlanTaskStore(PlanTaskStore):
+    """``PlanTaskStore`` in one SQLite file; safe to share between threads.
 
     Raises:
         AuditUnavailable: the file cannot be opened or brought up to date.

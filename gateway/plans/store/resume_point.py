@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 
 from gateway.errors import Cancelled
 from gateway.plans.execution.approval import Decision
-from gateway.plans.task import StepResult, StepStatus, TaskResult, TaskState
-from gateway.plans.task_store.records import StoredTask, Usage
+from gateway.plans.store.records import StoredPlanTask, Usage
+from gateway.plans.task import PlanTaskResult, PlanTaskState, StepResult, StepStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,20 +37,20 @@ class ResumePoint:
     down_seconds: float
 
 
-def resume_point(stored: StoredTask) -> ResumePoint:
+def resume_point(stored: StoredPlanTask) -> ResumePoint:
     """Where a run of ``stored`` starts."""
     unanswered = _unanswered_failures(stored)
     results = {sid: r for sid, r in stored.steps.items() if r.status is StepStatus.COMPLETED}
     results.update(unanswered)
     down = (time.time() * 1000 - stored.updated_unix_ms) / 1000
     used = stored.usage
-    if stored.state is TaskState.WAITING_APPROVAL:
+    if stored.state is PlanTaskState.WAITING_APPROVAL:
         down = 0.0  # a person's time to decide is not the task's running time
         used = replace(used, steps=max(0, used.steps - len(_parked_steps(stored))))
     return ResumePoint(results, unanswered, used, down)
 
 
-def _unanswered_failures(stored: StoredTask) -> dict[str, StepResult]:
+def _unanswered_failures(stored: StoredPlanTask) -> dict[str, StepResult]:
     """Failed results at their step's current revision: failures an earlier run
     recorded and was cut off before answering (a revision gives the step a new
     revision; a failure that ended the task left it terminal).
@@ -69,7 +69,7 @@ def _unanswered_failures(stored: StoredTask) -> dict[str, StepResult]:
     return {result.step_id: result for result in failed}
 
 
-def _parked_steps(stored: StoredTask) -> list[str]:
+def _parked_steps(stored: StoredPlanTask) -> list[str]:
     """Steps of a task parked in ``waiting-approval`` that asked and never ran.
 
     The run that parked the task counted each of them when it started them,
@@ -79,9 +79,9 @@ def _parked_steps(stored: StoredTask) -> list[str]:
     return [step_id for step_id in stored.approvals if step_id not in stored.steps]
 
 
-def stored_result(stored: StoredTask) -> TaskResult:
+def stored_result(stored: StoredPlanTask) -> PlanTaskResult:
     """The result of a task as checkpointed (for finished tasks and listings)."""
-    return TaskResult(
+    return PlanTaskResult(
         task_id=stored.task_id,
         state=stored.state,
         revision=stored.revision,

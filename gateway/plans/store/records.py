@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from gateway.plans.document.model import Plan
 from gateway.plans.execution.approval import ApprovalRequest
-from gateway.plans.task import RevisionRecord, StepResult, TaskState
-from gateway.plans.task_store.lease import Lease
+from gateway.plans.store.lease import Lease
+from gateway.plans.task import PlanTaskState, RevisionRecord, StepResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +66,12 @@ class FailedAttempt:
 
 
 @dataclass(frozen=True, slots=True)
-class StoredTask:
+class StoredPlanTask:
     """Everything checkpointed about one task."""
 
     task_id: str
     plan: Plan
-    state: TaskState
+    state: PlanTaskState
     revision: int
     reason: str
     message: str
@@ -86,3 +86,7 @@ class StoredTask:
     """The latest approval request of each step (pending or decided)."""
     failed_attempts: frozenset[FailedAttempt] = frozenset()
     """Every failed attempt of the task, so a resumed run still recognizes a repeat."""
+    on_behalf_of: str = ""
+    """The subject of the user the task acts for ("" for none); never a token."""
+    user_issuer: str = ""
+    """The issuer that vouched for that user ("" for none)."""

@@ -1,6 +1,6 @@
 """Plan task checkpoints in PostgreSQL: the tasks of one agent id, shared by its replicas.
 
-The statements are :class:`~gateway.plans.task_store.store.TaskStore`'s, on
+The statements are :class:`~gateway.plans.store.store.PlanTaskStore`'s, on
 the ``tasks`` and ``task_*`` tables (created by :mod:`gateway.postgres.migrations`)
 keyed by (agent id, task id); each operation is one transaction of the pool,
 and the lease (and, for a new lease, the task row) is locked ``FOR UPDATE``.
@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from gateway.plans.task_store.store import TaskStore, TaskTables
+from gateway.plans.store.store import PlanTaskStore, PlanTaskTables
 from gateway.postgres.pool import StatePool
 from gateway.sql.dialect import POSTGRES, SqlConnection
 
 _T = TypeVar("_T")
 
-TABLES = TaskTables(
+TABLES = PlanTaskTables(
     steps="task_steps",
     revisions="task_revisions",
     write_pins="task_write_pins",
@@ -28,8 +28,8 @@ TABLES = TaskTables(
 """The tables of the shared database (every agent's tasks)."""
 
 
-class PostgresTaskStore(TaskStore):
-    """``TaskStore`` in the shared ``tasks``/``task_*`` tables, one agent id's rows."""
+class PostgresPlanTaskStore(PlanTaskStore):
+    """``PlanTaskStore`` in the shared ``tasks``/``task_*`` tables, one agent id's rows."""
 
     def __init__(self, pool: StatePool, agent_id: str) -> None:
         """``agent_id``'s tasks, reached through ``pool`` (the factory's, "task store")."""

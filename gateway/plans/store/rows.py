@@ -10,12 +10,12 @@ from typing import Any
 from gateway.plans.document.model import parse_plan
 from gateway.plans.execution.approval import ApprovalRequest, Decision
 from gateway.plans.execution.verification import Confidence
-from gateway.plans.task import Evidence, RevisionRecord, StepResult, StepStatus, TaskState
-from gateway.plans.task_store.records import FailedAttempt, StoredTask, Usage, WritePin
+from gateway.plans.store.records import FailedAttempt, StoredPlanTask, Usage, WritePin
+from gateway.plans.task import Evidence, PlanTaskState, RevisionRecord, StepResult, StepStatus
 
 TASK_COLUMNS = (
     "task_id, plan_json, state, revision, reason, message, steps_used, peer_calls, "
-    "elapsed, created_ms, updated_ms, tool_calls"
+    "elapsed, created_ms, updated_ms, tool_calls, on_behalf_of, user_issuer"
 )
 """The ``tasks`` columns :func:`stored_task` reads, in order."""
 STEP_COLUMNS = (
@@ -78,7 +78,7 @@ def _evidence_of(entry: dict[str, Any]) -> Evidence:
 
 def stored_task(
     row: tuple[Any, ...], steps: list[tuple[Any, ...]], revisions: list[tuple[Any, ...]]
-) -> StoredTask:
+) -> StoredPlanTask:
     (
         task_id,
         plan_json,
@@ -92,11 +92,13 @@ def stored_task(
         created,
         updated,
         tool_calls,
+        on_behalf_of,
+        user_issuer,
     ) = row
-    return StoredTask(
+    return StoredPlanTask(
         task_id=task_id,
         plan=parse_plan(plan_json, f"task {task_id}"),
-        state=TaskState(state),
+        state=PlanTaskState(state),
         revision=int(revision),
         reason=reason,
         message=message,
@@ -105,6 +107,8 @@ def stored_task(
         usage=Usage(int(steps_used), int(peer_calls), float(elapsed), int(tool_calls)),
         created_unix_ms=int(created),
         updated_unix_ms=int(updated),
+        on_behalf_of=on_behalf_of,
+        user_issuer=user_issuer,
     )
 
 

@@ -3,7 +3,7 @@ fenced by the run's lease.
 
 ("Progress", not "checkpoint": signed checkpoints are the audit chain's,
 ``gateway.audit.checkpoint``.) A run (a fresh start or a resume) holds the
-task's lease (``gateway.plans.task_store.lease``) under its owner id. Every write below
+task's lease (``gateway.plans.store.lease``) under its owner id. Every write below
 names that owner, so a run that lost
 its lease to another process cannot record anything, and ``pin_write`` (which
 must succeed before a write is sent) cannot let it send a write either.
@@ -24,10 +24,10 @@ from gateway.errors import TaskLeased
 from gateway.plans.document.model import Plan
 from gateway.plans.execution.approval import ApprovalRequest
 from gateway.plans.execution.budget import BudgetMeter
-from gateway.plans.task import RevisionRecord, StepResult, TaskState
-from gateway.plans.task_store.lease import RENEW_FRACTION
-from gateway.plans.task_store.records import FailedAttempt, WritePin
-from gateway.plans.task_store.store import TaskStore
+from gateway.plans.store.lease import RENEW_FRACTION
+from gateway.plans.store.records import FailedAttempt, WritePin
+from gateway.plans.store.store import PlanTaskStore
+from gateway.plans.task import PlanTaskState, RevisionRecord, StepResult
 
 _log = logging.getLogger(__name__)
 
@@ -36,7 +36,12 @@ class StoredProgress:
     """The stored progress of one run of one task, every write fenced by its lease."""
 
     def __init__(
-        self, store: TaskStore, task_id: str, owner: str, meter: BudgetMeter, lease_seconds: float
+        self,
+        store: PlanTaskStore,
+        task_id: str,
+        owner: str,
+        meter: BudgetMeter,
+        lease_seconds: float,
     ) -> None:
         self._store = store
         self.task_id = task_id
@@ -50,7 +55,7 @@ class StoredProgress:
             self.task_id, self._meter.usage(), _now_ms(), owner=self.owner
         )
 
-    async def state(self, state: TaskState, reason: str = "OK", message: str = "") -> None:
+    async def state(self, state: PlanTaskState, reason: str = "OK", message: str = "") -> None:
         """Store a state change (and the usage)."""
         await self._store.set_state(
             self.task_id, state, self._meter.usage(), _now_ms(), reason, message, owner=self.owner

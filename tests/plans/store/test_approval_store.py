@@ -11,25 +11,25 @@ from capabilities.contract import Risk
 from gateway.errors import TaskLeased, TaskNotFound
 from gateway.plans.document.model import Plan
 from gateway.plans.execution.approval import Decision, needs_approval, request_for, threshold
-from gateway.plans.task import TaskState
-from gateway.plans.task_store.postgres import PostgresTaskStore
-from gateway.plans.task_store.records import Usage
-from gateway.plans.task_store.sqlite import SqliteTaskStore
-from gateway.plans.task_store.store import TaskStore
+from gateway.plans.store.postgres import PostgresPlanTaskStore
+from gateway.plans.store.records import Usage
+from gateway.plans.store.sqlite import SqlitePlanTaskStore
+from gateway.plans.store.store import PlanTaskStore
+from gateway.plans.task import PlanTaskState
 from tests.helpers.postgres import state_pool
 
 PLAN = Plan.model_validate({"goal": "g", "steps": [{"id": "s", "capability": "a.b"}]})
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> TaskStore:
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> PlanTaskStore:
     if request.param == "sqlite":
-        return SqliteTaskStore(tmp_path / "tasks.sqlite")
+        return SqlitePlanTaskStore(tmp_path / "tasks.sqlite")
     dsn = request.getfixturevalue("pg_dsn")
-    return PostgresTaskStore(state_pool(dsn, "task store"), "spiffe://example.org/agent/alice")
+    return PostgresPlanTaskStore(state_pool(dsn, "task store"), "spiffe://example.org/agent/alice")
 
 
-async def test_request_then_decide_once(store: TaskStore) -> None:
+async def test_request_then_decide_once(store: PlanTaskStore) -> None:
     await store.create("t1", PLAN, 1000)
     await store.take_lease("t1", "me", 1000, 30)
     request = request_for("s", "a.b", "spiffe://x/agent/bob", "1.0.0", Risk.WRITE, {"k": "vv"})
@@ -50,9 +50,9 @@ async def test_request_then_decide_once(store: TaskStore) -> None:
     store.close()
 
 
-async def test_tool_calls_survive_a_checkpoint(store: TaskStore) -> None:
+async def test_tool_calls_survive_a_checkpoint(store: PlanTaskStore) -> None:
     await store.create("t1", PLAN, 1000)
-    await store.set_state("t1", TaskState.RUNNING, Usage(2, 1, 0.5, 3), 1500, "OK", "")
+    await store.set_state("t1", PlanTaskState.RUNNING, Usage(2, 1, 0.5, 3), 1500, "OK", "")
     assert (await store.load("t1")).usage == Usage(2, 1, 0.5, 3)
     store.close()
 
@@ -84,9 +84,9 @@ async def test_a_store_made_before_verification_is_upgraded(tmp_path: Path) -> N
     )
     db.commit()
     db.close()
-    store = SqliteTaskStore(path)
+    store = SqlitePlanTaskStore(path)
     old = await store.load("old")
-    assert (old.state, old.usage.peer_calls, old.usage.tool_calls) == (TaskState.FAILED, 2, 0)
+    assert (old.state, old.usage.peer_calls, old.usage.tool_calls) == (PlanTaskState.FAILED, 2, 0)
     await store.create("new", PLAN, 5)
     assert (await store.load("new")).usage.tool_calls == 0
     store.close()

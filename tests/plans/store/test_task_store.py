@@ -10,18 +10,18 @@ import pytest
 
 from gateway.plans import Plan, TaskNotFound
 from gateway.plans.execution.verification import Confidence
+from gateway.plans.store.postgres import PostgresPlanTaskStore
+from gateway.plans.store.sqlite import SqlitePlanTaskStore, Usage
+from gateway.plans.store.store import PlanTaskStore
 from gateway.plans.task import (
     Evidence,
     InvalidTransition,
+    PlanTaskState,
     RevisionRecord,
     StepResult,
     StepStatus,
-    TaskState,
     transition,
 )
-from gateway.plans.task_store.postgres import PostgresTaskStore
-from gateway.plans.task_store.sqlite import SqliteTaskStore, Usage
-from gateway.plans.task_store.store import TaskStore
 from tests.helpers.postgres import state_pool
 
 PLAN = Plan.model_validate(
@@ -40,47 +40,54 @@ def result(status: StepStatus, revision: int, where: str = "local") -> StepResul
 @pytest.mark.parametrize(
     ("current", "new"),
     [
-        (TaskState.CREATED, TaskState.RUNNING),
-        (TaskState.COMPLETED, TaskState.RUNNING),
-        (TaskState.CANCELLED, TaskState.FAILED),
-        (TaskState.PLANNING, TaskState.WAITING_PEER),
+        (PlanTaskState.CREATED, PlanTaskState.RUNNING),
+        (PlanTaskState.COMPLETED, PlanTaskState.RUNNING),
+        (PlanTaskState.CANCELLED, PlanTaskState.FAILED),
+        (PlanTaskState.PLANNING, PlanTaskState.WAITING_PEER),
     ],
 )
-def test_forbidden_transitions(current: TaskState, new: TaskState) -> None:
+def test_forbidden_transitions(current: PlanTaskState, new: PlanTaskState) -> None:
     with pytest.raises(InvalidTransition):
         transition(current, new)
 
 
+def test_task_result_still_imports_as_the_deprecated_name_of_plan_task_result() -> None:
+    from gateway.plans import task
+
+    with pytest.warns(DeprecationWarning, match=r"TaskResult is now PlanTaskResult"):
+        assert task.TaskResult is task.PlanTaskResult
+
+
 def test_the_happy_path_is_allowed() -> None:
-    state = TaskState.CREATED
+    state = PlanTaskState.CREATED
     for new in (
-        TaskState.PLANNING,
-        TaskState.RUNNING,
-        TaskState.WAITING_PEER,
-        TaskState.RUNNING,
-        TaskState.PLANNING,
-        TaskState.RUNNING,
-        TaskState.COMPLETED,
+        PlanTaskState.PLANNING,
+        PlanTaskState.RUNNING,
+        PlanTaskState.WAITING_PEER,
+        PlanTaskState.RUNNING,
+        PlanTaskState.PLANNING,
+        PlanTaskState.RUNNING,
+        PlanTaskState.COMPLETED,
     ):
         state = transition(state, new)
     assert state.terminal
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], TaskStore]:
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], PlanTaskStore]:
     """Opens the same task store again each call: a SQLite file, then a PostgreSQL database."""
     if request.param == "sqlite":
-        return lambda: SqliteTaskStore(tmp_path / "tasks.sqlite")
+        return lambda: SqlitePlanTaskStore(tmp_path / "tasks.sqlite")
     dsn = request.getfixturevalue("pg_dsn")
-    return lambda: PostgresTaskStore(
+    return lambda: PostgresPlanTaskStore(
         state_pool(dsn, "task store"), "spiffe://example.org/agent/alice"
     )
 
 
-async def test_checkpoint_round_trip(open_store: Callable[[], TaskStore]) -> None:
+async def test_checkpoint_round_trip(open_store: Callable[[], PlanTaskStore]) -> None:
     store = open_store()
     await store.create("t1", PLAN, 1)
-    await store.set_state("t1", TaskState.RUNNING, Usage(1, 2, 0.5), 2, "OK", "")
+    await store.set_state("t1", PlanTaskState.RUNNING, Usage(1, 2, 0.5), 2, "OK", "")
     assert await store.record_step("t1", result(StepStatus.COMPLETED, 0))
     revised = PLAN.replace_step(PLAN.step("a").model_copy(update={"avoid": ("x",)}))
     await store.revise("t1", revised, RevisionRecord(1, "why", 3))
@@ -88,14 +95,18 @@ async def test_checkpoint_round_trip(open_store: Callable[[], TaskStore]) -> Non
     again = open_store()
     loaded = await again.load("t1")
     again.close()
-    assert (loaded.state, loaded.revision, loaded.usage) == (TaskState.RUNNING, 1, Usage(1, 2, 0.5))
+    assert (loaded.state, loaded.revision, loaded.usage) == (
+        PlanTaskState.RUNNING,
+        1,
+        Usage(1, 2, 0.5),
+    )
     assert loaded.plan == revised
     assert loaded.steps["a"] == result(StepStatus.COMPLETED, 0)
     assert loaded.revisions == (RevisionRecord(1, "why", 3),)
 
 
 async def test_late_result_of_an_older_revision_never_overwrites(
-    open_store: Callable[[], TaskStore],
+    open_store: Callable[[], PlanTaskStore],
 ) -> None:
     store = open_store()
     await store.create("t1", PLAN, 1)
@@ -110,7 +121,7 @@ async def test_late_result_of_an_older_revision_never_overwrites(
 
 
 async def test_a_verified_step_keeps_its_sources_and_candidates(
-    open_store: Callable[[], TaskStore],
+    open_store: Callable[[], PlanTaskStore],
 ) -> None:
     store = open_store()
     await store.create("t1", PLAN, 1)
