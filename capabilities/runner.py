@@ -196,7 +196,10 @@ def _validated_output(cap: Capability, output: Any) -> dict[str, Any]:
 
 def _validated(cap: Capability, output: Any) -> dict[str, Any]:
     model = cap.contract.output_model
-    raw = output.model_dump(mode="json") if isinstance(output, BaseModel) else output
+    # warnings=False: pydantic's warning about a wrongly typed field quotes its value.
+    raw = (
+        output.model_dump(mode="json", warnings=False) if isinstance(output, BaseModel) else output
+    )
     try:
         # Re-validate even model instances: model_construct() and mutation skip checks.
         validated = _strictly_validated(model, raw) if isinstance(raw, dict) else None
