@@ -142,8 +142,8 @@ def _grpc_channel(
     relay: str | None,
     interceptors: Sequence[aio.ClientInterceptor],
 ) -> aio.Channel:
-    # One credentials object for both channels of a link: gRPC core then shares
-    # their connection (its subchannel key compares the credentials by identity).
+    # One credentials object for both channels of a link, so that gRPC core's
+    # shared subchannel pool can serve both on one connection.
     assert entry.address is not None
     if entry.id is None:  # loopback only (checked when the config was loaded)
         limits = [

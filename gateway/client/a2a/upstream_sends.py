@@ -5,8 +5,8 @@ with no interceptors: a ``grpc.aio`` channel with interceptors runs each
 unary call in an extra task, and the SDK client wraps it in its own layers
 (its interceptors, a span, a copy into a ``StreamResponse``). The channel is
 made by the same function as the SDK client's, with the same credentials and
-options, so it pins the same identity, has the same message ceiling, and
-(one connection pool in gRPC core) shares the connection.
+options, so it pins the same identity and has the same message ceiling;
+gRPC core's shared subchannel pool can then serve both on one connection.
 
 The answer is checked as ``upstream_answers.AnswerCheck`` checks the SDK's:
 bytes that are no ``SendMessageResponse``, one holding neither a task nor a
