@@ -97,9 +97,7 @@ class AnswerCheck(aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
         try:
             answer = await call
         except aio.AioRpcError as err:
-            if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE in (
-                err.details() or ""
-            ):
+            if too_large(err):
                 raise UnreadableAnswer("the upstream's answer exceeds the size limit") from err
             raise
         method = client_call_details.method
@@ -108,8 +106,22 @@ class AnswerCheck(aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
             if answer is None:
                 raise UnreadableAnswer(f"the upstream's answer is not a {name} response")
             return answer
-        if not isinstance(answer, SendMessageResponse) or answer.WhichOneof("payload") not in (
-            _PAYLOADS
-        ):
-            raise UnreadableAnswer("the upstream's answer is not a SendMessage response")
-        return answer
+        return checked_send_answer(answer)
+
+
+def too_large(err: aio.AioRpcError) -> bool:
+    """True if gRPC refused an answer over the channel's receive limit."""
+    return err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE in (err.details() or "")
+
+
+def checked_send_answer(answer: object) -> SendMessageResponse:
+    """``answer`` if it is a ``SendMessage`` response holding a task or a message.
+
+    Raises:
+        UnreadableAnswer: it is not (None: the bytes did not parse).
+    """
+    if not isinstance(answer, SendMessageResponse) or answer.WhichOneof("payload") not in (
+        _PAYLOADS
+    ):
+        raise UnreadableAnswer("the upstream's answer is not a SendMessage response")
+    return answer

@@ -159,7 +159,8 @@ class UpstreamClient:
         """
         # Before any await: the runner's timeout for this call ends about now + timeout.
         talk = conversation if conversation is not None else self.conversation(timeout)
-        link = await self._connected_link(timeout)
+        streams = events is not None and self.entry.streaming
+        link = await self._connected_link(timeout, streams=streams)
         request = self._request(talk, skill, parts, message_id)
         context = ClientCallContext(timeout=timeout + SDK_DEADLINE_MARGIN_SECONDS)
         progress = None if events is None else events.progress
@@ -174,6 +175,11 @@ class UpstreamClient:
                     talk.abandon,
                     seen=talk.seen,
                     text_chunks=text_chunks,
+                )
+            elif link.sends is not None:  # gRPC: the one call without the SDK client
+                first = await link.sends.send(request, timeout + SDK_DEADLINE_MARGIN_SECONDS)
+                event = await followed(
+                    link.client, first, progress, timeout, talk.abandon, talk.task_id
                 )
             else:
                 async for first in link.client.send_message(request, context=context):
@@ -256,8 +262,9 @@ class UpstreamClient:
             detail=cause,
         )
 
-    async def _connected_link(self, timeout: float) -> UpstreamLink:
-        """The link, its gRPC channel READY (a JSON-RPC link connects per request).
+    async def _connected_link(self, timeout: float, *, streams: bool = False) -> UpstreamLink:
+        """The link, the gRPC channel the call goes on READY (a JSON-RPC link connects
+        per request): the SDK client's for a stream, else the one of ``link.sends``.
 
         A channel that cannot connect to an upstream whose certificate holds its
         SPIFFE ID without the derived DNS name is replaced, once, by one
@@ -271,12 +278,13 @@ class UpstreamClient:
         if self._link is None:
             self._link = open_link(self.entry, self._tls, self._files, self._relay_target())
         link = self._link
-        if link.channel is None or await channel_connected(link.channel):
+        channel = link.channel if streams or link.sends is None else link.sends.channel
+        if channel is None or await channel_connected(channel):
             return link
         identity = await self._identity(timeout - (loop.time() - started))
         if identity is ServerIdentity.EXPECTED_URI_ONLY and not relayed:
             await self._use_relay()
-            return await self._connected_link(timeout - (loop.time() - started))
+            return await self._connected_link(timeout - (loop.time() - started), streams=streams)
         raise self._unreachable(identity_cause(identity))  # nothing was sent
 
     async def _identity(self, timeout: float) -> ServerIdentity:

@@ -14,6 +14,8 @@ so the same proof happens in the handshake; SNI names the derived DNS name.
 
 Both bindings check every answer before the SDK reads it (``upstream_answers``,
 ``upstream_http``; over JSON-RPC each event of an SSE stream too, ``upstream_sse``).
+A gRPC link sends a blocking ``SendMessage`` without the SDK client, on a plain
+channel made alike (``upstream_sends``), which checks its answer the same way.
 A gRPC channel also records its server streams, so that each is cancelled as
 soon as the gateway stops reading it (``upstream_streams``).
 Plaintext (no ``id``) is only ever configured for loopback IPs (the config
@@ -25,8 +27,10 @@ URL is the only place requests go, whatever an upstream's card might claim
 from __future__ import annotations
 
 import ssl
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import grpc
 import httpx
 from a2a.client import Client, ClientConfig, ClientFactory, minimal_agent_card
 from a2a.utils.constants import TransportProtocol
@@ -34,6 +38,7 @@ from grpc import aio
 
 from gateway.client.a2a.upstream_answers import AnswerCheck
 from gateway.client.a2a.upstream_http import BoundedTransport
+from gateway.client.a2a.upstream_sends import GrpcSends
 from gateway.client.a2a.upstream_streams import StreamCalls
 from gateway.client.pinned_tls import pinned_context
 from gateway.config import TlsSettings, UpstreamEntry
@@ -57,7 +62,10 @@ class UpstreamLink:
         client: The SDK client (non-streaming, one binding).
         http: The httpx client of a JSON-RPC link (the SDK does not close a
             client it was given); None for gRPC, whose channel the SDK closes.
-        channel: The gRPC channel (calls wait for it to be READY); None for JSON-RPC.
+        channel: The SDK client's gRPC channel (calls wait for it to be READY); None
+            for JSON-RPC.
+        sends: A gRPC link's blocking ``SendMessage``, on a plain channel of its own
+            (a call waits for that one to be READY); None for JSON-RPC.
     """
 
     client: Client
@@ -65,12 +73,15 @@ class UpstreamLink:
     channel: aio.Channel | None = None
     streaming: Client | None = None
     """A streaming SDK client on the same channel (``[[upstreams]] streaming = true``)."""
+    sends: GrpcSends | None = None
 
     async def aclose(self) -> None:
-        """Close the SDK client and its channel or HTTP connections."""
+        """Close the SDK client and its channels or HTTP connections."""
         await self.client.close()
         if self.streaming is not None:
             await self.streaming.close()  # the same channel: closing again is harmless
+        if self.sends is not None:
+            await self.sends.channel.close()
         if self.http is not None:
             await self.http.aclose()
 
@@ -85,14 +96,17 @@ def open_link(
     """
     if entry.binding == "grpc":
         assert entry.address is not None
-        channel = _grpc_channel(entry, tls, relay)
+        plain = entry.id is None or relay is not None
+        credentials = None if plain else tls.channel_credentials(entry.id)
+        channel = _grpc_channel(entry, credentials, relay, _interceptors())
+        sends = GrpcSends(_grpc_channel(entry, credentials, relay, []))
         config = ClientConfig(
             streaming=False,
             supported_protocol_bindings=[TransportProtocol.GRPC],
             grpc_channel_factory=lambda _url: channel,  # never the card's URL
         )
         card = minimal_agent_card(entry.address, [TransportProtocol.GRPC])
-        link = UpstreamLink(ClientFactory(config).create(card), channel=channel)
+        link = UpstreamLink(ClientFactory(config).create(card), channel=channel, sends=sends)
         if entry.streaming:
             streaming_card = minimal_agent_card(entry.address, [TransportProtocol.GRPC])
             streaming_card.capabilities.streaming = True  # as configured; never fetched
@@ -122,22 +136,27 @@ def open_link(
     return link
 
 
-def _grpc_channel(entry: UpstreamEntry, tls: TlsMaterial, relay: str | None) -> aio.Channel:
+def _grpc_channel(
+    entry: UpstreamEntry,
+    credentials: grpc.ChannelCredentials | None,
+    relay: str | None,
+    interceptors: Sequence[aio.ClientInterceptor],
+) -> aio.Channel:
+    # One credentials object for both channels of a link, so that gRPC core's
+    # shared subchannel pool can serve both on one connection.
     assert entry.address is not None
     if entry.id is None:  # loopback only (checked when the config was loaded)
         limits = [
             ("grpc.max_receive_message_length", MESSAGE_CEILING),
             ("grpc.max_send_message_length", MESSAGE_CEILING),
         ]
-        return aio.insecure_channel(entry.address, options=limits, interceptors=_interceptors())
+        return aio.insecure_channel(entry.address, options=limits, interceptors=interceptors)
     if relay is not None:  # the relay pins the upstream's URI SAN
         options = relay_channel_options(entry.id)
-        return aio.insecure_channel(relay, options=options, interceptors=_interceptors())
+        return aio.insecure_channel(relay, options=options, interceptors=interceptors)
+    assert credentials is not None
     return aio.secure_channel(
-        entry.address,
-        tls.channel_credentials(entry.id),
-        options=channel_options(entry.id),
-        interceptors=_interceptors(),
+        entry.address, credentials, options=channel_options(entry.id), interceptors=interceptors
     )
 
 

@@ -49,6 +49,22 @@ async def test_a_task_is_its_owners_only_and_survives_reopening(
         again.close()
 
 
+async def test_a_flush_writes_the_gathered_tasks_at_once(
+    open_store: Callable[[], A2ATaskStore],
+) -> None:
+    store = open_store()
+    store.put(task(1))
+    store.put(task(2))  # both wait for others to share their write
+    await store.flush()  # ends the wait: committed when it returns, not GATHER_SECONDS later
+    other = open_store()  # another connection: only what was committed
+    try:
+        assert await other.get(BOB, "task-1") == task(1)
+        assert await other.get(BOB, "task-2") == task(2)
+    finally:
+        other.close()
+        store.close()
+
+
 async def test_list_pages_newest_first_and_filters(
     open_store: Callable[[], A2ATaskStore],
 ) -> None:

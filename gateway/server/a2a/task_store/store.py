@@ -56,6 +56,8 @@ MAX_PAGE_SIZE = 100
 DEFAULT_PAGE_SIZE = 50
 _MAX_TOKEN_CHARS = 256
 _BAD_TOKEN = "page_token is not a token this agent handed out to this caller"
+GATHER_SECONDS = 0.01
+"""How long a finished task waits for others to share its write (reads write it at once)."""
 CHUNKS_PER_STATEMENT = 200
 """Chunk rows written or read by one statement (well under SQLite's parameter limit)."""
 
@@ -201,6 +203,7 @@ class A2ATaskStore(TaskInputs, ABC):
         """Inserts one finished task (:meth:`put`'s batches), scope values first."""
         self._pending: list[A2ATask] = []
         self._writer: asyncio.Task[None] | None = None
+        self._gathering: asyncio.TimerHandle | None = None
 
     @abstractmethod
     async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
@@ -213,15 +216,27 @@ class A2ATaskStore(TaskInputs, ABC):
     def put(self, task: A2ATask) -> None:
         """Queue a finished task; a background writer commits queued tasks in batches.
 
-        Reads (``get``, ``list``) wait for the queue first, so a caller sees its
-        task as soon as SendMessage has answered.
+        A task queued while no batch is being written waits ``GATHER_SECONDS``
+        for others to join its batch: one at a time, each call paid a thread
+        hand-off and a commit of its own. Reads (``get``, ``list``) flush the
+        queue first, so a caller sees its task as soon as SendMessage has answered.
         """
         self._pending.append(task)
-        if self._writer is None or self._writer.done():
+        if self._gathering is None and (self._writer is None or self._writer.done()):
+            loop = asyncio.get_running_loop()
+            self._gathering = loop.call_later(GATHER_SECONDS, self._write_now)
+
+    def _write_now(self) -> None:
+        """Start writing the queued tasks, unless a writer already is."""
+        if self._gathering is not None:
+            self._gathering.cancel()
+            self._gathering = None
+        if self._pending and (self._writer is None or self._writer.done()):
             self._writer = asyncio.create_task(self._drain())
 
     async def flush(self) -> None:
         """Wait until every queued task is committed (or its batch failed and was logged)."""
+        self._write_now()
         while self._writer is not None and not self._writer.done():
             await asyncio.shield(self._writer)
 
