@@ -55,7 +55,13 @@ from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler, GrpcHandler
 from a2a.server.tasks import InMemoryTaskStore
 from a2a.types import a2a_pb2, a2a_pb2_grpc
-from bench_a2a_http import JsonRpcTarget, SdkJsonRpcServer, jsonrpc_client, jsonrpc_params
+from bench_a2a_http import (
+    FloorJsonRpcServer,
+    JsonRpcTarget,
+    SdkJsonRpcServer,
+    jsonrpc_client,
+    jsonrpc_params,
+)
 from bench_invoke import Workspace, echo_payload, make_workspace, percentile
 from google.protobuf import json_format
 from grpc import aio
@@ -130,10 +136,12 @@ async def _serve(config: AgentConfig, conn: Connection) -> None:
     await agent.start(watch_policy=False)
     sdk, sdk_port = await start_sdk_server(agent.tls, config.id)
     ports = {"sdk_port": sdk_port, "gateway_port": agent.port, "pid": os.getpid()}
-    sdk_http = None
+    sdk_http = floor_http = None
     if config.a2a.http_listen is not None:
         sdk_http = SdkJsonRpcServer(sdk_handler(config.id), config)
         ports["sdk_http_port"] = await sdk_http.start()
+        floor_http = FloorJsonRpcServer(config)
+        ports["floor_http_port"] = await floor_http.start()
         ports["gateway_http_port"] = int(agent.https_url.rsplit(":", 1)[1])
     conn.send(ports)
     loop = asyncio.get_running_loop()
@@ -143,8 +151,9 @@ async def _serve(config: AgentConfig, conn: Connection) -> None:
                 await agent.audit.flush()
                 conn.send("flushed")
     finally:
-        if sdk_http is not None:
-            await sdk_http.stop()
+        for http_server in (sdk_http, floor_http):
+            if http_server is not None:
+                await http_server.stop()
         await sdk.stop(1.0)
         await agent.stop(1.0)
 
@@ -298,6 +307,7 @@ class Settings:
     sizes: tuple[int, ...]
     as_json: bool
     bindings: tuple[str, ...] = BINDINGS
+    floor: bool = False
 
 
 def max_calls_for(settings: Settings, size: int) -> int:
@@ -341,6 +351,9 @@ async def client_run(
             Target("gateway", channel(ports["gateway_port"])),
         ]
     if "jsonrpc" in settings.bindings:
+        names = [("sdk", "sdk_http_port"), ("gateway", "gateway_http_port")]
+        if settings.floor:
+            names.append(("floor", "floor_http_port"))
         targets += [
             JsonRpcTarget(
                 name,
@@ -348,7 +361,7 @@ async def client_run(
                 jsonrpc_client(ws.caller_tls),
                 ws.config.id,
             )
-            for name, port in (("sdk", "sdk_http_port"), ("gateway", "gateway_http_port"))
+            for name, port in names
         ]
     try:
         phases = await measure(targets, settings)
@@ -390,10 +403,12 @@ def summarize(phases: list[Phase]) -> dict[str, dict[str, dict[str, float]]]:
     """Median of rounds per (size, mode, binding) and target."""
     summary: dict[str, dict[str, dict[str, float]]] = {}
     for key in dict.fromkeys((p.size, p.mode, p.binding) for p in phases):
-        for target in ("sdk", "gateway"):
+        for target in ("sdk", "gateway", "floor"):
             rounds = [
                 p for p in phases if (p.size, p.mode, p.binding) == key and p.target == target
             ]
+            if not rounds:
+                continue
             summary.setdefault(f"{key[0]} {key[1]} {key[2]}", {})[target] = {
                 "calls_per_s": statistics.median(p.calls_per_s for p in rounds),
                 "p50_ms": statistics.median(p.p50_ms for p in rounds),
@@ -418,6 +433,11 @@ def build_report(
         else float("nan")
         for key, rows in summary.items()
     }
+    floor_ratios = {
+        key: rows["floor"]["calls_per_s"] / rows["sdk"]["calls_per_s"]
+        for key, rows in summary.items()
+        if "floor" in rows and rows["sdk"]["calls_per_s"]
+    }
     return {
         "settings": {
             "calls": settings.calls,
@@ -432,6 +452,7 @@ def build_report(
         },
         "summary": summary,
         "ratios": ratios,
+        "floor_ratios": floor_ratios,
         "target_ratios": TARGET_RATIOS,
         "small_target_ratios": SMALL_TARGET_RATIOS,
         "verdicts": {
@@ -463,13 +484,16 @@ def format_text(report: dict[str, Any]) -> str:
         f"servers in pid {s['server_pid']}",
         "",
         f"{'payload':>7} {'mode':<11} {'binding':<8} {'target':<8} {'calls/s':>8} {'p50 ms':>8} "
-        f"{'p99 ms':>8} {'calls':>6}  {'gateway/sdk':>11}",
+        f"{'p99 ms':>8} {'calls':>6}  {'x/sdk':>11}",
     ]
     for key, rows in report["summary"].items():
         size, mode, binding = key.split()
-        for target in ("sdk", "gateway"):
+        for target in (name for name in ("sdk", "gateway", "floor") if name in rows):
             row = rows[target]
-            ratio = f"{report['ratios'][key]:>11.2f}" if target == "gateway" else ""
+            ratio = {
+                "gateway": f"{report['ratios'][key]:>11.2f}",
+                "floor": f"{report['floor_ratios'].get(key, float('nan')):>11.2f}",
+            }.get(target, "")
             lines.append(
                 f"{_size(int(size)):>7} {mode:<11} {binding:<8} {target:<8} "
                 f"{row['calls_per_s']:>8.1f} "
@@ -479,7 +503,8 @@ def format_text(report: dict[str, Any]) -> str:
     lines += [
         "",
         "medians of rounds; sdk = a2a-sdk DefaultRequestHandler echo agent behind its "
-        "GrpcHandler (mTLS) / its JSON-RPC routes under uvicorn (TLS, client cert required)",
+        "GrpcHandler (mTLS) / its JSON-RPC routes under uvicorn (TLS, client cert required); "
+        "floor = a null echo route on the same uvicorn, TLS and Starlette (--floor)",
         "",
         "RESULT",
     ]
@@ -495,6 +520,12 @@ def format_text(report: dict[str, Any]) -> str:
             lines.append(
                 f"  {binding}: gateway/sdk calls/s at 256 B, sequential: {small:.2f} "
                 f"(target >= {wanted:.1f})"
+            )
+        floor = report["floor_ratios"].get(f"{SMALL_KEY} {binding}")
+        if floor is not None:
+            lines.append(
+                f"  {binding}: floor/sdk calls/s at 256 B, sequential: {floor:.2f} "
+                "(the most any server on this stack reaches through this client)"
             )
     lines += [
         f"  audit records {a['records']} (allow OK {a['allow_ok']}) for gateway calls "
@@ -524,6 +555,11 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     parser.add_argument(
         "--bindings", default=",".join(BINDINGS), help="grpc and/or jsonrpc, comma-separated"
     )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also measure a null JSON-RPC echo route on the same stack (the stack's ceiling)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     try:
@@ -537,7 +573,9 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     bindings = tuple(b for b in args.bindings.split(",") if b)
     if not bindings or not set(bindings) <= set(BINDINGS):
         parser.error("--bindings: grpc and/or jsonrpc")
-    return Settings(args.calls, args.seconds_max, args.rounds, sizes, args.json, bindings)
+    return Settings(
+        args.calls, args.seconds_max, args.rounds, sizes, args.json, bindings, args.floor
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,12 +8,18 @@ serves ``[a2a] http_listen`` (the same routes, then our handler: identity,
 policy, replay, validation, audit). Both are called with one httpx client
 each (HTTP/1.1 keep-alive, up to 32 connections), with the server's SVID DNS
 name as the TLS server name.
+
+``FloorJsonRpcServer`` is the floor of this stack: the same uvicorn, TLS and
+Starlette, and a route that parses the body and echoes the data part back in a
+completed task, with no A2A types, checks, store or audit. What it reaches
+through this client is the most any server built on this stack can reach here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 import ssl
 import time
@@ -26,6 +32,9 @@ import uvicorn
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_jsonrpc_routes
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from gateway.config import AgentConfig
 from gateway.server.a2a_http import JSONRPC_PATH
@@ -40,7 +49,9 @@ class SdkJsonRpcServer:
     """The a2a-sdk's JSON-RPC routes for ``handler``, under uvicorn with TLS, on 127.0.0.1:0."""
 
     def __init__(self, handler: DefaultRequestHandler, config: AgentConfig) -> None:
-        app = Starlette(routes=create_jsonrpc_routes(handler, JSONRPC_PATH))
+        self._serve(Starlette(routes=create_jsonrpc_routes(handler, JSONRPC_PATH)), config)
+
+    def _serve(self, app: Starlette, config: AgentConfig) -> None:
         self._config = uvicorn.Config(
             app,
             http="h11",
@@ -75,6 +86,26 @@ class SdkJsonRpcServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop
         await self._server.shutdown(sockets=[self._sock])
+
+
+class FloorJsonRpcServer(SdkJsonRpcServer):
+    """A null echo ``SendMessage`` route on the same stack: the most this stack reaches."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        app = Starlette(routes=[Route(JSONRPC_PATH, _floor_send_message, methods=["POST"])])
+        self._serve(app, config)
+
+
+async def _floor_send_message(request: Request) -> Response:
+    body = json.loads(await request.body())
+    task = {
+        "id": uuid.uuid4().hex,
+        "contextId": uuid.uuid4().hex,
+        "status": {"state": "TASK_STATE_COMPLETED"},
+        "artifacts": [{"artifactId": "echo", "parts": body["params"]["message"]["parts"]}],
+    }
+    answer = {"jsonrpc": "2.0", "id": body["id"], "result": {"task": task}}
+    return Response(json.dumps(answer), media_type="application/json")
 
 
 def jsonrpc_client(caller: TlsMaterial) -> httpx.AsyncClient:
