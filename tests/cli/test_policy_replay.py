@@ -142,12 +142,12 @@ async def test_the_old_name_replay_warns_that_it_is_deprecated(
 ) -> None:
     db, _ = recorded
     args = ("--db", str(db), "--policy", str(candidate(tmp_path)), "--json")
-    replay = cli("policy", "replay", *args)
+    replay = await cli_async("policy", "replay", *args)
     assert (replay.returncode, replay.stderr) == (
         0,
         "warning: `policy replay` is deprecated; use `policy backtest`\n",
     )
-    assert replay.stdout == cli("policy", "backtest", *args).stdout
+    assert replay.stdout == (await cli_async("policy", "backtest", *args)).stdout
 
 
 async def test_replay_with_the_agent_config_judges_risk_and_versions(
