@@ -638,6 +638,18 @@ def acting_for(call: InvokeCall) -> ActingFor | None:
     return ActingFor(tokens.verified.user, tokens.user)
 
 
+NO_USER = ("", "")
+"""What :func:`acting_user` gives for a call that acts for no user."""
+
+
+def acting_user(call: InvokeCall) -> tuple[str, str]:
+    """(subject, issuer) of the verified user ``call`` acts for (:data:`NO_USER`: none):
+    what tells one user's A2A conversation from another's of the same caller."""
+    tokens = call.tokens
+    user = None if tokens is None or tokens.verified is None else tokens.verified.user
+    return NO_USER if user is None else (user.subject, user.issuer)
+
+
 def _user_columns(call: InvokeCall) -> tuple[str, str]:
     """The audit record's ``on_behalf_of`` and ``actor_chain`` for ``call``: its verified
     user's subject and actors (never a token), or two empty strings."""

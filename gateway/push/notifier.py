@@ -33,7 +33,7 @@ from typing import Any
 
 from gateway.audit import AuditLog
 from gateway.config.push import PushSettings
-from gateway.errors import GatewayError, PushConfigLimit, TaskNotFound
+from gateway.errors import GatewayError, InvalidRequest, PushConfigLimit, TaskNotFound
 from gateway.push.configs import CONFIG_ID, ConfigRequest, accepted
 from gateway.push.records import config_record
 from gateway.push.store.store import Notification, PushConfig, PushStore
@@ -156,9 +156,14 @@ class PushNotifier:
         return await self._store.configs(owner, task_id)
 
     async def delete(self, owner: str, task_id: str, config_id: str, operation: str) -> None:
-        """Forget ``owner``'s config and its undelivered notifications (none: nothing); audited."""
+        """Forget ``owner``'s config and its undelivered notifications (none: nothing); audited.
+
+        Raises:
+            InvalidRequest: ``config_id`` is not an id (no config has it; refused, so that
+                every delete is audited, and never with a text unfit for the record).
+        """
         if not CONFIG_ID.fullmatch(config_id):
-            return
+            raise InvalidRequest("the push config id must be 1-128 characters of [A-Za-z0-9._:-]")
         followed = self._followed.get(task_id)
         if followed is not None:
             followed.configs = [c for c in followed.configs if c[0] != config_id]

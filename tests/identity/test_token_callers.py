@@ -15,6 +15,7 @@ import base64
 import hashlib
 import ssl
 import uuid
+from pathlib import Path
 
 import grpc
 import httpx
@@ -29,9 +30,34 @@ from gateway.runtime.agent import Agent
 from gateway.server.a2a_http import JSONRPC_PATH, REST_PATH
 from gateway.wire.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.helpers.a2a_grpc import V1, A2APeer, data_request, gateway_reason
-from tests.helpers.a2a_http import V1_HEADERS, https_client, jsonrpc, message_params, our_reason
-from tests.helpers.agents import Pki, audit_rows, raw_channel, spiffe
-from tests.helpers.token_issuer import ALICE, SessionIssuer, SvidKeys
+from tests.helpers.a2a_http import (
+    V1_HEADERS,
+    https_client,
+    jsonrpc,
+    message_params,
+    our_reason,
+    serving_https,
+)
+from tests.helpers.agents import (
+    Pki,
+    WriteCounter,
+    agent_config,
+    audit_rows,
+    raw_channel,
+    spiffe,
+    standard_registry,
+    started,
+    write_policy,
+)
+from tests.helpers.push_receiver import with_push
+from tests.helpers.token_issuer import (
+    ALICE,
+    SessionIssuer,
+    SvidKeys,
+    alice_grants,
+    token_settings,
+    with_tokens,
+)
 
 BOB = spiffe("bob")
 
@@ -168,3 +194,42 @@ async def test_the_public_card_lists_the_bearer_and_oidc_schemes(
         {"schemes": {"mtls": {}}},
         {"schemes": {"bearer": {}}},
     ]
+
+
+async def test_push_config_methods_identify_the_caller_by_its_token(
+    pki: Pki, tmp_path: Path, issuer: SessionIssuer, svid: SvidKeys, counter: WriteCounter
+) -> None:
+    grants = alice_grants()
+    grants[0] = {**grants[0], "push_hosts": ["127.0.0.1"]}
+    policy = write_policy(tmp_path / "alice-policy.toml", grants)
+    config = serving_https(agent_config(pki, tmp_path, "alice", policy), pki, tmp_path / "https")
+    config = with_tokens(with_push(config), token_settings(issuer, svid))
+    alice = await started(config, standard_registry(counter, tmp_path / "alice-state"))
+    token = issuer.token("bob-client", ALICE)
+    headers = {**bearer(token), **V1_HEADERS}
+    try:
+        async with httpx.AsyncClient(verify=ca_only(pki), headers=headers, timeout=20) as http:
+            url = alice.https_url + JSONRPC_PATH
+            sent = await http.post(
+                url, json=jsonrpc("SendMessage", message_params("text.echo", {"text": "hi"}))
+            )
+            task_id = sent.json()["result"]["task"]["id"]
+            hook = {"taskId": task_id, "id": "hook-1", "url": "https://127.0.0.1:9/hook"}
+            made = await http.post(url, json=jsonrpc("CreateTaskPushNotificationConfig", hook))
+            listed = await http.post(
+                url, json=jsonrpc("ListTaskPushNotificationConfigs", {"taskId": task_id})
+            )
+        assert made.json()["result"]["id"] == "hook-1"  # the token's caller: its own task
+        assert [c["id"] for c in listed.json()["result"]["configs"]] == ["hook-1"]
+        before = len(await rows(alice))
+        forged = (*V1, ("authorization", "Bearer not.a.token"))
+        async with A2APeer(pki, alice, "bob") as bob:
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await bob.stub.ListTaskPushNotificationConfigs(
+                    a2a_pb2.ListTaskPushNotificationConfigsRequest(task_id=task_id),
+                    metadata=forged,
+                )
+        assert gateway_reason(refused.value) == "TOKEN_INVALID"  # as on every other method
+        assert (await rows(alice))[before:] == [(BOB, "refuse", "TOKEN_INVALID", "")]
+    finally:
+        await alice.stop()

@@ -166,6 +166,33 @@ async def test_config_methods_with_the_sdk_client(
     assert not any("secret-456" in r.detail or "tok-123" in r.detail for r in rows)
 
 
+async def test_deleting_a_config_by_an_id_no_config_can_have_is_refused_and_audited(
+    alice: Agent, bob: A2APeer, gate: TaskGate, receiver: WebhookReceiver
+) -> None:
+    request = data_request("job.run", {"tag": "a"})
+    request.configuration.return_immediately = True
+    task = await bob.send(request)
+    await bob.client.create_task_push_notification_config(webhook(receiver.url(), task_id=task.id))
+    before = len(await records(alice))
+    for config_id in ("x" * 129, "hook 1", ""):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await bob.stub.DeleteTaskPushNotificationConfig(
+                a2a_pb2.DeleteTaskPushNotificationConfigRequest(task_id=task.id, id=config_id),
+                metadata=V1,
+            )
+        assert gateway_reason(info.value) == "INVALID_REQUEST"
+    rows = (await records(alice))[before:]
+    assert [(r.peer_id, r.decision, r.reason, r.task_id) for r in rows] == [
+        (BOB, "refuse", "INVALID_REQUEST", task.id)
+    ] * 3
+    assert not any("x" * 129 in r.detail for r in rows)
+    listed = await bob.client.list_task_push_notification_configs(
+        a2a_pb2.ListTaskPushNotificationConfigsRequest(task_id=task.id)
+    )
+    assert [c.id for c in listed.configs] == ["hook-1"]
+    gate.release.set()
+
+
 async def test_every_event_reaches_the_webhook_signed_with_the_agents_svid(
     alice: Agent, bob: A2APeer, pki: Pki, gate: TaskGate, receiver: WebhookReceiver
 ) -> None:

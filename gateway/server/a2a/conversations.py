@@ -4,7 +4,10 @@ A SendMessage (or SendStreamingMessage) whose message names a ``task_id``
 continues that task, and only:
 
 * the task's owner may (another peer's task id, or one that never existed,
-  is ``TASK_NOT_FOUND``: the same answer, code path and audit record);
+  is ``TASK_NOT_FOUND``: the same answer, code path and audit record), acting
+  for the same user as the message that started it (a verified
+  ``A2AGW-User-Token``'s subject and issuer), or for none if it had none:
+  another user of the same caller is ``TASK_NOT_FOUND`` too, once admitted;
 * while the task waits for input (``INPUT_REQUIRED``, or ``AUTH_REQUIRED``
   asked with ``ctx.ask_input``); a finished task, or one working and not
   waiting, is ``UNSUPPORTED_OPERATION`` (spec 3.1.1; the a2a-sdk answers so);
@@ -31,7 +34,10 @@ waits up to ``INPUT_WAIT_SECONDS`` for the running process to take it
 through the store. Finding the task's row costs one indexed read by owner
 and id before the decision order, for a message naming a task this process
 does not run; a schema no other process can name (``?``) is
-``UNSUPPORTED_OPERATION`` there, and the task keeps waiting.
+``UNSUPPORTED_OPERATION`` there, and the task keeps waiting. The row keeps no
+user, so a follow-up acting for a user is never left for another process
+(``UNSUPPORTED_OPERATION``, ``USER_ELSEWHERE``), and ``left_answers``
+never hands a left answer to a task started for one.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from capabilities.canonical import canonical_json
 from capabilities.parts import AnyObject
 from gateway.errors import DeadlineExceeded, GatewayError, TaskNotFound, UnsupportedOperation
 from gateway.inbound.call import deadline_from
-from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler
+from gateway.inbound.invoke_handler import NO_USER, AdmittedCall, InvokeHandler, acting_user
 from gateway.inbound.pipeline import InFlight, peer_id_from_cert
 from gateway.server.a2a.background_tasks import BackgroundTasks
 from gateway.server.a2a.messages import FollowUp, invoke_call
@@ -72,6 +78,10 @@ WAITS_ELSEWHERE = (
 )
 NOT_TAKEN = "the task no longer waits for this input (another message answered it, or it ended)"
 NOT_TAKEN_IN_TIME = "the process running the task did not take this input in time; it still waits"
+USER_ELSEWHERE = (
+    "the task waits in another process of this agent, which cannot check the user this "
+    "message acts for; send it there"
+)
 INPUT_WAIT_SECONDS = 10.0
 """How long a follow-up left for another process waits for it to be taken."""
 
@@ -166,6 +176,10 @@ class FollowUps:
         admitted = await self._handler.admit(
             call, edge_slot=edge_slot(context), in_flight=InFlight.POLL
         )
+        if acting_user(admitted.call) != acting_user(run.admitted.call):
+            not_theirs = TaskNotFound(TASK_NOT_FOUND)  # another user's task: as another peer's
+            await self._handler.settle_follow_up(admitted, not_theirs)
+            raise not_theirs
         if not run.claim(question):
             refusal = UnsupportedOperation(NOT_TAKEN)
             await self._handler.settle_follow_up(admitted, refusal)
@@ -211,6 +225,10 @@ class FollowUps:
         admitted = await self._handler.admit(
             call, edge_slot=edge_slot(context), in_flight=InFlight.POLL
         )
+        if acting_user(admitted.call) != NO_USER:  # the running process could not check it
+            refusal = UnsupportedOperation(USER_ELSEWHERE)
+            await self._handler.settle_follow_up(admitted, refusal)
+            raise refusal
         try:
             state = await self._left(asked, admitted)
         except BaseException:

@@ -9,8 +9,9 @@ schema (as its sender did), takes the row (one conditional update: the sender
 may have withdrawn it meanwhile), audits the follow-up ``allow`` (committed
 first for a capability that may write, as for a local answer) and hands it to
 the capability. An answer it cannot take (the task no longer waits on that
-question) is ``refused``, and the sender audits that refusal: each follow-up
-has exactly one record, written by the side that decided.
+question, or was started for a user, whom the row does not name) is
+``refused``, and the sender audits that refusal: each follow-up has exactly
+one record, written by the side that decided.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from capabilities.parts import AnyObject
 from capabilities.replies import part_from_json
 from gateway.errors import GatewayError
 from gateway.inbound.call import InvokeCall
-from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler
+from gateway.inbound.invoke_handler import NO_USER, AdmittedCall, InvokeHandler, acting_user
 from gateway.server.a2a.task_store.inputs import REFUSED, TAKEN, PendingInput
 from gateway.server.a2a.task_store.store import A2ATaskStore
 
@@ -65,7 +66,9 @@ async def _take(
 ) -> None:
     run = runs.running(pending.task_id)
     question = None if run is None else run.waiting
-    if run is None or question is None or not run.claim(question):
+    # The row names no user: a task started for one takes answers given here only.
+    for_a_user = run is not None and acting_user(run.admitted.call) != NO_USER
+    if run is None or question is None or for_a_user or not run.claim(question):
         await store.end_input(pending.task_id, pending.message_id, REFUSED)
         return
     try:

@@ -668,6 +668,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             f"A2A {operation}",
             task_id_of(request),
             edge_slot=edge_slot(context),
+            tokens=request_tokens(context),  # the caller as every other method knows it
         )
         await self._a2a_checks(request, context, peer_id, operation)  # refuses unparsed bytes
         return peer_id, grant, await self._owned(peer_id, request.task_id, operation)
