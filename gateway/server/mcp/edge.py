@@ -245,7 +245,7 @@ class McpEdge:
             if modern.error is None:
                 await send_empty(send, modern.status)
             else:
-                await send_json(send, error_body(message.get("id"), modern.error), modern.status)
+                await send_json(send, error_body(_shown_id(message), modern.error), modern.status)
             return
         method, request_id = message["method"], message["id"]
         params = message.get("params") or {}
@@ -341,6 +341,13 @@ class _Caller:
         self.slot = slot
         self.cert = cert
         self.tokens = tokens
+
+
+def _shown_id(message: Mapping[str, Any]) -> str | int | None:
+    """The request's id as a refusal echoes it: null unless it is a request id."""
+    request_id = message.get("id")
+    valid = isinstance(request_id, str | int) and not isinstance(request_id, bool)
+    return request_id if valid else None
 
 
 def _coded(error: GatewayError, code: int) -> dict[str, Any]:

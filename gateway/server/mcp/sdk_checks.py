@@ -39,7 +39,6 @@ from mcp_types import (
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     JSONRPCRequest,
-    jsonrpc_message_adapter,
     methods,
 )
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
@@ -108,11 +107,11 @@ def _envelope_rejection(
     message: dict[str, Any], request: Request, modern: bool
 ) -> InboundLadderRejection | None:
     """The JSON-RPC envelope and, in the 2026 era, its ``_meta`` envelope and headers."""
+    # Both eras as one request: the edge answers only messages with an ``id``, and one
+    # that is no request id (null, a boolean, a fraction, an object) is no request (the
+    # SDK would read the message as a notification, and run nothing for it).
     try:
-        if modern:
-            JSONRPCRequest.model_validate(message)
-        else:
-            jsonrpc_message_adapter.validate_python(message, by_name=False)
+        JSONRPCRequest.model_validate(message)
     except ValidationError:
         return InboundLadderRejection(
             code=INVALID_REQUEST,

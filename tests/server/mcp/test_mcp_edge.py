@@ -342,3 +342,27 @@ async def test_ping_and_unknown_methods_are_the_sdks(alice: Agent, pki: Pki) -> 
     status, answer = await _post(alice, pki, "bob", unknown, {**headers, "Accept": ACCEPT_BOTH})
     assert answer["error"]["code"] == -32601
     del status
+
+
+@pytest.mark.parametrize(
+    "request_id",
+    [b"null", b"true", b"1.5", b'{"a":1}', b"123456789012345678901234567890"],
+    ids=["null", "boolean", "fraction", "object", "beyond-64-bits"],
+)
+async def test_a_call_whose_id_is_no_request_id_is_refused_and_runs_nothing(
+    alice: Agent, pki: Pki, counter: WriteCounter, request_id: bytes
+) -> None:
+    # The SDK reads such a message as a notification; the edge must not run it as a call.
+    params = b'{"name":"notes.write","arguments":{"note":"n"}}'
+    body = b'{"jsonrpc":"2.0","id":' + request_id + b',"method":"tools/call","params":' + params
+    _, headers = legacy_request("tools/call")
+    async with raw_client(pki, "bob") as http:
+        response = await http.post(
+            alice.mcp_url,
+            content=body + b"}",
+            headers={**headers, "Content-Type": "application/json"},
+        )
+    answer = response.json()
+    assert (response.status_code, answer["id"], answer["error"]["code"]) == (400, None, -32600)
+    assert counter.calls == 0
+    assert await _records(alice) == [("bob", "", "refuse", "INVALID_REQUEST")]
