@@ -19,7 +19,8 @@ A user token (``A2AGW-User-Token``) is then verified the same way, from an
 issuer with ``users = true``, and must name the caller as its actor: its
 ``act.sub`` (RFC 8693 delegation), else its ``azp`` (the OIDC client it was
 issued to), either the caller's SPIFFE ID or a client mapped to it; else
-TOKEN_NOT_BOUND. Its ``sub`` is the user; the actor chain is ``act.sub``, then
+TOKEN_NOT_BOUND. Its ``sub`` is the user, never the caller itself (a client's own
+token names no user: TOKEN_INVALID); the actor chain is ``act.sub``, then
 each nested ``act``'s, mapped to SPIFFE IDs where the issuer knows the client.
 """
 
@@ -162,6 +163,13 @@ class TokenIdentities:
             raise TokenNotBound(
                 "the user token was not issued to this caller (act.sub or azp)",
                 detail=f"{issuer.name}: user token actor is not the caller",
+            )
+        if _as_spiffe(token, claims["sub"]) == caller:
+            # The caller's own (client) token names no user: a call for nobody would
+            # pass a grant's users = "required" as one for a user.
+            raise TokenInvalid(
+                "the user token names the caller itself, not a user",
+                detail=f"{issuer.name}: user token sub is the caller",
             )
         return OnBehalfOf.of(claims["sub"], issuer.issuer or issuer.name, claims, actors)
 

@@ -105,6 +105,26 @@ async def test_a_user_without_the_claims_or_not_carols_is_refused(
     assert (await last_record(alice))[:3] == (CAROL, "refuse", reason)
 
 
+@pytest.mark.parametrize(
+    "claims",
+    [
+        {"sub": "carol-client"},  # carol's own client token (client_claim = "sub")
+        {"sub": CAROL, "act": {"sub": CAROL}},  # carol acting for carol
+    ],
+    ids=["own-client-token", "own-spiffe-id"],
+)
+async def test_a_user_token_naming_the_caller_itself_names_no_user(
+    pki: Pki, alice: Agent, issuer: SessionIssuer, claims: dict[str, Any]
+) -> None:
+    # carol's grant needs a user: her own token in the user header must not pass for one.
+    token = user_token(issuer, **claims)
+    assert await carol_sends(pki, alice, "hi", token) == "TOKEN_INVALID"
+    record = await last_record(alice)
+    detail = "corp: user token sub is the caller"
+    assert record == (CAROL, "refuse", "TOKEN_INVALID", "", "", detail)
+    assert [r.decision for r in audit_rows(alice.config.audit_db)] == ["refuse"]
+
+
 async def test_a_condition_not_met_is_refused_naming_it(
     pki: Pki, alice: Agent, issuer: SessionIssuer
 ) -> None:
