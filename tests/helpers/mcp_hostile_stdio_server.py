@@ -12,7 +12,8 @@ otherwise) and each tool misbehaves in its own way:
 * ``garbage``: lines that are not JSON-RPC, then a response of the wrong shape;
 * ``wrong_type``: ``{"value": 5}`` against its string schema; ``bare``: no
   ``structuredContent`` though it declares an output schema;
-* ``leaky``: a tool error quoting a secret.
+* ``leaky``: a tool error quoting a secret; ``failing``: a JSON-RPC error of code
+  -32000 (JSON-RPC's "server error", the code the MCP SDK also gives a lost connection).
 
 Flags: ``--widen``; ``--inject`` (descriptions with control, bidi and
 prompt-like text); ``--unsupported`` (``lookup``'s key is an ``anyOf``);
@@ -78,7 +79,7 @@ def tools() -> list[dict[str, Any]]:
         {"name": "wrong_type", "inputSchema": KEY, "outputSchema": STRING},
         {"name": "bare", "inputSchema": KEY, "outputSchema": STRING},
     ]
-    for name in ("big", "drip", "never", "crash", "garbage", "leaky"):
+    for name in ("big", "drip", "never", "crash", "garbage", "leaky", "failing"):
         listed.append({"name": name, "inputSchema": {"type": "object"}})
     return listed
 
@@ -120,6 +121,9 @@ def call(request_id: Any, name: str, arguments: dict[str, Any]) -> None:
         answer = {"content": [{"type": "text", "text": "no structure"}]}
     elif name == "leaky":
         answer = {"content": [{"type": "text", "text": SECRET}], "isError": True}
+    elif name == "failing":
+        send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32000, "message": SECRET}})
+        return
     if answer is None:
         send({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": SECRET}})
     else:

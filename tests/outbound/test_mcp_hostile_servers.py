@@ -45,6 +45,7 @@ TOOLS = (
     "wrong_type",
     "bare",
     "leaky",
+    "failing",
 )
 
 
@@ -181,6 +182,19 @@ async def test_slow_and_dead_servers(pki: Pki, tmp_path: Path) -> None:
         ("h.small", "PEER_UNAVAILABLE"),
         ("h.small", "OK"),
     ]
+
+
+async def test_a_server_error_is_the_tools_failure_not_a_lost_connection(
+    pki: Pki, tmp_path: Path
+) -> None:
+    # -32000 is JSON-RPC's "server error"; the MCP SDK gives a lost connection that code too.
+    async with hostile_bob(pki, tmp_path) as bob:
+        failed = await _reason(pki, bob, "h.failing", {})
+        after = await _reason(pki, bob, "h.small", {"key": "k"})
+        outcomes = await _outcomes(bob)
+    assert (failed, after) == ("CAPABILITY_FAILED", "OK")
+    assert outcomes == [("h.failing", "CAPABILITY_FAILED"), ("h.small", "OK")]
+    assert len(_started_pids(tmp_path)) == 1  # neither dropped nor restarted
 
 
 async def test_prompt_like_descriptions_are_shown_as_escaped_data(pki: Pki, tmp_path: Path) -> None:

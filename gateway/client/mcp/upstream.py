@@ -58,6 +58,8 @@ CLOSE_SECONDS = 10.0
 MAX_LIST_PAGES = 100
 """``tools/list`` pages read at start at most (a server that pages forever is refused)."""
 CLIENT_INFO = types.Implementation(name="a2a-peer-gateway", version="1")
+SDK_CONNECTION_ENDED = ("Connection closed", "SSE stream ")
+"""How the MCP SDK's own errors for a lost connection or event stream begin."""
 
 
 class McpServerFailed(Exception):
@@ -214,7 +216,7 @@ class McpUpstream:
             return None
         if err.error.message == UNREADABLE_ANSWER:
             return None  # one unreadable line: the next one is read afresh
-        if err.error.code == CONNECTION_CLOSED or not link.alive:
+        if _connection_ended(err) or not link.alive:
             await self._drop(link)
             raise UpstreamUnavailable(
                 "the MCP server's connection ended during the call",
@@ -298,6 +300,21 @@ class McpUpstream:
             task.cancel()  # a retired link waiting out its grace is closed now
         self._link = None
         await asyncio.gather(*(link.close() for link in links), return_exceptions=True)
+
+
+def _connection_ended(err: MCPError) -> bool:
+    """True if the SDK says the connection (or the call's event stream) ended.
+
+    Its code, -32000, is also JSON-RPC's "server error", which servers answer
+    with: such an answer is the server's, not a lost connection. The SDK's own
+    errors carry no data and say so in words of their own.
+    """
+    error = err.error
+    return (
+        error.code == CONNECTION_CLOSED
+        and error.data is None
+        and error.message.startswith(SDK_CONNECTION_ENDED)
+    )
 
 
 def answer_output(result: types.CallToolResult, tool: PinnedTool) -> Any:
