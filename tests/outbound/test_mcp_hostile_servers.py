@@ -273,9 +273,13 @@ async def test_a_server_that_cannot_be_pinned_stops_the_start(
 # --- over Streamable HTTP -----------------------------------------------------
 
 
+HTTP_TOOLS = ("big", "endless", "failing")
+
+
 def hostile_http_app() -> Starlette:
     """A raw JSON-RPC HTTP server: a correct handshake and listing, then a 3 MiB answer
-    (``big``) or an event stream that never ends (``endless``)."""
+    (``big``), an event stream that never ends (``endless``) or a JSON-RPC error
+    (``failing``)."""
 
     async def endpoint(request: Request) -> Response:
         message = await request.json()
@@ -295,12 +299,15 @@ def hostile_http_app() -> Starlette:
                 }
             )
         if method == "tools/list":
-            tools = [{"name": n, "inputSchema": {"type": "object"}} for n in ("big", "endless")]
+            tools = [{"name": n, "inputSchema": {"type": "object"}} for n in HTTP_TOOLS]
             return JSONResponse({"jsonrpc": "2.0", "id": request_id, "result": {"tools": tools}})
         if method == "tools/call" and message["params"]["name"] == "big":
             text = "x" * (3 * 1024 * 1024)
             result = {"content": [{"type": "text", "text": text}]}
             return JSONResponse({"jsonrpc": "2.0", "id": request_id, "result": result})
+        if method == "tools/call" and message["params"]["name"] == "failing":
+            error = {"code": -32603, "message": hostile.SECRET}
+            return JSONResponse({"jsonrpc": "2.0", "id": request_id, "error": error})
         if method == "tools/call":
 
             async def forever() -> AsyncIterator[bytes]:
@@ -315,7 +322,9 @@ def hostile_http_app() -> Starlette:
     return Starlette(routes=[Route("/mcp", endpoint, methods=["POST"])])
 
 
-async def test_huge_and_endless_http_answers(pki: Pki, tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def hostile_http_bob(pki: Pki, base: Path) -> AsyncIterator[Agent]:
+    """bob fronting :func:`hostile_http_app`'s tools as ``hh.NAME`` (1 s timeout)."""
     async with served_app(hostile_http_app()) as port:
         upstream = {
             "name": "hostile-http",
@@ -329,19 +338,34 @@ async def test_huge_and_endless_http_answers(pki: Pki, tmp_path: Path) -> None:
                     "risk": "read",
                     "timeout": 1.0,
                 }
-                for name in ("big", "endless")
+                for name in HTTP_TOOLS
             ],
         }
         policy = write_policy(
-            tmp_path / "bob-policy.toml", [grant("alice", ["hh.big", "hh.endless"])]
+            base / "bob-policy.toml", [grant("alice", [f"hh.{name}" for name in HTTP_TOOLS])]
         )
-        plain = agent_config(pki, tmp_path, "bob", policy)
+        plain = agent_config(pki, base, "bob", policy)
         config = AgentConfig.model_validate({**plain.model_dump(), "mcp_upstreams": [upstream]})
         bob = Agent(config, CapabilityRegistry())
         await bob.start(watch_policy=False)
         try:
-            big = await _reason(pki, bob, "hh.big", {})
-            endless = await _reason(pki, bob, "hh.endless", {})
+            yield bob
         finally:
             await bob.stop(grace=0)
+
+
+async def test_huge_and_endless_http_answers(pki: Pki, tmp_path: Path) -> None:
+    async with hostile_http_bob(pki, tmp_path) as bob:
+        big = await _reason(pki, bob, "hh.big", {})
+        endless = await _reason(pki, bob, "hh.endless", {})
     assert (big, endless) == ("INVALID_OUTPUT", "CAPABILITY_TIMEOUT")
+
+
+async def test_an_http_answer_cut_for_size_leaves_the_next_answers_their_own(
+    pki: Pki, tmp_path: Path
+) -> None:
+    async with hostile_http_bob(pki, tmp_path) as bob:
+        reasons = [await _reason(pki, bob, f"hh.{name}", {}) for name in ("big", "failing", "big")]
+        outcomes = await _outcomes(bob)
+    assert reasons == ["INVALID_OUTPUT", "CAPABILITY_FAILED", "INVALID_OUTPUT"]
+    assert [reason for _, reason in outcomes] == reasons

@@ -43,7 +43,8 @@ class HttpState:
     """What happened on one link (read by the upstream once a call fails).
 
     Attributes:
-        oversized: An answer went past ``max_answer_bytes``, or came compressed.
+        oversized: An answer went past ``max_answer_bytes``, or came compressed (the
+            upstream clears it once the call that failed for it has read it).
     """
 
     oversized: bool = False

@@ -213,6 +213,8 @@ class McpUpstream:
         if link.state.oversized:
             if isinstance(link.state, StdioState):
                 await self._drop(link)  # the stream cannot be trusted past a cut message
+            else:
+                link.state.oversized = False  # one HTTP answer was cut: the next is its own
             return None
         if err.error.message == UNREADABLE_ANSWER:
             return None  # one unreadable line: the next one is read afresh
