@@ -9,6 +9,8 @@ own validator of its revision.
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from mcp_types import methods
 
 from gateway.runtime.agent import Agent
 from gateway.runtime.upkeep import flush_all_refusals
+from gateway.server.mcp import edge
 from tests.helpers.agents import Pki, WriteCounter, audit_rows
 from tests.helpers.mcp import (
     ACCEPT_BOTH,
@@ -163,6 +166,54 @@ async def test_a_body_over_the_callers_limit_is_refused_unread(
     assert (answer["id"], answer["error"]["data"]["reason"]) == (None, "PAYLOAD_TOO_LARGE")
     assert counter.calls == 0
     assert await _records(alice) == [("bob", "", "refuse", "PAYLOAD_TOO_LARGE")]
+
+
+async def test_a_chunked_body_is_refused_once_it_passes_the_limit(
+    alice: Agent, pki: Pki, counter: WriteCounter
+) -> None:
+    # No Content-Length to refuse it by: counted as it arrives.
+    body, headers = legacy_request("tools/call", {"name": "notes.write", "arguments": {}})
+    body["params"]["arguments"] = {"note": "x" * 70_000}
+    data = json.dumps(body).encode()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for start in range(0, len(data), 4096):
+            yield data[start : start + 4096]
+
+    async with raw_client(pki, "bob") as http:
+        response = await http.post(
+            alice.mcp_url, content=chunks(), headers={**headers, "Content-Type": "application/json"}
+        )
+    assert response.status_code == 413
+    assert response.json()["error"]["data"]["reason"] == "PAYLOAD_TOO_LARGE"
+    assert counter.calls == 0
+    assert await _records(alice) == [("bob", "", "refuse", "PAYLOAD_TOO_LARGE")]
+
+
+async def test_a_body_that_trickles_is_refused_at_its_deadline(
+    alice: Agent, pki: Pki, counter: WriteCounter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(edge, "BODY_SECONDS", 0.5)
+    body, headers = legacy_request(
+        "tools/call", {"name": "notes.write", "arguments": {"note": "n"}}
+    )
+    data = json.dumps(body).encode()
+
+    async def trickle() -> AsyncIterator[bytes]:
+        yield data[:10]
+        await asyncio.sleep(1.0)  # twice the deadline
+        yield data[10:]
+
+    async with raw_client(pki, "bob") as http:
+        response = await http.post(
+            alice.mcp_url,
+            content=trickle(),
+            headers={**headers, "Content-Type": "application/json"},
+        )
+    assert response.status_code == 504
+    assert response.json()["error"]["data"]["reason"] == "DEADLINE_EXCEEDED"
+    assert counter.calls == 0
+    assert await _records(alice) == [("bob", "", "refuse", "DEADLINE_EXCEEDED")]
 
 
 async def test_a_caller_over_its_rate_is_refused_before_its_body_is_read(
