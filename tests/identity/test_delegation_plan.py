@@ -13,6 +13,8 @@ user-9 via [alice]; carol's says user-9 via [bob, alice].
 from __future__ import annotations
 
 import json
+import logging
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -185,6 +187,31 @@ async def test_each_hop_gets_an_exchanged_token_and_audits_the_user_and_actors(
     assert await user_rows(chain.carol) == [(BOB, "text.echo", "OK", "user-9", [BOB, ALICE])]
     for agent in (chain.alice, chain.bob, chain.carol):
         assert user_token.split(".")[2].encode() not in agent.config.audit_db.read_bytes()
+
+
+JWT = re.compile(rb"eyJ[A-Za-z0-9_-]+\.eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+"""A signed JWT (header and claims are JSON objects, so both start ``eyJ``)."""
+
+
+def _files_holding_a_jwt(folder: Path) -> list[Path]:
+    return [path for path in folder.rglob("*") if path.is_file() and JWT.search(path.read_bytes())]
+
+
+async def test_no_token_reaches_a_state_file_or_a_log(
+    chain: Chain, issuer: SessionIssuer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The user's token and the two exchanged ones: none in any agent's files or logs.
+    caplog.set_level(logging.DEBUG)
+    user_token = issuer.token("user-9", ALICE, azp="alice-client", groups=["finance"])
+    result = await chain.alice.plans.run(
+        relay_plan(), acting_for=await chain.alice.acting_for(user_token)
+    )
+    for agent in (chain.alice, chain.bob, chain.carol):
+        await agent.audit.flush()
+    assert result.state == PlanTaskState.COMPLETED
+    kept = _files_holding_a_jwt(tmp_path)
+    assert kept == []
+    assert JWT.search(caplog.text.encode()) is None
 
 
 async def test_a_plan_for_no_user_is_refused_where_a_grant_needs_one(chain: Chain) -> None:
