@@ -169,8 +169,8 @@ class TokenSettings(FrozenTable):
         exchange_ca: The only CA trusted to serve ``exchange_url`` (pinned);
             the agent authenticates there with its own certificate.
         forward_user_tokens: Without ``exchange_url``, send the user's own
-            token onward (default false: a call onward then carries no user,
-            and a peer whose grant needs one refuses it).
+            token onward (default false: a call onward for a user is then
+            refused ``USER_NOT_AUTHORIZED`` here, and nothing is sent).
         issuers: The trusted issuers.
     """
 
