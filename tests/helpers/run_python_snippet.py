@@ -10,6 +10,7 @@ import ast
 import asyncio
 import sys
 import types
+from pathlib import Path
 
 
 def main(path: str) -> None:
@@ -25,4 +26,6 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
+    # A reader's interpreter does not see tests/helpers: its mcp.py would hide the MCP SDK.
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent]
     main(sys.argv[1])
