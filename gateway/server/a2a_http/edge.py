@@ -106,6 +106,7 @@ from gateway.server.a2a_http.context import (
     run_done_callbacks,
 )
 from gateway.server.a2a_http.fast_json import ParsedJsonRequest, use_fast_json
+from gateway.server.a2a_http.file_bytes import check_file_bytes
 from gateway.server.a2a_http.handler import ServicerRequestHandler, speaks_v0_3
 from gateway.server.a2a_http.media_types import (
     REST_MEDIA_TYPE,
@@ -410,6 +411,7 @@ class HttpEdge:
             async with asyncio.timeout(BODY_SECONDS):
                 body = await _body_within(request, 2 * grant.max_payload_bytes + ENVELOPE_BYTES)
             _no_lone_surrogates(body)
+            check_file_bytes(body)
         except TimeoutError as err:
             slot.slot.release()
             late = DeadlineExceeded(f"the request body did not arrive within {BODY_SECONDS:g} s")
