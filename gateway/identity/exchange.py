@@ -14,6 +14,10 @@ Without an endpoint the user's own token is forwarded only if
 ``USER_NOT_AUTHORIZED`` before anything is sent: a call for a user never
 leaves without that user, and never with the raw inbound token by default.
 
+Fronted upstreams (``[[upstreams]]``, ``[[mcp_upstreams]]``) are not peers in
+this sense: they are called under this agent's own identity and get no user
+token (docs/identity.md).
+
 Exchanged tokens are cached per (user token, audience) until shortly before
 they expire. No token is ever logged or audited.
 """
