@@ -14,6 +14,8 @@ from capabilities.parts import PART_TYPES, Answer, Part, TextPart
 AskState = Literal["input-required", "auth-required"]
 """The state a task shows while it waits for the caller's answer."""
 _M = TypeVar("_M", bound=BaseModel)
+MAX_PROGRESS_CHARS = 4096
+"""Progress text longer than this is cut, on every door (an A2A status, an MCP notification)."""
 
 
 class PeerCall(Protocol):
@@ -148,11 +150,12 @@ class CallContext:
         """Tell a watching caller how the work goes (a status update of its task).
 
         ``text`` is sent as it is, so it holds payload content only if you put
-        it there; it is never logged or audited. Without a watcher (a plain
+        it there; it is never logged or audited. Text past
+        :data:`MAX_PROGRESS_CHARS` characters is cut. Without a watcher (a plain
         Invoke or a blocking SendMessage) this does nothing.
         """
         if self.events is not None:
-            await self.events.progress(text)
+            await self.events.progress(text[:MAX_PROGRESS_CHARS])
 
     async def emit_chunk(self, data: dict[str, Any] | str) -> None:
         """Stream one piece of output (a JSON object, or text) to a watching caller.

@@ -30,7 +30,7 @@ from a2a.types import a2a_pb2
 from pydantic import BaseModel
 
 from capabilities.canonical import canonical_json
-from capabilities.context import AskState
+from capabilities.context import MAX_PROGRESS_CHARS, AskState
 from capabilities.contract import Risk
 from capabilities.parts import Answer, Part, TextPart
 from gateway.errors import GatewayError, OutputChunksTooLarge
@@ -48,7 +48,6 @@ from gateway.server.a2a.wire_parts import JSON_MEDIA_TYPE, parts_json, set_json
 
 MAX_BEHIND = 1024
 """Events a listener may have waiting before it is let go."""
-MAX_PROGRESS_CHARS = 4096
 """A progress text longer than this is cut (it travels in every listener's queue)."""
 
 

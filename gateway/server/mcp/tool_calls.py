@@ -18,7 +18,8 @@ whole decision path (``InvokeHandler.admit``, then ``run``), exactly as an A2A
 * ``_meta`` keys that claim who is calling (``a2agw/peer`` ...) are refused
   ``UNAUTHENTICATED``; any other ``a2agw/`` key, or one that is not a string,
   is refused ``INVALID_REQUEST``. Other ``_meta`` keys (``progressToken``, the
-  2026 envelope's) are MCP's and left alone.
+  2026 envelope's) are MCP's and left alone, but a ``progressToken`` that is
+  not a string or a number is refused ``INVALID_REQUEST``.
 
 Progress: a capability's ``ctx.report_progress(text)`` becomes one
 ``notifications/progress`` for the call's ``progressToken`` (``progress``
@@ -145,6 +146,9 @@ async def answer_call(
 
 def _meta_problem(meta: Mapping[str, Any]) -> tuple[str, str]:
     """(problem, claimed identity key) of a call's ``_meta``; ("", "") when it is fine."""
+    token = meta.get("progressToken")
+    if token is not None and (isinstance(token, bool) or not isinstance(token, str | int | float)):
+        return "_meta progressToken must be a string or a number", ""
     for key, value in meta.items():
         if not key.startswith(_OURS):
             continue

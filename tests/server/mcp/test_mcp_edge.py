@@ -124,6 +124,33 @@ async def test_progress_is_streamed_when_asked_for(alice: Agent, pki: Pki, gate:
     assert (status, answer["result"]["structuredContent"]) == (200, {"done": "u"})
 
 
+# An object or a list the SDK's own validation refuses before the call is built.
+@pytest.mark.parametrize("token", [True, False, None], ids=["true", "false", "null"])
+async def test_a_progress_token_that_is_no_string_or_number(
+    alice: Agent, pki: Pki, gate: TaskGate, token: Any
+) -> None:
+    gate.next_step.set()
+    gate.release.set()
+    body, headers = legacy_request(
+        "tools/call",
+        {"name": "job.steps", "arguments": {"tag": "t"}, "_meta": {"progressToken": token}},
+    )
+    status, answer = await _post(alice, pki, "bob", body, headers)
+    if token is None:  # absent, as the field is optional: a plain answer
+        assert (status, answer["result"]["structuredContent"]) == (200, {"done": "t"})
+        assert await _records(alice) == [("bob", "job.steps", "allow", "OK")]
+        return
+    assert (status, answer["error"]) == (
+        200,
+        {
+            "code": -32602,
+            "message": "INVALID_REQUEST: _meta progressToken must be a string or a number",
+            "data": {"reason": "INVALID_REQUEST", "domain": "a2agw.v1"},
+        },
+    )
+    assert await _records(alice) == [("bob", "job.steps", "refuse", "INVALID_REQUEST")]
+
+
 async def test_a_cancellation_notification_cancels_the_callers_own_call(
     alice: Agent, pki: Pki, gate: TaskGate
 ) -> None:
