@@ -644,8 +644,13 @@ NO_USER = ("", "")
 
 def acting_user(call: InvokeCall) -> tuple[str, str]:
     """(subject, issuer) of the verified user ``call`` acts for (:data:`NO_USER`: none):
-    what tells one user's A2A conversation from another's of the same caller."""
-    tokens = call.tokens
+    what tells one user's A2A task from another's of the same caller."""
+    return user_of(call.tokens)
+
+
+def user_of(tokens: PresentedTokens | None) -> tuple[str, str]:
+    """(subject, issuer) of the user ``tokens`` proved once the pipeline verified them
+    (:data:`NO_USER`: none, or not verified)."""
     user = None if tokens is None or tokens.verified is None else tokens.verified.user
     return NO_USER if user is None else (user.subject, user.issuer)
 

@@ -211,6 +211,15 @@ _V11 = (
     "ALTER TABLE tasks ADD COLUMN user_issuer TEXT NOT NULL DEFAULT ''",
 )
 
+_V12 = (
+    # The rows already there were started before users were kept: no user.
+    "ALTER TABLE a2a_tasks ADD COLUMN on_behalf_of TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE a2a_tasks ADD COLUMN user_issuer TEXT NOT NULL DEFAULT ''",
+    # A row an older replica still running inserts names no user it may have had:
+    # an issuer no verified user has, so no caller finds it (fail closed).
+    "ALTER TABLE a2a_tasks ALTER COLUMN user_issuer SET DEFAULT '?'",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "audit, idempotency, replay window, tasks", _V1, _V1_RECORD_COLUMNS),
     Migration(
@@ -238,6 +247,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         _V10,
     ),
     Migration(11, "plan tasks: the user a task acts for (subject and issuer)", _V11),
+    Migration(12, "A2A tasks: the user a task was started for (subject and issuer)", _V12),
 )
 """Every schema version in order; append, never edit a released one."""
 

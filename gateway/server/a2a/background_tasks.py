@@ -390,7 +390,7 @@ class BackgroundTasks:
         while waited < CANCEL_WAIT_SECONDS and not latest.state.finished:
             await asyncio.sleep(CANCEL_POLL_SECONDS / 4)
             waited += CANCEL_POLL_SECONDS / 4
-            latest = await self._store.get(task.owner, task.task_id) or latest
+            latest = await self._store.get(task.owner, task.task_id, task.user) or latest
         return latest
 
     async def _watch_cancel_requests(self) -> None:

@@ -34,10 +34,12 @@ waits up to ``INPUT_WAIT_SECONDS`` for the running process to take it
 through the store. Finding the task's row costs one indexed read by owner
 and id before the decision order, for a message naming a task this process
 does not run; a schema no other process can name (``?``) is
-``UNSUPPORTED_OPERATION`` there, and the task keeps waiting. The row keeps no
-user, so a follow-up acting for a user is never left for another process
-(``UNSUPPORTED_OPERATION``, ``USER_ELSEWHERE``), and ``left_answers``
-never hands a left answer to a task started for one.
+``UNSUPPORTED_OPERATION`` there, and the task keeps waiting. The row keeps
+the user the task was started for (subject and issuer), so that process
+compares the follow-up's user with it once admitted, as the running process
+would (another user: ``TASK_NOT_FOUND``, audited there), before it leaves the
+answer; a row that names no user it may have had (written by an older
+gateway still running) matches no user at all.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from capabilities.canonical import canonical_json
 from capabilities.parts import AnyObject
 from gateway.errors import DeadlineExceeded, GatewayError, TaskNotFound, UnsupportedOperation
 from gateway.inbound.call import deadline_from
-from gateway.inbound.invoke_handler import NO_USER, AdmittedCall, InvokeHandler, acting_user
+from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler, acting_user
 from gateway.inbound.pipeline import InFlight, peer_id_from_cert
 from gateway.server.a2a.background_tasks import BackgroundTasks
 from gateway.server.a2a.messages import FollowUp, invoke_call
@@ -65,7 +67,7 @@ from gateway.server.a2a.schema_names import UNNAMED, model_named
 from gateway.server.a2a.task_events import BackgroundTask
 from gateway.server.a2a.task_follow import TIMED_OUT
 from gateway.server.a2a.task_store.inputs import PENDING, TAKEN, WITHDRAWN
-from gateway.server.a2a.task_store.store import A2ATask, A2ATaskStore
+from gateway.server.a2a.task_store.store import A2ATask, A2ATaskStore, TaskUser
 from gateway.server.a2a.wire_parts import parts_json
 from gateway.server.received import edge_slot, peer_cert, request_tokens
 
@@ -78,15 +80,12 @@ WAITS_ELSEWHERE = (
 )
 NOT_TAKEN = "the task no longer waits for this input (another message answered it, or it ended)"
 NOT_TAKEN_IN_TIME = "the process running the task did not take this input in time; it still waits"
-USER_ELSEWHERE = (
-    "the task waits in another process of this agent, which cannot check the user this "
-    "message acts for; send it there"
-)
 INPUT_WAIT_SECONDS = 10.0
 """How long a follow-up left for another process waits for it to be taken."""
 
-AdmitPeer = Callable[[Any, "aio.ServicerContext[Any, Any]", str], Awaitable[str]]
-"""The servicer's Describe prefix with its A2A checks; returns the caller's SPIFFE ID."""
+AdmitPeer = Callable[[Any, "aio.ServicerContext[Any, Any]", str], Awaitable[tuple[str, TaskUser]]]
+"""The servicer's Describe prefix with its A2A checks; returns the caller's SPIFFE ID and
+the user it acts for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +175,7 @@ class FollowUps:
         admitted = await self._handler.admit(
             call, edge_slot=edge_slot(context), in_flight=InFlight.POLL
         )
-        if acting_user(admitted.call) != acting_user(run.admitted.call):
+        if acting_user(admitted.call) != run.task.user:
             not_theirs = TaskNotFound(TASK_NOT_FOUND)  # another user's task: as another peer's
             await self._handler.settle_follow_up(admitted, not_theirs)
             raise not_theirs
@@ -192,12 +191,13 @@ class FollowUps:
     async def _waiting_elsewhere(
         self, context: aio.ServicerContext[Any, Any], task_id: str
     ) -> A2ATask | None:
-        """The caller's task ``task_id`` if it waits with a schema this process can name."""
+        """The caller's task ``task_id`` if it waits with a schema this process can name
+        (whichever user it was started for: the follow-up's is compared once admitted)."""
         caller = _caller(context)
         if caller is None:
             return None
         try:
-            stored = await self._tasks.get(caller, task_id)
+            stored = await self._tasks.get(caller, task_id, user=None)
         except GatewayError:
             return None  # the refusal path reads again, and answers the error
         if stored is None or not stored.state.waiting or _schema(stored) is None:
@@ -225,10 +225,10 @@ class FollowUps:
         admitted = await self._handler.admit(
             call, edge_slot=edge_slot(context), in_flight=InFlight.POLL
         )
-        if acting_user(admitted.call) != NO_USER:  # the running process could not check it
-            refusal = UnsupportedOperation(USER_ELSEWHERE)
-            await self._handler.settle_follow_up(admitted, refusal)
-            raise refusal
+        if acting_user(admitted.call) != asked.user:
+            not_theirs = TaskNotFound(TASK_NOT_FOUND)  # another user's task: as another peer's
+            await self._handler.settle_follow_up(admitted, not_theirs)
+            raise not_theirs
         try:
             state = await self._left(asked, admitted)
         except BaseException:
@@ -276,7 +276,7 @@ class FollowUps:
         """
         pause = 0.02
         while True:
-            latest = await self._tasks.get(asked.owner, asked.task_id)
+            latest = await self._tasks.get(asked.owner, asked.task_id, asked.user)
             if latest is None:
                 raise TaskNotFound(TASK_NOT_FOUND)
             moved = not (latest.state.waiting and latest.status_json == asked.status_json)
@@ -296,14 +296,14 @@ class FollowUps:
     ) -> GatewayError:
         """Why the follow-up is refused, audited: after the Describe prefix (which refuses
         an unidentified, unknown, expired or limited caller itself), its task's answer."""
-        peer_id = await self._admit_peer(request, context, operation)
+        peer_id, user = await self._admit_peer(request, context, operation)
         task_id = request.message.task_id
         stored: A2ATask | None
-        if run is not None and run.task.owner == peer_id:
+        if run is not None and (run.task.owner, run.task.user) == (peer_id, user):
             stored = run.task
-        else:  # one query names owner and id: another's task is the same empty answer
+        else:  # one query names owner, user and id: another's task is the same empty answer
             try:
-                stored = await self._tasks.get(peer_id, task_id)
+                stored = await self._tasks.get(peer_id, task_id, user)
             except GatewayError as err:
                 return await self._handler.refuse(peer_id, err, f"A2A {operation}")
         error: GatewayError

@@ -9,9 +9,11 @@ schema (as its sender did), takes the row (one conditional update: the sender
 may have withdrawn it meanwhile), audits the follow-up ``allow`` (committed
 first for a capability that may write, as for a local answer) and hands it to
 the capability. An answer it cannot take (the task no longer waits on that
-question, or was started for a user, whom the row does not name) is
-``refused``, and the sender audits that refusal: each follow-up has exactly
-one record, written by the side that decided.
+question) is ``refused``, and the sender audits that refusal: each follow-up
+has exactly one record, written by the side that decided. The sender checked
+the answer's user against the task's row before leaving it; the record
+written here names the task's user (the same subject), through the first
+message's verified tokens.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from capabilities.parts import AnyObject
 from capabilities.replies import part_from_json
 from gateway.errors import GatewayError
 from gateway.inbound.call import InvokeCall
-from gateway.inbound.invoke_handler import NO_USER, AdmittedCall, InvokeHandler, acting_user
+from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler
 from gateway.server.a2a.task_store.inputs import REFUSED, TAKEN, PendingInput
 from gateway.server.a2a.task_store.store import A2ATaskStore
 
@@ -66,9 +68,7 @@ async def _take(
 ) -> None:
     run = runs.running(pending.task_id)
     question = None if run is None else run.waiting
-    # The row names no user: a task started for one takes answers given here only.
-    for_a_user = run is not None and acting_user(run.admitted.call) != NO_USER
-    if run is None or question is None or for_a_user or not run.claim(question):
+    if run is None or question is None or not run.claim(question):
         await store.end_input(pending.task_id, pending.message_id, REFUSED)
         return
     try:
@@ -96,6 +96,7 @@ async def _take(
         pending.input,
         0.0,
         task_id=task.task_id,
+        tokens=run.admitted.call.tokens,  # the task's user: the record's on_behalf_of
     )
     admitted = AdmittedCall(call, run.admitted.admission, payload, time.perf_counter())
     await handler.settle_follow_up(admitted, None)

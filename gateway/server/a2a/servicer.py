@@ -7,7 +7,10 @@ Invoke; the task methods also take a token of the peer's rate, and a
 subscription a place in its ``max_in_flight`` while open. Then, in this
 order, a method refuses (audited) an ``a2a-version`` that is not 1.x
 (missing means 0.3, as the spec says), a request that did not parse, and a
-non-empty tenant. Push notifications (``[push] enabled``) are the caller's
+non-empty tenant. A task is its caller's and its user's: every method on a
+task finds it only for the same SPIFFE ID acting for the same user (the
+subject and issuer its row keeps), else ``TASK_NOT_FOUND`` as for another
+peer's. Push notifications (``[push] enabled``) are the caller's
 own: the four push-config methods work on its own tasks, and a SendMessage
 carrying a push config stores it for the new task before the task starts
 (:mod:`gateway.push`); with push off they are refused with the spec's error.
@@ -59,7 +62,13 @@ from gateway.errors import (
 )
 from gateway.inbound.call import InvokeCall, deadline_from
 from gateway.inbound.in_flight import current_binding, serving_binding
-from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler, InvokeOutcome
+from gateway.inbound.invoke_handler import (
+    AdmittedCall,
+    InvokeHandler,
+    InvokeOutcome,
+    acting_user,
+    user_of,
+)
 from gateway.inbound.limits.admission import CallSlot
 from gateway.inbound.pipeline import InFlight
 from gateway.push.notifier import PushNotifier
@@ -86,6 +95,7 @@ from gateway.server.a2a.task_store.store import (
     TaskFilter,
     TaskOutcome,
     TaskPage,
+    TaskUser,
     page_size,
 )
 from gateway.server.a2a.task_view import list_answer, message_answer, send_answer, task_message
@@ -136,7 +146,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         self._address = address
         self.runs = runs if runs is not None else BackgroundTasks(handler, tasks)
         """The background and streamed tasks this servicer started."""
-        self._follow_ups = FollowUps(handler, tasks, self.runs, self._admit)
+        self._follow_ups = FollowUps(handler, tasks, self.runs, self._admit_caller)
 
     # --- the common path ------------------------------------------------------
 
@@ -163,15 +173,23 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         self, request: object, context: aio.ServicerContext[Any, Any], operation: str
     ) -> str:
         """Describe prefix, then the A2A checks; returns the caller's SPIFFE ID."""
+        peer_id, _ = await self._admit_caller(request, context, operation)
+        return peer_id
+
+    async def _admit_caller(
+        self, request: object, context: aio.ServicerContext[Any, Any], operation: str
+    ) -> tuple[str, TaskUser]:
+        """``_admit``; returns the caller's SPIFFE ID and the user it acts for."""
+        tokens = request_tokens(context)
         peer_id, _ = await self._handler.admit_peer(
             peer_cert(context),
             f"A2A {operation}",
             task_id_of(request),
             edge_slot=edge_slot(context),
-            tokens=request_tokens(context),
+            tokens=tokens,
         )
         await self._a2a_checks(request, context, peer_id, operation)
-        return peer_id
+        return peer_id, user_of(tokens)
 
     async def _admit_limited(
         self,
@@ -180,8 +198,8 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         operation: str,
         *,
         in_flight: bool = False,
-    ) -> tuple[str, CallSlot]:
-        """``_admit`` for a task operation, with the limits of its kind.
+    ) -> tuple[str, TaskUser, CallSlot]:
+        """``_admit_caller`` for a task operation, with the limits of its kind.
 
         A poll (``in_flight`` false) takes a token of the peer's rate but needs no
         room under its ``max_in_flight`` (its own running tasks may hold every
@@ -189,20 +207,21 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         it when it ends).
         """
         kind = InFlight.HOLD if in_flight else InFlight.POLL
+        tokens = request_tokens(context)
         peer_id, slot = await self._handler.admit_task_reader(
             peer_cert(context),
             f"A2A {operation}",
             task_id_of(request),
             kind,
             edge_slot=edge_slot(context),
-            tokens=request_tokens(context),
+            tokens=tokens,
         )
         try:
             await self._a2a_checks(request, context, peer_id, operation)
         except BaseException:
             slot.release()
             raise
-        return peer_id, slot
+        return peer_id, user_of(tokens), slot
 
     async def _a2a_checks(
         self, request: object, context: aio.ServicerContext[Any, Any], peer_id: str, operation: str
@@ -332,6 +351,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             call = _with_problem(call, f"the request is not a valid {SERVICE_NAME} {operation}")
         admitted = await self._handler.admit(call, edge_slot=edge_slot(context))
         now_ms = int(time.time() * 1000)
+        user = acting_user(admitted.call)  # kept on the task: only that user finds it again
         kept = b""
         if admitted.admission.capability.contract.asks_input and admitted.call.message:
             parts = parts_json(admitted.call.message.parts())
@@ -351,6 +371,8 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
             created_ms=now_ms,
             updated_ms=now_ms,
             history=kept,
+            on_behalf_of=user[0],
+            user_issuer=user[1],
         )
         return admitted, task
 
@@ -443,11 +465,11 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
 
         async def work() -> tuple[AsyncIterator[a2a_pb2.StreamResponse], str, CallSlot]:
             # The events, the caller, and the place it holds while they flow.
-            peer_id, slot = await self._admit_limited(
+            peer_id, user, slot = await self._admit_limited(
                 request, context, "SubscribeToTask", in_flight=True
             )
             try:
-                stored = await self._owned(peer_id, request.id, "SubscribeToTask")
+                stored = await self._owned(peer_id, user, request.id, "SubscribeToTask")
                 run = self.runs.running(stored.task_id)
                 if run is not None and not run.task.state.finished:
                     return run.listen().events(), peer_id, slot
@@ -505,11 +527,11 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
     async def GetTask(
         self, request: a2a_pb2.GetTaskRequest, context: aio.ServicerContext[Any, Any]
     ) -> a2a_pb2.Task:
-        """One of the caller's own tasks; another peer's is TASK_NOT_FOUND."""
+        """One of the caller's own tasks; another peer's (or user's) is TASK_NOT_FOUND."""
 
         async def work() -> a2a_pb2.Task:
-            peer_id, _ = await self._admit_limited(request, context, "GetTask")
-            stored = await self._owned(peer_id, request.id, "GetTask")
+            peer_id, user, _ = await self._admit_limited(request, context, "GetTask")
+            stored = await self._owned(peer_id, user, request.id, "GetTask")
             asked = _history_length(request)
             if asked is not None and asked < 0:
                 raise await self._handler.refuse(
@@ -526,8 +548,8 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
         """Cancel one of the caller's running tasks; a finished one is TASK_NOT_CANCELABLE."""
 
         async def work() -> a2a_pb2.Task:
-            peer_id, _ = await self._admit_limited(request, context, "CancelTask")
-            stored = await self._owned(peer_id, request.id, "CancelTask")
+            peer_id, user, _ = await self._admit_limited(request, context, "CancelTask")
+            stored = await self._owned(peer_id, user, request.id, "CancelTask")
             run = self.runs.running(stored.task_id)
             try:
                 if run is not None:
@@ -545,10 +567,10 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
     async def ListTasks(
         self, request: a2a_pb2.ListTasksRequest, context: aio.ServicerContext[Any, Any]
     ) -> a2a_pb2.ListTasksResponse:
-        """The caller's own tasks, last updated first."""
+        """The caller's own tasks (started for the user it acts for), last updated first."""
 
         async def work() -> a2a_pb2.ListTasksResponse:
-            peer_id, _ = await self._admit_limited(request, context, "ListTasks")
+            peer_id, user, _ = await self._admit_limited(request, context, "ListTasks")
             history_length = _history_length(request)
             try:
                 if history_length is not None and history_length < 0:
@@ -559,7 +581,7 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
                     asked = TaskFilter(page_size=request.page_size) if has_size else TaskFilter()
                     page = TaskPage([], "", 0, page_size(asked))
                 else:
-                    page = await self._tasks.list(peer_id, wanted)
+                    page = await self._tasks.list(peer_id, wanted, user)
             except GatewayError as err:
                 raise await self._handler.refuse(peer_id, err, "A2A ListTasks") from err
             include = request.include_artifacts if request.HasField("include_artifacts") else False
@@ -567,11 +589,12 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
 
         return await self._answer(context, "ListTasks", work())
 
-    async def _owned(self, peer_id: str, task_id: str, operation: str) -> A2ATask:
-        # One query names both owner and id, so another peer's task and a task
-        # that never existed take the same path to the same answer.
+    async def _owned(self, peer_id: str, user: TaskUser, task_id: str, operation: str) -> A2ATask:
+        # One query names owner, user and id, so another peer's task, another user's
+        # task of the same peer and a task that never existed take the same path to
+        # the same answer.
         try:
-            task = await self._tasks.get(peer_id, task_id)
+            task = await self._tasks.get(peer_id, task_id, user)
         except GatewayError as err:
             raise await self._handler.refuse(peer_id, err, f"A2A {operation}") from err
         if task is None:
@@ -662,16 +685,19 @@ class A2AServicer(a2a_pb2_grpc.A2AServiceServicer):
     async def _push_task(
         self, request: Any, context: aio.ServicerContext[Any, Any], operation: str
     ) -> tuple[str, PeerGrant, A2ATask]:
-        """The Describe prefix, the A2A checks, then the caller's own task ``request.task_id``."""
+        """The Describe prefix, the A2A checks, then the caller's own task ``request.task_id``
+        (started for the user the caller acts for now)."""
+        tokens = request_tokens(context)  # the caller as every other method knows it
         peer_id, grant = await self._handler.admit_peer(
             peer_cert(context),
             f"A2A {operation}",
             task_id_of(request),
             edge_slot=edge_slot(context),
-            tokens=request_tokens(context),  # the caller as every other method knows it
+            tokens=tokens,
         )
         await self._a2a_checks(request, context, peer_id, operation)  # refuses unparsed bytes
-        return peer_id, grant, await self._owned(peer_id, request.task_id, operation)
+        task = await self._owned(peer_id, user_of(tokens), request.task_id, operation)
+        return peer_id, grant, task
 
     async def _pushing(
         self, peer_id: str, operation: str, task: A2ATask, work: Awaitable[_T]

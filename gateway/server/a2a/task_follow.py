@@ -94,7 +94,7 @@ async def followed(
             await asyncio.wait_for(stopping.wait(), min(pause, left))
         if stopping.is_set():
             raise AgentStopping(STOPPING)
-        latest = await store.get(task.owner, task.task_id)
+        latest = await store.get(task.owner, task.task_id, task.user)
         if latest is None:
             raise TaskNotFound("task not found")
         if latest.state.finished:

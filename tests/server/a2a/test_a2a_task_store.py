@@ -1,17 +1,26 @@
-"""The A2A task store on each backend: owner scoping, pages, filters, reopening, sharing."""
+"""The A2A task store on each backend: owner and user scoping, pages, filters, reopening,
+sharing."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from gateway.errors import InvalidRequest, StateUnavailable
+from gateway.inbound.invoke_handler import NO_USER
 from gateway.server.a2a.task_store.postgres import PostgresA2ATaskStore
 from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
-from gateway.server.a2a.task_store.store import A2ATaskStore, TaskFilter, TaskOutcome, token_task_id
+from gateway.server.a2a.task_store.store import (
+    A2ATask,
+    A2ATaskStore,
+    TaskFilter,
+    TaskOutcome,
+    token_task_id,
+)
 from tests.helpers.a2a_task_rows import ALICE, BOB, CAROL, task
 from tests.helpers.postgres import state_pool
 
@@ -138,6 +147,52 @@ async def test_a_token_names_its_owners_task_and_is_refused_for_another_owner(
         )
         second = await store.list(BOB, TaskFilter(page_size=1, page_token=first.next_page_token))
         assert [t.task_id for t in second.tasks] == ["task-1"]
+    finally:
+        store.close()
+
+
+USER_1 = ("user-1", "https://issuer.example")
+USER_2 = ("user-2", "https://issuer.example")
+
+
+def for_user(n: int, user: tuple[str, str], state: TaskOutcome = TaskOutcome.COMPLETED) -> A2ATask:
+    return replace(task(n, state=state), on_behalf_of=user[0], user_issuer=user[1])
+
+
+async def test_a_task_keeps_its_user_and_is_found_only_for_that_user(
+    open_store: Callable[[], A2ATaskStore],
+) -> None:
+    store = open_store()
+    mine, running = for_user(1, USER_1), for_user(2, USER_1, TaskOutcome.WORKING)
+    store.put(mine)
+    assert await store.save(running, "a-process", 9_999_999_999_999)
+    store.put(task(3))  # bob's, for no user
+    store.put(for_user(4, (USER_1[0], "https://another-issuer.example")))  # same subject
+    await store.flush()
+    store.close()
+    store = open_store()
+    try:
+        assert await store.get(BOB, "task-1", USER_1) == mine
+        assert await store.get(BOB, "task-2", USER_1) == running
+        assert (mine.user, running.user) == (USER_1, USER_1)
+        for other in (USER_2, NO_USER, (USER_1[0], "https://another-issuer.example")):
+            assert await store.get(BOB, "task-1", other) is None  # as for no task at all
+        assert await store.get(BOB, "task-1") is None  # a read names no user unless told
+        assert await store.get(CAROL, "task-1", USER_1) is None
+        assert await store.get(BOB, "task-1", None) == mine  # whoever it was started for
+        assert (await store.get(BOB, "task-3")) == task(3)
+        page = await store.list(BOB, TaskFilter(), USER_1)
+        assert ([t.task_id for t in page.tasks], page.total_size) == (["task-2", "task-1"], 2)
+        assert [t.task_id for t in (await store.list(BOB, TaskFilter())).tasks] == ["task-3"]
+        assert (await store.list(BOB, TaskFilter(), USER_2)).total_size == 0
+        first = await store.list(BOB, TaskFilter(page_size=1), USER_1)
+        with pytest.raises(InvalidRequest):  # user-1's task names no page of anyone else's
+            await store.list(BOB, TaskFilter(page_token=first.next_page_token), USER_2)
+        # A later save (its state) never changes whom the task was started for.
+        assert await store.save(replace(running, state=TaskOutcome.COMPLETED, on_behalf_of="x"))
+        assert await store.get(BOB, "task-2", ("x", USER_1[1])) is None
+        ended = await store.get(BOB, "task-2", USER_1)
+        assert ended is not None and ended.state is TaskOutcome.COMPLETED
     finally:
         store.close()
 

@@ -2,8 +2,11 @@
 
 SQLite: an older ``a2a-tasks.sqlite`` gets the new columns and the index of the
 new unfinished states when opened. PostgreSQL: migration 10 widens the state
-check, adds the columns and replaces the index. Either way the old rows read
-as before, and waiting tasks are stored, listed and ended as orphans.
+check, adds the columns and replaces the index; migration 12 adds the user a
+task was started for. Either way the old rows read as before, as started for
+no user, and waiting tasks are stored, listed and ended as orphans. A row an
+older replica still running writes after migration 12 names no user it may
+have had: no caller finds it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from gateway.inbound.invoke_handler import NO_USER
 from gateway.postgres.migrations import MIGRATIONS
 from gateway.server.a2a.task_store.postgres import PostgresA2ATaskStore
 from gateway.server.a2a.task_store.sqlite import SqliteA2ATaskStore
@@ -27,6 +31,7 @@ from tests.helpers.postgres import state_pool
 ALICE = "spiffe://example.org/agent/alice"
 BOB = "spiffe://example.org/agent/bob"
 CONVERSATIONS_VERSION = 10
+USER = ("user-1", "https://issuer.example")
 
 _SQLITE_BEFORE = (
     "CREATE TABLE a2a_tasks (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
@@ -106,6 +111,8 @@ async def test_old_rows_read_as_before_and_waiting_tasks_are_kept(
     try:
         done = await store.get(BOB, "done-1")
         assert done is not None and done.state is TaskOutcome.COMPLETED
+        assert done.user == NO_USER  # written before tasks kept their user
+        assert await store.get(BOB, "done-1", USER) is None
         assert (done.output, done.status_json, done.history) == (b'{"text":"kept"}', b"", b"")
         waiting = replace(
             a2a_task(
@@ -144,3 +151,29 @@ def test_the_old_sqlite_index_is_replaced(tmp_path: Path) -> None:
         )}  # fmt: skip
     assert "a2a_tasks_unfinished" not in indexes
     assert "'input-required', 'auth-required'" in indexes["a2a_tasks_open"]
+
+
+async def test_a_row_an_older_replica_writes_after_the_upgrade_is_found_for_no_caller(
+    pg_dsn: str,
+) -> None:
+    _postgres_before(pg_dsn)
+    store = PostgresA2ATaskStore(state_pool(pg_dsn), ALICE)  # migrates to the latest
+    try:
+        assert (await store.get(BOB, "done-1")) is not None  # from before: no user
+        with psycopg.connect(pg_dsn) as conn:  # the columns a gateway of migration 11 writes
+            conn.execute(
+                "INSERT INTO a2a_tasks (agent_id, task_id, owner, context_id, state, capability, "
+                "served_version, output, evidence_sha256, replayed, reason, message, "
+                "created_ms, updated_ms, status_json, history, asked_schema, runner, lease_ms) "
+                "VALUES (%s, 'late-1', %s, 'ctx', 'working', 'trip.book', '1.0.0', '', '', "
+                "false, '', '', 1, 2, '', '', '', 'old-process', 3)",
+                (ALICE, BOB),
+            )
+        assert await store.get(BOB, "late-1") is None
+        assert await store.get(BOB, "late-1", USER) is None
+        listed = (await store.list(BOB, TaskFilter())).tasks
+        assert sorted(t.task_id for t in listed) == ["done-1", "running-1"]  # not late-1
+        whoever = await store.get(BOB, "late-1", None)
+        assert whoever is not None and whoever.user == ("", "?")
+    finally:
+        store.close()

@@ -26,7 +26,8 @@ _SCHEMA = (
     "updated_ms INTEGER NOT NULL, runner TEXT NOT NULL DEFAULT '', "
     "lease_ms INTEGER NOT NULL DEFAULT 0, cancel_by TEXT NOT NULL DEFAULT '', "
     "status_json BLOB NOT NULL DEFAULT x'', history BLOB NOT NULL DEFAULT x'', "
-    "asked_schema TEXT NOT NULL DEFAULT '')",
+    "asked_schema TEXT NOT NULL DEFAULT '', on_behalf_of TEXT NOT NULL DEFAULT '', "
+    "user_issuer TEXT NOT NULL DEFAULT '')",
     "CREATE INDEX IF NOT EXISTS a2a_tasks_owner ON a2a_tasks (owner, seq)",
     "CREATE TABLE IF NOT EXISTS a2a_task_chunks (task_id TEXT NOT NULL, owner TEXT NOT NULL, "
     "n INTEGER NOT NULL, chunk BLOB NOT NULL, PRIMARY KEY (task_id, n))",
@@ -47,9 +48,12 @@ _ADDED_COLUMNS = (
     ("status_json", "BLOB NOT NULL DEFAULT x''"),
     ("history", "BLOB NOT NULL DEFAULT x''"),
     ("asked_schema", "TEXT NOT NULL DEFAULT ''"),
+    ("on_behalf_of", "TEXT NOT NULL DEFAULT ''"),
+    ("user_issuer", "TEXT NOT NULL DEFAULT ''"),
 )
-"""Columns added since the first release: background tasks, then conversations
-(older files get them when opened)."""
+"""Columns added since the first release: background tasks, conversations, then the
+user a task was started for (older files get them when opened; their rows read as
+started for no user)."""
 
 
 class SqliteA2ATaskStore(A2ATaskStore):

@@ -14,8 +14,12 @@ processes sharing the store, a running task's output chunks are kept as well
 (``a2a_task_chunks``, numbered from 0, each its canonical JSON), for a follower
 in another process; they are dropped once the task has ended (its output
 holds them all) and by ``prune``.
-Every read names the owner: a task of another peer is never returned, and the
-query for it is the same query as for an id that never existed. WAL with
+Every read names the owner and the user the task was started for (the
+subject and issuer of a verified ``A2AGW-User-Token``, never the token; two
+empty strings for none): a task of another peer, or of another user of the
+same peer, is never returned, and the query for it is the same query as for
+an id that never existed. Rows written before the user columns existed read
+as started for no user. WAL with
 ``synchronous=NORMAL``: tasks survive a restart (``flush`` on stop); a crash
 may lose the tasks of the last few milliseconds, as it may their allowed audit
 records. The output is the caller's own answer, kept for
@@ -28,9 +32,9 @@ newest first); the token's task is placed where it is when the next page is
 asked for, so a task updated while a client pages (the token's own too) moves
 to the top of the listing. It holds
 no row number or count, so paging reveals nothing of other peers' tasks, and
-it is resolved only among the caller's own tasks: another owner's token (or a
-forged one) is refused exactly as garbage is. Tokens need no key, so they hold
-across restarts and replicas.
+it is resolved only among the caller's own tasks for the same user: another
+owner's or user's token (or a forged one) is refused exactly as garbage is.
+Tokens need no key, so they hold across restarts and replicas.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from typing import Any
 
 from gateway.errors import InvalidRequest
 from gateway.inbound.call import REQUEST_ID
+from gateway.inbound.invoke_handler import NO_USER
 from gateway.server.a2a.task_store.inputs import WAITING_STATES, TaskInputs
 from gateway.sql.dialect import Dialect
 
@@ -64,9 +69,13 @@ CHUNKS_PER_STATEMENT = 200
 TASK_COLUMNS = (
     "task_id, owner, context_id, state, capability, served_version, output, "
     "evidence_sha256, replayed, reason, message, created_ms, updated_ms, status_json, history, "
-    "asked_schema"
+    "asked_schema, on_behalf_of, user_issuer"
 )
 """The task columns of ``a2a_tasks`` in ``A2ATask`` field order (both stores)."""
+_USER_COLUMNS = ("on_behalf_of", "user_issuer")
+"""The user a task was started for: written with its first row, never changed."""
+TaskUser = tuple[str, str]
+"""(subject, issuer) of the verified user a task was started for; ``NO_USER``: none."""
 UNFINISHED = ("submitted", "working", "input-required", "auth-required")
 """The states of a task that has not ended (``TaskOutcome`` values)."""
 WAITING = WAITING_STATES
@@ -129,6 +138,9 @@ class A2ATask:
         asked_schema: While it waits: ``module:qualname`` of the model its answer
             is validated against ("" for none: any message; ``?`` for a model
             no other process can name), so another process can admit an answer.
+        on_behalf_of: The subject of the verified user the task was started for
+            (``A2AGW-User-Token``); "" for none. Never a token.
+        user_issuer: The issuer that vouched for that user ("" for none).
     """
 
     task_id: str
@@ -147,6 +159,13 @@ class A2ATask:
     status_json: bytes = b""
     history: bytes = b""
     asked_schema: str = ""
+    on_behalf_of: str = ""
+    user_issuer: str = ""
+
+    @property
+    def user(self) -> TaskUser:
+        """(subject, issuer) of the user the task was started for (``NO_USER``: none)."""
+        return self.on_behalf_of, self.user_issuer
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +199,9 @@ class A2ATaskStore(TaskInputs, ABC):
     :class:`~gateway.server.a2a.task_store.postgres.PostgresA2ATaskStore`
     run them on their connection).
     Invariants every implementation keeps: every read waits for this
-    process's queued tasks first; a read names the owner, so another peer's
-    task is the same empty answer as an id that never existed; ``updated_ms``
+    process's queued tasks first; a read names the owner and the user, so
+    another peer's (or user's) task is the same empty answer as an id that
+    never existed; ``updated_ms``
     then ``seq`` order tasks newest first, and the page token names a task; an
     unreadable store raises
     :class:`~gateway.errors.StateUnavailable`, a batch that cannot be written
@@ -240,8 +260,15 @@ class A2ATaskStore(TaskInputs, ABC):
         while self._writer is not None and not self._writer.done():
             await asyncio.shield(self._writer)
 
-    async def get(self, owner: str, task_id: str) -> A2ATask | None:
-        """``owner``'s task ``task_id``; None if it has none by that id (whoever else might).
+    async def get(
+        self, owner: str, task_id: str, user: TaskUser | None = NO_USER
+    ) -> A2ATask | None:
+        """``owner``'s task ``task_id`` started for ``user``; None if there is none (whoever
+        else's it might be: another caller's, or another user's of this caller).
+
+        ``user`` None reads the task whoever it was started for: only for a reader that
+        compares the user itself once it is verified (a follow-up, read before its
+        admission verifies its tokens).
 
         Raises:
             StateUnavailable: the store could not be read (a shared database).
@@ -249,7 +276,7 @@ class A2ATaskStore(TaskInputs, ABC):
         await self.flush()
         if not REQUEST_ID.fullmatch(task_id):  # never an id this store made (nor a query's text)
             return None
-        where, params = self._scope(owner)
+        where, params = self._task_scope(owner, user)
         rows = await self._query(
             f"SELECT {TASK_COLUMNS} FROM a2a_tasks WHERE {' AND '.join(where)} "
             f"AND task_id = {self._mark}",
@@ -257,9 +284,9 @@ class A2ATaskStore(TaskInputs, ABC):
         )
         return task_from_row(rows[0]) if rows else None
 
-    async def list(self, owner: str, wanted: TaskFilter) -> TaskPage:
-        """A page of ``owner``'s tasks, last updated first (the A2A spec's order; ties:
-        newest first).
+    async def list(self, owner: str, wanted: TaskFilter, user: TaskUser = NO_USER) -> TaskPage:
+        """A page of ``owner``'s tasks started for ``user``, last updated first (the A2A
+        spec's order; ties: newest first).
 
         Raises:
             InvalidRequest: the page token is not one this store handed out.
@@ -267,7 +294,7 @@ class A2ATaskStore(TaskInputs, ABC):
         """
         await self.flush()
         mark = self._mark
-        where, params = self._scope(owner)
+        where, params = self._task_scope(owner, user)
         if wanted.context_id:
             where.append(f"context_id = {mark}")
             params.append(wanted.context_id)
@@ -281,7 +308,7 @@ class A2ATaskStore(TaskInputs, ABC):
         total = await self._query(f"SELECT COUNT(*) FROM a2a_tasks WHERE {condition}", (*params,))
         page_where, page_params = condition, list(params)
         if wanted.page_token:  # the tasks listed after the token's task, in the order below
-            updated_ms, seq = await self._cursor(owner, wanted.page_token)
+            updated_ms, seq = await self._cursor(owner, user, wanted.page_token)
             page_where += f" AND (updated_ms < {mark} OR (updated_ms = {mark} AND seq < {mark}))"
             page_params += [updated_ms, updated_ms, seq]
         size = page_size(wanted)
@@ -296,10 +323,10 @@ class A2ATaskStore(TaskInputs, ABC):
         token = page_token(tasks[-1].task_id) if more and tasks else ""
         return TaskPage(tasks, token, int(total[0][0]), size)
 
-    async def _cursor(self, owner: str, token: str) -> tuple[int, int]:
+    async def _cursor(self, owner: str, user: TaskUser, token: str) -> tuple[int, int]:
         """Where the page after ``token`` starts: (last update, row order) of the owner's
-        task it names, as that task is now."""
-        where, params = self._scope(owner)
+        task (started for ``user``) it names, as that task is now."""
+        where, params = self._task_scope(owner, user)
         rows = await self._query(
             f"SELECT updated_ms, seq FROM a2a_tasks WHERE {' AND '.join(where)} "
             f"AND task_id = {self._mark}",
@@ -313,6 +340,15 @@ class A2ATaskStore(TaskInputs, ABC):
         """The conditions (and their values) every read of ``owner``'s tasks starts with."""
         names = (*self._key_names, "owner")
         return [f"{name} = {self._mark}" for name in names], [*self._scope_values, owner]
+
+    def _task_scope(self, owner: str, user: TaskUser | None) -> Scope:
+        """``_scope`` of a read of ``a2a_tasks``, narrowed to the tasks started for ``user``
+        (None: whoever they were started for)."""
+        where, params = self._scope(owner)
+        if user is not None:
+            where += [f"{column} = {self._mark}" for column in _USER_COLUMNS]
+            params += list(user)
+        return where, params
 
     # --- background and streamed tasks (see gateway.server.a2a.background_tasks) ---
 
@@ -335,6 +371,7 @@ class A2ATaskStore(TaskInputs, ABC):
         updates = ", ".join(
             f"{column} = excluded.{column}"
             for column in (*TASK_COLUMNS.split(", ")[3:], "runner", "lease_ms")
+            if column not in _USER_COLUMNS  # a task's user never changes
         )
         rows = await self._query(
             f"INSERT INTO a2a_tasks ({self._key_columns()}{TASK_COLUMNS}, runner, lease_ms) "
@@ -568,6 +605,8 @@ def task_row(task: A2ATask) -> tuple[object, ...]:
         task.status_json,
         task.history,
         task.asked_schema,
+        task.on_behalf_of,
+        task.user_issuer,
     )
 
 
@@ -590,4 +629,6 @@ def task_from_row(row: tuple[Any, ...]) -> A2ATask:
         status_json=bytes(row[13] or b""),
         history=bytes(row[14] or b""),
         asked_schema=str(row[15] or ""),
+        on_behalf_of=str(row[16]),
+        user_issuer=str(row[17]),
     )
