@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -188,6 +188,31 @@ async def started(config: AgentConfig, registry: CapabilityRegistry | None = Non
     agent = Agent(config, registry)
     await agent.start(watch_policy=False)
     return agent
+
+
+async def started_replicas(
+    pki: Pki,
+    tmp_path: Path,
+    pg_dsn: str,
+    policy: Path,
+    capabilities: Iterable[Capability],
+    configure: Callable[[AgentConfig], AgentConfig] = lambda config: config,
+) -> list[Agent]:
+    """Two replicas of ``alice`` sharing one PostgreSQL database (audit and state), each with
+    the standard registry plus ``capabilities``; ``configure`` adjusts each config."""
+    capabilities = list(capabilities)
+    agents = []
+    for n in range(2):
+        base = tmp_path / f"replica-{n}"
+        base.mkdir()
+        config = agent_config(
+            pki, base, "alice", policy, stores={"audit_db": pg_dsn, "state_db": pg_dsn}
+        )
+        registry = standard_registry(WriteCounter(), base / "kv")
+        for cap in capabilities:
+            registry.register(cap)
+        agents.append(await started(configure(config), registry))
+    return agents
 
 
 # --- Plans: test capabilities that record what reached them, and agent meshes ---

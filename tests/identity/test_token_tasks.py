@@ -34,6 +34,7 @@ from tests.helpers.agents import (
     grant,
     standard_registry,
     started,
+    started_replicas,
     write_policy,
 )
 from tests.helpers.conversation_capabilities import CAPABILITIES, Conversations
@@ -279,19 +280,14 @@ async def replicas(
     conversations: Conversations,
 ) -> AsyncIterator[list[Agent]]:
     policy = write_policy(tmp_path / "policy.toml", [grant("bob", CAPABILITIES)])
-    agents = []
-    for n in range(2):
-        base = tmp_path / f"replica-{n}"
-        base.mkdir()
-        config = agent_config(
-            pki, base, "alice", policy, stores={"audit_db": pg_dsn, "state_db": pg_dsn}
-        )
-        agents.append(
-            await started(
-                with_tokens(config, token_settings(issuer, svid)),
-                _registry(conversations, base / "kv"),
-            )
-        )
+    agents = await started_replicas(
+        pki,
+        tmp_path,
+        pg_dsn,
+        policy,
+        conversations.capabilities(),
+        lambda config: with_tokens(config, token_settings(issuer, svid)),
+    )
     yield agents
     for agent in agents:
         await agent.stop()

@@ -23,11 +23,8 @@ from tests.helpers.a2a_conversations import message, records, texts
 from tests.helpers.a2a_grpc import V1, A2APeer, gateway_reason
 from tests.helpers.agents import (
     Pki,
-    WriteCounter,
-    agent_config,
     grant,
-    standard_registry,
-    started,
+    started_replicas,
     write_policy,
 )
 from tests.helpers.conversation_capabilities import CAPABILITIES, Conversations, Destination
@@ -43,17 +40,7 @@ async def replicas(
     pki: Pki, tmp_path: Path, pg_dsn: str, conversations: Conversations
 ) -> AsyncIterator[list[Agent]]:
     policy = write_policy(tmp_path / "policy.toml", [grant("bob", CAPABILITIES)])
-    agents = []
-    for n in range(2):
-        base = tmp_path / f"replica-{n}"
-        base.mkdir()
-        config = agent_config(
-            pki, base, "alice", policy, stores={"audit_db": pg_dsn, "state_db": pg_dsn}
-        )
-        registry = standard_registry(WriteCounter(), base / "kv")
-        for cap in conversations.capabilities():
-            registry.register(cap)
-        agents.append(await started(config, registry))
+    agents = await started_replicas(pki, tmp_path, pg_dsn, policy, conversations.capabilities())
     yield agents
     for agent in agents:
         await agent.stop()

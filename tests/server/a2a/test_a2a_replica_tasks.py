@@ -31,12 +31,9 @@ from gateway.storage import location, open_audit_reader
 from tests.helpers.a2a_grpc import V1, A2APeer, a2a_task, data_request, error_infos
 from tests.helpers.agents import (
     Pki,
-    WriteCounter,
-    agent_config,
     grant,
     spiffe,
-    standard_registry,
-    started,
+    started_replicas,
     write_policy,
 )
 from tests.helpers.task_capabilities import TaskGate
@@ -55,17 +52,7 @@ async def replicas(
         tmp_path / "policy.toml",
         [grant("bob", ["job.run", "job.steps", "job.chunks"]), grant("carol", ["job.run"])],
     )
-    agents = []
-    for n in range(2):
-        base = tmp_path / f"replica-{n}"
-        base.mkdir()
-        config = agent_config(
-            pki, base, "alice", policy, stores={"audit_db": pg_dsn, "state_db": pg_dsn}
-        )
-        registry = standard_registry(WriteCounter(), base / "kv")
-        for cap in gate.capabilities():
-            registry.register(cap)
-        agents.append(await started(config, registry))
+    agents = await started_replicas(pki, tmp_path, pg_dsn, policy, gate.capabilities())
     yield agents
     for agent in agents:
         await agent.stop()
