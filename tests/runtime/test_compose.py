@@ -74,7 +74,10 @@ async def test_compose_opens_no_file_socket_or_thread(pki: Pki, tmp_path: Path) 
 
     parts = compose(config, inputs)
 
-    assert (_files(tmp_path), threading.enumerate(), listening_ports()) == (files, threads, ports)
+    # Nothing new: a thread or port an earlier test leaves ending meanwhile is not compose's.
+    assert _files(tmp_path) == files
+    assert set(threading.enumerate()) - set(threads) == set()
+    assert listening_ports() - ports == set()
     assert not config.audit_db.exists()  # opened by the audit log's start, not before
     assert parts.https is not None and parts.console is not None
     assert parts.checkpoints is not None
