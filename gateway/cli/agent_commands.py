@@ -140,7 +140,8 @@ async def _stop_when_orphaned(stop: asyncio.Event) -> None:
     parent = os.getppid()
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), 1.0)
+            async with asyncio.timeout(1.0):
+                await stop.wait()
         if os.getppid() != parent:
             stop.set()
 

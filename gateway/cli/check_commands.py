@@ -301,9 +301,8 @@ def _url_address(url: str) -> str:
 async def _reach(subject: str, address: str) -> Finding:
     host, _, port = address.rpartition(":")
     try:
-        _, writer = await asyncio.wait_for(
-            asyncio.open_connection(host.strip("[]"), int(port)), _REACH_TIMEOUT
-        )
+        async with asyncio.timeout(_REACH_TIMEOUT):
+            _, writer = await asyncio.open_connection(host.strip("[]"), int(port))
     except (OSError, ValueError, TimeoutError) as err:
         why = (
             "no answer within 3s"

@@ -72,11 +72,9 @@ async def probe_server_identity(
     """
     host, _, port = address.rpartition(":")
     try:
-        _, writer = await asyncio.wait_for(
+        async with asyncio.timeout(timeout):
             # SNI: the host dialled (none for an IP address); no name is verified.
-            asyncio.open_connection(host.strip("[]"), int(port), ssl=context),
-            timeout,
-        )
+            _, writer = await asyncio.open_connection(host.strip("[]"), int(port), ssl=context)
     except WrongServerIdentity:
         return ServerIdentity.ANOTHER
     except (OSError, TimeoutError, ValueError):  # ssl errors are OSErrors

@@ -257,7 +257,8 @@ class PeerClient:
             await self._use_relay()
         relayed = self._relay is not None
         try:
-            connected = await asyncio.wait_for(channel_connected(self._channel), timeout)
+            async with asyncio.timeout(timeout):
+                connected = await channel_connected(self._channel)
         except TimeoutError as err:
             raise DeadlineExceeded(f"DEADLINE_EXCEEDED: no connection to {self.address}") from err
         left = timeout - (time.monotonic() - started)

@@ -23,7 +23,6 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import shutil
@@ -34,6 +33,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from gateway.runtime.stopping import cancel_and_wait
 from gateway.transport.tls import HANDSHAKE_SECONDS
 
 _log = logging.getLogger(__name__)
@@ -182,9 +182,7 @@ class SpiffeRelay:
         if self._server is not None:
             self._server.close()
         for task in list(self._connecting):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
         for leg in list(self._legs):
             if leg.transport is not None:
                 leg.transport.close()

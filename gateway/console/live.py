@@ -21,6 +21,7 @@ from gateway.config import AgentConfig
 from gateway.console.pages import utc
 from gateway.display import printable
 from gateway.errors import ConfigError
+from gateway.runtime.stopping import cancel_and_wait
 from gateway.storage import open_audit_feed, open_audit_reader
 
 _log = logging.getLogger(__name__)
@@ -89,9 +90,7 @@ class LiveDecisions:
     async def stop(self) -> None:
         """Stop polling; every subscriber's stream ends."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
         if self._feed is not None:
             await asyncio.get_running_loop().run_in_executor(self._thread, self._feed.close)

@@ -269,7 +269,8 @@ class _Stream:
 
     async def _within(self, message: dict[str, Any]) -> None:
         try:
-            await asyncio.wait_for(self._send(message), http.DRAIN_TIMEOUT)
+            async with asyncio.timeout(http.DRAIN_TIMEOUT):
+                await self._send(message)
         except TimeoutError:
             if self._abort is not None:
                 self._abort()
@@ -328,7 +329,8 @@ async def _send_events(
                 return
         while True:
             try:
-                rec = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
+                async with asyncio.timeout(KEEPALIVE_SECONDS):
+                    rec = await queue.get()
             except TimeoutError:
                 await stream.write(b": keepalive\n\n")
             else:

@@ -50,6 +50,7 @@ from gateway.push.sender import HOST_NOT_ALLOWED, Attempt, WebhookSender
 from gateway.push.signature import SIGNATURE_HEADER, NotificationSigner
 from gateway.push.store.store import Delivery, PushConfig, PushStore
 from gateway.push.webhook_url import WebhookUrl, parse_webhook_url
+from gateway.runtime.stopping import cancel_and_wait
 from policies.store import PolicyStore
 
 _log = logging.getLogger(__name__)
@@ -108,6 +109,11 @@ class PushDispatcher:
         # Longer than an attempt can take: a live process never loses its claim.
         self._lease_ms = int((2 * settings.timeout + 30) * 1000)
 
+    @property
+    def is_running(self) -> bool:
+        """True while delivery rounds run: from :meth:`start` until :meth:`stop`."""
+        return self._loop_task is not None and not self._loop_task.done()
+
     def wake(self) -> None:
         """Start a round now (new notifications, a webhook free again)."""
         self._wakeup.set()
@@ -135,9 +141,7 @@ class PushDispatcher:
         with contextlib.suppress(GatewayError):
             await self.notifier.flush()
         if self._loop_task is not None:
-            self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
+            await cancel_and_wait(self._loop_task)
         attempts = list(self._attempts)
         if attempts:
             _, late = await asyncio.wait(attempts, timeout=grace)
@@ -160,7 +164,8 @@ class PushDispatcher:
             except Exception:  # never let one bad round end deliveries for good
                 _log.exception("push deliveries failed")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), POLL_SECONDS)
+                async with asyncio.timeout(POLL_SECONDS):
+                    await self._wakeup.wait()
 
     async def _round(self) -> None:
         self._audit_dropped()

@@ -163,9 +163,8 @@ class WebhookSender:
             addresses: list[IPAddress] = [url.literal]
         else:
             try:
-                answer = await asyncio.wait_for(
-                    self.resolver(url.host, url.port), self._settings.connect_timeout
-                )
+                async with asyncio.timeout(self._settings.connect_timeout):
+                    answer = await self.resolver(url.host, url.port)
                 addresses = parsed_addresses(answer)
             except (OSError, TimeoutError) as err:
                 return Attempt(DNS_FAILED, retry=True, note=type(err).__name__)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from gateway.client.peer_client import PeerClient
 from gateway.config import AgentConfig
+from gateway.runtime.stopping import cancel_and_wait
 from gateway.telemetry.tracing import AgentTracing
 from gateway.transport.live_tls import LiveTls
 
@@ -64,9 +64,7 @@ class PeerClients:
             await client.close()
         self._clients.clear()
         for closing in list(self._retiring):
-            closing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await closing
+            await cancel_and_wait(closing)
 
 
 async def close_later(close: Callable[[], Awaitable[None]], grace: float) -> None:

@@ -27,6 +27,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gateway.runtime.stopping import cancel_and_wait
+
 _log = logging.getLogger(__name__)
 
 
@@ -92,9 +94,7 @@ class BackgroundLoop:
         """Cancel the task and wait until it has ended."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
 
 class ServiceStack:

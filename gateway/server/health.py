@@ -13,6 +13,8 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
+from gateway.runtime.stopping import cancel_and_wait
+
 _log = logging.getLogger(__name__)
 
 Check = Callable[[], bool]
@@ -51,9 +53,7 @@ class HealthMonitor:
     async def stop(self) -> None:
         """Stop watching (the last published status stays)."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     def poke(self) -> None:
@@ -86,4 +86,5 @@ class HealthMonitor:
                 _log.exception("health: a check failed to run")
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._poll)
+                async with asyncio.timeout(self._poll):
+                    await self._wake.wait()

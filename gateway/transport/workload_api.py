@@ -41,6 +41,7 @@ from spiffe.workloadapi.x509_context import X509Context
 
 from gateway.config import WorkloadApiTls, check_workload_api_socket
 from gateway.errors import AgentConfigError, ConfigError
+from gateway.runtime.stopping import cancel_and_wait
 from gateway.transport.live_tls import LiveTls
 from gateway.transport.tls import TlsMaterial
 from policies.identity import svid_dns_name, trust_domain_of
@@ -195,9 +196,7 @@ class WorkloadApiFeed:
     async def stop(self) -> None:
         """Stop streaming and close the connection."""
         if self._supervisor is not None:
-            self._supervisor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._supervisor
+            await cancel_and_wait(self._supervisor)
             self._supervisor = None
         self._close_stream()
 

@@ -24,6 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "gateway.local",
         "gateway.config.addresses",
         "gateway.runtime.instance_lock",
+        "gateway.runtime.stopping",
         "gateway.wire",
         "gateway.postgres.dsn",
         "gateway.sql",

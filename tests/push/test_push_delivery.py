@@ -9,6 +9,7 @@ alice's CA and SPIFFE ID.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -191,6 +192,20 @@ async def test_deleting_a_config_by_an_id_no_config_can_have_is_refused_and_audi
     )
     assert [c.id for c in listed.configs] == ["hook-1"]
     gate.release.set()
+
+
+async def test_deliveries_woken_as_the_agent_stops_still_stop(alice: Agent) -> None:
+    # On Python 3.11, asyncio.wait_for lost a cancel that met its wake-up (gh-86296):
+    # the delivery rounds went on for ever and the agent's stop never returned.
+    dispatcher = alice.parts.push
+    assert dispatcher is not None
+    await asyncio.sleep(0.05)  # the rounds wait for work
+    assert dispatcher.is_running
+    dispatcher.wake()  # work arrives just before the stop's cancel
+    stopping = asyncio.ensure_future(dispatcher.stop(grace=1.0))
+    done, _ = await asyncio.wait([stopping], timeout=10)
+    assert done == {stopping}
+    assert not dispatcher.is_running
 
 
 async def test_every_event_reaches_the_webhook_signed_with_the_agents_svid(

@@ -211,12 +211,10 @@ async def _passed_on(task: Task, said: str, progress: Progress | None) -> str:
 
 async def _cancel_upstream(client: Client, task_id: str) -> None:
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(
-            client.cancel_task(
+        async with asyncio.timeout(CANCEL_SECONDS):
+            await client.cancel_task(
                 CancelTaskRequest(id=task_id), context=ClientCallContext(timeout=CANCEL_SECONDS)
-            ),
-            CANCEL_SECONDS,
-        )
+            )
         return
     _log.warning("upstream task could not be cancelled (it may run to its end)")
 

@@ -66,6 +66,7 @@ from gateway.plans.task import (
     StepStatus,
     transition,
 )
+from gateway.runtime.stopping import cancel_and_wait
 from gateway.telemetry import Telemetry
 
 
@@ -161,9 +162,7 @@ class TaskExecutor:
             await self._abandon_in_flight()
             raise
         finally:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
+            await cancel_and_wait(keeper)
         return self.result(ending)
 
     def _lose_lease(self) -> None:

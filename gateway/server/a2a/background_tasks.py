@@ -54,6 +54,7 @@ from gateway.errors import (
     TaskNotCancelable,
 )
 from gateway.inbound.invoke_handler import AdmittedCall, InvokeHandler, InvokeOutcome
+from gateway.runtime.stopping import cancel_and_wait
 from gateway.server.a2a import history
 from gateway.server.a2a.left_answers import take_left_answers
 from gateway.server.a2a.task_events import BackgroundTask, RunEvents, output_events, status_event
@@ -240,7 +241,8 @@ class BackgroundTasks:
                     return
                 pause = max(0.0, started + PROGRESS_SAVE_SECONDS - time.monotonic())
                 with contextlib.suppress(TimeoutError):  # a question is saved at once
-                    await asyncio.wait_for(run.save_now.wait(), pause)
+                    async with asyncio.timeout(pause):
+                        await run.save_now.wait()
         finally:
             run.saving = False
 
@@ -465,9 +467,7 @@ class BackgroundTasks:
         self._closing = True
         self.stopping.set()
         for upkeep in self._upkeep:
-            upkeep.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await upkeep
+            await cancel_and_wait(upkeep)
         runs = list(self._runs.values())
         for run in runs:
             await _started(run)

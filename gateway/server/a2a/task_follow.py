@@ -91,7 +91,8 @@ async def followed(
         if left <= 0:
             raise DeadlineExceeded(TIMED_OUT)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stopping.wait(), min(pause, left))
+            async with asyncio.timeout(min(pause, left)):
+                await stopping.wait()
         if stopping.is_set():
             raise AgentStopping(STOPPING)
         latest = await store.get(task.owner, task.task_id, task.user)
